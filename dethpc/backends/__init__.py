@@ -1,0 +1,1 @@
+"""Backends: where job scripts run (Slurm, or local processes with Slurm semantics)."""

@@ -1,0 +1,119 @@
+"""The ``Backend`` protocol and the value types every backend speaks.
+
+Owns: ``JobState`` (dethpc's own job states), ``JobRequest`` (one submission,
+an array of tasks, one per trial), ``JobInfo`` (what one batched poll says of
+one task) and the ``Backend`` protocol.
+Must not: run commands or touch the store.
+
+Job references are strings: ``"<array_job_id>_<task>"`` for array tasks (the
+form ``squeue``/``sacct``/``scancel`` accept) and ``"<job_id>"`` otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+
+class JobState(StrEnum):
+    PENDING = "pending"          # queued (also: requeued and waiting, held, configuring)
+    RUNNING = "running"          # running, completing, stage-out, resizing, signaling
+    SUSPENDED = "suspended"      # suspended / stopped by Slurm
+    COMPLETED = "completed"      # exit 0
+    FAILED = "failed"            # non-zero exit, boot failure, special exit
+    CANCELLED = "cancelled"      # scancel / revoked / deadline
+    TIMEOUT = "timeout"          # walltime reached
+    PREEMPTED = "preempted"      # preempted and not requeued (PreemptMode=CANCEL)
+    NODE_FAIL = "node_fail"      # node failure
+    OUT_OF_MEMORY = "out_of_memory"
+    UNKNOWN = "unknown"          # the backend has no record of the job
+
+    @property
+    def is_terminal(self) -> bool:
+        return self not in (JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED)
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """One ``sbatch`` (an array when ``array_indices`` is non-empty).
+
+    The script is already rendered to ``script`` and carries its own #SBATCH
+    directives; the fields below are what a backend needs beyond the script
+    (the local backend emulates time limit and signal from them).
+    """
+
+    name: str                        # identity: "dethpc-e<exp>-b<batch>"
+    comment: str                     # identity: "dethpc:exp=<exp>:batch=<batch>"
+    script: Path
+    workdir: Path
+    array_indices: tuple[int, ...] = ()
+    throttle: int | None = None      # the %K of --array
+    time_limit_s: int | None = None
+    signal: str | None = None        # e.g. "USR2", sent signal_lead_s before the limit
+    signal_lead_s: int = 0
+    env: Mapping[str, str] = field(default_factory=dict)
+    extra_args: tuple[str, ...] = ()  # extra sbatch argv (never a shell string)
+
+    def task_ref(self, job_id: str, index: int) -> str:
+        return f"{job_id}_{index}" if self.array_indices else job_id
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    ref: str                         # "<array_job_id>_<task>" or "<job_id>"
+    state: JobState
+    raw_state: str = ""              # the backend's own word (e.g. "NODE_FAIL")
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str = ""                 # pending reason / failure reason
+    restart_count: int = 0
+    nodes: str = ""
+    name: str = ""
+    comment: str = ""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Where jobs run. Every method makes O(1) backend calls, whatever the number of refs."""
+
+    name: str
+
+    def available(self) -> bool:
+        """True when this backend can be used from this machine."""
+        ...
+
+    def submit(self, request: JobRequest) -> list[str]:
+        """Submit one (array) job; return one ref per array index, in index order."""
+        ...
+
+    def poll(self, refs: Sequence[str]) -> dict[str, JobInfo]:
+        """One batched query for all refs. A ref the backend has no record of is UNKNOWN."""
+        ...
+
+    def find(self, names: Sequence[str]) -> list[JobInfo]:
+        """Jobs (tasks) whose job name is one of ``names``: adoption after a crash."""
+        ...
+
+    def cancel(self, refs: Sequence[str], signal: str | None = None) -> None:
+        """Cancel (or signal, when ``signal`` is given) all refs in one call."""
+        ...
+
+    def requeue(self, refs: Sequence[str]) -> None:
+        ...
+
+    def set_throttle(self, array_job_id: str, limit: int) -> None:
+        """Change the running-task limit of a live array (``ArrayTaskThrottle``)."""
+        ...
+
+    def max_array_size(self) -> int:
+        """Largest array index + 1 the backend accepts (Slurm ``MaxArraySize``)."""
+        ...
+
+    def check_pool(self, partition: str | None, qos: str | None, nodes: int,
+                   tasks_per_node: int, gpus_per_node: int) -> None:
+        """Raise ``SubmitError`` when the partition/QoS do not exist or the allocation
+        cannot fit; a no-op on backends without partitions."""
+        ...

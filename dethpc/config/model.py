@@ -1,0 +1,227 @@
+"""Typed, validated configuration values (the output of the config parsers).
+
+Owns: the dataclasses for the experiment config (Determined field names) and
+the cluster config (admin's pools -> partitions).
+Must not: parse YAML or validate; ``dethpc.config.experiment`` and
+``dethpc.config.cluster`` build these from raw dicts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal, TypeAlias
+
+
+class Unit(StrEnum):
+    RECORDS = "records"
+    BATCHES = "batches"
+    EPOCHS = "epochs"
+
+
+@dataclass(frozen=True)
+class Length:
+    """A training length, e.g. ``{batches: 100}``."""
+
+    unit: Unit
+    value: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {self.unit.value: self.value}
+
+
+# ----------------------------------------------------------------- hyperparameters
+@dataclass(frozen=True)
+class ConstHP:
+    val: Any
+
+
+@dataclass(frozen=True)
+class IntHP:
+    minval: int
+    maxval: int
+    count: int | None = None
+
+
+@dataclass(frozen=True)
+class DoubleHP:
+    minval: float
+    maxval: float
+    count: int | None = None
+
+
+@dataclass(frozen=True)
+class LogHP:
+    """Values base**x for x uniform in [minval, maxval] (Determined semantics)."""
+
+    minval: float
+    maxval: float
+    base: float = 10.0
+    count: int | None = None
+
+
+@dataclass(frozen=True)
+class CategoricalHP:
+    vals: tuple[Any, ...]
+
+
+HParam: TypeAlias = ConstHP | IntHP | DoubleHP | LogHP | CategoricalHP
+#: a hyperparameter tree: leaves are HParam, inner nodes are dicts (nested hparams)
+HParamTree: TypeAlias = dict[str, "HParam | HParamTree"]
+
+
+# ------------------------------------------------------------------------ searcher
+SearcherName = Literal["single", "random", "grid", "adaptive_asha"]
+AshaMode = Literal["aggressive", "standard", "conservative"]
+AshaVariant = Literal["stopping", "promotion"]
+
+
+@dataclass(frozen=True)
+class SearcherConfig:
+    name: SearcherName
+    metric: str
+    smaller_is_better: bool = True
+    #: target length of a full trial, normalized from max_length or time_metric+max_time
+    max_length: Length | None = None
+    #: when time_metric is used, the metric name reported in validation (e.g. "batches")
+    time_metric: str | None = None
+    max_time: int | None = None
+    max_trials: int = 1
+    max_concurrent_trials: int = 16
+    # adaptive_asha
+    mode: AshaMode = "standard"
+    divisor: int = 4
+    max_rungs: int = 5
+    bracket_rungs: tuple[int, ...] = ()
+    variant: AshaVariant = "stopping"
+    #: seconds a stopped trial gets to checkpoint and exit before scancel
+    stop_grace_s: int = 60
+
+
+# ------------------------------------------------------------------ other sections
+@dataclass(frozen=True)
+class ResourcesConfig:
+    slots_per_trial: int = 1
+    resource_pool: str | None = None
+    max_slots: int | None = None
+    priority: int | None = None
+
+
+@dataclass(frozen=True)
+class CheckpointStorage:
+    type: Literal["shared_fs", "directory"] = "shared_fs"
+    #: where checkpoints go; None = the trial's run directory
+    path: Path | None = None
+    save_experiment_best: int = 0
+    save_trial_best: int = 1
+    save_trial_latest: int = 1
+
+
+@dataclass(frozen=True)
+class EnvironmentConfig:
+    image: str | None = None            # cpu image (or the only one)
+    image_gpu: str | None = None        # cuda image when a dict {cpu:, cuda:} was given
+    environment_variables: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BindMount:
+    host_path: str
+    container_path: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class SlurmSection:
+    sbatch_args: tuple[str, ...] = ()
+    gpu_type: str | None = None
+    slots_per_node: int | None = None
+    time: str | None = None             # walltime per job (sbatch --time syntax)
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    name: str
+    entrypoint: str | tuple[str, ...]
+    searcher: SearcherConfig
+    hyperparameters: HParamTree = field(default_factory=dict)
+    description: str = ""
+    labels: tuple[str, ...] = ()
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    checkpoint_storage: CheckpointStorage = field(default_factory=CheckpointStorage)
+    environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)
+    bind_mounts: tuple[BindMount, ...] = ()
+    max_restarts: int = 5
+    min_validation_period: Length | None = None
+    min_checkpoint_period: Length | None = None
+    records_per_epoch: int | None = None
+    experiment_seed: int = 0
+    slurm: SlurmSection = field(default_factory=SlurmSection)
+    data: dict[str, Any] = field(default_factory=dict)
+    #: the validated raw dict (overrides applied), what config.yaml stores
+    raw: dict[str, Any] = field(default_factory=dict)
+    #: one line per accepted-but-ignored field (Kubernetes-only fields, ...)
+    warnings: tuple[str, ...] = ()
+
+
+# ------------------------------------------------------------------ cluster config
+@dataclass(frozen=True)
+class ResourcePool:
+    name: str
+    partition: str | None = None
+    qos: str | None = None
+    account: str | None = None
+    slots_per_node: int = 1
+    #: "gpu" -> --gpus-per-node; None -> slots are CPU tasks
+    gres: str | None = None
+    gpu_type: str | None = None
+    cpus_per_slot: int = 1
+    mem_per_slot: str | None = None     # sbatch --mem-per-cpu style, e.g. "2G"
+    preemptible: bool = False
+    default_time: str | None = None     # sbatch --time syntax, e.g. "01:00:00"
+    signal: str = "USR2"                # NCCL claims USR1
+    signal_grace_s: int = 120           # seconds before the limit the signal is sent
+    socket_ifname: str | None = None    # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
+    sbatch_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ContainerSettings:
+    runtime: Literal["none", "apptainer", "singularity"] = "none"
+    sif_cache: Path | None = None
+    binds: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    backend: Literal["local", "slurm"] = "local"
+    runs_root: Path = Path("~/.dethpc/runs")
+    database_url: str = ""              # "" = sqlite:///<home>/dethpc.db
+    default_pool: str = "default"
+    pools: dict[str, ResourcePool] = field(default_factory=dict)
+    containers: ContainerSettings = field(default_factory=ContainerSettings)
+    #: local backend: most jobs running at once (0 = number of CPUs)
+    local_max_concurrent: int = 0
+    #: slurm CLI timeouts and retries
+    command_timeout_s: float = 60.0
+    command_retries: int = 3
+    #: daemon loop: shortest and longest sleep between ticks
+    tick_min_s: float = 0.5
+    tick_max_s: float = 10.0
+    #: python used inside jobs (default: the interpreter running the daemon)
+    python: str | None = None
+    source: str = "<built-in defaults>"
+
+    def pool(self, name: str | None) -> ResourcePool:
+        key = name or self.default_pool
+        if key in self.pools:
+            return self.pools[key]
+        from dethpc.errors import ConfigError, FieldError
+
+        allowed = ", ".join(sorted(self.pools)) or "(none defined)"
+        raise ConfigError(
+            [FieldError("resources.resource_pool",
+                        f"unknown resource pool {key!r}; allowed: {allowed}")],
+            source="experiment config",
+        )

@@ -1,0 +1,1 @@
+"""Hyperparameter searchers: pure state machines, events in, actions out."""

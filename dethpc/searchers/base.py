@@ -1,0 +1,105 @@
+"""The ``Searcher`` protocol: events in, actions out, JSON snapshot/restore.
+
+Owns: the action types (``Create``, ``Stop``, ``Continue``, ``Shutdown``) and
+the abstract ``Searcher``. Searchers are pure: no I/O, no clock, no global RNG
+(each keeps a ``random.Random`` seeded from ``reproducibility.experiment_seed``
+and snapshots its state), so a daemon restarted mid-search makes identical
+decisions.
+
+Identity: a searcher names trials by ``request_id`` (ints it hands out, from 1).
+The daemon maps request ids to trial rows. Lengths are in the unit of
+``searcher.max_length`` (e.g. batches).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Create:
+    """Start a new trial that trains to ``length`` and validates at each of ``validate_at``."""
+
+    request_id: int
+    hparams: dict[str, Any]
+    length: int
+    validate_at: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Continue:
+    """Resume an exited trial from its latest checkpoint and train on to ``length``
+    (the promotion variant of ASHA)."""
+
+    request_id: int
+    length: int
+    validate_at: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Ask a live trial to checkpoint and exit: it lost at a rung."""
+
+    request_id: int
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """The search is over: no trial will be created or continued any more."""
+
+
+Action = Create | Continue | Stop | Shutdown
+
+
+@dataclass
+class TrialRecord:
+    """What a searcher may want to show about one of its trials (``experiment describe``)."""
+
+    request_id: int
+    hparams: dict[str, Any]
+    bracket: int = 0
+    rung: int = 0                # highest rung reached
+    status: str = "active"       # active | stopped | promoted | completed | errored
+    metrics: dict[int, float] = field(default_factory=dict)  # length -> metric
+
+
+class Searcher(abc.ABC):
+    """Base class of all searchers."""
+
+    name: str = "abstract"
+
+    @abc.abstractmethod
+    def initial(self) -> list[Action]:
+        """Actions at experiment start (typically ``Create`` x min(max_concurrent, max_trials))."""
+
+    @abc.abstractmethod
+    def on_validation(self, request_id: int, metric: float, length: int) -> list[Action]:
+        """A trial reported a validation ``metric`` after training ``length`` units."""
+
+    @abc.abstractmethod
+    def on_exited(self, request_id: int, reason: str) -> list[Action]:
+        """A trial exited for good. ``reason``: completed (reached its length), stopped,
+        errored or cancelled. For the promotion variant, a trial that completed a rung
+        exits with ``completed`` and may be continued later."""
+
+    @abc.abstractmethod
+    def progress(self) -> float:
+        """Fraction of the search done, in [0, 1]."""
+
+    @abc.abstractmethod
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-serializable state, including RNG state."""
+
+    @abc.abstractmethod
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Load a state produced by ``snapshot`` (on the same config)."""
+
+    @abc.abstractmethod
+    def trials(self) -> list[TrialRecord]:
+        """Per-trial view for ``experiment describe`` (rungs, stopped/promoted)."""
+
+    def rungs(self) -> list[dict[str, Any]]:
+        """Rung lengths and cut-offs, for describe/preview (empty for non-ASHA)."""
+        return []
