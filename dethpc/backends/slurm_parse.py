@@ -1,0 +1,381 @@
+"""Pure parsing and formatting of what the Slurm CLI prints and accepts.
+
+Owns: job-id and array forms (``123``, ``123_4``, ``123_[2-4%25]``, ``123+0``),
+array index specs (``format_array``/``parse_array_spec``), the table from every
+Slurm job state (long names and squeue's abbreviations) to ``JobState``, the
+``squeue``/``sacct``/``sinfo`` output formats dethpc asks for and their parsers,
+``ExitCode`` ("2:0"), ``scontrol show config`` and version strings, GRES GPU
+counts and Slurm time strings.
+Must not: run commands, log, or touch files. Every function here is a pure
+function of its arguments, tested by tables in tests/unit/test_slurm_parse.py.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from dethpc.backends.base import JobInfo, JobState
+
+# ----------------------------------------------------------------------- states
+#: Every Slurm job state (long name and squeue's compact code) -> dethpc state.
+STATE_TABLE: dict[str, JobState] = {
+    # waiting to run (requeued and held jobs wait too)
+    "PENDING": JobState.PENDING, "PD": JobState.PENDING,
+    "CONFIGURING": JobState.PENDING, "CF": JobState.PENDING,
+    "REQUEUED": JobState.PENDING, "RQ": JobState.PENDING,
+    "REQUEUE_HOLD": JobState.PENDING, "RH": JobState.PENDING,
+    "REQUEUE_FED": JobState.PENDING, "RF": JobState.PENDING,
+    "RESV_DEL_HOLD": JobState.PENDING, "RD": JobState.PENDING,
+    # running (or finishing up on the nodes)
+    "RUNNING": JobState.RUNNING, "R": JobState.RUNNING,
+    "COMPLETING": JobState.RUNNING, "CG": JobState.RUNNING,
+    "STAGE_OUT": JobState.RUNNING, "SO": JobState.RUNNING,
+    "RESIZING": JobState.RUNNING, "RS": JobState.RUNNING,
+    "SIGNALING": JobState.RUNNING, "SI": JobState.RUNNING,
+    # paused
+    "SUSPENDED": JobState.SUSPENDED, "S": JobState.SUSPENDED,
+    "STOPPED": JobState.SUSPENDED, "ST": JobState.SUSPENDED,
+    # ended
+    "COMPLETED": JobState.COMPLETED, "CD": JobState.COMPLETED,
+    "FAILED": JobState.FAILED, "F": JobState.FAILED,
+    "BOOT_FAIL": JobState.FAILED, "BF": JobState.FAILED,
+    "SPECIAL_EXIT": JobState.FAILED, "SE": JobState.FAILED,
+    "CANCELLED": JobState.CANCELLED, "CA": JobState.CANCELLED,
+    "DEADLINE": JobState.CANCELLED, "DL": JobState.CANCELLED,
+    "REVOKED": JobState.CANCELLED, "RV": JobState.CANCELLED,
+    "TIMEOUT": JobState.TIMEOUT, "TO": JobState.TIMEOUT,
+    "PREEMPTED": JobState.PREEMPTED, "PR": JobState.PREEMPTED,
+    "NODE_FAIL": JobState.NODE_FAIL, "NF": JobState.NODE_FAIL,
+    "OUT_OF_MEMORY": JobState.OUT_OF_MEMORY, "OOM": JobState.OUT_OF_MEMORY,
+}
+
+
+def map_state(raw: str) -> JobState:
+    """Slurm state word -> ``JobState``; tolerates "CANCELLED by 0", "CANCELLED+",
+    case and blanks. Anything unknown is ``UNKNOWN``."""
+    word = raw.strip().split(" ", 1)[0].rstrip("+").upper()
+    return STATE_TABLE.get(word, JobState.UNKNOWN)
+
+
+def parse_exit_code(text: str) -> tuple[int | None, int | None]:
+    """sacct ``ExitCode`` "2:0" -> (exit code, signal); "0:15" -> (0, 15).
+
+    A signal of 0 is reported as ``None``; an empty or malformed field gives
+    ``(None, None)``.
+    """
+    parts = text.strip().split(":")
+    try:
+        code = int(parts[0])
+        sig = int(parts[1]) if len(parts) > 1 and parts[1] else 0
+    except ValueError:
+        return None, None
+    return code, (sig or None)
+
+
+# ---------------------------------------------------------------------- job ids
+_JOB_ID_RE = re.compile(
+    r"^(?P<base>\d+)"
+    r"(?:\+(?P<het>\d+))?"
+    r"(?:_(?:(?P<task>\d+)|\[(?P<spec>[^\]]*)\]))?"
+    r"(?:\.(?P<step>[\w+]+))?$"
+)
+
+
+@dataclass(frozen=True)
+class JobId:
+    """One parsed Slurm job id.
+
+    ``tasks`` is set for bracket forms (``123_[1,3-5%2]``), ``task`` for one
+    array task (``123_4``), ``het_offset`` for heterogeneous components
+    (``123+0``), ``step`` for step ids (``123.batch``).
+    """
+
+    base: str
+    task: int | None = None
+    tasks: tuple[int, ...] = ()
+    throttle: int | None = None
+    het_offset: int | None = None
+    step: str | None = None
+
+    @property
+    def is_array_range(self) -> bool:
+        return bool(self.tasks)
+
+    def refs(self) -> list[str]:
+        """The dethpc refs this id stands for (bracket forms expand to one per task)."""
+        if self.tasks:
+            return [f"{self.base}_{i}" for i in self.tasks]
+        if self.task is not None:
+            return [f"{self.base}_{self.task}"]
+        if self.het_offset is not None:
+            return [f"{self.base}+{self.het_offset}"]
+        return [self.base]
+
+
+def parse_job_id(text: str) -> JobId:
+    """Parse a job id as Slurm prints it; raise ``ValueError`` when malformed."""
+    m = _JOB_ID_RE.match(text.strip())
+    if not m:
+        raise ValueError(f"not a Slurm job id: {text!r}")
+    tasks: tuple[int, ...] = ()
+    throttle = None
+    if m["spec"] is not None:
+        tasks, throttle = parse_array_spec(m["spec"])
+    return JobId(
+        base=m["base"],
+        task=int(m["task"]) if m["task"] is not None else None,
+        tasks=tasks,
+        throttle=throttle,
+        het_offset=int(m["het"]) if m["het"] is not None else None,
+        step=m["step"],
+    )
+
+
+def base_job_id(ref: str) -> str:
+    """"123_4" -> "123"; "123+1" -> "123"; "123" -> "123"."""
+    return parse_job_id(ref).base
+
+
+def parse_sbatch_parsable(stdout: str) -> str:
+    """``sbatch --parsable`` prints "123" or "123;cluster": return the job id."""
+    line = stdout.strip().splitlines()[-1] if stdout.strip() else ""
+    job_id = line.split(";", 1)[0].strip()
+    if not job_id.isdigit():
+        raise ValueError(f"sbatch --parsable printed no job id: {stdout!r}")
+    return job_id
+
+
+# ------------------------------------------------------------------ array specs
+def parse_array_spec(spec: str) -> tuple[tuple[int, ...], int | None]:
+    """"0-9:2,15%4" -> ((0, 2, 4, 6, 8, 15), 4). Indices sorted and unique."""
+    throttle = None
+    body = spec.strip()
+    if "%" in body:
+        body, _, thr = body.partition("%")
+        throttle = int(thr)
+    out: set[int] = set()
+    for part in filter(None, (p.strip() for p in body.split(","))):
+        rng, _, step_s = part.partition(":")
+        step = int(step_s) if step_s else 1
+        if step < 1:
+            raise ValueError(f"bad array step in {spec!r}")
+        lo_s, _, hi_s = rng.partition("-")
+        lo = int(lo_s)
+        hi = int(hi_s) if hi_s else lo
+        if hi < lo:
+            raise ValueError(f"bad array range {part!r} in {spec!r}")
+        out.update(range(lo, hi + 1, step))
+    return tuple(sorted(out)), throttle
+
+
+def format_array(indices: Iterable[int], throttle: int | None = None) -> str:
+    """Indices -> sbatch ``--array`` spec, runs compressed: [0,1,2,3,7,9,10], 4 ->
+    "0-3,7,9-10%4". A throttle of ``None`` or 0 means unlimited."""
+    values = sorted(set(indices))
+    if not values:
+        raise ValueError("an array needs at least one index")
+    if values[0] < 0:
+        raise ValueError("array indices must be >= 0")
+    parts: list[str] = []
+    start = prev = values[0]
+    for v in [*values[1:], None]:
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    spec = ",".join(parts)
+    return f"{spec}%{throttle}" if throttle else spec
+
+
+# --------------------------------------------------------------- squeue / sacct
+#: squeue -o fields: job id (123_4 with -r), long state, reason, nodes, name, comment.
+#: The comment goes last so that a '|' inside it cannot shift the other fields.
+SQUEUE_FORMAT = "%i|%T|%r|%N|%j|%k"
+#: sacct -o fields (with -P the delimiter is '|'); Comment last for the same reason.
+SACCT_FIELDS = "JobID,State,ExitCode,Reason,NodeList,JobName,Comment"
+
+
+def _clean(value: str) -> str:
+    v = value.strip()
+    return "" if v in ("(null)", "None", "N/A") else v
+
+
+def parse_squeue(text: str) -> list[JobInfo]:
+    """Parse ``squeue -h -r -o SQUEUE_FORMAT`` output; one JobInfo per task.
+
+    Lines whose id is a bracket form (when ``-r`` was not honoured) expand to
+    one JobInfo per index. Malformed lines are skipped.
+    """
+    out: list[JobInfo] = []
+    for line in text.splitlines():
+        fields = line.split("|", 5)
+        if len(fields) < 6:
+            continue
+        jid, state, reason, nodes, name, comment = fields
+        try:
+            parsed = parse_job_id(jid)
+        except ValueError:
+            continue
+        st = map_state(state)
+        exit_code = 0 if st is JobState.COMPLETED else None
+        for ref in parsed.refs():
+            out.append(JobInfo(
+                ref=ref, state=st, raw_state=state.strip(), exit_code=exit_code,
+                reason=_clean(reason), nodes=_clean(nodes), name=name.strip(),
+                comment=_clean(comment),
+            ))
+    return out
+
+
+def parse_sacct(text: str) -> list[JobInfo]:
+    """Parse ``sacct -P -n -X -o SACCT_FIELDS`` output.
+
+    When one job id appears several times (requeues with ``--duplicates``),
+    the last line wins. Bracket ids (a pending array cancelled as a whole)
+    expand to one JobInfo per index. Step lines (``123.batch``) are skipped.
+    """
+    by_ref: dict[str, JobInfo] = {}
+    for line in text.splitlines():
+        fields = line.split("|", 6)
+        if len(fields) < 7:
+            continue
+        jid, state, exit_s, reason, nodes, name, comment = fields
+        try:
+            parsed = parse_job_id(jid)
+        except ValueError:
+            continue
+        if parsed.step is not None:
+            continue
+        code, sig = parse_exit_code(exit_s)
+        for ref in parsed.refs():
+            by_ref[ref] = JobInfo(
+                ref=ref, state=map_state(state), raw_state=state.strip(),
+                exit_code=code, signal=sig, reason=_clean(reason),
+                nodes=_clean(nodes), name=name.strip(), comment=_clean(comment),
+            )
+    return list(by_ref.values())
+
+
+# ------------------------------------------------------------- scontrol / sinfo
+def parse_key_values(text: str) -> dict[str, str]:
+    """``scontrol show config`` ("Key  = value" lines) -> dict. Lines without
+    " = " (headers, blank lines) are skipped; the first occurrence of a key wins."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip() or " " in key.strip():
+            continue
+        out.setdefault(key.strip(), value.strip())
+    return out
+
+
+def parse_version(text: str) -> tuple[int, int] | None:
+    """"slurm 22.05.8" (``scontrol --version``) -> (22, 5); None when absent."""
+    m = re.search(r"(\d+)\.(\d+)(?:\.\d+)?", text)
+    return (int(m[1]), int(m[2])) if m else None
+
+
+def parse_gres_gpus(gres: str) -> int:
+    """GPUs per node from a sinfo ``%G`` value: "gpu:a100:4(S:0-1),mps:100" -> 4."""
+    total = 0
+    for item in re.split(r",(?![^(]*\))", gres.strip()):
+        item = re.sub(r"\(.*?\)", "", item).strip()
+        parts = item.split(":")
+        if not parts or parts[0] != "gpu" or len(parts) < 2:
+            continue
+        count = parts[-1]
+        if count.isdigit() and len(parts) >= 2:
+            total += int(count)
+        elif len(parts) == 2:  # "gpu:a100" without count means one
+            total += 1
+    return total
+
+
+_TIME_RE = re.compile(r"^(?:(?P<d>\d+)-)?(?P<rest>[\d:]+)$")
+
+
+def parse_slurm_time(text: str) -> int | None:
+    """Slurm time strings -> seconds; "infinite"/"UNLIMITED"/"" -> None.
+
+    Forms: "M", "M:S", "H:M:S", "D-H", "D-H:M", "D-H:M:S".
+    """
+    t = text.strip()
+    if not t or t.lower() in ("infinite", "unlimited", "n/a", "none"):
+        return None
+    m = _TIME_RE.match(t)
+    if not m:
+        raise ValueError(f"not a Slurm time: {text!r}")
+    nums = [int(x) for x in m["rest"].split(":")]
+    if m["d"] is not None:
+        days = int(m["d"])
+        h, mi, s = (nums + [0, 0, 0])[:3]
+        return ((days * 24 + h) * 60 + mi) * 60 + s
+    if len(nums) == 1:
+        return nums[0] * 60
+    if len(nums) == 2:
+        return nums[0] * 60 + nums[1]
+    h, mi, s = nums[-3:]
+    return (h * 60 + mi) * 60 + s
+
+
+#: sinfo -o fields: partition, node count, CPUs per node, GRES, time limit.
+SINFO_FORMAT = "%R|%D|%c|%G|%l"
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """One sinfo line: ``count`` nodes of a partition sharing CPUs and GRES."""
+
+    count: int
+    cpus: int
+    gpus: int
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    groups: tuple[NodeGroup, ...]
+    time_limit_s: int | None
+
+    @property
+    def nodes(self) -> int:
+        return sum(g.count for g in self.groups)
+
+    def nodes_fitting(self, cpus: int, gpus: int) -> int:
+        """How many nodes offer at least ``cpus`` CPUs and ``gpus`` GPUs each."""
+        return sum(g.count for g in self.groups if g.cpus >= cpus and g.gpus >= gpus)
+
+
+def _int_prefix(text: str) -> int:
+    m = re.match(r"\d+", text.strip())
+    return int(m[0]) if m else 0
+
+
+def parse_sinfo(text: str) -> dict[str, Partition]:
+    """Parse ``sinfo -h -o SINFO_FORMAT`` lines into partitions (groups merged)."""
+    groups: dict[str, list[NodeGroup]] = {}
+    limits: dict[str, int | None] = {}
+    for line in text.splitlines():
+        fields = line.split("|")
+        if len(fields) < 5:
+            continue
+        name, count, cpus, gres, limit = (f.strip() for f in fields[:5])
+        groups.setdefault(name, []).append(
+            NodeGroup(_int_prefix(count), _int_prefix(cpus), parse_gres_gpus(gres)))
+        try:
+            limits[name] = parse_slurm_time(limit)
+        except ValueError:
+            limits[name] = None
+    return {n: Partition(n, tuple(g), limits[n]) for n, g in groups.items()}
+
+
+def unique_bases(refs: Sequence[str]) -> list[str]:
+    """Unique base job ids of ``refs``, in first-seen order."""
+    seen: dict[str, None] = {}
+    for ref in refs:
+        seen.setdefault(base_job_id(ref), None)
+    return list(seen)
