@@ -1,0 +1,232 @@
+"""Atomic checkpoints on a shared filesystem: store, verify, restore, find the latest.
+
+Owns: the checkpoint directory format of docs/job-contract.md: files are written
+into ``checkpoints/.tmp-<uuid>/``; on success every file is hashed (sha256) and
+fsync'd, ``metadata.json`` is written last, and the directory is renamed to
+``checkpoints/<uuid>`` (an atomic rename on POSIX filesystems), then a
+``checkpoint`` record is appended to metrics.jsonl. A directory without
+``metadata.json`` or with a file that does not match its checksum is never loaded.
+Must not: import torch or know what the files hold (the Trainer does), or delete
+complete checkpoints (garbage collection belongs to the daemon).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+import uuid as uuidlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dethpc.core._distributed import DistributedContext
+from dethpc.core._train import TrainContext, sanitize
+from dethpc.errors import DethpcError
+
+log = logging.getLogger(__name__)
+
+METADATA_FILE = "metadata.json"
+TMP_PREFIX = ".tmp-"
+FORMAT_VERSION = 1
+
+
+class CheckpointError(DethpcError):
+    """A checkpoint is missing, incomplete or corrupt, or was used the wrong way."""
+
+
+def sha256_file(path: Path, *, fsync: bool = False) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+        if fsync:
+            os.fsync(fh.fileno())
+    return digest.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _payload_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What ``metadata.json`` says about one complete checkpoint."""
+
+    uuid: str
+    path: Path
+    steps_completed: int
+    time: float
+    files: dict[str, str]
+    metadata: dict[str, Any]
+
+
+def read_metadata(path: Path) -> CheckpointInfo:
+    """Parse ``<path>/metadata.json``; ``CheckpointError`` if absent or malformed."""
+    meta_path = path / METADATA_FILE
+    try:
+        raw = json.loads(meta_path.read_text())
+        files = raw["files"]
+        steps = raw["steps_completed"]
+        if not isinstance(files, dict) or not isinstance(steps, int):
+            raise TypeError("files must be an object and steps_completed an int")
+        return CheckpointInfo(uuid=path.name, path=path, steps_completed=steps,
+                              time=float(raw.get("time", 0.0)), files=dict(files),
+                              metadata=dict(raw.get("metadata") or {}))
+    except FileNotFoundError as exc:
+        raise CheckpointError(f"checkpoint {path} is incomplete: it has no {METADATA_FILE} "
+                              "(the writer died before finishing it)") from exc
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"checkpoint {path} has an unreadable {METADATA_FILE}: {exc}") \
+            from exc
+
+
+def verify(info: CheckpointInfo) -> None:
+    """Check every recorded file against its sha256; ``CheckpointError`` on mismatch."""
+    for rel, expected in info.files.items():
+        file = info.path / rel
+        if not file.is_file():
+            raise CheckpointError(f"checkpoint {info.path} is corrupt: file {rel} is missing")
+        actual = sha256_file(file)
+        if actual != expected:
+            raise CheckpointError(
+                f"checkpoint {info.path} is corrupt: {rel} has sha256 {actual[:12]}..., "
+                f"metadata.json recorded {expected[:12]}...; it will not be loaded "
+                "(resume from an older checkpoint or delete this one)")
+
+
+class CheckpointContext:
+    """``store_path`` / ``restore_path`` / ``latest`` over one checkpoint directory."""
+
+    def __init__(self, directory: Path, dist: DistributedContext,
+                 train: TrainContext | None = None) -> None:
+        self.directory = directory
+        self._dist = dist
+        self._train = train
+
+    # ------------------------------------------------------------------ store
+    @contextlib.contextmanager
+    def store_path(self, metadata: Mapping[str, Any]) -> Iterator[tuple[Path, str]]:
+        """Yield ``(path, uuid)`` to write a checkpoint into; publish it on success.
+
+        ``metadata`` must hold ``steps_completed`` (int, in the searcher's unit).
+        Only rank 0 may call this. If the block raises, the partial directory is
+        removed and nothing is published.
+        """
+        if self._dist.rank != 0:
+            raise CheckpointError(f"store_path() called on rank {self._dist.rank}: only rank 0 "
+                                  "writes checkpoints; gather the state there first")
+        steps = metadata.get("steps_completed") if isinstance(metadata, Mapping) else None
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise CheckpointError("checkpoint metadata must include steps_completed "
+                                  f"(an int >= 0), got {steps!r}")
+        user_meta = sanitize(dict(metadata), "checkpoint metadata")
+        uuid = str(uuidlib.uuid4())
+        tmp = self.directory / f"{TMP_PREFIX}{uuid}"
+        tmp.mkdir(parents=True)
+        try:
+            yield tmp, uuid
+            self._publish(tmp, uuid, steps, user_meta)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        if self._train is not None:
+            self._train.report_checkpoint(steps, uuid, user_meta)
+
+    def _publish(self, tmp: Path, uuid: str, steps: int, user_meta: dict[str, Any]) -> None:
+        if (tmp / METADATA_FILE).exists():
+            raise CheckpointError(f"{METADATA_FILE} is reserved for dethpc inside a checkpoint "
+                                  "directory; save your metadata under another name or pass "
+                                  "it as store_path(metadata)")
+        files: dict[str, str] = {}
+        for file in _payload_files(tmp):
+            files[file.relative_to(tmp).as_posix()] = sha256_file(file, fsync=True)
+        for sub in sorted({p.parent for p in _payload_files(tmp)} | {tmp}):
+            _fsync_dir(sub)
+        meta = {"format": FORMAT_VERSION, "uuid": uuid, "steps_completed": steps,
+                "time": time.time(), "files": files, "metadata": user_meta}
+        meta_tmp = tmp / (METADATA_FILE + ".part")
+        with open(meta_tmp, "w") as fh:
+            json.dump(meta, fh, indent=1, allow_nan=False)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(meta_tmp, tmp / METADATA_FILE)
+        _fsync_dir(tmp)
+        final = self.directory / uuid
+        os.replace(tmp, final)
+        _fsync_dir(self.directory)
+
+    # ---------------------------------------------------------------- restore
+    def get_metadata(self, uuid: str) -> CheckpointInfo:
+        return read_metadata(self._path_of(uuid))
+
+    def _path_of(self, uuid: str) -> Path:
+        if not uuid or "/" in uuid or uuid.startswith("."):
+            raise CheckpointError(f"{uuid!r} is not a checkpoint uuid")
+        path = self.directory / uuid
+        if not path.is_dir():
+            raise CheckpointError(f"checkpoint {uuid} not found in {self.directory}")
+        return path
+
+    @contextlib.contextmanager
+    def restore_path(self, uuid: str) -> Iterator[Path]:
+        """Yield the directory of a complete, checksum-verified checkpoint."""
+        info = read_metadata(self._path_of(uuid))
+        verify(info)
+        yield info.path
+
+    def list(self) -> list[CheckpointInfo]:
+        """Complete-looking checkpoints (metadata.json readable), oldest first; unverified."""
+        if not self.directory.is_dir():
+            return []
+        found: list[CheckpointInfo] = []
+        for entry in self.directory.iterdir():
+            if entry.name.startswith(".") or not entry.is_dir():
+                continue
+            try:
+                found.append(read_metadata(entry))
+            except CheckpointError as exc:
+                log.warning("skipping checkpoint %s: %s", entry.name, exc)
+        return sorted(found, key=lambda c: (c.steps_completed, c.time))
+
+    def latest(self) -> str | None:
+        """uuid of the verified checkpoint with the most steps (latest time on ties).
+
+        Evaluated on rank 0 and broadcast, so every rank resumes from the same one.
+        """
+        answer: str | None = None
+        if self._dist.rank == 0:
+            for info in reversed(self.list()):
+                try:
+                    verify(info)
+                except CheckpointError as exc:
+                    log.warning("skipping checkpoint %s: %s", info.uuid, exc)
+                    continue
+                answer = info.uuid
+                break
+        return self._dist.broadcast(answer)
+
+
+class DummyCheckpointContext(CheckpointContext):
+    """Off-cluster twin: checkpoints go to a directory of the caller's choice.
+
+    By default a ``checkpoints/`` folder under the current directory, created on
+    first store; nothing is reported anywhere.
+    """
+
+    def __init__(self, directory: Path | None = None,
+                 dist: DistributedContext | None = None) -> None:
+        super().__init__(directory or Path.cwd() / "checkpoints", dist or DistributedContext())

@@ -1,0 +1,74 @@
+"""Assembling the in-job ``Context`` from the environment (real or Dummy twins).
+
+Owns: ``Context`` (the sub-contexts in one object) and ``build_context()``, which
+picks the real sub-contexts when ``DETHPC_TRIAL_DIR`` is set and the Dummy twins
+otherwise.
+Must not: exit the process (``dethpc.core.init`` does), import torch, or read
+any file other than through the sub-contexts and ``_info``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dethpc.core._checkpoint import CheckpointContext, DummyCheckpointContext
+from dethpc.core._distributed import DistributedContext
+from dethpc.core._info import (
+    ENV_PREEMPT_SIGNAL,
+    ClusterInfo,
+    checkpoint_dir,
+    read_hparams,
+)
+from dethpc.core._preempt import DummyPreemptContext, PreemptContext, PreemptMode
+from dethpc.core._searcher import DummySearcherContext, SearcherContext, Target
+from dethpc.core._train import DummyTrainContext, MetricsWriter, TrainContext
+from dethpc.paths import TrialPaths
+
+
+@dataclass
+class Context:
+    """What training code gets from ``dethpc.core.init()``."""
+
+    distributed: DistributedContext
+    train: TrainContext
+    checkpoint: CheckpointContext
+    preempt: PreemptContext
+    searcher: SearcherContext
+    info: ClusterInfo
+    hparams: dict[str, Any]
+
+    def close(self) -> None:
+        self.preempt.close()
+        self.train.close()
+        self.distributed.close()
+
+
+def build_context(*, distributed: DistributedContext | None = None,
+                  preempt_mode: PreemptMode = PreemptMode.WorkersAskChief,
+                  env: Mapping[str, str] | None = None,
+                  stop_check_interval_s: float = 1.0) -> Context:
+    env = os.environ if env is None else env
+    dist = distributed if distributed is not None else DistributedContext.auto(env)
+    info = ClusterInfo.from_env(env)
+    hparams = read_hparams(info.trial_dir, env)
+    if info.trial_dir is None:
+        ckpt: CheckpointContext = DummyCheckpointContext(dist=dist)
+        ctx = Context(distributed=dist, train=DummyTrainContext(dist), checkpoint=ckpt,
+                      preempt=DummyPreemptContext(dist), searcher=DummySearcherContext(None, dist),
+                      info=info, hparams=hparams)
+    else:
+        paths = TrialPaths(Path(info.trial_dir))
+        train = TrainContext(MetricsWriter(paths.metrics), dist)
+        ckpt = CheckpointContext(checkpoint_dir(paths.root, env), dist, train)
+        target = Target.read(paths.target) if paths.target.exists() else None
+        preempt = PreemptContext(dist, stop_file=paths.stop,
+                                 signal_name=env.get(ENV_PREEMPT_SIGNAL) or "USR2",
+                                 mode=preempt_mode, stop_check_interval_s=stop_check_interval_s)
+        ctx = Context(distributed=dist, train=train, checkpoint=ckpt, preempt=preempt,
+                      searcher=SearcherContext(target, dist), info=info, hparams=hparams)
+    info._latest = ctx.checkpoint.latest
+    return ctx

@@ -1,0 +1,169 @@
+"""Preemption: turn a signal or a ``stop`` file into a flag read at step boundaries.
+
+Owns: the signal handlers for ``$DETHPC_PREEMPT_SIGNAL`` (default USR2) and TERM
+(they only set a flag: no I/O, no locks, nothing else in a handler), the ``stop``
+file check (content ``stop`` or ``pause``), the rank-0 broadcast so every rank
+stops at the same step, and the exit code the process must end with.
+Must not: checkpoint or exit by itself (``init()`` exits when the context is
+left), import torch, or write any file.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from dethpc.core._distributed import DistributedContext
+from dethpc.errors import DethpcError
+from dethpc.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED
+
+log = logging.getLogger(__name__)
+
+REASON_SIGNAL = "signal"
+REASON_STOP = "stop"
+REASON_PAUSE = "pause"
+
+
+class PreemptMode(enum.Enum):
+    """How ranks agree on preemption (Determined's names)."""
+
+    #: every rank calls should_preempt(); rank 0 decides and broadcasts (a collective)
+    WorkersAskChief = "workers_ask_chief"
+    #: only rank 0 calls should_preempt(); other ranks always get False
+    ChiefOnly = "chief_only"
+    #: no handlers, no stop file: should_preempt() is always False
+    ExplicitOnly = "explicit_only"
+
+
+def parse_signal(name: str) -> signal.Signals:
+    """``USR2``, ``SIGUSR2`` or ``12`` -> ``signal.SIGUSR2``."""
+    raw = name.strip().upper()
+    if raw.isdigit():
+        try:
+            return signal.Signals(int(raw))
+        except ValueError as exc:
+            raise DethpcError(f"DETHPC_PREEMPT_SIGNAL={name!r} is not a signal number") from exc
+    if not raw.startswith("SIG"):
+        raw = "SIG" + raw
+    try:
+        return signal.Signals[raw]
+    except KeyError as exc:
+        raise DethpcError(f"DETHPC_PREEMPT_SIGNAL={name!r} is not a signal name; "
+                          "use e.g. USR2, USR1 or TERM") from exc
+
+
+class PreemptContext:
+    """``should_preempt()`` / ``reason`` for one trial process."""
+
+    def __init__(self, dist: DistributedContext, *, stop_file: Path | None,
+                 signal_name: str = "USR2", mode: PreemptMode = PreemptMode.WorkersAskChief,
+                 stop_check_interval_s: float = 1.0) -> None:
+        self._dist = dist
+        self._stop_file = stop_file
+        self._mode = mode
+        self._interval = stop_check_interval_s
+        self._last_stop_check = float("-inf")
+        self._signalled: signal.Signals | None = None
+        self._reason: str | None = None
+        self._acknowledged = False
+        self._previous: dict[signal.Signals, Any] = {}
+        if mode is not PreemptMode.ExplicitOnly:
+            self._install({parse_signal(signal_name), signal.SIGTERM})
+
+    # -------------------------------------------------------------- handlers
+    def _install(self, signums: set[signal.Signals]) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            log.warning("dethpc.core.init() called outside the main thread: preemption "
+                        "signals are not handled, only the stop file is")
+            return
+        for signum in signums:
+            self._previous[signum] = signal.signal(signum, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # Only set a flag: this runs between two bytecodes of arbitrary code.
+        if self._signalled is None:
+            self._signalled = signal.Signals(signum)
+
+    def close(self) -> None:
+        """Give the previous handlers back."""
+        for signum, handler in self._previous.items():
+            try:
+                signal.signal(signum, handler)
+            except (ValueError, TypeError):  # pragma: no cover - not main thread / C handler
+                pass
+        self._previous.clear()
+
+    # --------------------------------------------------------------- queries
+    def _read_stop_file(self) -> str | None:
+        if self._stop_file is None:
+            return None
+        now = time.monotonic()
+        if now - self._last_stop_check < self._interval:
+            return None
+        self._last_stop_check = now
+        try:
+            content = self._stop_file.read_text().strip().lower()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            log.warning("cannot read stop file %s: %s", self._stop_file, exc)
+            return None
+        return REASON_PAUSE if content == REASON_PAUSE else REASON_STOP
+
+    def _local_reason(self) -> str | None:
+        if self._reason is not None:
+            return self._reason
+        if self._signalled is not None:
+            return REASON_SIGNAL
+        return self._read_stop_file()
+
+    def should_preempt(self) -> bool:
+        """True once the trial must checkpoint and exit; sticky once True.
+
+        In ``WorkersAskChief`` mode this is a collective: every rank must call it
+        at the same step.
+        """
+        if self._mode is PreemptMode.ExplicitOnly:
+            return False
+        if self._mode is PreemptMode.ChiefOnly:
+            reason = self._local_reason() if self._dist.rank == 0 else None
+        else:
+            local = self._local_reason() if self._dist.rank == 0 else None
+            reason = self._dist.broadcast(local)
+        if reason is not None:
+            if self._reason is None:
+                log.info("preemption requested (%s): checkpointing and exiting", reason)
+            self._reason = reason
+            self._acknowledged = True
+            return True
+        return False
+
+    @property
+    def reason(self) -> str | None:
+        """``"signal"``, ``"stop"``, ``"pause"`` or None, as last seen by should_preempt()."""
+        return self._reason
+
+    @property
+    def signal_received(self) -> signal.Signals | None:
+        """The signal this process got (local, not broadcast), if any."""
+        return self._signalled
+
+    def exit_code(self) -> int | None:
+        """80 after a signal, 81 after a stop/pause file, None if never acknowledged."""
+        if not self._acknowledged:
+            return None
+        return EXIT_PREEMPTED if self._reason == REASON_SIGNAL else EXIT_STOPPED
+
+
+class DummyPreemptContext(PreemptContext):
+    """Off-cluster twin: never preempts, installs no handler."""
+
+    def __init__(self, dist: DistributedContext | None = None) -> None:
+        super().__init__(dist or DistributedContext(), stop_file=None,
+                         mode=PreemptMode.ExplicitOnly)

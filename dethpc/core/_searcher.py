@@ -1,0 +1,119 @@
+"""The searcher's target for this trial, read from ``target.json``.
+
+Owns: ``SearcherContext`` (``target_length``, ``unit``, ``validate_at`` and a
+Determined-style ``operations()`` iterator yielding one ``SearcherOperation``)
+and ``DummySearcherContext`` (off-cluster: no target unless one is given).
+Must not: talk to the daemon (the searcher metric reaches it through the
+validation records in metrics.jsonl), import torch, or write files.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dethpc.core._distributed import DistributedContext
+from dethpc.core._info import read_json_object
+from dethpc.errors import DethpcError
+
+log = logging.getLogger(__name__)
+
+UNITS = ("batches", "epochs", "records")
+
+
+@dataclass(frozen=True)
+class Target:
+    """``{"unit": "batches", "length": 400, "validate_at": [25, 100, 400]}``."""
+
+    unit: str
+    length: int
+    validate_at: tuple[int, ...] = ()
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], source: str = "target.json") -> Target:
+        unit = raw.get("unit", "batches")
+        length = raw.get("length")
+        validate_at = raw.get("validate_at") or []
+        if unit not in UNITS:
+            raise DethpcError(f"{source}: unit {unit!r} is not one of {', '.join(UNITS)}")
+        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+            raise DethpcError(f"{source}: length must be an int >= 1, got {length!r}")
+        if not isinstance(validate_at, list) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in validate_at):
+            raise DethpcError(f"{source}: validate_at must be a list of ints > 0, "
+                              f"got {validate_at!r}")
+        return cls(unit=unit, length=length, validate_at=tuple(sorted(set(validate_at))))
+
+    @classmethod
+    def read(cls, path: Path) -> Target:
+        return cls.from_dict(read_json_object(path, "searcher target"), str(path))
+
+
+@dataclass
+class SearcherOperation:
+    """Train to ``length`` (in ``unit``), reporting progress; one per trial run."""
+
+    length: int
+    unit: str
+    _progress: float = 0.0
+    _completed: bool = False
+    _metric: Any = field(default=None, repr=False)
+
+    def report_progress(self, length: float) -> None:
+        """How far training got, in the searcher's unit (informational)."""
+        if length < self._progress:
+            log.debug("searcher progress went back from %s to %s", self._progress, length)
+        self._progress = float(length)
+
+    def report_completed(self, searcher_metric: Any) -> None:
+        """Mark the operation done. The daemon reads the metric from the validation
+        records in metrics.jsonl; this only checks that it was reported once."""
+        if self._completed:
+            raise DethpcError("report_completed() called twice for the same operation")
+        self._completed = True
+        self._metric = searcher_metric
+
+    @property
+    def completed(self) -> bool:
+        return self._completed
+
+
+class SearcherContext:
+    """The trial's target; ``target_length`` is None when there is none (off-cluster)."""
+
+    def __init__(self, target: Target | None, dist: DistributedContext | None = None) -> None:
+        self.target = target
+        self._dist = dist or DistributedContext()
+
+    @property
+    def target_length(self) -> int | None:
+        return self.target.length if self.target else None
+
+    @property
+    def unit(self) -> str:
+        return self.target.unit if self.target else "batches"
+
+    @property
+    def validate_at(self) -> tuple[int, ...]:
+        return self.target.validate_at if self.target else ()
+
+    def operations(self) -> Iterator[SearcherOperation]:
+        """Yield the single operation (train to the target length), like Determined."""
+        if self.target is None:
+            raise DethpcError("this trial has no searcher target (no target.json); pass a "
+                              "length yourself, e.g. Trainer.fit(max_length=Batch(100))")
+        op = SearcherOperation(length=self.target.length, unit=self.target.unit)
+        yield op
+        if not op.completed:
+            log.warning("searcher operation finished without report_completed()")
+
+
+class DummySearcherContext(SearcherContext):
+    """Off-cluster twin: no target unless ``target`` is given."""
+
+    def __init__(self, target: Target | None = None,
+                 dist: DistributedContext | None = None) -> None:
+        super().__init__(target, dist)
