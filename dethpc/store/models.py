@@ -135,6 +135,8 @@ class Job(SQLModel, table=True):
     restart_count: int = 0
     exit_code: int | None = None
     exit_reason: str = ""
+    #: SLURM_RESTART_COUNT of the run the exit record belongs to (-1: none yet)
+    exit_run: int = -1
     nodes: str = ""
     live: bool = True             # False once its end has been handled
     submitted_at: float = Field(default_factory=now)

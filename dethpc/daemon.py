@@ -1,0 +1,302 @@
+"""The daemon: one reconcile loop of idempotent ticks.
+
+Owns: ``Daemon.tick()`` — adopt batches a crash left half-submitted, poll every
+live job with one batched backend call, reconcile each experiment in its own
+transaction (``dethpc.reconcile``), submit the trials that need a job as one
+array per experiment and pool, cancel everything that must go in one call — and
+``Daemon.run()``, the loop with backoff. Backend calls per tick do not grow
+with the number of trials.
+Must not: hold state outside the store and the run directories (a killed
+daemon loses nothing), or call the backend per job.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlmodel import select
+
+from dethpc.backends.base import Backend, JobInfo, JobRequest
+from dethpc.config.model import ClusterConfig, ExperimentConfig
+from dethpc.errors import DethpcError
+from dethpc.paths import ExperimentPaths
+from dethpc.reconcile import ExperimentReconciler, checkpoint_dir, load_config
+from dethpc.render import (
+    TrialScript,
+    entrypoint_argv,
+    is_launcher,
+    make_env,
+    parse_slurm_time,
+    render_array_script,
+    render_trial_script,
+    trial_directives,
+    trial_env,
+)
+from dethpc.store import Store
+from dethpc.store.models import Batch, Event, Experiment, ExperimentState, Job, Trial, TrialState
+
+log = logging.getLogger(__name__)
+OPEN_STATES = [s.value for s in ExperimentState if not s.is_terminal]
+
+
+@dataclass
+class TickStats:
+    experiments: int = 0
+    polled: int = 0
+    submitted: int = 0
+    cancelled: int = 0
+    changed: bool = False
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def busy(self) -> bool:
+        return self.changed or self.submitted > 0 or self.cancelled > 0
+
+
+def fault_point(name: str) -> None:
+    """Fault injection for tests: ``DETHPC_FAULT_POINT=<name>`` SIGKILLs the daemon there."""
+    if os.environ.get("DETHPC_FAULT_POINT") == name:
+        log.warning("fault injection: SIGKILL at %s", name)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Daemon:
+    def __init__(self, store: Store, cluster: ClusterConfig, backend: Backend,
+                 *, clock: Callable[[], float] = time.time) -> None:
+        self.store, self.cluster, self.backend, self.clock = store, cluster, backend, clock
+        self.unknown: dict[str, int] = {}
+        self.jenv = make_env()
+        self.python = cluster.python or _python()
+
+    # ------------------------------------------------------------------ tick
+    def tick(self) -> TickStats:
+        stats = TickStats()
+        with self.store.session() as s:
+            exp_ids = [e.id for e in s.exec(select(Experiment).where(
+                Experiment.state.in_(OPEN_STATES)))]  # type: ignore[attr-defined]
+        stats.experiments = len(exp_ids)
+        if not exp_ids:
+            return stats
+        self.adopt(stats)
+        infos = self.poll(stats)
+        cancel: list[str] = []
+        for exp_id in exp_ids:
+            try:
+                with self.store.session() as s:
+                    exp = s.get(Experiment, exp_id)
+                    assert exp is not None
+                    out = ExperimentReconciler(s, exp, infos, self.unknown, self.clock()).run()
+                cancel += out.cancel
+                stats.changed |= out.changed
+            except DethpcError as exc:
+                stats.errors.append(f"experiment {exp_id}: {exc}")
+                self.fail_experiment(exp_id, str(exc))
+        if cancel:
+            self.backend.cancel(sorted(set(cancel)))
+            stats.cancelled = len(set(cancel))
+        for exp_id in exp_ids:
+            try:
+                stats.submitted += self.submit_experiment(exp_id)
+            except DethpcError as exc:
+                stats.errors.append(f"experiment {exp_id}: {exc}")
+                self.fail_experiment(exp_id, f"submission failed: {exc}")
+        return stats
+
+    def poll(self, stats: TickStats) -> dict[str, JobInfo]:
+        with self.store.session() as s:
+            refs = [j.ref for j in s.exec(select(Job).where(Job.live == True))  # noqa: E712
+                    if j.ref]
+        stats.polled = len(refs)
+        return self.backend.poll(refs) if refs else {}
+
+    def adopt(self, stats: TickStats) -> None:
+        """Batches recorded but never confirmed: the daemon died around sbatch.
+        A job found under the batch's name is adopted; otherwise the batch is retried."""
+        with self.store.session() as s:
+            pending = list(s.exec(select(Batch).where(Batch.state == "submitting")))
+            if not pending:
+                return
+            found = self.backend.find([b.name for b in pending])
+            for batch in pending:
+                tasks = sorted((i for i in found if i.name == batch.name),
+                               key=lambda i: int(i.ref.rsplit("_", 1)[-1]))
+                jobs = list(s.exec(select(Job).where(Job.batch_id == batch.id)))
+                if tasks:
+                    base = tasks[0].ref.rsplit("_", 1)[0]
+                    batch.state, batch.array_job_id = "submitted", base
+                    for job in jobs:
+                        job.ref = f"{base}_{job.array_index}"
+                        s.add(job)
+                    s.add(Event(experiment_id=batch.experiment_id, kind="adopted",
+                                message=f"adopted job {base} of batch {batch.id} after restart"))
+                else:
+                    batch.state = "failed"
+                    for job in jobs:
+                        job.live = False
+                        trial = s.get(Trial, job.trial_id)
+                        if trial is not None and not TrialState(trial.state).is_terminal:
+                            trial.needs_job = True
+                            s.add(trial)
+                        s.add(job)
+                s.add(batch)
+        stats.changed = True
+
+    # ------------------------------------------------------------------ submit
+    def submit_experiment(self, exp_id: int) -> int:
+        with self.store.session() as s:
+            exp = s.get(Experiment, exp_id)
+            if exp is None or exp.state != ExperimentState.ACTIVE.value:
+                return 0
+            trials = list(s.exec(select(Trial).where(
+                Trial.experiment_id == exp_id, Trial.needs_job == True)  # noqa: E712
+                .order_by(Trial.id)))  # type: ignore[arg-type]
+        trials = [t for t in trials if not TrialState(t.state).is_terminal]
+        if not trials:
+            return 0
+        cfg = load_config(exp)
+        limit = max(1, self.backend.max_array_size())
+        submitted = 0
+        for start in range(0, len(trials), limit):
+            submitted += self.submit_batch(exp, cfg, trials[start:start + limit])
+        return submitted
+
+    def submit_batch(self, exp: Experiment, cfg: ExperimentConfig, trials: list[Trial]) -> int:
+        assert exp.id is not None
+        pool = self.cluster.pool(cfg.resources.resource_pool)
+        paths = ExperimentPaths(Path(exp.run_dir)).ensure()
+        with self.store.session() as s:
+            batch = Batch(experiment_id=exp.id, pool=pool.name, size=len(trials))
+            s.add(batch)
+            s.flush()
+            assert batch.id is not None
+            batch.name = f"dethpc-e{exp.id}-b{batch.id}"
+            k = cfg.searcher.max_concurrent_trials
+            batch.throttle = min(k, len(trials)) if k > 0 else 0
+            for index, trial in enumerate(trials):
+                t = s.get(Trial, trial.id)
+                assert t is not None and t.id is not None
+                t.needs_job = False
+                s.add(t)
+                s.add(Job(experiment_id=exp.id, trial_id=t.id, batch_id=batch.id,
+                          array_index=index))
+            s.add(batch)
+            batch_id, name, throttle = batch.id, batch.name, batch.throttle
+        tasks = [(i, self.write_trial(exp, cfg, t)) for i, t in enumerate(trials)]
+        comment = f"dethpc:exp={exp.id}:batch={batch_id}"
+        directives = trial_directives(cfg, pool, name=name, comment=comment,
+                                      output=str(paths.arrays / "slurm-%A_%a.out"))
+        script = paths.array_script(batch_id)
+        script.write_text(render_array_script(experiment_id=exp.id, batch_id=batch_id,
+                                              directives=directives, tasks=tasks,
+                                              jenv=self.jenv))
+        request = JobRequest(
+            name=name, comment=comment, script=script, workdir=paths.root,
+            array_indices=tuple(range(len(trials))), throttle=throttle or None,
+            time_limit_s=parse_slurm_time(cfg.slurm.time or pool.default_time),
+            signal=pool.signal, signal_lead_s=pool.signal_grace_s)
+        refs = self.backend.submit(request)
+        fault_point("after_sbatch")
+        with self.store.session() as s:
+            b = s.get(Batch, batch_id)
+            assert b is not None
+            b.state, b.array_job_id = "submitted", refs[0].rsplit("_", 1)[0]
+            s.add(b)
+            for job in s.exec(select(Job).where(Job.batch_id == batch_id)):
+                job.ref = refs[job.array_index]
+                s.add(job)
+            s.add(Event(experiment_id=exp.id, kind="submitted",
+                        message=f"batch {batch_id}: {len(refs)} trial(s) as job "
+                        f"{b.array_job_id}"))
+        return len(refs)
+
+    def write_trial(self, exp: Experiment, cfg: ExperimentConfig, trial: Trial) -> Path:
+        """hparams.json, target.json and job.sbatch of one trial (idempotent)."""
+        assert exp.id is not None and trial.id is not None
+        paths = ExperimentPaths(Path(exp.run_dir))
+        tp = paths.trial(trial.id).ensure()
+        ckpt = checkpoint_dir(cfg, exp, trial.id)
+        ckpt.mkdir(parents=True, exist_ok=True)
+        tp.hparams.write_text(json.dumps(json.loads(trial.hparams_json), indent=2))
+        unit = cfg.searcher.max_length.unit.value if cfg.searcher.max_length else "batches"
+        tp.target.write_text(json.dumps({"unit": unit, "length": trial.target_length,
+                                         "validate_at": json.loads(trial.validate_at_json)}))
+        tp.stop.unlink(missing_ok=True)
+        pool = self.cluster.pool(cfg.resources.resource_pool)
+        argv = entrypoint_argv(cfg.entrypoint, self.python)
+        command = argv
+        if self.backend.name == "slurm" and not is_launcher(argv):
+            command = ["srun", "--ntasks=1", "--nodes=1", "--kill-on-bad-exit=1", *argv]
+        if cfg.environment.image and self.cluster.containers.runtime != "none":
+            from dethpc.containers import exec_argv
+
+            wrapped = exec_argv(self.cluster.containers, cfg.environment.image, argv,
+                                binds=[str(paths.root)], mounts=cfg.bind_mounts,
+                                gpu=bool(pool.gres))
+            command = (["srun", "--ntasks=1", "--nodes=1", *wrapped]
+                       if self.backend.name == "slurm" else wrapped)
+        env = trial_env(cfg, self.cluster, pool, experiment_id=exp.id, trial_id=trial.id,
+                        trial_dir=tp.root, context_dir=paths.context, checkpoint_dir=ckpt,
+                        config_path=paths.config, backend=self.backend.name)
+        name = f"dethpc-e{exp.id}-t{trial.id}"
+        directives = trial_directives(
+            cfg, pool, name=name, comment=f"dethpc:exp={exp.id}:trial={trial.id}",
+            output=str(tp.root / "slurm-%j.out"))
+        tp.job_script.write_text(render_trial_script(TrialScript(
+            experiment_id=exp.id, trial_id=trial.id, backend=self.backend.name,
+            directives=directives, trial_dir=tp.root, context_dir=paths.context,
+            command=command, env=env, python=self.python, signal=pool.signal,
+            signal_grace_s=pool.signal_grace_s), self.jenv))
+        return tp.job_script
+
+    def fail_experiment(self, exp_id: int, message: str) -> None:
+        log.error("experiment %s: %s", exp_id, message)
+        with self.store.session() as s:
+            exp = s.get(Experiment, exp_id)
+            if exp is None:
+                return
+            s.add(Event(experiment_id=exp_id, kind="error", message=message))
+            if exp.state == ExperimentState.ACTIVE.value:
+                exp.state = ExperimentState.STOPPING_KILLED.value
+                exp.message = message
+                s.add(exp)
+
+    # ------------------------------------------------------------------ loop
+    def run(self, *, until_idle: bool = False, max_ticks: int | None = None,
+            should_stop: Callable[[], bool] = lambda: False) -> int:
+        """Tick until told to stop; sleep ``tick_min_s`` after a busy tick, doubling up
+        to ``tick_max_s`` while idle. ``until_idle`` returns once no experiment is open."""
+        delay, ticks = self.cluster.tick_min_s, 0
+        while not should_stop():
+            try:
+                stats = self.tick()
+            except DethpcError as exc:
+                log.error("tick failed: %s", exc)
+                stats = TickStats(experiments=1)
+            ticks += 1
+            if until_idle and stats.experiments == 0:
+                break
+            if max_ticks is not None and ticks >= max_ticks:
+                break
+            delay = (self.cluster.tick_min_s if stats.busy
+                     else min(delay * 2, self.cluster.tick_max_s))
+            _sleep(delay, should_stop)
+        return ticks
+
+
+def _sleep(seconds: float, should_stop: Callable[[], bool]) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not should_stop():
+        time.sleep(min(0.1, max(0.0, end - time.monotonic())))
+
+
+def _python() -> str:
+    import sys
+
+    return sys.executable

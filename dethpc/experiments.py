@@ -1,0 +1,133 @@
+"""Experiment lifecycle operations a user asks for (the library behind the CLI).
+
+Owns: creating an experiment (config validated by the caller, context
+snapshotted, config.yaml written, rows inserted) and the state requests
+pause / activate / cancel / kill / labels. The daemon carries requests out.
+Must not: talk to a backend (except the submit-time pool check) or loop.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import shutil
+import uuid
+from pathlib import Path
+
+from sqlmodel import select
+
+from dethpc.backends.base import Backend
+from dethpc.config import dump_config
+from dethpc.config.model import ClusterConfig, ExperimentConfig
+from dethpc.context import snapshot_context
+from dethpc.errors import DethpcError, NotFoundError
+from dethpc.paths import ExperimentPaths
+from dethpc.store import Store
+from dethpc.store.models import Event, Experiment, ExperimentState, SearcherState, Trial
+
+
+def check_resources(cfg: ExperimentConfig, cluster: ClusterConfig, backend: Backend) -> None:
+    """Refuse at submit time what could never run (unknown pool/partition, too big)."""
+    from dethpc.allocation import plan_allocation
+
+    pool = cluster.pool(cfg.resources.resource_pool)
+    alloc = plan_allocation(cfg.resources.slots_per_trial, pool, cfg.slurm)
+    backend.check_pool(pool.partition, pool.qos, alloc.nodes, alloc.ntasks_per_node,
+                       alloc.gpus_per_node)
+
+
+def create_experiment(store: Store, cluster: ClusterConfig, cfg: ExperimentConfig,
+                      context_dir: Path, backend: Backend) -> int:
+    """Validate resources, snapshot the context and record the experiment; returns its id.
+    Nothing is left behind when any step fails."""
+    check_resources(cfg, cluster, backend)
+    runs_root = Path(cluster.runs_root).expanduser()
+    runs_root.mkdir(parents=True, exist_ok=True)
+    incoming = runs_root / f".incoming-{uuid.uuid4().hex}"
+    incoming.mkdir()
+    try:
+        snapshot_context(Path(context_dir), incoming / "context")
+        (incoming / "config.yaml").write_text(dump_config(cfg.raw))
+        with store.session() as s:
+            exp = Experiment(name=cfg.name, description=cfg.description,
+                             labels_json=json.dumps(list(cfg.labels)),
+                             config_yaml=dump_config(cfg.raw), run_dir="",
+                             owner=_user(), backend=cluster.backend)
+            s.add(exp)
+            s.flush()
+            assert exp.id is not None
+            paths = ExperimentPaths.of(runs_root, exp.id)
+            if paths.root.exists():
+                raise DethpcError(f"run directory {paths.root} already exists; the runs root "
+                                  "and the database disagree (was the database replaced?)")
+            exp.run_dir = str(paths.root)
+            s.add(SearcherState(experiment_id=exp.id))
+            s.add(Event(experiment_id=exp.id, kind="created",
+                        message=f"experiment {cfg.name!r} submitted"))
+            incoming.rename(paths.root)
+            paths.ensure()
+            exp_id = exp.id
+    except BaseException:
+        shutil.rmtree(incoming, ignore_errors=True)
+        raise
+    return exp_id
+
+
+def get_experiment(store: Store, exp_id: int) -> Experiment:
+    with store.session() as s:
+        exp = s.get(Experiment, exp_id)
+        if exp is None:
+            raise NotFoundError(f"experiment {exp_id} does not exist (see `dethpc experiment list`)")
+        return exp
+
+
+def request_state(store: Store, exp_id: int, action: str) -> str:
+    """pause | activate | cancel | kill: record the wish; the daemon enacts it."""
+    transitions = {
+        "pause": ({ExperimentState.ACTIVE}, ExperimentState.PAUSED),
+        "activate": ({ExperimentState.PAUSED}, ExperimentState.ACTIVE),
+        "cancel": ({ExperimentState.ACTIVE, ExperimentState.PAUSED},
+                   ExperimentState.STOPPING_CANCELED),
+        "kill": ({ExperimentState.ACTIVE, ExperimentState.PAUSED,
+                  ExperimentState.STOPPING_CANCELED}, ExperimentState.STOPPING_KILLED),
+    }
+    allowed, target = transitions[action]
+    with store.session() as s:
+        exp = s.get(Experiment, exp_id)
+        if exp is None:
+            raise NotFoundError(f"experiment {exp_id} does not exist")
+        current = ExperimentState(exp.state)
+        if current == target:
+            return current.value
+        if current not in allowed:
+            raise DethpcError(f"cannot {action} experiment {exp_id}: it is {current.value} "
+                              f"(only {', '.join(sorted(a.value for a in allowed))} can)")
+        exp.state = target.value
+        s.add(exp)
+        s.add(Event(experiment_id=exp_id, kind=action, message=f"{action} requested"))
+        return target.value
+
+
+def set_labels(store: Store, exp_id: int, add: list[str], remove: list[str]) -> list[str]:
+    with store.session() as s:
+        exp = s.get(Experiment, exp_id)
+        if exp is None:
+            raise NotFoundError(f"experiment {exp_id} does not exist")
+        labels = [x for x in json.loads(exp.labels_json) if x not in remove]
+        labels += [x for x in add if x not in labels]
+        exp.labels_json = json.dumps(labels)
+        s.add(exp)
+        return labels
+
+
+def trials_of(store: Store, exp_id: int) -> list[Trial]:
+    with store.session() as s:
+        return list(s.exec(select(Trial).where(Trial.experiment_id == exp_id)
+                           .order_by(Trial.id)))  # type: ignore[arg-type]
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - containers without a passwd entry
+        return "unknown"

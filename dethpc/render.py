@@ -1,0 +1,202 @@
+"""Rendering of job scripts: directives built in Python, layout in Jinja2.
+
+Owns: the sbatch directives of a trial (``trial_directives``), the trial job
+script (``render_trial_script``), the array script that maps array task ids to
+trial scripts (``render_array_script``), the entrypoint -> argv rule, and the
+Jinja2 environment (``StrictUndefined``; ``shquote``/``shjoin`` filters; a
+site's template directory first, so a site can ``{% extends "base/..." %}``).
+Must not: write files or run commands (the daemon writes what this returns).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+
+from dethpc import __version__
+from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
+from dethpc.errors import SubmitError
+from dethpc.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED, LOCAL_REQUEUE_EXIT
+
+TRIAL_TEMPLATE = "trial.sbatch.j2"
+ARRAY_TEMPLATE = "array.sbatch.j2"
+_TRIAL_CLASS = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+_LAUNCHER = re.compile(r"^dethpc\.launch\.\w+$")
+
+
+def template_dir() -> Path:
+    """The packaged templates (inside the wheel) or the repository's folder."""
+    packaged = Path(__file__).parent / "sbatch_templates"
+    return packaged if packaged.is_dir() else Path(__file__).parent.parent / "sbatch_templates"
+
+
+def shquote(value: object) -> str:
+    return shlex.quote(str(value))
+
+
+def shjoin(argv: Sequence[object]) -> str:
+    return " ".join(shlex.quote(str(a)) for a in argv)
+
+
+def make_env(site_dir: Path | None = None) -> jinja2.Environment:
+    base = jinja2.FileSystemLoader(str(template_dir()))
+    loaders: list[jinja2.BaseLoader] = []
+    site = site_dir or (Path(os.environ["DETHPC_TEMPLATE_DIR"])
+                        if os.environ.get("DETHPC_TEMPLATE_DIR") else None)
+    if site is not None and site.is_dir():
+        loaders.append(jinja2.FileSystemLoader(str(site)))
+    loaders += [base, jinja2.PrefixLoader({"base": base})]
+    env = jinja2.Environment(  # noqa: S701 - shell scripts, not HTML; quoting via shquote
+        loader=jinja2.ChoiceLoader(loaders),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["shquote"] = shquote
+    env.filters["shjoin"] = shjoin
+    return env
+
+
+# ------------------------------------------------------------------ pure helpers
+_TIME = re.compile(
+    r"^(?:(?P<d>\d+)-)?(?P<a>\d+)(?::(?P<b>\d+))?(?::(?P<c>\d+))?$")
+
+
+def parse_slurm_time(value: str | None) -> int | None:
+    """sbatch ``--time`` syntax -> seconds (None for unset/UNLIMITED)."""
+    if value is None or str(value).upper() in ("", "UNLIMITED", "INFINITE"):
+        return None
+    m = _TIME.match(str(value).strip())
+    if not m:
+        raise SubmitError(f"time limit {value!r} is not in sbatch --time syntax")
+    d, a, b, c = (int(x) if x is not None else None for x in m.group("d", "a", "b", "c"))
+    if d is not None:  # D-HH[:MM[:SS]]
+        return d * 86400 + a * 3600 + (b or 0) * 60 + (c or 0)
+    if b is None:      # MM
+        return a * 60
+    if c is None:      # MM:SS
+        return a * 60 + b
+    return a * 3600 + b * 60 + c  # HH:MM:SS
+
+
+def entrypoint_argv(entrypoint: str | Sequence[str], python: str) -> list[str]:
+    """The command a trial runs. ``module:Class`` runs a Trial class through
+    ``dethpc.pytorch.run``; a string is split like a shell would (no expansion);
+    a list is taken as argv."""
+    if isinstance(entrypoint, str):
+        if _TRIAL_CLASS.match(entrypoint.strip()):
+            return [python, "-m", "dethpc.pytorch.run", entrypoint.strip()]
+        argv = shlex.split(entrypoint)
+    else:
+        argv = [str(a) for a in entrypoint]
+    if not argv:
+        raise SubmitError("entrypoint is empty")
+    return argv
+
+
+def is_launcher(argv: Sequence[str]) -> bool:
+    """True for ``python -m dethpc.launch.<name> ...``: such a launcher calls srun itself."""
+    return len(argv) >= 3 and argv[1] == "-m" and bool(_LAUNCHER.match(argv[2]))
+
+
+def check_directive(arg: str) -> str:
+    if "\n" in arg or "\r" in arg:
+        raise SubmitError(f"sbatch argument {arg!r} contains a newline")
+    return arg
+
+
+def job_time(cfg: ExperimentConfig, pool: ResourcePool) -> str | None:
+    return cfg.slurm.time or pool.default_time
+
+
+def trial_directives(cfg: ExperimentConfig, pool: ResourcePool, *, name: str,
+                     comment: str, output: str) -> list[str]:
+    """Every ``#SBATCH`` argument of a trial's job, in order (pure)."""
+    from dethpc.allocation import plan_allocation
+
+    alloc = plan_allocation(cfg.resources.slots_per_trial, pool, cfg.slurm)
+    out = [f"--job-name={name}", f"--comment={comment}", f"--output={output}",
+           "--open-mode=append", "--requeue",
+           f"--signal=B:{pool.signal}@{pool.signal_grace_s}"]
+    for flag, value in (("--partition", pool.partition), ("--qos", pool.qos),
+                        ("--account", pool.account), ("--time", job_time(cfg, pool))):
+        if value:
+            out.append(f"{flag}={value}")
+    out += [f"{flag}={value}" if value != "" else flag
+            for flag, value in alloc.sbatch_directives()]
+    if pool.mem_per_slot:
+        out.append(f"--mem-per-cpu={pool.mem_per_slot}")
+    out += list(pool.sbatch_args) + list(cfg.slurm.sbatch_args)
+    return [check_directive(d) for d in out]
+
+
+# ------------------------------------------------------------------ rendering
+@dataclass(frozen=True)
+class TrialScript:
+    """Everything the trial template needs (``env`` is exported, in order)."""
+
+    experiment_id: int
+    trial_id: int
+    backend: str
+    directives: list[str]
+    trial_dir: Path
+    context_dir: Path
+    command: list[str]
+    env: list[tuple[str, str]] = field(default_factory=list)
+    python: str = sys.executable
+    signal: str = "USR2"
+    signal_grace_s: int = 120
+
+
+def render_trial_script(ts: TrialScript, jenv: jinja2.Environment | None = None) -> str:
+    jenv = jenv or make_env()
+    return jenv.get_template(TRIAL_TEMPLATE).render(
+        version=__version__, experiment_id=ts.experiment_id, trial_id=ts.trial_id,
+        backend=ts.backend, directives=ts.directives, trial_dir=str(ts.trial_dir),
+        context_dir=str(ts.context_dir), command=ts.command, env=ts.env,
+        python_bin=str(Path(ts.python).parent), signal=ts.signal,
+        signal_grace_s=ts.signal_grace_s, exit_preempted=EXIT_PREEMPTED,
+        exit_stopped=EXIT_STOPPED, local_requeue_exit=LOCAL_REQUEUE_EXIT)
+
+
+def render_array_script(*, experiment_id: int, batch_id: int, directives: Sequence[str],
+                        tasks: Sequence[tuple[int, Path]],
+                        jenv: jinja2.Environment | None = None) -> str:
+    jenv = jenv or make_env()
+    return jenv.get_template(ARRAY_TEMPLATE).render(
+        version=__version__, experiment_id=experiment_id, batch_id=batch_id,
+        directives=list(directives), tasks=[(i, str(p)) for i, p in tasks])
+
+
+def trial_env(cfg: ExperimentConfig, cluster: ClusterConfig, pool: ResourcePool, *,
+              experiment_id: int, trial_id: int, trial_dir: Path, context_dir: Path,
+              checkpoint_dir: Path, config_path: Path, backend: str,
+              extra: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """The environment a trial's job exports: dethpc's contract, then the user's."""
+    env = [
+        ("DETHPC_EXPERIMENT_ID", str(experiment_id)),
+        ("DETHPC_TRIAL_ID", str(trial_id)),
+        ("DETHPC_TRIAL_DIR", str(trial_dir)),
+        ("DETHPC_CHECKPOINT_DIR", str(checkpoint_dir)),
+        ("DETHPC_CONTEXT_DIR", str(context_dir)),
+        ("DETHPC_EXPERIMENT_CONFIG", str(config_path)),
+        ("DETHPC_PREEMPT_SIGNAL", pool.signal),
+        ("DETHPC_BACKEND", backend),
+        ("DETHPC_TRIAL_SEED", str(cfg.experiment_seed + trial_id)),
+        ("DETHPC_SLOTS_PER_TRIAL", str(cfg.resources.slots_per_trial)),
+    ]
+    if pool.socket_ifname:
+        env.append(("DETHPC_SOCKET_IFNAME", pool.socket_ifname))
+    env += list((extra or {}).items())
+    env += list(cfg.environment.environment_variables.items())
+    for key, _ in env:
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            raise SubmitError(f"environment variable name {key!r} is not a valid identifier")
+    return env
