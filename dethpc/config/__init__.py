@@ -1,5 +1,40 @@
 """Experiment and cluster configuration: parsing, validation, overrides.
 
-Public API: ``load_experiment_config(path, overrides)``, ``parse_experiment_config(raw)``,
-``load_cluster_config()``; the typed values live in ``dethpc.config.model``.
+Owns: the public API re-exported here. The typed values live in
+``dethpc.config.model``; the parsers in ``experiment``, ``searcher``,
+``hparams``, ``cluster`` and ``overrides``.
+Must not: hold logic itself (it only re-exports).
 """
+
+from dethpc.config.cluster import (
+    cluster_to_dict,
+    default_cluster_config,
+    find_cluster_config,
+    load_cluster_config,
+    parse_cluster_config,
+)
+from dethpc.config.experiment import (
+    dump_config,
+    load_experiment_config,
+    parse_experiment_config,
+)
+from dethpc.config.hparams import flatten_hparams, grid_size
+from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
+from dethpc.config.overrides import apply_overrides
+
+__all__ = [
+    "ClusterConfig",
+    "ExperimentConfig",
+    "ResourcePool",
+    "apply_overrides",
+    "cluster_to_dict",
+    "default_cluster_config",
+    "dump_config",
+    "find_cluster_config",
+    "flatten_hparams",
+    "grid_size",
+    "load_cluster_config",
+    "load_experiment_config",
+    "parse_cluster_config",
+    "parse_experiment_config",
+]

@@ -123,6 +123,9 @@ class EnvironmentConfig:
     image: str | None = None            # cpu image (or the only one)
     image_gpu: str | None = None        # cuda image when a dict {cpu:, cuda:} was given
     environment_variables: dict[str, str] = field(default_factory=dict)
+    #: variables for GPU trials when the dict form {cpu: [...], cuda: [...]} was given;
+    #: None = use ``environment_variables`` for GPU trials too
+    environment_variables_gpu: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)

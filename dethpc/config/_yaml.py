@@ -1,0 +1,85 @@
+"""YAML reading and writing for configs, with YAML-1.2-like number rules.
+
+Owns: ``load_yaml_text`` / ``dump_yaml`` and the loader/dumper classes.
+Must not: validate configs (that is ``dethpc.config.experiment`` / ``cluster``).
+
+Why a custom loader: PyYAML follows YAML 1.1, where an unquoted ``01:00:00`` is
+the base-60 integer 3600 (a Slurm walltime would silently become 60 hours) and
+``1e-3`` is a *string* (a learning rate would be rejected). This loader reads
+``01:00:00`` as a string and ``1e-3`` as a float, like YAML 1.2 does. The
+dumper quotes every string that either rule set would read as a number, so
+``config.yaml`` round-trips through any YAML reader.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+from dethpc.errors import ConfigError, FieldError
+
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+
+#: YAML 1.1 ints without the base-60 form.
+_INT_RE = re.compile(
+    r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"
+)
+#: floats with a dot and/or an exponent (sign optional), inf and nan; no base 60.
+_FLOAT_RE = re.compile(
+    r"^(?:[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?"
+    r"|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
+    r"|[0-9][0-9_]*[eE][-+]?[0-9]+"
+    r"|\.(?:inf|Inf|INF))"
+    r"|\.(?:nan|NaN|NAN))$"
+)
+_NUMBER_FIRST = list("-+0123456789.")
+
+
+class ConfigLoader(yaml.SafeLoader):
+    """SafeLoader without base-60 numbers, with ``1e-3`` read as a float."""
+
+
+ConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+ConfigLoader.add_implicit_resolver(_INT_TAG, _INT_RE, _NUMBER_FIRST)
+ConfigLoader.add_implicit_resolver(_FLOAT_TAG, _FLOAT_RE, _NUMBER_FIRST)
+
+
+class ConfigDumper(yaml.SafeDumper):
+    """SafeDumper that also quotes strings our loader would read as floats."""
+
+
+ConfigDumper.add_implicit_resolver(_FLOAT_TAG, _FLOAT_RE, _NUMBER_FIRST)
+
+
+def load_yaml_text(text: str, source: str) -> Any:
+    """Parse YAML text; a syntax error becomes a ConfigError with line and column."""
+    try:
+        return yaml.load(text, Loader=ConfigLoader)  # noqa: S506 - safe loader subclass
+    except yaml.MarkedYAMLError as exc:
+        raise ConfigError([FieldError("", _describe_yaml_error(exc))], source) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError([FieldError("", f"invalid YAML: {exc}")], source) from None
+
+
+def _describe_yaml_error(exc: yaml.MarkedYAMLError) -> str:
+    mark = exc.problem_mark or exc.context_mark
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    problem = exc.problem or exc.context or "syntax error"
+    return f"invalid YAML{where}: {problem}"
+
+
+def dump_yaml(data: Any) -> str:
+    """YAML text with keys in insertion order (deterministic for a given dict)."""
+    return yaml.dump(
+        data,
+        Dumper=ConfigDumper,
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=True,
+    )

@@ -1,0 +1,235 @@
+"""The cluster config: the admin-owned YAML that maps resource pools to Slurm.
+
+Owns: ``load_cluster_config`` (the lookup order: argument, ``$DETHPC_CLUSTER_CONFIG``,
+``/etc/dethpc/cluster.yaml``, built-in local defaults), ``parse_cluster_config``
+and ``cluster_to_dict`` (the effective config, for ``dethpc config show-cluster``).
+Must not: talk to Slurm (whether a partition exists is checked at submit time)
+or know about experiments.
+
+Relative paths in the file (``runs_root``, ``containers.sif_cache``) are relative
+to the file's directory; ``~`` is expanded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dethpc.config._check import (
+    Checker,
+    allowed_list,
+    join,
+    sbatch_args,
+    sbatch_time,
+    show,
+    signal_name,
+)
+from dethpc.config._yaml import load_yaml_text
+from dethpc.config.model import ClusterConfig, ContainerSettings, ResourcePool
+from dethpc.errors import ConfigError, FieldError
+from dethpc.paths import dethpc_home
+
+ENV_VAR = "DETHPC_CLUSTER_CONFIG"
+SYSTEM_PATH = Path("/etc/dethpc/cluster.yaml")
+BUILTIN = "<built-in defaults>"
+
+_TOP = ("backend", "runs_root", "database_url", "default_pool", "pools", "containers",
+        "local_max_concurrent", "command_timeout_s", "command_retries", "tick_min_s",
+        "tick_max_s", "python")
+_POOL = ("partition", "qos", "account", "slots_per_node", "gres", "gpu_type",
+         "cpus_per_slot", "mem_per_slot", "preemptible", "default_time", "signal",
+         "signal_grace_s", "socket_ifname", "sbatch_args")
+_CONTAINERS = ("runtime", "sif_cache", "binds")
+_MEMORY = re.compile(r"^\d+[KMGT]?$", re.IGNORECASE)
+_POOL_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def default_cluster_config() -> ClusterConfig:
+    """The built-in config: local backend, one pool, runs under ``dethpc_home()``."""
+    return ClusterConfig(
+        runs_root=dethpc_home() / "runs",
+        pools={"default": ResourcePool(name="default")},
+        source=BUILTIN,
+    )
+
+
+def find_cluster_config(path: str | Path | None = None) -> Path | None:
+    """The file to read, or None for the built-in defaults."""
+    if path is not None:
+        return Path(path).expanduser()
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env).expanduser()
+    return SYSTEM_PATH if SYSTEM_PATH.is_file() else None
+
+
+def load_cluster_config(path: str | Path | None = None) -> ClusterConfig:
+    """Load and validate the effective cluster config (see the module docstring)."""
+    found = find_cluster_config(path)
+    if found is None:
+        return default_cluster_config()
+    source = str(found)
+    try:
+        text = found.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        hint = f" (named by ${ENV_VAR})" if path is None else ""
+        raise ConfigError([FieldError("", f"file not found{hint}")], source) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([FieldError("", f"cannot read the file: {exc}")], source) from None
+    raw = load_yaml_text(text, source)
+    return parse_cluster_config({} if raw is None else raw, source,
+                                base_dir=found.resolve().parent)
+
+
+def parse_cluster_config(raw: Any, source: str = "cluster config",
+                         base_dir: Path | None = None) -> ClusterConfig:
+    """Validate a raw cluster config dict; raise ``ConfigError`` listing every problem."""
+    ck = Checker()
+    if not isinstance(raw, dict):
+        ck.error("", f"expected a mapping, got {show(raw)}")
+        ck.raise_if_errors(source)
+    ck.keys(raw, "", _TOP)
+    base = base_dir or Path.cwd()
+    pools = _pools(ck, raw.get("pools"))
+    tick_min = float(ck.number(raw.get("tick_min_s"), "tick_min_s", 0.5, above=0))
+    tick_max = float(ck.number(raw.get("tick_max_s"), "tick_max_s", 10.0, above=0))
+    if tick_max < tick_min:
+        ck.error("tick_max_s", f"must be >= tick_min_s ({tick_min}), got {tick_max}")
+    cfg = ClusterConfig(
+        backend=ck.choice(raw.get("backend"), "backend", ("local", "slurm"),
+                          "local"),  # type: ignore[arg-type]
+        runs_root=_path(ck, raw.get("runs_root"), "runs_root", base) or dethpc_home() / "runs",
+        database_url=str(ck.string(raw.get("database_url"), "database_url", "",
+                                   nonempty=False)),
+        default_pool=_default_pool(ck, raw.get("default_pool"), pools),
+        pools=pools,
+        containers=_containers(ck, raw.get("containers"), base),
+        local_max_concurrent=int(ck.integer(raw.get("local_max_concurrent"),
+                                            "local_max_concurrent", 0, minimum=0)),
+        command_timeout_s=float(ck.number(raw.get("command_timeout_s"), "command_timeout_s",
+                                          60.0, above=0)),
+        command_retries=int(ck.integer(raw.get("command_retries"), "command_retries", 3,
+                                       minimum=0)),
+        tick_min_s=tick_min,
+        tick_max_s=tick_max,
+        python=ck.string(raw.get("python"), "python", None),
+        source=source,
+    )
+    ck.raise_if_errors(source)
+    return cfg
+
+
+def _path(ck: Checker, value: Any, path: str, base: Path) -> Path | None:
+    text = ck.string(value, path, None)
+    if text is None:
+        return None
+    location = Path(text).expanduser()
+    return location if location.is_absolute() else base / location
+
+
+def _pools(ck: Checker, value: Any) -> dict[str, ResourcePool]:
+    if value is None:
+        return {"default": ResourcePool(name="default")}
+    data = ck.mapping(value, "pools")
+    if not data and isinstance(value, dict):
+        ck.error("pools", "expected at least one pool, got {}")
+    pools: dict[str, ResourcePool] = {}
+    for name, spec in data.items():
+        sub = join("pools", str(name))
+        if not isinstance(name, str) or not _POOL_NAME.match(name):
+            ck.error(sub, f"pool names are letters, digits, '_', '.' and '-', got {show(name)}")
+            continue
+        pools[name] = _pool(ck, name, spec, sub)
+    return pools
+
+
+def _pool(ck: Checker, name: str, value: Any, path: str) -> ResourcePool:
+    data = ck.mapping(value, path)
+    ck.keys(data, path, _POOL)
+
+    def text(key: str) -> str | None:
+        return ck.string(data.get(key), join(path, key), None)
+
+    return ResourcePool(
+        name=name,
+        partition=text("partition"),
+        qos=text("qos"),
+        account=text("account"),
+        slots_per_node=int(ck.integer(data.get("slots_per_node"), join(path, "slots_per_node"),
+                                      1, minimum=1)),
+        gres=text("gres"),
+        gpu_type=text("gpu_type"),
+        cpus_per_slot=int(ck.integer(data.get("cpus_per_slot"), join(path, "cpus_per_slot"),
+                                     1, minimum=1)),
+        mem_per_slot=_memory(ck, data.get("mem_per_slot"), join(path, "mem_per_slot")),
+        preemptible=ck.boolean(data.get("preemptible"), join(path, "preemptible"), False),
+        default_time=sbatch_time(ck, data.get("default_time"), join(path, "default_time")),
+        signal=signal_name(ck, data.get("signal"), join(path, "signal"), "USR2"),
+        signal_grace_s=int(ck.integer(data.get("signal_grace_s"), join(path, "signal_grace_s"),
+                                      120, minimum=0)),
+        socket_ifname=text("socket_ifname"),
+        sbatch_args=sbatch_args(ck, data.get("sbatch_args"), join(path, "sbatch_args")),
+    )
+
+
+def _memory(ck: Checker, value: Any, path: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and _MEMORY.match(value.strip()):
+        return value.strip()
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return str(value)
+    ck.error(path, f"expected a Slurm memory size like '2G', '500M' or 4096 (MB), "
+                   f"got {show(value)}")
+    return None
+
+
+def _default_pool(ck: Checker, value: Any, pools: Mapping[str, ResourcePool]) -> str:
+    if value is None:
+        if "default" in pools or len(pools) != 1:
+            name = "default"
+        else:
+            name = next(iter(pools))
+    else:
+        name = str(ck.string(value, "default_pool", "default"))
+    if pools and name not in pools:
+        ck.error("default_pool", f"{name!r} is not a pool; allowed: {allowed_list(pools)}")
+    return name
+
+
+def _containers(ck: Checker, value: Any, base: Path) -> ContainerSettings:
+    data = ck.mapping(value, "containers")
+    ck.keys(data, "containers", _CONTAINERS)
+    return ContainerSettings(
+        runtime=ck.choice(data.get("runtime"), "containers.runtime",
+                          ("none", "apptainer", "singularity"), "none"),  # type: ignore[arg-type]
+        sif_cache=_path(ck, data.get("sif_cache"), "containers.sif_cache", base),
+        binds=ck.string_list(data.get("binds"), "containers.binds"),
+    )
+
+
+def cluster_to_dict(cfg: ClusterConfig) -> dict[str, Any]:
+    """The effective config as plain data that ``parse_cluster_config`` reads back.
+
+    Paths become strings, tuples lists; ``source`` and the pools' ``name`` (the
+    key already says it) are left out.
+    """
+    data = _plain(dataclasses.asdict(cfg))
+    del data["source"]
+    for pool in data["pools"].values():
+        del pool["name"]
+    return dict(data)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value

@@ -1,0 +1,305 @@
+"""The experiment config: Determined-compatible YAML -> ``ExperimentConfig``.
+
+Owns: ``parse_experiment_config`` (validates every section and reports *all*
+problems in one ``ConfigError``, each with the field path, the bad value and what
+is allowed), ``load_experiment_config`` (file + ``--config`` overrides) and
+``dump_config``. Determined fields with no meaning on Slurm are accepted with a
+one-line warning (``cfg.warnings``) so existing configs keep working.
+Must not: touch the store, the cluster config or Slurm; resolve resource pools
+(the submitter does, with ``ClusterConfig.pool``).
+
+Sections live in small modules: hyperparameters in ``hparams``, the searcher
+and lengths in ``searcher``, generic checks in ``_check``.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from dethpc.config._check import Checker, join, sbatch_args, sbatch_time, show
+from dethpc.config._yaml import dump_yaml, load_yaml_text
+from dethpc.config.hparams import parse_hparams
+from dethpc.config.model import (
+    BindMount,
+    CheckpointStorage,
+    EnvironmentConfig,
+    ExperimentConfig,
+    ResourcesConfig,
+    SlurmSection,
+)
+from dethpc.config.overrides import apply_overrides
+from dethpc.config.searcher import parse_length, parse_searcher
+from dethpc.errors import ConfigError, FieldError
+
+_TOP_LEVEL = (
+    "name", "description", "labels", "entrypoint", "hyperparameters", "searcher",
+    "resources", "checkpoint_storage", "environment", "bind_mounts", "max_restarts",
+    "min_validation_period", "min_checkpoint_period", "records_per_epoch",
+    "reproducibility", "slurm", "data",
+)
+_IGNORED = "ignored: Determined field with no meaning on dethpc"
+_IGNORED_TOP = {
+    **{key: _IGNORED for key in (
+        "workspace", "project", "scheduling_unit", "perform_initial_validation",
+        "profiling", "optimizations", "debug", "integrations", "log_policies",
+        "retention_policy", "checkpoint_policy", "internal", "preemption_timeout",
+        "tensorboard_storage", "data_layer", "security")},
+    "pbs": "ignored: dethpc runs on Slurm (use the slurm section)",
+}
+_K8S = "ignored: Kubernetes-only"
+_RESOURCES = ("slots_per_trial", "resource_pool", "max_slots", "priority")
+_RESOURCES_IGNORED = {key: _K8S for key in (
+    "shm_size", "devices", "weight", "native_parallel", "is_single_node", "agent_label")}
+_ENVIRONMENT = ("image", "environment_variables")
+_ENVIRONMENT_IGNORED = {key: _K8S for key in (
+    "pod_spec", "registry_auth", "force_pull_image", "add_capabilities",
+    "drop_capabilities", "proxy_ports", "ports")}
+_DEVICE_KEYS = ("cpu", "cuda", "rocm", "gpu")  # "gpu" is Determined's old name for cuda
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CKPT_FIELDS = {
+    "shared_fs": ("type", "host_path", "storage_path"),
+    "directory": ("type", "container_path"),
+}
+_CKPT_SAVE = ("save_experiment_best", "save_trial_best", "save_trial_latest")
+_CKPT_REMOTE = ("s3", "gcs", "azure")
+_MAX_SEED = 2**31 - 1
+_PROPAGATION = "ignored: bind propagation is a Docker setting"
+
+
+# ------------------------------------------------------------------------ public
+def parse_experiment_config(raw: dict[str, Any],
+                            source: str = "experiment config") -> ExperimentConfig:
+    """Validate a raw experiment config; raise ``ConfigError`` listing every problem."""
+    ck = Checker()
+    if not isinstance(raw, dict):
+        what = "the file is empty" if raw is None else f"got {show(raw)}"
+        ck.error("", f"expected a mapping with at least entrypoint and searcher; {what}")
+        ck.raise_if_errors(source)
+    ck.keys(raw, "", _TOP_LEVEL, _IGNORED_TOP)
+    hparams = parse_hparams(ck, raw.get("hyperparameters"))
+    cfg = ExperimentConfig(
+        name=str(ck.string(raw.get("name"), "name", "experiment")),
+        entrypoint=_entrypoint(ck, raw),
+        searcher=parse_searcher(ck, raw.get("searcher"), hparams),
+        hyperparameters=hparams,
+        description=str(ck.string(raw.get("description"), "description", "", nonempty=False)),
+        labels=ck.string_list(raw.get("labels"), "labels"),
+        resources=_resources(ck, raw.get("resources")),
+        checkpoint_storage=_checkpoint_storage(ck, raw.get("checkpoint_storage")),
+        environment=_environment(ck, raw.get("environment")),
+        bind_mounts=_bind_mounts(ck, raw.get("bind_mounts")),
+        max_restarts=int(ck.integer(raw.get("max_restarts"), "max_restarts", 5, minimum=0)),
+        min_validation_period=parse_length(ck, raw.get("min_validation_period"),
+                                           "min_validation_period"),
+        min_checkpoint_period=parse_length(ck, raw.get("min_checkpoint_period"),
+                                           "min_checkpoint_period"),
+        records_per_epoch=ck.integer(raw.get("records_per_epoch"), "records_per_epoch", None,
+                                     minimum=1),
+        experiment_seed=_seed(ck, raw.get("reproducibility")),
+        slurm=_slurm(ck, raw.get("slurm")),
+        data=ck.mapping(raw.get("data"), "data"),
+        raw=copy.deepcopy(raw),
+        warnings=tuple(ck.warnings),
+    )
+    ck.raise_if_errors(source)
+    return cfg
+
+
+def load_experiment_config(path: str | Path,
+                           overrides: Sequence[str] = ()) -> ExperimentConfig:
+    """Read a YAML file, apply ``--config key=value`` overrides, then validate."""
+    source = str(path)
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([FieldError("", "file not found")], source) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([FieldError("", f"cannot read the file: {exc}")], source) from None
+    raw = load_yaml_text(text, source)
+    if overrides:
+        if not isinstance(raw, dict):
+            parse_experiment_config(raw, source)  # raises the "expected a mapping" error
+        raw = apply_overrides(raw, overrides)
+    return parse_experiment_config(raw, source)
+
+
+def dump_config(raw: dict[str, Any]) -> str:
+    """YAML text of a raw config (keys in their given order; round-trips)."""
+    return dump_yaml(raw)
+
+
+# ---------------------------------------------------------------------- sections
+def _entrypoint(ck: Checker, raw: dict[str, Any]) -> str | tuple[str, ...]:
+    value = ck.required(raw, "entrypoint", "",
+                        "e.g. 'python3 train.py' or 'model_def:TrialClass'")
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        if not value:
+            ck.error("entrypoint", "expected a non-empty list of strings (argv), got []")
+        return ck.string_list(value, "entrypoint")
+    return str(ck.string(value, "entrypoint", ""))
+
+
+def _resources(ck: Checker, value: Any) -> ResourcesConfig:
+    data = ck.mapping(value, "resources")
+    ck.keys(data, "resources", _RESOURCES, _RESOURCES_IGNORED)
+    return ResourcesConfig(
+        slots_per_trial=int(ck.integer(data.get("slots_per_trial"),
+                                       "resources.slots_per_trial", 1, minimum=1)),
+        resource_pool=ck.string(data.get("resource_pool"), "resources.resource_pool", None),
+        max_slots=ck.integer(data.get("max_slots"), "resources.max_slots", None, minimum=1),
+        priority=ck.integer(data.get("priority"), "resources.priority", None),
+    )
+
+
+def _checkpoint_storage(ck: Checker, value: Any) -> CheckpointStorage:
+    path = "checkpoint_storage"
+    data = ck.mapping(value, path)
+    if not data:
+        return CheckpointStorage()
+    kind = data.get("type")
+    if kind in _CKPT_REMOTE:
+        ck.error(join(path, "type"), f"storage type {kind!r} is not supported on dethpc; "
+                                     "use shared_fs or directory")
+        return CheckpointStorage()
+    kind = ck.choice(ck.required(data, "type", path), join(path, "type"),
+                     tuple(_CKPT_FIELDS), None)
+    if kind is None:
+        return CheckpointStorage()
+    ignored = {"propagation": _PROPAGATION} if kind == "shared_fs" else None
+    ck.keys(data, path, _CKPT_FIELDS[kind] + _CKPT_SAVE, ignored)
+    location = (_shared_fs_path(ck, data, path) if kind == "shared_fs"
+                else _absolute(ck, data, "container_path", path))
+    saves = {key: int(ck.integer(data.get(key), join(path, key), default, minimum=0))
+             for key, default in zip(_CKPT_SAVE, (0, 1, 1), strict=True)}
+    return CheckpointStorage(type=kind, path=location, **saves)  # type: ignore[arg-type]
+
+
+def _shared_fs_path(ck: Checker, data: dict[str, Any], path: str) -> Path | None:
+    host = _absolute(ck, data, "host_path", path)
+    storage = ck.string(data.get("storage_path"), join(path, "storage_path"), None)
+    if host is None or storage is None:
+        return host
+    sub = Path(storage)
+    if not sub.is_absolute():
+        return host / sub
+    if sub != host and host not in sub.parents:
+        ck.error(join(path, "storage_path"),
+                 f"absolute storage_path {storage!r} must lie inside host_path {str(host)!r}; "
+                 "or give a path relative to host_path")
+    return sub
+
+
+def _absolute(ck: Checker, data: dict[str, Any], key: str, path: str) -> Path | None:
+    sub = join(path, key)
+    text = ck.string(ck.required(data, key, path, "an absolute path"), sub, None)
+    if text is None:
+        return None
+    location = Path(text).expanduser()
+    if not location.is_absolute():
+        ck.error(sub, f"expected an absolute path, got {text!r}")
+        return None
+    return location
+
+
+def _environment(ck: Checker, value: Any) -> EnvironmentConfig:
+    path = "environment"
+    data = ck.mapping(value, path)
+    ck.keys(data, path, _ENVIRONMENT, _ENVIRONMENT_IGNORED)
+    image, image_gpu = _image(ck, data.get("image"), join(path, "image"))
+    env, env_gpu = _env_vars(ck, data.get("environment_variables"),
+                             join(path, "environment_variables"))
+    return EnvironmentConfig(image=image, image_gpu=image_gpu, environment_variables=env,
+                             environment_variables_gpu=env_gpu)
+
+
+def _image(ck: Checker, value: Any, path: str) -> tuple[str | None, str | None]:
+    if not isinstance(value, dict):
+        return ck.string(value, path, None), None
+    ck.keys(value, path, _DEVICE_KEYS)
+    images = {k: ck.string(value.get(k), join(path, k), None) for k in _DEVICE_KEYS}
+    gpu = images["cuda"] or images["gpu"] or images["rocm"]
+    return images["cpu"], gpu
+
+
+def _env_vars(ck: Checker, value: Any,
+              path: str) -> tuple[dict[str, str], dict[str, str] | None]:
+    if not isinstance(value, dict):
+        return _env_list(ck, value, path), None
+    ck.keys(value, path, _DEVICE_KEYS)
+    cpu = _env_list(ck, value.get("cpu"), join(path, "cpu"))
+    gpu_key = next((k for k in ("cuda", "gpu", "rocm") if value.get(k) is not None), None)
+    if gpu_key is None:
+        return cpu, None
+    return cpu, _env_list(ck, value[gpu_key], join(path, gpu_key))
+
+
+def _env_list(ck: Checker, value: Any, path: str) -> dict[str, str]:
+    """``["K=V", ...]`` -> dict. Values are free text: the renderer shell-quotes them."""
+    if value is None:
+        return {}
+    if not isinstance(value, list):
+        ck.error(path, f"expected a list of 'NAME=value' strings, got {show(value)}")
+        return {}
+    env: dict[str, str] = {}
+    for i, item in enumerate(value):
+        name, sep, val = item.partition("=") if isinstance(item, str) else ("", "", "")
+        if not sep or not _ENV_NAME.match(name):
+            ck.error(join(path, i), f"expected 'NAME=value' with NAME matching "
+                                    f"[A-Za-z_][A-Za-z0-9_]*, got {show(item)}")
+            continue
+        env[name] = val
+    return env
+
+
+def _bind_mounts(ck: Checker, value: Any) -> tuple[BindMount, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        ck.error("bind_mounts", f"expected a list of mappings, got {show(value)}")
+        return ()
+    mounts = [_bind_mount(ck, item, join("bind_mounts", i)) for i, item in enumerate(value)]
+    return tuple(m for m in mounts if m is not None)
+
+
+def _bind_mount(ck: Checker, value: Any, path: str) -> BindMount | None:
+    if not isinstance(value, dict):
+        ck.error(path, f"expected a mapping with host_path and container_path, got {show(value)}")
+        return None
+    ck.keys(value, path, ("host_path", "container_path", "read_only"),
+            {"propagation": _PROPAGATION})
+    host = _absolute(ck, value, "host_path", path)
+    container = ck.string(value.get("container_path"), join(path, "container_path"), None)
+    if container is not None and not PurePosixPath(container).is_absolute():
+        ck.error(join(path, "container_path"), f"expected an absolute path, got {container!r}")
+        container = None
+    elif container is None and value.get("container_path") is None:
+        ck.error(join(path, "container_path"), "required; an absolute path")
+    read_only = ck.boolean(value.get("read_only"), join(path, "read_only"), False)
+    if host is None or container is None:
+        return None
+    return BindMount(str(host), container, read_only)
+
+
+def _seed(ck: Checker, value: Any) -> int:
+    data = ck.mapping(value, "reproducibility")
+    ck.keys(data, "reproducibility", ("experiment_seed",))
+    return int(ck.integer(data.get("experiment_seed"), "reproducibility.experiment_seed", 0,
+                          minimum=0, maximum=_MAX_SEED))
+
+
+def _slurm(ck: Checker, value: Any) -> SlurmSection:
+    data = ck.mapping(value, "slurm")
+    ck.keys(data, "slurm", ("sbatch_args", "gpu_type", "slots_per_node", "time"))
+    return SlurmSection(
+        sbatch_args=sbatch_args(ck, data.get("sbatch_args"), "slurm.sbatch_args"),
+        gpu_type=ck.string(data.get("gpu_type"), "slurm.gpu_type", None),
+        slots_per_node=ck.integer(data.get("slots_per_node"), "slurm.slots_per_node", None,
+                                  minimum=1),
+        time=sbatch_time(ck, data.get("time"), "slurm.time"),
+    )
