@@ -26,19 +26,10 @@ from sqlmodel import select
 from dethpc.backends.base import Backend, JobInfo, JobRequest
 from dethpc.config.model import ClusterConfig, ExperimentConfig
 from dethpc.errors import DethpcError
+from dethpc.jobscript import array_script, batch_comment, batch_name, checkpoint_dir, trial_script
 from dethpc.paths import ExperimentPaths
-from dethpc.reconcile import ExperimentReconciler, checkpoint_dir, load_config
-from dethpc.render import (
-    TrialScript,
-    entrypoint_argv,
-    is_launcher,
-    make_env,
-    parse_slurm_time,
-    render_array_script,
-    render_trial_script,
-    trial_directives,
-    trial_env,
-)
+from dethpc.reconcile import ExperimentReconciler, load_config
+from dethpc.render import make_env, parse_slurm_time
 from dethpc.store import Store
 from dethpc.store.models import Batch, Event, Experiment, ExperimentState, Job, Trial, TrialState
 
@@ -176,7 +167,7 @@ class Daemon:
             s.add(batch)
             s.flush()
             assert batch.id is not None
-            batch.name = f"dethpc-e{exp.id}-b{batch.id}"
+            batch.name = batch_name(exp.id, batch.id)
             k = cfg.searcher.max_concurrent_trials
             batch.throttle = min(k, len(trials)) if k > 0 else 0
             for index, trial in enumerate(trials):
@@ -189,13 +180,10 @@ class Daemon:
             s.add(batch)
             batch_id, name, throttle = batch.id, batch.name, batch.throttle
         tasks = [(i, self.write_trial(exp, cfg, t)) for i, t in enumerate(trials)]
-        comment = f"dethpc:exp={exp.id}:batch={batch_id}"
-        directives = trial_directives(cfg, pool, name=name, comment=comment,
-                                      output=str(paths.arrays / "slurm-%A_%a.out"))
+        comment = batch_comment(exp.id, batch_id)
         script = paths.array_script(batch_id)
-        script.write_text(render_array_script(experiment_id=exp.id, batch_id=batch_id,
-                                              directives=directives, tasks=tasks,
-                                              jenv=self.jenv))
+        script.write_text(array_script(cfg, self.cluster, run_dir=paths.root, exp_id=exp.id,
+                                       batch_id=batch_id, tasks=tasks, jenv=self.jenv))
         request = JobRequest(
             name=name, comment=comment, script=script, workdir=paths.root,
             array_indices=tuple(range(len(trials))), throttle=throttle or None,
@@ -219,40 +207,17 @@ class Daemon:
     def write_trial(self, exp: Experiment, cfg: ExperimentConfig, trial: Trial) -> Path:
         """hparams.json, target.json and job.sbatch of one trial (idempotent)."""
         assert exp.id is not None and trial.id is not None
-        paths = ExperimentPaths(Path(exp.run_dir))
-        tp = paths.trial(trial.id).ensure()
-        ckpt = checkpoint_dir(cfg, exp, trial.id)
-        ckpt.mkdir(parents=True, exist_ok=True)
+        run_dir = Path(exp.run_dir)
+        tp = ExperimentPaths(run_dir).trial(trial.id).ensure()
+        checkpoint_dir(cfg, run_dir, exp.id, trial.id).mkdir(parents=True, exist_ok=True)
         tp.hparams.write_text(json.dumps(json.loads(trial.hparams_json), indent=2))
         unit = cfg.searcher.max_length.unit.value if cfg.searcher.max_length else "batches"
         tp.target.write_text(json.dumps({"unit": unit, "length": trial.target_length,
                                          "validate_at": json.loads(trial.validate_at_json)}))
         tp.stop.unlink(missing_ok=True)
-        pool = self.cluster.pool(cfg.resources.resource_pool)
-        argv = entrypoint_argv(cfg.entrypoint, self.python)
-        command = argv
-        if self.backend.name == "slurm" and not is_launcher(argv):
-            command = ["srun", "--ntasks=1", "--nodes=1", "--kill-on-bad-exit=1", *argv]
-        if cfg.environment.image and self.cluster.containers.runtime != "none":
-            from dethpc.containers import exec_argv
-
-            wrapped = exec_argv(self.cluster.containers, cfg.environment.image, argv,
-                                binds=[str(paths.root)], mounts=cfg.bind_mounts,
-                                gpu=bool(pool.gres))
-            command = (["srun", "--ntasks=1", "--nodes=1", *wrapped]
-                       if self.backend.name == "slurm" else wrapped)
-        env = trial_env(cfg, self.cluster, pool, experiment_id=exp.id, trial_id=trial.id,
-                        trial_dir=tp.root, context_dir=paths.context, checkpoint_dir=ckpt,
-                        config_path=paths.config, backend=self.backend.name)
-        name = f"dethpc-e{exp.id}-t{trial.id}"
-        directives = trial_directives(
-            cfg, pool, name=name, comment=f"dethpc:exp={exp.id}:trial={trial.id}",
-            output=str(tp.root / "slurm-%j.out"))
-        tp.job_script.write_text(render_trial_script(TrialScript(
-            experiment_id=exp.id, trial_id=trial.id, backend=self.backend.name,
-            directives=directives, trial_dir=tp.root, context_dir=paths.context,
-            command=command, env=env, python=self.python, signal=pool.signal,
-            signal_grace_s=pool.signal_grace_s), self.jenv))
+        tp.job_script.write_text(trial_script(
+            cfg, self.cluster, backend=self.backend.name, python=self.python, run_dir=run_dir,
+            exp_id=exp.id, trial_id=trial.id, jenv=self.jenv))
         return tp.job_script
 
     def fail_experiment(self, exp_id: int, message: str) -> None:

@@ -77,7 +77,8 @@ def get_experiment(store: Store, exp_id: int) -> Experiment:
     with store.session() as s:
         exp = s.get(Experiment, exp_id)
         if exp is None:
-            raise NotFoundError(f"experiment {exp_id} does not exist (see `dethpc experiment list`)")
+            raise NotFoundError(
+                f"experiment {exp_id} does not exist (see `dethpc experiment list`)")
         return exp
 
 

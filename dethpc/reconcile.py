@@ -30,6 +30,7 @@ from dethpc.config.model import ExperimentConfig
 from dethpc.exitcodes import ExitReason
 from dethpc.gc import CkptInfo, to_delete
 from dethpc.ingest import metric_value, read_new_lines
+from dethpc.jobscript import checkpoint_dir
 from dethpc.paths import ExperimentPaths, TrialPaths
 from dethpc.searchers.base import Continue, Create, Searcher, Shutdown, Stop
 from dethpc.searchers.factory import make_searcher
@@ -63,12 +64,6 @@ def load_config(exp: Experiment) -> ExperimentConfig:
     import yaml
 
     return parse_experiment_config(yaml.safe_load(exp.config_yaml) or {})
-
-
-def checkpoint_dir(cfg: ExperimentConfig, exp: Experiment, trial_id: int) -> Path:
-    if cfg.checkpoint_storage.path is not None:
-        return Path(cfg.checkpoint_storage.path) / f"exp-{exp.id}" / f"trial-{trial_id}"
-    return ExperimentPaths(Path(exp.run_dir)).trial(trial_id).checkpoints
 
 
 class ExperimentReconciler:
@@ -236,7 +231,7 @@ class ExperimentReconciler:
             Metric.steps == steps)).first()
         value = (metric_value(json.loads(metric.metrics_json), self.cfg.searcher.metric)
                  if metric else None)
-        path = checkpoint_dir(self.cfg, self.exp, trial.id) / uuid
+        path = checkpoint_dir(self.cfg, Path(self.exp.run_dir), self.exp_id, trial.id) / uuid
         self.s.add(Checkpoint(uuid=uuid, experiment_id=self.exp_id, trial_id=trial.id,
                               steps_completed=steps, path=str(path),
                               metadata_json=json.dumps(rec.get("metadata") or {}),

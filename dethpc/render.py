@@ -53,11 +53,11 @@ def make_env(site_dir: Path | None = None) -> jinja2.Environment:
     if site is not None and site.is_dir():
         loaders.append(jinja2.FileSystemLoader(str(site)))
     loaders += [base, jinja2.PrefixLoader({"base": base})]
-    env = jinja2.Environment(  # noqa: S701 - shell scripts, not HTML; quoting via shquote
+    env = jinja2.Environment(
         loader=jinja2.ChoiceLoader(loaders),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
-        autoescape=False,
+        autoescape=False,  # noqa: S701 - shell scripts, quoting via shquote
     )
     env.filters["shquote"] = shquote
     env.filters["shjoin"] = shjoin

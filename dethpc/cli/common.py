@@ -1,0 +1,64 @@
+"""What every CLI command shares: the cluster config, the store, the backend, output.
+
+Owns: lazy construction of those (so ``config validate`` needs no database),
+JSON/rich printing helpers. Must not: hold logic the library lacks.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from dethpc.backends.base import Backend
+from dethpc.config import load_cluster_config
+from dethpc.config.model import ClusterConfig
+from dethpc.store import Store
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+@dataclass
+class Env:
+    cluster_path: str | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def cluster(self) -> ClusterConfig:
+        return load_cluster_config(self.cluster_path)
+
+    @cached_property
+    def store(self) -> Store:
+        return Store(self.cluster.database_url or None)
+
+    @cached_property
+    def backend(self) -> Backend:
+        from dethpc.backends.factory import make_backend
+
+        return make_backend(self.cluster)
+
+
+ENV = Env()
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    t = Table(title=title, show_lines=False)
+    for c in columns:
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(*["" if v is None else str(v) for v in r])
+    console.print(t)
+
+
+def fmt_metric(value: float | None) -> str:
+    return "" if value is None else f"{value:.6g}"

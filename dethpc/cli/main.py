@@ -1,0 +1,73 @@
+"""The ``dethpc`` command: a typer app that parses, calls the library and prints.
+
+Owns: the command tree and the one place where an expected failure
+(``DethpcError``) becomes a message and a non-zero exit code, without a traceback.
+Must not: hold logic that the library lacks.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from dethpc import __version__
+from dethpc.cli.common import ENV, err_console
+from dethpc.cli.daemon_cmd import daemon_app
+from dethpc.cli.experiment_cmd import create, experiment_app
+from dethpc.cli.trial_cmd import checkpoint_app, render, trial_app
+from dethpc.errors import DethpcError
+
+app = typer.Typer(name="dethpc", no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Determined-style deep-learning experiments on Slurm.")
+app.add_typer(experiment_app, name="experiment")
+app.add_typer(experiment_app, name="e", hidden=True)
+app.add_typer(trial_app, name="trial")
+app.add_typer(checkpoint_app, name="checkpoint")
+app.add_typer(daemon_app, name="daemon")
+app.command("submit", help="Alias of `experiment create`.")(create)
+app.command("render")(render)
+
+
+def _optional_apps() -> None:
+    try:
+        from dethpc.cli.config_cmd import config_app
+
+        app.add_typer(config_app, name="config")
+    except ImportError:  # pragma: no cover - during development only
+        pass
+    try:
+        from dethpc.cli.dev_cmd import dev_app
+
+        app.add_typer(dev_app, name="dev")
+    except ImportError:  # pragma: no cover
+        pass
+
+
+_optional_apps()
+
+
+@app.callback()
+def _root(cluster_config: str = typer.Option(
+        None, "--cluster-config", envvar="DETHPC_CLUSTER_CONFIG",
+        help="cluster config YAML (default /etc/dethpc/cluster.yaml, else built-in local)"),
+        version: bool = typer.Option(False, "--version")) -> None:
+    if version:
+        typer.echo(__version__)
+        raise typer.Exit(0)
+    ENV.cluster_path = cluster_config
+
+
+def main() -> None:
+    try:
+        app()
+    except DethpcError as exc:
+        err_console.print("[red]error:[/]", end=" ")
+        err_console.print(str(exc), markup=False, highlight=False)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""``dethpc trial ...``, ``dethpc checkpoint ...`` and ``dethpc render``."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from dethpc import experiments
+from dethpc.cli import views
+from dethpc.cli.common import ENV, console, fmt_metric, print_json, table
+from dethpc.config import load_experiment_config
+from dethpc.paths import ExperimentPaths
+from dethpc.store.models import TrialState
+
+trial_app = typer.Typer(help="Inspect trials.", no_args_is_help=True)
+checkpoint_app = typer.Typer(help="Inspect checkpoints.", no_args_is_help=True)
+
+
+@trial_app.command("describe")
+def describe(trial_id: int, json_out: bool = typer.Option(False, "--json")) -> None:
+    """A trial: state, hparams, validations, checkpoints, jobs, events."""
+    d = views.trial_detail(ENV.store, trial_id)
+    if json_out:
+        return print_json(d)
+    console.print(f"[bold]Trial {d['id']}[/] of experiment {d['experiment_id']}: {d['state']} "
+                  f"steps {d['steps_completed']}/{d['target_length']} best "
+                  f"{fmt_metric(d['best_validation'])} restarts {d['restarts']} "
+                  f"exit {d['exit_reason']!r}")
+    console.print(f"hparams: {d['hparams']}")
+    table("Validations", ["steps", "metrics"], [[v["steps"], v["metrics"]]
+                                                 for v in d["validations"]])
+    table("Checkpoints", ["uuid", "steps", "metric", "state"],
+          [[c["uuid"], c["steps_completed"], fmt_metric(c["validation_metric"]), c["state"]]
+           for c in d["checkpoints"]])
+    table("Jobs", ["ref", "state", "restarts", "exit", "nodes"],
+          [[j["ref"], j["state"], j["restart_count"], j["exit_reason"], j["nodes"]]
+           for j in d["jobs"]])
+
+
+@trial_app.command("logs")
+def logs(trial_id: int, follow: bool = typer.Option(False, "--follow", "-f"),
+         tail: int = typer.Option(0, help="only the last N lines")) -> None:
+    """The trial's job output (all runs, requeues appended)."""
+    d = views.trial_detail(ENV.store, trial_id)
+    exp = experiments.get_experiment(ENV.store, d["experiment_id"])
+    tp = ExperimentPaths(Path(exp.run_dir)).trial(trial_id)
+    text = b"".join(p.read_bytes() for p in tp.logs()).decode(errors="replace")
+    if tail:
+        text = "\n".join(text.splitlines()[-tail:]) + "\n"
+    sys.stdout.write(text)
+    if not follow:
+        return
+    sizes = {p: p.stat().st_size for p in tp.logs()}
+    while True:
+        for p in tp.logs():
+            size = p.stat().st_size
+            if size > sizes.get(p, 0):
+                with open(p, "rb") as f:
+                    f.seek(sizes.get(p, 0))
+                    sys.stdout.write(f.read().decode(errors="replace"))
+                    sys.stdout.flush()
+                sizes[p] = size
+        if TrialState(views.trial_detail(ENV.store, trial_id)["state"]).is_terminal:
+            return
+        time.sleep(0.5)
+
+
+@checkpoint_app.command("describe")
+def checkpoint_describe(uuid: str, json_out: bool = typer.Option(False, "--json")) -> None:
+    """A checkpoint's trial, steps, metric, path and metadata."""
+    d = views.checkpoint_detail(ENV.store, uuid)
+    if json_out:
+        return print_json(d)
+    for k, v in d.items():
+        console.print(f"[bold]{k}[/]: {v}", highlight=False)
+
+
+def render(config_file: Path = typer.Argument(..., help="experiment config (YAML)"),
+           context: Path = typer.Argument(..., help="model directory"),
+           config: list[str] = typer.Option([], "--config", "-c"),
+           backend: str = typer.Option(None, help="local or slurm (default: the cluster's)"),
+           ) -> None:
+    """Print exactly the job scripts that would be submitted for the first trial."""
+    from dethpc.jobscript import array_script, trial_script
+
+    cfg = load_experiment_config(config_file, config)
+    if not Path(context).is_dir():
+        raise typer.BadParameter(f"{context} is not a directory")
+    cluster = ENV.cluster
+    name = backend or cluster.backend
+    run_dir = Path(cluster.runs_root).expanduser() / "<experiment-id>"
+    python = cluster.python or sys.executable
+    script = trial_script(cfg, cluster, backend=name, python=python, run_dir=run_dir,
+                          exp_id=0, trial_id=1)
+    typer.echo(f"# ---- trials/1/job.sbatch ({name} backend) ----")
+    typer.echo(script, nl=False)
+    typer.echo("# ---- arrays/batch-1.sbatch (what sbatch --array receives) ----")
+    typer.echo(array_script(cfg, cluster, run_dir=run_dir, exp_id=0, batch_id=1,
+                            tasks=[(0, ExperimentPaths(run_dir).trial(1).job_script)]), nl=False)

@@ -1,0 +1,91 @@
+"""A trial's job script and array script, from config to text.
+
+Owns: turning (experiment config, cluster config, backend, ids, run directory)
+into the exact scripts that are submitted: the command (entrypoint, ``srun``
+for a plain entrypoint on Slurm, the container wrapper), the environment, the
+directives. Used by the daemon (which writes and submits) and by
+``dethpc render`` (which prints), so what is shown is what is run.
+Must not: write files or submit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+
+from dethpc.config.model import ClusterConfig, ExperimentConfig
+from dethpc.containers import exec_argv
+from dethpc.paths import ExperimentPaths
+from dethpc.render import (
+    TrialScript,
+    entrypoint_argv,
+    is_launcher,
+    render_array_script,
+    render_trial_script,
+    trial_directives,
+    trial_env,
+)
+
+SRUN_ONE = ["srun", "--ntasks=1", "--nodes=1", "--kill-on-bad-exit=1"]
+
+
+def checkpoint_dir(cfg: ExperimentConfig, run_dir: Path, exp_id: int, trial_id: int) -> Path:
+    if cfg.checkpoint_storage.path is not None:
+        return Path(cfg.checkpoint_storage.path) / f"exp-{exp_id}" / f"trial-{trial_id}"
+    return ExperimentPaths(run_dir).trial(trial_id).checkpoints
+
+
+def trial_command(cfg: ExperimentConfig, cluster: ClusterConfig, backend: str, python: str,
+                  run_dir: Path) -> list[str]:
+    argv = entrypoint_argv(cfg.entrypoint, python)
+    pool = cluster.pool(cfg.resources.resource_pool)
+    if cfg.environment.image and cluster.containers.runtime != "none":
+        gpu = bool(pool.gres)
+        image = (cfg.environment.image_gpu or cfg.environment.image) if gpu \
+            else cfg.environment.image
+        argv = exec_argv(cluster.containers, image, argv, binds=[str(run_dir)],
+                         mounts=cfg.bind_mounts, gpu=gpu)
+    if backend == "slurm" and not is_launcher(argv):
+        return [*SRUN_ONE, *argv]
+    return argv
+
+
+def trial_script(cfg: ExperimentConfig, cluster: ClusterConfig, *, backend: str, python: str,
+                 run_dir: Path, exp_id: int, trial_id: int,
+                 jenv: jinja2.Environment | None = None) -> str:
+    paths = ExperimentPaths(run_dir)
+    tp = paths.trial(trial_id)
+    pool = cluster.pool(cfg.resources.resource_pool)
+    env = trial_env(cfg, cluster, pool, experiment_id=exp_id, trial_id=trial_id,
+                    trial_dir=tp.root, context_dir=paths.context,
+                    checkpoint_dir=checkpoint_dir(cfg, run_dir, exp_id, trial_id),
+                    config_path=paths.config, backend=backend)
+    directives = trial_directives(cfg, pool, name=f"dethpc-e{exp_id}-t{trial_id}",
+                                  comment=f"dethpc:exp={exp_id}:trial={trial_id}",
+                                  output=str(tp.root / "slurm-%j.out"))
+    return render_trial_script(TrialScript(
+        experiment_id=exp_id, trial_id=trial_id, backend=backend, directives=directives,
+        trial_dir=tp.root, context_dir=paths.context,
+        command=trial_command(cfg, cluster, backend, python, run_dir), env=env,
+        python=python, signal=pool.signal, signal_grace_s=pool.signal_grace_s), jenv)
+
+
+def batch_name(exp_id: int, batch_id: int) -> str:
+    return f"dethpc-e{exp_id}-b{batch_id}"
+
+
+def batch_comment(exp_id: int, batch_id: int) -> str:
+    return f"dethpc:exp={exp_id}:batch={batch_id}"
+
+
+def array_script(cfg: ExperimentConfig, cluster: ClusterConfig, *, run_dir: Path, exp_id: int,
+                 batch_id: int, tasks: list[tuple[int, Path]],
+                 jenv: jinja2.Environment | None = None) -> str:
+    pool = cluster.pool(cfg.resources.resource_pool)
+    paths = ExperimentPaths(run_dir)
+    directives = trial_directives(cfg, pool, name=batch_name(exp_id, batch_id),
+                                  comment=batch_comment(exp_id, batch_id),
+                                  output=str(paths.arrays / "slurm-%A_%a.out"))
+    return render_array_script(experiment_id=exp_id, batch_id=batch_id, directives=directives,
+                               tasks=tasks, jenv=jenv)
