@@ -1,0 +1,49 @@
+"""``dethpc dev ...``: developer commands; ``dethpc dev cluster up|down|status``.
+
+Owns: the typer apps ``dev_app`` and ``cluster_app`` (the main CLI mounts
+``dev_app`` under the name ``dev``). Thin: the work is in
+``dethpc.devcluster``.
+"""
+
+from __future__ import annotations
+
+import typer
+
+dev_app = typer.Typer(help="Developer tools.", no_args_is_help=True)
+cluster_app = typer.Typer(
+    help="A real single-host Slurm cluster (4 nodes; partitions debug, low, high) "
+    "for development and CI. Needs root on Debian/Ubuntu.",
+    no_args_is_help=True,
+)
+dev_app.add_typer(cluster_app, name="cluster")
+
+
+@cluster_app.command("up")
+def up(
+    force: bool = typer.Option(
+        False, "--force", help="Overwrite an /etc/slurm config the dev cluster did not write."
+    ),
+    user: list[str] = typer.Option(
+        [], "--user", help="Also add this user to the accounting records (repeatable)."
+    ),
+) -> None:
+    """Install, start or repair the cluster; idempotent; waits until 4 nodes are usable."""
+    from dethpc.devcluster import commands
+
+    raise typer.Exit(commands.up(force=force, users=user))
+
+
+@cluster_app.command("down")
+def down() -> None:
+    """Stop the daemons (and leftover job steps) that `up` started, nothing else."""
+    from dethpc.devcluster import commands
+
+    raise typer.Exit(commands.down())
+
+
+@cluster_app.command("status")
+def status() -> None:
+    """Show the daemons and sinfo; exit 0 when the cluster is up, 1 otherwise."""
+    from dethpc.devcluster import commands
+
+    raise typer.Exit(commands.status())
