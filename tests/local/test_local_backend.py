@@ -1,0 +1,340 @@
+"""The local backend for real: detached supervisors running small bash scripts.
+
+No timed assertions: tests wait for states with a generous deadline and compare
+event order / interval overlap, never wall durations.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from dethpc.backends.base import Backend, JobInfo, JobRequest, JobState
+from dethpc.backends.local import LocalBackend
+from dethpc.backends.local_spool import read_json
+
+DEADLINE_S = 60.0
+
+
+def wait_for(backend: LocalBackend, refs: list[str],
+             pred: Callable[[dict[str, JobInfo]], bool], what: str) -> dict[str, JobInfo]:
+    end = time.monotonic() + DEADLINE_S
+    while True:
+        infos = backend.poll(refs)
+        if pred(infos):
+            return infos
+        if time.monotonic() > end:
+            pytest.fail(f"gave up waiting for {what}: {infos}")
+        time.sleep(0.05)
+
+
+def wait_terminal(backend: LocalBackend, refs: list[str]) -> dict[str, JobInfo]:
+    return wait_for(backend, refs, lambda i: all(x.state.is_terminal for x in i.values()),
+                    "terminal states")
+
+
+def wait_file(path: Path) -> None:
+    end = time.monotonic() + DEADLINE_S
+    while not path.exists():
+        if time.monotonic() > end:
+            pytest.fail(f"gave up waiting for {path}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def spool(tmp_path: Path) -> Iterator[Path]:
+    root = tmp_path / "spool"
+    yield root
+    # leave no supervisor or job behind, whatever the test did
+    for state_file in root.glob("tasks/*/state.json"):
+        state = read_json(state_file) or {}
+        for key, kill in (("supervisor_pid", os.kill), ("pgid", os.killpg)):
+            if state.get(key):
+                try:
+                    kill(int(state[key]), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    d = tmp_path / "work"
+    d.mkdir()
+    return d
+
+
+def script(work: Path, body: str, name: str = "job.sh") -> Path:
+    path = work / name
+    path.write_text("#!/bin/bash\nset -u\n" + textwrap.dedent(body))
+    return path
+
+
+def request(work: Path, path: Path, **kw: object) -> JobRequest:
+    kw.setdefault("name", "dethpc-e1-b1")
+    kw.setdefault("comment", "dethpc:exp=1:batch=1")
+    return JobRequest(script=path, workdir=work, **kw)  # type: ignore[arg-type]
+
+
+def intervals(work: Path, prefix: str) -> list[tuple[float, float]]:
+    out = []
+    for start in sorted(work.glob(f"{prefix}-start-*")):
+        end = start.with_name(start.name.replace("-start-", "-end-"))
+        out.append((float(start.read_text()), float(end.read_text())))
+    return out
+
+
+def max_overlap(spans: list[tuple[float, float]]) -> int:
+    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    cur = best = 0
+    for _, delta in events:  # ends sort before starts at equal times
+        cur += delta
+        best = max(best, cur)
+    return best
+
+
+TIMED = """
+date +%s.%N > "{p}-start-$SLURM_ARRAY_TASK_ID"
+sleep 0.5
+date +%s.%N > "{p}-end-$SLURM_ARRAY_TASK_ID"
+"""
+
+
+def test_is_a_backend(spool: Path) -> None:
+    backend = LocalBackend(spool)
+    assert isinstance(backend, Backend)
+    assert backend.available() and backend.max_array_size() > 1000
+    backend.check_pool("anything", None, 4, 8, 8)  # no-op
+
+
+def test_env_and_exit_codes(spool: Path, work: Path) -> None:
+    backend = LocalBackend(spool)
+    path = script(work, """
+        env | grep -E '^(SLURM|DETHPC|MY)_' | sort > "env-$SLURM_ARRAY_TASK_ID"
+        pwd > "cwd-$SLURM_ARRAY_TASK_ID"
+        exit $((SLURM_ARRAY_TASK_ID * 3))
+    """)
+    refs = backend.submit(request(work, path, array_indices=(0, 1, 5), env={"MY_VAR": "a b"}))
+    job = refs[0].split("_")[0]
+    assert refs == [f"{job}_0", f"{job}_1", f"{job}_5"]
+    infos = wait_terminal(backend, refs)
+    assert [infos[r].state for r in refs] == [JobState.COMPLETED, JobState.FAILED,
+                                              JobState.FAILED]
+    assert [infos[r].exit_code for r in refs] == [0, 3, 15]
+    assert infos[refs[0]].name == "dethpc-e1-b1"
+    assert infos[refs[0]].comment == "dethpc:exp=1:batch=1"
+    envs = []
+    for idx in (0, 1, 5):
+        env = dict(line.split("=", 1) for line in (work / f"env-{idx}").read_text().splitlines())
+        envs.append(env)
+        assert env["SLURM_ARRAY_JOB_ID"] == job
+        assert env["SLURM_ARRAY_TASK_ID"] == str(idx)
+        assert env["SLURM_JOB_NAME"] == "dethpc-e1-b1"
+        assert env["SLURM_RESTART_COUNT"] == "0"
+        assert env["SLURM_PROCID"] == env["SLURM_NODEID"] == env["SLURM_LOCALID"] == "0"
+        assert env["SLURM_NTASKS"] == env["SLURM_NNODES"] == "1"
+        assert env["SLURM_JOB_NODELIST"] == env["SLURM_NODELIST"] == "localhost"
+        assert env["SLURM_SUBMIT_DIR"] == str(work.resolve())
+        assert int(env["SLURM_CPUS_ON_NODE"]) >= 1
+        assert env["DETHPC_BACKEND"] == "local"
+        assert env["MY_VAR"] == "a b"
+        assert (work / f"cwd-{idx}").read_text().strip() == str(work.resolve())
+    assert len({e["SLURM_JOB_ID"] for e in envs}) == 3  # each task its own job id
+
+
+def test_single_job_ref_and_unknown(spool: Path, work: Path) -> None:
+    backend = LocalBackend(spool)
+    path = script(work, 'echo "${SLURM_ARRAY_TASK_ID:-none}" > out\n')
+    refs = backend.submit(request(work, path))
+    assert len(refs) == 1 and "_" not in refs[0]
+    assert wait_terminal(backend, refs)[refs[0]].state is JobState.COMPLETED
+    assert (work / "out").read_text().strip() == "none"
+    assert backend.poll(["999999", "../x"])["999999"].state is JobState.UNKNOWN
+
+
+def test_concurrency_limit(spool: Path, work: Path) -> None:
+    backend = LocalBackend(spool, max_concurrent=2)
+    path = script(work, TIMED.format(p="c"))
+    refs = backend.submit(request(work, path, array_indices=(0, 1, 2, 3)))
+    infos = wait_terminal(backend, refs)
+    assert all(i.state is JobState.COMPLETED for i in infos.values())
+    spans = intervals(work, "c")
+    assert len(spans) == 4
+    assert max_overlap(spans) <= 2
+
+
+def test_throttle(spool: Path, work: Path) -> None:
+    backend = LocalBackend(spool, max_concurrent=8)
+    path = script(work, TIMED.format(p="t"))
+    refs = backend.submit(request(work, path, array_indices=(0, 1, 2, 3), throttle=1))
+    wait_terminal(backend, refs)
+    spans = intervals(work, "t")
+    assert len(spans) == 4 and max_overlap(spans) == 1
+
+
+def test_set_throttle_is_honoured_live(spool: Path, work: Path) -> None:
+    backend = LocalBackend(spool, max_concurrent=8)
+    path = script(work, "while [ ! -e release ]; do sleep 0.05; done\n")
+    refs = backend.submit(request(work, path, array_indices=(0, 1, 2), throttle=1))
+    running = lambda i: sum(x.state is JobState.RUNNING for x in i.values())  # noqa: E731
+    wait_for(backend, refs, lambda i: running(i) == 1, "one running task")
+    time.sleep(0.5)  # give the other supervisors the chance to (wrongly) start
+    infos = backend.poll(refs)
+    assert running(infos) == 1
+    assert sum(x.state is JobState.PENDING for x in infos.values()) == 2
+    backend.set_throttle(refs[0].split("_")[0], 3)
+    wait_for(backend, refs, lambda i: running(i) == 3, "three running tasks")
+    (work / "release").touch()
+    assert all(i.state is JobState.COMPLETED for i in wait_terminal(backend, refs).values())
+
+
+def test_requeue_exit_code_reruns(spool: Path, work: Path) -> None:
+    backend = LocalBackend(spool)
+    path = script(work, """
+        echo "$SLURM_RESTART_COUNT" >> runs
+        if [ "$SLURM_RESTART_COUNT" = 0 ]; then exit 85; fi
+    """)
+    refs = backend.submit(request(work, path))
+    info = wait_terminal(backend, refs)[refs[0]]
+    assert info.state is JobState.COMPLETED and info.restart_count == 1
+    assert (work / "runs").read_text().split() == ["0", "1"]
+
+
+def test_time_limit_signal_then_term(spool: Path, work: Path) -> None:
+    backend = LocalBackend(spool)
+    path = script(work, """
+        trap 'date +%s.%N > got-usr2' USR2
+        trap 'date +%s.%N > got-term; exit 143' TERM
+        while true; do sleep 0.05; done
+    """)
+    refs = backend.submit(request(work, path, time_limit_s=2, signal="USR2", signal_lead_s=1))
+    info = wait_terminal(backend, refs)[refs[0]]
+    assert info.state is JobState.TIMEOUT
+    assert float((work / "got-usr2").read_text()) < float((work / "got-term").read_text())
+
+
+def test_cancel_pending_and_running(spool: Path, work: Path) -> None:
+    backend = LocalBackend(spool, max_concurrent=1)
+    path = script(work, """
+        touch "started-$SLURM_ARRAY_TASK_ID"
+        while true; do sleep 0.05; done
+    """)
+    refs = backend.submit(request(work, path, array_indices=(0, 1)))
+    wait_file(work / "started-0")
+    infos = backend.poll(refs)
+    assert infos[refs[0]].state is JobState.RUNNING and infos[refs[1]].state is JobState.PENDING
+    backend.cancel(refs)
+    infos = wait_terminal(backend, refs)
+    assert all(i.state is JobState.CANCELLED for i in infos.values())
+    assert not (work / "started-1").exists()
+    backend.cancel(refs)  # cancelling finished tasks is not an error
+
+
+def test_cancel_with_signal_goes_to_the_job(spool: Path, work: Path) -> None:
+    backend = LocalBackend(spool)
+    path = script(work, """
+        trap 'touch got-usr1; exit 0' USR1
+        touch started
+        while true; do sleep 0.05; done
+    """)
+    refs = backend.submit(request(work, path))
+    wait_file(work / "started")
+    backend.cancel(refs, signal="USR1")
+    assert wait_terminal(backend, refs)[refs[0]].state is JobState.COMPLETED
+    assert (work / "got-usr1").exists()
+
+
+def test_requeue_running_and_finished(spool: Path, work: Path) -> None:
+    backend = LocalBackend(spool)
+    path = script(work, """
+        echo "$SLURM_RESTART_COUNT" >> runs
+        touch "started-$SLURM_RESTART_COUNT"
+        while [ ! -e release ]; do sleep 0.05; done
+    """)
+    refs = backend.submit(request(work, path))
+    wait_file(work / "started-0")
+    backend.requeue(refs)
+    wait_file(work / "started-1")
+    (work / "release").touch()
+    info = wait_terminal(backend, refs)[refs[0]]
+    assert info.state is JobState.COMPLETED and info.restart_count == 1
+    backend.requeue(refs)  # like `scontrol requeue` of a finished job: runs again
+    info = wait_for(backend, refs, lambda i: i[refs[0]].restart_count == 2
+                    and i[refs[0]].state is JobState.COMPLETED, "second rerun")[refs[0]]
+    assert (work / "runs").read_text().split() == ["0", "1", "2"]
+
+
+DAEMON = """
+import sys
+from pathlib import Path
+from dethpc.backends.base import JobRequest
+from dethpc.backends.local import LocalBackend
+b = LocalBackend(Path(sys.argv[1]), max_concurrent=2)
+refs = b.submit(JobRequest(name="adopt-me", comment="c", script=Path(sys.argv[2]),
+                           workdir=Path(sys.argv[3]), array_indices=(0, 1, 2)))
+print(",".join(refs), flush=True)
+sys.stdin.read()  # wait to be SIGKILLed
+"""
+
+
+def test_daemon_killed_then_new_backend_adopts(spool: Path, work: Path) -> None:
+    path = script(work, """
+        echo "$SLURM_ARRAY_TASK_ID" >> "runs-$SLURM_ARRAY_TASK_ID"
+        while [ ! -e release ]; do sleep 0.05; done
+    """)
+    daemon = subprocess.Popen([sys.executable, "-c", DAEMON, str(spool), str(path), str(work)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[2])
+    assert daemon.stdout is not None
+    refs = daemon.stdout.readline().strip().split(",")
+    assert len(refs) == 3
+    daemon.kill()
+    daemon.wait()
+    backend = LocalBackend(spool, max_concurrent=2)  # the restarted daemon
+    running = lambda i: sum(x.state is JobState.RUNNING for x in i.values())  # noqa: E731
+    wait_for(backend, refs, lambda i: running(i) == 2, "two running tasks after restart")
+    found = backend.find(["adopt-me", "other"])
+    assert [f.ref for f in found] == refs
+    (work / "release").touch()
+    infos = wait_terminal(backend, refs)
+    assert all(i.state is JobState.COMPLETED for i in infos.values())
+    for idx in range(3):  # each task ran exactly once
+        assert (work / f"runs-{idx}").read_text().split() == [str(idx)]
+
+
+def test_killed_supervisor_is_node_fail(spool: Path, work: Path) -> None:
+    backend = LocalBackend(spool)
+    path = script(work, "touch started\nwhile true; do sleep 0.05; done\n")
+    refs = backend.submit(request(work, path))
+    wait_file(work / "started")
+    state_file = spool / "tasks" / refs[0] / "state.json"
+    wait_for(backend, refs, lambda i: i[refs[0]].state is JobState.RUNNING, "running")
+    state = json.loads(state_file.read_text())
+    os.kill(state["supervisor_pid"], signal.SIGKILL)
+    info = wait_for(backend, refs, lambda i: i[refs[0]].state is JobState.NODE_FAIL,
+                    "node_fail")[refs[0]]
+    assert info.reason == "supervisor lost"
+    end = time.monotonic() + DEADLINE_S
+    while _alive(state["pid"]):  # the orphaned job was killed too
+        assert time.monotonic() < end, "orphaned job still alive"
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is dead for our purpose
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
