@@ -1,0 +1,140 @@
+"""single, random and grid searchers: counts, concurrency, lengths, shutdown."""
+
+from __future__ import annotations
+
+import pytest
+
+from dethpc.config.model import (
+    CategoricalHP,
+    DoubleHP,
+    HParamTree,
+    IntHP,
+    Length,
+    SearcherConfig,
+    SearcherName,
+    Unit,
+)
+from dethpc.errors import ConfigError
+from dethpc.searchers.base import Action, Create, Searcher, Shutdown
+from dethpc.searchers.factory import make_searcher
+
+TREE: HParamTree = {"lr": DoubleHP(0.0, 1.0, count=3), "n": IntHP(1, 2, count=2),
+                    "act": CategoricalHP(("relu", "gelu"))}
+
+
+def cfg(name: SearcherName, max_trials: int = 1, conc: int = 16,
+        length: int = 100) -> SearcherConfig:
+    return SearcherConfig(name=name, metric="loss", max_length=Length(Unit.BATCHES, length),
+                          max_trials=max_trials, max_concurrent_trials=conc)
+
+
+def run_to_end(s: Searcher, reasons: list[str]) -> tuple[list[Create], int, int]:
+    """Exit the oldest live trial each step with the next reason; returns creates,
+    the most trials alive at once and how many Shutdowns were seen."""
+    creates: list[Create] = []
+    live: list[int] = []
+    peak = shutdowns = 0
+
+    def take(actions: list[Action]) -> None:
+        nonlocal peak, shutdowns
+        for a in actions:
+            if isinstance(a, Create):
+                creates.append(a)
+                live.append(a.request_id)
+            elif isinstance(a, Shutdown):
+                shutdowns += 1
+        peak = max(peak, len(live))
+
+    take(s.initial())
+    step = 0
+    while live:
+        rid = live.pop(0)
+        take(s.on_validation(rid, 0.5, 100))
+        take(s.on_exited(rid, reasons[step % len(reasons)]))
+        step += 1
+    return creates, peak, shutdowns
+
+
+@pytest.mark.parametrize(
+    ("name", "max_trials", "conc", "n_created", "peak"),
+    [
+        ("single", 10, 16, 1, 1),
+        ("random", 10, 3, 10, 3),
+        ("random", 10, 16, 10, 10),
+        ("random", 2, 5, 2, 2),
+        ("random", 7, 0, 7, 7),            # 0 = no limit
+        ("grid", 1, 4, 12, 4),             # grid ignores max_trials: 3 * 2 * 2 points
+        ("grid", 100, 16, 12, 12),
+    ],
+)
+def test_counts_and_concurrency(name: SearcherName, max_trials: int, conc: int,
+                                n_created: int, peak: int) -> None:
+    s = make_searcher(cfg(name, max_trials, conc), TREE, seed=0)
+    creates, seen_peak, shutdowns = run_to_end(s, ["completed", "errored", "cancelled"])
+    assert len(creates) == n_created
+    assert seen_peak == peak
+    assert shutdowns == 1
+    assert s.progress() == 1.0
+    assert [c.request_id for c in creates] == list(range(1, n_created + 1))
+
+
+@pytest.mark.parametrize("name", ["single", "random", "grid"])
+def test_every_create_trains_to_max_length_and_validates_there(name: SearcherName) -> None:
+    s = make_searcher(cfg(name, 4, 2, length=250), TREE, seed=1)
+    for a in s.initial():
+        assert isinstance(a, Create)
+        assert a.length == 250 and a.validate_at == (250,)
+
+
+def test_initial_creates_min_of_concurrency_and_trials() -> None:
+    assert len(make_searcher(cfg("random", 5, 2), TREE, 0).initial()) == 2
+    assert len(make_searcher(cfg("random", 2, 5), TREE, 0).initial()) == 2
+
+
+def test_grid_creates_every_point_once() -> None:
+    s = make_searcher(cfg("grid", 1, 100), TREE, 0)
+    points = [a.hparams for a in s.initial() if isinstance(a, Create)]
+    assert len(points) == 12
+    assert len({(p["lr"], p["n"], p["act"]) for p in points}) == 12
+
+
+def test_random_same_seed_same_hparams_other_seed_differs() -> None:
+    def hps(seed: int) -> list[dict[str, object]]:
+        return [a.hparams for a in make_searcher(cfg("random", 5, 5), TREE, seed).initial()
+                if isinstance(a, Create)]
+    assert hps(3) == hps(3)
+    assert hps(3) != hps(4)
+
+
+def test_records_track_status_and_metrics() -> None:
+    s = make_searcher(cfg("random", 3, 3), TREE, 0)
+    s.initial()
+    s.on_validation(1, 0.25, 100)
+    s.on_exited(1, "completed")
+    s.on_exited(2, "errored")
+    s.on_exited(3, "cancelled")
+    recs = {r.request_id: r for r in s.trials()}
+    assert recs[1].metrics == {100: 0.25} and recs[1].status == "completed"
+    assert recs[2].status == "errored"
+    assert recs[3].status == "stopped"
+
+
+def test_exit_of_unknown_or_already_exited_trial_is_ignored() -> None:
+    s = make_searcher(cfg("random", 3, 1), TREE, 0)
+    s.initial()
+    assert len(s.on_exited(1, "completed")) == 1
+    assert s.on_exited(1, "completed") == []
+    assert s.on_exited(99, "completed") == []
+
+
+def test_missing_max_length_is_a_config_error() -> None:
+    config = SearcherConfig(name="random", metric="loss", max_trials=2)
+    with pytest.raises(ConfigError, match="searcher.max_length"):
+        make_searcher(config, TREE, 0)
+
+
+def test_unknown_exit_reason_is_rejected() -> None:
+    s = make_searcher(cfg("random", 2, 2), TREE, 0)
+    s.initial()
+    with pytest.raises(ValueError, match="exit reason"):
+        s.on_exited(1, "exploded")
