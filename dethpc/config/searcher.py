@@ -8,8 +8,9 @@ Must not: make search decisions (``dethpc.searchers`` does) or read files.
 
 Defaults: ``smaller_is_better`` true, ``max_concurrent_trials`` 16 (0 = no
 limit), ASHA ``mode`` standard, ``divisor`` 4, ``max_rungs`` 5, ``variant``
-stopping, ``stop_grace_s`` 60. ``single`` always runs one trial; ``grid``
-defaults ``max_trials`` to the size of the grid.
+stopping, ``stop_grace_s`` 60. ``single`` always runs one trial; for ``grid``,
+``max_trials`` is set to the size of the grid (a given value is ignored with a
+warning, as the grid searcher runs every point).
 """
 
 from __future__ import annotations
@@ -144,7 +145,10 @@ def _max_trials(ck: Checker, data: dict[str, Any], path: str, name: str,
         return 1
     if name == "grid":
         _check_grid_counts(ck, hparams)
-        return int(ck.integer(value, sub, grid_size(hparams), minimum=1))
+        size = grid_size(hparams)
+        if value is not None and value != size:
+            ck.warn(sub, f"ignored: the grid searcher runs every grid point ({size} trials)")
+        return size
     if value is None:
         ck.error(sub, f"required by the {name} searcher; expected an integer >= 1")
         return 1
