@@ -1,0 +1,157 @@
+"""End to end on the local backend: submit -> daemon -> jobs -> metrics -> completion,
+with crashes of the daemon (SIGKILL mid-experiment, and between sbatch and commit)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.local.conftest import TOY, cli, env_without_fault, wait_for, write_config
+
+
+def describe(exp_id):
+    return json.loads(cli("experiment", "describe", exp_id, "--json").stdout)
+
+
+def submit(cfg, *extra):
+    out = cli("submit", cfg, TOY, "--json", *extra)
+    return json.loads(out.stdout.strip().splitlines()[0])["id"]
+
+
+def exits_per_trial(run_dir):
+    """trial id -> list of exit records (one per job end)."""
+    out = {}
+    for p in Path(run_dir, "trials").iterdir():
+        f = p / "exits.jsonl"
+        out[int(p.name)] = ([json.loads(line) for line in f.read_text().splitlines()]
+                            if f.exists() else [])
+    return out
+
+
+def test_random_experiment_completes_with_metrics_and_checkpoints(home, tmp_path):
+    cfg = write_config(tmp_path / "c.yaml")
+    exp = submit(cfg)
+    cli("experiment", "wait", exp, "--timeout", "180", timeout=200)
+    d = describe(exp)
+    assert d["state"] == "COMPLETED"
+    assert len(d["trials"]) == 4
+    for t in d["trials"]:
+        assert t["state"] == "COMPLETED", t
+        assert t["steps_completed"] == 10
+        assert t["best_validation"] is not None
+        assert t["best_checkpoint"]
+    best = d["best_trial"]
+    assert best["best_validation"] == min(t["best_validation"] for t in d["trials"])
+    ckpts = json.loads(cli("experiment", "list-checkpoints", exp, "--json").stdout)
+    assert ckpts and all(Path(c["path"]).is_dir() for c in ckpts if c["state"] == "COMPLETED")
+    # every trial ran exactly once and completed
+    for records in exits_per_trial(d["run_dir"]).values():
+        assert [r["reason"] for r in records] == ["completed"]
+
+
+def test_sigkill_daemon_mid_experiment_loses_and_duplicates_nothing(home, tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", hyperparameters={
+        "x": {"type": "double", "minval": 0, "maxval": 6}, "step_time": 0.1})
+    exp = submit(cfg, "--no-daemon")
+    daemon = subprocess.Popen([sys.executable, "-m", "dethpc.cli.main", "daemon", "run"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # kill it while trials are running
+    wait_for(lambda: any(t["state"] == "RUNNING" for t in describe(exp)["trials"]),
+             what="a running trial")
+    daemon.send_signal(signal.SIGKILL)
+    daemon.wait()
+    wait_for(lambda: cli("daemon", "status", check=False).returncode == 1, what="lock free")
+    cli("daemon", "start")
+    cli("experiment", "wait", exp, "--timeout", "180", timeout=200)
+    d = describe(exp)
+    assert d["state"] == "COMPLETED"
+    assert len(d["trials"]) == 4 and all(t["state"] == "COMPLETED" for t in d["trials"])
+    records = exits_per_trial(d["run_dir"])
+    assert len(records) == 4
+    for trial_id, recs in records.items():
+        assert [r["reason"] for r in recs] == ["completed"], (trial_id, recs)
+
+
+def test_fault_between_sbatch_and_commit_adopts_instead_of_resubmitting(home, tmp_path):
+    cfg = write_config(tmp_path / "c.yaml")
+    exp = submit(cfg, "--no-daemon")
+    env = dict(os.environ, DETHPC_FAULT_POINT="after_sbatch")
+    crashed = subprocess.run([sys.executable, "-m", "dethpc.cli.main", "daemon", "run"],
+                             env=env, capture_output=True, timeout=120)
+    assert crashed.returncode == -signal.SIGKILL
+    spool = Path(home) / "local-spool"
+    submitted_before = sorted(p.name for p in spool.rglob("request.json"))
+    assert len(submitted_before) == 2  # one array of 2 (max_concurrent_trials)
+    cli("daemon", "start", env=env_without_fault())
+    cli("experiment", "wait", exp, "--timeout", "180", timeout=200)
+    d = describe(exp)
+    assert d["state"] == "COMPLETED"
+    events = json.loads(cli("experiment", "logs", exp, "--json").stdout)
+    assert any(e["kind"] == "adopted" for e in events)
+    # 4 trials, 4 array tasks in all: nothing was submitted twice
+    assert len(list(spool.rglob("request.json"))) == 4
+    for recs in exits_per_trial(d["run_dir"]).values():
+        assert [r["reason"] for r in recs] == ["completed"]
+
+
+def test_failing_trial_is_retried_then_errors_past_max_restarts(home, tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", hyperparameters={"fail": True},
+                       searcher={"name": "single", "metric": "validation_loss",
+                                 "max_length": {"batches": 5}}, max_restarts=2)
+    exp = submit(cfg)
+    state = cli("experiment", "wait", exp, "--timeout", "120", check=False, timeout=150)
+    assert state.returncode == 1
+    d = describe(exp)
+    assert d["state"] == "ERROR"
+    (t,) = d["trials"]
+    assert t["state"] == "ERROR" and t["restarts"] == 3
+    assert "max_restarts=2" in t["exit_reason"]
+    assert [r["reason"] for r in exits_per_trial(d["run_dir"])[t["id"]]] == ["error"] * 3
+
+
+def test_pause_checkpoints_and_activate_resumes(home, tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", hyperparameters={"x": 3.0, "step_time": 0.1},
+                       searcher={"name": "single", "metric": "validation_loss",
+                                 "max_length": {"batches": 40}})
+    exp = submit(cfg)
+    wait_for(lambda: describe(exp)["trials"] and describe(exp)["trials"][0]["steps_completed"] >= 3,
+             what="some progress")
+    cli("experiment", "pause", exp)
+    wait_for(lambda: describe(exp)["trials"][0]["state"] == "PAUSED", what="paused trial")
+    paused_at = describe(exp)["trials"][0]["steps_completed"]
+    assert 3 <= paused_at < 40
+    cli("experiment", "activate", exp)
+    cli("experiment", "wait", exp, "--timeout", "120", timeout=150)
+    d = describe(exp)
+    (t,) = d["trials"]
+    assert t["state"] == "COMPLETED" and t["steps_completed"] == 40
+    reasons = [r["reason"] for r in exits_per_trial(d["run_dir"])[t["id"]]]
+    assert reasons == ["stopped", "completed"]
+    log = cli("trial", "logs", t["id"]).stdout
+    assert f"toy: resumed at step {paused_at}" in log
+
+
+@pytest.mark.parametrize("action,trial_state", [("kill", "CANCELED"), ("cancel", "CANCELED")])
+def test_kill_and_cancel_end_every_job(home, tmp_path, action, trial_state):
+    cfg = write_config(tmp_path / "c.yaml", hyperparameters={
+        "x": {"type": "double", "minval": 0, "maxval": 6}, "step_time": 0.2},
+        searcher={"name": "random", "metric": "validation_loss", "max_trials": 6,
+                  "max_concurrent_trials": 3, "max_length": {"batches": 200}})
+    exp = submit(cfg)
+    wait_for(lambda: sum(t["state"] == "RUNNING" for t in describe(exp)["trials"]) >= 2,
+             what="running trials")
+    cli("experiment", action, exp)
+    state = cli("experiment", "wait", exp, "--timeout", "90", check=False, timeout=120)
+    assert state.returncode == 1
+    d = describe(exp)
+    assert d["state"] == "CANCELED"
+    assert all(t["state"] == trial_state for t in d["trials"])
+    from dethpc.backends.local import LocalBackend
+
+    backend = LocalBackend(Path(home) / "local-spool")
+    infos = backend.poll([f"{p.parent.name}" for p in (Path(home) / "local-spool").rglob("request.json")])
+    assert infos and all(i.state.is_terminal for i in infos.values())
