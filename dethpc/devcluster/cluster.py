@@ -454,6 +454,7 @@ class DevCluster:
             return []
         stopped: list[str] = []
         with self._locked():
+            stopped += self._requeue_running()
             stopped += self._stop_slurm()
             lay = self.layout
             for name, grace in (("slurmdbd", 15.0), ("mariadbd", 60.0)):
@@ -469,6 +470,25 @@ class DevCluster:
             record.unlink(missing_ok=True)
             stopped += self._sweep_leftovers()
         return stopped
+
+    def _requeue_running(self) -> list[str]:
+        """Requeue (else cancel) jobs that are running: ``down`` kills their processes,
+        and in a container the host's boot time never changes, so slurmctld would
+        otherwise keep them RUNNING forever after the next ``up``. Requeue is what a
+        real site does to jobs on a failed node."""
+        if not self.controller_up():
+            return []
+        out = self._try(["squeue", "-h", "-t", "R,CG,S,CF", "-o", "%i"], timeout=15) or ""
+        jobs = sorted(set(out.split()))
+        if not jobs:
+            return []
+        res = self.runner.run(["scontrol", "requeue", ",".join(jobs)],
+                              check=False, retry=False, timeout=30)
+        if res.returncode != 0:  # some refuse requeue (--no-requeue): cancel those
+            left = self._try(["squeue", "-h", "-t", "R,S,CF", "-o", "%i"], timeout=15) or ""
+            if left.split():
+                self.runner.run(["scancel", *left.split()], check=False, retry=False)
+        return [f"{len(jobs)} running job(s) (requeued)"]
 
     def _stop_slurm(self) -> list[str]:
         """scontrol shutdown, then SIGTERM/SIGKILL whatever of ours is left."""

@@ -1,0 +1,90 @@
+"""The Slurm tier: every test under tests/slurm/ runs against the real dev cluster.
+
+Owns: applying the ``slurm`` marker to everything in this directory, and the
+session fixture ``slurm_cluster`` (a ``SlurmCluster`` with small helpers to
+submit jobs and poll their state). Reachability rules (skip locally, fail under
+CI=true, optional auto-start with DETHPC_TEST_START_CLUSTER=1) live in
+tests/conftest.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from dethpc.runner import CommandRunner
+
+HERE = Path(__file__).parent.resolve()
+T = TypeVar("T")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in Path(str(item.path)).resolve().parents:
+            item.add_marker(pytest.mark.slurm)
+
+
+@dataclass
+class SlurmCluster:
+    """Thin helpers over the Slurm CLI for tests (never a mock of Slurm)."""
+
+    runner: CommandRunner = field(default_factory=lambda: CommandRunner(timeout=30.0))
+
+    def run(self, argv: Sequence[str]) -> str:
+        return self.runner.run(list(argv)).stdout
+
+    def sbatch(self, *args: str) -> str:
+        """Submit; return the job id (``--parsable`` is added)."""
+        return self.run(["sbatch", "--parsable", *args]).strip().split(";")[0]
+
+    def sacct(self, job: str, fields: str = "JobID,State,NodeList") -> list[dict[str, str]]:
+        """One row per allocation (``-X``) of ``job`` (array tasks included)."""
+        names = fields.split(",")
+        out = self.run(["sacct", "-n", "-P", "-X", "-j", job, "-o", fields])
+        return [dict(zip(names, line.split("|"), strict=False))
+                for line in out.splitlines() if line.strip()]
+
+    def squeue_field(self, job: str, fmt: str) -> str:
+        res = self.runner.run(["squeue", "-h", "-j", job, "-o", fmt], check=False)
+        return res.stdout.strip()
+
+    def show_job(self, job: str) -> dict[str, str]:
+        """``scontrol show job`` as a dict (only while the controller remembers the job)."""
+        out = self.run(["scontrol", "-o", "show", "job", job])
+        return dict(w.split("=", 1) for w in out.split() if "=" in w)
+
+    def partitions(self) -> dict[str, dict[str, str]]:
+        out = self.run(["scontrol", "-o", "show", "partition"])
+        parts: dict[str, dict[str, str]] = {}
+        for line in out.splitlines():
+            kv = dict(w.split("=", 1) for w in line.split() if "=" in w)
+            parts[kv["PartitionName"]] = kv
+        return parts
+
+    def cancel(self, *jobs: str) -> None:
+        self.runner.run(["scancel", *jobs], check=False)
+
+    @staticmethod
+    def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 180.0,
+                 interval: float = 0.5) -> T:
+        """Poll ``fn`` until it returns something truthy; fail with ``what`` on timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = fn()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+            time.sleep(interval)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(slurm_required: None) -> SlurmCluster:
+    """The live dev cluster (`scontrol ping` UP and 4 usable nodes, checked once)."""
+    return SlurmCluster()
