@@ -294,6 +294,9 @@ def sbatch_args(ck: Checker, value: Any, path: str) -> tuple[str, ...]:
     good: list[str] = []
     for i, arg in enumerate(args):
         sub = join(path, i)
+        if "\n" in arg or "\r" in arg:
+            ck.error(sub, f"an sbatch option may not contain a line break, got {show(arg)}")
+            continue
         if not arg.startswith("-"):
             ck.error(sub, f"expected an sbatch option starting with '-', got {show(arg)}")
             continue

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import re
+import shlex
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -142,7 +143,13 @@ def _entrypoint(ck: Checker, raw: dict[str, Any]) -> str | tuple[str, ...]:
         if not value:
             ck.error("entrypoint", "expected a non-empty list of strings (argv), got []")
         return ck.string_list(value, "entrypoint")
-    return str(ck.string(value, "entrypoint", ""))
+    text = str(ck.string(value, "entrypoint", ""))
+    try:
+        shlex.split(text)
+    except ValueError as exc:
+        ck.error("entrypoint", f"cannot split {text!r} into words like a shell does ({exc}); "
+                               "fix the quoting or give a list of strings")
+    return text
 
 
 def _resources(ck: Checker, value: Any) -> ResourcesConfig:

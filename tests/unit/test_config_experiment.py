@@ -466,6 +466,11 @@ def test_warnings(changes: dict[str, Any], warning: str) -> None:
         ({"slurm": {"gpu_type": 1}}, "slurm.gpu_type: expected a non-empty string, got 1"),
         ({"slurm": {"sbatch_args": "--mem=1G"}},
          "slurm.sbatch_args: expected a list of strings, got '--mem=1G'"),
+        ({"slurm": {"sbatch_args": ["--mem=1G\n#SBATCH --array=1"]}},
+         "slurm.sbatch_args[0]: an sbatch option may not contain a line break"),
+        ({"entrypoint": "python3 'train.py"},
+         "entrypoint: cannot split \"python3 'train.py\" into words like a shell does "
+         "(No closing quotation)"),
         ({"slurm": {"sbatch_args": ["mem=1G"]}},
          "slurm.sbatch_args[0]: expected an sbatch option starting with '-', got 'mem=1G'"),
         ({"slurm": {"sbatch_argz": []}}, "slurm.sbatch_argz: unknown field 'sbatch_argz'; did "
