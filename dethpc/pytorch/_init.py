@@ -1,0 +1,69 @@
+"""``dethpc.pytorch.init()``: process group + ``dethpc.core.init()`` + trial context.
+
+Owns: initializing ``torch.distributed`` from the launcher's environment
+(``WORLD_SIZE`` > 1: NCCL with CUDA, gloo otherwise; ``env://`` rendezvous via
+``MASTER_ADDR``/``MASTER_PORT``/``RANK``) and tearing it down again.
+Must not: choose ports or addresses (``dethpc.launch`` does), or run training.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from dethpc import core
+from dethpc.core import DistributedContext, PreemptMode
+from dethpc.pytorch._trial import PyTorchTrialContext
+
+log = logging.getLogger(__name__)
+
+
+def init_distributed(env: Mapping[str, str] | None = None) -> DistributedContext | None:
+    """Initialize the default process group when ``WORLD_SIZE`` > 1 (idempotent).
+
+    Returns the distributed context to pass to ``dethpc.core.init(distributed=...)``,
+    or None for a single process.
+    """
+    env = os.environ if env is None else env
+    if dist.is_available() and dist.is_initialized():
+        return DistributedContext.from_torch_distributed(env)
+    world = int(env.get("WORLD_SIZE", "1") or 1)
+    if world <= 1:
+        return None
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        local = int(env.get("LOCAL_RANK", "0") or 0)
+        torch.cuda.set_device(local % torch.cuda.device_count())
+    dist.init_process_group(backend=backend)
+    log.info("torch.distributed initialized: rank %d of %d (%s)", dist.get_rank(),
+             dist.get_world_size(), backend)
+    return DistributedContext.from_torch_distributed(env)
+
+
+@contextlib.contextmanager
+def init(*, hparams: Mapping[str, Any] | None = None,
+         distributed: DistributedContext | None = None,
+         preempt_mode: PreemptMode = PreemptMode.WorkersAskChief,
+         exit_on_preempt: bool = True) -> Iterator[PyTorchTrialContext]:
+    """Like Determined's ``det.pytorch.init()``: yields a ``PyTorchTrialContext``.
+
+    ``hparams`` replaces the trial's hyperparameters (use it off-cluster for defaults).
+    """
+    created = False
+    if distributed is None:
+        created = not (dist.is_available() and dist.is_initialized())
+        distributed = init_distributed()
+        created = created and distributed is not None
+    try:
+        with core.init(distributed=distributed, preempt_mode=preempt_mode,
+                       exit_on_preempt=exit_on_preempt) as core_context:
+            yield PyTorchTrialContext(core_context, hparams=hparams)
+    finally:
+        if created and dist.is_initialized():
+            dist.destroy_process_group()

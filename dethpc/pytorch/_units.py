@@ -1,0 +1,72 @@
+"""Training lengths for ``Trainer.fit``: ``Batch(n)`` and ``Epoch(n)``.
+
+Owns: the two length types and their conversion to a number of batches.
+Must not: import torch (the CLI and the test-mode helper import this package).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dethpc.errors import DethpcError
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A length in batches (optimizer steps of the global batch)."""
+
+    value: int
+
+    def __post_init__(self) -> None:
+        _check(self.value, "Batch")
+
+    def batches(self, batches_per_epoch: int) -> int:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """A length in passes over the training data."""
+
+    value: int
+
+    def __post_init__(self) -> None:
+        _check(self.value, "Epoch")
+
+    def batches(self, batches_per_epoch: int) -> int:
+        return self.value * batches_per_epoch
+
+
+TrainUnit = Batch | Epoch
+
+
+def _check(value: Any, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise DethpcError(f"{name}(n) needs an int n >= 1, got {value!r}")
+
+
+def as_unit(value: TrainUnit | int | None) -> TrainUnit | None:
+    """Accept a plain int as a number of batches."""
+    if value is None or isinstance(value, Batch | Epoch):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return Batch(value)
+    raise DethpcError(f"a length must be Batch(n), Epoch(n) or an int of batches, got {value!r}")
+
+
+def from_config(raw: Any, field: str) -> TrainUnit | None:
+    """``{batches: 100}`` / ``{epochs: 2}`` from an experiment config field, or None."""
+    if raw is None:
+        return None
+    if isinstance(raw, Mapping) and len(raw) == 1:
+        (key, value), = raw.items()
+        if key == "batches":
+            return Batch(value)
+        if key == "epochs":
+            return Epoch(value)
+        if key == "records":
+            raise DethpcError(f"{field}: lengths in records are not supported by the PyTorch "
+                              "Trainer; use batches or epochs")
+    raise DethpcError(f"{field}: expected {{batches: N}} or {{epochs: N}}, got {raw!r}")
