@@ -8,7 +8,8 @@ the base-60 integer 3600 (a Slurm walltime would silently become 60 hours) and
 ``1e-3`` is a *string* (a learning rate would be rejected). This loader reads
 ``01:00:00`` as a string and ``1e-3`` as a float, like YAML 1.2 does. The
 dumper quotes every string that either rule set would read as a number, so
-``config.yaml`` round-trips through any YAML reader.
+``config.yaml`` round-trips through any YAML reader. Duplicate keys are an
+error (YAML 1.2) instead of PyYAML's silent last-one-wins.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from dethpc.errors import ConfigError, FieldError
 
 _INT_TAG = "tag:yaml.org,2002:int"
 _FLOAT_TAG = "tag:yaml.org,2002:float"
+_MAP_TAG = "tag:yaml.org,2002:map"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 #: YAML 1.1 ints without the base-60 form.
 _INT_RE = re.compile(
@@ -48,6 +51,27 @@ ConfigLoader.yaml_implicit_resolvers = {
 }
 ConfigLoader.add_implicit_resolver(_INT_TAG, _INT_RE, _NUMBER_FIRST)
 ConfigLoader.add_implicit_resolver(_FLOAT_TAG, _FLOAT_RE, _NUMBER_FIRST)
+
+
+def _construct_map(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Any:
+    """The safe mapping constructor, refusing duplicate keys (YAML 1.2 forbids them;
+    PyYAML silently keeps the last one, so a second ``searcher:`` would win)."""
+    first: dict[str, int] = {}
+    for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == _MERGE_TAG:
+            continue
+        line = key_node.start_mark.line + 1
+        if key_node.value in first:
+            raise yaml.constructor.ConstructorError(
+                None, None,
+                f"duplicate key {key_node.value!r} (first defined at line "
+                f"{first[key_node.value]})",
+                key_node.start_mark)
+        first[key_node.value] = line
+    return loader.construct_yaml_map(node)
+
+
+ConfigLoader.add_constructor(_MAP_TAG, _construct_map)
 
 
 class ConfigDumper(yaml.SafeDumper):

@@ -558,7 +558,9 @@ def test_load_with_overrides(tmp_path: Path) -> None:
 
 
 def test_yaml_numbers_follow_yaml_1_2(tmp_path: Path) -> None:
-    path = write(tmp_path, dump_config(base()) + "slurm:\n  time: 1:30:00\n"
+    raw = base()
+    del raw["hyperparameters"]
+    path = write(tmp_path, dump_config(raw) + "slurm:\n  time: 1:30:00\n"
                  "hyperparameters:\n  lr: 1e-3\n")
     cfg = load_experiment_config(path)
     assert cfg.slurm.time == "1:30:00"  # not the base-60 integer 5400
@@ -587,6 +589,8 @@ def test_dump_keeps_key_order() -> None:
                            "allowed here"),
         ("", "<root>: expected a mapping with at least entrypoint and searcher; the file is "
              "empty"),
+        ("name: a\nsearcher: {}\nname: b\n", "<root>: invalid YAML at line 3, column 1: "
+                                               "duplicate key 'name' (first defined at line 1)"),
     ],
 )
 def test_load_bad_yaml(tmp_path: Path, text: str, expected: str) -> None:
