@@ -1,0 +1,51 @@
+"""Build the backend a cluster config asks for.
+
+Owns: ``make_backend`` — the one place that maps ``ClusterConfig.backend`` to a
+``Backend`` instance with its settings (spool location and concurrency for
+local, command timeout/retries for Slurm).
+Must not: run commands or start processes (constructors are side-effect
+free apart from the local spool directory being created).
+"""
+
+from __future__ import annotations
+
+import getpass
+from pathlib import Path
+
+from dethpc.backends.base import Backend
+from dethpc.config.model import ClusterConfig
+from dethpc.errors import ConfigError, FieldError
+from dethpc.paths import dethpc_home
+from dethpc.runner import CommandRunner
+
+
+def local_spool_dir() -> Path:
+    """Where the local backend keeps its state: ``<dethpc home>/local-spool``.
+
+    Under the dethpc home (not the runs root) because it belongs to the machine's
+    daemon, like the database, and must stay put across daemon restarts.
+    """
+    return dethpc_home() / "local-spool"
+
+
+def make_backend(cluster: ClusterConfig, runner: CommandRunner | None = None) -> Backend:
+    """The configured backend: ``local`` (default) or ``slurm``."""
+    if cluster.backend == "local":
+        from dethpc.backends.local import LocalBackend
+
+        return LocalBackend(local_spool_dir(), max_concurrent=cluster.local_max_concurrent)
+    if cluster.backend == "slurm":
+        from dethpc.backends.slurm import SlurmBackend
+
+        runner = runner or CommandRunner(timeout=cluster.command_timeout_s,
+                                         retries=cluster.command_retries)
+        return SlurmBackend(runner, user=_user())
+    raise ConfigError([FieldError("backend", f"unknown backend {cluster.backend!r}; "
+                                  "allowed: local, slurm")], source=cluster.source)
+
+
+def _user() -> str | None:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return None

@@ -1,0 +1,292 @@
+"""The Slurm backend: jobs go to slurmctld through the Slurm CLI (or pyslurm for polls).
+
+Owns: ``SlurmBackend`` — which Slurm command each ``Backend`` operation runs,
+with what arguments, and how its errors are read. Every operation is O(1)
+commands whatever the number of refs: ``submit`` one ``sbatch``, ``poll`` one
+``squeue`` plus at most one ``sacct``, ``cancel`` one ``scancel``, ``requeue``
+one ``scontrol requeue``; cluster facts (``scontrol show config``, ``sinfo``,
+QoS list) are fetched once per instance and cached.
+Must not: parse text itself (``slurm_parse`` does), run commands except
+through the ``CommandRunner`` it was given, or loop per job.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from dethpc.backends import slurm_parse as sp
+from dethpc.backends.base import JobInfo, JobRequest, JobState
+from dethpc.backends.pyslurm_query import PyslurmQuery, load_query, pyslurm_importable
+from dethpc.errors import CommandError, SubmitError
+from dethpc.runner import CommandResult, CommandRunner
+
+log = logging.getLogger(__name__)
+
+#: stderr of a query or action on a job slurmctld no longer knows
+_GONE = ("Invalid job id specified",)
+#: stderr of scancel/scontrol on jobs that are finishing, finished or not started
+_HARMLESS = (*_GONE, "already completing or completed", "Job is pending execution",
+             "Job has already finished", "Requested operation is presently disabled")
+#: stderr of sacct on a cluster without accounting
+_NO_ACCOUNTING = ("accounting storage is disabled",)
+#: how far back ``find`` looks in accounting
+FIND_WINDOW = "now-14days"
+
+
+class SlurmBackend:
+    """``Backend`` over the Slurm CLI; see the module docstring."""
+
+    name = "slurm"
+
+    def __init__(self, runner: CommandRunner, user: str | None = None,
+                 signal_flags: Sequence[str] = ()) -> None:
+        self.runner = runner
+        self.user = user
+        #: extra scancel flags with a signal, e.g. ("--batch",) or ("--full",)
+        self.signal_flags = tuple(signal_flags)
+        self._config: dict[str, str] | None = None
+        self._partitions: dict[str, sp.Partition] | None = None
+        self._qos: set[str] | None = None
+        self._accounting: bool | None = None
+        self._pyslurm: PyslurmQuery | None = None
+        self._query_chosen = False
+
+    # ------------------------------------------------------------ discovery
+    def available(self) -> bool:
+        if shutil.which("sbatch") is None:
+            return False
+        try:
+            out = self.runner.run(["scontrol", "ping"], check=False, retry=False)
+        except CommandError:
+            return False
+        return " is UP" in out.stdout
+
+    def config(self) -> dict[str, str]:
+        """``scontrol show config`` as a dict, fetched once."""
+        if self._config is None:
+            self._config = sp.parse_key_values(
+                self.runner.run(["scontrol", "show", "config"]).stdout)
+        return self._config
+
+    def max_array_size(self) -> int:
+        value = self.config().get("MaxArraySize", "1001")
+        return int(value) if value.isdigit() else 1001
+
+    def accounting_enabled(self) -> bool:
+        """True unless ``AccountingStorageType`` is none (or sacct said so)."""
+        if self._accounting is None:
+            kind = self.config().get("AccountingStorageType", "")
+            self._accounting = bool(kind) and not kind.endswith("/none")
+        return self._accounting
+
+    def partitions(self) -> dict[str, sp.Partition]:
+        if self._partitions is None:
+            out = self.runner.run(["sinfo", "-h", "-o", sp.SINFO_FORMAT]).stdout
+            self._partitions = sp.parse_sinfo(out)
+        return self._partitions
+
+    def check_pool(self, partition: str | None, qos: str | None, nodes: int,
+                   tasks_per_node: int, gpus_per_node: int) -> None:
+        parts = self.partitions()
+        if partition is not None:
+            if partition not in parts:
+                raise SubmitError(
+                    f"partition {partition!r} does not exist on this cluster; existing "
+                    f"partitions: {', '.join(sorted(parts)) or '(none)'}. Fix the resource "
+                    "pool's `partition` in the cluster config.")
+            _check_fit(parts[partition], nodes, tasks_per_node, gpus_per_node)
+        if qos is not None and self.accounting_enabled():
+            known = self._qos_names()
+            if qos not in known:
+                raise SubmitError(f"QoS {qos!r} does not exist; existing QoS: "
+                                  f"{', '.join(sorted(known))}. Fix the pool's `qos`.")
+
+    def _qos_names(self) -> set[str]:
+        if self._qos is None:
+            out = self.runner.run(["sacctmgr", "-n", "-P", "show", "qos", "format=name"])
+            self._qos = {line.strip() for line in out.stdout.splitlines() if line.strip()}
+        return self._qos
+
+    # --------------------------------------------------------------- submit
+    def submit(self, request: JobRequest) -> list[str]:
+        argv = ["sbatch", "--parsable", f"--chdir={Path(request.workdir)}",
+                f"--job-name={request.name}", f"--comment={request.comment}"]
+        indices = sorted(set(request.array_indices))
+        if indices:
+            limit = self.max_array_size()
+            if indices[-1] >= limit:
+                raise SubmitError(f"array index {indices[-1]} is above this cluster's "
+                                  f"MaxArraySize-1 ({limit - 1}); submit smaller batches")
+            argv.append(f"--array={sp.format_array(indices, request.throttle)}")
+        argv += _export_arg(request)
+        argv += [*request.extra_args, str(request.script)]
+        try:
+            res = self.runner.run(argv, retry=False)  # a retried sbatch may submit twice
+        except CommandError as exc:
+            raise _submit_error(exc) from exc
+        job = sp.parse_sbatch_parsable(res.stdout)
+        return [f"{job}_{i}" for i in indices] if indices else [job]
+
+    # ----------------------------------------------------------------- poll
+    def poll(self, refs: Sequence[str]) -> dict[str, JobInfo]:
+        """One squeue (``--states=all``: also jobs that ended within MinJobAge), then
+        one sacct for the refs squeue no longer lists or lists as ended (sacct has
+        the exit code)."""
+        if not refs:
+            return {}
+        live = {i.ref: i for i in self._squeue(sp.unique_bases(refs))}
+        need = [r for r in refs if not _live(_pick(live, r))]
+        done = self._sacct(need) if need else {}
+        return {r: _pick(done, r) or _pick(live, r) or JobInfo(ref=r, state=JobState.UNKNOWN)
+                for r in refs}
+
+    def _squeue(self, bases: list[str]) -> list[JobInfo]:
+        query = self._query()
+        if query is not None:
+            return query.live_jobs(bases)
+        res = self.runner.run(["squeue", "-h", "-r", "--states=all", f"--jobs={','.join(bases)}",
+                               "-o", sp.SQUEUE_FORMAT], check=False)
+        if res.returncode != 0:
+            if any(m in res.stderr for m in _GONE):
+                return []  # a single unknown id: nothing of it is in the queue
+            raise CommandError(res.argv, res.returncode, res.stdout, res.stderr)
+        return sp.parse_squeue(res.stdout)
+
+    def _sacct(self, refs: list[str]) -> dict[str, JobInfo]:
+        if self._accounting is False:  # learnt from sacct itself: costs no extra command
+            return {}
+        jobs = ",".join(sp.unique_bases(refs))
+        res = self.runner.run(["sacct", "-P", "-n", "-X", f"--jobs={jobs}",
+                               "-o", sp.SACCT_FIELDS], check=False)
+        if not self._sacct_ok(res):
+            return {}
+        return {i.ref: i for i in sp.parse_sacct(res.stdout)}
+
+    def _sacct_ok(self, res: CommandResult) -> bool:
+        if res.returncode == 0:
+            return True
+        if any(m in res.stderr for m in _NO_ACCOUNTING):
+            self._accounting = False
+            log.warning("sacct is unavailable (%s): finished jobs will read UNKNOWN and "
+                        "dethpc relies on the jobs' exit records", res.stderr.strip()[:200])
+            return False
+        raise CommandError(res.argv, res.returncode, res.stdout, res.stderr)
+
+    def _query(self) -> PyslurmQuery | None:
+        """The pyslurm query object when a matching pyslurm is importable, else None."""
+        if not self._query_chosen:
+            self._query_chosen = True
+            if pyslurm_importable():  # only then is the running Slurm's version needed
+                version = sp.parse_version(
+                    self.runner.run(["scontrol", "--version"], check=False).stdout)
+                self._pyslurm = load_query(version)
+            log.info("slurm backend: polling with %s",
+                     "pyslurm" if self._pyslurm is not None else "the Slurm CLI (squeue/sacct)")
+        return self._pyslurm
+
+    # ----------------------------------------------------------------- find
+    def find(self, names: Sequence[str]) -> list[JobInfo]:
+        """Tasks named ``names``: one squeue, plus one sacct over FIND_WINDOW."""
+        if not names:
+            return []
+        joined = ",".join(names)
+        argv = ["squeue", "-h", "-r", "--states=all", f"--name={joined}", "-o", sp.SQUEUE_FORMAT]
+        if self.user:
+            argv.append(f"--user={self.user}")
+        found = {i.ref: i for i in sp.parse_squeue(self.runner.run(argv).stdout)}
+        if self._accounting is not False:
+            argv = ["sacct", "-P", "-n", "-X", f"--name={joined}",
+                    f"--starttime={FIND_WINDOW}", "-o", sp.SACCT_FIELDS]
+            if self.user:
+                argv.append(f"--user={self.user}")
+            res = self.runner.run(argv, check=False)
+            if self._sacct_ok(res):
+                for info in sp.parse_sacct(res.stdout):
+                    found.setdefault(info.ref, info)
+        return sorted(found.values(), key=lambda i: _ref_key(i.ref))
+
+    # -------------------------------------------------------------- actions
+    def cancel(self, refs: Sequence[str], signal: str | None = None) -> None:
+        if not refs:
+            return
+        argv = ["scancel"]
+        if signal is not None:
+            argv += [f"--signal={signal}", *self.signal_flags]
+        self._tolerant(argv + list(refs))
+
+    def requeue(self, refs: Sequence[str]) -> None:
+        if refs:
+            self._tolerant(["scontrol", "requeue", ",".join(refs)])
+
+    def set_throttle(self, array_job_id: str, limit: int) -> None:
+        self.runner.run(["scontrol", "update", f"JobId={array_job_id}",
+                         f"ArrayTaskThrottle={max(0, limit)}"])
+
+    def _tolerant(self, argv: list[str]) -> None:
+        """Run an action; errors about finished or unknown jobs are not failures."""
+        res = self.runner.run(argv, check=False)
+        if res.returncode == 0:
+            return
+        errors = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        if errors and all(any(m in ln for m in _HARMLESS) for ln in errors):
+            log.info("`%s`: %s", " ".join(argv[:2]), "; ".join(errors)[:300])
+            return
+        raise CommandError(res.argv, res.returncode, res.stdout, res.stderr)
+
+
+# ------------------------------------------------------------------ helpers
+def _pick(table: dict[str, JobInfo], ref: str) -> JobInfo | None:
+    """``table[ref]``; for an array task without its own record, the array's
+    own record ("123"): tasks that never left the pending remainder of an array
+    (e.g. cancelled while pending) share its state, and sacct/squeue list them
+    only under the array job id."""
+    info = table.get(ref)
+    if info is not None:
+        return info
+    jid = sp.parse_job_id(ref)
+    meta = table.get(jid.base) if jid.task is not None else None
+    return replace(meta, ref=ref) if meta is not None else None
+
+
+def _live(info: JobInfo | None) -> bool:
+    return info is not None and not info.state.is_terminal
+
+
+def _check_fit(part: sp.Partition, nodes: int, tasks_per_node: int, gpus_per_node: int) -> None:
+    fitting = part.nodes_fitting(cpus=tasks_per_node, gpus=gpus_per_node)
+    if fitting >= nodes:
+        return
+    shape = ", ".join(f"{g.count}x({g.cpus} CPUs, {g.gpus} GPUs)" for g in part.groups)
+    raise SubmitError(
+        f"partition {part.name!r} cannot fit {nodes} node(s) x {tasks_per_node} task(s) "
+        f"with {gpus_per_node} GPU(s) each: it has {shape or 'no nodes'}. Ask for fewer "
+        "slots per trial, or use a pool on a bigger partition.")
+
+
+def _export_arg(request: JobRequest) -> list[str]:
+    if not request.env:
+        return []
+    for key, value in request.env.items():
+        if "," in value or "," in key:
+            raise SubmitError(f"environment variable {key} has a comma, which sbatch "
+                              "--export cannot carry; set it in the job script instead")
+    return ["--export=ALL," + ",".join(f"{k}={v}" for k, v in request.env.items())]
+
+
+def _submit_error(exc: CommandError) -> Exception:
+    text = exc.stderr
+    if "invalid partition" in text.lower() or "Invalid qos" in text or "Invalid account" in text:
+        return SubmitError(f"sbatch refused the job: {text.strip()}")
+    if "Requested node configuration is not available" in text:
+        return SubmitError(f"sbatch refused the job: {text.strip()} (the allocation cannot fit "
+                           "the partition's nodes)")
+    return exc
+
+
+def _ref_key(ref: str) -> tuple[int, int]:
+    jid = sp.parse_job_id(ref)
+    return int(jid.base), jid.task if jid.task is not None else -1
