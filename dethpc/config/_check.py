@@ -41,6 +41,8 @@ def show(value: Any) -> str:
 def did_you_mean(word: str, candidates: Collection[str]) -> str:
     """``"did you mean 'x'? "`` for the closest candidate, or ``""``."""
     matches = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    if not matches and len(word) >= 4:  # "asha" -> "adaptive_asha"
+        matches = [c for c in candidates if word.lower() in c.lower()][:1]
     return f"did you mean {matches[0]!r}? " if matches else ""
 
 

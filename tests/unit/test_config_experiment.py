@@ -301,7 +301,8 @@ def test_warnings(changes: dict[str, Any], warning: str) -> None:
         ({"reproducibility": {"experiment_seed": -1}},
          "reproducibility.experiment_seed: expected an integer between 0 and 2147483647, got -1"),
         ({"reproducibility": {"seed": 1}},
-         "reproducibility.seed: unknown field 'seed'; allowed: 'experiment_seed'"),
+         "reproducibility.seed: unknown field 'seed'; did you mean 'experiment_seed'? allowed: "
+         "'experiment_seed'"),
         ({"min_validation_period": {"steps": 3}},
          "min_validation_period.steps: unknown unit 'steps'; allowed: 'records', 'batches', "
          "'epochs'"),
@@ -345,6 +346,8 @@ def test_warnings(changes: dict[str, Any], warning: str) -> None:
         ({"searcher.name": "rnadom"}, "searcher.name: invalid value 'rnadom'; did you mean "
                                       "'random'? allowed: 'single', 'random', 'grid', "
                                       "'adaptive_asha'"),
+        ({"searcher.name": "asha"}, "searcher.name: invalid value 'asha'; did you mean "
+                                    "'adaptive_asha'?"),
         ({"searcher.name": "pbt"}, "searcher.name: searcher 'pbt' is not supported on dethpc"),
         ({"searcher.name": _DELETE}, "searcher.name: required; allowed: 'single'"),
         ({"searcher.metric": _DELETE}, "searcher.metric: required"),
