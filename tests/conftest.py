@@ -3,7 +3,8 @@
 Owns: the CI rule for the Slurm tier. Tests marked ``slurm`` need the real dev
 cluster (``scripts/devcluster up``). When it is not reachable they are skipped
 with a one-line reason, except under ``CI=true``, where the Slurm tier is
-mandatory and they FAIL. The cluster is probed once per session.
+mandatory and they FAIL. The cluster is probed once per session;
+``DETHPC_TEST_START_CLUSTER=1`` (as root) lets the probe run ``up`` first.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 
 _UNPROBED = object()
 _probe_result: object = _UNPROBED
+_CI_FAILURE = "_dethpc_slurm_ci_failure"
 
 
 def in_ci() -> bool:
@@ -30,24 +32,36 @@ def slurm_unavailable() -> str | None:
     return _probe_result  # type: ignore[return-value]
 
 
-def require_slurm() -> None:
-    """Fail (CI) or skip (elsewhere) the current test when the cluster is unusable."""
-    reason = slurm_unavailable()
-    if reason is None:
-        return
-    if in_ci():
-        pytest.fail(f"CI=true makes the Slurm tier mandatory, but {reason}. "
-                    "Start it with `sudo scripts/devcluster up`.", pytrace=False)
-    pytest.skip(f"no Slurm dev cluster: {reason} (start it: sudo scripts/devcluster up)")
+def _ci_message(reason: str) -> str:
+    return (f"CI=true makes the Slurm tier mandatory, but {reason}. "
+            "Start it with `sudo scripts/devcluster up`.")
+
+
+def _skip_message(reason: str) -> str:
+    return f"no Slurm cluster: {reason} (start it: sudo scripts/devcluster up)"
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if item.get_closest_marker("slurm") is not None:
-        require_slurm()
+    if item.get_closest_marker("slurm") is None:
+        return
+    reason = slurm_unavailable()
+    if reason is None:
+        return
+    if not in_ci():
+        pytest.skip(_skip_message(reason))
+    message = _ci_message(reason)
+    # Fail in the call phase, so the report says FAILED (not a setup ERROR).
+    setattr(item, _CI_FAILURE, message)
+    item.runtest = lambda: pytest.fail(message, pytrace=False)  # type: ignore[method-assign]
 
 
-@pytest.fixture(scope="session")
-def slurm_required() -> None:
+@pytest.fixture
+def slurm_required(request: pytest.FixtureRequest) -> None:
     """Depend on this (or use the ``slurm`` marker) to need the Slurm cluster."""
-    require_slurm()
+    reason = slurm_unavailable()
+    if reason is None or getattr(request.node, _CI_FAILURE, None):
+        return
+    if in_ci():
+        pytest.fail(_ci_message(reason), pytrace=False)
+    pytest.skip(_skip_message(reason))

@@ -9,6 +9,7 @@ Must not: need root, or start anything unless ``ensure_for_tests`` is told to.
 from __future__ import annotations
 
 import os
+import shutil
 
 from dethpc.errors import CommandError, DethpcError
 from dethpc.runner import CommandRunner
@@ -19,7 +20,9 @@ START_ENV = "DETHPC_TEST_START_CLUSTER"
 
 def probe(min_nodes: int = 4, runner: CommandRunner | None = None) -> str | None:
     """None when slurmctld answers and ``min_nodes`` nodes are usable, else the reason."""
-    run = runner or CommandRunner(timeout=15.0, retries=1)
+    if shutil.which("scontrol") is None:
+        return "the Slurm client commands are not installed (no `scontrol` on PATH)"
+    run = runner or CommandRunner(timeout=10.0, retries=0)
     try:
         ping = run.run(["scontrol", "ping"], check=False)
     except CommandError as exc:
