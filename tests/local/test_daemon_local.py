@@ -19,7 +19,7 @@ def describe(exp_id):
 
 def submit(cfg, *extra):
     out = cli("submit", cfg, TOY, "--json", *extra)
-    return json.loads(out.stdout.strip().splitlines()[0])["id"]
+    return json.loads(out.stdout)["id"]
 
 
 def exits_per_trial(run_dir):

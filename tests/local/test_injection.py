@@ -23,7 +23,7 @@ def test_injection_strings_never_run(home, tmp_path):
         environment={"environment_variables": [f"DETHPC_TEST_{i}={v}"
                                                for i, v in enumerate(nasty)]})
     out = cli("submit", cfg, TOY, "--json")
-    exp = json.loads(out.stdout.strip().splitlines()[0])["id"]
+    exp = json.loads(out.stdout)["id"]
     cli("experiment", "wait", exp, "--timeout", "120", timeout=150)
     d = json.loads(cli("experiment", "describe", exp, "--json").stdout)
     assert d["state"] == "COMPLETED"
