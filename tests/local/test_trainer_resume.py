@@ -132,7 +132,7 @@ def test_preempted_three_times_is_bit_identical(tmp_path: Path) -> None:
         assert ckpt["steps"] >= reported
         assert resumed_from < ckpt["steps"] < LENGTH
         if restart:
-            assert f"resumed from checkpoint" in out
+            assert "resumed from checkpoint" in out
         resumed_from = ckpt["steps"]
 
     last = subprocess.run(_argv(), cwd=DIGITS, env=_env(tmp_path, trial, 3, 0.0),
