@@ -90,8 +90,9 @@ class ClusterStatus:
 
     @property
     def ready(self) -> bool:
-        dbd = any(d.name == "slurmdbd" and d.running for d in self.daemons)
-        return (self.munge_ok and self.controller_up and dbd
+        # sinfo keeps saying idle for a while after a slurmd died: check the daemons too.
+        daemons = all(d.running for d in self.daemons if d.name != "munged")
+        return (self.munge_ok and self.controller_up and daemons
                 and len(self.usable_nodes) >= self.expected_nodes)
 
 
@@ -230,10 +231,10 @@ class DevCluster:
             d.mkdir(parents=True, exist_ok=True)
         self.layout.state_dir.chmod(0o755)
         self.layout.etc_dir.chmod(0o700)
-        for d in (self.layout.mysql_dir, self.layout.mysql_run_dir):
+        for d, mode in ((self.layout.mysql_dir, 0o750), (self.layout.mysql_run_dir, 0o755)):
             d.mkdir(exist_ok=True)
             shutil.chown(d, "mysql", "mysql")
-            d.chmod(0o750)
+            d.chmod(mode)  # run/mysqld readable: `status` works for any user
         self.layout.slurm_etc.mkdir(parents=True, exist_ok=True)
 
     def _ensure_hosts(self) -> None:

@@ -21,7 +21,6 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
 
 #: First line of every file we write; a file without it is not ours to overwrite.
 MARKER = "Managed by dethpc devcluster"
@@ -132,6 +131,9 @@ class DevClusterLayout:
 
 def render_configs(layout: DevClusterLayout, db_password: str) -> dict[Path, str]:
     """Render slurm.conf and slurmdbd.conf: ``{destination: text}``."""
+    # Imported here so that `status` and the root/Debian checks work without jinja2.
+    from jinja2 import Environment, PackageLoader, StrictUndefined
+
     env = Environment(
         loader=PackageLoader("dethpc.devcluster", "templates"),
         undefined=StrictUndefined,
