@@ -36,7 +36,7 @@ def list_context(src: Path) -> list[ContextFile]:
     ignore_file = src / ".detignore"
     if ignore_file.is_file():
         patterns += ignore_file.read_text().splitlines()
-    spec = pathspec.PathSpec.from_lines("gitwildmatch", patterns)
+    spec = pathspec.PathSpec.from_lines("gitignore", patterns)
     out: list[ContextFile] = []
     for dirpath, dirnames, filenames in os.walk(src):
         rel_dir = os.path.relpath(dirpath, src)
