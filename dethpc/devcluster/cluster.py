@@ -333,7 +333,7 @@ class DevCluster:
         log = lay.log_dir / "mariadb.log"
         argv = ["/usr/sbin/mariadbd", "--no-defaults", "--user=mysql",
                 f"--datadir={lay.mysql_dir}", f"--socket={lay.mysql_socket}",
-                f"--pid-file={lay.pid_file('mariadbd')}", f"--log-error={log}",
+                f"--pid-file={lay.mysql_run_dir / 'mariadbd.pid'}", f"--log-error={log}",
                 "--bind-address=127.0.0.1", f"--port={lay.db_port}", "--skip-name-resolve",
                 "--innodb-buffer-pool-size=128M", "--innodb-lock-wait-timeout=900"]
         # mariadbd does not fork: run it in its own session, detached from us.
@@ -342,6 +342,8 @@ class DevCluster:
                 argv, stdin=devnull, stdout=out, stderr=out, start_new_session=True,
                 env=self.daemon_runner.env and dict(self.daemon_runner.env), close_fds=True,
             )
+        # Our own record (mariadbd's pid file is not readable by other users).
+        lay.pid_file("mariadbd").write_text(f"{proc.pid}\n")
         self._wait("MariaDB to answer ping", self._mariadb_ok, 60, log=log,
                    died=lambda: proc.poll() is not None)
         sql = (

@@ -21,7 +21,6 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 #: First line of every file we write; a file without it is not ours to overwrite.
 MARKER = "Managed by dethpc devcluster"
 DEFAULT_STATE_DIR = "/var/lib/dethpc-devcluster"
@@ -116,8 +115,6 @@ class DevClusterLayout:
         if daemon == "munged":
             # munged writes its own pid file in /run/munge; this one records that we started it.
             return self.run_dir / "munged.ours"
-        if daemon == "mariadbd":
-            return self.mysql_run_dir / "mariadbd.pid"
         return self.run_dir / f"{daemon}.pid"
 
     def directories(self) -> list[Path]:
