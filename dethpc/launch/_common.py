@@ -325,9 +325,10 @@ def parse_launcher_args(argv: Sequence[str], options: Sequence[str]) -> Launcher
         head, tail = argv[:cut], argv[cut + 1 :]
     else:
         head, tail = [], argv
-        while tail and (tail[0] in options or tail[0] == "--trial"):
-            head += tail[:2]
-            tail = tail[2:]
+        while tail and tail[0].partition("=")[0] in (*options, "--trial"):
+            take = 1 if "=" in tail[0] else 2
+            head += tail[:take]
+            tail = tail[take:]
     opts: dict[str, str] = {}
     overrides: list[str] = []
     i = 0
@@ -372,14 +373,30 @@ class LaunchPlan:
     env: Mapping[str, str] = field(default_factory=dict)
     workers: tuple[WorkerSpec, ...] = ()
     notes: tuple[str, ...] = ()
+    #: (path, content) pairs written before starting (a generated hostfile, ...)
+    files: tuple[tuple[str, str], ...] = ()
 
 
 def single_plan(
-    argv: Sequence[str], env: Mapping[str, str], notes: Sequence[str] = ()
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    notes: Sequence[str] = (),
+    files: Sequence[tuple[str, str]] = (),
 ) -> LaunchPlan:
     """Supervise one unprefixed child (``srun`` or a tool that prefixes itself)."""
     spec = WorkerSpec(tuple(argv), env, 0, prefix=False)
-    return LaunchPlan("workers", tuple(argv), env, (spec,), tuple(notes))
+    return LaunchPlan("workers", tuple(argv), env, (spec,), tuple(notes), tuple(files))
+
+
+def in_step_worker_plan(
+    target_argv: Sequence[str], layout: JobLayout, env: Mapping[str, str]
+) -> LaunchPlan:
+    """Inside an ``srun`` step this process is one rank: run the target as that rank."""
+    from dethpc.launch._worker import worker_env
+
+    wenv = worker_env({**env, **rendezvous_env(layout), **socket_env(env)})
+    spec = WorkerSpec(tuple(target_argv), wenv, int(wenv["RANK"]))
+    return LaunchPlan("workers", workers=(spec,))
 
 
 def local_workers(

@@ -36,9 +36,17 @@ KILL_GRACE_S = 10.0
 log = logging.getLogger("dethpc.launch")
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to the *current* ``sys.stderr`` (which tests and wrappers may swap)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
 def setup_logging() -> None:
     if not log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("[dethpc.launch] %(message)s"))
         log.addHandler(handler)
         log.setLevel(os.environ.get("DETHPC_LAUNCH_LOG", "INFO").upper())
@@ -64,6 +72,9 @@ def execute(plan: LaunchPlan) -> int:
     """Carry out a plan: replace this process, supervise one child, or run local workers."""
     for line in plan.notes:
         log.info("%s", line)
+    for path, content in plan.files:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(content)
     if plan.kind == "exec":
         log.debug("exec %s", plan.argv)
         os.execvpe(plan.argv[0], list(plan.argv), dict(plan.env))  # noqa: S606 - argv list

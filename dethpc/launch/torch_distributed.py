@@ -30,7 +30,7 @@ from dethpc.launch._common import (
     LaunchError,
     LaunchPlan,
     Target,
-    WorkerSpec,
+    in_step_worker_plan,
     local_layout,
     local_nproc,
     local_workers,
@@ -47,7 +47,6 @@ from dethpc.launch._common import (
     worker_argv,
 )
 from dethpc.launch._procs import execute, launcher_main
-from dethpc.launch._worker import worker_env
 
 MODES = ("srun", "torchrun")
 DEFAULT_MODE = "srun"
@@ -129,9 +128,7 @@ def plan(
     senv = read_slurm_env(env)
     layout = slurm_layout(senv, env)
     if mode == "srun" and senv.in_step:  # we are one task of the step: be its rank
-        wenv = worker_env({**env, **rendezvous_env(layout), **socket_env(env)})
-        spec = WorkerSpec(tuple(args.target.python_argv(python)), wenv, int(wenv["RANK"]))
-        return LaunchPlan("workers", workers=(spec,))
+        return in_step_worker_plan(args.target.python_argv(python), layout, env)
     if mode == "torchrun" and senv.in_step:
         layout = _nested_layout(layout, senv.ntasks, env)
         out_argv = build_argv(mode, args.target, layout, in_step=True, node_rank=senv.nodeid,

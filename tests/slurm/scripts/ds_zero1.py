@@ -1,0 +1,25 @@
+"""DeepSpeed ZeRO-1 proof: a few steps over gloo on CPU; rank 0 writes JSON to argv[1]."""
+
+import json
+import sys
+
+import deepspeed
+import torch
+
+deepspeed.init_distributed(dist_backend="gloo")
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+config = {"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 1},
+          "optimizer": {"type": "SGD", "params": {"lr": 0.1}}}
+engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+                                       config=config)
+losses = []
+for step in range(3):
+    x = torch.randn(4, 4)
+    loss = torch.nn.functional.mse_loss(engine(x), x.sum(-1, keepdim=True))
+    engine.backward(loss)
+    engine.step()
+    losses.append(loss.item())
+if engine.global_rank == 0:
+    json.dump({"world": engine.world_size, "steps": engine.global_steps, "losses": losses},
+              open(sys.argv[1], "w"))
