@@ -7,9 +7,14 @@ Every wait polls with a generous timeout; nothing asserts on durations.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
 
@@ -94,3 +99,45 @@ def test_low_job_is_preempted_signalled_and_requeued(slurm_cluster: Any, tmp_pat
         slurm_cluster.cancel(low, *([high] if high else []))
     events = log.read_text().splitlines()
     assert events.index("usr2 restart=0") < events.index("start restart=1"), events
+
+
+def _is_our_dev_cluster() -> bool:
+    from dethpc.devcluster.layout import DevClusterLayout
+
+    return DevClusterLayout().pid_file("slurmctld").exists()
+
+
+def test_status_command_reports_up(slurm_cluster: Any) -> None:
+    if not _is_our_dev_cluster():
+        pytest.skip("the reachable Slurm is not this machine's dev cluster")
+    res = subprocess.run([sys.executable, "-m", "dethpc.devcluster", "status"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "cluster is UP" in res.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="`up` needs root")
+def test_up_again_is_a_no_op(slurm_cluster: Any) -> None:
+    if not _is_our_dev_cluster():
+        pytest.skip("the reachable Slurm is not this machine's dev cluster")
+    before = slurm_cluster.run(["scontrol", "show", "config"])
+    res = subprocess.run([sys.executable, "-m", "dethpc.devcluster", "up"],
+                         capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stdout + res.stderr
+    after = slurm_cluster.run(["scontrol", "show", "config"])
+    # same controller: BOOT_TIME unchanged, so nothing was restarted
+    boot = [line for line in before.splitlines() if line.startswith("BOOT_TIME")]
+    assert boot and boot == [ln for ln in after.splitlines() if ln.startswith("BOOT_TIME")]
+
+
+def test_rendered_config_has_the_preemption_settings() -> None:
+    from dethpc.devcluster.layout import DevClusterLayout, render_configs
+
+    layout = DevClusterLayout(state_dir=Path("/x"), hostname="h")
+    confs = {p.name: text for p, text in render_configs(layout, "pw").items()}
+    conf = confs["slurm.conf"]
+    assert "SlurmctldParameters=preempt_send_user_signal" in conf
+    assert not [ln for ln in conf.splitlines() if ln.startswith("PreemptParameters")]
+    assert "NodeName=n4 NodeHostname=h NodeAddr=127.0.0.1 Port=17004 CPUs=16" in conf
+    assert "TmpFS=/x/tmp/%n" in conf
+    assert "StoragePass=pw" in confs["slurmdbd.conf"]
