@@ -18,6 +18,7 @@ from typing import Any
 from dethpc.core._checkpoint import CheckpointContext, DummyCheckpointContext
 from dethpc.core._distributed import DistributedContext
 from dethpc.core._info import (
+    ENV_CHECKPOINT_DIR,
     ENV_PREEMPT_SIGNAL,
     ClusterInfo,
     checkpoint_dir,
@@ -56,7 +57,9 @@ def build_context(*, distributed: DistributedContext | None = None,
     info = ClusterInfo.from_env(env)
     hparams = read_hparams(info.trial_dir, env)
     if info.trial_dir is None:
-        ckpt: CheckpointContext = DummyCheckpointContext(dist=dist)
+        raw_ckpt = env.get(ENV_CHECKPOINT_DIR)
+        ckpt: CheckpointContext = DummyCheckpointContext(Path(raw_ckpt) if raw_ckpt else None,
+                                                         dist)
         ctx = Context(distributed=dist, train=DummyTrainContext(dist), checkpoint=ckpt,
                       preempt=DummyPreemptContext(dist), searcher=DummySearcherContext(None, dist),
                       info=info, hparams=hparams)

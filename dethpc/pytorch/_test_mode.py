@@ -57,16 +57,19 @@ def run_test_mode(entrypoint: str | Sequence[str], context_dir: Path,
                   hparams: Mapping[str, Any], *,
                   experiment_config: Mapping[str, Any] | None = None,
                   env: Mapping[str, str] | None = None, python: str | None = None,
-                  timeout: float | None = None, keep: bool = False) -> int:
+                  timeout: float | None = None, keep: bool = False,
+                  workdir: Path | None = None) -> int:
     """Run ``entrypoint`` in test mode from ``context_dir``; return its exit code.
 
-    The trial directory is a temporary one, removed afterwards unless ``keep`` is
-    set or the run failed (its path is then logged).
+    The experiment directory is ``workdir`` (kept) or a temporary one, removed
+    afterwards unless ``keep`` is set or the run failed (its path is then logged).
+    The trial directory inside it is ``trials/0``.
     """
     context_dir = Path(context_dir).resolve()
     if not context_dir.is_dir():
         raise DethpcError(f"context directory {context_dir} does not exist")
-    root = Path(tempfile.mkdtemp(prefix="dethpc-test-"))
+    keep = keep or workdir is not None
+    root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="dethpc-test-"))
     paths = TrialPaths(root / "trials" / "0").ensure()
     paths.hparams.write_text(json.dumps(dict(hparams), indent=1))
     paths.target.write_text(json.dumps({"unit": "batches", "length": 1, "validate_at": [1]}))
