@@ -67,3 +67,15 @@ def test_train_py_runs_off_cluster(tmp_path: Path) -> None:
     ckpts = CheckpointContext(tmp_path / "ck", DistributedContext())
     uuid = ckpts.latest()
     assert uuid is not None and ckpts.get_metadata(uuid).steps_completed == 12
+
+
+@pytest.mark.parametrize(("name", "searcher", "trials"), [
+    ("const", "single", 1), ("random", "random", 8), ("grid", "grid", 8),
+    ("adaptive", "adaptive_asha", 16)])
+def test_example_configs_validate(name: str, searcher: str, trials: int) -> None:
+    from dethpc.config.experiment import load_experiment_config
+
+    cfg = load_experiment_config(DIGITS / f"{name}.yaml")
+    assert cfg.searcher.name == searcher and cfg.searcher.max_trials == trials
+    assert cfg.searcher.metric == "validation_loss" and cfg.searcher.smaller_is_better
+    assert not cfg.warnings
