@@ -1,6 +1,7 @@
 """DeepSpeed ZeRO-1 proof: a few steps over gloo on CPU; rank 0 writes JSON to argv[1]."""
 
 import json
+import os
 import sys
 
 import deepspeed
@@ -21,5 +22,6 @@ for step in range(3):
     engine.step()
     losses.append(loss.item())
 if engine.global_rank == 0:
-    json.dump({"world": engine.world_size, "steps": engine.global_steps, "losses": losses},
+    json.dump({"world": engine.world_size, "steps": engine.global_steps, "losses": losses,
+               "ds_env": os.environ.get("DETHPC_FROM_DS_ENV")},
               open(sys.argv[1], "w"))
