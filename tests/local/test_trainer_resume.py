@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
 from dethpc.core import CheckpointContext, DistributedContext  # noqa: E402
-from dethpc.exitcodes import EXIT_PREEMPTED  # noqa: E402
+from dethpc.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 DIGITS = REPO / "examples" / "digits"
@@ -152,3 +152,20 @@ def test_preempted_three_times_is_bit_identical(tmp_path: Path) -> None:
     # each training step appears in exactly one run: training records never go backwards
     steps = [r["steps"] for r in _records(trial) if r["kind"] == "training"]
     assert steps == sorted(steps) and steps[-1] == LENGTH
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("content", ["stop", "pause"])
+def test_stop_file_checkpoints_and_exits_81(tmp_path: Path, content: str) -> None:
+    (tmp_path / "slow_digits.py").write_text(SLOW_TRIAL)
+    trial = _trial_dir(tmp_path / "stop")
+    env = _env(tmp_path, trial, 0, 0.03)
+    proc = subprocess.Popen(_argv(), cwd=DIGITS, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    reported = _wait_for_training_past(proc, trial, 10)
+    (trial / "stop").write_text(content)
+    out, _ = proc.communicate()
+    assert proc.returncode == EXIT_STOPPED, out[-3000:]
+    ckpt = [r for r in _records(trial) if r["kind"] == "checkpoint"][-1]
+    assert reported <= ckpt["steps"] < LENGTH
+    assert f"({content})" in out
