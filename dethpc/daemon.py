@@ -26,7 +26,14 @@ from sqlmodel import select
 from dethpc.backends.base import Backend, JobInfo, JobRequest
 from dethpc.config.model import ClusterConfig, ExperimentConfig
 from dethpc.errors import DethpcError
-from dethpc.jobscript import array_script, batch_comment, batch_name, checkpoint_dir, trial_script
+from dethpc.jobscript import (
+    array_script,
+    batch_comment,
+    batch_name,
+    checkpoint_dir,
+    instance_tag,
+    trial_script,
+)
 from dethpc.paths import ExperimentPaths
 from dethpc.reconcile import ExperimentReconciler, load_config
 from dethpc.render import make_env, parse_slurm_time
@@ -65,6 +72,7 @@ class Daemon:
         self.unknown: dict[str, int] = {}
         self.jenv = make_env()
         self.python = cluster.python or _python()
+        self.tag = instance_tag(store.url)
 
     # ------------------------------------------------------------------ tick
     def tick(self) -> TickStats:
@@ -167,7 +175,7 @@ class Daemon:
             s.add(batch)
             s.flush()
             assert batch.id is not None
-            batch.name = batch_name(exp.id, batch.id)
+            batch.name = batch_name(exp.id, batch.id, self.tag)
             k = cfg.searcher.max_concurrent_trials
             batch.throttle = min(k, len(trials)) if k > 0 else 0
             for index, trial in enumerate(trials):
@@ -180,10 +188,11 @@ class Daemon:
             s.add(batch)
             batch_id, name, throttle = batch.id, batch.name, batch.throttle
         tasks = [(i, self.write_trial(exp, cfg, t)) for i, t in enumerate(trials)]
-        comment = batch_comment(exp.id, batch_id)
+        comment = batch_comment(exp.id, batch_id, self.tag)
         script = paths.array_script(batch_id)
         script.write_text(array_script(cfg, self.cluster, run_dir=paths.root, exp_id=exp.id,
-                                       batch_id=batch_id, tasks=tasks, jenv=self.jenv))
+                                       batch_id=batch_id, tasks=tasks, tag=self.tag,
+                                       jenv=self.jenv))
         request = JobRequest(
             name=name, comment=comment, script=script, workdir=paths.root,
             array_indices=tuple(range(len(trials))), throttle=throttle or None,

@@ -71,21 +71,29 @@ def trial_script(cfg: ExperimentConfig, cluster: ClusterConfig, *, backend: str,
         python=python, signal=pool.signal, signal_grace_s=pool.signal_grace_s), jenv)
 
 
-def batch_name(exp_id: int, batch_id: int) -> str:
-    return f"dethpc-e{exp_id}-b{batch_id}"
+def instance_tag(database_url: str) -> str:
+    """A short tag of the database: two dethpc installations (or test databases) of one
+    user never share job names, so adoption by name can never take another's job."""
+    import hashlib
+
+    return hashlib.sha256(database_url.encode()).hexdigest()[:6]
 
 
-def batch_comment(exp_id: int, batch_id: int) -> str:
-    return f"dethpc:exp={exp_id}:batch={batch_id}"
+def batch_name(exp_id: int, batch_id: int, tag: str = "") -> str:
+    return f"dethpc-{tag}-e{exp_id}-b{batch_id}" if tag else f"dethpc-e{exp_id}-b{batch_id}"
+
+
+def batch_comment(exp_id: int, batch_id: int, tag: str = "") -> str:
+    return f"dethpc:db={tag}:exp={exp_id}:batch={batch_id}"
 
 
 def array_script(cfg: ExperimentConfig, cluster: ClusterConfig, *, run_dir: Path, exp_id: int,
-                 batch_id: int, tasks: list[tuple[int, Path]],
+                 batch_id: int, tasks: list[tuple[int, Path]], tag: str = "",
                  jenv: jinja2.Environment | None = None) -> str:
     pool = cluster.pool(cfg.resources.resource_pool)
     paths = ExperimentPaths(run_dir)
-    directives = trial_directives(cfg, pool, name=batch_name(exp_id, batch_id),
-                                  comment=batch_comment(exp_id, batch_id),
+    directives = trial_directives(cfg, pool, name=batch_name(exp_id, batch_id, tag),
+                                  comment=batch_comment(exp_id, batch_id, tag),
                                   output=str(paths.arrays / "slurm-%A_%a.out"))
     return render_array_script(experiment_id=exp_id, batch_id=batch_id, directives=directives,
                                tasks=tasks, jenv=jenv)

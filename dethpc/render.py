@@ -195,7 +195,10 @@ def trial_env(cfg: ExperimentConfig, cluster: ClusterConfig, pool: ResourcePool,
     if pool.socket_ifname:
         env.append(("DETHPC_SOCKET_IFNAME", pool.socket_ifname))
     env += list((extra or {}).items())
-    env += list(cfg.environment.environment_variables.items())
+    user_env = cfg.environment.environment_variables
+    if pool.gres and cfg.environment.environment_variables_gpu is not None:
+        user_env = cfg.environment.environment_variables_gpu
+    env += list(user_env.items())
     for key, _ in env:
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
             raise SubmitError(f"environment variable name {key!r} is not a valid identifier")

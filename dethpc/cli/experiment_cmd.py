@@ -43,8 +43,14 @@ def create(
             raise DethpcError("--local and --test go together (Determined's habit): "
                               "`dethpc submit --local --test CONFIG DIR`")
         from dethpc.pytorch import run_test_mode
+        from dethpc.searchers.base import Create
+        from dethpc.searchers.factory import make_searcher
 
-        code = run_test_mode(cfg, context)
+        first = next(a for a in make_searcher(cfg.searcher, cfg.hyperparameters,
+                                              cfg.experiment_seed).initial()
+                     if isinstance(a, Create))
+        code = run_test_mode(cfg.entrypoint, context, first.hparams, experiment_config=cfg.raw)
+        console.print(f"test mode {'passed' if code == 0 else f'failed (exit code {code})'}")
         raise typer.Exit(code)
     exp_id = experiments.create_experiment(ENV.store, ENV.cluster, cfg, context, ENV.backend)
     if json_out:

@@ -174,16 +174,19 @@ def _checkpoint_storage(ck: Checker, value: Any) -> CheckpointStorage:
         ck.error(join(path, "type"), f"storage type {kind!r} is not supported on dethpc; "
                                      "use shared_fs or directory")
         return CheckpointStorage()
-    kind = ck.choice(ck.required(data, "type", path), join(path, "type"),
-                     tuple(_CKPT_FIELDS), None)
+    saves = {key: int(ck.integer(data.get(key), join(path, key), default, minimum=0))
+             for key, default in zip(_CKPT_SAVE, (0, 1, 1), strict=True)}
+    if "type" not in data:
+        # only the GC counts: checkpoints stay in the trial's run directory
+        ck.keys(data, path, _CKPT_SAVE, None)
+        return CheckpointStorage(**saves)  # type: ignore[arg-type]
+    kind = ck.choice(data["type"], join(path, "type"), tuple(_CKPT_FIELDS), None)
     if kind is None:
         return CheckpointStorage()
     ignored = {"propagation": _PROPAGATION} if kind == "shared_fs" else None
     ck.keys(data, path, _CKPT_FIELDS[kind] + _CKPT_SAVE, ignored)
     location = (_shared_fs_path(ck, data, path) if kind == "shared_fs"
                 else _absolute(ck, data, "container_path", path))
-    saves = {key: int(ck.integer(data.get(key), join(path, key), default, minimum=0))
-             for key, default in zip(_CKPT_SAVE, (0, 1, 1), strict=True)}
     return CheckpointStorage(type=kind, path=location, **saves)  # type: ignore[arg-type]
 
 

@@ -66,9 +66,16 @@ def drive(daemon: Daemon, store: Store, exp_id: int, timeout: float = 240,
     raise AssertionError(f"experiment {exp_id} did not finish in {timeout}s")
 
 
-def squeue_names(prefix: str) -> list[str]:
-    out = CommandRunner().run(["squeue", "-h", "-o", "%i|%j"]).stdout
-    return [line for line in out.splitlines() if f"|{prefix}" in line]
+def in_queue(store: Store, exp_id: int) -> list[str]:
+    """This experiment's jobs that squeue still lists."""
+    from sqlmodel import select
+
+    from dethpc.store.models import Batch
+
+    with store.session() as s:
+        ids = {b.array_job_id for b in s.exec(select(Batch).where(Batch.experiment_id == exp_id))}
+    out = CommandRunner().run(["squeue", "-h", "-r", "-o", "%i|%F"]).stdout
+    return [line for line in out.splitlines() if line.split("|")[1] in ids]
 
 
 def test_toy_experiment_runs_to_completion_across_nodes(env, tmp_path):
@@ -114,9 +121,9 @@ def test_kill_cancels_every_job(env, tmp_path):
     experiments.request_state(store, exp, "kill")
     assert drive(daemon, store, exp, timeout=120) == "CANCELED"
     deadline = time.monotonic() + 60
-    while squeue_names(f"dethpc-e{exp}-") and time.monotonic() < deadline:
+    while in_queue(store, exp) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert squeue_names(f"dethpc-e{exp}-") == []
+    assert in_queue(store, exp) == []
     assert all(t["state"] == "CANCELED" for t in describe_experiment(store, exp)["trials"])
 
 

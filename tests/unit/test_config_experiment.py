@@ -415,7 +415,7 @@ def test_warnings(changes: dict[str, Any], warning: str) -> None:
          "checkpoint_storage.type: storage type 'azure' is not supported"),
         ({"checkpoint_storage": {"type": "nfs"}},
          "checkpoint_storage.type: invalid value 'nfs'; allowed: 'shared_fs', 'directory'"),
-        ({"checkpoint_storage": {"host_path": "/x"}}, "checkpoint_storage.type: required"),
+        ({"checkpoint_storage": {"host_path": "/x"}}, "checkpoint_storage.host_path: unknown field"),
         ({"checkpoint_storage": {"type": "shared_fs"}}, "checkpoint_storage.host_path: required"),
         ({"checkpoint_storage": {"type": "shared_fs", "host_path": "rel"}},
          "checkpoint_storage.host_path: expected an absolute path, got 'rel'"),
