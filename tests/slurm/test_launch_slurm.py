@@ -78,8 +78,7 @@ def test_torch_distributed_two_nodes_matches_single_process(slurm_cluster, tmp_p
 
 
 def test_failing_rank_takes_the_job_down(slurm_cluster, tmp_path) -> None:
-    code = ("import os, sys, time\n"
-            "sys.exit(3) if os.environ['RANK'] == '2' else time.sleep(600)")
+    code = "import os, sys, time; sys.exit(3) if os.environ['RANK'] == '2' else time.sleep(600)"
     state, output = submit(
         slurm_cluster, tmp_path, "fail", ["--nodes=2", "--ntasks-per-node=2"],
         [sys.executable, "-m", "dethpc.launch.torch_distributed", "--",

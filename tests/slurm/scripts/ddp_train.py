@@ -45,6 +45,7 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     t = torch.tensor([float(rank + 1)])
     dist.all_reduce(t)
+    print(f"all_reduce={t.item()} world={world}", flush=True)
     weights = train(torch.nn.parallel.DistributedDataParallel(model), x, y, rank, world)
     if rank == 0:
         json.dump({"world": world, "allreduce": t.item(), "weights": weights,

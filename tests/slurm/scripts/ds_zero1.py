@@ -11,6 +11,7 @@ deepspeed.init_distributed(dist_backend="gloo")
 torch.manual_seed(0)
 model = torch.nn.Linear(4, 1)
 config = {"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 1},
+          "zero_allow_untested_optimizer": True,
           "optimizer": {"type": "SGD", "params": {"lr": 0.1}}}
 engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                        config=config)
