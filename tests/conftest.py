@@ -15,7 +15,6 @@ import pytest
 
 _UNPROBED = object()
 _probe_result: object = _UNPROBED
-_CI_FAILURE = "_dethpc_slurm_ci_failure"
 
 
 def in_ci() -> bool:
@@ -41,6 +40,17 @@ def _skip_message(reason: str) -> str:
     return f"no Slurm cluster: {reason} (start it: sudo scripts/devcluster up)"
 
 
+SLURM_FIXTURES = frozenset({"slurm_cluster", "slurm_required"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses a Slurm fixture is a Slurm test, wherever it lives."""
+    for item in items:
+        if SLURM_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slurm)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("slurm") is None:
@@ -52,16 +62,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(_skip_message(reason))
     message = _ci_message(reason)
     # Fail in the call phase, so the report says FAILED (not a setup ERROR).
-    setattr(item, _CI_FAILURE, message)
     item.runtest = lambda: pytest.fail(message, pytrace=False)  # type: ignore[method-assign]
 
 
-@pytest.fixture
-def slurm_required(request: pytest.FixtureRequest) -> None:
-    """Depend on this (or use the ``slurm`` marker) to need the Slurm cluster."""
+@pytest.fixture(scope="session")
+def slurm_required() -> None:
+    """Depend on this (or use the ``slurm`` marker) to need the Slurm cluster.
+
+    Every test using it is marked ``slurm`` (above), so under CI the test itself
+    FAILS through ``pytest_runtest_setup``; here only the local skip remains.
+    """
     reason = slurm_unavailable()
-    if reason is None or getattr(request.node, _CI_FAILURE, None):
-        return
-    if in_ci():
-        pytest.fail(_ci_message(reason), pytrace=False)
-    pytest.skip(_skip_message(reason))
+    if reason is not None and not in_ci():
+        pytest.skip(_skip_message(reason))

@@ -84,7 +84,7 @@ class SlurmCluster:
             time.sleep(interval)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def slurm_cluster(slurm_required: None) -> SlurmCluster:
     """The live dev cluster (`scontrol ping` UP and 4 usable nodes, probed once a session)."""
     return SlurmCluster()
