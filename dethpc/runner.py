@@ -28,6 +28,7 @@ TRANSIENT_MARKERS: tuple[str, ...] = (
     "Zero Bytes were transmitted",
     "Connection refused",
     "Transaction timed out",
+    "Munge encode failed",  # munged restarting
 )
 
 
