@@ -133,15 +133,14 @@ class SlurmBackend:
 
     # ----------------------------------------------------------------- poll
     def poll(self, refs: Sequence[str]) -> dict[str, JobInfo]:
-        """One squeue (``--states=all``: also jobs that ended within MinJobAge), then
-        one sacct for the refs squeue no longer lists or lists as ended (sacct has
-        the exit code)."""
+        """One squeue (``--states=all``: also jobs that ended within MinJobAge, with
+        their exit code), then one sacct for the refs squeue no longer knows."""
         if not refs:
             return {}
         live = {i.ref: i for i in self._squeue(sp.unique_bases(refs))}
-        need = [r for r in refs if not _live(_pick(live, r))]
+        need = [r for r in refs if _pick(live, r) is None]
         done = self._sacct(need) if need else {}
-        return {r: _pick(done, r) or _pick(live, r) or JobInfo(ref=r, state=JobState.UNKNOWN)
+        return {r: _pick(live, r) or _pick(done, r) or JobInfo(ref=r, state=JobState.UNKNOWN)
                 for r in refs}
 
     def _squeue(self, bases: list[str]) -> list[JobInfo]:
@@ -149,7 +148,7 @@ class SlurmBackend:
         if query is not None:
             return query.live_jobs(bases)
         res = self.runner.run(["squeue", "-h", "-r", "--states=all", f"--jobs={','.join(bases)}",
-                               "-o", sp.SQUEUE_FORMAT], check=False)
+                               "-O", sp.SQUEUE_FIELDS], check=False)
         if res.returncode != 0:
             if any(m in res.stderr for m in _GONE):
                 return []  # a single unknown id: nothing of it is in the queue
@@ -194,7 +193,7 @@ class SlurmBackend:
         if not names:
             return []
         joined = ",".join(names)
-        argv = ["squeue", "-h", "-r", "--states=all", f"--name={joined}", "-o", sp.SQUEUE_FORMAT]
+        argv = ["squeue", "-h", "-r", "--states=all", f"--name={joined}", "-O", sp.SQUEUE_FIELDS]
         if self.user:
             argv.append(f"--user={self.user}")
         found = {i.ref: i for i in sp.parse_squeue(self.runner.run(argv).stdout)}
@@ -250,10 +249,6 @@ def _pick(table: dict[str, JobInfo], ref: str) -> JobInfo | None:
     jid = sp.parse_job_id(ref)
     meta = table.get(jid.base) if jid.task is not None else None
     return replace(meta, ref=ref) if meta is not None else None
-
-
-def _live(info: JobInfo | None) -> bool:
-    return info is not None and not info.state.is_terminal
 
 
 def _check_fit(part: sp.Partition, nodes: int, tasks_per_node: int, gpus_per_node: int) -> None:

@@ -192,9 +192,11 @@ def format_array(indices: Iterable[int], throttle: int | None = None) -> str:
 
 
 # --------------------------------------------------------------- squeue / sacct
-#: squeue -o fields: job id (123_4 with -r), long state, reason, nodes, name, comment.
-#: The comment goes last so that a '|' inside it cannot shift the other fields.
-SQUEUE_FORMAT = "%i|%T|%r|%N|%j|%k"
+#: squeue -O fields: ``:0`` means "no padding, no truncation", ``|`` is the suffix
+#: (the delimiter). exit_code is the raw wait status (256 = exit 1). The comment
+#: goes last so that a '|' inside it cannot shift the other fields.
+SQUEUE_FIELDS = ("JobArrayID:0|,State:0|,exit_code:0|,RestartCnt:0|,Reason:0|,"
+                 "NodeList:0|,Name:0|,Comment:0")
 #: sacct -o fields (with -P the delimiter is '|'); Comment last for the same reason.
 SACCT_FIELDS = "JobID,State,ExitCode,Reason,NodeList,JobName,Comment"
 
@@ -204,29 +206,46 @@ def _clean(value: str) -> str:
     return "" if v in ("(null)", "None", "N/A") else v
 
 
+def parse_wait_status(text: str) -> tuple[int | None, int | None]:
+    """squeue ``exit_code`` (a wait status) -> (exit code, signal): "512" -> (2, None),
+    "9" -> (0, 9). Empty or "N/A" -> (None, None)."""
+    t = text.strip()
+    if not t.isdigit():
+        return None, None
+    status = int(t)
+    return status >> 8, (status & 0x7F) or None
+
+
+def _int_or_zero(text: str) -> int:
+    t = text.strip()
+    return int(t) if t.isdigit() else 0
+
+
 def parse_squeue(text: str) -> list[JobInfo]:
-    """Parse ``squeue -h -r -o SQUEUE_FORMAT`` output; one JobInfo per task.
+    """Parse ``squeue -h -r -O SQUEUE_FIELDS`` output; one JobInfo per task.
 
     Lines whose id is a bracket form (when ``-r`` was not honoured) expand to
-    one JobInfo per index. Malformed lines are skipped.
+    one JobInfo per index. The exit code is only reported for ended jobs
+    (squeue lists them for MinJobAge with ``--states=all``). Malformed lines
+    are skipped.
     """
     out: list[JobInfo] = []
     for line in text.splitlines():
-        fields = line.split("|", 5)
-        if len(fields) < 6:
+        fields = line.split("|", 7)
+        if len(fields) < 8:
             continue
-        jid, state, reason, nodes, name, comment = fields
+        jid, state, status, restarts, reason, nodes, name, comment = fields
         try:
             parsed = parse_job_id(jid)
         except ValueError:
             continue
         st = map_state(state)
-        exit_code = 0 if st is JobState.COMPLETED else None
+        code, sig = parse_wait_status(status) if st.is_terminal else (None, None)
         for ref in parsed.refs():
             out.append(JobInfo(
-                ref=ref, state=st, raw_state=state.strip(), exit_code=exit_code,
-                reason=_clean(reason), nodes=_clean(nodes), name=name.strip(),
-                comment=_clean(comment),
+                ref=ref, state=st, raw_state=state.strip(), exit_code=code, signal=sig,
+                reason=_clean(reason), restart_count=_int_or_zero(restarts),
+                nodes=_clean(nodes), name=name.strip(), comment=_clean(comment),
             ))
     return out
 

@@ -21,6 +21,7 @@ from dethpc.backends.slurm_parse import (
     parse_slurm_time,
     parse_squeue,
     parse_version,
+    parse_wait_status,
     unique_bases,
 )
 
@@ -147,19 +148,33 @@ def test_parse_sbatch_parsable_rejects(bad: str) -> None:
 
 def test_parse_squeue() -> None:
     text = (
-        "100_0|RUNNING|None|n1|exp-b1|dethpc:exp=1:batch=1\n"
-        "100_1|PENDING|Resources||exp-b1|dethpc:exp=1:batch=1\n"
-        "100_[4-5%2]|PENDING|JobArrayTaskLimit||exp-b1|(null)\n"
-        "101|COMPLETED|None|n[1-2]|single|a|b\n"
+        "100_0|RUNNING|0|0|None|n1|exp-b1|dethpc:exp=1:batch=1\n"
+        "100_1|PENDING|0|2|Resources||exp-b1|dethpc:exp=1:batch=1\n"
+        "100_[4-5%2]|PENDING|0|0|JobArrayTaskLimit||exp-b1|(null)\n"
+        "101|COMPLETED|0|0|None|n[1-2]|single|a|b\n"
+        "102_3|FAILED|512|1|NonZeroExitCode|n1|x|\n"
+        "103|CANCELLED|9|0|None|n1|x|\n"
         "garbage line\n"
     )
     infos = {i.ref: i for i in parse_squeue(text)}
-    assert list(infos) == ["100_0", "100_1", "100_4", "100_5", "101"]
+    assert list(infos) == ["100_0", "100_1", "100_4", "100_5", "101", "102_3", "103"]
     assert infos["100_0"].state is S.RUNNING and infos["100_0"].nodes == "n1"
+    assert infos["100_0"].exit_code is None
     assert infos["100_1"].reason == "Resources" and infos["100_1"].nodes == ""
+    assert infos["100_1"].restart_count == 2
     assert infos["100_4"].comment == "" and infos["100_4"].reason == "JobArrayTaskLimit"
     assert infos["101"].comment == "a|b" and infos["101"].exit_code == 0
     assert infos["100_0"].reason == ""
+    assert (infos["102_3"].state, infos["102_3"].exit_code) == (S.FAILED, 2)
+    assert (infos["103"].exit_code, infos["103"].signal) == (0, 9)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("0", (0, None)), ("256", (1, None)), ("512", (2, None)), ("9", (0, 9)),
+    ("15", (0, 15)), ("N/A", (None, None)), ("", (None, None)),
+])
+def test_parse_wait_status(text: str, expected: tuple[int | None, int | None]) -> None:
+    assert parse_wait_status(text) == expected
 
 
 def test_parse_sacct() -> None:
