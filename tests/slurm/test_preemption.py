@@ -1,0 +1,106 @@
+"""Issue 4, proof 1: partition preemption on the real dev cluster, through the daemon.
+
+A trial on the preemptible ``low`` partition (``--signal=B:USR2@8``) is preempted
+by a job on ``high`` that needs the trial's CPUs (pinned to its node). The batch shell gets USR2
+(``preempt_send_user_signal``), forwards it to the training step, the Trainer
+checkpoints at the next step boundary within the partition's GraceTime, the job
+is requeued under the same id (SLURM_RESTART_COUNT 0 -> 1), resumes from that
+checkpoint and completes. Its final weights are bit-identical to the same trial
+run uninterrupted with plain python; the daemon counts no restart.
+
+Every wait polls with a generous timeout; no assertion is on a duration except
+"checkpoint committed within the partition's GraceTime", which is the contract.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.slurm.fixtures.harness import (
+    DaemonHarness,
+    assert_bit_identical,
+    checkpoints,
+    experiment_yaml,
+    job_log,
+    max_step,
+    preempt,
+    read_jsonl,
+    start_reference,
+)
+
+BATCHES = 300
+HPARAMS = {"step_time": 0.1}
+#: the dev cluster's GraceTime on `low` (tests/slurm/test_devcluster.py checks it)
+LOW_GRACE_TIME_S = 10
+
+
+@pytest.fixture
+def harness(tmp_path: Path, slurm_cluster: Any) -> Iterator[DaemonHarness]:
+    h = DaemonHarness.create(tmp_path / "dethpc")
+    yield h
+    h.cancel_all_experiments()
+
+
+def test_partition_preemption_checkpoints_requeues_and_resumes_bit_identical(
+        harness: DaemonHarness, slurm_cluster: Any, tmp_path: Path) -> None:
+    reference = start_reference(tmp_path / "reference.pt", BATCHES, HPARAMS)
+    exp = harness.submit(experiment_yaml(batches=BATCHES, pool="low", hparams=HPARAMS))
+    ref = harness.wait("the trial's job to be submitted", lambda: harness.job_ref(exp))
+    trial_dir = harness.trial_dir(exp)
+    ckpt_dir = harness.ckpt_dir(exp)
+    harness.wait("the trial to train past its second checkpoint",
+                 lambda: max_step(trial_dir) >= 25, timeout=480)
+    # a high job that needs the trial's CPUs on its node
+    preemptors = preempt(ref, lambda: bool(read_jsonl(trial_dir / "runs.jsonl")))
+    try:
+        first = harness.wait("the trial to checkpoint and exit",
+                             lambda: read_jsonl(trial_dir / "runs.jsonl"), timeout=120)
+        assert first[0]["preempted"], "the trial ended before it was preempted"
+        done = harness.wait_done(exp, timeout=400)
+    finally:
+        slurm_cluster.cancel(*preemptors)
+
+    assert done.state == "COMPLETED", harness.events(exp)
+    trial = harness.trial(exp)
+    assert trial.state == "COMPLETED" and trial.steps_completed == BATCHES
+    assert trial.restarts == 0, "a preemption must not count against max_restarts"
+
+    # the same job id ran again: requeued, SLURM_RESTART_COUNT 0, 1, ... (other users of
+    # the shared dev cluster may preempt it once more: every run but the last is preempted)
+    exits = read_jsonl(trial_dir / "exits.jsonl")
+    n = len(exits)
+    assert n >= 2, exits
+    assert [(e["reason"], e["restart"], e["job"]) for e in exits] == [
+        *[("preempted", i, ref) for i in range(n - 1)], ("completed", n - 1, ref)], exits
+    assert exits[0]["code"] == 80 and exits[0]["signal"] == "USR2"
+    runs = read_jsonl(trial_dir / "runs.jsonl")
+    assert [r["run"] for r in runs] == list(range(n)), runs
+    assert [r["preempted"] for r in runs] == [True] * (n - 1) + [False], runs
+    for before, after in zip(runs, runs[1:], strict=False):
+        assert after["first_batch"] == before["batches_done"], runs
+
+    # the checkpoint written on the signal holds the last finished step, and the
+    # requeued run resumed exactly there: no step lost beyond the one in flight
+    stopped_at = runs[0]["batches_done"]
+    assert runs[1]["first_batch"] == stopped_at
+    on_signal = [c for c in checkpoints(ckpt_dir) if c["steps_completed"] == stopped_at]
+    assert on_signal, f"no checkpoint at step {stopped_at}"
+    signal_to_commit = on_signal[-1]["time"] - runs[0]["signal_at"]
+    assert 0 <= signal_to_commit < LOW_GRACE_TIME_S, signal_to_commit
+    log = job_log(trial_dir)
+    assert "batch shell got SIGUSR2" in log
+    assert "resumed from checkpoint " + on_signal[-1]["uuid"] in log
+
+    # bit-identical to the uninterrupted run
+    assert_bit_identical(trial_dir / "final_weights.pt", tmp_path / "reference.pt", reference)
+    high_rows = slurm_cluster.sacct(preemptors[-1], "JobID,State")
+    assert high_rows and high_rows[0]["State"] in ("COMPLETED", "RUNNING"), high_rows
+    show = subprocess.run(["scontrol", "-o", "show", "job", ref], capture_output=True,
+                          text=True, check=False).stdout
+    if "Restarts=" in show:  # while slurmctld still remembers the job (MinJobAge)
+        assert "Restarts=1" in show, show
