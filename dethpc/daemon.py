@@ -79,7 +79,8 @@ class Daemon:
         stats = TickStats()
         with self.store.session() as s:
             exp_ids = [e.id for e in s.exec(select(Experiment).where(
-                Experiment.state.in_(OPEN_STATES)))]  # type: ignore[attr-defined]
+                Experiment.state.in_(OPEN_STATES)))  # type: ignore[attr-defined]
+                if e.id is not None]
         stats.experiments = len(exp_ids)
         if not exp_ids:
             return stats

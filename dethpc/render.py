@@ -76,7 +76,8 @@ def parse_slurm_time(value: str | None) -> int | None:
     m = _TIME.match(str(value).strip())
     if not m:
         raise SubmitError(f"time limit {value!r} is not in sbatch --time syntax")
-    d, a, b, c = (int(x) if x is not None else None for x in m.group("d", "a", "b", "c"))
+    d, b, c = (int(x) if x is not None else None for x in m.group("d", "b", "c"))
+    a = int(m.group("a"))
     if d is not None:  # D-HH[:MM[:SS]]
         return d * 86400 + a * 3600 + (b or 0) * 60 + (c or 0)
     if b is None:      # MM

@@ -74,7 +74,7 @@ class Store:
 
 
 def _tables() -> list:  # type: ignore[type-arg]
-    return [m.__table__ for m in (  # type: ignore[attr-defined]
+    return [m.__table__ for m in (  # type: ignore[attr-defined,union-attr]
         models.SchemaInfo, models.Experiment, models.SearcherState, models.Trial,
         models.Batch, models.Job, models.Checkpoint, models.Metric, models.Event,
         models.IngestOffset)]

@@ -118,8 +118,8 @@ def test_pause_checkpoints_and_activate_resumes(home, tmp_path):
                        searcher={"name": "single", "metric": "validation_loss",
                                  "max_length": {"batches": 40}})
     exp = submit(cfg)
-    wait_for(lambda: describe(exp)["trials"] and describe(exp)["trials"][0]["steps_completed"] >= 3,
-             what="some progress")
+    wait_for(lambda: describe(exp)["trials"]
+             and describe(exp)["trials"][0]["steps_completed"] >= 3, what="some progress")
     cli("experiment", "pause", exp)
     wait_for(lambda: describe(exp)["trials"][0]["state"] == "PAUSED", what="paused trial")
     paused_at = describe(exp)["trials"][0]["steps_completed"]
@@ -153,5 +153,6 @@ def test_kill_and_cancel_end_every_job(home, tmp_path, action, trial_state):
     from dethpc.backends.local import LocalBackend
 
     backend = LocalBackend(Path(home) / "local-spool")
-    infos = backend.poll([f"{p.parent.name}" for p in (Path(home) / "local-spool").rglob("request.json")])
+    spool = Path(home) / "local-spool"
+    infos = backend.poll([p.parent.name for p in spool.rglob("request.json")])
     assert infos and all(i.state.is_terminal for i in infos.values())
