@@ -266,9 +266,14 @@ class ExperimentReconciler:
         info = self.infos.get(job.ref or "")
         if info is None or info.restart_count <= job.restart_count:
             return
+        if info.raw_state in ("COMPLETING", "CG"):
+            # Slurm counts the requeue at once, while the old run's batch shell may still
+            # be writing its exit record (KillWait): judge the run once it has ended.
+            return
         trial = self.trials[job.trial_id]
+        free = self.free_runs(trial, job.ref or "")
         for run in range(job.restart_count, info.restart_count):
-            if not (job.exit_run == run and job.exit_reason in FREE_REASONS):
+            if run not in free:
                 trial.restarts += 1
                 trial.runs += 1
                 self.event("restart", f"run {run} ended without a checkpointed exit "
@@ -281,6 +286,13 @@ class ExperimentReconciler:
             self.out.cancel.append(job.ref or "")
             self.fail(trial, f"failed {trial.restarts} times (max_restarts="
                       f"{self.cfg.max_restarts})")
+
+    def free_runs(self, trial: Trial, ref: str) -> set[int]:
+        """Runs of job ``ref`` that ended with a free exit record (exits.jsonl; the
+        job row keeps only the last record, and one tick may see several runs end)."""
+        chunk = read_new_lines(self.tpaths(trial).exit_log, 0)
+        return {int(r.get("restart", -1)) for r in chunk.records
+                if str(r.get("job", "")) == ref and r.get("reason") in FREE_REASONS}
 
     def end_reason(self, job: Job, info: JobInfo) -> str:
         if job.exit_reason and job.exit_run == info.restart_count:
