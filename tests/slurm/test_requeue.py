@@ -1,0 +1,119 @@
+"""Issue 4, proof 3: requeues that are not the trial's fault are free; a crashed
+node is not, and is counted against ``max_restarts`` — on the real dev cluster,
+through the daemon.
+
+* ``scancel --signal=USR2 --batch <job>`` (what a site's tooling or a user sends)
+  and ``scontrol requeue <job>`` (an admin draining a node): the trial
+  checkpoints at the next step boundary, the job is requeued under its id and
+  resumes from that checkpoint; the daemon counts no restart.
+* SIGKILL of the trial's node's slurmd and of every process of the job (what a
+  node crash does): slurmctld requeues the job when the node comes back
+  without it; the trial resumes from its last periodic checkpoint and the
+  daemon counts one restart.
+
+In every case the final weights are bit-identical to the uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.slurm.fixtures.harness import (
+    DaemonHarness,
+    assert_bit_identical,
+    checkpoints,
+    crash_node,
+    experiment_yaml,
+    job_log,
+    max_step,
+    read_jsonl,
+    revive_node,
+    start_reference,
+    steps_log,
+)
+
+BATCHES = 160
+HPARAMS = {"step_time": 0.1}
+
+
+@pytest.fixture
+def harness(tmp_path: Path, slurm_cluster: Any) -> Iterator[DaemonHarness]:
+    h = DaemonHarness.create(tmp_path / "dethpc")
+    yield h
+    h.cancel_all_experiments()
+
+
+def run_started(trial_dir: Path, run: int, min_steps: int) -> bool:
+    """Run ``run`` of the trial has trained ``min_steps`` batches in this run."""
+    seen = [s for r, s in steps_log(trial_dir) if r == run]
+    return len(seen) >= min_steps
+
+
+def test_user_signal_and_manual_requeue_are_free(harness: DaemonHarness, tmp_path: Path) -> None:
+    reference = start_reference(tmp_path / "reference.pt", BATCHES, HPARAMS)
+    exp = harness.submit(experiment_yaml(batches=BATCHES, pool="debug", hparams=HPARAMS))
+    ref = harness.wait("the trial's job", lambda: harness.job_ref(exp))
+    trial_dir = harness.trial_dir(exp)
+
+    harness.wait("run 0 to train", lambda: run_started(trial_dir, 0, 15), timeout=600)
+    subprocess.run(["scancel", "--signal=USR2", "--batch", ref], check=True, timeout=30)
+    harness.wait("run 0 to checkpoint and exit",
+                 lambda: len(read_jsonl(trial_dir / "runs.jsonl")) == 1, timeout=120)
+    harness.wait("run 1 to train", lambda: run_started(trial_dir, 1, 15), timeout=300)
+    subprocess.run(["scontrol", "requeue", ref], check=True, timeout=30)
+    harness.wait("run 1 to checkpoint and exit",
+                 lambda: len(read_jsonl(trial_dir / "runs.jsonl")) == 2, timeout=120)
+    done = harness.wait_done(exp, timeout=400)
+
+    assert done.state == "COMPLETED", harness.events(exp)
+    trial = harness.trial(exp)
+    assert trial.restarts == 0, harness.events(exp)
+    exits = read_jsonl(trial_dir / "exits.jsonl")
+    assert [e["restart"] for e in exits] == [0, 1, 2] and {e["job"] for e in exits} == {ref}
+    assert [e["code"] for e in exits] == [80, 80, 0], exits
+    assert exits[0]["signal"] == "USR2"   # scancel --batch: to the batch shell
+    assert exits[1]["signal"] == "TERM"   # scontrol requeue: SIGTERM, then KillWait
+    runs = read_jsonl(trial_dir / "runs.jsonl")
+    assert [r["preempted"] for r in runs] == [True, True, False]
+    for before, after in zip(runs, runs[1:], strict=False):
+        assert after["first_batch"] == before["batches_done"], runs  # nothing lost
+    assert_bit_identical(trial_dir / "final_weights.pt", tmp_path / "reference.pt", reference)
+
+
+def test_node_crash_restarts_from_last_checkpoint_and_counts(
+        harness: DaemonHarness, slurm_cluster: Any, tmp_path: Path) -> None:
+    reference = start_reference(tmp_path / "reference.pt", BATCHES, HPARAMS)
+    exp = harness.submit(experiment_yaml(batches=BATCHES, pool="debug", hparams=HPARAMS,
+                                         max_restarts=2))
+    ref = harness.wait("the trial's job", lambda: harness.job_ref(exp))
+    trial_dir, ckpt_dir = harness.trial_dir(exp), harness.ckpt_dir(exp)
+    harness.wait("a few periodic checkpoints", lambda: max_step(trial_dir) >= 35
+                 and len(checkpoints(ckpt_dir)) >= 3, timeout=600)
+    node = slurm_cluster.squeue_field(ref, "%N")
+    assert node, f"job {ref} is not running"
+    try:
+        crash_node(node, ref.split("_")[0])
+        crashed_at = max_step(trial_dir)
+        last_ckpt = checkpoints(ckpt_dir)[-1]["steps_completed"]
+        assert last_ckpt < crashed_at  # the steps since are lost, as on a real crash
+    finally:
+        revive_node(node)
+    done = harness.wait_done(exp, timeout=400)
+
+    assert done.state == "COMPLETED", harness.events(exp)
+    trial = harness.trial(exp)
+    assert trial.restarts == 1, harness.events(exp)
+    assert any(kind == "restart" for kind, _ in harness.events(exp)), harness.events(exp)
+    exits = read_jsonl(trial_dir / "exits.jsonl")
+    # the crashed run left no exit record; the next one completed
+    assert [(e["reason"], e["job"]) for e in exits] == [("completed", ref)] or \
+        [e["reason"] for e in exits][-1] == "completed", exits
+    runs = read_jsonl(trial_dir / "runs.jsonl")
+    assert runs[-1]["first_batch"] == last_ckpt, (runs, last_ckpt)
+    assert "resumed from checkpoint" in job_log(trial_dir)
+    assert_bit_identical(trial_dir / "final_weights.pt", tmp_path / "reference.pt", reference)
