@@ -92,8 +92,10 @@ def test_node_crash_restarts_from_last_checkpoint_and_counts(
                                          max_restarts=2))
     ref = harness.wait("the trial's job", lambda: harness.job_ref(exp))
     trial_dir, ckpt_dir = harness.trial_dir(exp), harness.ckpt_dir(exp)
-    harness.wait("a few periodic checkpoints", lambda: max_step(trial_dir) >= 35
-                 and len(checkpoints(ckpt_dir)) >= 3, timeout=600)
+    # crash between two periodic checkpoints (every 10 batches), so some steps are lost
+    harness.wait("a few periodic checkpoints", lambda: max_step(trial_dir) >= 33
+                 and 3 <= max_step(trial_dir) % 10 <= 6 and len(checkpoints(ckpt_dir)) >= 3,
+                 timeout=480)
     node = slurm_cluster.squeue_field(ref, "%N")
     assert node, f"job {ref} is not running"
     try:
