@@ -134,8 +134,9 @@ def test_cancel_with_signal_reaches_batch_shell(slurm_cluster: Any, tmp_path: Pa
 
 def test_requeue(backend: SlurmBackend, tmp_path: Path) -> None:
     req = make_request(tmp_path, """
-        echo "$SLURM_RESTART_COUNT" >> runs
-        touch "started-$SLURM_RESTART_COUNT"
+        # Slurm sets SLURM_RESTART_COUNT only once a job has been requeued
+        echo "${SLURM_RESTART_COUNT:-0}" >> runs
+        touch "started-${SLURM_RESTART_COUNT:-0}"
         while [ ! -e release ]; do sleep 0.2; done
     """)
     refs = backend.submit(req)
