@@ -133,8 +133,11 @@ def describe(exp_id: int, json_out: bool = typer.Option(False, "--json")) -> Non
           [[t["id"], t["state"], t["steps_completed"], fmt_metric(t["best_validation"]),
             t["rung"], t["searcher_status"], t["restarts"], t["best_checkpoint"],
             json.dumps(t["hparams"])] for t in d["trials"]])
-    for bracket in d["rungs"]:
-        console.print(f"rungs: {json.dumps(bracket, default=str)}")
+    for b in d["rungs"]:
+        table(f"ASHA bracket {b.get('bracket', 0)} ({b.get('created', '?')} trial(s) created)",
+              ["rung", "length", "reports", "keep", f"cut-off {metric}"],
+              [[i, r.get("length"), len(r.get("metrics", [])), r.get("keep"),
+                fmt_metric(r.get("cutoff"))] for i, r in enumerate(b.get("rungs", []))])
     best = d["best_trial"]
     if best:
         console.print(f"[bold green]best trial {best['id']}[/]: {metric}="
