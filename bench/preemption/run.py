@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -70,12 +71,17 @@ def trained_in_run(trial_dir: Path, run: int) -> int:
 
 
 def preempt_once(h: DaemonHarness, ref: str, backend: str, trial_dir: Path,
-                 rep: int) -> list[str]:
-    """Preempt the trial's job once; returns the preemptors' job ids (Slurm)."""
+                 rep: int) -> tuple[list[str], float]:
+    """Preempt the trial's job once; returns the preemptors' job ids (Slurm) and when
+    the one that preempted it was submitted."""
     if backend == "local":
+        issued = time.time()
         h.backend.cancel([ref], signal="USR2")
-        return []
-    return preempt(ref, lambda: len(read_jsonl(trial_dir / "runs.jsonl")) > rep)
+        return [], issued
+    times: list[float] = []
+    ids = preempt(ref, lambda: len(read_jsonl(trial_dir / "runs.jsonl")) > rep,
+                  submitted_at=times)
+    return ids, times[-1]
 
 
 def bench_size(root: Path, backend: str, size_mb: float, reps: int) -> list[dict[str, Any]]:
@@ -90,8 +96,7 @@ def bench_size(root: Path, backend: str, size_mb: float, reps: int) -> list[dict
         for rep in range(reps):
             h.wait(f"run {rep} to train", lambda r=rep: trained_in_run(trial_dir, r) >= 20,
                    timeout=900)
-            issued = time.time()
-            preemptors = preempt_once(h, ref, backend, trial_dir, rep)
+            preemptors, issued = preempt_once(h, ref, backend, trial_dir, rep)
             runs = h.wait(f"run {rep} to checkpoint and exit",
                           lambda r=rep: (read_jsonl(trial_dir / "runs.jsonl")
                                          if len(read_jsonl(trial_dir / "runs.jsonl")) > r
@@ -154,9 +159,13 @@ def main() -> int:
             note = "no Slurm cluster answered `scontrol ping`: measured on the local backend"
     rows: list[dict[str, Any]] = []
     started = time.time()
-    with tempfile.TemporaryDirectory(prefix="dethpc-bench-preempt-") as tmp:
+    tmp = tempfile.mkdtemp(prefix="dethpc-bench-preempt-")
+    try:
         for size in args.sizes_mb:
             rows += bench_size(Path(tmp) / f"s{size:g}", backend, size, args.reps)
+    finally:
+        # cancelled jobs may still be writing there for a moment
+        shutil.rmtree(tmp, ignore_errors=True)
     result = {
         "benchmark": "preemption", "backend": backend, "note": note,
         "parameters": {"sizes_mb": args.sizes_mb, "reps": args.reps,
