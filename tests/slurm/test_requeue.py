@@ -119,3 +119,27 @@ def test_node_crash_restarts_from_last_checkpoint_and_counts(
     assert runs[-1]["first_batch"] == last_ckpt, (runs, last_ckpt)
     assert "resumed from checkpoint" in job_log(trial_dir)
     assert_bit_identical(trial_dir / "final_weights.pt", tmp_path / "reference.pt", reference)
+
+
+def test_signal_before_training_code_handles_it_is_free(
+        harness: DaemonHarness, slurm_cluster: Any, tmp_path: Path) -> None:
+    """A preemption signal in the first second of a run (python still importing torch,
+    no handler yet: USR2's default action kills it) loses nothing and is not counted."""
+    batches = 60
+    reference = start_reference(tmp_path / "reference.pt", batches, HPARAMS)
+    exp = harness.submit(experiment_yaml(batches=batches, pool="debug", hparams=HPARAMS))
+    ref = harness.wait("the trial's job", lambda: harness.job_ref(exp))
+    trial_dir = harness.trial_dir(exp)
+    harness.wait("the job to start", lambda: "run 0 on" in job_log(trial_dir), timeout=480,
+                 interval=0.1)
+    subprocess.run(["scancel", "--signal=USR2", "--batch", ref], check=True, timeout=30)
+    done = harness.wait_done(exp, timeout=400)
+
+    assert done.state == "COMPLETED", harness.events(exp)
+    exits = read_jsonl(trial_dir / "exits.jsonl")
+    assert exits[0]["restart"] == 0 and exits[0]["signal"] == "USR2", exits
+    assert exits[0]["code"] > 128, f"the signal came after the handler: {exits}"
+    assert exits[0]["reason"] == "preempted" and exits[-1]["reason"] == "completed", exits
+    assert {run for run, _ in steps_log(trial_dir)} == {1}  # run 0 died before training
+    assert harness.trial(exp).restarts == 0, (exits, harness.events(exp))
+    assert_bit_identical(trial_dir / "final_weights.pt", tmp_path / "reference.pt", reference)
