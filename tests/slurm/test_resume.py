@@ -54,12 +54,14 @@ def harness_long_grace(tmp_path: Path, slurm_cluster: Any) -> Iterator[DaemonHar
 def test_time_limit_checkpoints_and_requeues_across_allocations(
         harness_long_grace: DaemonHarness, tmp_path: Path) -> None:
     h = harness_long_grace
-    batches = 260  # ~26 s of training: more than one 1-minute allocation gives
+    # ~45 s of training: more than one 1-minute allocation gives, since the signal
+    # comes between ~10 and 40 s after the start (Slurm checks limits every ~30 s)
+    batches = 450
     reference = start_reference(tmp_path / "reference.pt", batches, HPARAMS)
     exp = h.submit(experiment_yaml(batches=batches, pool="debug", hparams=HPARAMS, time="1"))
     ref = h.wait("the trial's job", lambda: h.job_ref(exp))
     trial_dir = h.trial_dir(exp)
-    done = h.wait_done(exp, timeout=900)
+    done = h.wait_done(exp, timeout=560)
 
     assert done.state == "COMPLETED", h.events(exp)
     trial = h.trial(exp)
