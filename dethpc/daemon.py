@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -71,7 +72,7 @@ class Daemon:
         self.store, self.cluster, self.backend, self.clock = store, cluster, backend, clock
         self.unknown: dict[str, int] = {}
         self.jenv = make_env()
-        self.python = cluster.python or _python()
+        self.python = cluster.python or sys.executable
         self.tag = instance_tag(store.url)
 
     # ------------------------------------------------------------------ tick
@@ -270,8 +271,3 @@ def _sleep(seconds: float, should_stop: Callable[[], bool]) -> None:
     while time.monotonic() < end and not should_stop():
         time.sleep(min(0.1, max(0.0, end - time.monotonic())))
 
-
-def _python() -> str:
-    import sys
-
-    return sys.executable

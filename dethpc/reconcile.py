@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -514,6 +513,3 @@ class ExperimentReconciler:
                 c.state = "DELETED"
                 self.s.add(c)
 
-
-def now() -> float:
-    return time.time()
