@@ -104,6 +104,7 @@ class Daemon:
             stats.cancelled = len(set(cancel))
         for exp_id in exp_ids:
             try:
+                self.sync_throttles(exp_id)
                 stats.submitted += self.submit_experiment(exp_id)
             except DethpcError as exc:
                 stats.errors.append(f"experiment {exp_id}: {exc}")
@@ -126,14 +127,15 @@ class Daemon:
                 return
             found = self.backend.find([b.name for b in pending])
             for batch in pending:
-                tasks = sorted((i for i in found if i.name == batch.name),
-                               key=lambda i: int(i.ref.rsplit("_", 1)[-1]))
+                tasks = [i for i in found if i.name == batch.name]
                 jobs = list(s.exec(select(Job).where(Job.batch_id == batch.id)))
                 if tasks:
-                    base = tasks[0].ref.rsplit("_", 1)[0]
+                    # "123_4" (array task) or "123" / "123+0" (one job, het components)
+                    base = tasks[0].ref.split("+", 1)[0].rsplit("_", 1)[0]
+                    is_array = "_" in tasks[0].ref
                     batch.state, batch.array_job_id = "submitted", base
                     for job in jobs:
-                        job.ref = f"{base}_{job.array_index}"
+                        job.ref = f"{base}_{job.array_index}" if is_array else base
                         s.add(job)
                     s.add(Event(experiment_id=batch.experiment_id, kind="adopted",
                                 message=f"adopted job {base} of batch {batch.id} after restart"))
@@ -150,6 +152,37 @@ class Daemon:
         stats.changed = True
 
     # ------------------------------------------------------------------ submit
+    def sync_throttles(self, exp_id: int) -> int:
+        """Arrays still running whose ``%K`` differs from ``max_concurrent_trials``
+        (changed by ``set-concurrency``) get the new limit: one ``scontrol update
+        ArrayTaskThrottle`` per such array, none in a steady tick."""
+        with self.store.session() as s:
+            exp = s.get(Experiment, exp_id)
+            if exp is None or exp.state != ExperimentState.ACTIVE.value:
+                return 0
+            cfg = load_config(exp)
+            if cfg.slurm.components and self.backend.name == "slurm":
+                return 0  # heterogeneous trials are single jobs, no arrays to throttle
+            k = cfg.searcher.max_concurrent_trials
+            live = set(s.exec(select(Job.batch_id).where(
+                Job.experiment_id == exp_id, Job.live == True)))  # noqa: E712
+            changed = 0
+            for batch in s.exec(select(Batch).where(
+                    Batch.experiment_id == exp_id, Batch.state == "submitted")):
+                if batch.id not in live or not batch.array_job_id:
+                    continue
+                want = min(k, batch.size) if k > 0 else 0
+                if want == batch.throttle:
+                    continue
+                self.backend.set_throttle(batch.array_job_id, want)
+                s.add(Event(experiment_id=exp_id, kind="throttle",
+                            message=f"job {batch.array_job_id}: ArrayTaskThrottle "
+                                    f"{batch.throttle} -> {want}"))
+                batch.throttle = want
+                s.add(batch)
+                changed += 1
+            return changed
+
     def submit_experiment(self, exp_id: int) -> int:
         with self.store.session() as s:
             exp = s.get(Experiment, exp_id)
@@ -162,13 +195,28 @@ class Daemon:
         if not trials:
             return 0
         cfg = load_config(exp)
+        if cfg.slurm.components and self.backend.name == "slurm":
+            return self.submit_het(exp, cfg, trials)
         limit = max(1, self.backend.max_array_size())
         submitted = 0
         for start in range(0, len(trials), limit):
             submitted += self.submit_batch(exp, cfg, trials[start:start + limit])
         return submitted
 
-    def submit_batch(self, exp: Experiment, cfg: ExperimentConfig, trials: list[Trial]) -> int:
+    def submit_het(self, exp: Experiment, cfg: ExperimentConfig, trials: list[Trial]) -> int:
+        """Trials with ``slurm.components`` are heterogeneous jobs, which Slurm cannot put
+        in an array: one sbatch each, at most ``max_concurrent_trials`` live at once."""
+        k = cfg.searcher.max_concurrent_trials
+        with self.store.session() as s:
+            live = len(list(s.exec(select(Job.id).where(
+                Job.experiment_id == exp.id, Job.live == True))))  # noqa: E712
+        room = len(trials) if k <= 0 else max(0, k - live)
+        return sum(self.submit_batch(exp, cfg, [t], array=False) for t in trials[:room])
+
+    def submit_batch(self, exp: Experiment, cfg: ExperimentConfig, trials: list[Trial],
+                     array: bool = True) -> int:
+        """One sbatch: an array with one task per trial, or (``array=False``, one trial)
+        the trial's own job script."""
         assert exp.id is not None
         pool = self.cluster.pool(cfg.resources.resource_pool)
         paths = ExperimentPaths(Path(exp.run_dir)).ensure()
@@ -179,7 +227,7 @@ class Daemon:
             assert batch.id is not None
             batch.name = batch_name(exp.id, batch.id, self.tag)
             k = cfg.searcher.max_concurrent_trials
-            batch.throttle = min(k, len(trials)) if k > 0 else 0
+            batch.throttle = min(k, len(trials)) if k > 0 and array else 0
             for index, trial in enumerate(trials):
                 t = s.get(Trial, trial.id)
                 assert t is not None and t.id is not None
@@ -191,13 +239,17 @@ class Daemon:
             batch_id, name, throttle = batch.id, batch.name, batch.throttle
         tasks = [(i, self.write_trial(exp, cfg, t)) for i, t in enumerate(trials)]
         comment = batch_comment(exp.id, batch_id, self.tag)
-        script = paths.array_script(batch_id)
-        script.write_text(array_script(cfg, self.cluster, run_dir=paths.root, exp_id=exp.id,
-                                       batch_id=batch_id, tasks=tasks, tag=self.tag,
-                                       jenv=self.jenv))
+        if array:
+            script = paths.array_script(batch_id)
+            script.write_text(array_script(cfg, self.cluster, run_dir=paths.root, exp_id=exp.id,
+                                           batch_id=batch_id, tasks=tasks, tag=self.tag,
+                                           jenv=self.jenv))
+        else:
+            script = tasks[0][1]
         request = JobRequest(
             name=name, comment=comment, script=script, workdir=paths.root,
-            array_indices=tuple(range(len(trials))), throttle=throttle or None,
+            array_indices=tuple(range(len(trials))) if array else (),
+            throttle=throttle or None,
             time_limit_s=parse_slurm_time(cfg.slurm.time or pool.default_time),
             signal=pool.signal, signal_lead_s=pool.signal_grace_s)
         refs = self.backend.submit(request)

@@ -20,7 +20,7 @@ from dethpc.backends.base import Backend
 from dethpc.config import dump_config
 from dethpc.config.model import ClusterConfig, ExperimentConfig
 from dethpc.context import snapshot_context
-from dethpc.errors import DethpcError, NotFoundError
+from dethpc.errors import DethpcError, NotFoundError, SubmitError
 from dethpc.paths import ExperimentPaths
 from dethpc.store import Store
 from dethpc.store.models import Event, Experiment, ExperimentState, SearcherState, Trial
@@ -34,6 +34,18 @@ def check_resources(cfg: ExperimentConfig, cluster: ClusterConfig, backend: Back
     alloc = plan_allocation(cfg.resources.slots_per_trial, pool, cfg.slurm)
     backend.check_pool(pool.partition, pool.qos, alloc.nodes, alloc.ntasks_per_node,
                        alloc.gpus_per_node)
+    if cfg.slurm.components and backend.name != "slurm":
+        raise DethpcError(
+            f"slurm.components makes every trial a Slurm heterogeneous job, which the "
+            f"{backend.name} backend cannot run; use a cluster config with backend: slurm")
+    for index, comp in enumerate(cfg.slurm.components):
+        where = f"slurm.components[{index}] ({comp.name})"
+        cpool = cluster.pool(comp.resource_pool or cfg.resources.resource_pool)
+        try:
+            backend.check_pool(cpool.partition, cpool.qos, comp.nodes,
+                               comp.tasks_per_node * comp.cpus_per_task, 0)
+        except DethpcError as exc:
+            raise SubmitError(f"{where}: {exc}") from None
 
 
 def create_experiment(store: Store, cluster: ClusterConfig, cfg: ExperimentConfig,
@@ -107,6 +119,34 @@ def request_state(store: Store, exp_id: int, action: str) -> str:
         s.add(exp)
         s.add(Event(experiment_id=exp_id, kind=action, message=f"{action} requested"))
         return target.value
+
+
+def set_concurrency(store: Store, exp_id: int, limit: int) -> int:
+    """Change ``searcher.max_concurrent_trials`` of a live experiment (0 = no limit).
+    The daemon then raises or lowers its arrays' ``ArrayTaskThrottle`` and lets the
+    searcher start trials up to the new limit; returns the previous value."""
+    import yaml
+
+    from dethpc.config import parse_experiment_config
+
+    if limit < 0:
+        raise DethpcError(f"max_concurrent_trials must be >= 0 (0 = no limit), got {limit}")
+    with store.session() as s:
+        exp = s.get(Experiment, exp_id)
+        if exp is None:
+            raise NotFoundError(f"experiment {exp_id} does not exist")
+        if ExperimentState(exp.state).is_terminal:
+            raise DethpcError(f"experiment {exp_id} is {exp.state}: nothing to change")
+        raw = yaml.safe_load(exp.config_yaml) or {}
+        old = parse_experiment_config(raw).searcher.max_concurrent_trials
+        raw.setdefault("searcher", {})["max_concurrent_trials"] = limit
+        parse_experiment_config(raw)  # the searcher may refuse the value (ConfigError)
+        exp.config_yaml = dump_config(raw)
+        (Path(exp.run_dir) / "config.yaml").write_text(exp.config_yaml)
+        s.add(exp)
+        s.add(Event(experiment_id=exp_id, kind="concurrency",
+                    message=f"max_concurrent_trials {old} -> {limit}"))
+        return old
 
 
 def set_labels(store: Store, exp_id: int, add: list[str], remove: list[str]) -> list[str]:

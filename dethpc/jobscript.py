@@ -14,13 +14,15 @@ from pathlib import Path
 
 import jinja2
 
-from dethpc.config.model import ClusterConfig, ExperimentConfig
+from dethpc.config.model import ClusterConfig, ExperimentConfig, HetComponent
 from dethpc.containers import exec_argv
 from dethpc.paths import ExperimentPaths
 from dethpc.render import (
     TrialScript,
+    component_directives,
     entrypoint_argv,
     is_launcher,
+    job_time,
     render_array_script,
     render_trial_script,
     trial_directives,
@@ -36,19 +38,39 @@ def checkpoint_dir(cfg: ExperimentConfig, run_dir: Path, exp_id: int, trial_id: 
     return ExperimentPaths(run_dir).trial(trial_id).checkpoints
 
 
+def _contained(cfg: ExperimentConfig, cluster: ClusterConfig, argv: list[str],
+               pool_name: str | None, run_dir: Path) -> list[str]:
+    """``argv`` inside the experiment's image when a container runtime is configured."""
+    if not cfg.environment.image or cluster.containers.runtime == "none":
+        return argv
+    gpu = bool(cluster.pool(pool_name).gres)
+    image = (cfg.environment.image_gpu or cfg.environment.image) if gpu \
+        else cfg.environment.image
+    return exec_argv(cluster.containers, image, argv, binds=[str(run_dir)],
+                     mounts=cfg.bind_mounts, gpu=gpu)
+
+
 def trial_command(cfg: ExperimentConfig, cluster: ClusterConfig, backend: str, python: str,
                   run_dir: Path) -> list[str]:
-    argv = entrypoint_argv(cfg.entrypoint, python)
-    pool = cluster.pool(cfg.resources.resource_pool)
-    if cfg.environment.image and cluster.containers.runtime != "none":
-        gpu = bool(pool.gres)
-        image = (cfg.environment.image_gpu or cfg.environment.image) if gpu \
-            else cfg.environment.image
-        argv = exec_argv(cluster.containers, image, argv, binds=[str(run_dir)],
-                         mounts=cfg.bind_mounts, gpu=gpu)
+    argv = _contained(cfg, cluster, entrypoint_argv(cfg.entrypoint, python),
+                      cfg.resources.resource_pool, run_dir)
     if backend == "slurm" and not is_launcher(argv):
-        return [*SRUN_ONE, *argv]
+        argv = [*SRUN_ONE, *argv]
+    components = cfg.slurm.components if backend == "slurm" else ()
+    if components:
+        waits = [a for c in components if c.ready != "none"
+                 for a in ("--wait", f"{c.name}:{c.ready}:{c.ready_timeout_s}")]
+        argv = [python, "-m", "dethpc.launch.hetjob", "--trial", *waits, "--", *argv]
     return argv
+
+
+def component_step(cfg: ExperimentConfig, cluster: ClusterConfig, comp: HetComponent,
+                   group: int, python: str, run_dir: Path) -> list[str]:
+    """The ``srun`` starting every task of het group ``group`` (component ``comp``)."""
+    argv = _contained(cfg, cluster, entrypoint_argv(comp.entrypoint, python),
+                      comp.resource_pool or cfg.resources.resource_pool, run_dir)
+    return ["srun", f"--het-group={group}", "--kill-on-bad-exit=1", python, "-m",
+            "dethpc.launch.hetjob", "--component", comp.name, "--", *argv]
 
 
 def trial_script(cfg: ExperimentConfig, cluster: ClusterConfig, *, backend: str, python: str,
@@ -64,11 +86,19 @@ def trial_script(cfg: ExperimentConfig, cluster: ClusterConfig, *, backend: str,
     directives = trial_directives(cfg, pool, name=f"dethpc-e{exp_id}-t{trial_id}",
                                   comment=f"dethpc:exp={exp_id}:trial={trial_id}",
                                   output=str(tp.root / "slurm-%j.out"))
+    components = cfg.slurm.components if backend == "slurm" else ()
+    for comp in components:
+        directives += component_directives(
+            comp, cluster.pool(comp.resource_pool or cfg.resources.resource_pool),
+            job_time(cfg, pool))
     return render_trial_script(TrialScript(
         experiment_id=exp_id, trial_id=trial_id, backend=backend, directives=directives,
         trial_dir=tp.root, context_dir=paths.context,
         command=trial_command(cfg, cluster, backend, python, run_dir), env=env,
-        python=python, signal=pool.signal, signal_grace_s=pool.signal_grace_s), jenv)
+        python=python, signal=pool.signal, signal_grace_s=pool.signal_grace_s,
+        component_names=tuple(c.name for c in components),
+        component_steps=[component_step(cfg, cluster, c, group, python, run_dir)
+                         for group, c in enumerate(components, 1)]), jenv)
 
 
 def instance_tag(database_url: str) -> str:

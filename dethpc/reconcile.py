@@ -106,6 +106,8 @@ class ExperimentReconciler:
             if job.live:
                 self.handle_restarts(job)
                 self.handle_end(job)
+        if state == ExperimentState.ACTIVE and self.ss.initialized:
+            self.apply(self.searcher.top_up())  # max_concurrent_trials may have grown
         self.enact_experiment_state()
         self.stop_overdue()
         self.finish_if_done()

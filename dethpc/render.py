@@ -21,7 +21,7 @@ from pathlib import Path
 import jinja2
 
 from dethpc import __version__
-from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
+from dethpc.config.model import ClusterConfig, ExperimentConfig, HetComponent, ResourcePool
 from dethpc.errors import SubmitError
 from dethpc.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED, LOCAL_REQUEUE_EXIT
 
@@ -138,6 +138,20 @@ def trial_directives(cfg: ExperimentConfig, pool: ResourcePool, *, name: str,
     return [check_directive(d) for d in out]
 
 
+def component_directives(comp: HetComponent, pool: ResourcePool,
+                         time: str | None) -> list[str]:
+    """The ``#SBATCH`` lines of one het-job component, after its ``hetjob`` separator."""
+    out = ["hetjob", f"--nodes={comp.nodes}", f"--ntasks-per-node={comp.tasks_per_node}",
+           f"--cpus-per-task={comp.cpus_per_task}"]
+    for flag, value in (("--partition", pool.partition), ("--qos", pool.qos),
+                        ("--account", pool.account), ("--time", time)):
+        if value:
+            out.append(f"{flag}={value}")
+    if pool.mem_per_slot:
+        out.append(f"--mem-per-cpu={pool.mem_per_slot}")
+    return [check_directive(d) for d in out]
+
+
 # ------------------------------------------------------------------ rendering
 @dataclass(frozen=True)
 class TrialScript:
@@ -154,6 +168,9 @@ class TrialScript:
     python: str = sys.executable
     signal: str = "USR2"
     signal_grace_s: int = 120
+    #: het-job component names (group 1..n) and the srun argv starting each
+    component_names: tuple[str, ...] = ()
+    component_steps: list[list[str]] = field(default_factory=list)
 
 
 def render_trial_script(ts: TrialScript, jenv: jinja2.Environment | None = None) -> str:
@@ -163,7 +180,9 @@ def render_trial_script(ts: TrialScript, jenv: jinja2.Environment | None = None)
         backend=ts.backend, directives=ts.directives, trial_dir=str(ts.trial_dir),
         context_dir=str(ts.context_dir), command=ts.command, env=ts.env,
         python_bin=str(Path(ts.python).parent), signal=ts.signal,
-        signal_grace_s=ts.signal_grace_s, exit_preempted=EXIT_PREEMPTED,
+        signal_grace_s=ts.signal_grace_s, component_steps=ts.component_steps,
+        component_names=",".join(("trial", *ts.component_names)),
+        exit_preempted=EXIT_PREEMPTED,
         exit_stopped=EXIT_STOPPED, local_requeue_exit=LOCAL_REQUEUE_EXIT)
 
 

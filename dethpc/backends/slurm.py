@@ -222,8 +222,8 @@ class SlurmBackend:
             self._tolerant(["scontrol", "requeue", ",".join(refs)])
 
     def set_throttle(self, array_job_id: str, limit: int) -> None:
-        self.runner.run(["scontrol", "update", f"JobId={array_job_id}",
-                         f"ArrayTaskThrottle={max(0, limit)}"])
+        self._tolerant(["scontrol", "update", f"JobId={array_job_id}",
+                        f"ArrayTaskThrottle={max(0, limit)}"])
 
     def _tolerant(self, argv: list[str]) -> None:
         """Run an action; errors about finished or unknown jobs are not failures."""
@@ -239,13 +239,14 @@ class SlurmBackend:
 
 # ------------------------------------------------------------------ helpers
 def _pick(table: dict[str, JobInfo], ref: str) -> JobInfo | None:
-    """``table[ref]``; for an array task without its own record, the array's
-    own record ("123"): tasks that never left the pending remainder of an array
-    (e.g. cancelled while pending) share its state, and sacct/squeue list them
+    """``table[ref]`` (``table[ref+0]`` for a heterogeneous job); for an array task
+    without its own record, the array's own record ("123"): tasks that never left the
+    pending remainder of an array (e.g. cancelled while pending) share its state, and
+    sacct/squeue list them
     only under the array job id."""
-    info = table.get(ref)
+    info = table.get(ref) or table.get(f"{ref}+0")  # a het job: its leader component
     if info is not None:
-        return info
+        return replace(info, ref=ref)
     jid = sp.parse_job_id(ref)
     meta = table.get(jid.base) if jid.task is not None else None
     return replace(meta, ref=ref) if meta is not None else None

@@ -196,6 +196,14 @@ for _action in ("pause", "activate", "cancel", "kill"):
     _state_command(_action)
 
 
+@experiment_app.command("set-concurrency")
+def set_concurrency(exp_id: int, limit: int = typer.Argument(
+        ..., help="max_concurrent_trials from now on (0 = no limit)")) -> None:
+    """Change how many trials run at once; live arrays get the new ArrayTaskThrottle."""
+    old = experiments.set_concurrency(ENV.store, exp_id, limit)
+    console.print(f"experiment {exp_id}: max_concurrent_trials {old} -> {limit}")
+
+
 @experiment_app.command("wait")
 def wait_(exp_id: int, timeout: float = typer.Option(None, help="seconds")) -> None:
     """Wait until the experiment ends; exit 0 only if it COMPLETED."""

@@ -29,6 +29,7 @@ from dethpc.config.model import (
     CheckpointStorage,
     EnvironmentConfig,
     ExperimentConfig,
+    HetComponent,
     ResourcesConfig,
     SlurmSection,
 )
@@ -68,6 +69,10 @@ _CKPT_FIELDS = {
 _CKPT_SAVE = ("save_experiment_best", "save_trial_best", "save_trial_latest")
 _CKPT_REMOTE = ("s3", "gcs", "azure")
 _MAX_SEED = 2**31 - 1
+_COMPONENT_KEYS = ("name", "entrypoint", "nodes", "tasks_per_node", "cpus_per_task",
+                   "resource_pool", "ready", "ready_timeout")
+_COMPONENT_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_READY_CHECKS = ("port", "file", "none")
 _PROPAGATION = "ignored: bind propagation is a Docker setting"
 
 
@@ -137,18 +142,23 @@ def dump_config(raw: dict[str, Any]) -> str:
 def _entrypoint(ck: Checker, raw: dict[str, Any]) -> str | tuple[str, ...]:
     value = ck.required(raw, "entrypoint", "",
                         "e.g. 'python3 train.py' or 'model_def:TrialClass'")
+    return _command(ck, value, "entrypoint")
+
+
+def _command(ck: Checker, value: Any, path: str) -> str | tuple[str, ...]:
+    """A command as a shell-like string or an argv list; "" when missing or bad."""
     if value is None:
         return ""
     if isinstance(value, list):
         if not value:
-            ck.error("entrypoint", "expected a non-empty list of strings (argv), got []")
-        return ck.string_list(value, "entrypoint")
-    text = str(ck.string(value, "entrypoint", ""))
+            ck.error(path, "expected a non-empty list of strings (argv), got []")
+        return ck.string_list(value, path)
+    text = str(ck.string(value, path, ""))
     try:
         shlex.split(text)
     except ValueError as exc:
-        ck.error("entrypoint", f"cannot split {text!r} into words like a shell does ({exc}); "
-                               "fix the quoting or give a list of strings")
+        ck.error(path, f"cannot split {text!r} into words like a shell does ({exc}); "
+                       "fix the quoting or give a list of strings")
     return text
 
 
@@ -305,11 +315,53 @@ def _seed(ck: Checker, value: Any) -> int:
 
 def _slurm(ck: Checker, value: Any) -> SlurmSection:
     data = ck.mapping(value, "slurm")
-    ck.keys(data, "slurm", ("sbatch_args", "gpu_type", "slots_per_node", "time"))
+    ck.keys(data, "slurm", ("sbatch_args", "gpu_type", "slots_per_node", "time", "components"))
     return SlurmSection(
         sbatch_args=sbatch_args(ck, data.get("sbatch_args"), "slurm.sbatch_args"),
         gpu_type=ck.string(data.get("gpu_type"), "slurm.gpu_type", None),
         slots_per_node=ck.integer(data.get("slots_per_node"), "slurm.slots_per_node", None,
                                   minimum=1),
         time=sbatch_time(ck, data.get("time"), "slurm.time"),
+        components=_components(ck, data.get("components")),
     )
+
+
+def _components(ck: Checker, value: Any) -> tuple[HetComponent, ...]:
+    """``slurm.components``: the extra parts of a heterogeneous job (docs/launchers.md)."""
+    path = "slurm.components"
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        ck.error(path, f"expected a list of components, got {show(value)}")
+        return ()
+    out: list[HetComponent] = []
+    seen: set[str] = set()
+    for index, item in enumerate(value):
+        where = join(path, index)
+        data = ck.mapping(item, where)
+        if not data:
+            if isinstance(item, dict):
+                ck.error(where, "a component needs at least a name and an entrypoint")
+            continue
+        ck.keys(data, where, _COMPONENT_KEYS)
+        name = str(ck.required(data, "name", where, "e.g. 'server'") or "")
+        if name and (not _COMPONENT_NAME.match(name) or name == "trial"):
+            ck.error(join(where, "name"), f"{show(data.get('name'))} is not allowed: use "
+                     "lower-case letters, digits and '_', starting with a letter; 'trial' "
+                     "is the trial's own part")
+        elif name in seen:
+            ck.error(join(where, "name"), f"{name!r} is used by another component")
+        seen.add(name)
+        entry = _command(ck, ck.required(data, "entrypoint", where, "e.g. 'python3 server.py'"),
+                         join(where, "entrypoint"))
+        counts = {key: int(ck.integer(data.get(key), join(where, key), 1, minimum=1))
+                  for key in ("nodes", "tasks_per_node", "cpus_per_task")}
+        out.append(HetComponent(
+            name=name, entrypoint=entry, **counts,
+            resource_pool=ck.string(data.get("resource_pool"), join(where, "resource_pool"),
+                                    None),
+            ready=ck.choice(data.get("ready"), join(where, "ready"), _READY_CHECKS,
+                            "port"),  # type: ignore[arg-type]
+            ready_timeout_s=int(ck.integer(data.get("ready_timeout"),
+                                           join(where, "ready_timeout"), 300, minimum=1))))
+    return tuple(out)

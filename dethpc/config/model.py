@@ -135,12 +135,30 @@ class BindMount:
     read_only: bool = False
 
 
+ReadyCheck = Literal["port", "file", "none"]
+
+
+@dataclass(frozen=True)
+class HetComponent:
+    """One extra component of a trial's heterogeneous job (``slurm.components``)."""
+
+    name: str
+    entrypoint: str | tuple[str, ...]
+    nodes: int = 1
+    tasks_per_node: int = 1
+    cpus_per_task: int = 1
+    resource_pool: str | None = None    # None: the trial's pool
+    ready: ReadyCheck = "port"          # what "up" means before the trial starts
+    ready_timeout_s: int = 300
+
+
 @dataclass(frozen=True)
 class SlurmSection:
     sbatch_args: tuple[str, ...] = ()
     gpu_type: str | None = None
     slots_per_node: int | None = None
     time: str | None = None             # walltime per job (sbatch --time syntax)
+    components: tuple[HetComponent, ...] = ()
 
 
 @dataclass(frozen=True)

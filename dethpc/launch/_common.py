@@ -362,6 +362,7 @@ class WorkerSpec:
     env: Mapping[str, str]
     rank: int
     prefix: bool = True
+    label: str = ""          # e.g. a het-job component: "[server rank=0] "
 
 
 @dataclass(frozen=True)

@@ -81,9 +81,11 @@ def execute(plan: LaunchPlan) -> int:
     return run_workers(plan.workers)
 
 
-def run_one(argv: Sequence[str], env: Mapping[str, str], rank: int | None = None) -> int:
+def run_one(argv: Sequence[str], env: Mapping[str, str], rank: int | None = None,
+            label: str = "") -> int:
     """Run one child, forwarding signals; prefix its output when ``rank`` is given."""
-    spec = WorkerSpec(argv, env, rank if rank is not None else 0, prefix=rank is not None)
+    spec = WorkerSpec(argv, env, rank if rank is not None else 0, prefix=rank is not None,
+                      label=label)
     return run_workers([spec])
 
 
@@ -105,7 +107,7 @@ def run_workers(specs: Sequence[WorkerSpec]) -> int:
             proc = _start(spec)
             procs.append(proc)
             if spec.prefix:
-                pumps += _pump(proc, spec.rank, lock)
+                pumps += _pump(proc, spec.rank, lock, spec.label)
             _watch(proc, index, done)
         code = _supervise(specs, procs, done)
     finally:
@@ -165,20 +167,24 @@ def _watch(proc: subprocess.Popen[bytes], index: int,
     threading.Thread(target=waiter, daemon=True).start()
 
 
-def _pump(proc: subprocess.Popen[bytes], rank: int, lock: threading.Lock) -> list[threading.Thread]:
+def _pump(proc: subprocess.Popen[bytes], rank: int, lock: threading.Lock,
+          label: str = "") -> list[threading.Thread]:
     threads = []
     for src, dst in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
         if src is None:
             continue
-        thread = threading.Thread(target=prefix_lines, args=(src, dst, rank, lock), daemon=True)
+        thread = threading.Thread(target=prefix_lines, args=(src, dst, rank, lock, label),
+                                  daemon=True)
         thread.start()
         threads.append(thread)
     return threads
 
 
-def prefix_lines(src: BinaryIO, dst: object, rank: int, lock: threading.Lock) -> None:
-    """Copy ``src`` to ``dst`` line by line, each line prefixed with ``[rank=N] ``."""
-    prefix = f"[rank={rank}] ".encode()
+def prefix_lines(src: BinaryIO, dst: object, rank: int, lock: threading.Lock,
+                 label: str = "") -> None:
+    """Copy ``src`` to ``dst`` line by line, each line prefixed with ``[rank=N] ``
+    (``[LABEL rank=N] `` with a label)."""
+    prefix = (f"[{label} rank={rank}] " if label else f"[rank={rank}] ").encode()
     out = getattr(dst, "buffer", dst)
     for line in iter(src.readline, b""):
         if not line.endswith(b"\n"):

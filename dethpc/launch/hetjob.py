@@ -1,85 +1,97 @@
-"""Heterogeneous Slurm jobs: components (servers, trainers) with their own shapes.
+"""Heterogeneous Slurm jobs: a trial plus components (servers, caches) of their own shape.
 
-Owns: ``build_hetjob_script`` (a pure builder of the sbatch script: one
-``#SBATCH`` block per component separated by ``#SBATCH hetjob``, one
-``srun --het-group=i`` step per component, ``wait``), ``component_env`` (each
-component learns the others' hosts, address and port from
-``SLURM_JOB_NODELIST_HET_GROUP_<i>``) and the step entry point
-``python -m dethpc.launch.hetjob --component NAME [--wait-for OTHER] -- argv``
-which exports that env, waits until OTHER accepts TCP connections on its port
-(bounded by ``--timeout``), then runs argv with rank-prefixed output.
-Must not: submit anything (the backend does) or pick node counts (allocation does).
+Owns: the step entry points of a het trial (docs/launchers.md, "Heterogeneous
+jobs"), ``component_env`` (every part learns the others' hosts, address and
+port from ``SLURM_JOB_NODELIST_HET_GROUP_<i>``), the readiness checks (a TCP
+port, or a ready file the component creates) and their waits.
+
+- ``python -m dethpc.launch.hetjob --component NAME -- argv`` runs one task of
+  a component (started by the trial script with ``srun --het-group=i``): it
+  exports the env below and runs argv with ``[NAME rank=N]`` output prefixes.
+- ``python -m dethpc.launch.hetjob --trial [--wait NAME:CHECK:TIMEOUT]... -- argv``
+  runs in the trial's own part: it waits until every listed component is
+  ready, then replaces itself with argv (so signals reach the trial directly).
+
+Group 0 is the trial itself; ``DETHPC_HET_COMPONENTS`` ("trial,server,...")
+names the groups in order and ``DETHPC_HET_JOB_ID`` is the job id both sides
+derive ports from (the trial script exports both).
+Must not: submit anything (the daemon does) or choose shapes (the config does).
 """
 
 from __future__ import annotations
 
 import os
-import re
-import shlex
 import socket
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from dethpc.hostlist import expand_hostlist
-from dethpc.launch._common import LaunchError, derive_port
-from dethpc.launch._procs import launcher_main, run_one
+from dethpc.launch._common import PORT_SPAN, LaunchError, derive_port
+from dethpc.launch._procs import launcher_main, log, run_one
 
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+#: component ports sit half the port range away from the job's own rendezvous port,
+#: so the next job ids' launchers on the same node do not collide with them
+COMPONENT_PORT_OFFSET = PORT_SPAN // 2
+CHECKS = ("port", "file", "none")
 
 
 @dataclass(frozen=True)
-class Component:
-    """One part of a het job: its name, shape and what each of its tasks runs."""
+class Wait:
+    """``NAME:CHECK:TIMEOUT``: what the trial waits for before it starts."""
 
     name: str
-    argv: tuple[str, ...]
-    nodes: int = 1
-    ntasks_per_node: int = 1
-    cpus_per_task: int = 1
-    partition: str | None = None
-    wait_for: str | None = None
+    check: str
+    timeout_s: float
+
+    def arg(self) -> str:
+        return f"{self.name}:{self.check}:{self.timeout_s:g}"
+
+    @classmethod
+    def parse(cls, text: str) -> Wait:
+        parts = text.split(":")
+        if len(parts) != 3 or parts[1] not in CHECKS:
+            raise LaunchError(f"--wait {text!r}: expected NAME:CHECK:TIMEOUT with CHECK one "
+                              f"of {', '.join(CHECKS)}")
+        try:
+            return cls(parts[0], parts[1], float(parts[2]))
+        except ValueError:
+            raise LaunchError(f"--wait {text!r}: the timeout is not a number") from None
 
 
-def build_hetjob_script(
-    components: Sequence[Component], job_name: str, python: str = sys.executable,
-    timeout_s: int = 120,
-) -> str:
-    """The sbatch script of a het job; every value reaching the shell is quoted."""
-    _validate(components)
-    names = ",".join(c.name for c in components)
-    lines = ["#!/bin/bash", f"#SBATCH --job-name={shlex.quote(job_name)}"]
-    for index, comp in enumerate(components):
-        if index:
-            lines.append("#SBATCH hetjob")
-        lines.append(f"#SBATCH --nodes={comp.nodes} --ntasks-per-node={comp.ntasks_per_node} "
-                     f"--cpus-per-task={comp.cpus_per_task}")
-        if comp.partition:
-            lines.append(f"#SBATCH --partition={shlex.quote(comp.partition)}")
-    lines.append(f"export DETHPC_HET_COMPONENTS={shlex.quote(names)}")
-    for index, comp in enumerate(components):
-        step = ["srun", f"--het-group={index}", "--kill-on-bad-exit=1", python, "-m",
-                "dethpc.launch.hetjob", "--component", comp.name, "--timeout", str(timeout_s)]
-        if comp.wait_for:
-            step += ["--wait-for", comp.wait_for]
-        lines.append(shlex.join([*step, "--", *comp.argv]) + " &")
-    lines += ["wait -n", "code=$?", "wait", "exit $code"]
-    return "\n".join(lines) + "\n"
+def _key(name: str) -> str:
+    return f"DETHPC_COMPONENT_{name.upper()}"
+
+
+def het_job_id(env: Mapping[str, str]) -> str:
+    return (env.get("DETHPC_HET_JOB_ID") or env.get("SLURM_JOB_ID_HET_GROUP_0")
+            or env.get("SLURM_JOB_ID") or "0")
+
+
+def ready_file(env: Mapping[str, str], name: str) -> str:
+    """The file component ``name`` creates when it is up; unique per job run, so a
+    requeued job never sees the file of its previous run."""
+    trial_dir = env.get("DETHPC_TRIAL_DIR", ".")
+    run = env.get("SLURM_RESTART_COUNT", "0") or "0"
+    return str(Path(trial_dir) / f"ready-{name}-{het_job_id(env)}-{run}")
 
 
 def component_env(env: Mapping[str, str]) -> dict[str, str]:
-    """``DETHPC_COMPONENT_<NAME>_HOSTS/_ADDR/_PORT`` for every component of the job."""
+    """``DETHPC_COMPONENT_<NAME>_HOSTS/_ADDR/_PORT/_READY_FILE`` for every part of the job."""
     names = [n for n in env.get("DETHPC_HET_COMPONENTS", "").split(",") if n]
-    job = env.get("SLURM_HET_JOB_ID") or env.get("SLURM_JOB_ID") or "0"
+    job = het_job_id(env)
     out: dict[str, str] = {}
     for index, name in enumerate(names):
         nodelist = env.get(f"SLURM_JOB_NODELIST_HET_GROUP_{index}", "")
         hosts = expand_hostlist(nodelist) if nodelist else []
-        key = f"DETHPC_COMPONENT_{name.upper()}"
+        key = _key(name)
         out[f"{key}_HOSTS"] = ",".join(hosts)
         out[f"{key}_ADDR"] = hosts[0] if hosts else ""
-        out[f"{key}_PORT"] = str(derive_port(int(job) if job.isdigit() else 0, offset=index + 1))
+        out[f"{key}_PORT"] = str(derive_port(int(job) if job.isdigit() else 0,
+                                             offset=COMPONENT_PORT_OFFSET + index))
+        out[f"{key}_READY_FILE"] = ready_file(env, name)
     return out
 
 
@@ -99,37 +111,77 @@ def wait_for_port(
         except OSError as exc:
             if time.monotonic() > deadline:
                 raise LaunchError(f"{host}:{port} did not accept connections within "
-                                  f"{timeout_s:.0f}s ({exc}); is the server component up?") from exc
+                                  f"{timeout_s:.0f}s ({exc}); is the component up?") from exc
             time.sleep(0.2)
 
 
-def _validate(components: Sequence[Component]) -> None:
-    names = [c.name for c in components]
-    if not components:
-        raise LaunchError("a het job needs at least one component")
-    for comp in components:
-        if not _NAME.match(comp.name):
-            raise LaunchError(f"component name {comp.name!r} must match {_NAME.pattern}")
-        if comp.wait_for and comp.wait_for not in names:
-            raise LaunchError(f"component {comp.name!r} waits for unknown {comp.wait_for!r}")
-    if len(set(names)) != len(names):
-        raise LaunchError(f"component names repeat: {names}")
+def wait_for_file(path: str, timeout_s: float,
+                  exists: Callable[[str], bool] = os.path.exists) -> None:
+    """Return once ``path`` exists; ``LaunchError`` after the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while not exists(path):
+        if time.monotonic() > deadline:
+            raise LaunchError(f"ready file {path} did not appear within {timeout_s:.0f}s; "
+                              "the component must create it when it is up")
+        time.sleep(0.2)
+
+
+def wait_ready(waits: Sequence[Wait], env: Mapping[str, str]) -> None:
+    for wait in waits:
+        key = _key(wait.name)
+        if f"{key}_ADDR" not in env:
+            raise LaunchError(f"--wait {wait.name!r}: no such component in "
+                              f"DETHPC_HET_COMPONENTS={env.get('DETHPC_HET_COMPONENTS', '')!r}")
+        start = time.monotonic()
+        if wait.check == "port":
+            wait_for_port(env[f"{key}_ADDR"], int(env[f"{key}_PORT"]), wait.timeout_s)
+        elif wait.check == "file":
+            wait_for_file(env[f"{key}_READY_FILE"], wait.timeout_s)
+        log.info("component %s is up (%s, %.1fs)", wait.name, wait.check,
+                 time.monotonic() - start)
+
+
+def parse_args(argv: Sequence[str]) -> tuple[str | None, list[Wait], list[str]]:
+    """(component name or None for ``--trial``, waits, command)."""
+    args = list(argv)
+    if "--" not in args or not args[args.index("--") + 1 :]:
+        raise LaunchError("usage: -m dethpc.launch.hetjob (--component NAME | --trial "
+                          "[--wait NAME:CHECK:TIMEOUT]...) -- argv")
+    cut = args.index("--")
+    opts, command = args[:cut], args[cut + 1 :]
+    component: str | None = None
+    waits: list[Wait] = []
+    trial = False
+    i = 0
+    while i < len(opts):
+        flag = opts[i]
+        if flag == "--trial":
+            trial, i = True, i + 1
+        elif flag in ("--component", "--wait") and i + 1 < len(opts):
+            if flag == "--component":
+                component = opts[i + 1]
+            else:
+                waits.append(Wait.parse(opts[i + 1]))
+            i += 2
+        else:
+            raise LaunchError(f"unknown or incomplete option {flag!r}")
+    if trial == (component is not None):
+        raise LaunchError("give exactly one of --trial and --component NAME")
+    if waits and not trial:
+        raise LaunchError("--wait belongs to --trial")
+    return component, waits, command
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if "--" not in args:
-        raise LaunchError("usage: -m dethpc.launch.hetjob --component N [--wait-for M] -- argv")
-    cut = args.index("--")
-    opts = dict(zip(args[:cut:2], args[1:cut:2], strict=False))
+    component, waits, command = parse_args(sys.argv[1:] if argv is None else argv)
     env = {**os.environ, **component_env(os.environ), "PYTHONUNBUFFERED": "1"}
-    other = opts.get("--wait-for")
-    if other:
-        key = f"DETHPC_COMPONENT_{other.upper()}"
-        wait_for_port(env[f"{key}_ADDR"], int(env[f"{key}_PORT"]),
-                      float(opts.get("--timeout", "120")))
+    if component is None:
+        wait_ready(waits, env)
+        os.execvpe(command[0], command, env)  # noqa: S606 - argv list, no shell
+    env["DETHPC_COMPONENT"] = component
+    env["DETHPC_READY_FILE"] = ready_file(env, component)
     rank = int(env.get("SLURM_PROCID", "0"))
-    return run_one(args[cut + 1 :], env, rank=rank)
+    return run_one(command, env, rank=rank, label=component)
 
 
 if __name__ == "__main__":

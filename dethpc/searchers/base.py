@@ -100,6 +100,12 @@ class Searcher(abc.ABC):
     def trials(self) -> list[TrialRecord]:
         """Per-trial view for ``experiment describe`` (rungs, stopped/promoted)."""
 
+    def top_up(self) -> list[Action]:
+        """Trials to create now because ``max_concurrent_trials`` may have grown
+        (``dethpc experiment set-concurrency``). Default: none; the searcher uses
+        its configured concurrency at its next event."""
+        return []
+
     def rungs(self) -> list[dict[str, Any]]:
         """Rung lengths and cut-offs, for describe/preview (empty for non-ASHA)."""
         return []

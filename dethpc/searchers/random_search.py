@@ -110,6 +110,9 @@ class PoolSearcher(Searcher):
         return [self.records[k] for k in sorted(self.records)]
 
     # -------------------------------------------------------------- internals
+    def top_up(self) -> list[Action]:
+        return self._fill() if self.records else []
+
     def _fill(self) -> list[Action]:
         actions: list[Action] = []
         while len(self.running) < self.concurrency and len(self.records) < self.total:

@@ -138,3 +138,25 @@ def test_unknown_exit_reason_is_rejected() -> None:
     s.initial()
     with pytest.raises(ValueError, match="exit reason"):
         s.on_exited(1, "exploded")
+
+
+@pytest.mark.parametrize(("name", "total", "before", "after", "new"), [
+    ("random", 5, 2, 4, 2),      # grown: two more now
+    ("random", 5, 2, 9, 3),      # grown past max_trials: only what is left
+    ("random", 5, 2, 2, 0),      # unchanged: nothing
+    ("random", 5, 2, 1, 0),      # shrunk: nothing stops, fewer start later
+    ("grid", 1, 4, 0, 8),        # 0 = no limit: every remaining grid point
+    ("single", 1, 1, 5, 0),
+])
+def test_top_up_after_concurrency_change(name: SearcherName, total: int, before: int,
+                                         after: int, new: int) -> None:
+    s = make_searcher(cfg(name, total, before), TREE, 0)
+    first = s.initial()
+    assert make_searcher(cfg(name, total, before), TREE, 0).top_up() == []  # before initial
+    s2 = make_searcher(cfg(name, total, after), TREE, 0)  # the daemon rebuilds from config
+    s2.restore(s.snapshot())
+    extra = s2.top_up()
+    assert len([a for a in extra if isinstance(a, Create)]) == new
+    ids = [a.request_id for a in [*first, *extra] if isinstance(a, Create)]
+    assert len(ids) == len(set(ids))
+    assert s2.top_up() == []  # idempotent: a steady tick creates nothing

@@ -1,0 +1,63 @@
+"""A trial with ``slurm.components`` on the real dev cluster: one heterogeneous job
+whose server component and two trainer tasks exchange data over TCP."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from sqlmodel import select
+
+from dethpc import experiments
+from dethpc.cli.views import describe_experiment
+from dethpc.config import load_experiment_config
+from dethpc.daemon import Daemon
+from dethpc.paths import ExperimentPaths
+from dethpc.store.models import Job
+
+from .test_daemon_slurm import drive, env  # noqa: F401 - env is a fixture
+
+REPO = Path(__file__).resolve().parents[2]
+HET = REPO / "tests" / "fixtures" / "het"
+
+
+def test_server_component_and_two_trainers_exchange_data(env, tmp_path):  # noqa: F811
+    cluster, store, runner, backend = env
+    path = tmp_path / "het.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "het", "entrypoint": "python3 -m dethpc.launch.torch_distributed -- train.py",
+        "searcher": {"name": "single", "metric": "total", "smaller_is_better": False,
+                     "max_length": {"batches": 1}},
+        "resources": {"slots_per_trial": 2}, "max_restarts": 0,
+        "environment": {"environment_variables": ["DETHPC_TEST_TRAINERS=2"]},
+        "slurm": {"components": [{"name": "server", "entrypoint": "python3 server.py",
+                                  "ready": "port", "ready_timeout": 120}]}}))
+    cfg = load_experiment_config(path)
+    exp = experiments.create_experiment(store, cluster, cfg, HET, backend)
+    assert drive(Daemon(store, cluster, backend), store, exp, timeout=180) == "COMPLETED"
+
+    d = describe_experiment(store, exp)
+    (trial,) = d["trials"]
+    tdir = ExperimentPaths(Path(experiments.get_experiment(store, exp).run_dir)).trial(
+        trial["id"]).root
+    logs = "".join(p.read_text() for p in sorted(tdir.glob("slurm-*.out")))
+    assert trial["state"] == "COMPLETED", logs
+    server = json.loads((tdir / "server.json").read_text())
+    # both trainer ranks reached the server, and both got the server's answer back
+    assert server["received"] == [{"rank": 0, "value": 10}, {"rank": 1, "value": 20}], logs
+    assert server["total"] == 30
+    assert trial["best_validation"] == 30.0, trial
+    assert "[server rank=0] server: listening" in logs, logs
+    assert "component server is up (port" in logs, logs
+    for rank in (0, 1):
+        assert f"[rank={rank}] trainer: rank {rank}" in logs and "got total 30" in logs, logs
+    # one sbatch, one job: a heterogeneous job (the server is its own component job id)
+    assert runner.count("sbatch") == 1
+    with store.session() as s:
+        (job,) = s.exec(select(Job).where(Job.experiment_id == exp)).all()
+    assert job.ref is not None and job.ref.isdigit()
+    rows = runner.run(["sacct", "-n", "-P", "-X", "-j", job.ref, "-o", "JobID,State"]).stdout
+    comps = [line.split("|") for line in rows.splitlines() if line]
+    assert [c[0] for c in comps] == [f"{job.ref}+0", f"{job.ref}+1"], rows
+    assert server["slurm_job_id"] != job.ref  # the server ran in component 1's own job id
