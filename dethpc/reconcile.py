@@ -59,6 +59,10 @@ class Outcome:
     changed: bool = False
 
 
+#: the limit a snapshot was taken under, so a change (set-concurrency) is seen once
+CONCURRENCY_KEY = "_max_concurrent_trials"
+
+
 def load_config(exp: Experiment) -> ExperimentConfig:
     import yaml
 
@@ -81,8 +85,12 @@ class ExperimentReconciler:
         self.ss = ss if ss is not None else SearcherState(experiment_id=self.exp_id)
         self.searcher: Searcher = make_searcher(self.cfg.searcher, self.cfg.hyperparameters,
                                                 self.cfg.experiment_seed)
+        #: max_concurrent_trials the last tick ran with (None: first tick, or older snapshot)
+        self.last_concurrency: int | None = None
         if self.ss.snapshot_json not in ("", "{}"):
-            self.searcher.restore(json.loads(self.ss.snapshot_json))
+            snapshot = json.loads(self.ss.snapshot_json)
+            self.searcher.restore(snapshot)
+            self.last_concurrency = snapshot.get(CONCURRENCY_KEY)
         self.trials: dict[int, Trial] = {
             t.id: t for t in s.exec(select(Trial).where(Trial.experiment_id == self.exp_id))
             if t.id is not None}
@@ -106,15 +114,17 @@ class ExperimentReconciler:
             if job.live:
                 self.handle_restarts(job)
                 self.handle_end(job)
-        if state == ExperimentState.ACTIVE and self.ss.initialized:
-            self.apply(self.searcher.top_up())  # max_concurrent_trials may have grown
+        concurrency = self.cfg.searcher.max_concurrent_trials
+        if state == ExperimentState.ACTIVE and self.last_concurrency not in (None, concurrency):
+            self.apply(self.searcher.top_up())  # set-concurrency changed the limit
         self.enact_experiment_state()
         self.stop_overdue()
         self.finish_if_done()
         if self.new_checkpoints or self.out.changed:
             self.collect_garbage()
         self.exp.progress = self.searcher.progress()
-        self.ss.snapshot_json = json.dumps(self.searcher.snapshot())
+        self.ss.snapshot_json = json.dumps({**self.searcher.snapshot(),
+                                            CONCURRENCY_KEY: concurrency})
         self.s.add(self.ss)
         self.s.add(self.exp)
         return self.out

@@ -361,6 +361,11 @@ class AshaSearcher(Searcher):
         return Continue(request_id=rid, length=length, validate_at=(length,))
 
     # --------------------------------------------------------------- common
+    def top_up(self) -> list[Action]:
+        if not self.records:
+            return []
+        return [a for index in range(len(self.brackets)) for a in self._fill(index)]
+
     def _fill(self, index: int) -> list[Action]:
         b = self.brackets[index]
         actions: list[Action] = []

@@ -254,3 +254,16 @@ def test_concurrency_never_exceeds_the_bracket_bounds(variant: AshaVariant) -> N
         queue += s.on_exited(a.request_id, "stopped" if stopped else "completed")
     assert created == 32
     assert s.progress() == 1.0
+
+
+@pytest.mark.parametrize("variant", ["stopping", "promotion"])
+def test_top_up_fills_brackets_to_a_grown_limit(variant: AshaVariant) -> None:
+    small = make_searcher(cfg(max_trials=16, conc=2, variant=variant), TREE, 0)
+    first = [a for a in small.initial() if isinstance(a, Create)]
+    assert len(first) == 3  # Determined: at least one per bracket (3 brackets here)
+    big = make_searcher(cfg(max_trials=16, conc=8, variant=variant), TREE, 0)
+    big.restore(small.snapshot())
+    extra = [a for a in big.top_up() if isinstance(a, Create)]
+    assert len(first) + len(extra) == 8
+    assert {a.request_id for a in extra}.isdisjoint(a.request_id for a in first)
+    assert big.top_up() == []
