@@ -98,8 +98,10 @@ def test_mpi4py_allreduce_four_ranks_two_nodes(slurm_cluster, tmp_path) -> None:
     assert json.loads(result.read_text()) == {"size": 4, "sum": 10}
 
 
-@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
-                    reason="deepspeed not installed (DS_BUILD_OPS=0 pip install deepspeed)")
+@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None
+                    and os.environ.get("CI") != "true",
+                    reason="deepspeed not installed (scripts/setup.sh installs it; in CI a "
+                           "missing deepspeed fails this test)")
 def test_deepspeed_zero1_two_nodes(slurm_cluster, tmp_path) -> None:
     result = tmp_path / "ds.json"
     (tmp_path / ".deepspeed_env").write_text("DETHPC_FROM_DS_ENV=yes\n")

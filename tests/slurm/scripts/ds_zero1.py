@@ -7,6 +7,10 @@ import sys
 import deepspeed
 import torch
 
+# DeepSpeed's shared-memory all-reduce (deepspeed_shm_comm) is JIT-built on first use
+# (~50 s on 2 cores) and is a one-host optimization; the dev cluster's "nodes" all share
+# one host and one /dev/shm, and one run hung inside it. Collectives go over gloo only.
+deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 deepspeed.init_distributed(dist_backend="gloo")
 torch.manual_seed(0)
 model = torch.nn.Linear(4, 1)
