@@ -20,6 +20,7 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
+from dethpc.config.hparams import flatten_hparams
 from dethpc.config.model import (
     CategoricalHP,
     ConstHP,
@@ -31,26 +32,12 @@ from dethpc.config.model import (
 )
 from dethpc.errors import ConfigError, FieldError
 
-_LEAF_TYPES = (ConstHP, IntHP, DoubleHP, LogHP, CategoricalHP)
 
-
-def flatten(tree: HParamTree, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], HParam]]:
-    """Leaves of ``tree`` as (path, hparam), sorted by dotted path."""
-    out: list[tuple[tuple[str, ...], HParam]] = []
-    for key in sorted(tree):
-        node = tree[key]
-        path = prefix + (key,)
-        if isinstance(node, _LEAF_TYPES):
-            out.append((path, node))
-        elif isinstance(node, dict):
-            out.extend(flatten(node, path))
-        else:
-            raise ConfigError(
-                [FieldError("hyperparameters." + ".".join(path),
-                            f"not a hyperparameter: {node!r}")],
-                source="experiment config",
-            )
-    return out
+def flatten(tree: HParamTree) -> list[tuple[tuple[str, ...], HParam]]:
+    """Leaves of ``tree`` as (path, hparam), sorted by path (names never contain '.':
+    the config parser refuses them)."""
+    return sorted(((tuple(name.split(".")), hp) for name, hp in flatten_hparams(tree).items()),
+                  key=lambda leaf: leaf[0])
 
 
 def _unflatten(pairs: list[tuple[tuple[str, ...], Any]]) -> dict[str, Any]:
