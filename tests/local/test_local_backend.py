@@ -21,20 +21,14 @@ import pytest
 from dethpc.backends.base import Backend, JobInfo, JobRequest, JobState
 from dethpc.backends.local import LocalBackend
 from dethpc.backends.local_spool import read_json
+from tests import backend_polling as polling
 
 DEADLINE_S = 60.0
 
 
-def wait_for(backend: LocalBackend, refs: list[str],
+def wait_for(backend: Backend, refs: list[str],
              pred: Callable[[dict[str, JobInfo]], bool], what: str) -> dict[str, JobInfo]:
-    end = time.monotonic() + DEADLINE_S
-    while True:
-        infos = backend.poll(refs)
-        if pred(infos):
-            return infos
-        if time.monotonic() > end:
-            pytest.fail(f"gave up waiting for {what}: {infos}")
-        time.sleep(0.05)
+    return polling.wait_for(backend, refs, pred, what, DEADLINE_S, 0.05)
 
 
 def wait_terminal(backend: LocalBackend, refs: list[str]) -> dict[str, JobInfo]:
@@ -43,11 +37,7 @@ def wait_terminal(backend: LocalBackend, refs: list[str]) -> dict[str, JobInfo]:
 
 
 def wait_file(path: Path) -> None:
-    end = time.monotonic() + DEADLINE_S
-    while not path.exists():
-        if time.monotonic() > end:
-            pytest.fail(f"gave up waiting for {path}")
-        time.sleep(0.05)
+    polling.wait_file(path, DEADLINE_S, 0.05)
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ Every wait polls the backend with a generous deadline; nothing asserts on durati
 from __future__ import annotations
 
 import textwrap
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from dethpc.backends.base import Backend, JobInfo, JobRequest, JobState
 from dethpc.backends.slurm import SlurmBackend
 from dethpc.errors import SubmitError
 from dethpc.runner import CommandRunner, RecordingRunner
+from tests import backend_polling as polling
 
 DEADLINE_S = 240.0
 
@@ -52,16 +52,9 @@ def make_request(tmp_path: Path, body: str, **kw: Any) -> JobRequest:
     return JobRequest(script=script, workdir=tmp_path, **kw)
 
 
-def wait_for(backend: SlurmBackend, refs: list[str],
+def wait_for(backend: Backend, refs: list[str],
              pred: Callable[[dict[str, JobInfo]], bool], what: str) -> dict[str, JobInfo]:
-    end = time.monotonic() + DEADLINE_S
-    while True:
-        infos = backend.poll(refs)
-        if pred(infos):
-            return infos
-        if time.monotonic() > end:
-            pytest.fail(f"gave up waiting for {what}: {infos}")
-        time.sleep(0.5)
+    return polling.wait_for(backend, refs, pred, what, DEADLINE_S, 0.5)
 
 
 def terminal(infos: dict[str, JobInfo]) -> bool:
@@ -73,11 +66,7 @@ def count(infos: dict[str, JobInfo], state: JobState) -> int:
 
 
 def wait_file(path: Path) -> None:
-    end = time.monotonic() + DEADLINE_S
-    while not path.exists():
-        if time.monotonic() > end:
-            pytest.fail(f"gave up waiting for {path}")
-        time.sleep(0.2)
+    polling.wait_file(path, DEADLINE_S, 0.2)
 
 
 def test_discovery(backend: SlurmBackend) -> None:
