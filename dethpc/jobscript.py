@@ -52,9 +52,11 @@ def _contained(cfg: ExperimentConfig, cluster: ClusterConfig, argv: list[str],
 
 def trial_command(cfg: ExperimentConfig, cluster: ClusterConfig, backend: str, python: str,
                   run_dir: Path) -> list[str]:
-    argv = _contained(cfg, cluster, entrypoint_argv(cfg.entrypoint, python),
-                      cfg.resources.resource_pool, run_dir)
-    if backend == "slurm" and not is_launcher(argv):
+    raw = entrypoint_argv(cfg.entrypoint, python)
+    argv = _contained(cfg, cluster, raw, cfg.resources.resource_pool, run_dir)
+    # a dethpc launcher (also behind wrappers such as numactl) calls srun itself; one
+    # inside a container image stays in a one-task step, where it runs as that rank
+    if backend == "slurm" and not (argv == raw and is_launcher(argv)):
         argv = [*SRUN_ONE, *argv]
     components = cfg.slurm.components if backend == "slurm" else ()
     if components:

@@ -103,8 +103,13 @@ def entrypoint_argv(entrypoint: str | Sequence[str], python: str) -> list[str]:
 
 
 def is_launcher(argv: Sequence[str]) -> bool:
-    """True for ``python -m dethpc.launch.<name> ...``: such a launcher calls srun itself."""
-    return len(argv) >= 3 and argv[1] == "-m" and bool(_LAUNCHER.match(argv[2]))
+    """True when the command runs ``python -m dethpc.launch.<name>``, directly or behind
+    wrapper commands (``numactl ... python -m dethpc.launch.torch_distributed ...``):
+    such a launcher calls srun itself. Only the part before a ``--`` counts, so a
+    launcher named as some other program's argument list after ``--`` does not."""
+    head = list(argv[: argv.index("--")] if "--" in argv else argv)
+    return any(head[i] == "-m" and bool(_LAUNCHER.match(head[i + 1]))
+               for i in range(1, len(head) - 1))
 
 
 def check_directive(arg: str) -> str:

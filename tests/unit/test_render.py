@@ -42,6 +42,14 @@ def test_entrypoint_argv(entrypoint, argv):
     (["python3", "-m", "dethpc.launch.mpi"], True),
     (["python3", "-m", "dethpc.pytorch.run", "a:B"], False),
     (["python3", "train.py"], False),
+    # nested: wrapper commands in front of the launcher
+    (["numactl", "--interleave=all", "python3", "-m", "dethpc.launch.torch_distributed",
+      "--", "t.py"], True),
+    (["env", "A=1", "taskset", "-c", "0-3", "python", "-m", "dethpc.launch.deepspeed"], True),
+    # a launcher named only after another program's "--" is that program's argument
+    (["python3", "wrap.py", "--", "python3", "-m", "dethpc.launch.mpi"], False),
+    (["-m", "dethpc.launch.mpi"], False),
+    (["python3", "-m"], False),
 ])
 def test_is_launcher(argv, expected):
     assert is_launcher(argv) is expected
