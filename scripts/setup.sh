@@ -12,7 +12,7 @@ if ! "$PY" -m venv --help >/dev/null 2>&1; then
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 stamp=.venv/.dethpc-installed
-want=$(cat pyproject.toml | sha256sum | cut -c1-16)
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/pip install -q --upgrade pip
   # torch exactly 2.13.0 (a CPU wheel is available locally; any other spec pulls CUDA wheels)
