@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# The whole test suite. Brings the dev Slurm cluster up when it can (root on Debian);
-# under CI=true the Slurm tier is mandatory and a missing cluster fails the run.
+# The whole test suite. Brings the dev Slurm cluster up and installs PostgreSQL when it
+# can (root on Debian); under CI=true the Slurm and PostgreSQL tiers are mandatory and
+# a missing cluster or server fails the run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
 export PATH=$PWD/.venv/bin:$PATH
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   python -m dethpc.devcluster up || { [ "${CI:-}" = true ] && { echo "dev cluster failed to start" >&2; exit 1; }; }
+  # PostgreSQL binaries for tests/pg (the tests start and stop their own server)
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+    || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null \
+    || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
 elif [ "${CI:-}" = true ]; then
   echo "CI needs root to start the dev Slurm cluster" >&2; exit 1
 fi
