@@ -60,3 +60,33 @@ def test_server_component_and_two_trainers_exchange_data(env, tmp_path):  # noqa
     info = runner.run(["scontrol", "-o", "show", "job", job.ref]).stdout
     offsets = [w for w in info.split() if w.startswith("HetJobOffset=")]
     assert offsets == ["HetJobOffset=0", "HetJobOffset=1"], info
+
+
+def test_component_that_cannot_fit_is_refused_at_submit(env, tmp_path):  # noqa: F811
+    import dataclasses
+
+    import pytest
+
+    from dethpc.config.model import ResourcePool
+    from dethpc.errors import SubmitError
+
+    cluster, store, runner, backend = env
+    cluster = dataclasses.replace(cluster, pools={
+        **cluster.pools, "nowhere": ResourcePool(name="nowhere", partition="nosuch")})
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "het-bad", "entrypoint": "python3 train.py",
+        "searcher": {"name": "single", "metric": "total", "max_length": {"batches": 1}},
+        "slurm": {"components": [
+            {"name": "big", "entrypoint": "x", "nodes": 9},
+            {"name": "lost", "entrypoint": "x", "resource_pool": "nowhere"}]}}))
+    cfg = load_experiment_config(path)
+    with pytest.raises(SubmitError, match=r"slurm.components\[0\] \(big\): partition 'debug' "
+                                          r"cannot fit 9 node"):
+        experiments.create_experiment(store, cluster, cfg, HET, backend)
+    cfg2 = load_experiment_config(path, ["slurm.components=[{name: lost, entrypoint: x, "
+                                         "resource_pool: nowhere}]"])
+    with pytest.raises(SubmitError, match=r"slurm.components\[0\] \(lost\): partition "
+                                          r"'nosuch' does not exist"):
+        experiments.create_experiment(store, cluster, cfg2, HET, backend)
+    assert runner.count("sbatch") == 0

@@ -197,3 +197,13 @@ def test_wait_ready_file_and_none(tmp_path: Path) -> None:
                          "DETHPC_TRIAL_DIR": str(tmp_path)})
     Path(env["DETHPC_COMPONENT_A_READY_FILE"]).touch()
     wait_ready([Wait("a", "file", 0), Wait("b", "none", 0)], env)
+
+
+def test_submit_refuses_components_on_the_local_backend(tmp_path: Path) -> None:
+    from dethpc.backends.local import LocalBackend
+    from dethpc.errors import DethpcError
+    from dethpc.experiments import check_resources
+
+    cfg = cfg_with([{"name": "server", "entrypoint": "x"}])
+    with pytest.raises(DethpcError, match="heterogeneous job, which the local backend cannot"):
+        check_resources(cfg, CLUSTER, LocalBackend(tmp_path / "spool"))  # type: ignore[arg-type]
