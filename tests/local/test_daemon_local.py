@@ -161,3 +161,24 @@ def test_kill_and_cancel_end_every_job(home, tmp_path, action, trial_state):
     spool = Path(home) / "local-spool"
     infos = backend.poll([p.parent.name for p in spool.rglob("request.json")])
     assert infos and all(i.state.is_terminal for i in infos.values())
+
+
+def test_set_concurrency_cli_tops_up_and_refuses_bad_values(home, tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", hyperparameters={"x": 3.0, "step_time": 0.05},
+                       searcher={"name": "random", "metric": "validation_loss",
+                                 "max_trials": 3, "max_concurrent_trials": 1,
+                                 "max_length": {"batches": 200}})
+    exp = submit(cfg, "--no-daemon")
+    cli("daemon", "tick")
+    assert len(describe(exp)["trials"]) == 1
+    bad = cli("experiment", "set-concurrency", exp, "--", "-1", check=False)
+    assert bad.returncode != 0 and "must be >= 0" in bad.stdout + bad.stderr
+    assert "Traceback" not in bad.stdout + bad.stderr
+    out = cli("experiment", "set-concurrency", exp, "3")
+    assert "max_concurrent_trials 1 -> 3" in out.stdout
+    cli("daemon", "tick")
+    assert len(describe(exp)["trials"]) == 3       # topped up at once, not at the next exit
+    cli("experiment", "kill", exp)
+    cli("daemon", "start")
+    state = cli("experiment", "wait", exp, "--timeout", "60", check=False, timeout=90)
+    assert state.returncode == 1 and describe(exp)["state"] == "CANCELED"
