@@ -132,11 +132,17 @@ class DevCluster:
             )
 
     def munge_ok(self) -> bool:
-        cred = self.runner.run(["munge", "-n"], check=False, retry=False, timeout=10)
-        if cred.returncode != 0:
+        """munged answers ``munge -n | unmunge`` (False when munge is not even installed)."""
+        if shutil.which("munge") is None or shutil.which("unmunge") is None:
             return False
-        back = self.runner.run(["unmunge"], input=cred.stdout, check=False, retry=False,
-                               timeout=10)
+        try:
+            cred = self.runner.run(["munge", "-n"], check=False, retry=False, timeout=10)
+            if cred.returncode != 0:
+                return False
+            back = self.runner.run(["unmunge"], input=cred.stdout, check=False, retry=False,
+                                   timeout=10)
+        except CommandError:
+            return False
         return back.returncode == 0
 
     def controller_up(self) -> bool:
