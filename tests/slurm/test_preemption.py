@@ -91,7 +91,10 @@ def test_partition_preemption_checkpoints_requeues_and_resumes_bit_identical(
     on_signal = [c for c in checkpoints(ckpt_dir) if c["steps_completed"] == stopped_at]
     assert on_signal, f"no checkpoint at step {stopped_at}"
     signal_to_commit = on_signal[-1]["time"] - runs[0]["signal_at"]
-    assert 0 <= signal_to_commit < LOW_GRACE_TIME_S, signal_to_commit
+    # committed within the grace time; or (seen once: -0.4 ms) the signal came while the
+    # periodic checkpoint of that very step was being published, and the trainer, finding
+    # the step already checkpointed, exits without writing it twice
+    assert -1.0 < signal_to_commit < LOW_GRACE_TIME_S, signal_to_commit
     log = job_log(trial_dir)
     assert "batch shell got SIGUSR2" in log
     assert "resumed from checkpoint " + on_signal[-1]["uuid"] in log
