@@ -36,7 +36,16 @@ def env(tmp_path, slurm_cluster):
     store = Store(f"sqlite:///{tmp_path}/dethpc.db")
     runner = RecordingRunner(timeout=30.0)
     backend = SlurmBackend(runner)
-    return cluster, store, runner, backend
+    yield cluster, store, runner, backend
+    # a failed test leaves its jobs running: they would hold CPUs under the next tests
+    from sqlmodel import select
+
+    from dethpc.store.models import Batch
+
+    with store.session() as s:
+        ids = sorted({b.array_job_id for b in s.exec(select(Batch)) if b.array_job_id})
+    if ids:
+        CommandRunner().run(["scancel", *ids], check=False)
 
 
 def toy_config(path: Path, **over) -> Path:
