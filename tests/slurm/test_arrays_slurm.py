@@ -13,6 +13,8 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlmodel import select
@@ -24,11 +26,28 @@ from dethpc.daemon import Daemon
 from dethpc.runner import CommandRunner
 from dethpc.store.models import Batch
 
-from .test_daemon_slurm import TOY, drive, env, in_queue, toy_config  # noqa: F401 - env: fixture
+from .test_daemon_slurm import (  # noqa: F401 - env: fixture
+    TOY,
+    drive,
+    end_and_check_queue_empty,
+    env,
+    in_queue,
+    toy_config,
+)  # noqa: F401 - env: fixture
 
 
-def grid(n: int, step_time: float) -> dict[str, object]:
-    return {"x": {"type": "categorical", "vals": list(range(n))}, "step_time": step_time}
+def grid_experiment(setup: Any, tmp_path: Path, *, trials: int, step_time: float, k: int,
+                    batches: int) -> tuple[int, Daemon]:
+    """A grid of ``trials`` toy trials with max_concurrent_trials ``k``, and its daemon."""
+    cluster, store, _runner, backend = setup
+    cfg = load_experiment_config(toy_config(
+        tmp_path / "c.yaml",
+        hyperparameters={"x": {"type": "categorical", "vals": list(range(trials))},
+                         "step_time": step_time},
+        searcher={"name": "grid", "metric": "validation_loss", "max_concurrent_trials": k,
+                  "max_length": {"batches": batches}}))
+    exp = experiments.create_experiment(store, cluster, cfg, TOY, backend)
+    return exp, Daemon(store, cluster, backend)
 
 
 def array_tasks(job: str) -> list[str]:
@@ -39,14 +58,9 @@ def array_tasks(job: str) -> list[str]:
 
 def test_batch_larger_than_max_array_size_is_split(env, tmp_path,  # noqa: F811
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    cluster, store, runner, backend = env
+    _cluster, store, runner, backend = env
     monkeypatch.setattr(backend, "max_array_size", lambda: 3)
-    cfg = load_experiment_config(toy_config(
-        tmp_path / "c.yaml", hyperparameters=grid(7, 0.05),
-        searcher={"name": "grid", "metric": "validation_loss", "max_concurrent_trials": 5,
-                  "max_length": {"batches": 10}}))
-    exp = experiments.create_experiment(store, cluster, cfg, TOY, backend)
-    daemon = Daemon(store, cluster, backend)
+    exp, daemon = grid_experiment(env, tmp_path, trials=7, step_time=0.05, k=5, batches=10)
     assert drive(daemon, store, exp, timeout=300) == "COMPLETED"
     with store.session() as s:
         batches = list(s.exec(select(Batch).where(Batch.experiment_id == exp)
@@ -66,22 +80,10 @@ def test_batch_larger_than_max_array_size_is_split(env, tmp_path,  # noqa: F811
 
 
 def test_cancel_takes_pending_array_tasks_too(env, tmp_path) -> None:  # noqa: F811
-    cluster, store, _runner, backend = env
-    cfg = load_experiment_config(toy_config(
-        tmp_path / "c.yaml", hyperparameters=grid(12, 1.0),
-        searcher={"name": "grid", "metric": "validation_loss", "max_concurrent_trials": 0,
-                  "max_length": {"batches": 500}}))
-    exp = experiments.create_experiment(store, cluster, cfg, TOY, backend)
-    daemon = Daemon(store, cluster, backend)
+    store = env[1]
+    exp, daemon = grid_experiment(env, tmp_path, trials=12, step_time=1.0, k=0, batches=500)
     drive(daemon, store, exp, until=lambda d: sum(t["state"] == "RUNNING"
                                                    for t in d["trials"]) >= 2)
     queued = in_queue(store, exp)
     assert len(queued) == 12, queued       # one array: 8 running, 4 waiting for CPUs
-    experiments.request_state(store, exp, "cancel")
-    assert drive(daemon, store, exp, timeout=180) == "CANCELED"
-    deadline = time.monotonic() + 60
-    while in_queue(store, exp) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert in_queue(store, exp) == []
-    trials = describe_experiment(store, exp)["trials"]
-    assert all(t["state"] == "CANCELED" for t in trials), trials
+    end_and_check_queue_empty(daemon, store, exp, "cancel")

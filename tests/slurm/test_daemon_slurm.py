@@ -127,13 +127,20 @@ def test_kill_cancels_every_job(env, tmp_path):
     daemon = Daemon(store, cluster, backend)
     drive(daemon, store, exp, until=lambda d: sum(t["state"] == "RUNNING"
                                                    for t in d["trials"]) >= 4)
-    experiments.request_state(store, exp, "kill")
-    assert drive(daemon, store, exp, timeout=120) == "CANCELED"
+    end_and_check_queue_empty(daemon, store, exp, "kill")
+
+
+def end_and_check_queue_empty(daemon: Daemon, store: Store, exp: int, action: str) -> None:
+    """``kill``/``cancel`` the experiment: it ends CANCELED with every trial, and none of
+    its array tasks (running or still pending) is left in squeue."""
+    experiments.request_state(store, exp, action)
+    assert drive(daemon, store, exp, timeout=180) == "CANCELED"
     deadline = time.monotonic() + 60
     while in_queue(store, exp) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert in_queue(store, exp) == []
-    assert all(t["state"] == "CANCELED" for t in describe_experiment(store, exp)["trials"])
+    trials = describe_experiment(store, exp)["trials"]
+    assert all(t["state"] == "CANCELED" for t in trials), trials
 
 
 @pytest.mark.parametrize("max_restarts,final", [(1, "COMPLETED"), (0, "ERROR")])
