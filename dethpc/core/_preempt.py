@@ -58,6 +58,10 @@ def parse_signal(name: str) -> signal.Signals:
                           "use e.g. USR2, USR1 or TERM") from exc
 
 
+def _drop_late_signal(signum: int, frame: FrameType | None) -> None:
+    """A preemption signal that arrives after ``core.init()`` is left: nothing to do."""
+
+
 class PreemptContext:
     """``should_preempt()`` / ``reason`` for one trial process."""
 
@@ -91,8 +95,17 @@ class PreemptContext:
             self._signalled = signal.Signals(signum)
 
     def close(self) -> None:
-        """Give the previous handlers back."""
+        """Give the previous handlers back, except that a preemption signal that had its
+        default action (USR1/USR2/HUP: kill) is caught and dropped from now on: the
+        context is left, so training is over (or the process is exiting with 80/81), and
+        a late signal must not kill the process in its last moments, which turns a
+        finished run into a "preempted" one that is requeued for nothing (seen on the dev
+        cluster: a time-limit USR2 just after the final weights were saved). A Python
+        handler, not SIG_IGN, so that programs started later do not inherit it. TERM
+        keeps its default: Slurm's own kill path."""
         for signum, handler in self._previous.items():
+            if handler is signal.SIG_DFL and signum is not signal.SIGTERM:
+                handler = _drop_late_signal
             try:
                 signal.signal(signum, handler)
             except (ValueError, TypeError):  # pragma: no cover - not main thread / C handler

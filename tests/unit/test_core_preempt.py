@@ -51,10 +51,42 @@ def test_sigterm_always_handled(tmp_path: Path) -> None:
 
 
 def test_handlers_restored_after_exit(tmp_path: Path) -> None:
-    before = signal.getsignal(signal.SIGUSR2)
-    with core.init(env=_env(_trial(tmp_path))):
-        assert signal.getsignal(signal.SIGUSR2) is not before
-    assert signal.getsignal(signal.SIGUSR2) is before
+    def mine(signum: int, frame: object) -> None:
+        pass
+
+    before = signal.signal(signal.SIGUSR2, mine)
+    try:
+        with core.init(env=_env(_trial(tmp_path))):
+            assert signal.getsignal(signal.SIGUSR2) is not mine
+        assert signal.getsignal(signal.SIGUSR2) is mine
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGUSR2, before)
+
+
+LATE_SIGNAL = """
+import os, signal, subprocess, sys, time
+import dethpc.core as core
+with core.init(env={"DETHPC_TRIAL_DIR": sys.argv[1]}):
+    pass                                    # training done, final weights saved
+os.kill(os.getpid(), signal.SIGUSR2)        # the time-limit signal, a moment too late
+time.sleep(0.1)
+# a program started later does not inherit the drop: USR2 still kills it
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+time.sleep(0.3)
+child.send_signal(signal.SIGUSR2)
+sys.exit(0 if child.wait() == -signal.SIGUSR2 else 3)
+"""
+
+
+def test_preempt_signal_after_the_context_is_left_does_not_kill(tmp_path: Path) -> None:
+    """A run that finished must exit 0 even if the preemption signal comes after
+    ``core.init()`` is left; USR2's default action (kill, 140) made the batch shell
+    requeue a finished trial."""
+    trial = _trial(tmp_path)
+    proc = subprocess.run([sys.executable, "-c", LATE_SIGNAL, str(trial)],
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert proc.returncode == 0
 
 
 @pytest.mark.parametrize(("content", "reason"), [("stop", "stop"), ("pause\n", "pause"),
