@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from dethpc import core
 from dethpc.core import DistributedContext, PreemptMode
+from dethpc.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED
 from dethpc.pytorch._trial import PyTorchTrialContext
 
 log = logging.getLogger(__name__)
@@ -60,10 +61,32 @@ def init(*, hparams: Mapping[str, Any] | None = None,
         created = not (dist.is_available() and dist.is_initialized())
         distributed = init_distributed()
         created = created and distributed is not None
+    together = False  # every rank leaves at the same point: a barrier cannot hang
     try:
         with core.init(distributed=distributed, preempt_mode=preempt_mode,
                        exit_on_preempt=exit_on_preempt) as core_context:
             yield PyTorchTrialContext(core_context, hparams=hparams)
+        together = True
+    except SystemExit as exc:  # preempted/stopped: the ranks agreed on the step
+        together = exc.code in (EXIT_PREEMPTED, EXIT_STOPPED)
+        raise
     finally:
         if created and dist.is_initialized():
-            dist.destroy_process_group()
+            shutdown_process_group(together)
+
+
+def shutdown_process_group(together: bool) -> None:
+    """Tear the default process group down. ``together``: wait for every rank first.
+
+    Without the barrier a rank that tears gloo down while a peer is still finishing
+    its last collective can abort the peer ("terminate called without an active
+    exception", exit 134; seen once on the dev cluster, 2 nodes x 2 ranks) and fail a
+    finished job. After an error on one rank the others would wait for it forever
+    (gloo's timeout is 30 min), so then there is no barrier.
+    """
+    if together and dist.get_world_size() > 1:
+        try:
+            dist.barrier()
+        except Exception as exc:  # noqa: BLE001 - a peer died: tear down anyway
+            log.warning("barrier before destroying the process group failed: %s", exc)
+    dist.destroy_process_group()

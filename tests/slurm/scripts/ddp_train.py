@@ -51,6 +51,7 @@ def main():
         json.dump({"world": world, "allreduce": t.item(), "weights": weights,
                    "env": {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT")}},
                   open(out, "w"))
+    dist.barrier()  # no rank tears gloo down while a peer still talks to it
     dist.destroy_process_group()
 
 
