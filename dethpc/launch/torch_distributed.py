@@ -81,8 +81,10 @@ def build_argv(
             python, "-m", "dethpc.launch.torch_distributed", "--mode", "torchrun",
             *overrides, "--", *target.tokens(),
         ]
+    # torchrun of this interpreter (`python -m torch.distributed.run`): a venv's python
+    # run by its path, without the venv on PATH, has no `torchrun` to find
     return [
-        "torchrun",
+        python, "-m", "torch.distributed.run",
         f"--nnodes={layout.nnodes}",
         f"--nproc-per-node={layout.tasks_per_node}",
         f"--node-rank={node_rank}",

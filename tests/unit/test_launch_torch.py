@@ -50,7 +50,8 @@ def test_torchrun_mode_inside_step_execs_torchrun() -> None:
     plan = td.plan(["--max-restarts=1", "--", "train.py", "x"], env, SRUN, PY)
     assert plan.kind == "exec"
     assert list(plan.argv) == [
-        "torchrun", "--nnodes=2", "--nproc-per-node=2", "--node-rank=1", "--master-addr=n1",
+        PY, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2", "--node-rank=1",
+        "--master-addr=n1",
         f"--master-port={PORT}", "--max-restarts=1", "--no-python", *SHIM, PY, "train.py", "x"]
 
 
@@ -99,8 +100,8 @@ def test_build_argv_pure() -> None:
     layout = JobLayout(("a", "b", "c"), 4, "a", 15500, 500)
     argv = td.build_argv("torchrun", Target("file", "t.py"), layout, in_step=True, node_rank=2,
                          python=PY)
-    assert argv[:6] == ["torchrun", "--nnodes=3", "--nproc-per-node=4", "--node-rank=2",
-                        "--master-addr=a", "--master-port=15500"]
+    assert argv[:8] == [PY, "-m", "torch.distributed.run", "--nnodes=3", "--nproc-per-node=4",
+                        "--node-rank=2", "--master-addr=a", "--master-port=15500"]
     env = td.build_env("srun", layout, {"DETHPC_SOCKET_IFNAME": "ib0"}, in_step=False)
     assert (env["WORLD_SIZE"], env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"]) == (
         "12", "ib0", "ib0")
