@@ -20,6 +20,7 @@ from dethpc.daemon import Daemon
 from dethpc.runner import CommandRunner, RecordingRunner
 from dethpc.store import Store
 from dethpc.store.models import ExperimentState
+from tests.slurm.fixtures.harness import scancel_store_jobs
 
 REPO = Path(__file__).resolve().parents[2]
 TOY = REPO / "tests" / "fixtures" / "toy"
@@ -37,15 +38,7 @@ def env(tmp_path, slurm_cluster):
     runner = RecordingRunner(timeout=30.0)
     backend = SlurmBackend(runner)
     yield cluster, store, runner, backend
-    # a failed test leaves its jobs running: they would hold CPUs under the next tests
-    from sqlmodel import select
-
-    from dethpc.store.models import Batch
-
-    with store.session() as s:
-        ids = sorted({b.array_job_id for b in s.exec(select(Batch)) if b.array_job_id})
-    if ids:
-        CommandRunner().run(["scancel", *ids], check=False)
+    scancel_store_jobs(store)
 
 
 def toy_config(path: Path, **over) -> Path:
@@ -134,7 +127,7 @@ def end_and_check_queue_empty(daemon: Daemon, store: Store, exp: int, action: st
     """``kill``/``cancel`` the experiment: it ends CANCELED with every trial, and none of
     its array tasks (running or still pending) is left in squeue."""
     experiments.request_state(store, exp, action)
-    assert drive(daemon, store, exp, timeout=180) == "CANCELED"
+    assert drive(daemon, store, exp, timeout=120) == "CANCELED"
     deadline = time.monotonic() + 60
     while in_queue(store, exp) and time.monotonic() < deadline:
         time.sleep(0.5)
