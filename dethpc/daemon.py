@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import time
@@ -39,10 +40,20 @@ from dethpc.paths import ExperimentPaths
 from dethpc.reconcile import ExperimentReconciler, load_config
 from dethpc.render import make_env, parse_slurm_time
 from dethpc.store import Store
-from dethpc.store.models import Batch, Event, Experiment, ExperimentState, Job, Trial, TrialState
+from dethpc.store.models import (
+    Batch,
+    BatchState,
+    Checkpoint,
+    CheckpointState,
+    Event,
+    Experiment,
+    ExperimentState,
+    Job,
+    Trial,
+)
 
 log = logging.getLogger(__name__)
-OPEN_STATES = [s.value for s in ExperimentState if not s.is_terminal]
+OPEN_STATES = [s for s in ExperimentState if not s.is_terminal]
 
 
 @dataclass
@@ -70,7 +81,6 @@ class Daemon:
     def __init__(self, store: Store, cluster: ClusterConfig, backend: Backend,
                  *, clock: Callable[[], float] = time.time) -> None:
         self.store, self.cluster, self.backend, self.clock = store, cluster, backend, clock
-        self.unknown: dict[str, int] = {}
         self.jenv = make_env()
         self.python = cluster.python or sys.executable
         self.tag = instance_tag(store.url)
@@ -93,9 +103,10 @@ class Daemon:
                 with self.store.session() as s:
                     exp = s.get(Experiment, exp_id)
                     assert exp is not None
-                    out = ExperimentReconciler(s, exp, infos, self.unknown, self.clock()).run()
+                    out = ExperimentReconciler(s, exp, infos, self.clock()).run()
                 cancel += out.cancel
                 stats.changed |= out.changed
+                self.delete_checkpoints(out.delete)
             except DethpcError as exc:
                 stats.errors.append(f"experiment {exp_id}: {exc}")
                 self.fail_experiment(exp_id, str(exc))
@@ -111,6 +122,27 @@ class Daemon:
                 self.fail_experiment(exp_id, f"submission failed: {exc}")
         return stats
 
+    def delete_checkpoints(self, doomed: dict[str, str]) -> None:
+        """Remove checkpoint directories that GC marked DELETING in a transaction that
+        has committed, then mark them DELETED. A daemon killed in between leaves them
+        DELETING; the next tick hands them out again."""
+        if not doomed:
+            return
+        gone = []
+        for uuid, path in doomed.items():
+            shutil.rmtree(path, ignore_errors=True)
+            if not Path(path).exists():
+                gone.append(uuid)
+            else:
+                log.warning("checkpoint %s: could not delete %s; will retry", uuid, path)
+        fault_point("after_gc_rmtree")
+        with self.store.session() as s:
+            for uuid in gone:
+                ck = s.get(Checkpoint, uuid)
+                if ck is not None and ck.state == CheckpointState.DELETING:
+                    ck.state = CheckpointState.DELETED
+                    s.add(ck)
+
     def poll(self, stats: TickStats) -> dict[str, JobInfo]:
         with self.store.session() as s:
             refs = [j.ref for j in s.exec(select(Job).where(Job.live == True))  # noqa: E712
@@ -122,7 +154,7 @@ class Daemon:
         """Batches recorded but never confirmed: the daemon died around sbatch.
         A job found under the batch's name is adopted; otherwise the batch is retried."""
         with self.store.session() as s:
-            pending = list(s.exec(select(Batch).where(Batch.state == "submitting")))
+            pending = list(s.exec(select(Batch).where(Batch.state == BatchState.SUBMITTING)))
             if not pending:
                 return
             found = self.backend.find([b.name for b in pending])
@@ -133,18 +165,18 @@ class Daemon:
                     # "123_4" (array task) or "123" / "123+0" (one job, het components)
                     base = tasks[0].ref.split("+", 1)[0].rsplit("_", 1)[0]
                     is_array = "_" in tasks[0].ref
-                    batch.state, batch.array_job_id = "submitted", base
+                    batch.state, batch.array_job_id = BatchState.SUBMITTED, base
                     for job in jobs:
                         job.ref = f"{base}_{job.array_index}" if is_array else base
                         s.add(job)
                     s.add(Event(experiment_id=batch.experiment_id, kind="adopted",
                                 message=f"adopted job {base} of batch {batch.id} after restart"))
                 else:
-                    batch.state = "failed"
+                    batch.state = BatchState.FAILED
                     for job in jobs:
                         job.live = False
                         trial = s.get(Trial, job.trial_id)
-                        if trial is not None and not TrialState(trial.state).is_terminal:
+                        if trial is not None and not trial.state.is_terminal:
                             trial.needs_job = True
                             s.add(trial)
                         s.add(job)
@@ -158,7 +190,7 @@ class Daemon:
         ArrayTaskThrottle`` per such array, none in a steady tick."""
         with self.store.session() as s:
             exp = s.get(Experiment, exp_id)
-            if exp is None or exp.state != ExperimentState.ACTIVE.value:
+            if exp is None or exp.state != ExperimentState.ACTIVE:
                 return 0
             cfg = load_config(exp)
             if cfg.slurm.components and self.backend.name == "slurm":
@@ -168,7 +200,7 @@ class Daemon:
                 Job.experiment_id == exp_id, Job.live == True)))  # noqa: E712
             changed = 0
             for batch in s.exec(select(Batch).where(
-                    Batch.experiment_id == exp_id, Batch.state == "submitted")):
+                    Batch.experiment_id == exp_id, Batch.state == BatchState.SUBMITTED)):
                 if batch.id not in live or not batch.array_job_id:
                     continue
                 want = min(k, batch.size) if k > 0 else 0
@@ -186,12 +218,12 @@ class Daemon:
     def submit_experiment(self, exp_id: int) -> int:
         with self.store.session() as s:
             exp = s.get(Experiment, exp_id)
-            if exp is None or exp.state != ExperimentState.ACTIVE.value:
+            if exp is None or exp.state != ExperimentState.ACTIVE:
                 return 0
             trials = list(s.exec(select(Trial).where(
                 Trial.experiment_id == exp_id, Trial.needs_job == True)  # noqa: E712
                 .order_by(Trial.id)))  # type: ignore[arg-type]
-        trials = [t for t in trials if not TrialState(t.state).is_terminal]
+        trials = [t for t in trials if not t.state.is_terminal]
         if not trials:
             return 0
         cfg = load_config(exp)
@@ -257,7 +289,7 @@ class Daemon:
         with self.store.session() as s:
             b = s.get(Batch, batch_id)
             assert b is not None
-            b.state, b.array_job_id = "submitted", refs[0].rsplit("_", 1)[0]
+            b.state, b.array_job_id = BatchState.SUBMITTED, refs[0].rsplit("_", 1)[0]
             s.add(b)
             for job in s.exec(select(Job).where(Job.batch_id == batch_id)):
                 job.ref = refs[job.array_index]
@@ -273,10 +305,10 @@ class Daemon:
         run_dir = Path(exp.run_dir)
         tp = ExperimentPaths(run_dir).trial(trial.id).ensure()
         checkpoint_dir(cfg, run_dir, exp.id, trial.id).mkdir(parents=True, exist_ok=True)
-        tp.hparams.write_text(json.dumps(json.loads(trial.hparams_json), indent=2))
+        tp.hparams.write_text(json.dumps(trial.hparams, indent=2))
         unit = cfg.searcher.max_length.unit.value if cfg.searcher.max_length else "batches"
         tp.target.write_text(json.dumps({"unit": unit, "length": trial.target_length,
-                                         "validate_at": json.loads(trial.validate_at_json)}))
+                                         "validate_at": list(trial.validate_at)}))
         tp.stop.unlink(missing_ok=True)
         tp.job_script.write_text(trial_script(
             cfg, self.cluster, backend=self.backend.name, python=self.python, run_dir=run_dir,
@@ -290,8 +322,8 @@ class Daemon:
             if exp is None:
                 return
             s.add(Event(experiment_id=exp_id, kind="error", message=message))
-            if exp.state == ExperimentState.ACTIVE.value:
-                exp.state = ExperimentState.STOPPING_KILLED.value
+            if exp.state == ExperimentState.ACTIVE:
+                exp.state = ExperimentState.STOPPING_KILLED
                 exp.message = message
                 s.add(exp)
 

@@ -16,7 +16,7 @@ LOCAL_REQUEUE_EXIT = 85
 
 
 class ExitReason(StrEnum):
-    """Why a job of a trial ended (recorded in exit.json and the store)."""
+    """Why a job of a trial ended (recorded in exits.jsonl and the store)."""
 
     COMPLETED = "completed"      # reached its target length
     PREEMPTED = "preempted"      # partition preemption (signal at preemption)
@@ -26,8 +26,3 @@ class ExitReason(StrEnum):
     NODE_FAIL = "node_fail"      # node died / job lost
     ERROR = "error"              # training code failed
     CANCELLED = "cancelled"      # scancel outside dethpc / kill
-
-    @property
-    def counts_as_restart(self) -> bool:
-        """Errors and node failures count against ``max_restarts``; preemptions do not."""
-        return self in (ExitReason.ERROR, ExitReason.NODE_FAIL, ExitReason.CANCELLED)

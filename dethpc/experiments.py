@@ -9,7 +9,6 @@ Must not: talk to a backend (except the submit-time pool check) or loop.
 from __future__ import annotations
 
 import getpass
-import json
 import shutil
 import uuid
 from pathlib import Path
@@ -62,7 +61,7 @@ def create_experiment(store: Store, cluster: ClusterConfig, cfg: ExperimentConfi
         (incoming / "config.yaml").write_text(dump_config(cfg.raw))
         with store.session() as s:
             exp = Experiment(name=cfg.name, description=cfg.description,
-                             labels_json=json.dumps(list(cfg.labels)),
+                             labels=list(cfg.labels),
                              config_yaml=dump_config(cfg.raw), run_dir="",
                              owner=_user(), backend=cluster.backend)
             s.add(exp)
@@ -115,7 +114,7 @@ def request_state(store: Store, exp_id: int, action: str) -> str:
         if current not in allowed:
             raise DethpcError(f"cannot {action} experiment {exp_id}: it is {current.value} "
                               f"(only {', '.join(sorted(a.value for a in allowed))} can)")
-        exp.state = target.value
+        exp.state = target
         s.add(exp)
         s.add(Event(experiment_id=exp_id, kind=action, message=f"{action} requested"))
         return target.value
@@ -154,9 +153,9 @@ def set_labels(store: Store, exp_id: int, add: list[str], remove: list[str]) -> 
         exp = s.get(Experiment, exp_id)
         if exp is None:
             raise NotFoundError(f"experiment {exp_id} does not exist")
-        labels = [x for x in json.loads(exp.labels_json) if x not in remove]
+        labels = [x for x in exp.labels if x not in remove]
         labels += [x for x in add if x not in labels]
-        exp.labels_json = json.dumps(labels)
+        exp.labels = labels
         s.add(exp)
         return labels
 

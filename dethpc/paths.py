@@ -10,7 +10,7 @@ Layout::
       config.yaml  context/  arrays/<batch>.sbatch
       trials/<trial-id>/
         hparams.json  target.json  job.sbatch  slurm-%A_%a.out
-        metrics.jsonl  checkpoints/<uuid>/  exit.json  stop
+        metrics.jsonl  checkpoints/<uuid>/  exits.jsonl  stop
 """
 
 from __future__ import annotations
@@ -57,10 +57,6 @@ class TrialPaths:
 
     def checkpoint(self, uuid: str) -> Path:
         return self.checkpoints / uuid
-
-    @property
-    def exit_record(self) -> Path:
-        return self.root / "exit.json"
 
     @property
     def exit_log(self) -> Path:

@@ -6,26 +6,34 @@ Must not: change state.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from sqlmodel import select
 
 from dethpc.errors import NotFoundError
 from dethpc.store import Store
-from dethpc.store.models import Checkpoint, Event, Experiment, Job, Metric, SearcherState, Trial
+from dethpc.store.models import (
+    Checkpoint,
+    CheckpointState,
+    Event,
+    Experiment,
+    Job,
+    Metric,
+    SearcherState,
+    Trial,
+)
 
 
 def experiment_dict(e: Experiment) -> dict[str, Any]:
     return {"id": e.id, "name": e.name, "state": e.state, "description": e.description,
-            "labels": json.loads(e.labels_json), "owner": e.owner, "backend": e.backend,
+            "labels": list(e.labels), "owner": e.owner, "backend": e.backend,
             "progress": round(e.progress, 3), "run_dir": e.run_dir,
             "created_at": e.created_at, "ended_at": e.ended_at, "message": e.message}
 
 
 def trial_dict(t: Trial) -> dict[str, Any]:
     return {"id": t.id, "experiment_id": t.experiment_id, "request_id": t.request_id,
-            "state": t.state, "hparams": json.loads(t.hparams_json),
+            "state": t.state, "hparams": t.hparams,
             "steps_completed": t.steps_completed, "target_length": t.target_length,
             "best_validation": t.best_validation, "latest_validation": t.latest_validation,
             "latest_checkpoint": t.latest_checkpoint, "restarts": t.restarts,
@@ -36,7 +44,7 @@ def checkpoint_dict(c: Checkpoint) -> dict[str, Any]:
     return {"uuid": c.uuid, "experiment_id": c.experiment_id, "trial_id": c.trial_id,
             "steps_completed": c.steps_completed, "state": c.state, "path": c.path,
             "validation_metric": c.validation_metric, "created_at": c.created_at,
-            "metadata": json.loads(c.metadata_json)}
+            "metadata": c.meta}
 
 
 def list_experiments(store: Store, include_ended: bool = True) -> list[dict[str, Any]]:
@@ -67,7 +75,8 @@ def describe_experiment(store: Store, exp_id: int) -> dict[str, Any]:
     out["trials"] = []
     for t in trials:
         d = trial_dict(t)
-        best = [c for c in ckpts.values() if c.trial_id == t.id and c.state == "COMPLETED"]
+        best = [c for c in ckpts.values()
+                if c.trial_id == t.id and c.state == CheckpointState.COMPLETED]
         scored = [c for c in best if c.validation_metric is not None]
         if scored:
             pick = min(scored, key=lambda c: c.validation_metric if sib  # type: ignore[arg-type,return-value]
@@ -82,9 +91,9 @@ def describe_experiment(store: Store, exp_id: int) -> dict[str, Any]:
     out["best_trial"] = (min(scored_trials, key=lambda d: d["best_validation"] if sib
                              else -d["best_validation"]) if scored_trials else None)
     out["rungs"], searcher_trials = [], {}
-    if ss is not None and ss.snapshot_json not in ("", "{}"):
+    if ss is not None and ss.snapshot:
         searcher = make_searcher(cfg.searcher, cfg.hyperparameters, cfg.experiment_seed)
-        searcher.restore(json.loads(ss.snapshot_json))
+        searcher.restore(ss.snapshot)
         out["rungs"] = searcher.rungs()
         searcher_trials = {r.request_id: r for r in searcher.trials()}
     for d in out["trials"]:
@@ -101,7 +110,7 @@ def trial_detail(store: Store, trial_id: int) -> dict[str, Any]:
             raise NotFoundError(f"trial {trial_id} does not exist")
         d = trial_dict(t)
         d["validations"] = [
-            {"steps": m.steps, "metrics": json.loads(m.metrics_json)}
+            {"steps": m.steps, "metrics": m.metrics}
             for m in s.exec(select(Metric).where(Metric.trial_id == trial_id,
                                                  Metric.kind == "validation")
                             .order_by(Metric.steps))]  # type: ignore[arg-type]

@@ -1,18 +1,28 @@
 """sqlmodel tables of the state database.
 
-Owns: the schema (and ``SCHEMA_VERSION``; bump it on any table change).
+Owns: the schema. Any change here needs an Alembic revision in
+``dethpc/store/migrations/versions`` (a test compares the migrated schema with
+these models and fails when one is missing).
 Must not: hold logic beyond tiny derived properties. All access goes through
 ``dethpc.store.store.Store``.
+
+States are enums stored as their string values (``Enum(native_enum=False)``:
+a VARCHAR on every database, so adding a member needs no migration); JSON
+values live in JSON columns. SQLAlchemy does not track in-place changes of a
+JSON value: assign a new list/dict instead of mutating the stored one.
 """
 
 from __future__ import annotations
 
 import time
 from enum import StrEnum
+from typing import Any
 
-from sqlmodel import Field, SQLModel
+import sqlalchemy as sa
+from sqlmodel import JSON, Column, Field, SQLModel
 
-SCHEMA_VERSION = 1
+from dethpc.backends.base import JobState
+from dethpc.exitcodes import ExitReason
 
 
 def now() -> float:
@@ -50,17 +60,50 @@ class TrialState(StrEnum):
                         TrialState.ERROR)
 
 
-class SchemaInfo(SQLModel, table=True):
-    id: int = Field(default=1, primary_key=True)
-    version: int = SCHEMA_VERSION
+class BatchState(StrEnum):
+    """One array submission: recorded SUBMITTING before ``sbatch`` runs (so a daemon
+    killed between sbatch and commit adopts the job by name), SUBMITTED once the
+    refs are recorded, FAILED when no job was found under its name."""
+
+    SUBMITTING = "submitting"
+    SUBMITTED = "submitted"
+    FAILED = "failed"
+
+
+class CheckpointState(StrEnum):
+    COMPLETED = "COMPLETED"
+    #: GC chose it; its files are removed after the choice commits, then DELETED
+    DELETING = "DELETING"
+    DELETED = "DELETED"
+
+
+class StopReason(StrEnum):
+    """Why the daemon asked a trial to checkpoint and exit (the ``stop`` file)."""
+
+    STOP = "stop"       # the searcher stopped it
+    PAUSE = "pause"     # experiment paused: resumes on activate
+    CANCEL = "cancel"   # experiment cancelled
+
+
+def _enum(cls: type[StrEnum], *, nullable: bool = False, index: bool = False) -> Any:
+    """A column storing ``cls``'s values as a plain VARCHAR (no database enum type)."""
+    return Column(sa.Enum(cls, native_enum=False, create_constraint=False, length=32,
+                          values_callable=lambda e: [m.value for m in e],
+                          validate_strings=True),
+                  nullable=nullable, index=index)
+
+
+def _json(*, nullable: bool = False) -> Any:
+    return Column(JSON, nullable=nullable)
 
 
 class Experiment(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     name: str
     description: str = ""
-    labels_json: str = "[]"
-    state: str = ExperimentState.ACTIVE.value
+    labels: list[str] = Field(default_factory=list, sa_column=_json())
+    state: ExperimentState = Field(default=ExperimentState.ACTIVE,
+                                   sa_column=_enum(ExperimentState))
     config_yaml: str
     run_dir: str
     owner: str = ""
@@ -73,9 +116,8 @@ class Experiment(SQLModel, table=True):
 
 class SearcherState(SQLModel, table=True):
     experiment_id: int = Field(primary_key=True, foreign_key="experiment.id")
-    snapshot_json: str = "{}"
-    #: events applied so far (guards against feeding the same event twice)
-    events_applied: int = 0
+    #: the searcher's ``snapshot()`` (plus the concurrency it was taken under); {} before
+    snapshot: dict[str, Any] = Field(default_factory=dict, sa_column=_json())
     initialized: bool = False
     shutdown: bool = False
 
@@ -84,11 +126,11 @@ class Trial(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     experiment_id: int = Field(index=True, foreign_key="experiment.id")
     request_id: int
-    state: str = TrialState.QUEUED.value
-    hparams_json: str = "{}"
-    #: searcher target length and the lengths to validate at (JSON list)
+    state: TrialState = Field(default=TrialState.QUEUED, sa_column=_enum(TrialState))
+    hparams: dict[str, Any] = Field(default_factory=dict, sa_column=_json())
+    #: searcher target length and the lengths to validate at
     target_length: int = 0
-    validate_at_json: str = "[]"
+    validate_at: list[int] = Field(default_factory=list, sa_column=_json())
     #: restarts counted against max_restarts (errors, node failures)
     restarts: int = 0
     #: all job ends, whatever the reason (preemptions included)
@@ -101,7 +143,8 @@ class Trial(SQLModel, table=True):
     #: set when the trial must get a (new) job: created, continued, activated
     needs_job: bool = True
     stop_requested_at: float | None = None
-    stop_reason: str = ""    # stop | pause | cancel
+    stop_reason: StopReason | None = Field(default=None,
+                                           sa_column=_enum(StopReason, nullable=True))
     created_at: float = Field(default_factory=now)
     ended_at: float | None = None
 
@@ -113,7 +156,7 @@ class Batch(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     experiment_id: int = Field(index=True, foreign_key="experiment.id")
     name: str = ""
-    state: str = "submitting"     # submitting | submitted | failed
+    state: BatchState = Field(default=BatchState.SUBMITTING, sa_column=_enum(BatchState))
     array_job_id: str | None = None
     pool: str = ""
     throttle: int = 0
@@ -130,11 +173,14 @@ class Job(SQLModel, table=True):
     batch_id: int = Field(index=True, foreign_key="batch.id")
     array_index: int = 0
     ref: str | None = Field(default=None, index=True)   # "123_4"
-    state: str = "pending"        # dethpc.backends.base.JobState value
+    state: JobState = Field(default=JobState.PENDING, sa_column=_enum(JobState))
     raw_state: str = ""
     restart_count: int = 0
+    #: consecutive ticks the backend had no record of the job (lost after a few)
+    unknown_ticks: int = 0
     exit_code: int | None = None
-    exit_reason: str = ""
+    exit_reason: ExitReason | None = Field(default=None,
+                                           sa_column=_enum(ExitReason, nullable=True))
     #: SLURM_RESTART_COUNT of the run the exit record belongs to (-1: none yet)
     exit_run: int = -1
     nodes: str = ""
@@ -149,9 +195,10 @@ class Checkpoint(SQLModel, table=True):
     trial_id: int = Field(index=True, foreign_key="trial.id")
     steps_completed: int = 0
     path: str = ""
-    metadata_json: str = "{}"
+    meta: dict[str, Any] = Field(default_factory=dict, sa_column=_json())
     validation_metric: float | None = None
-    state: str = "COMPLETED"      # COMPLETED | DELETED
+    state: CheckpointState = Field(default=CheckpointState.COMPLETED,
+                                   sa_column=_enum(CheckpointState))
     created_at: float = Field(default_factory=now)
 
 
@@ -160,7 +207,7 @@ class Metric(SQLModel, table=True):
     trial_id: int = Field(index=True, foreign_key="trial.id")
     kind: str                     # training | validation
     steps: int
-    metrics_json: str
+    metrics: dict[str, Any] = Field(default_factory=dict, sa_column=_json())
     time: float = Field(default_factory=now)
 
 

@@ -18,12 +18,11 @@ from pathlib import Path
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
-from sqlmodel import Session, SQLModel, create_engine, select
+from sqlmodel import Session, SQLModel, create_engine
 
 from dethpc.errors import StoreError
 from dethpc.paths import dethpc_home
 from dethpc.store import models
-from dethpc.store.models import SCHEMA_VERSION, SchemaInfo
 
 
 def default_url() -> str:
@@ -46,18 +45,9 @@ class Store:
         self._init_schema()
 
     def _init_schema(self) -> None:
+        # stop-gap until the Alembic migrations land (helper-5 replaces this)
         try:
             SQLModel.metadata.create_all(self.engine, tables=_tables())
-            with Session(self.engine) as s:
-                info = s.exec(select(SchemaInfo)).first()
-                if info is None:
-                    s.add(SchemaInfo(id=1, version=SCHEMA_VERSION))
-                    s.commit()
-                elif info.version != SCHEMA_VERSION:
-                    raise StoreError(
-                        f"database {self.url} has schema version {info.version}, this dethpc "
-                        f"needs {SCHEMA_VERSION}; use a matching dethpc or point "
-                        "DETHPC_HOME / database_url at a new database")
         except OperationalError as exc:
             raise StoreError(f"cannot open database {self.url}: {exc.orig}") from exc
 
@@ -75,7 +65,7 @@ class Store:
 
 def _tables() -> list:  # type: ignore[type-arg]
     return [m.__table__ for m in (  # type: ignore[attr-defined,union-attr]
-        models.SchemaInfo, models.Experiment, models.SearcherState, models.Trial,
+        models.Experiment, models.SearcherState, models.Trial,
         models.Batch, models.Job, models.Checkpoint, models.Metric, models.Event,
         models.IngestOffset)]
 

@@ -1,0 +1,160 @@
+"""``dethpc.job_end.judge``: why a job ended and what its trial does, one row per case.
+
+Each row: the job's facts in the store, the trial's, what one poll says, and the
+decision expected (kind, verdict, exit reason, runs counted against max_restarts,
+cancel). docs/architecture.md ("Why a job ended") is this table in words.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from dethpc.backends.base import JobInfo, JobState
+from dethpc.exitcodes import ExitReason as R
+from dethpc.job_end import (
+    UNKNOWN_TICKS,
+    ExitRecord,
+    JobFacts,
+    Kind,
+    TrialFacts,
+    Verdict,
+    judge,
+)
+
+S = JobState
+V = Verdict
+
+
+def rec(reason: R, run: int = 0, code: int = 0) -> ExitRecord:
+    return ExitRecord(reason=reason, code=code, run=run)
+
+
+def info(state: S, raw: str = "", restarts: int = 0, code: int | None = None) -> JobInfo:
+    return JobInfo(ref="7_0", state=state, raw_state=raw or state.value.upper(),
+                   exit_code=code, restart_count=restarts)
+
+
+def job(restart_count: int = 0, record: ExitRecord | None = None, unknown: int = 0,
+        free: tuple[int, ...] = ()) -> JobFacts:
+    return JobFacts(restart_count=restart_count, unknown_ticks=unknown, last_record=record,
+                    free_runs=frozenset(free))
+
+
+def trial(terminal: bool = False, stop: bool = False, killing: bool = False,
+          restarts: int = 0, max_restarts: int = 5) -> TrialFacts:
+    return TrialFacts(terminal=terminal, stop_requested=stop, killing=killing,
+                      restarts=restarts, max_restarts=max_restarts)
+
+
+# (name, job facts, trial facts, poll, kind, verdict, reason, counted runs, cancel)
+ROWS = [
+    # --- nothing to decide yet
+    ("not polled", job(), trial(), None, Kind.WAIT, V.NONE, None, (), False),
+    ("pending", job(), trial(), info(S.PENDING), Kind.WAIT, V.NONE, None, (), False),
+    ("running", job(), trial(), info(S.RUNNING), Kind.WAIT, V.NONE, None, (), False),
+    ("suspended", job(), trial(), info(S.SUSPENDED), Kind.WAIT, V.NONE, None, (), False),
+    ("COMPLETING after a requeue: wait for the old run's record", job(), trial(),
+     info(S.RUNNING, raw="COMPLETING", restarts=1), Kind.WAIT, V.NONE, None, (), False),
+    ("CG (short form) of a finished job", job(record=rec(R.COMPLETED)), trial(),
+     info(S.RUNNING, raw="CG"), Kind.WAIT, V.NONE, None, (), False),
+    ("unknown for 1 tick", job(unknown=1), trial(), info(S.UNKNOWN), Kind.WAIT, V.NONE,
+     None, (), False),
+    (f"unknown for {UNKNOWN_TICKS - 1} ticks", job(unknown=UNKNOWN_TICKS - 1), trial(),
+     info(S.UNKNOWN), Kind.WAIT, V.NONE, None, (), False),
+    # --- records decide
+    ("completed record", job(record=rec(R.COMPLETED)), trial(), info(S.COMPLETED),
+     Kind.ENDED, V.COMPLETE, R.COMPLETED, (), False),
+    ("stopped record", job(record=rec(R.STOPPED, code=81)), trial(stop=True),
+     info(S.COMPLETED), Kind.ENDED, V.STOPPED, R.STOPPED, (), False),
+    ("stop requested, job cancelled after the grace without a record", job(),
+     trial(stop=True), info(S.CANCELLED), Kind.ENDED, V.STOPPED, R.CANCELLED, (), False),
+    ("preempted record, job ended (local backend)", job(record=rec(R.PREEMPTED)), trial(),
+     info(S.COMPLETED), Kind.ENDED, V.RESUBMIT, R.PREEMPTED, (), False),
+    ("time_limit record, TIMEOUT", job(record=rec(R.TIME_LIMIT)), trial(), info(S.TIMEOUT),
+     Kind.ENDED, V.RESUBMIT, R.TIME_LIMIT, (), False),
+    ("requeued record (scontrol requeue), job ended", job(record=rec(R.REQUEUED)), trial(),
+     info(S.CANCELLED), Kind.ENDED, V.RESUBMIT, R.REQUEUED, (), False),
+    ("error record", job(record=rec(R.ERROR, code=1)), trial(), info(S.FAILED, code=1),
+     Kind.ENDED, V.RESTART, R.ERROR, (0,), False),
+    ("error record, last restart allowed", job(record=rec(R.ERROR)), trial(restarts=4),
+     info(S.FAILED), Kind.ENDED, V.RESTART, R.ERROR, (0,), False),
+    ("error record past max_restarts", job(record=rec(R.ERROR)), trial(restarts=5),
+     info(S.FAILED), Kind.ENDED, V.FAIL, R.ERROR, (0,), False),
+    ("max_restarts 0: first error fails", job(record=rec(R.ERROR)),
+     trial(max_restarts=0), info(S.FAILED), Kind.ENDED, V.FAIL, R.ERROR, (0,), False),
+    # --- a record of an earlier run does not speak for the last run
+    ("stale preempted record (run 0) and run 1 failed", job(1, rec(R.PREEMPTED, run=0)),
+     trial(), info(S.FAILED, restarts=1), Kind.ENDED, V.RESTART, R.ERROR, (1,), False),
+    # --- no record: the state says why
+    ("NODE_FAIL without a record", job(), trial(), info(S.NODE_FAIL), Kind.ENDED,
+     V.RESTART, R.NODE_FAIL, (0,), False),
+    ("NODE_FAIL with a preempted record of that run (checkpointed before the node died)",
+     job(record=rec(R.PREEMPTED)), trial(), info(S.NODE_FAIL), Kind.ENDED, V.RESUBMIT,
+     R.PREEMPTED, (), False),
+    ("NODE_FAIL with an error record", job(record=rec(R.ERROR, code=137)), trial(),
+     info(S.NODE_FAIL), Kind.ENDED, V.RESTART, R.ERROR, (0,), False),
+    ("TIMEOUT without a record counts (ignored the walltime signal)", job(), trial(),
+     info(S.TIMEOUT), Kind.ENDED, V.RESTART, R.TIME_LIMIT, (0,), False),
+    ("TIMEOUT without a record past max_restarts", job(), trial(restarts=5),
+     info(S.TIMEOUT), Kind.ENDED, V.FAIL, R.TIME_LIMIT, (0,), False),
+    ("FAILED without a record", job(), trial(), info(S.FAILED, code=2), Kind.ENDED,
+     V.RESTART, R.ERROR, (0,), False),
+    ("OUT_OF_MEMORY", job(), trial(), info(S.OUT_OF_MEMORY), Kind.ENDED, V.RESTART,
+     R.ERROR, (0,), False),
+    ("exit 0 without a record (wrapper bypassed) is not success", job(), trial(),
+     info(S.COMPLETED), Kind.ENDED, V.RESTART, R.ERROR, (0,), False),
+    ("scancel from outside counts", job(), trial(), info(S.CANCELLED), Kind.ENDED,
+     V.RESTART, R.CANCELLED, (0,), False),
+    ("PREEMPTED (PreemptMode=CANCEL) without a record is free", job(), trial(),
+     info(S.PREEMPTED), Kind.ENDED, V.RESUBMIT, R.PREEMPTED, (), False),
+    (f"unknown for {UNKNOWN_TICKS} ticks: lost", job(unknown=UNKNOWN_TICKS), trial(),
+     info(S.UNKNOWN), Kind.ENDED, V.RESTART, R.NODE_FAIL, (0,), False),
+    (f"unknown for {UNKNOWN_TICKS} ticks with a completed record", job(
+        record=rec(R.COMPLETED), unknown=UNKNOWN_TICKS), trial(), info(S.UNKNOWN),
+     Kind.ENDED, V.COMPLETE, R.COMPLETED, (), False),
+    # --- the experiment and the trial
+    ("killed experiment", job(), trial(killing=True), info(S.CANCELLED), Kind.ENDED,
+     V.KILLED, R.CANCELLED, (), False),
+    ("killed experiment, but the run completed first", job(record=rec(R.COMPLETED)),
+     trial(killing=True), info(S.COMPLETED), Kind.ENDED, V.COMPLETE, R.COMPLETED, (), False),
+    ("trial already terminal: just close the job", job(), trial(terminal=True),
+     info(S.FAILED), Kind.ENDED, V.NONE, R.ERROR, (), False),
+    # --- requeues seen while the job is live (same id, SLURM_RESTART_COUNT+1)
+    ("requeued after a preemption: free", job(free=(0,)), trial(),
+     info(S.PENDING, restarts=1), Kind.REQUEUED, V.NONE, None, (), False),
+    ("requeued, the run left no record: node failure or kill", job(), trial(),
+     info(S.PENDING, restarts=1), Kind.REQUEUED, V.NONE, None, (0,), False),
+    ("NODE_FAIL then requeued by Slurm, running again", job(), trial(),
+     info(S.RUNNING, restarts=1), Kind.REQUEUED, V.NONE, None, (0,), False),
+    ("two runs ended in one tick, one free", job(free=(1,)), trial(),
+     info(S.RUNNING, restarts=2), Kind.REQUEUED, V.NONE, None, (0,), False),
+    ("requeue past max_restarts: fail and cancel", job(), trial(restarts=1, max_restarts=1),
+     info(S.PENDING, restarts=1), Kind.REQUEUED, V.FAIL, None, (0,), True),
+    ("requeue of an already failed trial: count, no second cancel", job(),
+     trial(terminal=True, restarts=2, max_restarts=1), info(S.PENDING, restarts=1),
+     Kind.REQUEUED, V.NONE, None, (0,), False),
+    ("requeued then ended in one tick: earlier run counted too", job(), trial(),
+     info(S.FAILED, restarts=1), Kind.ENDED, V.RESTART, R.ERROR, (0, 1), False),
+    ("requeued after preemption then completed in one tick", job(
+        record=rec(R.COMPLETED, run=1), free=(0,)), trial(), info(S.COMPLETED, restarts=1),
+     Kind.ENDED, V.COMPLETE, R.COMPLETED, (), False),
+]
+
+
+@pytest.mark.parametrize("name,jf,tf,poll,kind,verdict,reason,counted,cancel", ROWS,
+                         ids=[r[0] for r in ROWS])
+def test_judge(name, jf, tf, poll, kind, verdict, reason, counted, cancel) -> None:
+    d = judge(jf, tf, poll)
+    assert (d.kind, d.verdict, d.reason, d.counted_runs, d.cancel) == (
+        kind, verdict, reason, counted, cancel), name
+
+
+def test_requeue_records_the_new_restart_count() -> None:
+    d = judge(job(restart_count=1), trial(), info(S.PENDING, restarts=3))
+    assert d.kind == Kind.REQUEUED and d.restart_count == 3 and d.counted_runs == (1, 2)
+
+
+def test_every_terminal_state_has_a_row() -> None:
+    """A new JobState must get a row here (and a rule in _STATE_REASON)."""
+    covered = {r[3].state for r in ROWS if r[3] is not None and r[4] == Kind.ENDED}
+    assert {s for s in JobState if s.is_terminal} <= covered

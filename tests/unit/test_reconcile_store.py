@@ -1,0 +1,171 @@
+"""The reconciler against a real SQLite store: what ``judge`` cannot show alone.
+
+- Unknown-tick counts live in the store: a job the backend forgets is declared
+  lost after ``UNKNOWN_TICKS`` polls even when every poll is made by a new
+  daemon (before, the count lived in ``Daemon.unknown`` and a restart reset it).
+- Checkpoint GC deletes files only after the transaction that chose them
+  commits; a rolled-back tick deletes nothing, a daemon killed between commit
+  and deletion leaves DELETING rows that the next tick finishes.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlmodel import select
+
+from dethpc.backends.base import JobInfo, JobState
+from dethpc.config.model import ClusterConfig
+from dethpc.daemon import Daemon
+from dethpc.job_end import UNKNOWN_TICKS
+from dethpc.paths import ExperimentPaths
+from dethpc.reconcile import ExperimentReconciler
+from dethpc.store import Store
+from dethpc.store.models import (
+    Batch,
+    BatchState,
+    Checkpoint,
+    CheckpointState,
+    Experiment,
+    Job,
+    SearcherState,
+    Trial,
+    TrialState,
+)
+
+CONFIG = """
+name: t
+entrypoint: python3 train.py
+max_restarts: 3
+searcher: {name: single, metric: loss, max_length: {batches: 100}}
+checkpoint_storage: {save_trial_latest: 1, save_trial_best: 0, save_experiment_best: 0}
+"""
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+
+
+def new_experiment(store: Store, tmp_path: Path) -> tuple[int, int, str]:
+    """An experiment whose single trial has one live job ``5_0``; returns ids and ref."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with store.session() as s:
+        exp = Experiment(name="t", config_yaml=CONFIG, run_dir=str(run_dir))
+        s.add(exp)
+        s.flush()
+        assert exp.id is not None
+        s.add(SearcherState(experiment_id=exp.id))
+        exp_id = exp.id
+    tick(store, exp_id, {})  # the searcher creates the trial
+    with store.session() as s:
+        trial = s.exec(select(Trial)).one()
+        batch = Batch(experiment_id=exp_id, state=BatchState.SUBMITTED, array_job_id="5")
+        s.add(batch)
+        s.flush()
+        assert batch.id is not None and trial.id is not None
+        s.add(Job(experiment_id=exp_id, trial_id=trial.id, batch_id=batch.id, ref="5_0",
+                  state=JobState.RUNNING))
+        trial.needs_job = False
+        s.add(trial)
+        return exp_id, trial.id, "5_0"
+
+
+def tick(store: Store, exp_id: int, infos: dict[str, JobInfo], now: float = 1000.0):
+    """One reconcile of one experiment by a reconciler that knows nothing in memory."""
+    with store.session() as s:
+        exp = s.get(Experiment, exp_id)
+        assert exp is not None
+        return ExperimentReconciler(s, exp, infos, now).run()
+
+
+def test_unknown_job_is_lost_after_n_polls_even_across_daemon_restarts(store, tmp_path):
+    exp_id, trial_id, ref = new_experiment(store, tmp_path)
+    unknown = {ref: JobInfo(ref=ref, state=JobState.UNKNOWN)}
+    for n in range(1, UNKNOWN_TICKS):
+        tick(store, exp_id, unknown)
+        with store.session() as s:
+            job = s.exec(select(Job)).one()
+            assert job.live and job.unknown_ticks == n
+    tick(store, exp_id, unknown)
+    with store.session() as s:
+        job = s.exec(select(Job)).one()
+        trial = s.get(Trial, trial_id)
+        assert trial is not None
+        assert not job.live and job.exit_reason == "node_fail"
+        assert trial.restarts == 1 and trial.state == TrialState.QUEUED and trial.needs_job
+
+
+def test_a_job_seen_again_resets_its_unknown_count(store, tmp_path):
+    exp_id, _, ref = new_experiment(store, tmp_path)
+    for _ in range(UNKNOWN_TICKS - 1):
+        tick(store, exp_id, {ref: JobInfo(ref=ref, state=JobState.UNKNOWN)})
+    tick(store, exp_id, {ref: JobInfo(ref=ref, state=JobState.RUNNING)})
+    tick(store, exp_id, {ref: JobInfo(ref=ref, state=JobState.UNKNOWN)})
+    with store.session() as s:
+        job = s.exec(select(Job)).one()
+        assert job.live and job.unknown_ticks == 1
+
+
+def write_checkpoints(store: Store, exp_id: int, trial_id: int, steps: list[int]) -> list[Path]:
+    """Checkpoint directories and their metrics.jsonl records, as a trial writes them."""
+    with store.session() as s:
+        exp = s.get(Experiment, exp_id)
+        assert exp is not None
+        trial_dir = ExperimentPaths(Path(exp.run_dir)).trial(trial_id).ensure().root
+    dirs = []
+    with (trial_dir / "metrics.jsonl").open("a") as f:
+        for step in steps:
+            uid = str(uuid.uuid4())
+            d = trial_dir / "checkpoints" / uid
+            d.mkdir(parents=True)
+            (d / "metadata.json").write_text("{}")
+            dirs.append(d)
+            f.write(json.dumps({"kind": "checkpoint", "steps": step, "uuid": uid,
+                                "time": 1000.0 + step}) + "\n")
+    return dirs
+
+
+def states(store: Store) -> dict[int, CheckpointState]:
+    with store.session() as s:
+        return {c.steps_completed: c.state for c in s.exec(select(Checkpoint))}
+
+
+def test_gc_deletes_nothing_when_its_transaction_rolls_back(store, tmp_path):
+    exp_id, trial_id, ref = new_experiment(store, tmp_path)
+    old, new = write_checkpoints(store, exp_id, trial_id, [10, 20])
+    running = {ref: JobInfo(ref=ref, state=JobState.RUNNING)}
+
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom), store.session() as s:
+        exp = s.get(Experiment, exp_id)
+        assert exp is not None
+        out = ExperimentReconciler(s, exp, running, 1000.0).run()
+        assert set(out.delete.values()) == {str(old)}
+        raise Boom  # e.g. the database failed at commit
+    assert old.is_dir() and new.is_dir() and states(store) == {}
+
+
+def test_gc_deletes_after_commit_and_finishes_after_a_crash(store, tmp_path):
+    exp_id, trial_id, ref = new_experiment(store, tmp_path)
+    old, new = write_checkpoints(store, exp_id, trial_id, [10, 20])
+    running = {ref: JobInfo(ref=ref, state=JobState.RUNNING)}
+    out = tick(store, exp_id, running)
+    # committed: chosen but not yet deleted (the daemon died before deleting)
+    assert out.delete == {old.name: str(old)}
+    assert old.is_dir() and states(store) == {10: CheckpointState.DELETING,
+                                              20: CheckpointState.COMPLETED}
+    # the next daemon's tick hands the DELETING row out again and deletes it
+    daemon = Daemon(store, ClusterConfig(), backend=None)  # type: ignore[arg-type]
+    out = tick(store, exp_id, running, now=1001.0)
+    assert out.delete == {old.name: str(old)}
+    daemon.delete_checkpoints(out.delete)
+    assert not old.exists() and new.is_dir()
+    assert states(store) == {10: CheckpointState.DELETED, 20: CheckpointState.COMPLETED}
+    assert tick(store, exp_id, running, now=1002.0).delete == {}
