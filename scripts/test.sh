@@ -4,7 +4,9 @@
 # a missing cluster or server fails the run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+t0=$SECONDS
 bash scripts/setup.sh || exit 1
+t_setup=$((SECONDS - t0))
 export PATH=$PWD/.venv/bin:$PATH
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   python -m dethpc.devcluster up || { [ "${CI:-}" = true ] && { echo "dev cluster failed to start" >&2; exit 1; }; }
@@ -15,4 +17,6 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
 elif [ "${CI:-}" = true ]; then
   echo "CI needs root to start the dev Slurm cluster" >&2; exit 1
 fi
+echo "set-up: venv ${t_setup} s, dev cluster and PostgreSQL $((SECONDS - t0 - t_setup)) s" \
+  "(CI budget for all of .ci/run: 45 min, see docs/testing.md)"
 python -m pytest "$@"

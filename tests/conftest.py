@@ -75,3 +75,34 @@ def slurm_required() -> None:
     reason = slurm_unavailable()
     if reason is not None and not in_ci():
         pytest.skip(_skip_message(reason))
+
+
+# ---------------------------------------------------------------- time per tier
+#: seconds spent per tier (tests/<tier>/...), setup + call + teardown of every test
+_tier_seconds: dict[str, float] = {}
+_tier_counts: dict[str, int] = {}
+
+
+def _tier(nodeid: str) -> str:
+    parts = nodeid.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "tests" else "other"
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    tier = _tier(report.nodeid)
+    _tier_seconds[tier] = _tier_seconds.get(tier, 0.0) + report.duration
+    if report.when == "call":
+        _tier_counts[tier] = _tier_counts.get(tier, 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+    """Print the time per tier, so each addition sees its cost against CI's budget
+    (docs/testing.md: 45 minutes for `.ci/run` on 2 cores, set-up included)."""
+    if not _tier_seconds:
+        return
+    tr = terminalreporter
+    tr.write_sep("-", "time per tier (docs/testing.md keeps the budget)")
+    for tier in sorted(_tier_seconds, key=lambda t: -_tier_seconds[t]):
+        tr.write_line(f"{tier:>8}: {_tier_seconds[tier]:7.1f} s  "
+                      f"({_tier_counts.get(tier, 0)} tests)")
+    tr.write_line(f"{'total':>8}: {sum(_tier_seconds.values()):7.1f} s")
