@@ -55,15 +55,19 @@ def test_random_experiment_completes_with_metrics_and_checkpoints(home, tmp_path
 
 def test_sigkill_daemon_mid_experiment_loses_and_duplicates_nothing(home, tmp_path):
     cfg = write_config(tmp_path / "c.yaml", hyperparameters={
-        "x": {"type": "double", "minval": 0, "maxval": 6}, "step_time": 0.1})
+        "x": {"type": "double", "minval": 0, "maxval": 6}, "step_time": 0.3})
     exp = submit(cfg, "--no-daemon")
+    trials = Path(describe(exp)["run_dir"]) / "trials"
     daemon = subprocess.Popen([sys.executable, "-m", "dethpc.cli.main", "daemon", "run"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    # kill it while trials are running
-    wait_for(lambda: any(t["state"] == "RUNNING" for t in describe(exp)["trials"]),
-             what="a running trial")
+    # kill it while a trial is training (its metrics file appears at the first step;
+    # a file check, not a CLI call, so a loaded machine cannot miss the moment)
+    wait_for(lambda: any(trials.glob("*/metrics.jsonl")), interval=0.02,
+             what="a training trial")
     daemon.send_signal(signal.SIGKILL)
     daemon.wait()
+    # the kill landed mid-experiment: most of the work was still to do
+    assert len(exits_per_trial(describe(exp)["run_dir"])) < 4
     wait_for(lambda: cli("daemon", "status", check=False).returncode == 1, what="lock free")
     cli("daemon", "start")
     cli("experiment", "wait", exp, "--timeout", "180", timeout=200)
