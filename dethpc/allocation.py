@@ -79,7 +79,7 @@ def plan_allocation(slots_per_trial: int, pool: ResourcePool, slurm: SlurmSectio
         gres=_gres(tasks, gpu_type) if is_gpu else None,
         cpus_per_task=max(pool.cpus_per_slot, 1),
         gpu_type=gpu_type,
-        mem_per_node_mb=_mem_per_node(pool, tasks),
+        mem_per_node_mb=mem_per_node_mb(pool, tasks),
     )
 
 
@@ -107,7 +107,8 @@ def _gres(gpus: int, gpu_type: str | None) -> str:
     return f"gpu:{gpu_type}:{gpus}" if gpu_type else f"gpu:{gpus}"
 
 
-def _mem_per_node(pool: ResourcePool, tasks: int) -> int | None:
+def mem_per_node_mb(pool: ResourcePool, tasks: int) -> int | None:
+    """``--mem`` in MiB for ``tasks`` slots on one node (``mem_per_slot`` x tasks)."""
     if pool.mem_per_slot is None:
         return None
     match = _SIZE.match(pool.mem_per_slot.strip())

@@ -135,10 +135,9 @@ def trial_directives(cfg: ExperimentConfig, pool: ResourcePool, *, name: str,
                         ("--account", pool.account), ("--time", job_time(cfg, pool))):
         if value:
             out.append(f"{flag}={value}")
+    # memory comes from the allocation, once: --mem = mem_per_slot x slots per node
     out += [f"{flag}={value}" if value != "" else flag
             for flag, value in alloc.sbatch_directives()]
-    if pool.mem_per_slot:
-        out.append(f"--mem-per-cpu={pool.mem_per_slot}")
     out += list(pool.sbatch_args) + list(cfg.slurm.sbatch_args)
     return [check_directive(d) for d in out]
 
@@ -146,14 +145,17 @@ def trial_directives(cfg: ExperimentConfig, pool: ResourcePool, *, name: str,
 def component_directives(comp: HetComponent, pool: ResourcePool,
                          time: str | None) -> list[str]:
     """The ``#SBATCH`` lines of one het-job component, after its ``hetjob`` separator."""
+    from dethpc.allocation import mem_per_node_mb
+
     out = ["hetjob", f"--nodes={comp.nodes}", f"--ntasks-per-node={comp.tasks_per_node}",
            f"--cpus-per-task={comp.cpus_per_task}"]
     for flag, value in (("--partition", pool.partition), ("--qos", pool.qos),
                         ("--account", pool.account), ("--time", time)):
         if value:
             out.append(f"{flag}={value}")
-    if pool.mem_per_slot:
-        out.append(f"--mem-per-cpu={pool.mem_per_slot}")
+    mem_mb = mem_per_node_mb(pool, comp.tasks_per_node)  # one slot = one task here
+    if mem_mb is not None:
+        out.append(f"--mem={mem_mb}M")
     return [check_directive(d) for d in out]
 
 
