@@ -2,10 +2,20 @@
 
 Owns: the rule for using pyslurm (``import pyslurm`` works AND its major.minor
 equals the running Slurm's, since pyslurm is built against one libslurm ABI)
-and the translation of pyslurm job records to ``JobInfo``. Only the squeue
-half of a poll goes through pyslurm; sacct stays on the CLI.
+and the translation of pyslurm job records to ``JobInfo`` (``job_infos``, pure:
+the same ``JobInfo`` that ``parse_squeue`` makes of the same job's
+``squeue -r`` line). Only the squeue half of a poll goes through pyslurm;
+sacct stays on the CLI.
 Must not: be imported at module level by anything (pyslurm is optional), or
 do more than read: submits and cancels always use the CLI.
+
+pyslurm's record (``pyslurm.Job``, 22.05 and later) differs from squeue in ways
+``job_infos`` undoes: ``array_task_id`` of task 0 reads ``None`` (pyslurm reads
+a 0 as "no value"); the pending remainder of an array is one record whose
+``array_tasks_waiting`` lists the tasks ("2-4,7", squeue ``-r`` prints one line
+each); ``state_reason`` reads "None" when there is none; ``exit_code`` is
+already decoded (and pyslurm subtracts 128 from codes >= 128); a het job's
+offset 0 reads ``None`` (squeue prints "123+0").
 
 PyPI only serves pyslurm for Slurm 25.11; on the 22.05 dev cluster this module
 always answers "no" and the CLI is used.
@@ -19,15 +29,25 @@ from collections.abc import Iterable
 from typing import Any
 
 from dethpc.backends.base import JobInfo
-from dethpc.backends.slurm_parse import map_state, parse_version
+from dethpc.backends.slurm_parse import base_job_id, map_state, parse_array_spec, parse_version
+from dethpc.errors import DethpcError
 
 log = logging.getLogger(__name__)
 
+#: what Slurm and pyslurm print for "no value" in text fields
+_EMPTY = ("", "(null)", "None", "N/A")
+
 
 def pyslurm_importable() -> bool:
+    """True when ``import pyslurm`` works; a broken build (libslurm missing or of
+    another version: an ``OSError``/``ImportError`` at import) is logged and is a no."""
     try:
         importlib.import_module("pyslurm")
-    except Exception:  # noqa: BLE001 - ImportError, or a broken build's OSError
+    except ModuleNotFoundError:
+        return False
+    except Exception as exc:  # noqa: BLE001 - ImportError, or a broken build's OSError
+        log.info("pyslurm is installed but cannot be imported (%s: %s): using the Slurm CLI",
+                 type(exc).__name__, exc)
         return False
     return True
 
@@ -39,7 +59,7 @@ def load_query(slurm_version: tuple[int, int] | None) -> PyslurmQuery | None:
     mod = importlib.import_module("pyslurm")
     have = parse_version(str(getattr(mod, "__version__", "")))
     if have != slurm_version:
-        log.info("pyslurm %s does not match Slurm %s.%02d: using the CLI",
+        log.info("pyslurm %s does not match Slurm %s.%02d: using the Slurm CLI",
                  getattr(mod, "__version__", "?"), *slurm_version)
         return None
     return PyslurmQuery(mod)
@@ -52,28 +72,64 @@ class PyslurmQuery:
         self.mod = module
 
     def live_jobs(self, bases: Iterable[str]) -> list[JobInfo]:
+        """Every task of the jobs ``bases`` that slurmctld still holds (pending,
+        running and recently ended ones, as ``squeue --states=all``)."""
         wanted = set(bases)
-        out = []
-        for job in self.mod.Jobs.load().values():
-            info = _to_info(job)
-            if info is not None and info.ref.split("_")[0] in wanted:
-                out.append(info)
-        return out
+        try:
+            records = list(self.mod.Jobs.load().values())
+        except Exception as exc:  # noqa: BLE001 - pyslurm.RPCError and whatever a build raises
+            raise DethpcError(f"pyslurm Jobs.load() failed ({type(exc).__name__}: {exc}); "
+                              "the next poll tries again") from exc
+        return [info for job in records for info in job_infos(job)
+                if base_job_id(info.ref) in wanted]
 
 
-def _to_info(job: Any) -> JobInfo | None:
-    array_id = getattr(job, "array_id", None)
-    task = getattr(job, "array_task_id", None)
+def _text(value: Any) -> str:
+    text = "" if value is None else str(value).strip()
+    return "" if text in _EMPTY else text
+
+
+def _refs(job: Any) -> list[str]:
+    """The dethpc refs one pyslurm record stands for (squeue ``-r`` forms)."""
     job_id = getattr(job, "id", None)
-    if job_id is None:
-        return None
-    ref = f"{array_id}_{task}" if array_id and task is not None else str(job_id)
-    raw = str(getattr(job, "state", "") or "")
-    return JobInfo(
-        ref=ref, state=map_state(raw), raw_state=raw,
-        reason=str(getattr(job, "state_reason", "") or ""),
-        nodes=str(getattr(job, "allocated_nodes", "") or ""),
-        name=str(getattr(job, "name", "") or ""),
-        comment=str(getattr(job, "comment", "") or ""),
+    het_id = getattr(job, "heterogeneous_id", None)  # pyslurm >= 23.02 only
+    if het_id:
+        return [f"{het_id}+{getattr(job, 'heterogeneous_offset', None) or 0}"]
+    array_id = getattr(job, "array_id", None)
+    if not array_id:
+        return [str(job_id)]
+    task = getattr(job, "array_task_id", None)
+    if task is not None:
+        return [f"{array_id}_{task}"]
+    waiting = _text(getattr(job, "array_tasks_waiting", None))
+    if waiting:  # the array's pending remainder, one record for many tasks
+        try:
+            tasks, _ = parse_array_spec(waiting.partition("%")[0])
+        except ValueError:
+            # an unparsable list: the array's own id, which the backend's poll
+            # hands to every task without a record of its own
+            return [str(array_id)]
+        return [f"{array_id}_{t}" for t in tasks]
+    return [f"{array_id}_0"]  # a task whose index reads "no value": index 0
+
+
+def job_infos(job: Any) -> list[JobInfo]:
+    """``JobInfo`` of every task one pyslurm job record stands for (pure; ``job`` is a
+    ``pyslurm.Job`` or anything with its attribute names). A record without an id
+    stands for nothing."""
+    if getattr(job, "id", None) is None:
+        return []
+    raw = _text(getattr(job, "state", None))
+    state = map_state(raw)
+    code = signal = None
+    if state.is_terminal:
+        code = getattr(job, "exit_code", None)
+        signal = getattr(job, "exit_code_signal", None) or None
+    return [JobInfo(
+        ref=ref, state=state, raw_state=raw, exit_code=code, signal=signal,
+        reason=_text(getattr(job, "state_reason", None)),
         restart_count=int(getattr(job, "requeue_count", 0) or 0),
-    )
+        nodes=_text(getattr(job, "allocated_nodes", None)),
+        name=_text(getattr(job, "name", None)),
+        comment=_text(getattr(job, "comment", None)),
+    ) for ref in _refs(job)]
