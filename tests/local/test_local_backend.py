@@ -225,7 +225,9 @@ def test_cancel_pending_and_running(spool: Path, work: Path) -> None:
     infos = wait_terminal(backend, refs)
     assert all(i.state is JobState.CANCELLED for i in infos.values())
     assert not (work / "started-1").exists()
-    backend.cancel(refs)  # cancelling finished tasks is not an error
+    backend.cancel(refs)  # cancelling finished tasks is not an error, and changes nothing
+    assert all(i.state is JobState.CANCELLED for i in backend.poll(refs).values())
+    assert not (work / "started-1").exists()
 
 
 def test_cancel_with_signal_goes_to_the_job(spool: Path, work: Path) -> None:

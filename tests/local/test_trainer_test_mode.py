@@ -43,9 +43,13 @@ def test_test_mode_trains_one_batch_validates_checkpoints(tmp_path: Path,
 
 
 @pytest.mark.torch
-def test_test_mode_reports_failure(tmp_path: Path) -> None:
+def test_test_mode_reports_failure(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     code = run_test_mode("model_def:DigitsTrial", DIGITS, {"lr": 0.1}, workdir=tmp_path)
-    assert code != 0  # hidden_size is missing: a DethpcError, exit 1
+    err = capfd.readouterr().err
+    # hidden_size is missing: a DethpcError, one clear message and exit 1, no traceback
+    assert code == 1, err
+    assert "hyperparameter 'hidden_size' is not defined; defined: lr" in err
+    assert "Traceback" not in err
 
 
 def test_entrypoint_argv() -> None:

@@ -29,7 +29,10 @@ def _trial(tmp_path: Path, *, target: dict | None = None, hparams: dict | None =
     return trial
 
 
-def test_off_cluster_gets_dummy_twins() -> None:
+def test_off_cluster_gets_dummy_twins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.chdir(tmp_path)
+    caplog.set_level("INFO")
     with core.init(env={}) as ctx:
         assert ctx.hparams == {}
         assert isinstance(ctx.train, DummyTrainContext)
@@ -42,6 +45,10 @@ def test_off_cluster_gets_dummy_twins() -> None:
         assert ctx.searcher.target_length is None
         assert ctx.preempt.should_preempt() is False
         ctx.train.report_training_metrics(1, {"loss": 1.0})  # logs, writes nothing
+    logged = [json.loads(r.getMessage()) for r in caplog.records if '"kind"' in r.getMessage()]
+    assert [(r["kind"], r["steps"], r["metrics"]) for r in logged] == \
+        [("training", 1, {"loss": 1.0})]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_off_cluster_hparams_file(tmp_path: Path) -> None:

@@ -195,8 +195,18 @@ def test_wait_ready_unknown_component() -> None:
 def test_wait_ready_file_and_none(tmp_path: Path) -> None:
     env = component_env({"DETHPC_HET_COMPONENTS": "trial,a,b", "DETHPC_HET_JOB_ID": "7",
                          "DETHPC_TRIAL_DIR": str(tmp_path)})
-    Path(env["DETHPC_COMPONENT_A_READY_FILE"]).touch()
-    wait_ready([Wait("a", "file", 0), Wait("b", "none", 0)], env)
+    ready_a = Path(env["DETHPC_COMPONENT_A_READY_FILE"])
+    # "file" looks for a's ready file: absent, the wait fails
+    with pytest.raises(LaunchError, match="did not appear"):
+        wait_ready([Wait("a", "file", 0)], env)
+    ready_a.touch()
+    # present, it returns; "none" checks nothing: b has no ready file, no host, no port
+    # that would answer, and yet the wait for it returns at once
+    assert not Path(env["DETHPC_COMPONENT_B_READY_FILE"]).exists()
+    assert env["DETHPC_COMPONENT_B_ADDR"] == ""
+    assert wait_ready([Wait("a", "file", 0), Wait("b", "none", 0)], env) is None
+    with pytest.raises(LaunchError, match="did not appear"):  # b would fail a real check
+        wait_ready([Wait("b", "file", 0)], env)
 
 
 def test_submit_refuses_components_on_the_local_backend(tmp_path: Path) -> None:

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from dethpc.launch._common import WorkerSpec
-from dethpc.launch._procs import exit_code, run_workers
+from dethpc.launch._procs import exit_code, run_workers, setup_logging
 
 PY = sys.executable
+
+
+@pytest.fixture(autouse=True)
+def launcher_logging() -> None:
+    """The supervisor's messages go to stderr as in a launcher (``launcher_main`` sets this
+    up); without it they would reach stderr only after another test had set it up."""
+    setup_logging()
 
 
 def spec(code: str, rank: int) -> WorkerSpec:
@@ -29,11 +38,49 @@ def test_failing_worker_takes_the_others_down(capfd) -> None:
     assert "rank 0 exited with code 7; terminating the other" in capfd.readouterr().err
 
 
-def test_clean_stop_codes_do_not_kill_others() -> None:
-    # rank 0 stops with 80 (preempted) at once; rank 1 finishes its own work and exits 80 too
-    code = run_workers([spec("raise SystemExit(80)", 0),
-                        spec("import time; time.sleep(0.5); raise SystemExit(80)", 1)])
+RANK0_STOPS = """
+import os, sys
+tmp = sys.argv[1] + ".tmp"
+with open(tmp, "w") as f:
+    f.write(str(os.getpid()))
+os.replace(tmp, sys.argv[1])
+raise SystemExit(80)
+"""
+
+# waits until rank 0 has exited and been reaped by the supervisor, stays a moment in
+# which a (wrong) SIGTERM would end it, then finishes its checkpoint and exits 80
+RANK1_FINISHES = """
+import os, sys, time
+pid_file, done = sys.argv[1], sys.argv[2]
+deadline = time.monotonic() + 60
+while not os.path.exists(pid_file):
+    if time.monotonic() > deadline: sys.exit(3)
+    time.sleep(0.01)
+pid = int(open(pid_file).read())
+while True:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        break
+    if time.monotonic() > deadline: sys.exit(3)
+    time.sleep(0.01)
+time.sleep(0.5)
+open(done, "w").write("checkpoint written")
+raise SystemExit(80)
+"""
+
+
+def test_clean_stop_codes_do_not_kill_others(tmp_path, capfd) -> None:
+    """Rank 0 stops with 80 (preempted) at once; rank 1, still writing its part of the
+    checkpoint, is left to finish and exits 80 too. Killing it would lose the checkpoint
+    and still return 80, so the test checks that rank 1 finished."""
+    pid0, done1 = str(tmp_path / "rank0.pid"), tmp_path / "rank1.done"
+    code = run_workers([WorkerSpec([PY, "-c", RANK0_STOPS, pid0], {"PATH": "/usr/bin:/bin"}, 0),
+                        WorkerSpec([PY, "-c", RANK1_FINISHES, pid0, str(done1)],
+                                   {"PATH": "/usr/bin:/bin"}, 1)])
     assert code == 80
+    assert done1.read_text() == "checkpoint written"
+    assert "terminating the other" not in capfd.readouterr().err
 
 
 def test_first_failure_wins() -> None:
