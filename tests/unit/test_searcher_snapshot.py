@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -98,3 +99,36 @@ def test_restore_rejects_a_snapshot_of_another_searcher() -> None:
     snap = make_searcher(config, TREE, 0).snapshot()
     with pytest.raises(ValueError):
         make_searcher(other, TREE, 0).restore(snap)
+
+
+# ------------------------------------------------------- snapshots the store already holds
+#: snapshots (and the decisions around them) saved by the searchers as they were before
+#: the registry refactor; a stored snapshot must restore and continue the same way
+GOLDEN = Path(__file__).parent / "data" / "searcher_snapshots_v1.json"
+
+
+@pytest.mark.parametrize(("name", "variant"), CASES)
+def test_saved_snapshot_restores_and_continues(name: SearcherName,
+                                               variant: AshaVariant) -> None:
+    saved = json.loads(GOLDEN.read_text())[f"{name}/{variant}"]
+    config = SearcherConfig(name=name, metric="loss", max_length=Length(Unit.BATCHES, 64),
+                            max_trials=24, max_concurrent_trials=3, divisor=2,
+                            variant=variant)
+    straight = make_searcher(config, TREE, seed=5)
+    driver = Driver(9)
+    driver.take(straight.initial())
+    for _ in range(8):
+        if driver.todo:
+            driver.step(straight)
+    assert [repr(a) for a in driver.log] == saved["log_before"]
+    assert json.loads(json.dumps(straight.snapshot())) == saved["snapshot"]   # same format
+
+    resumed = make_searcher(config, TREE, seed=0)
+    resumed.restore(saved["snapshot"])
+    before = len(driver.log)
+    while driver.todo:
+        driver.step(resumed)
+    assert [repr(a) for a in driver.log[before:]] == saved["log_after"]
+    assert [vars(r) | {"metrics": [list(m) for m in sorted(r.metrics.items())]}
+            for r in resumed.trials()] == saved["trials"]
+    assert resumed.rungs() == saved["rungs"]
