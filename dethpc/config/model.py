@@ -72,13 +72,33 @@ HParamTree: TypeAlias = dict[str, "HParam | HParamTree"]
 
 
 # ------------------------------------------------------------------------ searcher
-SearcherName = Literal["single", "random", "grid", "adaptive_asha"]
-AshaMode = Literal["aggressive", "standard", "conservative"]
-AshaVariant = Literal["stopping", "promotion"]
+#: the name of a searcher in ``dethpc.searchers.registry`` (single, random, grid,
+#: adaptive_asha, ...); the registry, not a type, lists the allowed names
+SearcherName: TypeAlias = str
+
+
+class AshaMode(StrEnum):
+    """``adaptive_asha`` ``mode``: how many brackets (``dethpc.searchers.asha.mode_brackets``)."""
+
+    AGGRESSIVE = "aggressive"
+    STANDARD = "standard"
+    CONSERVATIVE = "conservative"
+
+
+class AshaVariant(StrEnum):
+    """``adaptive_asha`` ``variant``: stop losers early, or promote winners (ASHA paper)."""
+
+    STOPPING = "stopping"
+    PROMOTION = "promotion"
 
 
 @dataclass(frozen=True)
 class SearcherConfig:
+    """The validated ``searcher`` section. The keys common to every searcher come
+    first; the searcher-owned keys with a field here (ASHA's, Determined's names)
+    follow; a registered searcher's keys without a field land in ``options``.
+    The field defaults are the defaults the searchers' specs declare."""
+
     name: SearcherName
     metric: str
     smaller_is_better: bool = True
@@ -90,13 +110,15 @@ class SearcherConfig:
     max_trials: int = 1
     max_concurrent_trials: int = 16
     # adaptive_asha
-    mode: AshaMode = "standard"
+    mode: AshaMode = AshaMode.STANDARD
     divisor: int = 4
     max_rungs: int = 5
     bracket_rungs: tuple[int, ...] = ()
-    variant: AshaVariant = "stopping"
+    variant: AshaVariant = AshaVariant.STOPPING
     #: seconds a stopped trial gets to checkpoint and exit before scancel
     stop_grace_s: int = 60
+    #: values of keys a registered searcher owns that have no field above, by key
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------ other sections

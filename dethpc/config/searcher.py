@@ -1,40 +1,39 @@
 """The ``searcher`` section and training lengths: validation into ``SearcherConfig``.
 
-Owns: ``parse_searcher`` (single, random, grid, adaptive_asha with Determined's
-field names, ``max_length`` or Determined 0.38's ``time_metric`` + ``max_time``)
-and ``parse_length`` (``{batches: N}``, ``{records: N}``, ``{epochs: N}``, a bare
-int = batches).
-Must not: make search decisions (``dethpc.searchers`` does) or read files.
+Owns: ``parse_searcher`` -- the keys every searcher shares
+(``dethpc.searchers.registry.COMMON_KEYS``: Determined's field names,
+``max_length`` or Determined 0.38's ``time_metric`` + ``max_time``), Determined
+fields that are ignored or searchers that are not supported, and the warnings
+for keys of another searcher -- and ``parse_length`` (``{batches: N}``,
+``{records: N}``, ``{epochs: N}``, a bare int = batches).
+Must not: list searchers, their keys, modes or per-searcher rules: it asks
+``dethpc.searchers.registry`` (each searcher's ``SPEC``); make search decisions;
+read files.
 
 Defaults: ``smaller_is_better`` true, ``max_concurrent_trials`` 16 (0 = no
-limit), ASHA ``mode`` standard, ``divisor`` 4, ``max_rungs`` 5, ``variant``
-stopping, ``stop_grace_s`` 60. ``single`` always runs one trial; for ``grid``,
-``max_trials`` is set to the size of the grid (a given value is ignored with a
-warning, as the grid searcher runs every point).
+limit), ``stop_grace_s`` 60; the searcher-owned keys' defaults are in their
+specs (ASHA: ``mode`` standard, ``divisor`` 4, ``max_rungs`` 5, ``variant``
+stopping). ``max_trials`` follows the searcher's rule: ``single`` always runs one
+trial, ``grid`` runs the size of the grid (a given value is ignored with a
+warning), the others require it. A key owned by another searcher is checked
+with that searcher's parser and ignored with a warning.
 """
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 from dethpc.config._check import Checker, allowed_list, did_you_mean, is_int, join, show
-from dethpc.config.hparams import flatten_hparams, grid_points, grid_size
-from dethpc.config.model import (
-    CategoricalHP,
-    ConstHP,
-    HParamTree,
-    Length,
-    SearcherConfig,
-    Unit,
-)
+from dethpc.config.model import HParamTree, Length, SearcherConfig, Unit
 
-SEARCHERS = ("single", "random", "grid", "adaptive_asha")
+# The module, not its names: the registry imports dethpc.config._check, whose package
+# import may be what is importing this module right now (a partly initialized registry).
+from dethpc.searchers import registry
+
 UNITS = tuple(u.value for u in Unit)
 _LENGTH_FORMS = "{batches: N}, {records: N} or {epochs: N} with N >= 1 (a bare integer = batches)"
 
-_COMMON = ("name", "metric", "smaller_is_better", "max_length", "time_metric", "max_time",
-           "max_trials", "max_concurrent_trials", "stop_grace_s")
-_ASHA = ("mode", "divisor", "max_rungs", "bracket_rungs", "variant")
 _IGNORED_DETERMINED = {
     "source_trial_id": "deprecated in Determined and ignored; load a checkpoint in your code",
     "source_checkpoint_uuid": "deprecated in Determined and ignored; load a checkpoint in "
@@ -44,8 +43,11 @@ _IGNORED_DETERMINED = {
         "step_budget", "unit", "population_size", "num_rounds", "length_per_round",
         "replace_function", "explore_function")},
 }
+#: Determined searchers dethpc does not run (unless one is registered under that name)
 _UNSUPPORTED = ("pbt", "custom", "adaptive", "adaptive_simple", "sync_halving")
-_DEFAULT = SearcherConfig(name="single", metric="")
+#: SearcherConfig fields a searcher's values may fill; other owned keys go to ``options``
+_FIELDS = frozenset(f.name for f in fields(SearcherConfig)) - {"options"}
+_MISSING = SearcherConfig(name="", metric="")
 
 
 def parse_length(ck: Checker, value: Any, path: str) -> Length | None:
@@ -72,44 +74,67 @@ def parse_searcher(ck: Checker, value: Any, hparams: HParamTree,
     if value is None:
         ck.error(path, "required; e.g. {name: single, metric: validation_loss, "
                        "max_length: {batches: 1000}}")
-        return _DEFAULT
+        return _MISSING
     data = ck.mapping(value, path)
     if not data:
         ck.error(path, f"expected a mapping with name, metric and max_length, got {show(value)}")
-        return _DEFAULT
-    ck.keys(data, path, _COMMON + _ASHA, _IGNORED_DETERMINED)
-    name = _name(ck, data.get("name"), join(path, "name"))
+        return _MISSING
+    owned = registry.option_keys()
+    ignored = {k: why for k, why in _IGNORED_DETERMINED.items() if k not in owned}
+    ck.keys(data, path, registry.COMMON_KEYS + owned, ignored)
+    spec = _spec(ck, data.get("name"), join(path, "name"))
     metric = ck.required(data, "metric", path, "the validation metric to optimize")
     metric = ck.string(metric, join(path, "metric"), "")
     length, time_metric, max_time = _target(ck, data, path)
-    if name != "adaptive_asha":
-        _warn_irrelevant(ck, data, path, name)
+    values = spec.validate(ck, data, path, hparams) if spec is not None else {}
+    _check_foreign(ck, data, path, spec)
     return SearcherConfig(
-        name=name,  # type: ignore[arg-type]
+        name=spec.name if spec is not None else "",
         metric=metric,
         smaller_is_better=ck.boolean(data.get("smaller_is_better"),
                                      join(path, "smaller_is_better"), True),
         max_length=length,
         time_metric=time_metric,
         max_time=max_time,
-        max_trials=_max_trials(ck, data, path, name, hparams),
         max_concurrent_trials=ck.integer(data.get("max_concurrent_trials"),
                                          join(path, "max_concurrent_trials"), 16, minimum=0),
         stop_grace_s=ck.integer(data.get("stop_grace_s"), join(path, "stop_grace_s"), 60,
                                 minimum=0),
-        **_asha(ck, data, path),
+        options={k: v for k, v in values.items() if k not in _FIELDS},
+        **{k: v for k, v in values.items() if k in _FIELDS},
     )
 
 
-def _name(ck: Checker, value: Any, path: str) -> str:
+def _spec(ck: Checker, value: Any, path: str) -> registry.SearcherSpec | None:
+    """The registered searcher ``value`` names; None (and an error) otherwise."""
+    names = registry.names()
     if value is None:
-        ck.error(path, f"required; allowed: {allowed_list(SEARCHERS)}")
-        return "single"
-    if isinstance(value, str) and value in _UNSUPPORTED:
+        ck.error(path, f"required; allowed: {allowed_list(names)}")
+        return None
+    if isinstance(value, str) and value in _UNSUPPORTED and value not in names:
         ck.error(path, f"searcher {value!r} is not supported on dethpc; "
-                       f"allowed: {allowed_list(SEARCHERS)}")
-        return "single"
-    return str(ck.choice(value, path, SEARCHERS, "single"))
+                       f"allowed: {allowed_list(names)}")
+        return None
+    name = ck.choice(value, path, names, None)
+    return None if name is None else registry.get(name)
+
+
+def _check_foreign(ck: Checker, data: dict[str, Any], path: str,
+                   spec: registry.SearcherSpec | None) -> None:
+    """Keys that only other searchers own: checked with their owner's parser, then
+    ignored with a warning naming who uses them."""
+    mine = spec.keys if spec is not None else ()
+    for key in registry.option_keys():
+        if key in mine or data.get(key) is None:
+            continue
+        owners = registry.owners(key)
+        sub = join(path, key)
+        next(o for o in owners[0].options if o.key == key).parse(ck, data[key], sub)
+        if spec is None:
+            continue        # the name is wrong already: no warning about whom it is for
+        who = " and ".join(o.name for o in owners)
+        plural = "searchers" if len(owners) > 1 else "searcher"
+        ck.warn(sub, f"ignored: only used by the {who} {plural}, not by {spec.name!r}")
 
 
 def _target(ck: Checker, data: dict[str, Any],
@@ -133,50 +158,3 @@ def _target(ck: Checker, data: dict[str, Any],
     if unit is None or max_time is None:
         return None, None, None
     return Length(Unit(unit), max_time), unit, max_time
-
-
-def _max_trials(ck: Checker, data: dict[str, Any], path: str, name: str,
-                hparams: HParamTree) -> int:
-    sub = join(path, "max_trials")
-    value = data.get("max_trials")
-    if name == "single":
-        if value is not None and value != 1:
-            ck.warn(sub, f"ignored: the single searcher runs exactly one trial (got {show(value)})")
-        return 1
-    if name == "grid":
-        _check_grid_counts(ck, hparams)
-        size = grid_size(hparams)
-        if value is not None and value != size:
-            ck.warn(sub, f"ignored: the grid searcher runs every grid point ({size} trials)")
-        return size
-    if value is None:
-        ck.error(sub, f"required by the {name} searcher; expected an integer >= 1")
-        return 1
-    return int(ck.integer(value, sub, 1, minimum=1))
-
-
-def _check_grid_counts(ck: Checker, hparams: HParamTree) -> None:
-    for dotted, hp in flatten_hparams(hparams).items():
-        if grid_points(hp) is None and not isinstance(hp, ConstHP | CategoricalHP):
-            ck.error(f"hyperparameters.{dotted}.count",
-                     "required by the grid searcher; expected an integer >= 1")
-
-
-def _asha(ck: Checker, data: dict[str, Any], path: str) -> dict[str, Any]:
-    return {
-        "mode": ck.choice(data.get("mode"), join(path, "mode"),
-                          ("aggressive", "standard", "conservative"), "standard"),
-        "divisor": ck.integer(data.get("divisor"), join(path, "divisor"), 4, minimum=2),
-        "max_rungs": ck.integer(data.get("max_rungs"), join(path, "max_rungs"), 5, minimum=1),
-        "bracket_rungs": ck.int_list(data.get("bracket_rungs"), join(path, "bracket_rungs"),
-                                     minimum=1),
-        "variant": ck.choice(data.get("variant"), join(path, "variant"),
-                             ("stopping", "promotion"), "stopping"),
-    }
-
-
-def _warn_irrelevant(ck: Checker, data: dict[str, Any], path: str, name: str) -> None:
-    for key in _ASHA:
-        if data.get(key) is not None:
-            ck.warn(join(path, key), f"ignored: only used by the adaptive_asha searcher, "
-                                     f"not by {name!r}")

@@ -3,7 +3,10 @@
 Owns: the bracket plan (how many brackets, rungs, trials and concurrency each
 gets -- Determined's ``adaptive_asha.go`` formulas, as small pure functions),
 the rung rules (Determined's ``asha_stopping.go`` stop rule; the ASHA paper's
-promotion rule) and ``AshaSearcher``, the state machine that applies them.
+promotion rule), ``AshaSearcher``, the state machine that applies them, and
+its ``SPEC``: the keys it owns (``mode``, ``divisor``, ``max_rungs``,
+``bracket_rungs``, ``variant``; the mode and variant enums live in
+``dethpc.config.model``).
 Must not: do I/O, read the clock or use the global RNG; know about Slurm,
 jobs or checkpoints (a ``Stop`` or ``Continue`` is only a request to the daemon).
 
@@ -22,7 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from dethpc.config.model import HParamTree, SearcherConfig
+from dethpc.config.model import AshaMode, AshaVariant, HParamTree, SearcherConfig
 from dethpc.errors import ConfigError, FieldError
 from dethpc.searchers import sampling
 from dethpc.searchers.base import (
@@ -33,19 +36,16 @@ from dethpc.searchers.base import (
     Shutdown,
     Stop,
     TrialRecord,
-)
-from dethpc.searchers.random_search import (
     check_reason,
     exit_status,
     record_from_json,
     record_to_json,
     target_length,
 )
+from dethpc.searchers.registry import SearcherSpec, enum_option, int_list_option, int_option
 
 #: the value recorded for a trial that left a rung without a metric (worst possible)
 EXITED = sys.float_info.max
-MODES = ("aggressive", "standard", "conservative")
-VARIANTS = ("stopping", "promotion")
 
 
 # ================================================================== bracket plan
@@ -62,16 +62,29 @@ def clamp_max_rungs(max_rungs: int, max_length: int, max_trials: int, divisor: i
     return min(max_rungs, floor_log(max_length, divisor) + 1, floor_log(max_trials, divisor) + 1)
 
 
-def mode_brackets(mode: str, max_rungs: int) -> list[int]:
+def mode_brackets(mode: AshaMode | str, max_rungs: int) -> list[int]:
     """Rungs per bracket for a mode: aggressive ``[R]``; standard ``(R-1)//2+1 .. R``;
     conservative ``1 .. R``."""
-    if mode == "aggressive":
-        return [max_rungs]
-    if mode == "standard":
-        return list(range((max_rungs - 1) // 2 + 1, max_rungs + 1))
-    if mode == "conservative":
-        return list(range(1, max_rungs + 1))
-    raise ValueError(f"unknown adaptive mode {mode!r}; allowed: {', '.join(MODES)}")
+    match _member(AshaMode, mode):
+        case AshaMode.AGGRESSIVE:
+            return [max_rungs]
+        case AshaMode.STANDARD:
+            return list(range((max_rungs - 1) // 2 + 1, max_rungs + 1))
+        case AshaMode.CONSERVATIVE:
+            return list(range(1, max_rungs + 1))
+    raise ValueError(f"unknown adaptive mode {mode!r}; allowed: {_allowed(AshaMode)}")
+
+
+def _member(enum: type[AshaMode] | type[AshaVariant], value: str) -> AshaMode | AshaVariant | None:
+    """``enum(value)``, or None for a value outside it (a config built in code)."""
+    try:
+        return enum(value)
+    except ValueError:
+        return None
+
+
+def _allowed(enum: type[AshaMode] | type[AshaVariant]) -> str:
+    return ", ".join(member.value for member in enum)
 
 
 def bracket_max_trials(max_trials: int, divisor: int, brackets: list[int]) -> list[int]:
@@ -125,10 +138,10 @@ def validate(config: SearcherConfig) -> None:
         raise _bad("searcher.max_concurrent_trials", "must be >= 0 (0 = automatic)")
     if any(n < 1 for n in config.bracket_rungs):
         raise _bad("searcher.bracket_rungs", "every entry must be >= 1")
-    if config.mode not in MODES:
-        raise _bad("searcher.mode", f"allowed: {', '.join(MODES)}")
-    if config.variant not in VARIANTS:
-        raise _bad("searcher.variant", f"allowed: {', '.join(VARIANTS)}")
+    if _member(AshaMode, config.mode) is None:
+        raise _bad("searcher.mode", f"allowed: {_allowed(AshaMode)}")
+    if _member(AshaVariant, config.variant) is None:
+        raise _bad("searcher.variant", f"allowed: {_allowed(AshaVariant)}")
 
 
 def plan_brackets(config: SearcherConfig) -> list[BracketPlan]:
@@ -223,9 +236,9 @@ class AshaSearcher(Searcher):
     def __init__(self, config: SearcherConfig, hparams: HParamTree, seed: int) -> None:
         self.config = config
         self.tree = hparams
-        self.variant = config.variant
-        self.divisor = config.divisor
         self.plans = plan_brackets(config)
+        self.variant = AshaVariant(config.variant)
+        self.divisor = config.divisor
         self.brackets = [_Bracket.new(p, self.divisor) for p in self.plans]
         self.rng = random.Random(seed)
         self.next_id = 1
@@ -246,7 +259,7 @@ class AshaSearcher(Searcher):
         self.records[request_id].metrics[int(length)] = float(metric)
         value = float(metric) if self.config.smaller_is_better else -float(metric)
         index = self.owner[request_id]
-        if self.variant == "stopping":
+        if self.variant is AshaVariant.STOPPING:
             return self._stop_rule(index, request_id, value, int(length))
         self._report(index, request_id, value, int(length))
         return self._fill(index)
@@ -257,7 +270,7 @@ class AshaSearcher(Searcher):
         if index is None or request_id not in self.brackets[index].running:
             return []
         self.brackets[index].running.discard(request_id)
-        if self.variant == "stopping":
+        if self.variant is AshaVariant.STOPPING:
             self._stopping_exit(index, request_id, reason)
         else:
             self._promotion_exit(index, request_id, reason)
@@ -370,7 +383,7 @@ class AshaSearcher(Searcher):
         b = self.brackets[index]
         actions: list[Action] = []
         while len(b.running) < b.concurrency:
-            pid = self._next_promotion(b) if self.variant == "promotion" else None
+            pid = self._next_promotion(b) if self.variant is AshaVariant.PROMOTION else None
             if pid is not None:
                 actions.append(self._continue(b, pid))
             elif b.created < b.plan.max_trials:
@@ -389,7 +402,7 @@ class AshaSearcher(Searcher):
         b.trial_rung[rid] = 0
         self.owner[rid] = index
         self.records[rid] = TrialRecord(request_id=rid, hparams=hp, bracket=index)
-        if self.variant == "stopping":
+        if self.variant is AshaVariant.STOPPING:
             return Create(rid, hp, b.plan.lengths[-1], validate_at=b.plan.lengths)
         return Create(rid, hp, b.plan.lengths[0], validate_at=(b.plan.lengths[0],))
 
@@ -408,7 +421,7 @@ class AshaSearcher(Searcher):
         rungs = []
         for r, rung in enumerate(b.rungs):
             keep = keep_count(len(rung), self.divisor) if rung else 0
-            if self.variant == "promotion":
+            if self.variant is AshaVariant.PROMOTION:
                 keep = int(len(rung) / self.divisor)
             cutoff = rung[keep - 1][0] if 0 < keep <= len(rung) else None
             rungs.append({
@@ -425,7 +438,7 @@ class AshaSearcher(Searcher):
     # -------------------------------------------------------------- snapshot
     def snapshot(self) -> dict[str, Any]:
         return {
-            "searcher": self.name, "variant": self.variant,
+            "searcher": self.name, "variant": self.variant.value,
             "rng": sampling.rng_to_json(self.rng),
             "next_id": self.next_id,
             "owner": sorted([k, v] for k, v in self.owner.items()),
@@ -447,3 +460,17 @@ class AshaSearcher(Searcher):
         for b, d in zip(self.brackets, snapshot["brackets"], strict=True):
             b.load(d)
         self.shutdown_sent = bool(snapshot["shutdown_sent"])
+
+
+_DEFAULTS = SearcherConfig(name=AshaSearcher.name, metric="")
+SPEC = SearcherSpec(
+    name=AshaSearcher.name,
+    factory=AshaSearcher,
+    options=(
+        enum_option("mode", AshaMode, _DEFAULTS.mode),
+        int_option("divisor", _DEFAULTS.divisor, minimum=2),
+        int_option("max_rungs", _DEFAULTS.max_rungs, minimum=1),
+        int_list_option("bracket_rungs", minimum=1),
+        enum_option("variant", AshaVariant, _DEFAULTS.variant),
+    ),
+)

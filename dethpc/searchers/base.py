@@ -1,10 +1,12 @@
 """The ``Searcher`` protocol: events in, actions out, JSON snapshot/restore.
 
-Owns: the action types (``Create``, ``Stop``, ``Continue``, ``Shutdown``) and
-the abstract ``Searcher``. Searchers are pure: no I/O, no clock, no global RNG
-(each keeps a ``random.Random`` seeded from ``reproducibility.experiment_seed``
-and snapshots its state), so a daemon restarted mid-search makes identical
-decisions.
+Owns: the action types (``Create``, ``Stop``, ``Continue``, ``Shutdown``),
+the abstract ``Searcher``, and the small helpers every searcher shares: the exit
+reasons ``on_exited`` accepts, ``target_length`` and ``TrialRecord`` <-> JSON
+(the snapshot form, which the store keeps: do not rename its keys).
+Searchers are pure: no I/O, no clock, no global RNG (each keeps a
+``random.Random`` seeded from ``reproducibility.experiment_seed`` and snapshots
+its state), so a daemon restarted mid-search makes identical decisions.
 
 Identity: a searcher names trials by ``request_id`` (ints it hands out, from 1).
 The daemon maps request ids to trial rows. Lengths are in the unit of
@@ -16,6 +18,12 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from typing import Any
+
+from dethpc.config.model import SearcherConfig
+from dethpc.errors import ConfigError, FieldError
+
+#: exit reasons a searcher accepts in ``on_exited``
+EXIT_REASONS = ("completed", "stopped", "errored", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,40 @@ class TrialRecord:
     rung: int = 0                # highest rung reached
     status: str = "active"       # active | stopped | promoted | completed | errored
     metrics: dict[int, float] = field(default_factory=dict)  # length -> metric
+
+
+def target_length(config: SearcherConfig) -> int:
+    """``searcher.max_length`` in its unit; a ``ConfigError`` when it is missing."""
+    if config.max_length is None or config.max_length.value < 1:
+        raise ConfigError(
+            [FieldError("searcher.max_length",
+                        "required and >= 1, e.g. `max_length: {batches: 1000}`")],
+            source="experiment config",
+        )
+    return config.max_length.value
+
+
+def check_reason(reason: str) -> None:
+    """``ValueError`` for an exit reason not in ``EXIT_REASONS``."""
+    if reason not in EXIT_REASONS:
+        raise ValueError(f"unknown exit reason {reason!r}; allowed: {', '.join(EXIT_REASONS)}")
+
+
+def exit_status(reason: str) -> str:
+    """TrialRecord status for a trial that exited with ``reason`` unasked."""
+    return {"completed": "completed", "errored": "errored"}.get(reason, "stopped")
+
+
+def record_to_json(r: TrialRecord) -> dict[str, Any]:
+    return {"request_id": r.request_id, "hparams": r.hparams, "bracket": r.bracket,
+            "rung": r.rung, "status": r.status,
+            "metrics": [[length, m] for length, m in sorted(r.metrics.items())]}
+
+
+def record_from_json(d: dict[str, Any]) -> TrialRecord:
+    return TrialRecord(request_id=int(d["request_id"]), hparams=d["hparams"],
+                       bracket=int(d["bracket"]), rung=int(d["rung"]), status=str(d["status"]),
+                       metrics={int(k): float(v) for k, v in d["metrics"]})
 
 
 class Searcher(abc.ABC):

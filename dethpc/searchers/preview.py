@@ -18,6 +18,7 @@ import random
 from typing import Any
 
 from dethpc.config.model import HParamTree, SearcherConfig
+from dethpc.searchers.asha import AshaSearcher
 from dethpc.searchers.base import Action, Continue, Create, Searcher, Shutdown, Stop
 from dethpc.searchers.factory import make_searcher
 
@@ -96,7 +97,7 @@ def preview_search(config: SearcherConfig, hparams: HParamTree, seed: int) -> di
     unit = config.max_length.unit.value if config.max_length else "units"
     return {
         "searcher": config.name,
-        "variant": config.variant if config.name == "adaptive_asha" else None,
+        "variant": searcher.variant.value if isinstance(searcher, AshaSearcher) else None,
         "unit": unit,
         "max_length": config.max_length.value if config.max_length else None,
         "brackets": brackets,

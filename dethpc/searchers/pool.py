@@ -1,0 +1,127 @@
+"""The pool of independent full-length trials that single, random and grid share.
+
+Owns: ``PoolSearcher`` -- up to ``total`` trials, each trained to
+``max_length`` and validated there, at most ``concurrency`` alive at once
+(0 = all); a new ``Create`` each time a trial exits (for any reason: Determined
+counts an errored trial as closed) until ``total`` were created; ``top_up``
+after ``max_concurrent_trials`` grew; ``Shutdown`` once every created trial
+exited; and its snapshot (keys ``searcher``, ``rng``, ``next_id``, ``running``,
+``records``, ``shutdown_sent``: the store keeps these, do not rename them).
+Subclasses say how many trials there are and where the n-th trial's hparams
+come from (``_hparams``; default: sampled from the tree).
+Must not: do I/O, read the clock or use the global RNG; early-stop anything.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from dethpc.config.model import HParamTree, SearcherConfig
+from dethpc.searchers import sampling
+from dethpc.searchers.base import (
+    Action,
+    Create,
+    Searcher,
+    Shutdown,
+    TrialRecord,
+    check_reason,
+    exit_status,
+    record_from_json,
+    record_to_json,
+    target_length,
+)
+
+
+class PoolSearcher(Searcher):
+    """Up to ``total`` independent full-length trials, ``concurrency`` at a time."""
+
+    name = "pool"
+
+    def __init__(self, config: SearcherConfig, hparams: HParamTree, seed: int,
+                 total: int, concurrency: int) -> None:
+        self.config = config
+        self.tree = hparams
+        self.length = target_length(config)
+        self.total = total
+        self.concurrency = concurrency if concurrency > 0 else total
+        self.rng = random.Random(seed)
+        self.next_id = 1
+        self.running: set[int] = set()
+        self.records: dict[int, TrialRecord] = {}
+        self.shutdown_sent = False
+
+    # ------------------------------------------------------------------ hooks
+    def _hparams(self, index: int) -> dict[str, Any]:
+        """Hparams of the ``index``-th created trial (0-based)."""
+        return sampling.sample(self.tree, self.rng)
+
+    # ------------------------------------------------------------- protocol
+    def initial(self) -> list[Action]:
+        return self._fill()
+
+    def on_validation(self, request_id: int, metric: float, length: int) -> list[Action]:
+        rec = self.records.get(request_id)
+        if rec is not None:
+            rec.metrics[int(length)] = float(metric)
+        return []
+
+    def on_exited(self, request_id: int, reason: str) -> list[Action]:
+        check_reason(reason)
+        if request_id not in self.running:
+            return []
+        self.running.discard(request_id)
+        self.records[request_id].status = exit_status(reason)
+        return self._fill()
+
+    def progress(self) -> float:
+        if self.total == 0:
+            return 1.0
+        exited = len(self.records) - len(self.running)
+        return min(1.0, exited / self.total)
+
+    def trials(self) -> list[TrialRecord]:
+        return [self.records[k] for k in sorted(self.records)]
+
+    def top_up(self) -> list[Action]:
+        return self._fill() if self.records else []
+
+    # -------------------------------------------------------------- internals
+    def _fill(self) -> list[Action]:
+        actions: list[Action] = []
+        while len(self.running) < self.concurrency and len(self.records) < self.total:
+            actions.append(self._create())
+        if not self.running and len(self.records) >= self.total and not self.shutdown_sent:
+            self.shutdown_sent = True
+            actions.append(Shutdown())
+        return actions
+
+    def _create(self) -> Create:
+        rid = self.next_id
+        self.next_id += 1
+        hp = self._hparams(len(self.records))
+        self.records[rid] = TrialRecord(request_id=rid, hparams=hp)
+        self.running.add(rid)
+        return Create(request_id=rid, hparams=hp, length=self.length,
+                      validate_at=(self.length,))
+
+    # ------------------------------------------------------------ snapshot
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "searcher": self.name,
+            "rng": sampling.rng_to_json(self.rng),
+            "next_id": self.next_id,
+            "running": sorted(self.running),
+            "records": [record_to_json(self.records[k]) for k in sorted(self.records)],
+            "shutdown_sent": self.shutdown_sent,
+        }
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        if snapshot.get("searcher") != self.name:
+            raise ValueError(f"snapshot of {snapshot.get('searcher')!r} given to {self.name!r}")
+        self.rng = sampling.rng_from_json(snapshot["rng"])
+        self.next_id = int(snapshot["next_id"])
+        self.running = {int(x) for x in snapshot["running"]}
+        recs = [record_from_json(d) for d in snapshot["records"]]
+        self.records = {r.request_id: r for r in recs}
+        self.shutdown_sent = bool(snapshot["shutdown_sent"])
