@@ -4,15 +4,21 @@ The reference below shares no code with dethpc.searchers.asha: it learns each
 trial's rung lengths from the Create actions and applies Determined's
 asha_stopping rule (keep the best max(n // divisor, 1) of the n metrics recorded
 at a rung; a new metric ranks ahead of equal ones) with plain lists.
+
+The last tests prove the comparison can tell rules apart: with the implementation's
+rung insert swapped for the subtly different rule (a new metric ranks *after* equal
+ones), the same comparison fails for every parameter set.
 """
 
 from __future__ import annotations
 
+import bisect
 import random
 
 import pytest
 
 from dethpc.config.model import AshaMode, Length, LogHP, SearcherConfig, Unit
+from dethpc.searchers import asha
 from dethpc.searchers.base import Action, Create, Shutdown, Stop
 from dethpc.searchers.factory import make_searcher
 
@@ -98,10 +104,12 @@ def run_both(seed: int, mode: AshaMode, divisor: int, smaller: bool) -> tuple[li
     return stops, len(plans)
 
 
-@pytest.mark.parametrize("seed", range(12))
-@pytest.mark.parametrize(("mode", "divisor", "smaller"),
-                         [("standard", 4, True), ("conservative", 2, False),
-                          ("aggressive", 3, True)])
+PARAMS = [("standard", 4, True), ("conservative", 2, False), ("aggressive", 3, True)]
+SEEDS = range(12)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize(("mode", "divisor", "smaller"), PARAMS)
 def test_stop_decisions_match_reference(seed: int, mode: AshaMode, divisor: int,
                                         smaller: bool) -> None:
     stops, created = run_both(seed, mode, divisor, smaller)
@@ -109,20 +117,55 @@ def test_stop_decisions_match_reference(seed: int, mode: AshaMode, divisor: int,
     assert stops                            # the rule did stop something
 
 
-def test_reference_itself_can_disagree() -> None:
-    """Guard: a subtly different rule (ties rank after equals) is caught by the comparison."""
-    ref = ReferenceStopping(2, True)
-    ref.created(1, (1, 2))
-    ref.created(2, (1, 2))
-    assert ref.report(1, 0.5, 1) is False
-    # tie: the newcomer ranks first, so with keep 1 it continues
-    assert ref.report(2, 0.5, 1) is False
+def insert_after_equals(rung: list[tuple[float, int]], request_id: int, value: float) -> int:
+    """The subtly different rule: a new metric ranks after the equal ones already there."""
+    index = bisect.bisect_right([v for v, _ in rung], value)
+    rung.insert(index, (value, request_id))
+    return index
+
+
+@pytest.mark.parametrize(("mode", "divisor", "smaller"), PARAMS)
+def test_comparison_catches_ties_ranked_after_equals(monkeypatch: pytest.MonkeyPatch,
+                                                     mode: AshaMode, divisor: int,
+                                                     smaller: bool) -> None:
+    """With the implementation switched to the other tie rule, the comparison above fails."""
+    monkeypatch.setattr(asha, "insert_metric", insert_after_equals)
+    caught = 0
+    for seed in SEEDS:
+        try:
+            run_both(seed, mode, divisor, smaller)
+        except AssertionError:
+            caught += 1
+    assert caught > 0, "the reference comparison cannot tell the two tie rules apart"
+
+
+def tie_searcher() -> asha.AshaSearcher:
+    """Two trials, one bracket of rungs [1, 2], divisor 2: at rung 0, keep 1 of 2."""
     s = make_searcher(SearcherConfig(name="adaptive_asha", metric="m",
                                      max_length=Length(Unit.BATCHES, 2), max_trials=2,
                                      max_concurrent_trials=2, divisor=2, bracket_rungs=(2,)),
                       {}, 0)
+    assert isinstance(s, asha.AshaSearcher)
+    return s
+
+
+def test_a_tie_keeps_the_newcomer_in_reference_and_searcher() -> None:
+    ref = ReferenceStopping(2, True)
+    ref.created(1, (1, 2))
+    ref.created(2, (1, 2))
+    assert ref.report(1, 0.5, 1) is False
+    assert ref.report(2, 0.5, 1) is False      # tie: the newcomer ranks first and continues
+    s = tie_searcher()
     s.initial()
     assert s.on_validation(1, 0.5, 1) == []
     assert s.on_validation(2, 0.5, 1) == []
     assert s.on_exited(1, "completed") == []
     assert s.on_exited(2, "completed") == [Shutdown()]
+
+
+def test_a_tie_stops_the_newcomer_under_the_other_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(asha, "insert_metric", insert_after_equals)
+    s = tie_searcher()
+    s.initial()
+    assert s.on_validation(1, 0.5, 1) == []
+    assert s.on_validation(2, 0.5, 1) == [Stop(2)]
