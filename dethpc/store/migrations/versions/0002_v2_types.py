@@ -43,11 +43,6 @@ _STATES = {"experiment": ["state"], "trial": ["state"], "batch": ["state"], "job
 
 
 def upgrade() -> None:
-    op.execute("UPDATE trial SET stop_reason = NULL WHERE stop_reason = ''")
-    op.execute("UPDATE job SET exit_reason = NULL WHERE exit_reason = ''")
-    known = ", ".join(f"'{r}'" for r in _EXIT_REASONS)
-    op.execute(f"UPDATE job SET exit_reason = 'error' "  # noqa: S608 (constants only)
-               f"WHERE exit_reason IS NOT NULL AND exit_reason NOT IN ({known})")
     for table in ("experiment", "searcherstate", "trial", "batch", "job", "checkpoint",
                   "metric"):
         with op.batch_alter_table(table) as b:
@@ -71,6 +66,12 @@ def upgrade() -> None:
     with op.batch_alter_table("job") as b:
         b.alter_column("unknown_ticks", server_default=None, existing_type=sa.Integer(),
                        existing_nullable=False)
+    # the columns are nullable now: '' (no reason) becomes NULL
+    op.execute("UPDATE trial SET stop_reason = NULL WHERE stop_reason = ''")
+    op.execute("UPDATE job SET exit_reason = NULL WHERE exit_reason = ''")
+    known = ", ".join(f"'{r}'" for r in _EXIT_REASONS)
+    op.execute(f"UPDATE job SET exit_reason = 'error' "  # noqa: S608 (constants only)
+               f"WHERE exit_reason IS NOT NULL AND exit_reason NOT IN ({known})")
     op.drop_table("schemainfo")
 
 
