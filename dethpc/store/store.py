@@ -1,8 +1,10 @@
 """The database seam: every read and write of dethpc state goes through ``Store``.
 
 Owns: engine creation (SQLite file on local disk by default, any SQLAlchemy
-URL such as ``postgresql+psycopg://...``), schema creation and the schema
-version check, and short transactions (``with store.session() as s``).
+URL such as ``postgresql+psycopg://...``), bringing the schema to this dethpc's
+revision on open (``dethpc.store.migrations``: one query when it is current,
+an Alembic upgrade under a lock when it is not), and short transactions
+(``with store.session() as s``).
 Must not: contain scheduling logic; the daemon and CLI decide, the store keeps.
 
 SQLite runs in the default rollback-journal mode, not WAL: WAL needs shared
@@ -17,12 +19,10 @@ from pathlib import Path
 
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import OperationalError
-from sqlmodel import Session, SQLModel, create_engine
+from sqlmodel import Session, create_engine
 
-from dethpc.errors import StoreError
 from dethpc.paths import dethpc_home
-from dethpc.store import models
+from dethpc.store.migrations import Migration, upgrade_to_head
 
 
 def default_url() -> str:
@@ -42,14 +42,8 @@ class Store:
             event.listen(self.engine, "connect", _sqlite_pragmas)
         else:
             self.engine = create_engine(self.url, pool_pre_ping=True)
-        self._init_schema()
-
-    def _init_schema(self) -> None:
-        # stop-gap until the Alembic migrations land (helper-5 replaces this)
-        try:
-            SQLModel.metadata.create_all(self.engine, tables=_tables())
-        except OperationalError as exc:
-            raise StoreError(f"cannot open database {self.url}: {exc.orig}") from exc
+        #: what opening did to the schema; None when it was current already
+        self.migration: Migration | None = upgrade_to_head(self.engine)
 
     @contextlib.contextmanager
     def session(self) -> Iterator[Session]:
@@ -61,13 +55,6 @@ class Store:
             except Exception:
                 s.rollback()
                 raise
-
-
-def _tables() -> list:  # type: ignore[type-arg]
-    return [m.__table__ for m in (  # type: ignore[attr-defined,union-attr]
-        models.Experiment, models.SearcherState, models.Trial,
-        models.Batch, models.Job, models.Checkpoint, models.Metric, models.Event,
-        models.IngestOffset)]
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
