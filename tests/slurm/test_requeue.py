@@ -6,9 +6,10 @@ through the daemon.
   and ``scontrol requeue <job>`` (an admin draining a node): the trial
   checkpoints at the next step boundary, the job is requeued under its id and
   resumes from that checkpoint; the daemon counts no restart.
-* SIGKILL of the trial's node's slurmd and of every process of the job (what a
-  node crash does): slurmctld requeues the job when the node comes back
-  without it; the trial resumes from its last periodic checkpoint and the
+* A node crash: every process of the trial's node dies by SIGKILL and the node
+  is marked DOWN (what Slurm does after ``SlurmdTimeout``, or a site's health
+  check at once); slurmctld ends the run NODE_FAIL and requeues the job; the
+  trial resumes from its last periodic checkpoint on another node and the
   daemon counts one restart.
 
 In every case the final weights are bit-identical to the uninterrupted run.
@@ -17,6 +18,7 @@ In every case the final weights are bit-identical to the uninterrupted run.
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,8 +35,10 @@ from tests.slurm.fixtures.harness import (
     max_step,
     read_jsonl,
     revive_node,
+    slurmd_pid,
     start_reference,
     steps_log,
+    wait_until,
 )
 
 BATCHES = 160
@@ -85,11 +89,27 @@ def test_user_signal_and_manual_requeue_are_free(harness: DaemonHarness, tmp_pat
     assert_bit_identical(trial_dir / "final_weights.pt", tmp_path / "reference.pt", reference)
 
 
+def slurm_runs(job_id: str) -> list[tuple[str, str]]:
+    """``(state, node)`` of every run of ``job_id`` in accounting (``sacct -D``: a
+    requeued job's earlier runs too), oldest first."""
+    out = subprocess.run(["sacct", "-n", "-P", "-X", "-D", "-j", job_id, "-o", "State,NodeList"],
+                         capture_output=True, text=True, check=True, timeout=30).stdout
+    return [(state.split()[0], nodes) for state, _, nodes in
+            (line.partition("|") for line in out.splitlines() if line.strip())]
+
+
 def test_node_crash_restarts_from_last_checkpoint_and_counts(
         harness: DaemonHarness, slurm_cluster: Any, tmp_path: Path) -> None:
+    """Every process of the trial's node is SIGKILLed and the node marked DOWN (what
+    Slurm does after SlurmdTimeout, or a health check at once): Slurm ends the run
+    NODE_FAIL and requeues the job, the daemon counts a restart, and the trial resumes
+    from its last periodic checkpoint wherever Slurm starts it again. The requeue is
+    awaited while the node is still down, so nothing depends on when a revived slurmd
+    registers."""
     reference = start_reference(tmp_path / "reference.pt", BATCHES, HPARAMS)
+    # --exclusive: the crash kills every job on the node; let that be only this one
     exp = harness.submit(experiment_yaml(batches=BATCHES, pool="debug", hparams=HPARAMS,
-                                         max_restarts=2))
+                                         max_restarts=2, sbatch_args=["--exclusive"]))
     ref = harness.wait("the trial's job", lambda: harness.job_ref(exp))
     trial_dir, ckpt_dir = harness.trial_dir(exp), harness.ckpt_dir(exp)
     # crash between two periodic checkpoints (every 10 batches), so some steps are lost
@@ -97,24 +117,43 @@ def test_node_crash_restarts_from_last_checkpoint_and_counts(
                  and 3 <= max_step(trial_dir) % 10 <= 6 and len(checkpoints(ckpt_dir)) >= 3,
                  timeout=480)
     node = slurm_cluster.squeue_field(ref, "%N")
-    assert node, f"job {ref} is not running"
+    job_id = slurm_cluster.squeue_field(ref, "%A")
+    assert node and job_id, f"job {ref} is not running"
+    t0 = time.monotonic()
     try:
-        crash_node(node, ref.split("_")[0])
+        crash = crash_node(node)
         crashed_at = max_step(trial_dir)
         last_ckpt = checkpoints(ckpt_dir)[-1]["steps_completed"]
         assert last_ckpt < crashed_at  # the steps since are lost, as on a real crash
+        assert any(name.startswith("python") for name in crash.killed.values()), \
+            crash.killed
+        # (1) the requeue, seen by the daemon while the node is still down
+        harness.wait("the daemon to count the node failure as a restart",
+                     lambda: harness.trial(exp).restarts >= 1, timeout=300)
+        requeue_s = time.monotonic() - t0
+        assert slurmd_pid(node) is None, "the requeue came without the node's slurmd"
     finally:
         revive_node(node)
-    done = harness.wait_done(exp, timeout=400)
+    revived_s = time.monotonic() - t0
+    # (2) the requeued run resumes and completes
+    done = harness.wait_done(exp, timeout=600)
+    print(f"crash -> restart counted {requeue_s:.1f} s; node back {revived_s:.1f} s; "
+          f"experiment done {time.monotonic() - t0:.1f} s")
 
     assert done.state == "COMPLETED", harness.events(exp)
     trial = harness.trial(exp)
     assert trial.restarts == 1, harness.events(exp)
     assert any(kind == "restart" for kind, _ in harness.events(exp)), harness.events(exp)
+    def both_runs() -> list[tuple[str, str]] | None:
+        seen = slurm_runs(job_id)
+        return seen if len(seen) >= 2 and seen[-1][0] not in ("PENDING", "RUNNING") else None
+
+    accounted = wait_until("accounting to record both runs", both_runs, timeout=60)
+    assert accounted[0] == ("NODE_FAIL", node) and accounted[-1][0] == "COMPLETED", accounted
     exits = read_jsonl(trial_dir / "exits.jsonl")
-    # the crashed run left no exit record; the next one completed
-    assert [(e["reason"], e["job"]) for e in exits] == [("completed", ref)] or \
-        [e["reason"] for e in exits][-1] == "completed", exits
+    # the crashed run (restart 0) left no exit record; the requeued one (1) completed
+    assert [(e["reason"], e["restart"], e["job"]) for e in exits] == [("completed", 1, ref)], \
+        exits
     runs = read_jsonl(trial_dir / "runs.jsonl")
     assert runs[-1]["first_batch"] == last_ckpt, (runs, last_ckpt)
     assert "resumed from checkpoint" in job_log(trial_dir)
