@@ -30,11 +30,17 @@ HEAD = migrations.head_revision()
 
 @pytest.fixture
 def pg(postgres_url: str) -> Iterator[Engine]:
-    """An empty ``public`` schema, and a plain engine on it (no Store: it would migrate)."""
+    """An empty ``public`` schema, and a plain engine on it (no Store: it would migrate).
+    Emptied again afterwards: the server is shared by the session's other PostgreSQL tests."""
     engine = create_engine(postgres_url)
-    with engine.begin() as conn:
-        conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+
+    def empty() -> None:
+        with engine.begin() as conn:
+            conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+
+    empty()
     yield engine
+    empty()
     engine.dispose()
 
 
