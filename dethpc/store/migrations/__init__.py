@@ -167,7 +167,7 @@ def _upgrade(conn: Connection, head: str, where: str) -> Migration | None:
             raise StoreError(
                 f"database {where} is at schema revision {', '.join(unknown)}, which this "
                 f"dethpc (schema revision {head}) does not know: a newer dethpc wrote it. "
-                "Use that newer dethpc (or newer) with this database, or point DETHPC_HOME "
+                "Use that dethpc (or a newer one) with this database, or point DETHPC_HOME "
                 "/ database_url at another database")
         start = ", ".join(sorted(stored))
     else:
