@@ -35,7 +35,13 @@ class Env:
 
     @cached_property
     def store(self) -> Store:
-        return Store(self.cluster.database_url or None)
+        store = Store(self.cluster.database_url or None)
+        m = store.migration
+        if m is not None and m.start is not None:  # an existing database was upgraded
+            url = store.engine.url.render_as_string(hide_password=True)
+            err_console.print(f"dethpc: upgraded database {url} from schema revision "
+                              f"{m.start} to {m.head} (docs/store.md)")
+        return store
 
     @cached_property
     def backend(self) -> Backend:

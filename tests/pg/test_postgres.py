@@ -13,7 +13,6 @@ from sqlalchemy import text
 
 from dethpc.errors import StoreError
 from dethpc.store import Store
-from dethpc.store.models import SchemaInfo
 from tests.local.conftest import TOY, cli, write_config
 
 
@@ -53,18 +52,6 @@ def test_asha_experiment_through_cli_and_daemon(pg_home, tmp_path, postgres_url)
         n = conn.execute(text("SELECT count(*) FROM trial WHERE experiment_id = :e"),
                          {"e": exp}).scalar()
     assert n == 8
-
-
-def test_schema_version_mismatch_is_refused(pg_home, postgres_url):
-    Store(postgres_url)
-    store = Store(postgres_url)
-    with store.session() as s:
-        info = s.get(SchemaInfo, 1)
-        assert info is not None
-        info.version += 1
-        s.add(info)
-    with pytest.raises(StoreError, match="schema version"):
-        Store(postgres_url)
 
 
 def test_unreachable_server_is_a_clear_error(tmp_path):
