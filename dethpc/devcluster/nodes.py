@@ -88,14 +88,17 @@ def revive_node(cluster: DevCluster, node: str, timeout: float = 180.0) -> None:
     last_resume = 0.0
     state, registered = "", 0.0
     while time.monotonic() < deadline:
-        state = cluster.node_states().get(node, "")
-        registered = _slurmd_start_time(cluster, node)
+        registered = _slurmd_start_time(cluster, node)   # first: the state read after it
+        state = cluster.node_states().get(node, "")      # is as new as the registration
         # SlurmdStartTime has whole seconds: the new slurmd registered when it is not
         # older than our start (the controller keeps the old one's until then)
         fresh = registered >= int(started) - 1
         if fresh and state in USABLE_STATES:
             return
-        if state.rstrip("*~#$@^-!%") in RESUMABLE_STATES and time.monotonic() - last_resume > 3:
+        # RESUME once the new slurmd registered (before, the node only goes to IDLE*;
+        # with ReturnToService=2 registration alone returns a DOWN node to service)
+        if fresh and state.rstrip("*~#$@^-!%") in RESUMABLE_STATES \
+                and time.monotonic() - last_resume > 3:
             cluster.runner.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"],
                                check=False, retry=False, timeout=30)
             last_resume = time.monotonic()
