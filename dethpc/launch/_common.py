@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from dethpc.errors import DethpcError
 from dethpc.hostlist import expand_hostlist
+from dethpc.launch._run_main import guarded_argv
 
 #: ports are PORT_BASE + job_id % PORT_SPAN: 15000..31999, below Linux's ephemeral
 #: range (32768-60999) so an outgoing connection never holds our port. Two jobs
@@ -285,10 +286,9 @@ class Target:
         return head + list(self.args)
 
     def python_argv(self, python: str = sys.executable) -> list[str]:
-        if self.kind == "file":
-            return [python, self.value, *self.args]
-        if self.kind == "module":
-            return [python, "-m", self.value, *self.args]
+        """The argv of one rank: Python targets run under the exit guard (``_run_main``)."""
+        if self.kind in ("file", "module"):
+            return guarded_argv(python, self.tokens())
         return [self.value, *self.args]
 
 

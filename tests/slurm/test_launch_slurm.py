@@ -62,7 +62,13 @@ def test_torch_distributed_two_nodes_matches_single_process(slurm_cluster, tmp_p
     assert state == "COMPLETED", output
     got = json.loads(result.read_text())
     assert got["world"] == 4 and got["allreduce"] == 1 + 2 + 3 + 4
-    assert got["env"]["MASTER_ADDR"] == "n1" or got["env"]["MASTER_ADDR"].startswith("n")
+    placed = sorted((p["node"], p["node_id"], p["local_rank"]) for p in got["placed"])
+    nodes = sorted({node for node, _, _ in placed})
+    assert len(nodes) == 2 and all(node for node in nodes), placed  # two real nodes
+    assert placed == [(nodes[0], "0", "0"), (nodes[0], "0", "1"),
+                      (nodes[1], "1", "0"), (nodes[1], "1", "1")], placed
+    rank0_node = next(p["node"] for p in got["placed"] if p["rank"] == 0)
+    assert got["env"]["MASTER_ADDR"] == rank0_node == nodes[0], got
     for rank in range(4):
         assert f"[rank={rank}] " in output, output
     single = tmp_path / "single.json"
@@ -75,6 +81,22 @@ def test_torch_distributed_two_nodes_matches_single_process(slurm_cluster, tmp_p
     want = json.loads(single.read_text())["weights"]
     for a, b in zip(got["weights"], want, strict=True):
         assert torch.allclose(torch.tensor(a), torch.tensor(b), atol=1e-6), (a, b)
+
+
+@pytest.mark.parametrize("mode", ["srun", "torchrun"])
+def test_finished_ranks_never_abort_in_teardown(slurm_cluster, tmp_path, mode) -> None:
+    """gil_at_exit.py forces the race that ended finished 2x2 jobs FAILED (rank exit 134):
+    bare, ranks 1-3 abort (tests/local/test_launch_teardown.py shows it); launched, the
+    job completes."""
+    pytest.importorskip("torch")
+    state, output = submit(
+        slurm_cluster, tmp_path, f"teardown-{mode}", ["--nodes=2", "--ntasks-per-node=2"],
+        [sys.executable, "-m", "dethpc.launch.torch_distributed", "--mode", mode, "--",
+         str(SCRIPTS / "gil_at_exit.py"), str(tmp_path)])
+    assert state == "COMPLETED", output
+    assert "terminate called" not in output and "134" not in output, output
+    nodes = [json.loads((tmp_path / f"rank-{r}.json").read_text())["node"] for r in range(4)]
+    assert len(set(nodes)) == 2, nodes
 
 
 def test_failing_rank_takes_the_job_down(slurm_cluster, tmp_path) -> None:

@@ -162,8 +162,9 @@ def test_parse_launcher_args_errors(argv) -> None:
 
 
 def test_target_argv() -> None:
-    assert Target("file", "t.py", ("a",)).python_argv("py") == ["py", "t.py", "a"]
-    assert Target("module", "m", ("a",)).python_argv("py") == ["py", "-m", "m", "a"]
+    guard = ["py", "-m", "dethpc.launch._run_main"]
+    assert Target("file", "t.py", ("a",)).python_argv("py") == [*guard, "t.py", "a"]
+    assert Target("module", "m", ("a",)).python_argv("py") == [*guard, "-m", "m", "a"]
     assert Target("command", "./x", ("a",)).python_argv("py") == ["./x", "a"]
     assert Target("module", "m", ("a",)).tokens() == ["-m", "m", "a"]
 

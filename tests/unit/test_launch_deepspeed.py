@@ -38,7 +38,8 @@ def test_srun_mode_exports_env_file(tmp_path: Path) -> None:
                    which=SRUN, python=PY)
     assert list(plan.argv) == [
         "srun", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--kill-on-bad-exit=1",
-        PY, "-m", "dethpc.launch._worker", "--", PY, "train.py", "--deepspeed"]
+        PY, "-m", "dethpc.launch._worker", "--", PY, "-m", "dethpc.launch._run_main", "train.py",
+        "--deepspeed"]
     assert plan.env["NCCL_IB_DISABLE"] == "1"
     assert (plan.env["MASTER_ADDR"], plan.env["MASTER_PORT"]) == ("n3", str(PORT_BASE + 9))
 

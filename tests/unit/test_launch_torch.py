@@ -13,13 +13,14 @@ BATCH = {"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_NNODES": "
          "SLURM_NTASKS": "4", "SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_CPUS_PER_TASK": "3"}
 PORT = str(PORT_BASE + 77)
 SHIM = [PY, "-m", "dethpc.launch._worker", "--"]
+GUARD = [PY, "-m", "dethpc.launch._run_main"]  # every Python rank runs under the exit guard
 
 
 def test_srun_mode_from_batch() -> None:
     plan = td.plan(["--", "train.py", "--lr", "1"], BATCH, SRUN, PY)
     assert list(plan.argv) == [
         "srun", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--kill-on-bad-exit=1",
-        *SHIM, PY, "train.py", "--lr", "1"]
+        *SHIM, *GUARD, "train.py", "--lr", "1"]
     assert (plan.env["MASTER_ADDR"], plan.env["MASTER_PORT"], plan.env["WORLD_SIZE"],
             plan.env["LOCAL_WORLD_SIZE"]) == ("n1", PORT, "4", "2")
     assert len(plan.workers) == 1 and not plan.workers[0].prefix
@@ -52,7 +53,7 @@ def test_torchrun_mode_inside_step_execs_torchrun() -> None:
     assert list(plan.argv) == [
         PY, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2", "--node-rank=1",
         "--master-addr=n1",
-        f"--master-port={PORT}", "--max-restarts=1", "--no-python", *SHIM, PY, "train.py", "x"]
+        f"--master-port={PORT}", "--max-restarts=1", "--no-python", *SHIM, *GUARD, "train.py", "x"]
 
 
 def test_torchrun_inside_step_needs_one_task_per_node() -> None:
@@ -66,7 +67,7 @@ def test_srun_mode_inside_step_is_one_rank() -> None:
            "SLURM_NODEID": "1"}
     plan = td.plan(["train.py"], env, SRUN, PY)
     (worker,) = plan.workers
-    assert list(worker.argv) == [PY, "train.py"] and worker.rank == 3 and worker.prefix
+    assert list(worker.argv) == [*GUARD, "train.py"] and worker.rank == 3 and worker.prefix
     assert (worker.env["RANK"], worker.env["LOCAL_RANK"], worker.env["MASTER_ADDR"]) == (
         "3", "1", "n1")
 
@@ -83,12 +84,12 @@ def test_local_launch(env, argv, nproc) -> None:
     assert [w.env["RANK"] for w in plan.workers] == [str(r) for r in range(nproc)]
     assert {w.env["WORLD_SIZE"] for w in plan.workers} == {str(nproc)}
     assert {w.env["MASTER_ADDR"] for w in plan.workers} == {"127.0.0.1"}
-    assert all(list(w.argv) == [PY, "train.py"] for w in plan.workers)
+    assert all(list(w.argv) == [*GUARD, "train.py"] for w in plan.workers)
 
 
 def test_trial_target() -> None:
     plan = td.plan(["--trial", "model_def:MyTrial"], BATCH, SRUN, PY)
-    assert list(plan.argv)[-4:] == [PY, "-m", "dethpc.pytorch.run", "model_def:MyTrial"]
+    assert list(plan.argv)[-6:] == [*GUARD, "-m", "dethpc.pytorch.run", "model_def:MyTrial"]
 
 
 def test_bad_mode() -> None:

@@ -47,10 +47,16 @@ def main():
     dist.all_reduce(t)
     print(f"all_reduce={t.item()} world={world}", flush=True)
     weights = train(torch.nn.parallel.DistributedDataParallel(model), x, y, rank, world)
+    where = {"rank": rank, "node": os.environ.get("SLURMD_NODENAME"),
+             "node_id": os.environ.get("SLURM_NODEID"), "local_rank": os.environ.get("LOCAL_RANK")}
+    placed = [None] * world
+    dist.all_gather_object(placed, where)
     if rank == 0:
-        json.dump({"world": world, "allreduce": t.item(), "weights": weights,
-                   "env": {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT")}},
-                  open(out, "w"))
+        with open(out, "w") as f:
+            json.dump({"world": world, "allreduce": t.item(), "weights": weights,
+                       "placed": placed,
+                       "env": {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT")}},
+                      f)
     dist.barrier()  # no rank tears gloo down while a peer still talks to it
     dist.destroy_process_group()
 

@@ -1,0 +1,66 @@
+"""A finished distributed run never ends 134 because of process-group teardown.
+
+``tests/slurm/scripts/gil_at_exit.py`` forces the bad interleaving with no timing
+involved: a callback on gloo's C++ worker thread takes the GIL once interpreter
+finalization has begun. Run bare, ranks 1 and 2 abort ("terminate called
+without an active exception", exit 134): that is what this test would see
+without dethpc's exit guard. Through the launcher, which runs each Python rank
+under ``dethpc.launch._run_main``, all three ranks exit 0. The script never
+calls ``destroy_process_group`` and uses no dethpc helper.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "tests" / "slurm" / "scripts" / "gil_at_exit.py"
+ABORT = "terminate called without an active exception"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def base_env() -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    for key in ("DETHPC_TRIAL_DIR", "SLURM_JOB_ID", "SLURM_STEP_ID", "RANK", "WORLD_SIZE"):
+        env.pop(key, None)
+    return env
+
+
+def test_bare_ranks_abort_in_finalization(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    env = {**base_env(), "WORLD_SIZE": "3", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port())}
+    procs = [subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path)], text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              env={**env, "RANK": str(r), "LOCAL_RANK": str(r)})
+             for r in range(3)]
+    outs = [p.communicate(timeout=180)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, -signal.SIGABRT, -signal.SIGABRT], outs
+    assert all(ABORT in out for out in outs[1:]), outs
+    assert sorted(f.name for f in tmp_path.glob("rank-*.json")) == [
+        "rank-0.json", "rank-1.json", "rank-2.json"]  # every rank had finished its work
+
+
+def test_launcher_ranks_exit_zero(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    env = {**base_env(), "DETHPC_NPROC": "3", "DETHPC_BACKEND": "local"}
+    out = subprocess.run(
+        [sys.executable, "-m", "dethpc.launch.torch_distributed", "--", str(SCRIPT),
+         str(tmp_path)], env=env, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert ABORT not in out.stdout + out.stderr
+    ranks = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(3)]
+    assert [(r["rank"], r["world"]) for r in ranks] == [(0, 3), (1, 3), (2, 3)]
