@@ -1,8 +1,9 @@
 """Bring a single-host Slurm cluster up, down, and report on it.
 
-Owns: ``DevCluster.up`` (install packages, munge key, /etc/hosts, configs,
-then munged -> MariaDB -> slurmdbd -> slurmctld -> 4 x slurmd, accounting
-records, wait for usable nodes), ``DevCluster.down`` (stops only what ``up``
+Owns: ``DevCluster.up`` (install packages, munge key, /etc/hosts, configs and
+the fake GPUs' device files, then munged -> MariaDB -> slurmdbd -> slurmctld
+-> 4 x slurmd, wait for usable nodes, accounting records: QoS, accounts and
+associations as ``site.plan_accounting`` plans them), ``DevCluster.down`` (stops only what ``up``
 started, recorded in pid files and by an environment marker) and
 ``DevCluster.status``. Every step is idempotent: ``up`` on a running cluster
 returns in well under a second, on a partial one it repairs what is missing.
@@ -29,6 +30,15 @@ from pathlib import Path
 
 from dethpc.devcluster import procs
 from dethpc.devcluster.layout import MARKER, OWNER_ENV, DevClusterLayout, render_configs
+from dethpc.devcluster.site import (
+    ASSOC_FORMAT,
+    QOS_FORMAT,
+    AccountingState,
+    member_names,
+    parse_assocs,
+    parse_qos,
+    plan_accounting,
+)
 from dethpc.errors import CommandError, DethpcError
 from dethpc.runner import CommandRunner
 
@@ -40,6 +50,8 @@ RESUMABLE_STATES = frozenset({"down", "drained", "draining", "fail", "failing"})
 MUNGE_KEY = Path("/etc/munge/munge.key")
 MUNGE_RUN = Path("/run/munge")
 HOSTS = Path("/etc/hosts")
+#: what the fake GPUs' device files point to (slurmd wants a character device)
+GPU_DEVICE_TARGET = Path("/dev/null")
 
 
 @dataclass
@@ -188,7 +200,7 @@ class DevCluster:
         self.layout.state_dir.mkdir(parents=True, exist_ok=True)
         with self._locked():
             with timings.step("check"):
-                if self.status().ready:
+                if self.status().ready and not self._configs_stale():
                     self._ensure_accounts(users)
                     self.say("dev cluster already up")
                     return timings
@@ -198,6 +210,7 @@ class DevCluster:
                 self._ensure_dirs()
                 self._ensure_hosts()
                 self._ensure_munge_key()
+                self._ensure_gpu_devices()
                 password = self._db_password()
                 changed = self._write_configs(password, force)
             with timings.step("munged"):
@@ -208,12 +221,17 @@ class DevCluster:
                 self._ensure_slurmdbd(restart=self.layout.slurmdbd_conf in changed)
                 self._ensure_cluster_record()
             with timings.step("slurmctld"):
-                self._ensure_slurm(restart=self.layout.slurm_conf in changed)
+                self._ensure_slurm(restart=bool(
+                    {self.layout.slurm_conf, self.layout.gres_conf} & changed))
             with timings.step("nodes"):
                 self._wait_nodes(wait_timeout)
             with timings.step("accounts"):
                 self._ensure_accounts(users)
-        self.say(f"dev cluster up: {self.layout.node_count} nodes, partitions debug/low/high")
+        site = self.layout.site
+        self.say(f"dev cluster up: {self.layout.node_count} nodes, partitions debug/low/high, "
+                 f"gres {site.gres.node_gres} on {','.join(site.gres.nodes)}, QoS "
+                 f"{'/'.join(q.name for q in site.qos)}, accounts "
+                 f"{'/'.join(a.name for a in site.accounts)}")
         return timings
 
     def _ensure_packages(self) -> None:
@@ -265,6 +283,28 @@ class DevCluster:
         shutil.chown(MUNGE_KEY, "munge", "munge")
         MUNGE_KEY.chmod(0o400)
 
+    def _ensure_gpu_devices(self) -> None:
+        """The fake GPUs' device files: symlinks to /dev/null (a plain file makes slurmd
+        log "not a valid character or block device" and set no CUDA_VISIBLE_DEVICES)."""
+        for dev in self.layout.gpu_devices():
+            if dev.is_symlink() and Path(os.readlink(dev)) == GPU_DEVICE_TARGET:
+                continue
+            if dev.is_symlink() or dev.exists():
+                dev.unlink()
+            dev.symlink_to(GPU_DEVICE_TARGET)
+
+    def _configs_stale(self) -> bool:
+        """True when a config file on disk differs from what ``up`` would write now
+        (then ``up`` must not take the fast path: the running daemons read old files)."""
+        path = self.layout.db_password_file
+        if not path.exists():
+            return True
+        rendered = render_configs(self.layout, path.read_text().strip())
+        for dest, text in rendered.items():
+            if not dest.exists() or dest.read_text() != text:
+                return True
+        return any(not d.is_symlink() for d in self.layout.gpu_devices())
+
     def _db_password(self) -> str:
         path = self.layout.db_password_file
         if path.exists():
@@ -287,7 +327,7 @@ class DevCluster:
                         "overwrite it. Move it away, or run `up --force` on a throwaway machine."
                     )
             dest.write_text(text)
-            dest.chmod(0o600 if dest.name == "slurmdbd.conf" else 0o644)
+            dest.chmod(0o600 if dest == self.layout.slurmdbd_conf else 0o644)
             changed.add(dest)
         return changed
 
@@ -432,27 +472,28 @@ class DevCluster:
         )
 
     def _ensure_accounts(self, users: Sequence[str]) -> None:
-        """Account ``dethpc`` with root, $SUDO_USER and ``users`` in it; QoS ``normal``."""
-        lay = self.layout
-        run = self.runner
-        qos = run.run(["sacctmgr", "-n", "-P", "show", "qos", "format=name"], timeout=30)
-        if "normal" not in qos.stdout.split():
-            run.run(["sacctmgr", "-i", "add", "qos", "normal"], timeout=30)
-        assoc = run.run(["sacctmgr", "-n", "-P", "show", "assoc",
-                         f"cluster={lay.cluster_name}", "format=account,user"], timeout=30)
-        have = {tuple(line.split("|")[:2]) for line in assoc.stdout.splitlines()}
-        if not any(acc == lay.account for acc, _ in have):
-            run.run(["sacctmgr", "-i", "add", "account", lay.account,
-                     f"cluster={lay.cluster_name}", "description=dethpc tests",
-                     "organization=dethpc"], timeout=30)
-        wanted = ["root", os.environ.get("SUDO_USER", ""), *users,
-                  *os.environ.get("DETHPC_DEVCLUSTER_USERS", "").split(",")]
-        for user in dict.fromkeys(u.strip() for u in wanted if u.strip()):
-            if (lay.account, user) in have or not _user_exists(user):
-                continue
-            run.run(["sacctmgr", "-i", "add", "user", user, f"account={lay.account}",
-                     f"cluster={lay.cluster_name}", f"defaultaccount={lay.account}"],
+        """QoS, accounts and associations as ``site.plan_accounting`` plans them: root,
+        $SUDO_USER, $DETHPC_DEVCLUSTER_USERS and ``users`` in every account (default
+        account ``dethpc``, QoS ``normal``). Three queries when nothing is missing."""
+        members = [u for u in member_names(
+            ["root", os.environ.get("SUDO_USER", ""), *users,
+             *os.environ.get("DETHPC_DEVCLUSTER_USERS", "").split(",")]) if _user_exists(u)]
+        self.apply_accounting(members)
+
+    def accounting_state(self) -> AccountingState:
+        run = self.runner.run
+        qos = run(["sacctmgr", "-n", "-P", "show", "qos", f"format={QOS_FORMAT}"], timeout=30)
+        assoc = run(["sacctmgr", "-n", "-P", "show", "assoc",
+                     f"cluster={self.layout.cluster_name}", f"format={ASSOC_FORMAT}"],
                     timeout=30)
+        return AccountingState(parse_qos(qos.stdout), parse_assocs(assoc.stdout))
+
+    def apply_accounting(self, members: Sequence[str], test_user: str | None = None) -> None:
+        """Run the ``sacctmgr`` commands ``plan_accounting`` asks for (none when current)."""
+        plan = plan_accounting(self.layout.site, self.layout.cluster_name,
+                               self.accounting_state(), members, test_user)
+        for argv in plan:
+            self.runner.run(["sacctmgr", "-i", *argv], timeout=30)
 
     # -------------------------------------------------------------------- down
     def down(self) -> list[str]:

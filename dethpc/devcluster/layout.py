@@ -1,14 +1,16 @@
 """Where the dev cluster lives and what its config files say.
 
 Owns: ``DevClusterLayout`` (the state directory, every path under it, the
-node names and ports) and ``render_configs`` (slurm.conf and slurmdbd.conf
-rendered from the Jinja2 templates beside this module).
+node names, shapes and ports, and the site-realistic settings of
+``site.SiteSpec``) and ``render_configs`` (slurm.conf, gres.conf and
+slurmdbd.conf rendered from the Jinja2 templates beside this module).
 Must not: start processes or write files (``cluster`` does that).
 
 State directory (``$DETHPC_DEVCLUSTER_DIR`` or ``/var/lib/dethpc-devcluster``)::
 
     etc/db.password   run/*.pid  run/mysqld/  log/*.log   spool/ctld   spool/n1..n4
     tmp/n1..n4        mysql/ (a private MariaDB data directory)
+    dev/nvidia0..1    (the fake GPUs' device files: symlinks to /dev/null)
 
 The Slurm config itself is written to ``/etc/slurm`` so that every client
 command finds it without ``SLURM_CONF``.
@@ -20,6 +22,8 @@ import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from dethpc.devcluster.site import SiteSpec, gres_conf_lines
 
 #: First line of every file we write; a file without it is not ours to overwrite.
 MARKER = "Managed by dethpc devcluster"
@@ -51,13 +55,26 @@ class DevClusterLayout:
     node_count: int = 4
     first_node_port: int = 17001
     cpus: int = 16
-    memory_mb: int = 4000
+    #: RealMemory of every node (MB); DefMemPerCPU x cpus must not exceed it
+    memory_mb: int = 16000
     grace_time: int = 10
     ctld_port: int = 6817
     dbd_port: int = 6819
     db_port: int = 13306
     account: str = "dethpc"
     slurm_etc: Path = SLURM_ETC
+    site: SiteSpec = field(default_factory=SiteSpec)
+
+    def __post_init__(self) -> None:
+        names = {n.name for n in self.nodes}
+        unknown = [n for n in self.site.gres.nodes if n not in names]
+        if unknown:
+            raise ValueError(f"site.gres.nodes: {unknown} are not nodes of the dev cluster; "
+                             f"allowed: {sorted(names)}")
+        if self.site.def_mem_per_cpu_mb * self.cpus > self.memory_mb:
+            raise ValueError(
+                f"site.def_mem_per_cpu_mb: {self.site.def_mem_per_cpu_mb} x {self.cpus} CPUs "
+                f"exceeds memory_mb={self.memory_mb}; a whole-node job would not fit")
 
     @property
     def nodes(self) -> list[Node]:
@@ -70,6 +87,22 @@ class DevClusterLayout:
     @property
     def slurm_conf(self) -> Path:
         return self.slurm_etc / "slurm.conf"
+
+    @property
+    def gres_conf(self) -> Path:
+        return self.slurm_etc / "gres.conf"
+
+    @property
+    def dev_dir(self) -> Path:
+        """The fake GPUs' device files (symlinks to /dev/null)."""
+        return self.state_dir / "dev"
+
+    def gpu_devices(self) -> list[Path]:
+        return [self.dev_dir / name for name in self.site.gres.device_names()]
+
+    def node_gres(self, node: str) -> str | None:
+        """``Gres=`` of ``node``'s line, or None for a node without GPUs."""
+        return self.site.gres.node_gres if node in self.site.gres.nodes else None
 
     @property
     def slurmdbd_conf(self) -> Path:
@@ -119,7 +152,7 @@ class DevClusterLayout:
 
     def directories(self) -> list[Path]:
         """Directories ``up`` creates (owned by root unless ``cluster`` says otherwise)."""
-        dirs = [self.state_dir, self.run_dir, self.log_dir, self.etc_dir,
+        dirs = [self.state_dir, self.run_dir, self.log_dir, self.etc_dir, self.dev_dir,
                 self.state_dir / "spool" / "ctld"]
         for n in self.nodes:
             dirs += [self.state_dir / "spool" / n.name, self.state_dir / "tmp" / n.name]
@@ -127,7 +160,7 @@ class DevClusterLayout:
 
 
 def render_configs(layout: DevClusterLayout, db_password: str) -> dict[Path, str]:
-    """Render slurm.conf and slurmdbd.conf: ``{destination: text}``."""
+    """Render slurm.conf, gres.conf and slurmdbd.conf: ``{destination: text}``."""
     # Imported here so that `status` and the root/Debian checks work without jinja2.
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
@@ -151,8 +184,12 @@ def render_configs(layout: DevClusterLayout, db_password: str) -> dict[Path, str
         "cpus": layout.cpus,
         "memory_mb": layout.memory_mb,
         "grace_time": layout.grace_time,
+        "site": layout.site,
+        "node_gres": {n.name: layout.node_gres(n.name) for n in layout.nodes},
+        "gres_lines": gres_conf_lines(layout.site.gres, str(layout.dev_dir)),
     }
     return {
         layout.slurm_conf: env.get_template("slurm.conf.j2").render(values),
+        layout.gres_conf: env.get_template("gres.conf.j2").render(values),
         layout.slurmdbd_conf: env.get_template("slurmdbd.conf.j2").render(values),
     }

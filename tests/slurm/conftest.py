@@ -4,20 +4,25 @@ Owns: applying the ``slurm`` marker to everything in this directory, and the
 session fixture ``slurm_cluster`` (a ``SlurmCluster`` with small helpers to
 submit jobs and poll their state). Reachability rules (skip locally, fail under
 CI=true, optional auto-start with DETHPC_TEST_START_CLUSTER=1) live in
-tests/conftest.py.
+tests/conftest.py. Also ``cluster_user`` (the site's non-root test user, for
+tests of per-user limits, which root may be exempt from) and ``user_tmp`` (a
+directory that user owns: pytest's ``tmp_path`` is not reachable for it).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
 
-from dethpc.runner import CommandRunner
+from dethpc.devcluster.users import ClusterUser, ensure_user, user_dir
+from dethpc.runner import CommandResult, CommandRunner
 
 HERE = Path(__file__).parent.resolve()
 T = TypeVar("T")
@@ -42,6 +47,12 @@ class SlurmCluster:
     def sbatch(self, *args: str) -> str:
         """Submit; return the job id (``--parsable`` is added)."""
         return self.run(["sbatch", "--parsable", *args]).strip().split(";")[0]
+
+    def sbatch_as(self, user: ClusterUser, *args: str) -> CommandResult:
+        """``sbatch --parsable`` as ``user``; the result, refused or not (never retried:
+        a retry after a refusal would count twice against a submit limit)."""
+        return self.runner.run(user.as_user(["sbatch", "--parsable", *args]),
+                               check=False, retry=False)
 
     def sacct(self, job: str, fields: str = "JobID,State,NodeList") -> list[dict[str, str]]:
         """One row per allocation (``-X``) of ``job`` (array tasks included)."""
@@ -88,3 +99,20 @@ class SlurmCluster:
 def slurm_cluster(slurm_required: None) -> SlurmCluster:
     """The live dev cluster (`scontrol ping` UP and 4 usable nodes, probed once a session)."""
     return SlurmCluster()
+
+
+@pytest.fixture(scope="session")
+def cluster_user(slurm_cluster: SlurmCluster) -> ClusterUser:
+    """The dev cluster's non-root test user (``dethpc-user``, account ``ml-team``, whose
+    default QoS is ``limited``), created when missing. Needs root."""
+    if os.geteuid() != 0:
+        pytest.skip("creating the dev cluster's test user needs root")
+    return ensure_user()
+
+
+@pytest.fixture
+def user_tmp(cluster_user: ClusterUser) -> Iterator[Path]:
+    """A directory ``cluster_user`` owns (mode 755), removed afterwards."""
+    path = user_dir(cluster_user)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
