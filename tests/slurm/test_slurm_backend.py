@@ -174,8 +174,12 @@ def test_check_pool(backend: SlurmBackend) -> None:
         backend.check_pool("debug", None, nodes=5, tasks_per_node=1, gpus_per_node=0)
     with pytest.raises(SubmitError, match="cannot fit"):
         backend.check_pool("debug", None, nodes=1, tasks_per_node=17, gpus_per_node=0)
+    # the dev cluster's fake GPUs: gpu:a100:2 on n1 and n2 only
+    backend.check_pool("debug", None, nodes=2, tasks_per_node=1, gpus_per_node=2)
     with pytest.raises(SubmitError, match="cannot fit"):
-        backend.check_pool("debug", None, nodes=1, tasks_per_node=1, gpus_per_node=1)
+        backend.check_pool("debug", None, nodes=1, tasks_per_node=1, gpus_per_node=3)
+    with pytest.raises(SubmitError, match="cannot fit"):
+        backend.check_pool("debug", None, nodes=3, tasks_per_node=1, gpus_per_node=1)
     backend.check_pool("debug", "normal", nodes=1, tasks_per_node=1, gpus_per_node=0)
     with pytest.raises(SubmitError, match="QoS 'nosuch'"):
         backend.check_pool("debug", "nosuch", nodes=1, tasks_per_node=1, gpus_per_node=0)
