@@ -1,12 +1,12 @@
 """The shape of one trial's Slurm allocation: slots -> nodes x tasks x GPUs.
 
 Owns: ``plan_allocation`` (a pure function from ``resources.slots_per_trial``,
-the resource pool and the experiment's ``slurm:`` section to an ``Allocation``)
-and ``Allocation.sbatch_directives`` (the shape directives, in a fixed order).
+the resource pool and the experiment's ``slurm:`` section to an ``Allocation``;
+``dethpc.directives.shape_directives`` turns it into directives).
 One slot is one training process (one Slurm task); on a GPU pool one slot is
 also one GPU.
-Must not: emit partition/account/qos/time directives (the renderer owns those),
-run commands, or read the environment.
+Must not: emit directives (``dethpc.directives`` owns every one), run commands,
+or read the environment.
 """
 
 from __future__ import annotations
@@ -38,20 +38,6 @@ class Allocation:
     @property
     def total_tasks(self) -> int:
         return self.nodes * self.ntasks_per_node
-
-    def sbatch_directives(self) -> list[tuple[str, str]]:
-        """The shape as ``(option, value)`` pairs, e.g. ``("--nodes", "2")``."""
-        out = [
-            ("--nodes", str(self.nodes)),
-            ("--ntasks-per-node", str(self.ntasks_per_node)),
-            ("--cpus-per-task", str(self.cpus_per_task)),
-        ]
-        if self.gpus_per_node:
-            value = str(self.gpus_per_node)
-            out.append(("--gpus-per-node", f"{self.gpu_type}:{value}" if self.gpu_type else value))
-        if self.mem_per_node_mb is not None:
-            out.append(("--mem", f"{self.mem_per_node_mb}M"))
-        return out
 
 
 def plan_allocation(slots_per_trial: int, pool: ResourcePool, slurm: SlurmSection) -> Allocation:

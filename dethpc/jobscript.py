@@ -16,16 +16,14 @@ import jinja2
 
 from dethpc.config.model import ClusterConfig, ExperimentConfig, HetComponent
 from dethpc.containers import exec_argv
+from dethpc.directives import component_directives, job_time, trial_directives
 from dethpc.paths import ExperimentPaths
 from dethpc.render import (
     TrialScript,
-    component_directives,
     entrypoint_argv,
     is_launcher,
-    job_time,
     render_array_script,
     render_trial_script,
-    trial_directives,
     trial_env,
 )
 

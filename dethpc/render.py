@@ -1,11 +1,12 @@
 """Rendering of job scripts: directives built in Python, layout in Jinja2.
 
-Owns: the sbatch directives of a trial (``trial_directives``), the trial job
+Owns: the trial job
 script (``render_trial_script``), the array script that maps array task ids to
 trial scripts (``render_array_script``), the entrypoint -> argv rule, and the
 Jinja2 environment (``StrictUndefined``; ``shquote``/``shjoin`` filters; a
 site's template directory first, so a site can ``{% extends "base/..." %}``).
-Must not: write files or run commands (the daemon writes what this returns).
+Must not: write files or run commands (the daemon writes what this returns), or
+make directives (``dethpc.directives`` owns every ``#SBATCH`` line).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 import jinja2
 
 from dethpc import __version__
-from dethpc.config.model import ClusterConfig, ExperimentConfig, HetComponent, ResourcePool
+from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
 from dethpc.errors import SubmitError
 from dethpc.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED, LOCAL_REQUEUE_EXIT
 
@@ -110,53 +111,6 @@ def is_launcher(argv: Sequence[str]) -> bool:
     head = list(argv[: argv.index("--")] if "--" in argv else argv)
     return any(head[i] == "-m" and bool(_LAUNCHER.match(head[i + 1]))
                for i in range(1, len(head) - 1))
-
-
-def check_directive(arg: str) -> str:
-    if "\n" in arg or "\r" in arg:
-        raise SubmitError(f"sbatch argument {arg!r} contains a newline")
-    return arg
-
-
-def job_time(cfg: ExperimentConfig, pool: ResourcePool) -> str | None:
-    return cfg.slurm.time or pool.default_time
-
-
-def trial_directives(cfg: ExperimentConfig, pool: ResourcePool, *, name: str,
-                     comment: str, output: str) -> list[str]:
-    """Every ``#SBATCH`` argument of a trial's job, in order (pure)."""
-    from dethpc.allocation import plan_allocation
-
-    alloc = plan_allocation(cfg.resources.slots_per_trial, pool, cfg.slurm)
-    out = [f"--job-name={name}", f"--comment={comment}", f"--output={output}",
-           "--open-mode=append", "--requeue",
-           f"--signal=B:{pool.signal}@{pool.signal_grace_s}"]
-    for flag, value in (("--partition", pool.partition), ("--qos", pool.qos),
-                        ("--account", pool.account), ("--time", job_time(cfg, pool))):
-        if value:
-            out.append(f"{flag}={value}")
-    # memory comes from the allocation, once: --mem = mem_per_slot x slots per node
-    out += [f"{flag}={value}" if value != "" else flag
-            for flag, value in alloc.sbatch_directives()]
-    out += list(pool.sbatch_args) + list(cfg.slurm.sbatch_args)
-    return [check_directive(d) for d in out]
-
-
-def component_directives(comp: HetComponent, pool: ResourcePool,
-                         time: str | None) -> list[str]:
-    """The ``#SBATCH`` lines of one het-job component, after its ``hetjob`` separator."""
-    from dethpc.allocation import mem_per_node_mb
-
-    out = ["hetjob", f"--nodes={comp.nodes}", f"--ntasks-per-node={comp.tasks_per_node}",
-           f"--cpus-per-task={comp.cpus_per_task}"]
-    for flag, value in (("--partition", pool.partition), ("--qos", pool.qos),
-                        ("--account", pool.account), ("--time", time)):
-        if value:
-            out.append(f"{flag}={value}")
-    mem_mb = mem_per_node_mb(pool, comp.tasks_per_node)  # one slot = one task here
-    if mem_mb is not None:
-        out.append(f"--mem={mem_mb}M")
-    return [check_directive(d) for d in out]
 
 
 # ------------------------------------------------------------------ rendering

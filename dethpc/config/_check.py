@@ -19,6 +19,7 @@ import signal
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
+from dethpc.directives import check_args
 from dethpc.errors import ConfigError, FieldError
 
 T = TypeVar("T")
@@ -252,63 +253,14 @@ def sbatch_time(ck: Checker, value: Any, path: str) -> str | None:
     return None
 
 
-#: sbatch options dethpc sets itself, with the reason a user may not set them.
-MANAGED_SBATCH_OPTIONS: dict[str, str] = {
-    "--array": "dethpc submits trials as one array job itself",
-    "--output": "dethpc writes job output to the trial directory, appended across requeues",
-    "--error": "dethpc writes job output to the trial directory, appended across requeues",
-    "--open-mode": "dethpc appends job output across requeues",
-    "--job-name": "dethpc names jobs so it can find them again after a restart",
-    "--comment": "dethpc tags jobs with their experiment and trial",
-    "--requeue": "dethpc's preemption handling sets it",
-    "--no-requeue": "dethpc's preemption handling relies on requeue",
-    "--signal": "dethpc's preemption handling sets it from the pool's signal and "
-                "signal_grace_s in the cluster config",
-    "--parsable": "dethpc parses sbatch output itself",
-    "--wrap": "dethpc submits a rendered script",
-}
-_SHORT_MANAGED = {"-a": "--array", "-o": "--output", "-e": "--error", "-J": "--job-name"}
-
-
-def managed_option(arg: str) -> str | None:
-    """The managed long option that ``arg`` sets, or None.
-
-    sbatch (getopt_long) accepts unambiguous prefixes of long options, so
-    ``--out=x`` sets ``--output``; short options may have the value glued on
-    (``-ofile``).
-    """
-    if arg.startswith("--"):
-        name = arg.split("=", 1)[0].split(None, 1)[0]
-        if len(name) <= 2:
-            return None
-        for option in MANAGED_SBATCH_OPTIONS:
-            if option.startswith(name):
-                return option
-        return None
-    if arg.startswith("-") and len(arg) >= 2:
-        return _SHORT_MANAGED.get(arg[:2])
-    return None
-
-
 def sbatch_args(ck: Checker, value: Any, path: str) -> tuple[str, ...]:
-    """User/admin sbatch options: strings starting with '-', none that dethpc manages."""
+    """Site/user sbatch options (``dethpc.directives.check_args``): strings starting
+    with '-' that dethpc does not manage, or ``!--option`` to drop one of dethpc's."""
     args = ck.string_list(value, path)
-    good: list[str] = []
-    for i, arg in enumerate(args):
-        sub = join(path, i)
-        if "\n" in arg or "\r" in arg:
-            ck.error(sub, f"an sbatch option may not contain a line break, got {show(arg)}")
-            continue
-        if not arg.startswith("-"):
-            ck.error(sub, f"expected an sbatch option starting with '-', got {show(arg)}")
-            continue
-        option = managed_option(arg)
-        if option is not None:
-            ck.error(sub, f"{show(arg)} is not allowed: {option} is managed by dethpc; "
-                          f"{MANAGED_SBATCH_OPTIONS[option]}")
-            continue
-        good.append(arg)
-    return tuple(good)
+    problems = {p.index: p.message for p in check_args(args)}
+    for index, message in problems.items():
+        ck.error(join(path, index), message)
+    return tuple(a for i, a in enumerate(args) if i not in problems)
 
 
 _UNTRAPPABLE = ("KILL", "STOP")

@@ -6,6 +6,7 @@ import pytest
 
 from dethpc.allocation import Allocation, plan_allocation
 from dethpc.config.model import ResourcePool, SlurmSection
+from dethpc.directives import shape_directives
 from dethpc.errors import SubmitError
 
 CPU4 = ResourcePool(name="cpu", slots_per_node=4, cpus_per_slot=2)
@@ -41,7 +42,7 @@ CASES = [
 def test_plan(slots, pool, slurm, alloc, directives) -> None:
     got = plan_allocation(slots, pool, slurm)
     assert got == alloc
-    assert got.sbatch_directives() == directives
+    assert shape_directives(got) == [f"{o}={v}" for o, v in directives]
     assert got.total_tasks == max(slots, 1)
 
 
