@@ -12,6 +12,7 @@ import sys
 import typer
 
 from dethpc import __version__
+from dethpc.cli.admin_cmd import admin_app
 from dethpc.cli.common import ENV, err_console
 from dethpc.cli.daemon_cmd import daemon_app
 from dethpc.cli.experiment_cmd import create, experiment_app
@@ -25,6 +26,7 @@ app.add_typer(experiment_app, name="e", hidden=True)
 app.add_typer(trial_app, name="trial")
 app.add_typer(checkpoint_app, name="checkpoint")
 app.add_typer(daemon_app, name="daemon")
+app.add_typer(admin_app, name="admin")
 app.command("submit", help="Alias of `experiment create`.")(create)
 app.command("render")(render)
 

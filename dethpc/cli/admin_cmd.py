@@ -1,0 +1,89 @@
+"""``dethpc admin ...``: tools for the admins who configure dethpc on a cluster.
+
+Owns: the ``admin_app`` typer sub-app (``check``): gather the live facts, run the
+checks (and the probes), print one finding per problem with its fix (or JSON),
+exit 0 when there is no error (warnings alone are 0), 1 with errors.
+Must not: judge anything itself (``dethpc.admin`` does).
+"""
+
+from __future__ import annotations
+
+import getpass
+from collections import Counter
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from dethpc.admin import Finding, Severity, check_cluster, exit_code, gather_facts
+from dethpc.admin.probe import run_probes
+from dethpc.cli.common import ENV, print_json
+from dethpc.errors import ConfigError, DethpcError, FieldError
+from dethpc.runner import CommandRunner
+
+admin_app = typer.Typer(help="Check the cluster config against the live Slurm cluster.",
+                        no_args_is_help=True)
+_out = Console(soft_wrap=True, highlight=False)
+
+_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.OK: "green"}
+
+
+@admin_app.command("check")
+def check(
+    pool: list[str] = typer.Option([], "--pool", "-p", help="Check only this pool "
+                                   "(repeatable; default: every pool)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the findings as JSON."),
+    probe: bool = typer.Option(False, "--probe", help="Also run one tiny job per pool: "
+                               "runs_root and python reachable from compute nodes?"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also list what is fine."),
+    user: str = typer.Option(None, "--user", help="Check this user's accounts and limits "
+                             "(default: you)."),
+    probe_timeout: float = typer.Option(300.0, "--probe-timeout",
+                                        help="Seconds a probe job may take, queueing included."),
+) -> None:
+    """Compare the cluster config with the live cluster; one finding per problem, with the fix.
+
+    Exit 0 without errors (warnings alone are 0), 1 with errors."""
+    cfg = ENV.cluster
+    if cfg.backend != "slurm":
+        raise DethpcError(f"{cfg.source} uses the {cfg.backend} backend; `admin check` "
+                          "compares a Slurm cluster config (backend: slurm) with the cluster")
+    unknown = [p for p in pool if p not in cfg.pools]
+    if unknown:
+        raise ConfigError([FieldError("--pool", f"unknown pool {p!r}; allowed: "
+                                      f"{', '.join(sorted(cfg.pools))}") for p in unknown],
+                          source="dethpc admin check")
+    names = list(dict.fromkeys(pool)) or list(cfg.pools)
+    runner = CommandRunner(timeout=cfg.command_timeout_s, retries=cfg.command_retries)
+    facts = gather_facts(runner, user or getpass.getuser())
+    findings = check_cluster(cfg, facts, names)
+    if probe:
+        findings += run_probes(cfg, runner, names, timeout_s=probe_timeout)
+    code = exit_code(findings)
+    if as_json:
+        print_json({"cluster_config": cfg.source, "cluster": facts.cluster_name,
+                    "slurm_version": facts.config.get("SLURM_VERSION", ""), "user": facts.user,
+                    "findings": [f.to_dict() for f in findings], "exit_code": code})
+    else:
+        _print(findings, verbose, f"{cfg.source} against cluster {facts.cluster_name or '?'} "
+               f"(Slurm {facts.config.get('SLURM_VERSION', '?')}), user {facts.user}")
+    raise typer.Exit(code)
+
+
+def _print(findings: list[Finding], verbose: bool, title: str) -> None:
+    _out.print(f"dethpc admin check: {escape(title)}")
+    for f in findings:
+        if f.severity is Severity.OK and not verbose:
+            continue
+        where = f"pool {f.pool}" if f.pool else "cluster"
+        _out.print(f"[{_STYLE[f.severity]}]{f.severity.value.upper():7}[/] "
+                   f"{escape(where)} {escape(f.check)}: {escape(f.message)}")
+        if f.fix:
+            _out.print(f"        fix: {escape(f.fix)}")
+    counts = Counter(f.severity for f in findings)
+    by_pool = Counter(f.pool for f in findings if f.severity is not Severity.OK)
+    clean = sorted({f.pool for f in findings if f.pool and by_pool[f.pool] == 0})
+    if clean and not verbose:
+        _out.print(f"[green]ok[/]      every check passed for pool(s): {escape(', '.join(clean))}")
+    _out.print(f"{counts[Severity.ERROR]} error(s), {counts[Severity.WARNING]} warning(s), "
+               f"{counts[Severity.OK]} check(s) ok")
