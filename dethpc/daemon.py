@@ -193,7 +193,7 @@ class Daemon:
             if exp is None or exp.state != ExperimentState.ACTIVE:
                 return 0
             cfg = load_config(exp)
-            if cfg.slurm.components and self.backend.name == "slurm":
+            if cfg.slurm.components and self.backend.traits.het_jobs:
                 return 0  # heterogeneous trials are single jobs, no arrays to throttle
             k = cfg.searcher.max_concurrent_trials
             live = set(s.exec(select(Job.batch_id).where(
@@ -227,7 +227,7 @@ class Daemon:
         if not trials:
             return 0
         cfg = load_config(exp)
-        if cfg.slurm.components and self.backend.name == "slurm":
+        if cfg.slurm.components and self.backend.traits.het_jobs:
             return self.submit_het(exp, cfg, trials)
         limit = max(1, self.backend.max_array_size())
         submitted = 0
@@ -311,8 +311,8 @@ class Daemon:
                                          "validate_at": list(trial.validate_at)}))
         tp.stop.unlink(missing_ok=True)
         tp.job_script.write_text(trial_script(
-            cfg, self.cluster, backend=self.backend.name, python=self.python, run_dir=run_dir,
-            exp_id=exp.id, trial_id=trial.id, jenv=self.jenv))
+            cfg, self.cluster, backend=self.backend.traits.kind, python=self.python,
+            run_dir=run_dir, exp_id=exp.id, trial_id=trial.id, jenv=self.jenv))
         return tp.job_script
 
     def fail_experiment(self, exp_id: int, message: str) -> None:

@@ -33,7 +33,7 @@ def check_resources(cfg: ExperimentConfig, cluster: ClusterConfig, backend: Back
     alloc = plan_allocation(cfg.resources.slots_per_trial, pool, cfg.slurm)
     backend.check_pool(pool.partition, pool.qos, alloc.nodes, alloc.ntasks_per_node,
                        alloc.gpus_per_node)
-    if cfg.slurm.components and backend.name != "slurm":
+    if cfg.slurm.components and not backend.traits.het_jobs:
         raise DethpcError(
             f"slurm.components makes every trial a Slurm heterogeneous job, which the "
             f"{backend.name} backend cannot run; use a cluster config with backend: slurm")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import jinja2
 
+from dethpc.backends.traits import BackendKind, traits_of
 from dethpc.config.model import ClusterConfig, ExperimentConfig, HetComponent
 from dethpc.containers import exec_argv
 from dethpc.directives import component_directives, job_time, trial_directives
@@ -48,15 +49,16 @@ def _contained(cfg: ExperimentConfig, cluster: ClusterConfig, argv: list[str],
                      mounts=cfg.bind_mounts, gpu=gpu)
 
 
-def trial_command(cfg: ExperimentConfig, cluster: ClusterConfig, backend: str, python: str,
-                  run_dir: Path) -> list[str]:
+def trial_command(cfg: ExperimentConfig, cluster: ClusterConfig, backend: BackendKind | str,
+                  python: str, run_dir: Path) -> list[str]:
+    traits = traits_of(backend)
     raw = entrypoint_argv(cfg.entrypoint, python)
     argv = _contained(cfg, cluster, raw, cfg.resources.resource_pool, run_dir)
     # a dethpc launcher (also behind wrappers such as numactl) calls srun itself; one
     # inside a container image stays in a one-task step, where it runs as that rank
-    if backend == "slurm" and not (argv == raw and is_launcher(argv)):
+    if traits.srun_steps and not (argv == raw and is_launcher(argv)):
         argv = [*SRUN_ONE, *argv]
-    components = cfg.slurm.components if backend == "slurm" else ()
+    components = cfg.slurm.components if traits.het_jobs else ()
     if components:
         waits = [a for c in components if c.ready != "none"
                  for a in ("--wait", f"{c.name}:{c.ready}:{c.ready_timeout_s}")]
@@ -73,26 +75,27 @@ def component_step(cfg: ExperimentConfig, cluster: ClusterConfig, comp: HetCompo
             "dethpc.launch.hetjob", "--component", comp.name, "--", *argv]
 
 
-def trial_script(cfg: ExperimentConfig, cluster: ClusterConfig, *, backend: str, python: str,
-                 run_dir: Path, exp_id: int, trial_id: int,
+def trial_script(cfg: ExperimentConfig, cluster: ClusterConfig, *, backend: BackendKind | str,
+                 python: str, run_dir: Path, exp_id: int, trial_id: int,
                  jenv: jinja2.Environment | None = None) -> str:
+    traits = traits_of(backend)
     paths = ExperimentPaths(run_dir)
     tp = paths.trial(trial_id)
     pool = cluster.pool(cfg.resources.resource_pool)
     env = trial_env(cfg, cluster, pool, experiment_id=exp_id, trial_id=trial_id,
                     trial_dir=tp.root, context_dir=paths.context,
                     checkpoint_dir=checkpoint_dir(cfg, run_dir, exp_id, trial_id),
-                    config_path=paths.config, backend=backend)
+                    config_path=paths.config, backend=traits.name)
     directives = trial_directives(cfg, pool, name=f"dethpc-e{exp_id}-t{trial_id}",
                                   comment=f"dethpc:exp={exp_id}:trial={trial_id}",
                                   output=str(tp.root / "slurm-%j.out"))
-    components = cfg.slurm.components if backend == "slurm" else ()
+    components = cfg.slurm.components if traits.het_jobs else ()
     for comp in components:
         directives += component_directives(
             comp, cluster.pool(comp.resource_pool or cfg.resources.resource_pool),
             job_time(cfg, pool))
     return render_trial_script(TrialScript(
-        experiment_id=exp_id, trial_id=trial_id, backend=backend, directives=directives,
+        experiment_id=exp_id, trial_id=trial_id, traits=traits, directives=directives,
         trial_dir=tp.root, context_dir=paths.context,
         command=trial_command(cfg, cluster, backend, python, run_dir), env=env,
         python=python, signal=pool.signal, signal_grace_s=pool.signal_grace_s,

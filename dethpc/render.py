@@ -22,6 +22,7 @@ from pathlib import Path
 import jinja2
 
 from dethpc import __version__
+from dethpc.backends.traits import BackendTraits
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
 from dethpc.errors import SubmitError
 from dethpc.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED, LOCAL_REQUEUE_EXIT
@@ -120,7 +121,7 @@ class TrialScript:
 
     experiment_id: int
     trial_id: int
-    backend: str
+    traits: BackendTraits
     directives: list[str]
     trial_dir: Path
     context_dir: Path
@@ -138,7 +139,8 @@ def render_trial_script(ts: TrialScript, jenv: jinja2.Environment | None = None)
     jenv = jenv or make_env()
     return jenv.get_template(TRIAL_TEMPLATE).render(
         version=__version__, experiment_id=ts.experiment_id, trial_id=ts.trial_id,
-        backend=ts.backend, directives=ts.directives, trial_dir=str(ts.trial_dir),
+        backend=ts.traits.name, requeue_in_place=ts.traits.requeue_in_place,
+        directives=ts.directives, trial_dir=str(ts.trial_dir),
         context_dir=str(ts.context_dir), command=ts.command, env=ts.env,
         python_bin=str(Path(ts.python).parent), signal=ts.signal,
         signal_grace_s=ts.signal_grace_s, component_steps=ts.component_steps,

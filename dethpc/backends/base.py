@@ -17,6 +17,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from dethpc.backends.traits import BackendTraits
+
 
 class JobState(StrEnum):
     PENDING = "pending"          # queued (also: requeued and waiting, held, configuring)
@@ -80,6 +82,8 @@ class Backend(Protocol):
     """Where jobs run. Every method makes O(1) backend calls, whatever the number of refs."""
 
     name: str
+    #: what this backend can do (``dethpc.backends.traits``): the one place backends differ
+    traits: BackendTraits
 
     def available(self) -> bool:
         """True when this backend can be used from this machine."""

@@ -13,6 +13,7 @@ import getpass
 from pathlib import Path
 
 from dethpc.backends.base import Backend
+from dethpc.backends.traits import BackendKind
 from dethpc.config.model import ClusterConfig
 from dethpc.errors import ConfigError, FieldError
 from dethpc.paths import dethpc_home
@@ -30,11 +31,12 @@ def local_spool_dir() -> Path:
 
 def make_backend(cluster: ClusterConfig, runner: CommandRunner | None = None) -> Backend:
     """The configured backend: ``local`` (default) or ``slurm``."""
-    if cluster.backend == "local":
+    kind = BackendKind.parse(cluster.backend)
+    if kind is BackendKind.LOCAL:
         from dethpc.backends.local import LocalBackend
 
         return LocalBackend(local_spool_dir(), max_concurrent=cluster.local_max_concurrent)
-    if cluster.backend == "slurm":
+    if kind is BackendKind.SLURM:
         from dethpc.backends.slurm import SlurmBackend
 
         runner = runner or CommandRunner(timeout=cluster.command_timeout_s,

@@ -42,6 +42,7 @@ from dethpc.backends.local_spool import (
     write_text_atomic,
 )
 from dethpc.backends.local_supervisor import kill_group, signal_number
+from dethpc.backends.traits import LOCAL, BackendTraits
 from dethpc.errors import NotFoundError, SubmitError
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class LocalBackend:
 
     name = "local"
 
+    traits: BackendTraits = LOCAL
     def __init__(self, spool_dir: Path, max_concurrent: int = 0) -> None:
         self.spool = Spool(Path(spool_dir).expanduser()).ensure()
         self.max_concurrent = max_concurrent if max_concurrent > 0 else (os.cpu_count() or 1)

@@ -36,6 +36,7 @@ from dethpc.backends.local_spool import (
     unlock,
     write_json_atomic,
 )
+from dethpc.backends.traits import BackendKind
 from dethpc.exitcodes import LOCAL_REQUEUE_EXIT
 
 #: seconds between SIGTERM and SIGKILL (Slurm's KillWait)
@@ -169,7 +170,7 @@ class Supervisor:
             "SLURMD_NODENAME": NODENAME, "SLURM_TASKS_PER_NODE": "1",
             "SLURM_RESTART_COUNT": str(restart), "SLURM_SUBMIT_DIR": str(req["workdir"]),
             "SLURM_SUBMIT_HOST": socket.gethostname(), "SLURM_CPUS_ON_NODE": ncpu,
-            "SLURM_JOB_CPUS_PER_NODE": ncpu, "DETHPC_BACKEND": "local",
+            "SLURM_JOB_CPUS_PER_NODE": ncpu, "DETHPC_BACKEND": BackendKind.LOCAL.value,
         })
         if req.get("is_array"):
             env["SLURM_ARRAY_JOB_ID"] = str(req["array_job_id"])

@@ -21,6 +21,7 @@ from pathlib import Path
 from dethpc.backends import slurm_parse as sp
 from dethpc.backends.base import JobInfo, JobRequest, JobState
 from dethpc.backends.pyslurm_query import PyslurmQuery, load_query, pyslurm_importable
+from dethpc.backends.traits import SLURM, BackendTraits
 from dethpc.errors import CommandError, SubmitError
 from dethpc.runner import CommandResult, CommandRunner
 
@@ -41,6 +42,7 @@ class SlurmBackend:
     """``Backend`` over the Slurm CLI; see the module docstring."""
 
     name = "slurm"
+    traits: BackendTraits = SLURM
 
     def __init__(self, runner: CommandRunner, user: str | None = None,
                  signal_flags: Sequence[str] = ()) -> None:

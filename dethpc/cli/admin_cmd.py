@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from dethpc.admin import Finding, Severity, check_cluster, exit_code, gather_facts
 from dethpc.admin.probe import run_probes
+from dethpc.backends.traits import BackendKind
 from dethpc.cli.common import ENV, print_json
 from dethpc.errors import ConfigError, DethpcError, FieldError
 from dethpc.runner import CommandRunner
@@ -45,7 +46,7 @@ def check(
 
     Exit 0 without errors (warnings alone are 0), 1 with errors."""
     cfg = ENV.cluster
-    if cfg.backend != "slurm":
+    if BackendKind.parse(cfg.backend) is not BackendKind.SLURM:
         raise DethpcError(f"{cfg.source} uses the {cfg.backend} backend; `admin check` "
                           "compares a Slurm cluster config (backend: slurm) with the cluster")
     unknown = [p for p in pool if p not in cfg.pools]

@@ -84,6 +84,7 @@ def render(config_file: Path = typer.Argument(..., help="experiment config (YAML
            backend: str = typer.Option(None, help="local or slurm (default: the cluster's)"),
            ) -> None:
     """Print exactly the job scripts that would be submitted for the first trial."""
+    from dethpc.backends.traits import BackendKind
     from dethpc.jobscript import array_script, trial_script
 
     cfg = load_experiment_config(config_file, config)
@@ -91,6 +92,9 @@ def render(config_file: Path = typer.Argument(..., help="experiment config (YAML
         raise typer.BadParameter(f"{context} is not a directory")
     cluster = ENV.cluster
     name = backend or cluster.backend
+    if BackendKind.parse(name) is None:
+        raise typer.BadParameter(f"unknown backend {name!r}; allowed: "
+                                 f"{', '.join(k.value for k in BackendKind)}")
     run_dir = Path(cluster.runs_root).expanduser() / "<experiment-id>"
     python = cluster.python or sys.executable
     script = trial_script(cfg, cluster, backend=name, python=python, run_dir=run_dir,

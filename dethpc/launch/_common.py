@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from dethpc.backends.traits import BackendKind, traits_of
 from dethpc.errors import DethpcError
 from dethpc.hostlist import expand_hostlist
 from dethpc.launch._run_main import guarded_argv
@@ -113,7 +114,8 @@ def read_slurm_env(env: Mapping[str, str]) -> SlurmEnv:
 
 def use_slurm(env: Mapping[str, str], which: Callable[[str], str | None] = shutil.which) -> bool:
     """True when the launcher should go through Slurm: a job id, not the local backend, srun."""
-    if env.get("DETHPC_BACKEND", "").lower() == "local":
+    kind = BackendKind.parse(env.get("DETHPC_BACKEND"))
+    if kind is not None and not traits_of(kind).srun_steps:
         return False
     return bool(_first(env, "SLURM_JOB_ID", "SLURM_JOBID")) and which("srun") is not None
 
