@@ -5,7 +5,10 @@ live job with one batched backend call, reconcile each experiment in its own
 transaction (``dethpc.reconcile``), submit the trials that need a job as one
 array per experiment and pool, cancel everything that must go in one call — and
 ``Daemon.run()``, the loop with backoff. Backend calls per tick do not grow
-with the number of trials.
+with the number of trials. Submissions stay within the user's per-user job
+limits (``dethpc.limits``): an array is cut to the headroom the poll's own
+listing of the user's jobs leaves, the other trials wait in the store for a
+later tick, and an sbatch refused over a limit is waited out, not an error.
 Must not: hold state outside the store and the run directories (a killed
 daemon loses nothing), or call the backend per job.
 """
@@ -26,8 +29,8 @@ from pathlib import Path
 from sqlmodel import select
 
 from dethpc.backends.base import Backend, JobInfo, JobRequest
-from dethpc.config.model import ClusterConfig, ExperimentConfig
-from dethpc.errors import DethpcError
+from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
+from dethpc.errors import DethpcError, SubmitError, SubmitLimitError
 from dethpc.jobscript import (
     array_script,
     batch_comment,
@@ -36,6 +39,7 @@ from dethpc.jobscript import (
     instance_tag,
     trial_script,
 )
+from dethpc.limits import PoolLimits, counted_live, headroom, refusal_is_final
 from dethpc.paths import ExperimentPaths
 from dethpc.reconcile import ExperimentReconciler, load_config
 from dethpc.render import make_env, parse_slurm_time
@@ -84,6 +88,17 @@ class Daemon:
         self.jenv = make_env()
         self.python = cluster.python or sys.executable
         self.tag = instance_tag(store.url)
+        #: this tick's view of the user's jobs (the poll's listing plus what this tick
+        #: submitted since), None when the backend does not list them; and whether
+        #: sbatch refused a submission over a limit this tick (no more tries until the
+        #: next). Rebuilt every tick.
+        self.queue: list[JobInfo] | None = None
+        self.refused = False
+        #: most trials per submission after sbatch refused one over a limit dethpc
+        #: cannot see (halved on each refusal, doubled on each success, None again once
+        #: it is back above the refused size): a hint, lost harmlessly on restart
+        self.cap: int | None = None
+        self.refused_size = 0
 
     # ------------------------------------------------------------------ tick
     def tick(self) -> TickStats:
@@ -97,6 +112,8 @@ class Daemon:
             return stats
         self.adopt(stats)
         infos = self.poll(stats)
+        seen = self.backend.user_jobs()
+        self.queue, self.refused = (list(seen) if seen is not None else None), False
         cancel: list[str] = []
         for exp_id in exp_ids:
             try:
@@ -148,7 +165,9 @@ class Daemon:
             refs = [j.ref for j in s.exec(select(Job).where(Job.live == True))  # noqa: E712
                     if j.ref]
         stats.polled = len(refs)
-        return self.backend.poll(refs) if refs else {}
+        # even without refs: a backend that lists the user's jobs (to count them
+        # against per-user limits) does it in this one query
+        return self.backend.poll(refs)
 
     def adopt(self, stats: TickStats) -> None:
         """Batches recorded but never confirmed: the daemon died around sbatch.
@@ -229,11 +248,85 @@ class Daemon:
         cfg = load_config(exp)
         if cfg.slurm.components and self.backend.traits.het_jobs:
             return self.submit_het(exp, cfg, trials)
+        room = self.room(exp, cfg, len(trials))
+        trials = trials[:room]
         limit = max(1, self.backend.max_array_size())
         submitted = 0
         for start in range(0, len(trials), limit):
+            if self.refused:
+                break
             submitted += self.submit_batch(exp, cfg, trials[start:start + limit])
         return submitted
+
+    # ------------------------------------------------------------------ limits
+    def pool_limits(self, pool: ResourcePool) -> PoolLimits:
+        return self.backend.job_limits(pool.partition, pool.qos, pool.account,
+                                       pool.sbatch_args)
+
+    def room(self, exp: Experiment, cfg: ExperimentConfig, wanted: int,
+             per_trial: int = 1) -> int:
+        """How many of ``wanted`` trials (``per_trial`` jobs each) may be submitted now
+        under the user's per-user submit limits; records a ``limit`` event (once while
+        it lasts) when some must wait."""
+        if self.refused:
+            return 0
+        capped = wanted if self.cap is None else min(wanted, self.cap)
+        if self.queue is None:
+            return capped
+        pool = self.cluster.pool(cfg.resources.resource_pool)
+        limits = self.pool_limits(pool)
+        free = headroom(limits, self.queue)
+        if free is None:
+            return capped
+        fits = min(capped, free // max(1, per_trial))
+        if fits < wanted:
+            assert exp.id is not None
+            self.limit_event(exp.id, f"{wanted - fits} trial(s) wait: pool {pool.name!r} "
+                             f"is at the user's job limit ({'; '.join(map(str, limits.limits))})"
+                             "; they are submitted as the user's jobs end")
+        return fits
+
+    def count_submitted(self, pool: ResourcePool, jobs: int) -> None:
+        """Jobs this tick submitted count against the limits until the next poll sees them."""
+        if self.queue is not None:
+            self.queue += [self.pool_limits(pool).tag()] * jobs
+
+    def limit_event(self, exp_id: int, message: str) -> None:
+        """A ``limit`` event, unless the experiment's newest event already says the same."""
+        with self.store.session() as s:
+            last = s.exec(select(Event).where(Event.experiment_id == exp_id)
+                          .order_by(Event.id.desc())).first()  # type: ignore[union-attr]
+            if last is not None and last.kind == "limit" and last.message == message:
+                return
+            s.add(Event(experiment_id=exp_id, kind="limit", message=message))
+
+    def refusal(self, exp_id: int, batch_id: int, size: int, exc: SubmitLimitError) -> None:
+        """sbatch refused batch ``batch_id`` over a limit: nothing was submitted. The
+        batch is dropped (FAILED, no jobs), its trials need a job again, and nothing
+        more is submitted this tick, and later submissions are capped (halved) in case
+        the limit is one dethpc cannot see. Final (an error) only for a single trial
+        while none of the user's jobs is live: then nothing will make room."""
+        with self.store.session() as s:
+            for job in s.exec(select(Job).where(Job.batch_id == batch_id)):
+                t = s.get(Trial, job.trial_id)
+                if t is not None and not t.state.is_terminal:
+                    t.needs_job = True
+                    s.add(t)
+                s.delete(job)
+            b = s.get(Batch, batch_id)
+            assert b is not None
+            b.state = BatchState.FAILED
+            s.add(b)
+            live = (counted_live(self.queue) if self.queue is not None else
+                    len(list(s.exec(select(Job.id).where(Job.live == True)))))  # noqa: E712
+        if refusal_is_final(exc.word, live, size):
+            raise SubmitError(f"{exc} (and none of the user's jobs is queued or running, "
+                              "so waiting would not help)")
+        self.refused = True
+        self.refused_size = size
+        self.cap = max(1, size // 2)
+        self.limit_event(exp_id, f"sbatch refused the submission over a limit ({exc.word}); "
+                         "the trials wait and are submitted again on a later tick")
 
     def submit_het(self, exp: Experiment, cfg: ExperimentConfig, trials: list[Trial]) -> int:
         """Trials with ``slurm.components`` are heterogeneous jobs, which Slurm cannot put
@@ -243,7 +336,13 @@ class Daemon:
             live = len(list(s.exec(select(Job.id).where(
                 Job.experiment_id == exp.id, Job.live == True))))  # noqa: E712
         room = len(trials) if k <= 0 else max(0, k - live)
-        return sum(self.submit_batch(exp, cfg, [t], array=False) for t in trials[:room])
+        room = self.room(exp, cfg, min(room, len(trials)), per_trial=len(cfg.slurm.components))
+        submitted = 0
+        for t in trials[:room]:
+            if self.refused:
+                break
+            submitted += self.submit_batch(exp, cfg, [t], array=False)
+        return submitted
 
     def submit_batch(self, exp: Experiment, cfg: ExperimentConfig, trials: list[Trial],
                      array: bool = True) -> int:
@@ -284,8 +383,15 @@ class Daemon:
             throttle=throttle or None,
             time_limit_s=parse_slurm_time(cfg.slurm.time or pool.default_time),
             signal=pool.signal, signal_lead_s=pool.signal_grace_s)
-        refs = self.backend.submit(request)
+        try:
+            refs = self.backend.submit(request)
+        except SubmitLimitError as exc:
+            self.refusal(exp.id, batch_id, len(trials), exc)
+            return 0
         fault_point("after_sbatch")
+        if self.cap is not None:
+            self.cap = None if self.cap * 2 > self.refused_size else self.cap * 2
+        self.count_submitted(pool, len(refs) * max(1, len(cfg.slurm.components)))
         with self.store.session() as s:
             b = s.get(Batch, batch_id)
             assert b is not None

@@ -85,5 +85,15 @@ class SubmitError(DethpcError):
     """A job cannot be submitted as asked (bad partition, allocation cannot fit, ...)."""
 
 
+class SubmitLimitError(SubmitError):
+    """Slurm refused a submission over a limit (``QOSMaxSubmitJobPerUserLimit``, ...):
+    the job may be accepted once some of the user's jobs end. ``word`` is Slurm's."""
+
+    def __init__(self, word: str, detail: str) -> None:
+        super().__init__(f"sbatch refused the job over a limit ({word}): {detail}")
+        self.word = word
+        self.detail = detail
+
+
 class ContextError(DethpcError):
     """The model directory cannot be snapshotted (too large, missing, ...)."""

@@ -188,6 +188,9 @@ class ExperimentReconciler:
         if unknown != job.unknown_ticks:
             job.unknown_ticks = unknown
             self.s.add(job)
+        if info.state != JobState.UNKNOWN and job.reason != info.reason:
+            job.reason = info.reason  # e.g. the pending reason describe shows
+            self.s.add(job)
         if job.state != info.state or job.nodes != info.nodes:
             job.state, job.raw_state = info.state, info.raw_state
             job.nodes = info.nodes or job.nodes

@@ -15,9 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from dethpc.backends.traits import BackendTraits
+
+if TYPE_CHECKING:
+    from dethpc.limits import PoolLimits
 
 
 class JobState(StrEnum):
@@ -75,6 +78,8 @@ class JobInfo:
     nodes: str = ""
     name: str = ""
     comment: str = ""
+    qos: str = ""                    # the QoS and account the job runs under (per-user
+    account: str = ""                # limits count per QoS / association); "" unknown
 
 
 @runtime_checkable
@@ -114,6 +119,22 @@ class Backend(Protocol):
 
     def max_array_size(self) -> int:
         """Largest array index + 1 the backend accepts (Slurm ``MaxArraySize``)."""
+        ...
+
+    def job_limits(self, partition: str | None, qos: str | None, account: str | None,
+                   extra_args: Sequence[str] = ()) -> PoolLimits:
+        """The user's per-user job limits for jobs in this partition/QoS/account
+        (discovered once, cached); ``limits.UNLIMITED`` where there are none."""
+        ...
+
+    def user_jobs(self) -> list[JobInfo] | None:
+        """Every live job (array task) of the user the last ``poll`` saw, from that same
+        query (no command); None when the backend does not see the user's whole queue."""
+        ...
+
+    def judge(self, request: JobRequest) -> str | None:
+        """The scheduler's verdict on ``request`` without submitting it: None when it
+        would take the job, else the scheduler's own words (``traits.submit_verdict``)."""
         ...
 
     def check_pool(self, partition: str | None, qos: str | None, nodes: int,

@@ -44,6 +44,7 @@ from dethpc.backends.local_spool import (
 from dethpc.backends.local_supervisor import kill_group, signal_number
 from dethpc.backends.traits import LOCAL, BackendTraits
 from dethpc.errors import NotFoundError, SubmitError
+from dethpc.limits import UNLIMITED, PoolLimits
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +64,8 @@ class LocalBackend:
     """Runs job scripts on this machine with Slurm semantics; see the module docstring."""
 
     name = "local"
-
     traits: BackendTraits = LOCAL
+
     def __init__(self, spool_dir: Path, max_concurrent: int = 0) -> None:
         self.spool = Spool(Path(spool_dir).expanduser()).ensure()
         self.max_concurrent = max_concurrent if max_concurrent > 0 else (os.cpu_count() or 1)
@@ -77,9 +78,21 @@ class LocalBackend:
     def max_array_size(self) -> int:
         return LOCAL_MAX_ARRAY_SIZE
 
+    def judge(self, request: JobRequest) -> str | None:
+        """The local backend runs whatever ``check_pool`` let through: no verdict."""
+        return None
+
     def check_pool(self, partition: str | None, qos: str | None, nodes: int,
                    tasks_per_node: int, gpus_per_node: int) -> None:
         """No partitions here: a no-op (the job runs on this machine as asked)."""
+
+    def job_limits(self, partition: str | None, qos: str | None, account: str | None,
+                   extra_args: Sequence[str] = ()) -> PoolLimits:
+        """No per-user limits: ``max_concurrent`` only throttles what runs at once."""
+        return UNLIMITED
+
+    def user_jobs(self) -> list[JobInfo] | None:
+        return None
 
     def submit(self, request: JobRequest) -> list[str]:
         indices: list[int | None] = list(sorted(set(request.array_indices))) or [None]

@@ -71,9 +71,10 @@ class PyslurmQuery:
     def __init__(self, module: Any) -> None:
         self.mod = module
 
-    def live_jobs(self, bases: Iterable[str]) -> list[JobInfo]:
+    def live_jobs(self, bases: Iterable[str], user: str | None = None) -> list[JobInfo]:
         """Every task of the jobs ``bases`` that slurmctld still holds (pending,
-        running and recently ended ones, as ``squeue --states=all``)."""
+        running and recently ended ones, as ``squeue --states=all``); with ``user``,
+        also every other job of that user (as ``squeue --user``)."""
         wanted = set(bases)
         try:
             records = list(self.mod.Jobs.load().values())
@@ -81,7 +82,8 @@ class PyslurmQuery:
             raise DethpcError(f"pyslurm Jobs.load() failed ({type(exc).__name__}: {exc}); "
                               "the next poll tries again") from exc
         return [info for job in records for info in job_infos(job)
-                if base_job_id(info.ref) in wanted]
+                if base_job_id(info.ref) in wanted
+                or (user is not None and _text(getattr(job, "user_name", None)) == user)]
 
 
 def _text(value: Any) -> str:
@@ -132,4 +134,6 @@ def job_infos(job: Any) -> list[JobInfo]:
         nodes=_text(getattr(job, "allocated_nodes", None)),
         name=_text(getattr(job, "name", None)),
         comment=_text(getattr(job, "comment", None)),
+        qos=_text(getattr(job, "qos", None)),
+        account=_text(getattr(job, "account", None)),
     ) for ref in _refs(job)]

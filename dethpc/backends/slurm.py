@@ -5,7 +5,10 @@ with what arguments, and how its errors are read. Every operation is O(1)
 commands whatever the number of refs: ``submit`` one ``sbatch``, ``poll`` one
 ``squeue`` plus at most one ``sacct``, ``cancel`` one ``scancel``, ``requeue``
 one ``scontrol requeue``; cluster facts (``scontrol show config``, ``sinfo``,
-QoS list) are fetched once per instance and cached.
+QoS list, the user's per-user limits: two ``sacctmgr``) are fetched once per
+instance and cached. With a ``user``, the poll's one squeue lists all of that
+user's jobs (``--user``, not ``--jobs``): the same one RPC, and what per-user
+limits count (``user_jobs``).
 Must not: parse text itself (``slurm_parse`` does), run commands except
 through the ``CommandRunner`` it was given, or loop per job.
 """
@@ -18,11 +21,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from dethpc.backends import slurm_limits as sl
 from dethpc.backends import slurm_parse as sp
 from dethpc.backends.base import JobInfo, JobRequest, JobState
 from dethpc.backends.pyslurm_query import PyslurmQuery, load_query, pyslurm_importable
 from dethpc.backends.traits import SLURM, BackendTraits
-from dethpc.errors import CommandError, SubmitError
+from dethpc.errors import CommandError, SubmitError, SubmitLimitError
+from dethpc.limits import UNLIMITED, PoolLimits, limit_refusal
 from dethpc.runner import CommandResult, CommandRunner
 
 log = logging.getLogger(__name__)
@@ -56,6 +61,10 @@ class SlurmBackend:
         self._accounting: bool | None = None
         self._pyslurm: PyslurmQuery | None = None
         self._query_chosen = False
+        self._assocs: sl.UserAssocs | None = None
+        self._qos_limits: dict[str, sl.QosLimits] = {}
+        self._limits_read = False
+        self._user_jobs: list[JobInfo] | None = None
 
     # ------------------------------------------------------------ discovery
     def available(self) -> bool:
@@ -113,9 +122,37 @@ class SlurmBackend:
             self._qos = {line.strip() for line in out.stdout.splitlines() if line.strip()}
         return self._qos
 
+    def job_limits(self, partition: str | None, qos: str | None, account: str | None,
+                   extra_args: Sequence[str] = ()) -> PoolLimits:
+        """The user's per-user limits for jobs of this partition/QoS/account: two
+        sacctmgr commands on the first call, none after. No user, no accounting, or
+        sacctmgr failing: no limits (sbatch refusals are still waited out)."""
+        if not self._limits_read:
+            self._limits_read = True
+            if self.user is not None and self.accounting_enabled():
+                try:
+                    self._assocs = sl.parse_user_assocs(
+                        self.runner.run(sl.user_argv(self.user)).stdout, self.user)
+                    self._qos_limits = sl.parse_qos_limits(
+                        self.runner.run(sl.QOS_ARGV).stdout)
+                except CommandError as exc:
+                    log.warning("cannot read %s's job limits (%s): submitting without "
+                                "counting; Slurm's refusals are waited out", self.user, exc)
+                    self._assocs = None
+        if self._assocs is None:
+            return UNLIMITED
+        return sl.pool_limits(self._assocs, self._qos_limits, partition=partition, qos=qos,
+                              account=account, extra_args=extra_args)
+
+    def user_jobs(self) -> list[JobInfo] | None:
+        """Every job (array task) of the user that the last poll's squeue listed, or
+        None when this backend has no user (its poll then lists only dethpc's jobs)."""
+        return self._user_jobs
+
     # --------------------------------------------------------------- submit
-    def submit(self, request: JobRequest) -> list[str]:
-        argv = ["sbatch", "--parsable", f"--chdir={Path(request.workdir)}",
+    def _sbatch_argv(self, request: JobRequest, mode: str) -> list[str]:
+        """``sbatch <mode> ...`` for ``request`` (``--parsable`` or ``--test-only``)."""
+        argv = ["sbatch", mode, f"--chdir={Path(request.workdir)}",
                 f"--job-name={request.name}", f"--comment={request.comment}"]
         indices = sorted(set(request.array_indices))
         if indices:
@@ -124,8 +161,18 @@ class SlurmBackend:
                 raise SubmitError(f"array index {indices[-1]} is above this cluster's "
                                   f"MaxArraySize-1 ({limit - 1}); submit smaller batches")
             argv.append(f"--array={sp.format_array(indices, request.throttle)}")
-        argv += _export_arg(request)
-        argv += [*request.extra_args, str(request.script)]
+        return [*argv, *_export_arg(request), *request.extra_args, str(request.script)]
+
+    def judge(self, request: JobRequest) -> str | None:
+        """Slurm's verdict on ``request`` without submitting it: one ``sbatch
+        --test-only``. None when Slurm would take the job, else Slurm's own words."""
+        res = self.runner.run(self._sbatch_argv(request, "--test-only"), check=False,
+                              retry=False)
+        return None if res.returncode == 0 else sp.sbatch_refusal(res.stderr)
+
+    def submit(self, request: JobRequest) -> list[str]:
+        argv = self._sbatch_argv(request, "--parsable")
+        indices = sorted(set(request.array_indices))
         try:
             res = self.runner.run(argv, retry=False)  # a retried sbatch may submit twice
         except CommandError as exc:
@@ -136,10 +183,17 @@ class SlurmBackend:
     # ----------------------------------------------------------------- poll
     def poll(self, refs: Sequence[str]) -> dict[str, JobInfo]:
         """One squeue (``--states=all``: also jobs that ended within MinJobAge, with
-        their exit code), then one sacct for the refs squeue no longer knows."""
+        their exit code), then one sacct for the refs squeue no longer knows. With a
+        user, the squeue lists all of that user's jobs, and runs even without refs
+        (it is what ``user_jobs`` counts)."""
+        if not refs and self.user is None:
+            return {}
+        seen = self._squeue(sp.unique_bases(refs))
+        if self.user is not None:
+            self._user_jobs = seen
         if not refs:
             return {}
-        live = {i.ref: i for i in self._squeue(sp.unique_bases(refs))}
+        live = {i.ref: i for i in seen}
         need = [r for r in refs if _pick(live, r) is None]
         done = self._sacct(need) if need else {}
         return {r: _pick(live, r) or _pick(done, r) or JobInfo(ref=r, state=JobState.UNKNOWN)
@@ -148,8 +202,9 @@ class SlurmBackend:
     def _squeue(self, bases: list[str]) -> list[JobInfo]:
         query = self._query()
         if query is not None:
-            return query.live_jobs(bases)
-        res = self.runner.run(["squeue", "-h", "-r", "--states=all", f"--jobs={','.join(bases)}",
+            return query.live_jobs(bases, user=self.user)
+        which = f"--user={self.user}" if self.user is not None else f"--jobs={','.join(bases)}"
+        res = self.runner.run(["squeue", "-h", "-r", "--states=all", which,
                                "-O", sp.SQUEUE_FIELDS], check=False)
         if res.returncode != 0:
             if any(m in res.stderr for m in _GONE):
@@ -277,6 +332,9 @@ def _export_arg(request: JobRequest) -> list[str]:
 
 def _submit_error(exc: CommandError) -> Exception:
     text = exc.stderr
+    word = limit_refusal(text)
+    if word is not None:
+        return SubmitLimitError(word, text.strip())
     if "invalid partition" in text.lower() or "Invalid qos" in text or "Invalid account" in text:
         return SubmitError(f"sbatch refused the job: {text.strip()}")
     if "Requested node configuration is not available" in text:

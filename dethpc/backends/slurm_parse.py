@@ -148,6 +148,28 @@ def parse_sbatch_parsable(stdout: str) -> str:
 
 
 # ------------------------------------------------------------------ array specs
+_REFUSAL_PREFIXES = ("sbatch: error: ", "sbatch: fatal: ", "allocation failure: ",
+                     "Batch job submission failed: ", "sbatch: ")
+
+
+def sbatch_refusal(stderr: str) -> str:
+    """Slurm's words from a refused ``sbatch`` (``--test-only`` or not): each line
+    without its ``sbatch: error:``/``allocation failure:`` prefix, repeats dropped,
+    joined with '; '."""
+    words: list[str] = []
+    for line in stderr.splitlines():
+        text = line.strip()
+        stripped = True
+        while stripped:
+            stripped = False
+            for prefix in _REFUSAL_PREFIXES:
+                if text.startswith(prefix):
+                    text, stripped = text[len(prefix):].strip(), True
+        if text and text.lower() not in (w.lower() for w in words):
+            words.append(text)
+    return "; ".join(words) or "sbatch refused the job without a message"
+
+
 def parse_array_spec(spec: str) -> tuple[tuple[int, ...], int | None]:
     """"0-9:2,15%4" -> ((0, 2, 4, 6, 8, 15), 4). Indices sorted and unique."""
     throttle = None
@@ -195,8 +217,9 @@ def format_array(indices: Iterable[int], throttle: int | None = None) -> str:
 #: squeue -O fields: ``:0`` means "no padding, no truncation", ``|`` is the suffix
 #: (the delimiter). exit_code is the raw wait status (256 = exit 1). The comment
 #: goes last so that a '|' inside it cannot shift the other fields.
+#: QOS and Account: per-user limits count a user's jobs per QoS and per association.
 SQUEUE_FIELDS = ("JobArrayID:0|,State:0|,exit_code:0|,RestartCnt:0|,Reason:0|,"
-                 "NodeList:0|,Name:0|,Comment:0")
+                 "NodeList:0|,QOS:0|,Account:0|,Name:0|,Comment:0")
 #: sacct -o fields (with -P the delimiter is '|'); Comment last for the same reason.
 SACCT_FIELDS = "JobID,State,ExitCode,Reason,NodeList,JobName,Comment"
 
@@ -231,10 +254,10 @@ def parse_squeue(text: str) -> list[JobInfo]:
     """
     out: list[JobInfo] = []
     for line in text.splitlines():
-        fields = line.split("|", 7)
-        if len(fields) < 8:
+        fields = line.split("|", 9)
+        if len(fields) < 10:
             continue
-        jid, state, status, restarts, reason, nodes, name, comment = fields
+        jid, state, status, restarts, reason, nodes, qos, account, name, comment = fields
         try:
             parsed = parse_job_id(jid)
         except ValueError:
@@ -246,6 +269,7 @@ def parse_squeue(text: str) -> list[JobInfo]:
                 ref=ref, state=st, raw_state=state.strip(), exit_code=code, signal=sig,
                 reason=_clean(reason), restart_count=_int_or_zero(restarts),
                 nodes=_clean(nodes), name=name.strip(), comment=_clean(comment),
+                qos=_clean(qos), account=_clean(account),
             ))
     return out
 

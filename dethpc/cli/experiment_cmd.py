@@ -128,11 +128,11 @@ def describe(exp_id: int, json_out: bool = typer.Option(False, "--json")) -> Non
                   f"({'smaller' if d['searcher']['smaller_is_better'] else 'larger'} is better)")
     if d["message"]:
         console.print(f"message: {d['message']}")
-    table("Trials", ["trial", "state", "steps", f"best {metric}", "rung", "searcher",
-                     "restarts", "best checkpoint", "hparams"],
-          [[t["id"], t["state"], t["steps_completed"], fmt_metric(t["best_validation"]),
-            t["rung"], t["searcher_status"], t["restarts"], t["best_checkpoint"],
-            json.dumps(t["hparams"])] for t in d["trials"]])
+    table("Trials", ["trial", "state", "waiting for", "steps", f"best {metric}", "rung",
+                     "searcher", "restarts", "best checkpoint", "hparams"],
+          [[t["id"], t["state"], t["pending_reason"] or "", t["steps_completed"],
+            fmt_metric(t["best_validation"]), t["rung"], t["searcher_status"], t["restarts"],
+            t["best_checkpoint"], json.dumps(t["hparams"])] for t in d["trials"]])
     for b in d["rungs"]:
         table(f"ASHA bracket {b.get('bracket', 0)} ({b.get('created', '?')} trial(s) created)",
               ["rung", "length", "reports", "keep", f"cut-off {metric}"],

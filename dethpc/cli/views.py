@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlmodel import select
 
+from dethpc.backends.base import JobState
 from dethpc.errors import NotFoundError
 from dethpc.store import Store
 from dethpc.store.models import (
@@ -67,6 +68,9 @@ def describe_experiment(store: Store, exp_id: int) -> dict[str, Any]:
         ckpts = {c.uuid: c for c in s.exec(select(Checkpoint).where(
             Checkpoint.experiment_id == exp_id))}
         ss = s.get(SearcherState, exp_id)
+        live = {j.trial_id: j for j in s.exec(select(Job).where(
+            Job.experiment_id == exp_id, Job.live == True)  # noqa: E712
+            .order_by(Job.id))}  # type: ignore[arg-type]
     cfg = load_config(exp)
     sib = cfg.searcher.smaller_is_better
     out = experiment_dict(exp)
@@ -75,6 +79,7 @@ def describe_experiment(store: Store, exp_id: int) -> dict[str, Any]:
     out["trials"] = []
     for t in trials:
         d = trial_dict(t)
+        d["pending_reason"] = pending_reason(t, live.get(t.id or 0))
         best = [c for c in ckpts.values()
                 if c.trial_id == t.id and c.state == CheckpointState.COMPLETED]
         scored = [c for c in best if c.validation_metric is not None]
@@ -103,6 +108,18 @@ def describe_experiment(store: Store, exp_id: int) -> dict[str, Any]:
     return out
 
 
+def pending_reason(t: Trial, job: Job | None) -> str | None:
+    """Why a trial that waits is waiting: its job's pending reason as Slurm gives it
+    (``Priority``, ``Resources``, ``QOSMaxJobsPerUserLimit``, ...), or that dethpc has
+    not submitted it yet (e.g. held back under the user's submit limit); None when the
+    trial is not waiting for a job."""
+    if t.state.is_terminal:
+        return None
+    if job is not None:
+        return (job.reason or "pending") if job.state == JobState.PENDING else None
+    return "not submitted yet" if t.needs_job else None
+
+
 def trial_detail(store: Store, trial_id: int) -> dict[str, Any]:
     with store.session() as s:
         t = s.get(Trial, trial_id)
@@ -118,7 +135,8 @@ def trial_detail(store: Store, trial_id: int) -> dict[str, Any]:
             select(Checkpoint).where(Checkpoint.trial_id == trial_id)
             .order_by(Checkpoint.steps_completed))]  # type: ignore[arg-type]
         d["jobs"] = [{"ref": j.ref, "state": j.state, "restart_count": j.restart_count,
-                      "exit_reason": j.exit_reason, "exit_code": j.exit_code, "nodes": j.nodes}
+                      "exit_reason": j.exit_reason, "exit_code": j.exit_code, "nodes": j.nodes,
+                      "reason": j.reason}
                      for j in s.exec(select(Job).where(Job.trial_id == trial_id))]
         d["events"] = [{"time": e.time, "kind": e.kind, "message": e.message}
                        for e in s.exec(select(Event).where(Event.trial_id == trial_id)

@@ -184,6 +184,9 @@ class Job(SQLModel, table=True):
     #: SLURM_RESTART_COUNT of the run the exit record belongs to (-1: none yet)
     exit_run: int = -1
     nodes: str = ""
+    #: the backend's reason for the job's state, as last polled: Slurm's pending reason
+    #: ("Priority", "QOSMaxJobsPerUserLimit", ...) or failure reason; "" none
+    reason: str = ""
     live: bool = True             # False once its end has been handled
     submitted_at: float = Field(default_factory=now)
     ended_at: float | None = None

@@ -36,11 +36,12 @@ def rec(**fields: Any) -> SimpleNamespace:
         "id": 101, "array_id": None, "array_task_id": None, "array_tasks_waiting": None,
         "state": "RUNNING", "state_reason": "None", "allocated_nodes": "n1",
         "name": "dethpc-e1-b1", "comment": "dethpc:exp=1:batch=1", "requeue_count": 0,
-        "exit_code": 0, "exit_code_signal": 0}
+        "exit_code": 0, "exit_code_signal": 0, "qos": "normal", "account": "dethpc",
+        "user_name": "alice"}
     return SimpleNamespace(**{**base, **fields})
 
 
-TAIL = "dethpc-e1-b1|dethpc:exp=1:batch=1"
+TAIL = "normal|dethpc|dethpc-e1-b1|dethpc:exp=1:batch=1"
 
 # (pyslurm record, the squeue -r -O SQUEUE_FIELDS output for the same job)
 SAME_AS_SQUEUE = {
@@ -67,7 +68,10 @@ SAME_AS_SQUEUE = {
         f"101|PENDING|0|2|BeginTime||{TAIL}"),
     "completing counts as running": (rec(state="COMPLETING"), f"101|COMPLETING|0|0|None|n1|{TAIL}"),
     "node failure": (rec(state="NODE_FAIL", exit_code=0), f"101|NODE_FAIL|0|0|None|n1|{TAIL}"),
-    "no comment, no name": (rec(comment=None, name=None), "101|RUNNING|0|0|None|n1||(null)"),
+    "no comment, no name": (rec(comment=None, name=None),
+                            "101|RUNNING|0|0|None|n1|normal|dethpc||(null)"),
+    "no QoS, no account": (rec(qos=None, account=""),
+                           "101|RUNNING|0|0|None|n1|(null)||dethpc-e1-b1|dethpc:exp=1:batch=1"),
     "het job leader (pyslurm >= 23.02 reads offset 0 as None)": (
         rec(id=200, heterogeneous_id=200, heterogeneous_offset=None),
         f"200+0|RUNNING|0|0|None|n1|{TAIL}"),
@@ -143,6 +147,12 @@ def test_live_jobs_keeps_the_asked_jobs_only() -> None:
     assert [i.ref for i in infos] == ["100_3", "100_4", "100_5", "200+1", "200+0"]
     assert [i.state for i in infos][:3] == [JobState.RUNNING, JobState.PENDING,
                                             JobState.PENDING]
+
+
+def test_live_jobs_with_a_user_adds_that_users_other_jobs() -> None:
+    mod = fake_pyslurm([rec(id=100), rec(id=300), rec(id=400, user_name="bob")])
+    infos = PyslurmQuery(mod).live_jobs(["100"], user="alice")
+    assert [i.ref for i in infos] == ["100", "300"]
 
 
 def test_failed_load_is_a_dethpc_error() -> None:

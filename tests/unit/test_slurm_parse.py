@@ -148,12 +148,13 @@ def test_parse_sbatch_parsable_rejects(bad: str) -> None:
 
 def test_parse_squeue() -> None:
     text = (
-        "100_0|RUNNING|0|0|None|n1|exp-b1|dethpc:exp=1:batch=1\n"
-        "100_1|PENDING|0|2|Resources||exp-b1|dethpc:exp=1:batch=1\n"
-        "100_[4-5%2]|PENDING|0|0|JobArrayTaskLimit||exp-b1|(null)\n"
-        "101|COMPLETED|0|0|None|n[1-2]|single|a|b\n"
-        "102_3|FAILED|512|1|NonZeroExitCode|n1|x|\n"
-        "103|CANCELLED|9|0|None|n1|x|\n"
+        "100_0|RUNNING|0|0|None|n1|normal|dethpc|exp-b1|dethpc:exp=1:batch=1\n"
+        "100_1|PENDING|0|2|Resources||normal|dethpc|exp-b1|dethpc:exp=1:batch=1\n"
+        "100_[4-5%2]|PENDING|0|0|JobArrayTaskLimit||limited|ml-team|exp-b1|(null)\n"
+        "101|COMPLETED|0|0|None|n[1-2]|normal|dethpc|single|a|b\n"
+        "102_3|FAILED|512|1|NonZeroExitCode|n1|normal|dethpc|x|\n"
+        "103|CANCELLED|9|0|None|n1|(null)||x|\n"
+        "104|RUNNING|0|0|None|n1|x|the old format, without QoS and account\n"
         "garbage line\n"
     )
     infos = {i.ref: i for i in parse_squeue(text)}
@@ -167,6 +168,9 @@ def test_parse_squeue() -> None:
     assert infos["100_0"].reason == ""
     assert (infos["102_3"].state, infos["102_3"].exit_code) == (S.FAILED, 2)
     assert (infos["103"].exit_code, infos["103"].signal) == (0, 9)
+    assert (infos["100_0"].qos, infos["100_0"].account) == ("normal", "dethpc")
+    assert (infos["100_5"].qos, infos["100_5"].account) == ("limited", "ml-team")
+    assert (infos["103"].qos, infos["103"].account) == ("", "")
 
 
 @pytest.mark.parametrize(("text", "expected"), [
