@@ -2,8 +2,9 @@
 
 ``tests/slurm/scripts/gil_at_exit.py`` forces the bad interleaving with no timing
 involved: a callback on gloo's C++ worker thread takes the GIL once interpreter
-finalization has begun. Run bare, ranks 1 and 2 abort ("terminate called
-without an active exception", exit 134): that is what this test would see
+finalization has begun. Run bare, ranks 1 and 2 abort (SIGABRT: "terminate called
+without an active exception", exit 134 under a shell, or CPython's "Fatal Python
+error" when the thread is caught a step later): that is what this test would see
 without dethpc's exit guard. Through the launcher, which runs each Python rank
 under ``dethpc.launch._run_main``, all three ranks exit 0. The script never
 calls ``destroy_process_group`` and uses no dethpc helper.
@@ -24,6 +25,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "slurm" / "scripts" / "gil_at_exit.py"
 ABORT = "terminate called without an active exception"
+#: how a bare rank dies when gloo's thread takes the GIL during finalization: the C++
+#: runtime's terminate (the thread is unwound by pthread_exit), or, when the thread is
+#: caught a step later, CPython's own check (measured on a loaded 2-core machine:
+#: "Fatal Python error: _PyThreadState_DeleteCurrent: the function must be called with
+#: the GIL held")
+ABORTS = (ABORT, "Fatal Python error")
 
 
 def free_port() -> int:
@@ -49,7 +56,7 @@ def test_bare_ranks_abort_in_finalization(tmp_path: Path) -> None:
              for r in range(3)]
     outs = [p.communicate(timeout=180)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, -signal.SIGABRT, -signal.SIGABRT], outs
-    assert all(ABORT in out for out in outs[1:]), outs
+    assert all(any(a in out for a in ABORTS) for out in outs[1:]), outs
     assert sorted(f.name for f in tmp_path.glob("rank-*.json")) == [
         "rank-0.json", "rank-1.json", "rank-2.json"]  # every rank had finished its work
 
@@ -61,6 +68,6 @@ def test_launcher_ranks_exit_zero(tmp_path: Path) -> None:
         [sys.executable, "-m", "dethpc.launch.torch_distributed", "--", str(SCRIPT),
          str(tmp_path)], env=env, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert ABORT not in out.stdout + out.stderr
+    assert not any(a in out.stdout + out.stderr for a in ABORTS)
     ranks = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(3)]
     assert [(r["rank"], r["world"]) for r in ranks] == [(0, 3), (1, 3), (2, 3)]
