@@ -3,19 +3,22 @@
 Owns: creating an experiment (config validated by the caller, context
 snapshotted, config.yaml written, rows inserted) and the state requests
 pause / activate / cancel / kill / labels. The daemon carries requests out.
-Must not: talk to a backend (except the submit-time pool check) or loop.
+Must not: talk to a backend (except the submit-time checks: the pool check and the
+scheduler's verdict on the first trial's job) or loop.
 """
 
 from __future__ import annotations
 
 import getpass
 import shutil
+import sys
+import tempfile
 import uuid
 from pathlib import Path
 
 from sqlmodel import select
 
-from dethpc.backends.base import Backend
+from dethpc.backends.base import Backend, JobRequest
 from dethpc.config import dump_config
 from dethpc.config.model import ClusterConfig, ExperimentConfig
 from dethpc.context import snapshot_context
@@ -47,11 +50,47 @@ def check_resources(cfg: ExperimentConfig, cluster: ClusterConfig, backend: Back
             raise SubmitError(f"{where}: {exc}") from None
 
 
+def check_with_scheduler(cfg: ExperimentConfig, cluster: ClusterConfig, backend: Backend,
+                         ours: DethpcError | None = None) -> None:
+    """Ask the scheduler about the first trial's job (one ``sbatch --test-only`` on
+    Slurm; nothing on a backend without ``traits.submit_verdict``). A refusal raises
+    ``SubmitError`` with the scheduler's own words, the pool and the config fields
+    behind it (``dethpc.verdict``), plus dethpc's own finding ``ours`` if there is one."""
+    if not backend.traits.submit_verdict:
+        return
+    from dethpc.jobscript import trial_script
+    from dethpc.verdict import refusal_message
+
+    with tempfile.TemporaryDirectory(prefix="dethpc-verdict-") as tmp:
+        run_dir = Path(tmp)
+        script = trial_script(cfg, cluster, backend=backend.traits.kind,
+                              python=cluster.python or sys.executable, run_dir=run_dir,
+                              exp_id=0, trial_id=1)
+        path = run_dir / "job.sbatch"
+        path.write_text(script, encoding="utf-8")
+        words = backend.judge(JobRequest(name="dethpc-verdict", comment="dethpc:verdict",
+                                         script=path, workdir=run_dir))
+    if words is None:
+        return
+    directives = [line.split(None, 1)[1] for line in script.splitlines()
+                  if line.startswith("#SBATCH ")]
+    message = refusal_message(words, cfg, cluster, directives)
+    if ours is not None:
+        message += f"\n  dethpc's own check: {ours}"
+    raise SubmitError(message)
+
+
 def create_experiment(store: Store, cluster: ClusterConfig, cfg: ExperimentConfig,
                       context_dir: Path, backend: Backend) -> int:
-    """Validate resources, snapshot the context and record the experiment; returns its id.
-    Nothing is left behind when any step fails."""
-    check_resources(cfg, cluster, backend)
+    """Validate resources, ask the scheduler about the first trial's job, snapshot the
+    context and record the experiment; returns its id. Nothing is left behind when any
+    step fails."""
+    try:
+        check_resources(cfg, cluster, backend)
+    except SubmitError as exc:
+        check_with_scheduler(cfg, cluster, backend, ours=exc)  # Slurm's words first
+        raise
+    check_with_scheduler(cfg, cluster, backend)
     runs_root = Path(cluster.runs_root).expanduser()
     runs_root.mkdir(parents=True, exist_ok=True)
     incoming = runs_root / f".incoming-{uuid.uuid4().hex}"

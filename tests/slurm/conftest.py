@@ -5,14 +5,18 @@ session fixture ``slurm_cluster`` (a ``SlurmCluster`` with small helpers to
 submit jobs and poll their state). Reachability rules (skip locally, fail under
 CI=true, optional auto-start with DETHPC_TEST_START_CLUSTER=1) live in
 tests/conftest.py. Also ``cluster_user`` (the site's non-root test user, for
-tests of per-user limits, which root may be exempt from) and ``user_tmp`` (a
-directory that user owns: pytest's ``tmp_path`` is not reachable for it).
+tests of per-user limits, which root may be exempt from), ``user_tmp`` (a
+directory that user owns: pytest's ``tmp_path`` is not reachable for it) and
+``user_python`` (how that user runs this checkout's Python).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+import sysconfig
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -108,6 +112,25 @@ def cluster_user(slurm_cluster: SlurmCluster) -> ClusterUser:
     if os.geteuid() != 0:
         pytest.skip("creating the dev cluster's test user needs root")
     return ensure_user()
+
+
+@pytest.fixture(scope="session")
+def user_python(cluster_user: ClusterUser) -> list[str]:
+    """The argv prefix that runs this checkout's Python, with dethpc and its
+    dependencies importable, as ``cluster_user``: ``env PYTHONPATH=... <python>``.
+    This interpreter when the user may execute it; else (a pyenv under /root, say)
+    the system ``python3.X`` of the same minor version, with this environment's
+    site-packages on ``PYTHONPATH``."""
+    paths = [str(HERE.parents[1]), *dict.fromkeys(
+        (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]))]
+    prefix = ["env", f"PYTHONPATH={os.pathsep.join(paths)}"]
+    minor = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for python in (sys.executable, f"/usr/bin/{minor}", f"/usr/local/bin/{minor}"):
+        probe = cluster_user.as_user([*prefix, python, "-c", "import dethpc.cli.main"])
+        if subprocess.run(probe, capture_output=True, timeout=60).returncode == 0:
+            return [*prefix, python]
+    pytest.fail(f"no {minor} that {cluster_user.name} may run imports dethpc "
+                f"({sys.executable} is not executable for that user?)")
 
 
 @pytest.fixture
