@@ -20,6 +20,7 @@ from dethpc.containers import exec_argv
 from dethpc.directives import component_directives, job_time, trial_directives
 from dethpc.paths import ExperimentPaths
 from dethpc.render import (
+    STARTUP_HOOK_ARGV,
     TrialScript,
     entrypoint_argv,
     is_launcher,
@@ -99,6 +100,8 @@ def trial_script(cfg: ExperimentConfig, cluster: ClusterConfig, *, backend: Back
         trial_dir=tp.root, context_dir=paths.context,
         command=trial_command(cfg, cluster, backend, python, run_dir), env=env,
         python=python, signal=pool.signal, signal_grace_s=pool.signal_grace_s,
+        hook_command=_contained(cfg, cluster, list(STARTUP_HOOK_ARGV),
+                                cfg.resources.resource_pool, run_dir),
         component_names=tuple(c.name for c in components),
         component_steps=[component_step(cfg, cluster, c, group, python, run_dir)
                          for group, c in enumerate(components, 1)]), jenv)

@@ -31,6 +31,10 @@ TRIAL_TEMPLATE = "trial.sbatch.j2"
 ARRAY_TEMPLATE = "array.sbatch.j2"
 _TRIAL_CLASS = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _LAUNCHER = re.compile(r"^dethpc\.launch\.\w+$")
+#: Determined's startup hook: a file at the root of the context directory, run with
+#: ``set -e`` semantics (Determined sources it under ``set -e``)
+STARTUP_HOOK = "startup-hook.sh"
+STARTUP_HOOK_ARGV = ("bash", "-e", STARTUP_HOOK)
 
 
 def template_dir() -> Path:
@@ -133,6 +137,9 @@ class TrialScript:
     #: het-job component names (group 1..n) and the srun argv starting each
     component_names: tuple[str, ...] = ()
     component_steps: list[list[str]] = field(default_factory=list)
+    #: how one node runs the context's ``startup-hook.sh`` (inside the trial's image when
+    #: it has one); on Slurm the template starts it once per node through ``srun``
+    hook_command: list[str] = field(default_factory=lambda: list(STARTUP_HOOK_ARGV))
 
 
 def render_trial_script(ts: TrialScript, jenv: jinja2.Environment | None = None) -> str:
@@ -145,6 +152,7 @@ def render_trial_script(ts: TrialScript, jenv: jinja2.Environment | None = None)
         python_bin=str(Path(ts.python).parent), signal=ts.signal,
         signal_grace_s=ts.signal_grace_s, component_steps=ts.component_steps,
         component_names=",".join(("trial", *ts.component_names)),
+        srun_steps=ts.traits.srun_steps, hook_command=ts.hook_command,
         exit_preempted=EXIT_PREEMPTED,
         exit_stopped=EXIT_STOPPED, local_requeue_exit=LOCAL_REQUEUE_EXIT)
 

@@ -1,0 +1,80 @@
+"""Determined's ``startup-hook.sh`` on the local backend (issue 12, item 4).
+
+The hook at the root of the context directory runs once per run, before the
+entrypoint, in the trial's environment (DETHPC_* variables, the config's
+environment_variables) with the context directory as its working directory; its
+output is in the trial's log, and its failure fails the run (an ``error`` exit
+record with the hook's code) without starting the entrypoint.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from tests.local.conftest import TOY, cli, write_config
+
+# the entrypoint notes that it started, then trains the toy trial
+ENTRYPOINT = ["bash", "-c", 'echo entry >>"$DETHPC_TRIAL_DIR/order.log"; exec python3 train.py']
+HOOK_OK = """\
+echo "hook: trial=$DETHPC_TRIAL_ID run=$DETHPC_RUN_ID var=$HOOK_VAR cwd=$(pwd)"
+echo "hook $DETHPC_RUN_ID" >>"$DETHPC_TRIAL_DIR/order.log"
+"""
+# `false` fails the hook (Determined sources it under `set -e`): the last line never runs
+HOOK_FAILS = """\
+echo "hook: installing dependencies"
+echo "hook $DETHPC_RUN_ID" >>"$DETHPC_TRIAL_DIR/order.log"
+false
+echo "hook: never printed"
+"""
+
+
+def context_with_hook(tmp_path: Path, hook: str) -> Path:
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    shutil.copy(TOY / "train.py", ctx / "train.py")
+    (ctx / "startup-hook.sh").write_text(hook)
+    return ctx
+
+
+def run_single(tmp_path: Path, hook: str) -> dict:
+    cfg = write_config(
+        tmp_path / "c.yaml", entrypoint=ENTRYPOINT, max_restarts=0,
+        hyperparameters={"x": 2.0, "step_time": 0.01},
+        searcher={"name": "single", "metric": "validation_loss", "max_length": {"batches": 4}},
+        environment={"environment_variables": ["HOOK_VAR=hello"]})
+    exp = json.loads(cli("submit", cfg, context_with_hook(tmp_path, hook), "--json").stdout)["id"]
+    cli("experiment", "wait", exp, "--timeout", "180", check=False, timeout=200)
+    return json.loads(cli("experiment", "describe", exp, "--json").stdout)
+
+
+def trial_files(d: dict) -> tuple[Path, str, list[str], list[dict]]:
+    trial = Path(d["run_dir"]) / "trials" / str(d["trials"][0]["id"])
+    log = "".join(p.read_text() for p in sorted(trial.glob("slurm-*.out")))
+    order = (trial / "order.log").read_text().split("\n")[:-1]
+    exits = [json.loads(line) for line in (trial / "exits.jsonl").read_text().splitlines()]
+    return trial, log, order, exits
+
+
+def test_hook_runs_before_the_entrypoint_in_the_trials_environment(home, tmp_path):
+    d = run_single(tmp_path, HOOK_OK)
+    assert d["state"] == "COMPLETED", d
+    trial, log, order, exits = trial_files(d)
+    assert order == ["hook 0", "entry"]  # once, and before the entrypoint
+    context = Path(d["run_dir"]) / "context"
+    assert f"hook: trial={trial.name} run=0 var=hello cwd={context}" in log
+    assert "dethpc: startup-hook.sh exited with code 0" in log
+    assert [e["reason"] for e in exits] == ["completed"]
+
+
+def test_failing_hook_fails_the_run_with_its_output_in_the_log(home, tmp_path):
+    d = run_single(tmp_path, HOOK_FAILS)
+    assert d["state"] != "COMPLETED", d
+    assert d["trials"][0]["state"] == "ERROR", d["trials"]
+    _, log, order, exits = trial_files(d)
+    assert order == ["hook 0"]  # the entrypoint never started
+    assert "hook: installing dependencies" in log
+    assert "hook: never printed" not in log
+    assert "startup-hook.sh failed (exit code 1); not starting the training step" in log
+    assert [(e["reason"], e["code"]) for e in exits] == [("error", 1)]
