@@ -171,10 +171,10 @@ def _accounting(s: _Scope) -> list[Finding]:
     pool, part = s.pool, s.part
     if pool.qos is not None:
         if pool.qos not in f.qos:
-            return [s.finding(Severity.ERROR, "qos", f"QoS {pool.qos!r} does not exist",
-                              f"set {s.field('qos')} to one of: {', '.join(sorted(f.qos))}, "
-                              f"or create it (sacctmgr add qos {pool.qos})")]
-        if not _allowed(pool.qos, part.allow_qos, part.deny_qos):
+            out.append(s.finding(Severity.ERROR, "qos", f"QoS {pool.qos!r} does not exist",
+                                 f"set {s.field('qos')} to one of: {', '.join(sorted(f.qos))}, "
+                                 f"or create it (sacctmgr add qos {pool.qos})"))
+        elif not _allowed(pool.qos, part.allow_qos, part.deny_qos):
             out.append(s.finding(Severity.ERROR, "qos",
                                  f"partition {part.name} does not allow QoS {pool.qos} "
                                  f"(AllowQos={','.join(part.allow_qos or ('ALL',))}, "
@@ -202,8 +202,8 @@ def _accounting(s: _Scope) -> list[Finding]:
                                 f"sacctmgr add user {f.user} account={account or '<account>'}"
                                 + (f" (or set {s.field('account')} to one of: "
                                    f"{_accounts(f.assocs)})" if f.assocs else ""))]
-    qos = pool.qos or assoc.default_qos or (assoc.qos[0] if len(assoc.qos) == 1 else None)
-    if pool.qos is not None and assoc.qos and pool.qos not in assoc.qos:
+    qos = pool.qos or _default_qos(assoc)
+    if pool.qos is not None and pool.qos in f.qos and assoc.qos and pool.qos not in assoc.qos:
         sev = Severity.ERROR if f.enforce("qos") else Severity.WARNING
         out.append(s.finding(sev, "association",
                              f"user {f.user} in account {assoc.account} may not use QoS "
@@ -216,6 +216,16 @@ def _accounting(s: _Scope) -> list[Finding]:
                              + (f" and QoS {qos}" if qos else "")))
     out.append(_limits(s, assoc, f.qos.get(qos) if qos else None))
     return out
+
+
+def _default_qos(assoc: AssocFacts) -> str | None:
+    """The QoS of a job that names none: the association's default, else its only QoS,
+    else ``normal`` when it may use it."""
+    if assoc.default_qos:
+        return assoc.default_qos
+    if len(assoc.qos) == 1:
+        return assoc.qos[0]
+    return "normal" if "normal" in assoc.qos else None
 
 
 def _allowed(name: str, allow: tuple[str, ...] | None, deny: tuple[str, ...]) -> bool:
@@ -410,7 +420,8 @@ def _pool_qos(s: _Scope) -> QosFacts | None:
         return qos.get(s.pool.qos)
     assoc = _association(s.facts.assocs or (), s.pool.account or s.facts.default_account,
                          s.part.name)
-    return qos.get(assoc.default_qos) if assoc and assoc.default_qos else None
+    name = _default_qos(assoc) if assoc else None
+    return qos.get(name) if name else None
 
 
 def _mode(s: _Scope, mode: str, where: str) -> Finding:

@@ -14,7 +14,7 @@ through the ``CommandRunner`` it is given.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dethpc.backends import slurm_parse as sp
 from dethpc.runner import CommandRunner
@@ -307,15 +307,9 @@ def gather_facts(runner: CommandRunner, user: str) -> ClusterFacts:
         if res.returncode != 0:
             problem = f"`{' '.join(argv[:5])}` failed (exit {res.returncode}): " \
                       f"{(res.stderr or res.stdout).strip()[:300]}"
-            return _with(facts, accounting_problem=problem)
+            return replace(facts, accounting_problem=problem)
         out[key] = res.stdout
     users = [row for row in _rows(out["user"], 2) if row[0] == user]
-    return _with(facts, qos=parse_qos(out["qos"]), assocs=tuple(parse_assocs(out["assoc"])),
-                 accounts=parse_first_column(out["account"]),
-                 default_account=(users[0][1] or None) if users else None)
-
-
-def _with(facts: ClusterFacts, **changes: object) -> ClusterFacts:
-    from dataclasses import replace
-
-    return replace(facts, **changes)  # type: ignore[arg-type]
+    return replace(facts, qos=parse_qos(out["qos"]), assocs=tuple(parse_assocs(out["assoc"])),
+                   accounts=parse_first_column(out["account"]),
+                   default_account=(users[0][1] or None) if users else None)

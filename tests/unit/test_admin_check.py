@@ -343,6 +343,11 @@ def test_partition_specific_association_is_preferred() -> None:
      Severity.WARNING, "at most 10 job(s) pending+running (MaxSubmitJobs of account dethpc)"),
     (replace(POOL, account="ml-team"), ASSOCS, "associations", Severity.OK,
      "not enforced"),
+    # no default QoS: the only QoS allowed, else normal
+    (POOL, "devcluster|dethpc|root||limited||\n", "limits", Severity.WARNING,
+     "MaxSubmitJobsPerUser of QoS limited"),
+    (POOL, "devcluster|dethpc|root||limited,normal||\n", "limits", Severity.OK,
+     "no per-user job limits"),
 ])
 def test_user_limits(pool: ResourcePool, assocs: str, enforce: str, severity: Severity,
                      words: str) -> None:
