@@ -205,6 +205,12 @@ def trials_of(store: Store, exp_id: int) -> list[Trial]:
                            .order_by(Trial.id)))  # type: ignore[arg-type]
 
 
+def current_user() -> str:
+    """Who runs this process: the owner of what it creates, whose experiments
+    ``experiment list`` shows without ``--all`` (Determined's habit)."""
+    return _user()
+
+
 def _user() -> str:
     try:
         return getpass.getuser()

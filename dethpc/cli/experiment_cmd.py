@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -12,9 +13,13 @@ from dethpc import experiments, service
 from dethpc.cli import views
 from dethpc.cli.common import ENV, console, err_console, fmt_metric, print_json, table
 from dethpc.config import load_experiment_config
+from dethpc.config.model import ExperimentConfig
 from dethpc.errors import DethpcError
 from dethpc.paths import ExperimentPaths
 from dethpc.store.models import ExperimentState
+
+if TYPE_CHECKING:
+    from dethpc.searchers.base import Create
 
 experiment_app = typer.Typer(help="Create, watch and control experiments.", no_args_is_help=True)
 label_app = typer.Typer(help="Add or remove experiment labels.", no_args_is_help=True)
@@ -30,46 +35,93 @@ def create(
     no_daemon: bool = typer.Option(False, "--no-daemon", help="do not start the daemon"),
     follow: bool = typer.Option(False, "--follow", "-f", help="stream the first trial's log"),
     wait: bool = typer.Option(False, "--wait", help="wait until the experiment ends"),
-    local: bool = typer.Option(False, "--local", help="run in this process (with --test)"),
-    test: bool = typer.Option(False, "--test", help="one batch, one validation, one checkpoint"),
+    local: bool = typer.Option(False, "--local", help="run the first trial in this shell, "
+                               "without the daemon or the cluster"),
+    test: bool = typer.Option(False, "--test", help="one batch, one validation, one "
+                              "checkpoint (with --local: in this shell; alone: on the cluster)"),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Validate the config, snapshot the model directory and record the experiment."""
+    """Validate the config, snapshot the model directory and record the experiment.
+
+    The model-debugging ladder: ``--local --test`` (this shell, one batch), then
+    ``--test`` (a one-batch experiment on the cluster, followed to its end), then a
+    full run (``--follow`` streams the first trial's log)."""
     cfg = load_experiment_config(config_file, config)
     for w in cfg.warnings:
         err_console.print(f"[yellow]warning:[/] {w}")
-    if local or test:
-        if not (local and test):
-            raise DethpcError("--local and --test go together (Determined's habit): "
-                              "`dethpc submit --local --test CONFIG DIR`")
-        from dethpc.pytorch import run_test_mode
-        from dethpc.searchers.base import Create
-        from dethpc.searchers.factory import make_searcher
-
-        first = next(a for a in make_searcher(cfg.searcher, cfg.hyperparameters,
-                                              cfg.experiment_seed).initial()
-                     if isinstance(a, Create))
-        code = run_test_mode(cfg.entrypoint, context, first.hparams, experiment_config=cfg.raw)
-        console.print(f"test mode {'passed' if code == 0 else f'failed (exit code {code})'}")
-        raise typer.Exit(code)
+    if local:
+        if no_daemon or wait or follow:
+            raise typer.BadParameter("--local runs in this shell: --no-daemon, --wait and "
+                                     "--follow do not apply", param_hint="--local")
+        raise typer.Exit(_run_local(cfg, context, test=test))
+    if test:
+        cfg = _test_config(cfg, config_file)
     exp_id = experiments.create_experiment(ENV.store, ENV.cluster, cfg, context, ENV.backend)
     if json_out:
         print_json({"id": exp_id})
     else:
-        console.print(f"Created experiment {exp_id} ({cfg.name})")
+        console.print(f"Created {'test ' if test else ''}experiment {exp_id} ({cfg.name})")
     if not no_daemon:
         pid = service.start()
         if not json_out:
             console.print(f"daemon running (pid {pid}); log: {service.log_path()}")
+    if test:
+        # Determined's --test follows the test experiment and says whether it passed
+        state = _follow(exp_id) if not json_out else _wait(exp_id, None)
+        passed = state == ExperimentState.COMPLETED.value
+        err_console.print(f"test experiment {exp_id} {'passed' if passed else 'failed'} "
+                          f"({state})", highlight=False)
+        raise typer.Exit(0 if passed else 1)
     if follow:
         _follow(exp_id)
     elif wait:
         _wait(exp_id, None)
 
 
-def _follow(exp_id: int) -> None:
-    """Stream the first trial's log until the experiment ends."""
-    offset, current = 0, None
+def _first_trial(cfg: ExperimentConfig) -> Create:
+    from dethpc.searchers.base import Create
+    from dethpc.searchers.factory import make_searcher
+
+    return next(a for a in make_searcher(cfg.searcher, cfg.hyperparameters,
+                                         cfg.experiment_seed).initial()
+                if isinstance(a, Create))
+
+
+def _run_local(cfg: ExperimentConfig, context: Path, *, test: bool) -> int:
+    """``--local [--test]``: the first trial's entrypoint in this shell, no daemon."""
+    from dethpc.pytorch import run_test_mode
+
+    first = _first_trial(cfg)
+    if test:
+        code = run_test_mode(cfg.entrypoint, context, first.hparams, experiment_config=cfg.raw)
+        console.print(f"test mode {'passed' if code == 0 else f'failed (exit code {code})'}")
+        return code
+    import tempfile
+
+    workdir = Path(tempfile.mkdtemp(prefix="dethpc-local-"))
+    length = cfg.searcher.max_length
+    target = None if length is None else {
+        "unit": length.unit.value, "length": first.length,
+        "validate_at": sorted(set(first.validate_at) | {first.length})}
+    code = run_test_mode(cfg.entrypoint, context, first.hparams, experiment_config=cfg.raw,
+                         workdir=workdir, test_mode=False, target=target)
+    console.print(f"local run {'completed' if code == 0 else f'failed (exit code {code})'}; "
+                  f"trial directory {workdir / 'trials' / '0'}", highlight=False)
+    return code
+
+
+def _test_config(cfg: ExperimentConfig, source: Path) -> ExperimentConfig:
+    """The one-batch test experiment of ``cfg`` (dethpc.config.testrun)."""
+    from dethpc.config import parse_experiment_config
+    from dethpc.config.testrun import make_test_config
+
+    return parse_experiment_config(make_test_config(cfg.raw, _first_trial(cfg).hparams),
+                                   f"{source} (test mode)")
+
+
+def _follow(exp_id: int) -> str:
+    """Stream the first trial's log until the experiment ends; its final state."""
+    offset, current, done_reading = 0, None, False
     while True:
         exp = experiments.get_experiment(ENV.store, exp_id)
         trials = experiments.trials_of(ENV.store, exp_id)
@@ -84,10 +136,12 @@ def _follow(exp_id: int) -> None:
                 offset += len(data)
                 if data:
                     typer.echo(data.decode(errors="replace"), nl=False)
-        if ExperimentState(exp.state).is_terminal:
+        if ExperimentState(exp.state).is_terminal and done_reading:
             console.print(f"experiment {exp_id} {exp.state}")
-            return
-        time.sleep(0.5)
+            return str(exp.state)
+        done_reading = ExperimentState(exp.state).is_terminal  # one more read, then stop
+        if not done_reading:
+            time.sleep(0.5)
 
 
 def _wait(exp_id: int, timeout: float | None) -> str:
@@ -106,9 +160,13 @@ experiment_app.command("create")(create)
 
 @experiment_app.command("list")
 def list_(json_out: bool = typer.Option(False, "--json"),
-          all_: bool = typer.Option(True, "--all/--active")) -> None:
-    """List experiments."""
-    rows = views.list_experiments(ENV.store, include_ended=all_)
+          all_: bool = typer.Option(False, "--all", "-a",
+                                    help="every user's experiments (default: only yours)"),
+          active: bool = typer.Option(False, "--active", help="only those still running")
+          ) -> None:
+    """List your experiments (``--all``: everyone's, as Determined's ``det e list -a``)."""
+    rows = views.list_experiments(ENV.store, include_ended=not active,
+                                  owner=None if all_ else experiments.current_user())
     if json_out:
         return print_json(rows)
     table("Experiments", ["id", "name", "state", "progress", "labels", "owner"],
@@ -170,7 +228,26 @@ def list_checkpoints(exp_id: int, json_out: bool = typer.Option(False, "--json")
 
 
 @experiment_app.command("logs")
-def logs(exp_id: int, json_out: bool = typer.Option(False, "--json")) -> None:
+def logs(exp_id: int, follow: bool = typer.Option(False, "--follow", "-f"),
+         tail: int = typer.Option(0, help="only the last N lines")) -> None:
+    """The first trial's log, as Determined's ``det e logs`` (events: ``experiment events``)."""
+    from dethpc.cli.trial_cmd import stream_trial_log
+
+    experiments.get_experiment(ENV.store, exp_id)  # a clear error for an unknown experiment
+    while True:
+        trials = experiments.trials_of(ENV.store, exp_id)
+        if trials and trials[0].id is not None:
+            return stream_trial_log(trials[0].id, follow=follow, tail=tail)
+        state = ExperimentState(experiments.get_experiment(ENV.store, exp_id).state)
+        if not follow or state.is_terminal:
+            err_console.print(f"experiment {exp_id} has no trial yet ({state.value})",
+                              highlight=False)
+            return None
+        time.sleep(0.5)
+
+
+@experiment_app.command("events")
+def events(exp_id: int, json_out: bool = typer.Option(False, "--json")) -> None:
     """The experiment's event log (submissions, preemptions, restarts, stops)."""
     rows = views.events_of(ENV.store, exp_id)
     if json_out:
@@ -231,3 +308,9 @@ def label_add(exp_id: int, label: str) -> None:
 @label_app.command("remove")
 def label_remove(exp_id: int, label: str) -> None:
     console.print(experiments.set_labels(ENV.store, exp_id, [], [label]))
+
+
+# Determined's short spellings: det e ls / lt / lc
+experiment_app.command("ls", hidden=True, help="Alias of `list`.")(list_)
+experiment_app.command("lt", hidden=True, help="Alias of `list-trials`.")(list_trials)
+experiment_app.command("lc", hidden=True, help="Alias of `list-checkpoints`.")(list_checkpoints)

@@ -24,6 +24,7 @@ app = typer.Typer(name="dethpc", no_args_is_help=True, pretty_exceptions_enable=
 app.add_typer(experiment_app, name="experiment")
 app.add_typer(experiment_app, name="e", hidden=True)
 app.add_typer(trial_app, name="trial")
+app.add_typer(trial_app, name="t", hidden=True)
 app.add_typer(checkpoint_app, name="checkpoint")
 app.add_typer(daemon_app, name="daemon")
 app.add_typer(admin_app, name="admin")

@@ -12,6 +12,7 @@ from dethpc import experiments
 from dethpc.cli import views
 from dethpc.cli.common import ENV, console, fmt_metric, print_json, table
 from dethpc.config import load_experiment_config
+from dethpc.errors import DethpcError
 from dethpc.paths import ExperimentPaths
 from dethpc.store.models import TrialState
 
@@ -44,6 +45,12 @@ def describe(trial_id: int, json_out: bool = typer.Option(False, "--json")) -> N
 def logs(trial_id: int, follow: bool = typer.Option(False, "--follow", "-f"),
          tail: int = typer.Option(0, help="only the last N lines")) -> None:
     """The trial's job output (all runs, requeues appended)."""
+    views.trial_detail(ENV.store, trial_id)  # a clear error for an unknown trial
+    stream_trial_log(trial_id, follow=follow, tail=tail)
+
+
+def stream_trial_log(trial_id: int, *, follow: bool, tail: int) -> None:
+    """Print a trial's job output; with ``follow``, keep printing until the trial ends."""
     d = views.trial_detail(ENV.store, trial_id)
     exp = experiments.get_experiment(ENV.store, d["experiment_id"])
     tp = ExperimentPaths(Path(exp.run_dir)).trial(trial_id)
@@ -51,10 +58,13 @@ def logs(trial_id: int, follow: bool = typer.Option(False, "--follow", "-f"),
     if tail:
         text = "\n".join(text.splitlines()[-tail:]) + "\n"
     sys.stdout.write(text)
+    sys.stdout.flush()
     if not follow:
         return
     sizes = {p: p.stat().st_size for p in tp.logs()}
     while True:
+        # one last read after the trial ended: its final lines may land just before
+        done = TrialState(views.trial_detail(ENV.store, trial_id)["state"]).is_terminal
         for p in tp.logs():
             size = p.stat().st_size
             if size > sizes.get(p, 0):
@@ -63,7 +73,7 @@ def logs(trial_id: int, follow: bool = typer.Option(False, "--follow", "-f"),
                     sys.stdout.write(f.read().decode(errors="replace"))
                     sys.stdout.flush()
                 sizes[p] = size
-        if TrialState(views.trial_detail(ENV.store, trial_id)["state"]).is_terminal:
+        if done:
             return
         time.sleep(0.5)
 
@@ -104,3 +114,30 @@ def render(config_file: Path = typer.Argument(..., help="experiment config (YAML
     typer.echo("# ---- arrays/batch-1.sbatch (what sbatch --array receives) ----")
     typer.echo(array_script(cfg, cluster, run_dir=run_dir, exp_id=0, batch_id=1,
                             tasks=[(0, ExperimentPaths(run_dir).trial(1).job_script)]), nl=False)
+
+
+@checkpoint_app.command("list")
+def checkpoint_list(exp_id: int, json_out: bool = typer.Option(False, "--json")) -> None:
+    """Checkpoints of an experiment (Determined's ``det checkpoint list EXPERIMENT_ID``)."""
+    from dethpc.cli.experiment_cmd import list_checkpoints
+
+    list_checkpoints(exp_id, json_out)
+
+
+@checkpoint_app.command("download")
+def checkpoint_download(uuid: str, output_dir: Path = typer.Option(
+        None, "--output-dir", "-o", help="where to copy it (default: checkpoints/<uuid>)"),
+        ) -> None:
+    """Copy a checkpoint's files to a directory (``det checkpoint download``)."""
+    import shutil
+
+    d = views.checkpoint_detail(ENV.store, uuid)
+    src = Path(d["path"])
+    if not src.is_dir():
+        raise DethpcError(f"checkpoint {uuid} ({d['state']}) has no files at {src}; "
+                          "garbage collection may have deleted it")
+    dest = output_dir if output_dir is not None else Path("checkpoints") / uuid
+    if dest.exists() and any(dest.iterdir()):
+        raise DethpcError(f"{dest} exists and is not empty; pick another --output-dir")
+    shutil.copytree(src, dest, dirs_exist_ok=True)
+    console.print(f"checkpoint {uuid} copied to {dest}", highlight=False)

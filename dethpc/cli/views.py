@@ -48,11 +48,14 @@ def checkpoint_dict(c: Checkpoint) -> dict[str, Any]:
             "metadata": c.meta}
 
 
-def list_experiments(store: Store, include_ended: bool = True) -> list[dict[str, Any]]:
+def list_experiments(store: Store, include_ended: bool = True,
+                     owner: str | None = None) -> list[dict[str, Any]]:
+    """Experiments by id; only ``owner``'s when given (None: everyone's)."""
     with store.session() as s:
         rows = s.exec(select(Experiment).order_by(Experiment.id))  # type: ignore[arg-type]
         return [experiment_dict(e) for e in rows
-                if include_ended or e.ended_at is None]
+                if (include_ended or e.ended_at is None)
+                and (owner is None or e.owner == owner)]
 
 
 def describe_experiment(store: Store, exp_id: int) -> dict[str, Any]:

@@ -33,6 +33,8 @@ from dethpc.paths import TrialPaths
 log = logging.getLogger(__name__)
 
 _TRIAL_CLASS = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+#: what test mode trains to: one batch, validated
+TEST_TARGET: Mapping[str, Any] = {"unit": "batches", "length": 1, "validate_at": [1]}
 
 
 def entrypoint_argv(entrypoint: str | Sequence[str], python: str | None = None) -> list[str]:
@@ -58,8 +60,13 @@ def run_test_mode(entrypoint: str | Sequence[str], context_dir: Path,
                   experiment_config: Mapping[str, Any] | None = None,
                   env: Mapping[str, str] | None = None, python: str | None = None,
                   timeout: float | None = None, keep: bool = False,
-                  workdir: Path | None = None) -> int:
+                  workdir: Path | None = None, test_mode: bool = True,
+                  target: Mapping[str, Any] | None = TEST_TARGET) -> int:
     """Run ``entrypoint`` in test mode from ``context_dir``; return its exit code.
+
+    ``test_mode=False`` runs it for real instead (``dethpc experiment create --local``):
+    no ``DETHPC_TEST_MODE``, to the searcher's ``target`` (none: the training code's
+    own length).
 
     The experiment directory is ``workdir`` (kept) or a temporary one, removed
     afterwards unless ``keep`` is set or the run failed (its path is then logged).
@@ -72,7 +79,8 @@ def run_test_mode(entrypoint: str | Sequence[str], context_dir: Path,
     root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="dethpc-test-"))
     paths = TrialPaths(root / "trials" / "0").ensure()
     paths.hparams.write_text(json.dumps(dict(hparams), indent=1))
-    paths.target.write_text(json.dumps({"unit": "batches", "length": 1, "validate_at": [1]}))
+    if target is not None:
+        paths.target.write_text(json.dumps(dict(target)))
     child_env = dict(os.environ if env is None else env)
     if experiment_config is not None:
         import yaml
@@ -83,8 +91,11 @@ def run_test_mode(entrypoint: str | Sequence[str], context_dir: Path,
     package_root = str(Path(__file__).resolve().parents[2])
     child_env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(context_dir), package_root, child_env.get("PYTHONPATH", "")) if p)
-    child_env.update({ENV_TRIAL_DIR: str(paths.root), ENV_TEST_MODE: "1",
-                      ENV_CONTEXT_DIR: str(context_dir)})
+    child_env.update({ENV_TRIAL_DIR: str(paths.root), ENV_CONTEXT_DIR: str(context_dir)})
+    if test_mode:
+        child_env[ENV_TEST_MODE] = "1"
+    else:
+        child_env.pop(ENV_TEST_MODE, None)
     argv = entrypoint_argv(entrypoint, python)
     log.info("test mode: %s (trial dir %s)", shlex.join(argv), paths.root)
     try:

@@ -94,7 +94,7 @@ def test_fault_between_sbatch_and_commit_adopts_instead_of_resubmitting(home, tm
     cli("experiment", "wait", exp, "--timeout", "180", timeout=200)
     d = describe(exp)
     assert d["state"] == "COMPLETED"
-    events = json.loads(cli("experiment", "logs", exp, "--json").stdout)
+    events = json.loads(cli("experiment", "events", exp, "--json").stdout)
     assert any(e["kind"] == "adopted" for e in events)
     # 4 trials, 4 array tasks in all: nothing was submitted twice
     assert len(list(spool.rglob("request.json"))) == 4

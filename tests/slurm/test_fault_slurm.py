@@ -49,7 +49,7 @@ def test_sigkill_between_sbatch_and_commit_submits_nothing_twice(tmp_path, slurm
         cli(env, "experiment", "wait", exp, "--timeout", "240", timeout=300)
     finally:
         cli(env, "daemon", "stop", check=False)
-    events = json.loads(cli(env, "experiment", "logs", exp, "--json").stdout)
+    events = json.loads(cli(env, "experiment", "events", exp, "--json").stdout)
     adopted = [e for e in events if e["kind"] == "adopted"]
     submitted = [e for e in events if e["kind"] == "submitted"]
     assert len(adopted) == 1 and submitted == [], events
