@@ -66,6 +66,8 @@ class Checker:
     def __init__(self) -> None:
         self.errors: list[FieldError] = []
         self.warnings: list[str] = []
+        #: valid values dethpc cannot serve: a warning now, a refusal at submit
+        self.unsupported: list[FieldError] = []
 
     # ----------------------------------------------------------------- recording
     def error(self, path: str, message: str) -> None:
@@ -73,6 +75,12 @@ class Checker:
 
     def warn(self, path: str, message: str) -> None:
         self.warnings.append(f"{path}: {message}")
+
+    def unsupported_here(self, path: str, message: str) -> None:
+        """A value Determined accepts that dethpc cannot honour on Slurm: validation
+        passes with a warning; ``submit`` refuses it (``ExperimentConfig.unsupported``)."""
+        self.unsupported.append(FieldError(path, message))
+        self.warn(path, f"{message}; `submit` refuses it")
 
     def raise_if_errors(self, source: str) -> None:
         if self.errors:

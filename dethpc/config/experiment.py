@@ -15,14 +15,17 @@ and lengths in ``searcher``, generic checks in ``_check``.
 from __future__ import annotations
 
 import copy
+import posixpath
 import re
 import shlex
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from dethpc.config._check import Checker, join, sbatch_args, sbatch_time, show
 from dethpc.config._yaml import dump_yaml, load_yaml_text
+from dethpc.config.expconf import Verdict, verdict
 from dethpc.config.hparams import parse_hparams
 from dethpc.config.model import (
     BindMount,
@@ -30,6 +33,7 @@ from dethpc.config.model import (
     EnvironmentConfig,
     ExperimentConfig,
     HetComponent,
+    Length,
     ResourcesConfig,
     SlurmSection,
 )
@@ -54,8 +58,14 @@ _IGNORED_TOP = {
 }
 _K8S = "ignored: Kubernetes-only"
 _RESOURCES = ("slots_per_trial", "resource_pool", "max_slots", "priority")
-_RESOURCES_IGNORED = {key: _K8S for key in (
-    "shm_size", "devices", "weight", "native_parallel", "is_single_node", "agent_label")}
+_RESOURCES_IGNORED = {
+    **{key: _K8S for key in ("shm_size", "devices", "weight", "native_parallel",
+                             "agent_label")},
+    "is_single_node": "ignored: Slurm places the trial's tasks (slurm.slots_per_node and "
+                      "the pool decide how many nodes)",
+    "slots": "ignored: Determined reads resources.slots only for commands and generic tasks; "
+             "an experiment's trials use resources.slots_per_trial",
+}
 _ENVIRONMENT = ("image", "environment_variables")
 _ENVIRONMENT_IGNORED = {key: _K8S for key in (
     "pod_spec", "registry_auth", "force_pull_image", "add_capabilities",
@@ -68,6 +78,12 @@ _CKPT_FIELDS = {
 }
 _CKPT_SAVE = ("save_experiment_best", "save_trial_best", "save_trial_latest")
 _CKPT_REMOTE = ("s3", "gcs", "azure")
+_SHARED_FS_IGNORED = {
+    "propagation": "ignored: bind propagation is a Docker setting",
+    **{key: "ignored: dethpc's jobs read and write checkpoints at host_path "
+            "(+ storage_path) directly" for key in (
+        "container_path", "checkpoint_path", "tensorboard_path")},
+}
 _MAX_SEED = 2**31 - 1
 _COMPONENT_KEYS = ("name", "entrypoint", "nodes", "tasks_per_node", "cpus_per_task",
                    "resource_pool", "ready", "ready_timeout")
@@ -79,12 +95,18 @@ _PROPAGATION = "ignored: bind propagation is a Docker setting"
 # ------------------------------------------------------------------------ public
 def parse_experiment_config(raw: dict[str, Any],
                             source: str = "experiment config") -> ExperimentConfig:
-    """Validate a raw experiment config; raise ``ConfigError`` listing every problem."""
+    """Validate a raw experiment config; raise ``ConfigError`` listing every problem.
+
+    Determined 0.38.1's verdict (``dethpc.config.expconf``) decides what is valid;
+    dethpc's own parsing below builds the model. Where dethpc's parser cannot take
+    a value that Determined accepts, the config stays valid: a warning names the
+    field and ``submit`` refuses it (``cfg.unsupported``, ``check_supported``)."""
     ck = Checker()
     if not isinstance(raw, dict):
         what = "the file is empty" if raw is None else f"got {show(raw)}"
         ck.error("", f"expected a mapping with at least entrypoint and searcher; {what}")
         ck.raise_if_errors(source)
+    det = verdict(raw)
     ck.keys(raw, "", _TOP_LEVEL, _IGNORED_TOP)
     hparams = parse_hparams(ck, raw.get("hyperparameters"))
     cfg = ExperimentConfig(
@@ -99,20 +121,61 @@ def parse_experiment_config(raw: dict[str, Any],
         environment=_environment(ck, raw.get("environment")),
         bind_mounts=_bind_mounts(ck, raw.get("bind_mounts")),
         max_restarts=int(ck.integer(raw.get("max_restarts"), "max_restarts", 5, minimum=0)),
-        min_validation_period=parse_length(ck, raw.get("min_validation_period"),
-                                           "min_validation_period"),
-        min_checkpoint_period=parse_length(ck, raw.get("min_checkpoint_period"),
-                                           "min_checkpoint_period"),
-        records_per_epoch=ck.integer(raw.get("records_per_epoch"), "records_per_epoch", None,
-                                     minimum=1),
+        min_validation_period=_period(ck, raw.get("min_validation_period"),
+                                      "min_validation_period"),
+        min_checkpoint_period=_period(ck, raw.get("min_checkpoint_period"),
+                                      "min_checkpoint_period"),
+        records_per_epoch=ck.integer(raw.get("records_per_epoch") or None, "records_per_epoch",
+                                     None, minimum=1),
         experiment_seed=_seed(ck, raw.get("reproducibility")),
         slurm=_slurm(ck, raw.get("slurm")),
         data=ck.mapping(raw.get("data"), "data"),
         raw=copy.deepcopy(raw),
-        warnings=tuple(ck.warnings),
     )
-    ck.raise_if_errors(source)
-    return cfg
+    errors, unsupported = _judge(det, ck)
+    if errors:
+        raise ConfigError(errors, source)
+    notes = [f"{e.path}: dethpc cannot serve this value ({e.message}); `submit` refuses it"
+             for e in unsupported]
+    return replace(cfg, warnings=tuple(dict.fromkeys((*det.warnings, *ck.warnings, *notes))),
+                   unsupported=tuple(ck.unsupported) + tuple(unsupported))
+
+
+def check_supported(cfg: ExperimentConfig) -> None:
+    """Refuse (at submit) what validation only warned about: valid Determined values
+    dethpc cannot honour on Slurm, each with its field path and the reason."""
+    if cfg.unsupported:
+        raise ConfigError([FieldError(e.path, f"not supported on dethpc: {e.message}")
+                           for e in cfg.unsupported], "experiment config (submit)")
+
+
+def _judge(det: Verdict, ck: Checker) -> tuple[list[FieldError], list[FieldError]]:
+    """Merge Determined's verdict with dethpc's parser: (errors, unsupported).
+
+    - dethpc and Determined both object at a path (or one inside the other):
+      dethpc's message stays (it names dethpc's allowed forms), Determined's goes;
+    - only dethpc objects, at a Determined field: Determined accepts the value,
+      so it is valid but unsupported here (refused at submit);
+    - only dethpc objects, at a dethpc-only field (``slurm.time``, ...): an error;
+    - only Determined objects: an error."""
+    def near(a: str, b: str) -> bool:
+        return a == b or _under(a, b) or _under(b, a)
+
+    errors: list[FieldError] = []
+    unsupported: list[FieldError] = []
+    for mine in ck.errors:
+        if any(near(mine.path, d.path) for d in det.errors) or not det.is_determined(mine.path):
+            errors.append(mine)
+        else:
+            unsupported.append(mine)
+    kept = [d for d in det.errors if not any(near(m.path, d.path) for m in errors)]
+    return kept + errors, unsupported
+
+
+def _under(path: str, parent: str) -> bool:
+    if not parent:
+        return bool(path)
+    return path.startswith(parent + ".") or path.startswith(parent + "[")
 
 
 def load_experiment_config(path: str | Path,
@@ -162,6 +225,13 @@ def _command(ck: Checker, value: Any, path: str) -> str | tuple[str, ...]:
     return text
 
 
+def _period(ck: Checker, value: Any, path: str) -> Length | None:
+    """A min_*_period; Determined's default ``{batches: 0}`` (any unit, 0) means none."""
+    if isinstance(value, dict) and len(value) == 1 and next(iter(value.values())) == 0:
+        return None
+    return parse_length(ck, value, path)
+
+
 def _resources(ck: Checker, value: Any) -> ResourcesConfig:
     data = ck.mapping(value, "resources")
     ck.keys(data, "resources", _RESOURCES, _RESOURCES_IGNORED)
@@ -179,21 +249,23 @@ def _checkpoint_storage(ck: Checker, value: Any) -> CheckpointStorage:
     data = ck.mapping(value, path)
     if not data:
         return CheckpointStorage()
-    kind = data.get("type")
-    if kind in _CKPT_REMOTE:
-        ck.error(join(path, "type"), f"storage type {kind!r} is not supported on dethpc; "
-                                     "use shared_fs or directory")
-        return CheckpointStorage()
     saves = {key: int(ck.integer(data.get(key), join(path, key), default, minimum=0))
              for key, default in zip(_CKPT_SAVE, (0, 1, 1), strict=True)}
-    if "type" not in data:
+    kind = data.get("type")
+    if kind is None:
         # only the GC counts: checkpoints stay in the trial's run directory
         ck.keys(data, path, _CKPT_SAVE, None)
         return CheckpointStorage(**saves)  # type: ignore[arg-type]
-    kind = ck.choice(data["type"], join(path, "type"), tuple(_CKPT_FIELDS), None)
+    if kind in _CKPT_REMOTE:
+        ck.unsupported_here(join(path, "type"),
+                            f"checkpoint storage type {kind!r} is valid in Determined but "
+                            "dethpc writes checkpoints as files on the cluster's filesystem; "
+                            "use type shared_fs (host_path) or directory (container_path)")
+        return CheckpointStorage(**saves)  # type: ignore[arg-type]
+    kind = ck.choice(kind, join(path, "type"), tuple(_CKPT_FIELDS), None)
     if kind is None:
         return CheckpointStorage()
-    ignored = {"propagation": _PROPAGATION} if kind == "shared_fs" else None
+    ignored = _SHARED_FS_IGNORED if kind == "shared_fs" else None
     ck.keys(data, path, _CKPT_FIELDS[kind] + _CKPT_SAVE, ignored)
     location = (_shared_fs_path(ck, data, path) if kind == "shared_fs"
                 else _absolute(ck, data, "container_path", path))
@@ -201,11 +273,13 @@ def _checkpoint_storage(ck: Checker, value: Any) -> CheckpointStorage:
 
 
 def _shared_fs_path(ck: Checker, data: dict[str, Any], path: str) -> Path | None:
+    """host_path, or host_path/storage_path (normalized; Determined's expconf has
+    already refused a storage_path that leaves host_path)."""
     host = _absolute(ck, data, "host_path", path)
     storage = ck.string(data.get("storage_path"), join(path, "storage_path"), None)
     if host is None or storage is None:
         return host
-    sub = Path(storage)
+    sub = Path(posixpath.normpath(storage))
     if not sub.is_absolute():
         return host / sub
     if sub != host and host not in sub.parents:

@@ -13,6 +13,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
+from dethpc.errors import FieldError
+
 
 class Unit(StrEnum):
     RECORDS = "records"
@@ -206,6 +208,8 @@ class ExperimentConfig:
     raw: dict[str, Any] = field(default_factory=dict)
     #: one line per accepted-but-ignored field (Kubernetes-only fields, ...)
     warnings: tuple[str, ...] = ()
+    #: valid (Determined accepts them) but not servable here: ``submit`` refuses these
+    unsupported: tuple[FieldError, ...] = ()
 
 
 # ------------------------------------------------------------------ cluster config

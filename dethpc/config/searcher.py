@@ -43,7 +43,8 @@ _IGNORED_DETERMINED = {
         "step_budget", "unit", "population_size", "num_rounds", "length_per_round",
         "replace_function", "explore_function")},
 }
-#: Determined searchers dethpc does not run (unless one is registered under that name)
+#: Determined searchers dethpc does not run (unless one is registered under that name);
+#: Determined 0.38 itself refuses all but pbt for new experiments (EOL)
 _UNSUPPORTED = ("pbt", "custom", "adaptive", "adaptive_simple", "sync_halving")
 #: SearcherConfig fields a searcher's values may fill; other owned keys go to ``options``
 _FIELDS = frozenset(f.name for f in fields(SearcherConfig)) - {"options"}
@@ -72,13 +73,13 @@ def parse_searcher(ck: Checker, value: Any, hparams: HParamTree,
                    path: str = "searcher") -> SearcherConfig:
     """Validate the searcher section; problems are recorded in ``ck``."""
     if value is None:
-        ck.error(path, "required; e.g. {name: single, metric: validation_loss, "
-                       "max_length: {batches: 1000}}")
+        ck.error(path, "required; e.g. {name: single, metric: validation_loss}")
         return _MISSING
     data = ck.mapping(value, path)
     if not data:
-        ck.error(path, f"expected a mapping with name, metric and max_length, got {show(value)}")
+        ck.error(path, f"expected a mapping with name and metric, got {show(value)}")
         return _MISSING
+    data = _as_registered(ck, data, path)
     owned = registry.option_keys()
     ignored = {k: why for k, why in _IGNORED_DETERMINED.items() if k not in owned}
     ck.keys(data, path, registry.COMMON_KEYS + owned, ignored)
@@ -105,6 +106,24 @@ def parse_searcher(ck: Checker, value: Any, hparams: HParamTree,
     )
 
 
+def _as_registered(ck: Checker, data: dict[str, Any], path: str) -> dict[str, Any]:
+    """``async_halving`` (Determined 0.38 accepts it) is one bracket of ASHA: it runs
+    as ``adaptive_asha`` with ``bracket_rungs: [num_rungs]`` unless a searcher of
+    that name is registered."""
+    if data.get("name") != "async_halving" or registry.find("async_halving") is not None:
+        return data
+    out = {k: v for k, v in data.items() if k != "num_rungs"}
+    out["name"] = "adaptive_asha"
+    rungs = data.get("num_rungs")
+    if isinstance(rungs, int) and is_int(rungs) and rungs >= 1:
+        out["bracket_rungs"] = [rungs]
+        out["max_rungs"] = rungs
+    ck.warn(join(path, "name"), "'async_halving' runs as dethpc's adaptive_asha with one "
+                                f"bracket of num_rungs ({show(rungs)}) rungs "
+                                "(bracket_rungs: [num_rungs]): Determined's async_halving")
+    return out
+
+
 def _spec(ck: Checker, value: Any, path: str) -> registry.SearcherSpec | None:
     """The registered searcher ``value`` names; None (and an error) otherwise."""
     names = registry.names()
@@ -112,8 +131,9 @@ def _spec(ck: Checker, value: Any, path: str) -> registry.SearcherSpec | None:
         ck.error(path, f"required; allowed: {allowed_list(names)}")
         return None
     if isinstance(value, str) and value in _UNSUPPORTED and value not in names:
-        ck.error(path, f"searcher {value!r} is not supported on dethpc; "
-                       f"allowed: {allowed_list(names)}")
+        why = ("has been removed and is not valid for new experiments (Determined 0.38 "
+               "refuses it too)" if value != "pbt" else "is not supported on dethpc")
+        ck.error(path, f"the {value!r} searcher {why}; allowed: {allowed_list(names)}")
         return None
     name = ck.choice(value, path, names, None)
     return None if name is None else registry.get(name)
@@ -139,22 +159,24 @@ def _check_foreign(ck: Checker, data: dict[str, Any], path: str,
 
 def _target(ck: Checker, data: dict[str, Any],
             path: str) -> tuple[Length | None, str | None, int | None]:
-    """Exactly one of ``max_length`` or ``time_metric`` + ``max_time``."""
-    has_length = data.get("max_length") is not None
-    has_time = data.get("time_metric") is not None or data.get("max_time") is not None
-    if has_length and has_time:
-        ck.error(path, "give either max_length or time_metric + max_time, not both")
-        return None, None, None
-    if has_length:
-        return parse_length(ck, data["max_length"], join(path, "max_length")), None, None
+    """The trial length (Determined 0.38): ``time_metric`` + ``max_time`` (ASHA), the
+    legacy ``max_length``, or neither -- then a trial runs until its training code
+    ends. Which searcher needs what is Determined's rule (``dethpc.config.expconf``)."""
+    has_time = data.get("time_metric") is not None and data.get("max_time") is not None
     if not has_time:
-        ck.error(join(path, "max_length"), "required: max_length (e.g. {batches: 1000}) "
-                 "or time_metric + max_time (e.g. time_metric: batches, max_time: 1000)")
-        return None, None, None
-    unit = ck.required(data, "time_metric", path, f"one of {allowed_list(UNITS)}")
-    unit = ck.choice(unit, join(path, "time_metric"), UNITS, None)
-    max_time = ck.required(data, "max_time", path, "the target length in time_metric units")
-    max_time = ck.integer(max_time, join(path, "max_time"), None, minimum=1)
+        if data.get("max_length") is None:
+            return None, None, None
+        return parse_length(ck, data["max_length"], join(path, "max_length")), None, None
+    if data.get("max_length") is not None:
+        ck.warn(join(path, "max_length"), "ignored: time_metric + max_time set the length")
+    unit = ck.string(data.get("time_metric"), join(path, "time_metric"), None)
+    max_time = ck.integer(data.get("max_time"), join(path, "max_time"), None, minimum=1)
     if unit is None or max_time is None:
+        return None, None, None
+    if unit not in UNITS:
+        ck.unsupported_here(join(path, "time_metric"),
+                            f"time_metric {unit!r}: dethpc measures a trial's progress in "
+                            f"{allowed_list(UNITS)} (the steps your code reports), not by "
+                            "another metric")
         return None, None, None
     return Length(Unit(unit), max_time), unit, max_time

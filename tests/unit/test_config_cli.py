@@ -13,7 +13,7 @@ GOOD = """\
 name: digits
 entrypoint: python3 train.py
 hyperparameters:
-  lr: {type: log, minval: -4, maxval: -1}
+  lr: {type: log, minval: -4, maxval: -1, base: 10}
   model: {width: 64}
 searcher: {name: random, metric: validation_loss, max_length: 100, max_trials: 4}
 resources: {shm_size: 1}

@@ -32,7 +32,7 @@ from dethpc.searchers.factory import make_searcher
 from dethpc.searchers.pool import PoolSearcher
 from dethpc.searchers.registry import SearcherSpec, enum_option, int_option
 
-LR = {"type": "log", "minval": -4, "maxval": -1}
+LR = {"type": "log", "minval": -4, "maxval": -1, "base": 10}
 LR_GRID = {**LR, "count": 3}
 
 
@@ -135,14 +135,19 @@ def test_unknown_name_lists_the_registry() -> None:
 
 
 def test_another_searchers_key_is_checked_and_ignored() -> None:
+    """dethpc's own options (``variant``) warn under another searcher; a Determined key
+    of another searcher (``divisor`` under random) is refused, as Determined does."""
     cfg = parse_experiment_config(experiment({"name": "random", "metric": "m", "max_length": 5,
-                                              "max_trials": 2, "divisor": 3}))
-    assert cfg.searcher.divisor == 4                  # ignored: the default stays
-    assert cfg.warnings == ("searcher.divisor: ignored: only used by the adaptive_asha "
+                                              "max_trials": 2, "variant": "promotion"}))
+    assert cfg.searcher.variant == "stopping"         # ignored: the default stays
+    assert cfg.warnings == ("searcher.variant: ignored: only used by the adaptive_asha "
                             "searcher, not by 'random'",)
     assert errors(experiment({"name": "random", "metric": "m", "max_length": 5,
-                              "max_trials": 2, "divisor": 1})) == [
-        "searcher.divisor: expected an integer >= 2, got 1"]
+                              "max_trials": 2, "variant": "x"}))[0].startswith(
+        "searcher.variant: invalid value 'x'")
+    assert errors(experiment({"name": "random", "metric": "m", "max_length": 5,
+                              "max_trials": 2, "divisor": 3}))[0].startswith(
+        "searcher.divisor: unknown field 'divisor'")
 
 
 def test_spec_refuses_reserved_and_repeated_keys() -> None:
@@ -249,11 +254,10 @@ def test_a_registered_searchers_keys_elsewhere(repeat: SearcherSpec) -> None:
     """Under another searcher its keys warn; a Determined key it owns is no longer ignored."""
     cfg = parse_experiment_config(experiment({"name": "random", "metric": "m",
                                               "max_length": 5, "max_trials": 2,
-                                              "repeats": 4, "num_rungs": 2}))
+                                              "repeats": 4}))
     assert cfg.searcher.options == {}
     assert cfg.warnings == (
-        "searcher.repeats: ignored: only used by the repeat searcher, not by 'random'",
-        "searcher.num_rungs: ignored: only used by the repeat searcher, not by 'random'")
+        "searcher.repeats: ignored: only used by the repeat searcher, not by 'random'",)
 
 
 def test_unregistered_again_it_is_unknown() -> None:
@@ -268,9 +272,7 @@ def test_unregistered_again_it_is_unknown() -> None:
         make_searcher(cfg, {}, 0)
 
 
-def test_without_the_registration_num_rungs_is_an_ignored_determined_field() -> None:
-    cfg = parse_experiment_config(experiment({"name": "random", "metric": "m",
-                                              "max_length": 5, "max_trials": 2,
-                                              "num_rungs": 2}))
-    assert cfg.warnings == ("searcher.num_rungs: ignored: Determined field with no meaning "
-                            "on dethpc",)
+def test_num_rungs_under_random_is_refused_as_determined_does() -> None:
+    assert errors(experiment({"name": "random", "metric": "m", "max_length": 5,
+                              "max_trials": 2, "num_rungs": 2}))[0].startswith(
+        "searcher.num_rungs: unknown field 'num_rungs'")
