@@ -413,8 +413,11 @@ class Daemon:
         checkpoint_dir(cfg, run_dir, exp.id, trial.id).mkdir(parents=True, exist_ok=True)
         tp.hparams.write_text(json.dumps(trial.hparams, indent=2))
         unit = cfg.searcher.max_length.unit.value if cfg.searcher.max_length else "batches"
-        tp.target.write_text(json.dumps({"unit": unit, "length": trial.target_length,
-                                         "validate_at": list(trial.validate_at)}))
+        if trial.target_length > 0:
+            tp.target.write_text(json.dumps({"unit": unit, "length": trial.target_length,
+                                             "validate_at": list(trial.validate_at)}))
+        else:   # no searcher length (Determined 0.38): the training code decides
+            tp.target.unlink(missing_ok=True)
         tp.stop.unlink(missing_ok=True)
         tp.job_script.write_text(trial_script(
             cfg, self.cluster, backend=self.backend.traits.kind, python=self.python,

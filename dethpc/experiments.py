@@ -3,8 +3,9 @@
 Owns: creating an experiment (config validated by the caller, context
 snapshotted, config.yaml written, rows inserted) and the state requests
 pause / activate / cancel / kill / labels. The daemon carries requests out.
-Must not: talk to a backend (except the submit-time checks: the pool check and the
-scheduler's verdict on the first trial's job) or loop.
+Must not: talk to a backend (except the submit-time checks: config values dethpc
+cannot honour, the pool check and the scheduler's verdict on the first trial's job)
+or loop.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from sqlmodel import select
 
 from dethpc.backends.base import Backend, JobRequest
 from dethpc.config import dump_config
+from dethpc.config.experiment import check_supported
 from dethpc.config.model import ClusterConfig, ExperimentConfig
 from dethpc.context import snapshot_context
 from dethpc.errors import DethpcError, NotFoundError, SubmitError
@@ -85,6 +87,7 @@ def create_experiment(store: Store, cluster: ClusterConfig, cfg: ExperimentConfi
     """Validate resources, ask the scheduler about the first trial's job, snapshot the
     context and record the experiment; returns its id. Nothing is left behind when any
     step fails."""
+    check_supported(cfg)  # valid Determined values dethpc cannot honour (field paths)
     try:
         check_resources(cfg, cluster, backend)
     except SubmitError as exc:

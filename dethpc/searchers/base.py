@@ -10,7 +10,7 @@ its state), so a daemon restarted mid-search makes identical decisions.
 
 Identity: a searcher names trials by ``request_id`` (ints it hands out, from 1).
 The daemon maps request ids to trial rows. Lengths are in the unit of
-``searcher.max_length`` (e.g. batches).
+``searcher.max_length`` (e.g. batches); 0 = no length, the training code decides.
 """
 
 from __future__ import annotations
@@ -71,6 +71,13 @@ class TrialRecord:
     rung: int = 0                # highest rung reached
     status: str = "active"       # active | stopped | promoted | completed | errored
     metrics: dict[int, float] = field(default_factory=dict)  # length -> metric
+
+
+def trial_length(config: SearcherConfig) -> int:
+    """A full trial's length in its unit, or 0: no ``max_length`` (Determined 0.38), the
+    trial runs until its training code ends (``Trainer.fit(max_length=...)`` or the
+    Core API loop returns) and gets no ``target.json``."""
+    return config.max_length.value if config.max_length is not None else 0
 
 
 def target_length(config: SearcherConfig) -> int:

@@ -1,7 +1,8 @@
 """The pool of independent full-length trials that single, random and grid share.
 
 Owns: ``PoolSearcher`` -- up to ``total`` trials, each trained to
-``max_length`` and validated there, at most ``concurrency`` alive at once
+``max_length`` and validated there (no ``max_length``: length 0, the trial runs
+until its training code ends), at most ``concurrency`` alive at once
 (0 = all); a new ``Create`` each time a trial exits (for any reason: Determined
 counts an errored trial as closed) until ``total`` were created; ``top_up``
 after ``max_concurrent_trials`` grew; ``Shutdown`` once every created trial
@@ -29,7 +30,7 @@ from dethpc.searchers.base import (
     exit_status,
     record_from_json,
     record_to_json,
-    target_length,
+    trial_length,
 )
 
 
@@ -42,7 +43,7 @@ class PoolSearcher(Searcher):
                  total: int, concurrency: int) -> None:
         self.config = config
         self.tree = hparams
-        self.length = target_length(config)
+        self.length = trial_length(config)  # 0: until the training code ends
         self.total = total
         self.concurrency = concurrency if concurrency > 0 else total
         self.rng = random.Random(seed)
@@ -103,7 +104,7 @@ class PoolSearcher(Searcher):
         self.records[rid] = TrialRecord(request_id=rid, hparams=hp)
         self.running.add(rid)
         return Create(request_id=rid, hparams=hp, length=self.length,
-                      validate_at=(self.length,))
+                      validate_at=(self.length,) if self.length else ())
 
     # ------------------------------------------------------------ snapshot
     def snapshot(self) -> dict[str, Any]:

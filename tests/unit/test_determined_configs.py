@@ -223,3 +223,20 @@ def test_pod_spec_may_not_configure_determineds_container(key: str, message: str
 def test_hyperparameters_determined_rejects(hp: dict[str, Any], path: str) -> None:
     found = refused(config(hyperparameters={"h": hp}))
     assert any(e.startswith(path + ":") for e in found), found
+
+
+# ------------------------------------------------------- runtime without a length
+def test_pool_searchers_without_max_length_create_trials_of_length_zero() -> None:
+    """Length 0 = no target.json: the trial runs until its training code ends."""
+    from dethpc.searchers.base import Create, Shutdown
+    from dethpc.searchers.factory import make_searcher
+
+    cfg = parse_experiment_config(config(searcher={"name": "random", "metric": "loss",
+                                                   "max_trials": 2}))
+    searcher = make_searcher(cfg.searcher, cfg.hyperparameters, 0)
+    creates = [a for a in searcher.initial() if isinstance(a, Create)]
+    assert [(c.length, c.validate_at) for c in creates] == [(0, ()), (0, ())]
+    searcher.on_validation(creates[0].request_id, 0.5, 10)
+    actions = [*searcher.on_exited(creates[0].request_id, "completed"),
+               *searcher.on_exited(creates[1].request_id, "completed")]
+    assert any(isinstance(a, Shutdown) for a in actions)

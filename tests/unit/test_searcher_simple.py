@@ -127,10 +127,15 @@ def test_exit_of_unknown_or_already_exited_trial_is_ignored() -> None:
     assert s.on_exited(99, "completed") == []
 
 
-def test_missing_max_length_is_a_config_error() -> None:
+def test_missing_max_length_runs_until_the_code_ends() -> None:
+    """Determined 0.38: no max_length is valid for single/grid/random; trials get length 0
+    (no target.json) and run until their training code ends. ASHA still needs a length."""
     config = SearcherConfig(name="random", metric="loss", max_trials=2)
+    creates = [a for a in make_searcher(config, TREE, 0).initial() if isinstance(a, Create)]
+    assert [(c.length, c.validate_at) for c in creates] == [(0, ()), (0, ())]
     with pytest.raises(ConfigError, match="searcher.max_length"):
-        make_searcher(config, TREE, 0)
+        make_searcher(SearcherConfig(name="adaptive_asha", metric="loss", max_trials=2),
+                      TREE, 0)
 
 
 def test_unknown_exit_reason_is_rejected() -> None:
