@@ -66,6 +66,13 @@ _RESOURCES_IGNORED = {
     "slots": "ignored: Determined reads resources.slots only for commands and generic tasks; "
              "an experiment's trials use resources.slots_per_trial",
 }
+#: parsed (Determined's rules apply) but with no effect on Slurm yet
+_RESOURCES_UNUSED = {
+    "max_slots": "ignored: dethpc does not cap an experiment's slots; bound the trials "
+                 "running at once with searcher.max_concurrent_trials",
+    "priority": "ignored: Slurm orders jobs by its own priority (QoS, fairshare); use the "
+                "pool's QoS or slurm.sbatch_args: ['--nice=N']",
+}
 _ENVIRONMENT = ("image", "environment_variables")
 _ENVIRONMENT_IGNORED = {key: _K8S for key in (
     "pod_spec", "registry_auth", "force_pull_image", "add_capabilities",
@@ -108,6 +115,10 @@ def parse_experiment_config(raw: dict[str, Any],
         ck.raise_if_errors(source)
     det = verdict(raw)
     ck.keys(raw, "", _TOP_LEVEL, _IGNORED_TOP)
+    if raw.get("records_per_epoch"):
+        ck.warn("records_per_epoch", "ignored: dethpc's Trainer counts an epoch as one pass "
+                                     "of the training data loader; lengths are not converted "
+                                     "with records_per_epoch")
     hparams = parse_hparams(ck, raw.get("hyperparameters"))
     cfg = ExperimentConfig(
         name=str(ck.string(raw.get("name"), "name", "experiment")),
@@ -235,6 +246,9 @@ def _period(ck: Checker, value: Any, path: str) -> Length | None:
 def _resources(ck: Checker, value: Any) -> ResourcesConfig:
     data = ck.mapping(value, "resources")
     ck.keys(data, "resources", _RESOURCES, _RESOURCES_IGNORED)
+    for key, why in _RESOURCES_UNUSED.items():
+        if data.get(key) is not None:
+            ck.warn(join("resources", key), why)
     return ResourcesConfig(
         slots_per_trial=int(ck.integer(data.get("slots_per_trial"),
                                        "resources.slots_per_trial", 1, minimum=1)),

@@ -240,3 +240,32 @@ def test_pool_searchers_without_max_length_create_trials_of_length_zero() -> Non
     actions = [*searcher.on_exited(creates[0].request_id, "completed"),
                *searcher.on_exited(creates[1].request_id, "completed")]
     assert any(isinstance(a, Shutdown) for a in actions)
+
+
+@pytest.mark.parametrize(("changes", "warning"), [
+    ({"resources": {"max_slots": 4}}, "resources.max_slots: ignored"),
+    ({"resources": {"priority": 50}}, "resources.priority: ignored"),
+    ({"records_per_epoch": 60000}, "records_per_epoch: ignored"),
+    ({"resources": {"slots": 2}}, "resources.slots: ignored"),
+    ({"checkpoint_policy": "all"}, "checkpoint_policy: ignored"),
+    ({"checkpoint_storage": {"type": "shared_fs", "host_path": "/d", "container_path": "/c"}},
+     "checkpoint_storage.container_path: ignored"),
+])
+def test_fields_without_effect_here_warn(changes: dict[str, Any], warning: str) -> None:
+    cfg = parse_experiment_config(config(**changes))
+    assert any(w.startswith(warning) for w in cfg.warnings), cfg.warnings
+    assert not cfg.unsupported
+
+
+@pytest.mark.parametrize(("searcher", "path"), [
+    ({"name": "adaptive_asha", "metric": "m", "max_trials": 4, "time_metric": "batches",
+      "max_time": 64, "divisor": 1.5}, "searcher.divisor"),
+    ({"name": "random", "metric": "m", "max_trials": 4, "max_length": 0},
+     "searcher.max_length"),
+])
+def test_determined_values_dethpcs_searchers_cannot_run(searcher: dict[str, Any],
+                                                         path: str) -> None:
+    cfg = parse_experiment_config(config(searcher=searcher))
+    assert [e.path for e in cfg.unsupported] == [path]
+    with pytest.raises(ConfigError, match=path.replace(".", r"\.")):
+        check_supported(cfg)
