@@ -2,9 +2,9 @@
 
 ``tests/slurm/scripts/gil_at_exit.py`` forces the bad interleaving with no timing
 involved: a callback on gloo's C++ worker thread takes the GIL once interpreter
-finalization has begun. Run bare, ranks 1 and 2 abort (SIGABRT: "terminate called
+finalization has begun. Run bare, ranks 1 and 2 crash (SIGABRT: "terminate called
 without an active exception", exit 134 under a shell, or CPython's "Fatal Python
-error" when the thread is caught a step later): that is what this test would see
+error" when the thread is caught a step later; now and then SIGSEGV): that is what this test would see
 without dethpc's exit guard. Through the launcher, which runs each Python rank
 under ``dethpc.launch._run_main``, all three ranks exit 0. The script never
 calls ``destroy_process_group`` and uses no dethpc helper.
@@ -55,8 +55,14 @@ def test_bare_ranks_abort_in_finalization(tmp_path: Path) -> None:
                               env={**env, "RANK": str(r), "LOCAL_RANK": str(r)})
              for r in range(3)]
     outs = [p.communicate(timeout=180)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, -signal.SIGABRT, -signal.SIGABRT], outs
-    assert all(any(a in out for a in ABORTS) for out in outs[1:]), outs
+    codes = [p.returncode for p in procs]
+    assert codes[0] == 0, outs
+    # each other rank dies in finalization: an abort (terminate, or CPython's fatal error)
+    # or, when the thread runs a step further into freed state, a segfault (measured once
+    # in two loaded fresh-clone runs: [0, -11, -6])
+    for code, out in zip(codes[1:], outs[1:], strict=True):
+        assert code in (-signal.SIGABRT, -signal.SIGSEGV), (codes, outs)
+        assert code == -signal.SIGSEGV or any(a in out for a in ABORTS), outs
     assert sorted(f.name for f in tmp_path.glob("rank-*.json")) == [
         "rank-0.json", "rank-1.json", "rank-2.json"]  # every rank had finished its work
 

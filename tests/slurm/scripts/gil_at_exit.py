@@ -31,7 +31,10 @@ teardown = threading.Event()
 class SignalsTeardown:
     def __del__(self, _set=teardown.set, _sleep=time.sleep):  # globals may be gone by now
         _set()
-        _sleep(1.0)  # GIL released: the callback thread takes it now
+        # GIL released: the callback thread wakes and takes it, and the process aborts
+        # at once; the margin is for a thread that a loaded machine schedules late (run
+        # under dethpc's exit guard, finalization and this method never happen)
+        _sleep(15.0)
 
 
 def late_callback(fut, _wait=teardown.wait):
@@ -55,8 +58,9 @@ def main() -> None:
     (out / f"rank-{rank}.json").write_text(json.dumps(record))
     # a module of its own: finalization frees it with the other modules, and nothing
     # else keeps it alive (the callback keeps this file's namespace alive)
-    sys.modules["_gil_at_exit_holder"] = holder = types.ModuleType("_gil_at_exit_holder")
-    holder.signal = SignalsTeardown()
+    if rank != 0:  # rank 0 chained nothing: nothing to wait for at its exit
+        sys.modules["_gil_at_exit_holder"] = holder = types.ModuleType("_gil_at_exit_holder")
+        holder.signal = SignalsTeardown()
 
 
 if __name__ == "__main__":
