@@ -4,9 +4,10 @@
 involved: a callback on gloo's C++ worker thread takes the GIL once interpreter
 finalization has begun. Run bare, ranks 1 and 2 crash (SIGABRT: "terminate called
 without an active exception", exit 134 under a shell, or CPython's "Fatal Python
-error" when the thread is caught a step later; now and then SIGSEGV): that is what this test would see
-without dethpc's exit guard. Through the launcher, which runs each Python rank
-under ``dethpc.launch._run_main``, all three ranks exit 0. The script never
+error" when the thread is caught a step later; now and then SIGSEGV): that is
+what this test would see without dethpc's exit guard. Through the launcher,
+which runs each Python rank under ``dethpc.launch._run_main``, all three ranks
+exit 0. The script never
 calls ``destroy_process_group`` and uses no dethpc helper.
 """
 
