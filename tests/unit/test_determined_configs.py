@@ -269,3 +269,16 @@ def test_determined_values_dethpcs_searchers_cannot_run(searcher: dict[str, Any]
     assert [e.path for e in cfg.unsupported] == [path]
     with pytest.raises(ConfigError, match=path.replace(".", r"\.")):
         check_supported(cfg)
+
+
+def test_async_halving_plans_exactly_one_bracket() -> None:
+    """Determined's async_halving is one ASHA bracket: num_rungs rungs, every trial."""
+    from dethpc.searchers.asha import plan_brackets
+
+    cfg = parse_experiment_config(config(searcher={
+        "name": "async_halving", "metric": "loss", "num_rungs": 3, "max_trials": 9,
+        "max_concurrent_trials": 3, "time_metric": "batches", "max_time": 90,
+        "divisor": 3}))
+    plan = plan_brackets(cfg.searcher)
+    assert [(b.num_rungs, b.max_trials, b.max_concurrent, b.lengths) for b in plan] == [
+        (3, 9, 3, (10, 30, 90))]
