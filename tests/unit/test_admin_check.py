@@ -7,6 +7,8 @@ cluster instead."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -534,3 +536,26 @@ def test_judge_probe(outcome: ProbeOutcome, expected: list[tuple[Severity, str, 
         assert (f.severity, f.check, f.pool) == (severity, check, "p")
         assert words in f.message
         assert bool(f.fix) is (severity is Severity.ERROR)
+
+
+# ------------------------------------------------------------------------ cli
+def _cli(tmp_path: Path, config: str, *args: str) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(config, encoding="utf-8")
+    return subprocess.run([sys.executable, "-m", "dethpc.cli.main", "--cluster-config",
+                           str(path), "admin", "check", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(("config", "args", "code", "words"), [
+    ("backend: local\n", [], 1, "uses the local backend; `admin check` compares a Slurm "
+     "cluster config"),
+    ("backend: slurm\npools: {a: {}, b: {}}\ndefault_pool: a\n", ["--pool", "c"], 2,
+     "--pool: unknown pool 'c'; allowed: a, b"),
+])
+def test_cli_refuses_what_it_cannot_check(tmp_path: Path, config: str, args: list[str],
+                                          code: int, words: str) -> None:
+    proc = _cli(tmp_path, config, *args)
+    assert proc.returncode == code
+    assert words in " ".join(proc.stderr.split())  # rich wraps at the terminal width
+    assert "Traceback" not in proc.stderr
