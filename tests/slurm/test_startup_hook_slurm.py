@@ -87,3 +87,25 @@ def test_hook_runs_once_per_node_before_the_entrypoint_and_again_after_requeue(
         assert f"hook on {node}: trial " in log
     reasons = [e["reason"] for e in read_jsonl(trial_dir / "exits.jsonl")]
     assert reasons[-1] == "completed" and len(reasons) == 2, reasons
+
+
+def test_hook_failing_on_one_node_fails_the_run(harness: DaemonHarness, tmp_path: Path) -> None:
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    shutil.copy(TOY / "train.py", ctx / "train.py")
+    (ctx / "startup-hook.sh").write_text(
+        'echo "hook on $SLURMD_NODENAME (node $SLURM_NODEID)"\n'
+        'if [ "$SLURM_NODEID" = 1 ]; then echo "hook: pip install failed"; exit 3; fi\n')
+    raw = experiment_yaml(batches=20, hparams={"x": 1.0, "step_time": 0.05}, max_restarts=0)
+    raw.update(entrypoint=ENTRYPOINT, resources={"resource_pool": "debug", "slots_per_trial": 2})
+    exp = harness.submit(raw, context=ctx)
+    done = harness.wait_done(exp, timeout=300)
+    assert done.state != "COMPLETED", harness.events(exp)
+    trial_dir = harness.trial_dir(exp)
+    assert harness.trial(exp).state == "ERROR"
+    assert order(trial_dir) == []  # the entrypoint never started
+    log = job_log(trial_dir)
+    assert "hook: pip install failed" in log and "(node 0)" in log, log[-3000:]
+    assert "startup-hook.sh failed (exit code 3); not starting the training step" in log
+    assert [(e["reason"], e["code"]) for e in read_jsonl(trial_dir / "exits.jsonl")] == [
+        ("error", 3)]
