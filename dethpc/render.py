@@ -26,6 +26,7 @@ from dethpc.backends.traits import BackendTraits
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
 from dethpc.errors import SubmitError
 from dethpc.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED, LOCAL_REQUEUE_EXIT
+from dethpc.launch._determined import from_determined
 
 TRIAL_TEMPLATE = "trial.sbatch.j2"
 ARRAY_TEMPLATE = "array.sbatch.j2"
@@ -96,7 +97,9 @@ def parse_slurm_time(value: str | None) -> int | None:
 def entrypoint_argv(entrypoint: str | Sequence[str], python: str) -> list[str]:
     """The command a trial runs. ``module:Class`` runs a Trial class through
     ``dethpc.pytorch.run``; a string is split like a shell would (no expansion);
-    a list is taken as argv."""
+    a list is taken as argv. Determined's launchers (``python3 -m
+    determined.launch.torch_distributed ...``) become dethpc's
+    (``dethpc.launch._determined``)."""
     if isinstance(entrypoint, str):
         if _TRIAL_CLASS.match(entrypoint.strip()):
             return [python, "-m", "dethpc.pytorch.run", entrypoint.strip()]
@@ -105,7 +108,7 @@ def entrypoint_argv(entrypoint: str | Sequence[str], python: str) -> list[str]:
         argv = [str(a) for a in entrypoint]
     if not argv:
         raise SubmitError("entrypoint is empty")
-    return argv
+    return from_determined(argv)
 
 
 def is_launcher(argv: Sequence[str]) -> bool:

@@ -11,56 +11,93 @@ Must not: import torch (the daemon imports dethpc on a login node without it).
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
+import os
 import sys
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 from dethpc.core._checkpoint import (
     CheckpointContext,
     CheckpointError,
     CheckpointInfo,
+    DownloadMode,
     DummyCheckpointContext,
 )
-from dethpc.core._context import Context, build_context
+from dethpc.core._context import Context, build_context, get_cluster_info
 from dethpc.core._distributed import (
     DistributedContext,
     DummyDistributedContext,
     TorchDistributedContext,
 )
-from dethpc.core._info import ClusterInfo
+from dethpc.core._info import ENV_CHECKPOINT_DIR, ENV_TRIAL_DIR, LOG_FORMAT, ClusterInfo, TrialInfo
 from dethpc.core._preempt import DummyPreemptContext, PreemptContext, PreemptMode
 from dethpc.core._searcher import (
     DummySearcherContext,
     SearcherContext,
+    SearcherMode,
     SearcherOperation,
     Target,
+    Unit,
 )
 from dethpc.core._train import DummyTrainContext, TrainContext
 
 __all__ = [
-    "CheckpointContext", "CheckpointError", "CheckpointInfo", "ClusterInfo", "Context",
-    "DistributedContext", "DummyCheckpointContext", "DummyDistributedContext",
-    "DummyPreemptContext", "DummySearcherContext", "DummyTrainContext", "PreemptContext",
-    "PreemptMode", "SearcherContext", "SearcherOperation", "Target", "TorchDistributedContext",
-    "TrainContext", "init",
+    "LOG_FORMAT", "CheckpointContext", "CheckpointError", "CheckpointInfo", "ClusterInfo",
+    "Context", "DistributedContext", "DownloadMode", "DummyCheckpointContext",
+    "DummyDistributedContext", "DummyPreemptContext", "DummySearcherContext",
+    "DummyTrainContext", "PreemptContext", "PreemptMode", "SearcherContext", "SearcherMode",
+    "SearcherOperation", "Target", "TensorboardMode", "TorchDistributedContext",
+    "TrainContext", "TrialInfo", "Unit", "get_cluster_info", "init",
 ]
 
 log = logging.getLogger(__name__)
 
 
+class TensorboardMode(enum.Enum):
+    """Determined's ``TensorboardMode``; dethpc writes no TensorBoard files, either mode."""
+
+    AUTO = "AUTO"
+    MANUAL = "MANUAL"
+
+
+def _storage_env(checkpoint_storage: str | Mapping[str, Any] | None,
+                 env: Mapping[str, str]) -> Mapping[str, str]:
+    """Determined's ``checkpoint_storage=`` argument: a directory is used off-cluster;
+    in a trial checkpoints always go to the trial's directory (the daemon reads them)."""
+    if checkpoint_storage is None:
+        return env
+    if env.get(ENV_TRIAL_DIR):
+        log.warning("core.init(checkpoint_storage=...) is ignored in a dethpc trial: "
+                    "checkpoints go to the trial's checkpoint directory")
+        return env
+    if isinstance(checkpoint_storage, str) and "://" not in checkpoint_storage:
+        return {**env, ENV_CHECKPOINT_DIR: checkpoint_storage}
+    raise CheckpointError(f"checkpoint_storage={checkpoint_storage!r} is not supported by "
+                          "dethpc: give a directory path (or set $DETHPC_CHECKPOINT_DIR)")
+
+
 @contextlib.contextmanager
 def init(*, distributed: DistributedContext | None = None,
+         checkpoint_storage: str | Mapping[str, Any] | None = None,
          preempt_mode: PreemptMode = PreemptMode.WorkersAskChief,
+         tensorboard_mode: TensorboardMode = TensorboardMode.AUTO,
          env: Mapping[str, str] | None = None,
          stop_check_interval_s: float = 1.0,
          exit_on_preempt: bool = True) -> Iterator[Context]:
     """Build the trial's ``Context`` (Dummy twins when ``DETHPC_TRIAL_DIR`` is unset).
 
+    Determined's ``core.init()`` keywords are accepted: ``distributed``,
+    ``checkpoint_storage`` (a directory, used off-cluster), ``preempt_mode``,
+    ``tensorboard_mode`` (no effect).
     ``distributed``: defaults to torch.distributed when initialized, else one process.
     ``stop_check_interval_s``: the stop file is stat'ed at most this often.
     ``exit_on_preempt``: leave it True in jobs; tests may set False and read
     ``ctx.preempt.exit_code()`` instead of catching ``SystemExit``.
     """
+    TensorboardMode(tensorboard_mode)
+    env = _storage_env(checkpoint_storage, os.environ if env is None else env)
     ctx = build_context(distributed=distributed, preempt_mode=preempt_mode, env=env,
                         stop_check_interval_s=stop_check_interval_s)
     try:

@@ -13,6 +13,7 @@ complete checkpoints (garbage collection belongs to the daemon).
 from __future__ import annotations
 
 import contextlib
+import enum
 import hashlib
 import json
 import logging
@@ -20,7 +21,7 @@ import os
 import shutil
 import time
 import uuid as uuidlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,14 @@ log = logging.getLogger(__name__)
 METADATA_FILE = "metadata.json"
 TMP_PREFIX = ".tmp-"
 FORMAT_VERSION = 1
+
+
+class DownloadMode(enum.Enum):
+    """Determined's download modes. On a shared filesystem nothing is downloaded:
+    every rank reads the checkpoint in place, whichever mode is given."""
+
+    LocalWorkersShareDownload = "LocalWorkersShareDownload"
+    NoSharedDownload = "NoSharedDownload"
 
 
 class CheckpointError(DethpcError):
@@ -119,16 +128,22 @@ class CheckpointContext:
 
     # ------------------------------------------------------------------ store
     @contextlib.contextmanager
-    def store_path(self, metadata: Mapping[str, Any]) -> Iterator[tuple[Path, str]]:
+    def store_path(self, metadata: Mapping[str, Any] | None = None, *,
+                   shard: bool = False) -> Iterator[tuple[Path, str]]:
         """Yield ``(path, uuid)`` to write a checkpoint into; publish it on success.
 
-        ``metadata`` must hold ``steps_completed`` (int, in the searcher's unit).
-        Only rank 0 may call this. If the block raises, the partial directory is
-        removed and nothing is published.
+        ``metadata`` must hold ``steps_completed`` (int, in the searcher's unit;
+        Determined requires it too). Only rank 0 may call this (``shard=True``,
+        where every rank writes its part, is not supported). If the block raises,
+        the partial directory is removed and nothing is published.
         """
+        if shard:
+            raise CheckpointError("store_path(shard=True) is not supported by dethpc: gather "
+                                  "the state on rank 0 and call store_path() there")
         if self._dist.rank != 0:
             raise CheckpointError(f"store_path() called on rank {self._dist.rank}: only rank 0 "
                                   "writes checkpoints; gather the state there first")
+        metadata = {} if metadata is None else metadata
         steps = metadata.get("steps_completed") if isinstance(metadata, Mapping) else None
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
             raise CheckpointError("checkpoint metadata must include steps_completed "
@@ -170,8 +185,50 @@ class CheckpointContext:
         _fsync_dir(self.directory)
 
     # ---------------------------------------------------------------- restore
-    def get_metadata(self, uuid: str) -> CheckpointInfo:
+    def info(self, uuid: str) -> CheckpointInfo:
+        """What ``metadata.json`` says about checkpoint ``uuid`` (unverified)."""
         return read_metadata(self._path_of(uuid))
+
+    def get_metadata(self, uuid: str) -> dict[str, Any]:
+        """The metadata given to ``store_path``/``upload`` (with ``steps_completed``),
+        as Determined's ``get_metadata(storage_id)`` returns it."""
+        info = self.info(uuid)
+        return {**info.metadata, "steps_completed": info.steps_completed}
+
+    def upload(self, ckpt_dir: str | os.PathLike[str] | None,
+               metadata: Mapping[str, Any] | None = None, *, shard: bool = False,
+               selector: Callable[[str], bool] | None = None) -> str:
+        """Copy ``ckpt_dir`` into a new checkpoint; its uuid (Determined's ``upload``).
+
+        ``selector(relpath)`` chooses the files to copy. Rank 0 only, like ``store_path``.
+        """
+        if ckpt_dir is None:
+            raise CheckpointError("upload(ckpt_dir=None) would store nothing; give a directory")
+        src = Path(ckpt_dir)
+        if not src.is_dir():
+            raise CheckpointError(f"upload(): {src} is not a directory")
+        with self.store_path(metadata, shard=shard) as (path, uuid):
+            for file in _payload_files(src):
+                rel = file.relative_to(src).as_posix()
+                if rel == METADATA_FILE or (selector is not None and not selector(rel)):
+                    continue
+                (path / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(file, path / rel)
+        return uuid
+
+    def download(self, storage_id: str, ckpt_dir: str | os.PathLike[str],
+                 download_mode: DownloadMode = DownloadMode.LocalWorkersShareDownload, *,
+                 selector: Callable[[str], bool] | None = None) -> None:
+        """Copy a verified checkpoint's files into ``ckpt_dir`` (created if absent)."""
+        DownloadMode(download_mode)
+        dst = Path(ckpt_dir)
+        with self.restore_path(storage_id) as src:
+            for file in _payload_files(src):
+                rel = file.relative_to(src).as_posix()
+                if rel == METADATA_FILE or (selector is not None and not selector(rel)):
+                    continue
+                (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(file, dst / rel)
 
     def _path_of(self, uuid: str) -> Path:
         if not uuid or "/" in uuid or uuid.startswith("."):
@@ -182,8 +239,17 @@ class CheckpointContext:
         return path
 
     @contextlib.contextmanager
-    def restore_path(self, uuid: str) -> Iterator[Path]:
-        """Yield the directory of a complete, checksum-verified checkpoint."""
+    def restore_path(self, uuid: str,
+                     download_mode: DownloadMode = DownloadMode.LocalWorkersShareDownload, *,
+                     selector: Callable[[str], bool] | None = None) -> Iterator[Path]:
+        """Yield the directory of a complete, checksum-verified checkpoint.
+
+        Any rank may call it, alone or together (no collective). The checkpoint is
+        read in place on the shared filesystem: ``download_mode`` and ``selector``
+        (Determined's) change nothing, every file is there.
+        """
+        DownloadMode(download_mode)
+        del selector
         info = read_metadata(self._path_of(uuid))
         verify(info)
         yield info.path

@@ -3,6 +3,9 @@
 Owns: ``Context`` (the sub-contexts in one object) and ``build_context()``, which
 picks the real sub-contexts when ``DETHPC_TRIAL_DIR`` is set and the Dummy twins
 otherwise.
+It also owns ``get_cluster_info()`` (Determined's ``det.get_cluster_info()``):
+the trial's ``ClusterInfo`` whose ``latest_checkpoint`` this process finds on its
+own (no collective), or ``None`` off-cluster.
 Must not: exit the process (``dethpc.core.init`` does), import torch, or read
 any file other than through the sub-contexts and ``_info``.
 """
@@ -75,3 +78,28 @@ def build_context(*, distributed: DistributedContext | None = None,
                       searcher=SearcherContext(target, dist), info=info, hparams=hparams)
     info._latest = ctx.checkpoint.latest
     return ctx
+
+
+_CLUSTER_INFO: list[ClusterInfo | None] = []
+
+
+def get_cluster_info(env: Mapping[str, str] | None = None) -> ClusterInfo | None:
+    """The running trial's ``ClusterInfo``, or ``None`` outside a trial (as Determined).
+
+    Computed once per process (``env`` given: computed afresh, not cached).
+    ``latest_checkpoint`` is the newest verified checkpoint of the trial, found by
+    this process alone, so any rank may ask without the others.
+    """
+    if env is None and _CLUSTER_INFO:
+        return _CLUSTER_INFO[0]
+    info: ClusterInfo | None = ClusterInfo.from_env(os.environ if env is None else env)
+    if info is not None and info.trial_dir is None:
+        info = None
+    if info is not None:
+        ckpt = CheckpointContext(checkpoint_dir(info.trial_dir or Path("."),
+                                                os.environ if env is None else env),
+                                 DistributedContext())
+        info._latest = ckpt.latest
+    if env is None:
+        _CLUSTER_INFO.append(info)
+    return info

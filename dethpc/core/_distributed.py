@@ -1,8 +1,11 @@
 """Who am I among the processes of a trial, and the few collectives the API needs.
 
 Owns: ``DistributedContext`` (rank, size, local/cross ranks; ``allgather``,
-``broadcast``, ``barrier`` of picklable objects) over ``torch.distributed`` when
-it is initialized, and ``DummyDistributedContext`` (one process, identity ops).
+``gather``, ``broadcast``, ``barrier`` of picklable objects) with Determined's
+constructors (``DistributedContext(rank=..., ...)``, ``from_torch_distributed``,
+``from_deepspeed``, ``from_horovod``): over ``torch.distributed`` when it is
+initialized, else over a TCP star (``_ipc``); ``DummyDistributedContext`` (one
+process, identity ops).
 Must not: import torch at module import time (the daemon imports dethpc.core on a
 login node without torch), initialize a process group (``dethpc.pytorch`` does),
 or know about Slurm beyond reading rank variables.
@@ -30,48 +33,154 @@ def _first_int(env: Mapping[str, str], names: tuple[str, ...], default: int) -> 
 
 
 class DistributedContext:
-    """Base and single-process behaviour: rank 0 of 1, collectives are identities."""
+    """Rank facts and object collectives, as Determined's ``core.DistributedContext``.
+
+    ``DistributedContext(rank=, size=, local_rank=, local_size=, cross_rank=,
+    cross_size=, chief_ip=None)`` with ``size > 1`` connects the processes through
+    a TCP star on rank 0 (``_ipc``): no torch needed. ``chief_ip`` (else
+    ``$DET_CHIEF_IP``, ``$MASTER_ADDR``, localhost) is where rank 0 listens (from
+    the first collective on, so building one costs nothing), on
+    ``$DETHPC_CORE_PORT`` or a port derived from the Slurm job id (Determined's
+    fixed ``pub_port``/``pull_port`` are accepted and ignored; ``port_offset`` is
+    added). With ``size == 1`` the collectives are identities.
+    """
 
     def __init__(self, *, rank: int = 0, size: int = 1, local_rank: int = 0,
-                 local_size: int = 1, cross_rank: int = 0, cross_size: int = 1) -> None:
+                 local_size: int = 1, cross_rank: int = 0, cross_size: int = 1,
+                 chief_ip: str | None = None, pub_port: int | None = None,
+                 pull_port: int | None = None, port_offset: int = 0,
+                 force_tcp: bool = False, env: Mapping[str, str] | None = None) -> None:
+        del pub_port, pull_port, force_tcp  # Determined's ZMQ details; one TCP port here
         self.rank = rank
         self.size = size
         self.local_rank = local_rank
         self.local_size = local_size
         self.cross_rank = cross_rank
         self.cross_size = cross_size
+        self._star: Any = None
+        self._star_args: tuple[str | None, int, Mapping[str, str] | None] | None = None
+        if not 0 <= rank < max(1, size):
+            from dethpc.errors import DethpcError
+
+            raise DethpcError(f"rank {rank} is not within size {size}")
+        if size > 1 and type(self)._uses_star():
+            self._star_args = (chief_ip, port_offset, env)
+
+    def _connect(self) -> Any:
+        """The TCP star, connected at the first collective (every rank meets there)."""
+        if self._star is None and self._star_args is not None:
+            from dethpc.core import _ipc
+
+            chief_ip, port_offset, given = self._star_args
+            env = os.environ if given is None else given
+            port = _ipc.core_port(env, port_offset)
+            timeout = _ipc.connect_timeout(env)
+            if self.rank == 0:
+                self._star = _ipc.StarChief(self.size, port, timeout_s=timeout)
+            else:
+                # one node: the chief is local (Determined does the same)
+                host = ("127.0.0.1" if self.local_size == self.size
+                        else _ipc.chief_address(chief_ip, env))
+                self._star = _ipc.StarWorker(self.rank, host, port, timeout_s=timeout)
+        return self._star
+
+    @classmethod
+    def _uses_star(cls) -> bool:
+        return True
 
     def get_rank(self) -> int:
         return self.rank
 
+    def get_local_rank(self) -> int:
+        return self.local_rank
+
     def get_size(self) -> int:
         return self.size
+
+    def get_num_agents(self) -> int:
+        """Number of nodes (Determined: agents) this trial runs on."""
+        return self.cross_size
 
     @property
     def is_chief(self) -> bool:
         return self.rank == 0
 
+    @property
+    def is_local_chief(self) -> bool:
+        return self.local_rank == 0
+
     def allgather(self, obj: T) -> list[T]:
-        return [obj]
+        """Every rank's ``obj``, in rank order, on every rank."""
+        star = self._connect()
+        if star is None:
+            return [obj]
+        return star.allgather(obj)  # type: ignore[no-any-return]
+
+    def gather(self, obj: T) -> list[T] | None:
+        """Every rank's ``obj`` on rank 0 (in rank order); ``None`` on the others."""
+        out = self.allgather(obj)
+        return out if self.rank == 0 else None
 
     def broadcast(self, obj: T) -> T:
         """Rank 0's ``obj`` on every rank."""
-        return obj
+        star = self._connect()
+        if star is None:
+            return obj
+        return star.broadcast(obj)  # type: ignore[no-any-return]
 
     def barrier(self) -> None:
-        return None
+        self.allgather(None)
 
     def close(self) -> None:
-        return None
+        self._star_args = None
+        if self._star is not None:
+            self._star.close()
+            self._star = None
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(rank={self.rank}, size={self.size}, "
                 f"local_rank={self.local_rank}, cross_rank={self.cross_rank})")
 
     @classmethod
-    def from_torch_distributed(cls, env: Mapping[str, str] | None = None) -> DistributedContext:
-        """Use the initialized default process group of ``torch.distributed``."""
-        return TorchDistributedContext(env)
+    def from_torch_distributed(cls, chief_ip: str | None = None, *,
+                               env: Mapping[str, str] | None = None) -> DistributedContext:
+        """Ranks from torch's variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+        ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``GROUP_WORLD_SIZE``), as Determined.
+
+        When torch.distributed is initialized its (gloo) group carries the
+        collectives; otherwise the TCP star does, so the process group may be
+        initialized before or after this call, or never.
+        """
+        env = os.environ if env is None else env
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            dist = torch.distributed
+            if dist.is_available() and dist.is_initialized():
+                return TorchDistributedContext(env)
+        r = _env_ranks(env, "torch.distributed", local_size="LOCAL_WORLD_SIZE",
+                       cross_rank="GROUP_RANK", cross_size="GROUP_WORLD_SIZE")
+        return cls(rank=r["rank"], size=r["size"], local_rank=r["local_rank"],
+                   local_size=r["local_size"], cross_rank=r["cross_rank"],
+                   cross_size=r["cross_size"], chief_ip=chief_ip, env=env)
+
+    @classmethod
+    def from_deepspeed(cls, chief_ip: str | None = None, *,
+                       env: Mapping[str, str] | None = None) -> DistributedContext:
+        """Ranks from DeepSpeed's variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+        ``LOCAL_SIZE``, ``CROSS_RANK``, ``CROSS_SIZE``), as Determined."""
+        env = os.environ if env is None else env
+        r = _env_ranks(env, "DeepSpeed", local_size="LOCAL_SIZE",
+                       cross_rank="CROSS_RANK", cross_size="CROSS_SIZE")
+        return cls(rank=r["rank"], size=r["size"], local_rank=r["local_rank"],
+                   local_size=r["local_size"], cross_rank=r["cross_rank"],
+                   cross_size=r["cross_size"], chief_ip=chief_ip, env=env)
+
+    @classmethod
+    def from_horovod(cls, hvd: Any, chief_ip: str | None = None) -> DistributedContext:
+        """Ranks from an initialized ``horovod`` module (``hvd.rank()``, ...)."""
+        return cls(rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(),
+                   local_size=hvd.local_size(), cross_rank=hvd.cross_rank(),
+                   cross_size=hvd.cross_size(), chief_ip=chief_ip)
 
     @classmethod
     def auto(cls, env: Mapping[str, str] | None = None) -> DistributedContext:
@@ -89,9 +198,40 @@ class DistributedContext:
         world = _first_int(env, ("WORLD_SIZE",), 1)
         if world > 1:
             log.warning("WORLD_SIZE=%d but torch.distributed is not initialized: running "
-                        "as a single process (use dethpc.pytorch.init() or initialize the "
-                        "process group before dethpc.core.init())", world)
+                        "as a single process (pass distributed=DistributedContext."
+                        "from_torch_distributed() to core.init(), use dethpc.pytorch.init(), or "
+                        "initialize the process group before dethpc.core.init())", world)
         return DummyDistributedContext()
+
+
+def _env_ranks(env: Mapping[str, str], what: str, *, local_size: str, cross_rank: str,
+               cross_size: str) -> dict[str, int]:
+    """The six rank numbers from ``env``; a clear error naming what is missing."""
+    names = {"rank": "RANK", "size": "WORLD_SIZE", "local_rank": "LOCAL_RANK",
+             "local_size": local_size, "cross_rank": cross_rank, "cross_size": cross_size}
+    out: dict[str, int] = {}
+    missing: list[str] = []
+    for key, name in names.items():
+        raw = env.get(name, "").strip()
+        if raw.isdigit():
+            out[key] = int(raw)
+        else:
+            missing.append(name)
+    if "size" in out and "local_size" in out and out["local_size"] > 0:
+        # dethpc's and torchrun's launchers set these; fill only what follows from the rest
+        if "cross_size" not in out:
+            out["cross_size"] = max(1, out["size"] // out["local_size"])
+            missing.remove(cross_size)
+        if "cross_rank" not in out and "rank" in out:
+            out["cross_rank"] = out["rank"] // out["local_size"]
+            missing.remove(cross_rank)
+    if missing:
+        from dethpc.errors import DethpcError
+
+        raise DethpcError(f"cannot build a {what} DistributedContext: environment variable(s) "
+                          f"{', '.join(missing)} not set; start the script through "
+                          "python -m dethpc.launch.<launcher> (or the launcher that sets them)")
+    return out
 
 
 class DummyDistributedContext(DistributedContext):
@@ -104,6 +244,10 @@ class TorchDistributedContext(DistributedContext):
     Object collectives use a gloo group so that they never touch the GPU, even
     when the default group is NCCL.
     """
+
+    @classmethod
+    def _uses_star(cls) -> bool:
+        return False
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         import torch.distributed as dist

@@ -1,8 +1,10 @@
 """What the job knows about itself: environment variables and run-directory files.
 
 Owns: the names of the ``DETHPC_*`` variables the in-job API reads, ``ClusterInfo``
-(trial/experiment ids, run id, trial seed, directories, the experiment config) and
-the readers of ``hparams.json`` and the experiment's ``config.yaml``.
+(trial/experiment ids, run id, trial seed, directories, the experiment config, and
+Determined's spellings: ``.trial`` -> ``TrialInfo``, ``.user_data``, ``.task_type``,
+``.container_addrs``, ...) and the readers of ``hparams.json`` and the experiment's
+``config.yaml``.
 Must not: import torch, write any file, or know the checkpoint format.
 """
 
@@ -29,6 +31,9 @@ ENV_HPARAMS_FILE = "DETHPC_HPARAMS_FILE"
 ENV_EXPERIMENT_CONFIG = "DETHPC_EXPERIMENT_CONFIG"
 ENV_TRIAL_SEED = "DETHPC_TRIAL_SEED"
 ENV_TEST_MODE = "DETHPC_TEST_MODE"
+
+#: Determined's ``det.LOG_FORMAT``, the same string: ``logging.basicConfig(format=...)``
+LOG_FORMAT = "%(levelname)s: [%(process)s] %(name)s: %(message)s"
 
 
 def _env_int(name: str, env: Mapping[str, str]) -> int | None:
@@ -80,6 +85,22 @@ def _read_experiment_config(path: Path | None) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+@dataclass(frozen=True)
+class TrialInfo:
+    """Determined's ``det.get_cluster_info().trial``: the trial that is running."""
+
+    trial_id: int
+    experiment_id: int
+    trial_seed: int
+    hparams: dict[str, Any]
+    #: the experiment config (private in Determined too: read ``hparams``/``user_data``)
+    _config: dict[str, Any]
+    #: 0 on the first run, +1 per requeue (Determined's ``_trial_run_id`` starts at 1)
+    _trial_run_id: int
+    #: the searcher unit's steps of the latest checkpoint is not known here: always 0
+    _steps_completed: int = 0
+
+
 @dataclass
 class ClusterInfo:
     """Facts about this trial run. Off-cluster every id is ``None``.
@@ -97,6 +118,7 @@ class ClusterInfo:
     trial_seed: int | None = None
     context_dir: Path | None = None
     experiment_config_path: Path | None = None
+    _env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     _latest: Callable[[], str | None] | None = field(default=None, repr=False)
     _latest_cache: list[str | None] = field(default_factory=list, repr=False)
     _config_cache: list[dict[str, Any]] = field(default_factory=list, repr=False)
@@ -123,6 +145,51 @@ class ClusterInfo:
             self._config_cache.append(_read_experiment_config(self.experiment_config_path))
         return self._config_cache[0]
 
+    # ---------------------------------------------------- Determined's spellings
+    @property
+    def task_type(self) -> str:
+        """``"TRIAL"`` on the cluster (the only kind of task dethpc runs)."""
+        return "TRIAL" if self.on_cluster else "LOCAL"
+
+    @property
+    def task_id(self) -> str:
+        return f"{self.experiment_id}.{self.trial_id}"
+
+    @property
+    def allocation_id(self) -> str:
+        """One per run of the trial: ``<experiment>.<trial>.<run>``."""
+        return f"{self.task_id}.{self.run_id}"
+
+    @property
+    def trial(self) -> TrialInfo:
+        """The running trial (``trial_id``, ``experiment_id``, ``trial_seed``, ``hparams``)."""
+        if not self.on_cluster or self.trial_id is None:
+            raise DethpcError("get_cluster_info().trial is only available inside a trial "
+                              "(DETHPC_TRIAL_ID/DETHPC_TRIAL_DIR are not set)")
+        return TrialInfo(trial_id=self.trial_id, experiment_id=self.experiment_id or 0,
+                         trial_seed=self.trial_seed or 0,
+                         hparams=read_hparams(self.trial_dir, self._env),
+                         _config=self.experiment_config, _trial_run_id=self.run_id)
+
+    @property
+    def user_data(self) -> dict[str, Any]:
+        """The experiment config's ``data`` field (``{}`` when absent)."""
+        data = self.experiment_config.get("data")
+        return data if isinstance(data, dict) else {}
+
+    @property
+    def container_addrs(self) -> list[str]:
+        """The trial's nodes (``$SLURM_JOB_NODELIST`` expanded), first node first."""
+        from dethpc.hostlist import expand_hostlist
+
+        spec = self._env.get("SLURM_JOB_NODELIST") or self._env.get("SLURM_NODELIST") or ""
+        return expand_hostlist(spec) if spec else ["127.0.0.1"]
+
+    @property
+    def container_rank(self) -> int:
+        """This node's index among ``container_addrs`` (``$SLURM_NODEID``)."""
+        return _env_int("SLURM_NODEID", self._env) or 0
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ClusterInfo:
         env = os.environ if env is None else env
@@ -147,6 +214,7 @@ class ClusterInfo:
             trial_seed=_env_int(ENV_TRIAL_SEED, env),
             context_dir=Path(ctx_dir) if ctx_dir else None,
             experiment_config_path=cfg_path,
+            _env=dict(env),
         )
 
 

@@ -9,6 +9,7 @@ validation records in metrics.jsonl), import torch, or write files.
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -22,6 +23,20 @@ from dethpc.errors import DethpcError
 log = logging.getLogger(__name__)
 
 UNITS = ("batches", "epochs", "records")
+
+
+class SearcherMode(enum.Enum):
+    """Determined's (deprecated) ``SearcherMode``; every rank reads the same target.json
+    here, so both modes behave alike."""
+
+    WorkersAskChief = "WORKERS_ASK_CHIEF"
+    ChiefOnly = "CHIEF_ONLY"
+
+
+class Unit(enum.Enum):
+    EPOCHS = "EPOCHS"
+    RECORDS = "RECORDS"
+    BATCHES = "BATCHES"
 
 
 @dataclass(frozen=True)
@@ -100,15 +115,32 @@ class SearcherContext:
     def validate_at(self) -> tuple[int, ...]:
         return self.target.validate_at if self.target else ()
 
-    def operations(self) -> Iterator[SearcherOperation]:
-        """Yield the single operation (train to the target length), like Determined."""
+    def operations(self, searcher_mode: SearcherMode = SearcherMode.WorkersAskChief,
+                   auto_ack: bool = True) -> Iterator[SearcherOperation]:
+        """Yield the single operation (train to the target length), like Determined 0.38,
+        which fabricates one operation of ``searcher.max_length`` (deprecated there)."""
+        SearcherMode(searcher_mode)
+        del auto_ack
         if self.target is None:
-            raise DethpcError("this trial has no searcher target (no target.json); pass a "
-                              "length yourself, e.g. Trainer.fit(max_length=Batch(100))")
+            raise DethpcError("this trial has no searcher target: the experiment config has no "
+                              "searcher.max_length (deprecated in Determined 0.38). Set the "
+                              "training length in your code instead and do not call "
+                              "core_context.searcher.operations(), e.g. "
+                              "Trainer.fit(max_length=Batch(100))")
         op = SearcherOperation(length=self.target.length, unit=self.target.unit)
         yield op
         if not op.completed:
             log.warning("searcher operation finished without report_completed()")
+
+    def acknowledge_out_of_ops(self) -> None:
+        """Determined ignores this call since 0.38; so does dethpc."""
+
+    def get_configured_units(self) -> Unit | None:
+        """The unit of ``searcher.max_length`` (None when it was a bare number)."""
+        if self.target is None:
+            raise DethpcError("this trial has no searcher target: the experiment config has no "
+                              "searcher.max_length")
+        return Unit[self.target.unit.upper()]
 
 
 class DummySearcherContext(SearcherContext):

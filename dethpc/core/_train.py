@@ -1,7 +1,8 @@
 """Reporting metrics: the writer of ``metrics.jsonl`` and the train sub-context.
 
 Owns: ``MetricsWriter`` (one JSON object per line, flushed and fsync'd per
-line, never invalid JSON), ``TrainContext`` (rank 0 writes, other ranks no-op)
+line, never invalid JSON), ``TrainContext`` (rank 0 writes, other ranks no-op;
+training/validation/other-group metrics, progress)
 and ``DummyTrainContext`` (logs only, used off-cluster).
 Must not: import torch (tensors are converted through ``.item()``/``.tolist()``),
 aggregate metrics across ranks (the caller does), or read the file back.
@@ -135,6 +136,37 @@ class TrainContext:
         """Record validation metrics (the searcher reads its metric from these)."""
         self._write({"kind": "validation", "steps": _check_steps(steps_completed),
                      "metrics": _check_metrics(metrics)})
+
+    def report_metrics(self, group: str, steps_completed: int,
+                       metrics: Mapping[str, Any]) -> None:
+        """Determined's ``report_metrics(group, ...)``: ``"training"``/``"validation"`` go
+        where the two methods above put them; another group is recorded in
+        metrics.jsonl as ``{"kind": "metrics", "group": ...}`` (kept, not ingested)."""
+        if group == "training":
+            self.report_training_metrics(steps_completed, metrics)
+        elif group == "validation":
+            self.report_validation_metrics(steps_completed, metrics)
+        elif not isinstance(group, str) or not group or "." in group:
+            raise DethpcError(f"metrics group {group!r} must be a non-empty name without '.'")
+        else:
+            self._write({"kind": "metrics", "group": group,
+                         "steps": _check_steps(steps_completed),
+                         "metrics": _check_metrics(metrics)})
+
+    def report_progress(self, progress: float) -> None:
+        """Fraction of training done, in [0, 1] (Determined's ``report_progress``).
+
+        Recorded as a ``progress`` line in metrics.jsonl (for people and tools; the
+        daemon's searchers do not need it)."""
+        if isinstance(progress, bool) or not isinstance(progress, int | float) or not (
+                0 <= progress <= 1):
+            raise DethpcError(f"progress must be a number between 0 and 1, not {progress!r}")
+        self._write({"kind": "progress", "progress": float(progress)})
+
+    def set_status(self, status: str) -> None:
+        """Determined shows this in its WebUI; dethpc logs it (rank 0)."""
+        if self._dist.rank == 0:
+            log.info("trial status: %s", status)
 
     def report_checkpoint(self, steps_completed: int, uuid: str,
                           metadata: Mapping[str, Any]) -> None:

@@ -11,6 +11,7 @@ Must not: start processes (``_procs`` does), or know one launcher's specifics.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
@@ -226,7 +227,12 @@ def rank_env(layout: JobLayout, rank: int, local_rank: int, node_rank: int) -> d
         "WORLD_SIZE": str(layout.world_size),
         "LOCAL_WORLD_SIZE": str(layout.tasks_per_node),
         "GROUP_RANK": str(node_rank),
+        "GROUP_WORLD_SIZE": str(layout.nnodes),
         "NODE_RANK": str(node_rank),
+        # DeepSpeed's spellings (Determined's DistributedContext.from_deepspeed reads them)
+        "LOCAL_SIZE": str(layout.tasks_per_node),
+        "CROSS_RANK": str(node_rank),
+        "CROSS_SIZE": str(layout.nnodes),
         "MASTER_ADDR": layout.master_addr,
         "MASTER_PORT": str(layout.master_port),
     }
@@ -310,8 +316,18 @@ def parse_target(tokens: Sequence[str]) -> Target:
         if len(tokens) < 2:
             raise LaunchError("-m needs a module name")
         return Target("module", tokens[1], tuple(tokens[2:]))
+    if len(tokens) > 1 and _is_python(tokens[0]) and (
+            tokens[1] == "-m" or tokens[1].endswith(".py")):
+        # "python3 script.py" (Determined's tutorials write it so): a Python target,
+        # run by this interpreter under the exit guard like "script.py"
+        return parse_target(tokens[1:])
     kind = "file" if tokens[0].endswith(".py") else "command"
     return Target(kind, tokens[0], tuple(tokens[1:]))
+
+
+def _is_python(token: str) -> bool:
+    name = os.path.basename(token)
+    return name.startswith("python") and all(c.isdigit() or c == "." for c in name[6:])
 
 
 def parse_launcher_args(argv: Sequence[str], options: Sequence[str]) -> LauncherArgs:

@@ -31,7 +31,12 @@ def worker_env(env: Mapping[str, str]) -> dict[str, str]:
         "WORLD_SIZE": str(senv.ntasks),
         "LOCAL_WORLD_SIZE": str(local_world),
         "GROUP_RANK": str(senv.nodeid),
+        "GROUP_WORLD_SIZE": str(senv.nnodes),
         "NODE_RANK": str(senv.nodeid),
+        # DeepSpeed's spellings (Determined's DistributedContext.from_deepspeed reads them)
+        "LOCAL_SIZE": str(local_world),
+        "CROSS_RANK": str(senv.nodeid),
+        "CROSS_SIZE": str(senv.nnodes),
     }
     out = dict(env)
     for key, value in derived.items():

@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from dethpc import core
 from dethpc.core import DistributedContext, PreemptMode
+from dethpc.errors import DethpcError
 from dethpc.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED
 from dethpc.pytorch._trial import PyTorchTrialContext
 
@@ -33,7 +34,7 @@ def init_distributed(env: Mapping[str, str] | None = None) -> DistributedContext
     """
     env = os.environ if env is None else env
     if dist.is_available() and dist.is_initialized():
-        return DistributedContext.from_torch_distributed(env)
+        return DistributedContext.from_torch_distributed(env=env)
     world = int(env.get("WORLD_SIZE", "1") or 1)
     if world <= 1:
         return None
@@ -44,18 +45,28 @@ def init_distributed(env: Mapping[str, str] | None = None) -> DistributedContext
     dist.init_process_group(backend=backend)
     log.info("torch.distributed initialized: rank %d of %d (%s)", dist.get_rank(),
              dist.get_world_size(), backend)
-    return DistributedContext.from_torch_distributed(env)
+    return DistributedContext.from_torch_distributed(env=env)
 
 
 @contextlib.contextmanager
 def init(*, hparams: Mapping[str, Any] | None = None,
+         exp_conf: Mapping[str, Any] | None = None,
          distributed: DistributedContext | None = None,
+         aggregation_frequency: int = 1,
+         enable_tensorboard_logging: bool = True,
          preempt_mode: PreemptMode = PreemptMode.WorkersAskChief,
          exit_on_preempt: bool = True) -> Iterator[PyTorchTrialContext]:
     """Like Determined's ``det.pytorch.init()``: yields a ``PyTorchTrialContext``.
 
     ``hparams`` replaces the trial's hyperparameters (use it off-cluster for defaults).
+    ``exp_conf`` (Determined's, for local training) is accepted and not used: the
+    trial's config.yaml is read instead. ``aggregation_frequency`` must be 1;
+    ``enable_tensorboard_logging`` has no effect (no TensorBoard files are written).
     """
+    del exp_conf, enable_tensorboard_logging
+    if aggregation_frequency != 1:
+        raise DethpcError(f"aggregation_frequency={aggregation_frequency} is not supported by "
+                          "dethpc (gradients are exchanged every batch); use 1")
     created = False
     if distributed is None:
         created = not (dist.is_available() and dist.is_initialized())

@@ -52,7 +52,9 @@ def entrypoint_argv(entrypoint: str | Sequence[str], python: str | None = None) 
         raise DethpcError("entrypoint is empty; give module:TrialClass or a command")
     if argv[0] in ("python", "python3"):
         argv[0] = py
-    return argv
+    from dethpc.launch._determined import from_determined  # Determined's launchers
+
+    return from_determined(argv)
 
 
 def run_test_mode(entrypoint: str | Sequence[str], context_dir: Path,

@@ -137,19 +137,30 @@ class Trainer:
             test_validation_batches=test_validation_batches if test_mode else None)
 
     # ------------------------------------------------------------------- fit
-    def fit(self, max_length: TrainUnit | int | None = None,
-            checkpoint_period: TrainUnit | int | None = None,
-            validation_period: TrainUnit | int | None = None, *,
+    def fit(self, checkpoint_period: TrainUnit | int | None = None,
+            validation_period: TrainUnit | int | None = None,
+            max_length: TrainUnit | int | None = None,
             reporting_period: TrainUnit | int = Batch(10),
-            test_mode: bool | None = None,
+            checkpoint_policy: str = "best",
             latest_checkpoint: str | None = None,
+            step_zero_validation: bool = False,
+            test_mode: bool | None = None,
+            profiling_enabled: bool = False, *,
             test_validation_batches: int = 2) -> None:
         """Train to the searcher's target (or ``max_length`` off-cluster).
 
+        The parameters are Determined 0.38's, in its order. ``checkpoint_policy``
+        (``best``/``all``/``none``) and ``profiling_enabled`` are accepted and have no
+        effect (checkpoints are written at ``checkpoint_period``, at the end and on
+        preemption); ``step_zero_validation=True`` validates before the first batch.
         Returns normally when the length is reached, and also after checkpointing
         on preemption or a stop file; leaving ``dethpc.core.init()`` then exits
         the process with 80/81.
         """
+        if checkpoint_policy not in ("best", "all", "none"):
+            raise DethpcError(f"checkpoint_policy {checkpoint_policy!r} is not one of "
+                              "best, all, none")
+        del profiling_enabled
         if test_mode is None:
             test_mode = os.environ.get(ENV_TEST_MODE, "").lower() in ("1", "true", "yes")
         seed = self.context.get_trial_seed()
@@ -174,6 +185,8 @@ class Trainer:
         log.info("training to %d batches (%d per epoch) from batch %d%s", plan.max_batches,
                  plan.batches_per_epoch, self.progress.batches,
                  f", resumed from checkpoint {uuid}" if uuid else "")
+        if step_zero_validation and self.progress.batches == 0 and not test_mode:
+            self._validate(plan)
         for model in self.context.models:
             model.train()
         if self._check_preempt(plan):

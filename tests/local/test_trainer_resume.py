@@ -92,7 +92,7 @@ def _final_state(trial: Path) -> dict:
     ckpts = CheckpointContext(trial / "checkpoints", DistributedContext())
     uuid = ckpts.latest()
     assert uuid is not None
-    assert ckpts.get_metadata(uuid).steps_completed == LENGTH
+    assert ckpts.info(uuid).steps_completed == LENGTH
     return torch.load(trial / "checkpoints" / uuid / "state.pt", weights_only=False)
 
 

@@ -38,7 +38,7 @@ def test_test_mode_trains_one_batch_validates_checkpoints(tmp_path: Path,
     assert kinds == [("training", 1), ("validation", 1), ("checkpoint", 1)]
     ckpts = CheckpointContext(trial / "checkpoints", DistributedContext())
     uuid = ckpts.latest()
-    assert uuid is not None and ckpts.get_metadata(uuid).steps_completed == 1
+    assert uuid is not None and ckpts.info(uuid).steps_completed == 1
     assert (trial / "checkpoints" / uuid / "state.pt").is_file()
 
 
@@ -70,7 +70,7 @@ def test_train_py_runs_off_cluster(tmp_path: Path) -> None:
     assert '"kind": "validation", "steps": 12' in proc.stderr
     ckpts = CheckpointContext(tmp_path / "ck", DistributedContext())
     uuid = ckpts.latest()
-    assert uuid is not None and ckpts.get_metadata(uuid).steps_completed == 12
+    assert uuid is not None and ckpts.info(uuid).steps_completed == 12
 
 
 @pytest.mark.parametrize(("name", "searcher", "trials"), [

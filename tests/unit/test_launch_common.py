@@ -97,7 +97,9 @@ def test_rank_env() -> None:
     layout = JobLayout(("n1", "n2"), 2, "n1", 15001)
     assert rank_env(layout, 3, 1, 1) == {
         "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2",
-        "GROUP_RANK": "1", "NODE_RANK": "1", "MASTER_ADDR": "n1", "MASTER_PORT": "15001"}
+        "GROUP_RANK": "1", "NODE_RANK": "1", "MASTER_ADDR": "n1", "MASTER_PORT": "15001",
+        # what Determined's DistributedContext.from_torch_distributed/from_deepspeed read
+        "GROUP_WORLD_SIZE": "2", "LOCAL_SIZE": "2", "CROSS_RANK": "1", "CROSS_SIZE": "2"}
 
 
 def test_worker_env_from_slurm_and_torchrun_wins() -> None:
