@@ -292,11 +292,13 @@ class Daemon:
             self.queue += [self.pool_limits(pool).tag()] * jobs
 
     def limit_event(self, exp_id: int, message: str) -> None:
-        """A ``limit`` event, unless the experiment's newest event already says the same."""
+        """A ``limit`` event, unless the experiment's newest one already says the same
+        (a wait that lasts many ticks is one event, and one more when it changes)."""
         with self.store.session() as s:
-            last = s.exec(select(Event).where(Event.experiment_id == exp_id)
+            last = s.exec(select(Event).where(Event.experiment_id == exp_id,
+                                              Event.kind == "limit")
                           .order_by(Event.id.desc())).first()  # type: ignore[union-attr]
-            if last is not None and last.kind == "limit" and last.message == message:
+            if last is not None and last.message == message:
                 return
             s.add(Event(experiment_id=exp_id, kind="limit", message=message))
 
