@@ -112,11 +112,11 @@ def judge_probe(pool: str, probe_dir: Path, python: str, token: str,
         return [finding(Severity.ERROR, "probe", f"probe job {job} ended with exit code "
                         f"{outcome.returncode}: {outcome.stderr.strip()[:300]}",
                         f"look at `sacct -j {job}` for why")]
-    version = (outcome.python_out or "").strip()
+    words = (outcome.python_out or "").split()
+    versions = f"Python {words[0]}, dethpc {words[1]}" if len(words) == 2 else "?"
     return [finding(Severity.OK, "probe.runs_root",
                     f"runs_root is writable on {host} and visible here"),
-            finding(Severity.OK, "probe.python",
-                    f"{python} runs on {host} (Python, dethpc: {version or '?'})")]
+            finding(Severity.OK, "probe.python", f"{python} runs on {host} ({versions})")]
 
 
 def run_probes(cfg: ClusterConfig, runner: CommandRunner, pools: list[str],

@@ -527,7 +527,7 @@ def test_probe_argv() -> None:
      [(Severity.ERROR, "probe", "probe job 42 ended with exit code 1")]),
     (ProbeOutcome(0, "42\n", "", "tok n3\n", "3.11.9 0.1.0\n"),
      [(Severity.OK, "probe.runs_root", "runs_root is writable on n3 and visible here"),
-      (Severity.OK, "probe.python", "/py runs on n3 (Python, dethpc: 3.11.9 0.1.0)")]),
+      (Severity.OK, "probe.python", "/py runs on n3 (Python 3.11.9, dethpc 0.1.0)")]),
 ])
 def test_judge_probe(outcome: ProbeOutcome, expected: list[tuple[Severity, str, str]]) -> None:
     found = judge_probe("p", Path("/runs/x"), "/py", "tok", outcome)
