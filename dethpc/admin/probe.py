@@ -26,6 +26,10 @@ from dethpc.runner import CommandRunner
 
 #: the folder under runs_root that holds the probes' directories while they run
 PROBE_FOLDER = ".dethpc-admin-probe"
+#: the pool's ``sbatch_args`` that choose nodes, which the probe keeps (the others
+#: size the job, and the probe stays tiny)
+PLACEMENT_OPTIONS = ("--exclude=", "--nodelist=", "--constraint=", "--reservation=",
+                     "--clusters=", "--exclusive")
 #: exit codes of the probe script
 EXIT_NOT_WRITABLE = 3
 EXIT_NO_PYTHON = 4
@@ -49,7 +53,8 @@ exit 0
 def probe_argv(pool: ResourcePool, script: Path, probe_dir: Path, python: str, token: str,
                time: str = "00:02:00") -> list[str]:
     """``sbatch --wait`` of one probe job in ``pool``'s partition/QoS/account, on a node
-    with one of the pool's GPUs when it is a GPU pool (the nodes its trials get)."""
+    with one of the pool's GPUs when it is a GPU pool and within the pool's node choice
+    (``--exclude``, ``--constraint``, ...): the nodes its trials get."""
     argv = ["sbatch", "--parsable", "--wait", f"--job-name=dethpc-probe-{token}",
             "--nodes=1", "--ntasks=1", "--cpus-per-task=1", f"--time={time}",
             "--output=/dev/null", "--chdir=/"]
@@ -59,6 +64,7 @@ def probe_argv(pool: ResourcePool, script: Path, probe_dir: Path, python: str, t
             argv.append(f"{flag}={value}")
     if pool.gres is not None and pool.gres.split(":", 1)[0] == "gpu":
         argv.append(f"--gres=gpu:{pool.gpu_type}:1" if pool.gpu_type else "--gres=gpu:1")
+    argv += [a for a in pool.sbatch_args if a.startswith(PLACEMENT_OPTIONS)]
     return [*argv, str(script), str(probe_dir), python, token]
 
 

@@ -508,6 +508,9 @@ def test_probe_argv() -> None:
     assert not any(a.startswith("--gres") for a in argv)
     assert "--gres=gpu:a100:1" in probe_argv(GPU, script, out, "py", "ab")
     assert "--gres=gpu:1" in probe_argv(replace(GPU, gpu_type=None), script, out, "py", "ab")
+    site = replace(POOL, sbatch_args=("--exclude=n4", "--mem=1G", "--constraint=ib"))
+    kept = probe_argv(site, script, out, "py", "ab")
+    assert "--exclude=n4" in kept and "--constraint=ib" in kept and "--mem=1G" not in kept
 
 
 @pytest.mark.parametrize(("outcome", "expected"), [
