@@ -169,3 +169,46 @@ def test_gc_deletes_after_commit_and_finishes_after_a_crash(store, tmp_path):
     assert not old.exists() and new.is_dir()
     assert states(store) == {10: CheckpointState.DELETED, 20: CheckpointState.COMPLETED}
     assert tick(store, exp_id, running, now=1002.0).delete == {}
+
+
+def test_the_polled_pending_reason_is_stored_and_describe_shows_it(store, tmp_path):
+    from dethpc.cli.views import describe_experiment
+
+    def waiting() -> str | None:
+        return describe_experiment(store, exp_id)["trials"][0]["pending_reason"]
+
+    exp_id, _, ref = new_experiment(store, tmp_path)
+    with store.session() as s:  # the job is live but dethpc has not seen it pending yet
+        job = s.exec(select(Job)).one()
+        job.state = JobState.PENDING
+        s.add(job)
+    assert waiting() == "pending"
+    for info, stored, shown in [
+        (JobInfo(ref=ref, state=JobState.PENDING, reason="QOSMaxJobsPerUserLimit"),
+         "QOSMaxJobsPerUserLimit", "QOSMaxJobsPerUserLimit"),
+        # a poll that lost the job says nothing about why: the reason is kept
+        (JobInfo(ref=ref, state=JobState.UNKNOWN), "QOSMaxJobsPerUserLimit", None),
+        (JobInfo(ref=ref, state=JobState.PENDING, reason="Priority"), "Priority", "Priority"),
+        (JobInfo(ref=ref, state=JobState.RUNNING), "", None),
+    ]:
+        tick(store, exp_id, {ref: info})
+        with store.session() as s:
+            assert s.exec(select(Job)).one().reason == stored, info
+        assert waiting() == shown, info
+
+
+def test_describe_says_a_trial_dethpc_holds_back_is_not_submitted_yet(store, tmp_path):
+    from dethpc.cli.views import describe_experiment
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with store.session() as s:
+        exp = Experiment(name="t", config_yaml=CONFIG, run_dir=str(run_dir))
+        s.add(exp)
+        s.flush()
+        assert exp.id is not None
+        s.add(SearcherState(experiment_id=exp.id))
+        exp_id = exp.id
+    tick(store, exp_id, {})  # the searcher creates the trial; no job yet
+    assert describe_experiment(store, exp_id)["trials"][0]["pending_reason"] == \
+        "not submitted yet"
