@@ -150,6 +150,7 @@ class Arr(Rule):
             cx.error(path, f"expected a list, got {show(value)}")
             return
         for index, item in enumerate(value):
+            cx.known.add(join(path, index))
             self.items.check(item, join(path, index), cx)
 
 

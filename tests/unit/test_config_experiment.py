@@ -405,19 +405,10 @@ def test_warnings(changes: dict[str, Any], warning: str) -> None:
         ({"environment": {"image": 3}}, "environment.image: expected a non-empty string, got 3"),
         ({"environment": {"image": {"cpu": "a", "tpu": "b"}}},
          "environment.image.tpu: unknown field 'tpu'; did you mean 'gpu'? allowed: 'cpu'"),
-        ({"environment": {"environment_variables": ["1A=x"]}},
-         "environment.environment_variables[0]: expected 'NAME=value' with NAME matching "
-         "[A-Za-z_][A-Za-z0-9_]*, got '1A=x'"),
-        ({"environment": {"environment_variables": ["NOVALUE"]}},
-         "environment.environment_variables[0]: expected 'NAME=value'"),
-        ({"environment": {"environment_variables": ["A-B=1"]}},
-         "environment.environment_variables[0]: expected 'NAME=value'"),
         ({"environment": {"environment_variables": [{"A": 1}]}},
          "environment.environment_variables[0]: expected 'NAME=value'"),
         ({"environment": {"environment_variables": "A=1"}},
          "environment.environment_variables: expected a list of 'NAME=value' strings"),
-        ({"environment": {"environment_variables": {"cuda": ["$X=1"]}}},
-         "environment.environment_variables.cuda[0]: expected 'NAME=value'"),
         ({"environment": {"imag": "x"}}, "environment.imag: unknown field 'imag'; did you mean "
                                          "'image'?"),
         # bind mounts
@@ -440,10 +431,6 @@ def test_warnings(changes: dict[str, Any], warning: str) -> None:
         ({"slurm": {"gpu_type": 1}}, "slurm.gpu_type: expected a non-empty string, got 1"),
         ({"slurm": {"sbatch_args": "--mem=1G"}},
          "slurm.sbatch_args: expected a list of strings, got '--mem=1G'"),
-        ({"slurm": {"sbatch_args": ["--mem=1G\n#SBATCH --array=1"]}},
-         "slurm.sbatch_args[0]: an sbatch option may not contain a line break"),
-        ({"slurm": {"sbatch_args": ["mem=1G"]}},
-         "slurm.sbatch_args[0]: expected an sbatch option starting with '-', got 'mem=1G'"),
         ({"slurm": {"sbatch_argz": []}}, "slurm.sbatch_argz: unknown field 'sbatch_argz'; did "
                                          "you mean 'sbatch_args'?"),
     ],
@@ -466,10 +453,15 @@ def test_errors(changes: dict[str, Any], expected: str) -> None:
     ],
 )
 def test_managed_sbatch_args_rejected(arg: str, option: str) -> None:
-    found = errors(patched({"slurm": {"sbatch_args": [arg]}}))
+    """Determined's schema takes any string here: the config validates with a warning
+    and submit refuses the option dethpc manages, naming it."""
+    cfg = parse_experiment_config(patched({"slurm": {"sbatch_args": [arg]}}))
+    found = [str(e) for e in cfg.unsupported]
     assert found == [f"slurm.sbatch_args[0]: {arg!r} is not allowed: {option} is managed by "
                      f"dethpc; " + found[0].split("; ", 1)[1]]
     assert "dethpc" in found[0].split("; ", 1)[1]
+    with pytest.raises(ConfigError, match=r"slurm\.sbatch_args\[0\]"):
+        check_supported(cfg)
 
 
 @pytest.mark.parametrize("arg", ["-A", "--account=x", "--exclusive", "--mem=4G", "-p",
@@ -533,6 +525,19 @@ def test_error_source_and_exit_code() -> None:
         ({"entrypoint": "python3 'train.py"},
          "entrypoint: cannot split \"python3 'train.py\" into words like a shell does "
          "(No closing quotation)"),
+        ({"environment": {"environment_variables": ["1A=x"]}},
+         "environment.environment_variables[0]: expected 'NAME=value' with NAME matching "
+         "[A-Za-z_][A-Za-z0-9_]*, got '1A=x'"),
+        ({"environment": {"environment_variables": ["NOVALUE"]}},
+         "environment.environment_variables[0]: expected 'NAME=value'"),
+        ({"environment": {"environment_variables": ["A-B=1"]}},
+         "environment.environment_variables[0]: expected 'NAME=value'"),
+        ({"environment": {"environment_variables": {"cuda": ["$X=1"]}}},
+         "environment.environment_variables.cuda[0]: expected 'NAME=value'"),
+        ({"slurm": {"sbatch_args": ["--mem=1G\n#SBATCH --array=1"]}},
+         "slurm.sbatch_args[0]: an sbatch option may not contain a line break"),
+        ({"slurm": {"sbatch_args": ["mem=1G"]}},
+         "slurm.sbatch_args[0]: expected an sbatch option starting with '-', got 'mem=1G'"),
         ({"checkpoint_storage": {"type": "s3", "bucket": "b"}},
          "checkpoint_storage.type: checkpoint storage type 's3' is valid in Determined but"),
         ({"checkpoint_storage": {"type": "gcs", "bucket": "b"}},
