@@ -17,9 +17,11 @@ from enum import StrEnum
 
 from dethpc.admin.facts import AssocFacts, ClusterFacts, NodeFacts, PartitionFacts, QosFacts
 from dethpc.allocation import mem_per_node_mb
+from dethpc.backends.slurm_limits import Assoc, QosLimits, UserAssocs, pool_limits
 from dethpc.backends.slurm_parse import parse_slurm_time
 from dethpc.config.model import ClusterConfig, ResourcePool
 from dethpc.errors import SubmitError
+from dethpc.limits import PoolLimits
 
 
 class Severity(StrEnum):
@@ -202,7 +204,8 @@ def _accounting(s: _Scope) -> list[Finding]:
                                 f"sacctmgr add user {f.user} account={account or '<account>'}"
                                 + (f" (or set {s.field('account')} to one of: "
                                    f"{_accounts(f.assocs)})" if f.assocs else ""))]
-    qos = pool.qos or _default_qos(assoc)
+    limits = _pool_limits(s)
+    qos = limits.qos
     if pool.qos is not None and pool.qos in f.qos and assoc.qos and pool.qos not in assoc.qos:
         sev = Severity.ERROR if f.enforce("qos") else Severity.WARNING
         out.append(s.finding(sev, "association",
@@ -214,18 +217,8 @@ def _accounting(s: _Scope) -> list[Finding]:
         out.append(s.finding(Severity.OK, "association",
                              f"user {f.user} may submit with account {assoc.account}"
                              + (f" and QoS {qos}" if qos else "")))
-    out.append(_limits(s, assoc, f.qos.get(qos) if qos else None))
+    out.append(_limits(s, limits))
     return out
-
-
-def _default_qos(assoc: AssocFacts) -> str | None:
-    """The QoS of a job that names none: the association's default, else its only QoS,
-    else ``normal`` when it may use it."""
-    if assoc.default_qos:
-        return assoc.default_qos
-    if len(assoc.qos) == 1:
-        return assoc.qos[0]
-    return "normal" if "normal" in assoc.qos else None
 
 
 def _allowed(name: str, allow: tuple[str, ...] | None, deny: tuple[str, ...]) -> bool:
@@ -247,19 +240,32 @@ def _association(assocs: Sequence[AssocFacts], account: str | None,
     return None
 
 
-def _limits(s: _Scope, assoc: AssocFacts, qos: QosFacts | None) -> Finding:
+def _pool_limits(s: _Scope) -> PoolLimits:
+    """The QoS, account and per-user limits the pool's jobs fall under, by the daemon's
+    own rule (``dethpc.backends.slurm_limits.pool_limits``), so that what admin check
+    reports is what the daemon plans with."""
+    f = s.facts
+    user = UserAssocs(f.user, f.default_account or "", tuple(
+        Assoc(a.account, a.partition or "", a.qos, a.default_qos or "", a.max_submit,
+              a.max_jobs) for a in f.assocs or ()))
+    table = {name: QosLimits(q.max_submit_per_user, q.max_jobs_per_user)
+             for name, q in (f.qos or {}).items()}
+    return pool_limits(user, table, partition=s.part.name, qos=s.pool.qos,
+                       account=s.pool.account, extra_args=s.pool.sbatch_args)
+
+
+def _limits(s: _Scope, limits: PoolLimits) -> Finding:
     """The user's submit and job limits (QoS per-user limits and association limits)."""
     parts: list[tuple[str, int, str]] = []
-    if qos is not None and qos.max_submit_per_user is not None:
-        parts.append(("pending+running", qos.max_submit_per_user,
-                      f"MaxSubmitJobsPerUser of QoS {qos.name}"))
-    if assoc.max_submit is not None:
-        parts.append(("pending+running", assoc.max_submit,
-                      f"MaxSubmitJobs of account {assoc.account}"))
-    if qos is not None and qos.max_jobs_per_user is not None:
-        parts.append(("running", qos.max_jobs_per_user, f"MaxJobsPerUser of QoS {qos.name}"))
-    if assoc.max_jobs is not None:
-        parts.append(("running", assoc.max_jobs, f"MaxJobs of account {assoc.account}"))
+    for lim in limits.limits:
+        qos = lim.scope == "qos"
+        owner = f"QoS {lim.name}" if qos else f"account {lim.name}"
+        if lim.max_submit is not None:
+            key = "MaxSubmitJobsPerUser" if qos else "MaxSubmitJobs"
+            parts.append(("pending+running", lim.max_submit, f"{key} of {owner}"))
+        if lim.max_jobs is not None:
+            key = "MaxJobsPerUser" if qos else "MaxJobs"
+            parts.append(("running", lim.max_jobs, f"{key} of {owner}"))
     if not parts:
         return s.finding(Severity.OK, "limits", f"no per-user job limits for {s.facts.user}")
     text = "; ".join(f"at most {n} job(s) {what} ({why})" for what, n, why in parts)
@@ -268,7 +274,7 @@ def _limits(s: _Scope, assoc: AssocFacts, qos: QosFacts | None) -> Finding:
                          f"limits set but not enforced (AccountingStorageEnforce lacks "
                          f"'limits'): {text}")
     running = min((n for what, n, _ in parts if what == "running"), default=None)
-    queued = min((n for what, n, _ in parts if what == "pending+running"), default=None)
+    queued = limits.max_submit
     pace = f"; at most {running} of them run at once" if running else ""
     return s.finding(Severity.WARNING, "limits",
                      f"user {s.facts.user}: {text}. Every array task counts as one job; "
@@ -415,13 +421,8 @@ def _preemption(s: _Scope) -> list[Finding]:
 
 
 def _pool_qos(s: _Scope) -> QosFacts | None:
-    qos = s.facts.qos or {}
-    if s.pool.qos is not None:
-        return qos.get(s.pool.qos)
-    assoc = _association(s.facts.assocs or (), s.pool.account or s.facts.default_account,
-                         s.part.name)
-    name = _default_qos(assoc) if assoc else None
-    return qos.get(name) if name else None
+    name = _pool_limits(s).qos
+    return (s.facts.qos or {}).get(name) if name else None
 
 
 def _mode(s: _Scope, mode: str, where: str) -> Finding:

@@ -350,6 +350,16 @@ def test_partition_specific_association_is_preferred() -> None:
      "MaxSubmitJobsPerUser of QoS limited"),
     (POOL, "devcluster|dethpc|root||limited,normal||\n", "limits", Severity.OK,
      "no per-user job limits"),
+    # a --qos in the pool's sbatch_args wins over its field, as for the daemon
+    (replace(POOL, account="ml-team", sbatch_args=("--qos=limited",)), ASSOCS, "limits",
+     Severity.WARNING, "MaxSubmitJobsPerUser of QoS limited"),
+    # QoS and association limits together: the tightest submit limit is the pace
+    (replace(POOL, account="ml-team"), "devcluster|ml-team|root||limited|limited|3|1\n",
+     "associations,limits,qos", Severity.WARNING,
+     "at most 2 job(s) pending+running (MaxSubmitJobsPerUser of QoS limited); at most 1 "
+     "job(s) running (MaxJobsPerUser of QoS limited); at most 1 job(s) pending+running "
+     "(MaxSubmitJobs of account ml-team); at most 3 job(s) running (MaxJobs of account "
+     "ml-team). Every array task counts as one job; dethpc keeps at most 1 in the queue"),
 ])
 def test_user_limits(pool: ResourcePool, assocs: str, enforce: str, severity: Severity,
                      words: str) -> None:
