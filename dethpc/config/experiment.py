@@ -2,9 +2,12 @@
 
 Owns: ``parse_experiment_config`` (validates every section and reports *all*
 problems in one ``ConfigError``, each with the field path, the bad value and what
-is allowed), ``load_experiment_config`` (file + ``--config`` overrides) and
-``dump_config``. Determined fields with no meaning on Slurm are accepted with a
-one-line warning (``cfg.warnings``) so existing configs keep working.
+is allowed), ``check_supported`` (the submit-time refusal), ``load_experiment_config``
+(file + ``--config`` overrides) and ``dump_config``. Determined 0.38.1's verdict
+(``dethpc.config.expconf``) decides what is valid; this module merges it with
+dethpc's own parsing (``_judge``). Determined fields with no meaning on Slurm are
+accepted with a one-line warning (``cfg.warnings``); values Determined accepts
+that dethpc cannot serve are listed in ``cfg.unsupported`` and refused at submit.
 Must not: touch the store, the cluster config or Slurm; resolve resource pools
 (the submitter does, with ``ClusterConfig.pool``).
 
