@@ -20,12 +20,12 @@ from dethpc.containers import exec_argv
 from dethpc.directives import component_directives, job_time, trial_directives
 from dethpc.paths import ExperimentPaths
 from dethpc.render import (
-    STARTUP_HOOK_ARGV,
     TrialScript,
     entrypoint_argv,
     is_launcher,
     render_array_script,
     render_trial_script,
+    startup_hook_argv,
     trial_env,
 )
 
@@ -100,8 +100,9 @@ def trial_script(cfg: ExperimentConfig, cluster: ClusterConfig, *, backend: Back
         trial_dir=tp.root, context_dir=paths.context,
         command=trial_command(cfg, cluster, backend, python, run_dir), env=env,
         python=python, signal=pool.signal, signal_grace_s=pool.signal_grace_s,
-        hook_command=_contained(cfg, cluster, list(STARTUP_HOOK_ARGV),
+        hook_command=_contained(cfg, cluster, startup_hook_argv(tp.startup_hook_env),
                                 cfg.resources.resource_pool, run_dir),
+        hook_env=tp.startup_hook_env,
         component_names=tuple(c.name for c in components),
         component_steps=[component_step(cfg, cluster, c, group, python, run_dir)
                          for group, c in enumerate(components, 1)]), jenv)

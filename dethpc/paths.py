@@ -67,6 +67,12 @@ class TrialPaths:
     def stop(self) -> Path:
         return self.root / "stop"
 
+    @property
+    def startup_hook_env(self) -> Path:
+        """Prefix of the files (``.<node id>``) where each node's ``startup-hook.sh``
+        leaves the variables it exported; the job script exports node 0's."""
+        return self.root / ".startup-hook-env"
+
     def logs(self) -> list[Path]:
         """Every job output file of this trial, oldest first."""
         if not self.root.is_dir():

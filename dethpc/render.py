@@ -32,10 +32,29 @@ TRIAL_TEMPLATE = "trial.sbatch.j2"
 ARRAY_TEMPLATE = "array.sbatch.j2"
 _TRIAL_CLASS = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _LAUNCHER = re.compile(r"^dethpc\.launch\.\w+$")
-#: Determined's startup hook: a file at the root of the context directory, run with
-#: ``set -e`` semantics (Determined sources it under ``set -e``)
+#: Determined's startup hook: a file at the root of the context directory
 STARTUP_HOOK = "startup-hook.sh"
-STARTUP_HOOK_ARGV = ("bash", "-e", STARTUP_HOOK)
+#: How one node runs it: sourced under ``set -e`` (as Determined's entrypoint does), then
+#: the variables it exported or changed are written NUL-separated to ``$1.<node id>``,
+#: for the job script to export to the training step (``$0`` names it in messages).
+HOOK_RUNNER = r"""set -e
+declare -A dethpc_env_before
+while IFS= read -r -d "" kv; do dethpc_env_before["${kv%%=*}"]="${kv#*=}"; done < <(env -0)
+source ./startup-hook.sh
+dethpc_env_out="$1.${SLURM_NODEID:-0}"
+while IFS= read -r -d "" kv; do
+  name="${kv%%=*}"
+  case "$name" in _|SHLVL|PWD|OLDPWD|*[!A-Za-z0-9_]*|[0-9]*) continue ;; esac
+  if [ "${dethpc_env_before[$name]+set}" != set ] \
+      || [ "${dethpc_env_before[$name]}" != "${kv#*=}" ]; then printf "%s\0" "$kv"; fi
+done < <(env -0) >"$dethpc_env_out.tmp"
+mv -f "$dethpc_env_out.tmp" "$dethpc_env_out"
+"""
+
+
+def startup_hook_argv(env_prefix: Path) -> list[str]:
+    """argv that runs ``startup-hook.sh`` on one node (see ``HOOK_RUNNER``)."""
+    return ["bash", "-c", HOOK_RUNNER, STARTUP_HOOK, str(env_prefix)]
 
 
 def template_dir() -> Path:
@@ -142,7 +161,9 @@ class TrialScript:
     component_steps: list[list[str]] = field(default_factory=list)
     #: how one node runs the context's ``startup-hook.sh`` (inside the trial's image when
     #: it has one); on Slurm the template starts it once per node through ``srun``
-    hook_command: list[str] = field(default_factory=lambda: list(STARTUP_HOOK_ARGV))
+    hook_command: list[str] = field(default_factory=list)
+    #: where the hook leaves its exports (``startup_hook_argv``); node 0's are exported
+    hook_env: Path | None = None
 
 
 def render_trial_script(ts: TrialScript, jenv: jinja2.Environment | None = None) -> str:
@@ -155,9 +176,16 @@ def render_trial_script(ts: TrialScript, jenv: jinja2.Environment | None = None)
         python_bin=str(Path(ts.python).parent), signal=ts.signal,
         signal_grace_s=ts.signal_grace_s, component_steps=ts.component_steps,
         component_names=",".join(("trial", *ts.component_names)),
-        srun_steps=ts.traits.srun_steps, hook_command=ts.hook_command,
+        srun_steps=ts.traits.srun_steps, hook_env=str(ts.hook_env or _hook_env(ts)),
+        hook_command=ts.hook_command or startup_hook_argv(ts.hook_env or _hook_env(ts)),
         exit_preempted=EXIT_PREEMPTED,
         exit_stopped=EXIT_STOPPED, local_requeue_exit=LOCAL_REQUEUE_EXIT)
+
+
+def _hook_env(ts: TrialScript) -> Path:
+    from dethpc.paths import TrialPaths
+
+    return TrialPaths(ts.trial_dir).startup_hook_env
 
 
 def render_array_script(*, experiment_id: int, batch_id: int, directives: Sequence[str],

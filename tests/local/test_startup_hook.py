@@ -1,7 +1,8 @@
 """Determined's ``startup-hook.sh`` on the local backend (issue 12, item 4).
 
 The hook at the root of the context directory runs once per run, before the
-entrypoint, in the trial's environment (DETHPC_* variables, the config's
+entrypoint (which sees what the hook exported, as Determined sources it), in the
+trial's environment (DETHPC_* variables, the config's
 environment_variables) with the context directory as its working directory; its
 output is in the trial's log, and its failure fails the run (an ``error`` exit
 record with the hook's code) without starting the entrypoint.
@@ -16,10 +17,14 @@ from pathlib import Path
 from tests.local.conftest import TOY, cli, write_config
 
 # the entrypoint notes that it started, then trains the toy trial
-ENTRYPOINT = ["bash", "-c", 'echo entry >>"$DETHPC_TRIAL_DIR/order.log"; exec python3 train.py']
+ENTRYPOINT = ["bash", "-c", 'echo "entry ${HOOK_EXPORT:-unset} ${HOOK_LOCAL:-unset}" '
+              '>>"$DETHPC_TRIAL_DIR/order.log"; exec python3 train.py']
+# sourced, as in Determined: what it exports reaches the entrypoint, a plain variable not
 HOOK_OK = """\
 echo "hook: trial=$DETHPC_TRIAL_ID run=$DETHPC_RUN_ID var=$HOOK_VAR cwd=$(pwd)"
 echo "hook $DETHPC_RUN_ID" >>"$DETHPC_TRIAL_DIR/order.log"
+export HOOK_EXPORT="from hook"
+HOOK_LOCAL=not-exported
 """
 # `false` fails the hook (Determined sources it under `set -e`): the last line never runs
 HOOK_FAILS = """\
@@ -61,7 +66,7 @@ def test_hook_runs_before_the_entrypoint_in_the_trials_environment(home, tmp_pat
     d = run_single(tmp_path, HOOK_OK)
     assert d["state"] == "COMPLETED", d
     trial, log, order, exits = trial_files(d)
-    assert order == ["hook 0", "entry"]  # once, and before the entrypoint
+    assert order == ["hook 0", "entry from hook unset"]  # once, before the entrypoint
     context = Path(d["run_dir"]) / "context"
     assert f"hook: trial={trial.name} run=0 var=hello cwd={context}" in log
     assert "dethpc: startup-hook.sh exited with code 0" in log

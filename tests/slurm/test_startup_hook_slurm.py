@@ -23,9 +23,11 @@ TOY = Path(__file__).resolve().parents[1] / "fixtures" / "toy"
 HOOK = """\
 echo "hook on $SLURMD_NODENAME: trial $DETHPC_TRIAL_ID run $DETHPC_RUN_ID"
 echo "hook $DETHPC_RUN_ID $SLURMD_NODENAME $SLURM_JOB_NODELIST" >>"$DETHPC_TRIAL_DIR/order.log"
+export HOOK_EXPORT="run-$DETHPC_RUN_ID"
 """
-ENTRYPOINT = ["bash", "-c",
-              'echo "entry $DETHPC_RUN_ID" >>"$DETHPC_TRIAL_DIR/order.log"; exec python3 train.py']
+# the entrypoint sees what the hook exported (node 0's), as Determined sources the hook
+ENTRYPOINT = ["bash", "-c", 'echo "entry $DETHPC_RUN_ID ${HOOK_EXPORT:-unset}" '
+              '>>"$DETHPC_TRIAL_DIR/order.log"; exec python3 train.py']
 
 
 @pytest.fixture
@@ -64,11 +66,11 @@ def test_hook_runs_once_per_node_before_the_entrypoint_and_again_after_requeue(
     trial_dir = harness.trial_dir(exp)
 
     # run 0 trains (its entrypoint started and reported a step): requeue the running job
-    harness.wait("run 0 to train", lambda: ["entry", "0"] in order(trial_dir)
+    harness.wait("run 0 to train", lambda: ["entry", "0", "run-0"] in order(trial_dir)
                  and (trial_dir / "metrics.jsonl").exists(), timeout=300)
     subprocess.run(["scontrol", "requeue", ref], check=True, timeout=30)
-    harness.wait("run 1 to start its entrypoint", lambda: ["entry", "1"] in order(trial_dir),
-                 timeout=400)
+    harness.wait("run 1 to start its entrypoint",
+                 lambda: ["entry", "1", "run-1"] in order(trial_dir), timeout=400)
     done = harness.wait_done(exp, timeout=400)
     assert done.state == "COMPLETED", harness.events(exp)
 
