@@ -271,7 +271,12 @@ def _checkpoint_storage(ck: Checker, value: Any) -> CheckpointStorage:
     kind = data.get("type")
     if kind is None:
         # only the GC counts: checkpoints stay in the trial's run directory
-        ck.keys(data, path, _CKPT_SAVE, None)
+        for key in data:
+            if key not in _CKPT_SAVE:
+                ck.unsupported_here(join(path, str(key)),
+                                    "without a type, Determined merges this into the "
+                                    "cluster's default storage; dethpc's default is the "
+                                    "trial's run directory: give type shared_fs or directory")
         return CheckpointStorage(**saves)  # type: ignore[arg-type]
     if kind in _CKPT_REMOTE:
         ck.unsupported_here(join(path, "type"),

@@ -282,3 +282,10 @@ def test_async_halving_plans_exactly_one_bracket() -> None:
     plan = plan_brackets(cfg.searcher)
     assert [(b.num_rungs, b.max_trials, b.max_concurrent, b.lengths) for b in plan] == [
         (3, 9, 3, (10, 30, 90))]
+
+
+def test_storage_fields_without_a_type_are_refused_at_submit() -> None:
+    cfg = parse_experiment_config(config(checkpoint_storage={"host_path": "/x"}))
+    assert [e.path for e in cfg.unsupported] == ["checkpoint_storage.host_path"]
+    assert refused(config(checkpoint_storage={"hots_path": "/x"}))[0].startswith(
+        "checkpoint_storage.hots_path: unknown field")
