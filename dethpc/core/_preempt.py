@@ -136,11 +136,12 @@ class PreemptContext:
             return REASON_SIGNAL
         return self._read_stop_file()
 
-    def should_preempt(self) -> bool:
+    def should_preempt(self, auto_ack: bool = True) -> bool:
         """True once the trial must checkpoint and exit; sticky once True.
 
         In ``WorkersAskChief`` mode this is a collective: every rank must call it
-        at the same step.
+        at the same step. ``auto_ack=False`` (Determined's): the preemption counts
+        (leaving ``init()`` exits 80/81) only after ``acknowledge_preemption_signal()``.
         """
         if self._mode is PreemptMode.ExplicitOnly:
             return False
@@ -153,9 +154,15 @@ class PreemptContext:
             if self._reason is None:
                 log.info("preemption requested (%s): checkpointing and exiting", reason)
             self._reason = reason
-            self._acknowledged = True
+            if auto_ack:
+                self._acknowledged = True
             return True
         return False
+
+    def acknowledge_preemption_signal(self) -> None:
+        """Accept the preemption seen by ``should_preempt(auto_ack=False)``."""
+        if self._reason is not None:
+            self._acknowledged = True
 
     @property
     def reason(self) -> str | None:

@@ -263,3 +263,43 @@ def test_mapped_argv_parses_as_dethpc_launcher_args() -> None:
 def test_python_script_targets_run_under_the_exit_guard(tokens: list[str],
                                                         target: Target) -> None:
     assert parse_launcher_args(tokens, ()).target == target
+
+
+def test_from_horovod_reads_the_module() -> None:
+    class Hvd:
+        def rank(self) -> int: return 0
+        def size(self) -> int: return 1
+        def local_rank(self) -> int: return 0
+        def local_size(self) -> int: return 1
+        def cross_rank(self) -> int: return 0
+        def cross_size(self) -> int: return 1
+
+    d = DistributedContext.from_horovod(Hvd())
+    assert (d.rank, d.size, d.get_num_agents(), d.broadcast("x")) == (0, 1, 1, "x")
+
+
+def test_should_preempt_auto_ack_false_waits_for_the_acknowledgement(tmp_path: Path) -> None:
+    trial = _trial(tmp_path)
+    with core.init(env={"DETHPC_TRIAL_DIR": str(trial)}, exit_on_preempt=False) as ctx:
+        (trial / "stop").write_text("pause")
+        assert ctx.preempt.should_preempt(auto_ack=False) is True
+        assert ctx.preempt.exit_code() is None
+        ctx.preempt.acknowledge_preemption_signal()
+        assert ctx.preempt.exit_code() == 81
+
+
+# ------------------------------------------------------------ examples/core_api
+CORE_API = Path(__file__).resolve().parents[2] / "examples" / "core_api"
+CONFIGS = sorted(CORE_API.glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_core_api_examples_validate_and_run_dethpc_commands(path: Path) -> None:
+    from dethpc.config import load_experiment_config
+
+    cfg = load_experiment_config(path)
+    argv = entrypoint_argv(cfg.entrypoint, PY)
+    assert not any(a.startswith("determined.") for a in argv), argv
+    assert cfg.searcher.max_length is None or cfg.searcher.name == "adaptive_asha"
+    source = "".join(p.read_text() for p in CORE_API.glob("model_def*.py"))
+    assert "import dethpc as det" in source and "from dethpc" not in source
