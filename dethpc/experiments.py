@@ -61,6 +61,7 @@ def check_with_scheduler(cfg: ExperimentConfig, cluster: ClusterConfig, backend:
     if not backend.traits.submit_verdict:
         return
     from dethpc.jobscript import trial_script
+    from dethpc.limits import at_submit_limit
     from dethpc.verdict import refusal_message
 
     with tempfile.TemporaryDirectory(prefix="dethpc-verdict-") as tmp:
@@ -72,7 +73,9 @@ def check_with_scheduler(cfg: ExperimentConfig, cluster: ClusterConfig, backend:
         path.write_text(script, encoding="utf-8")
         words = backend.judge(JobRequest(name="dethpc-verdict", comment="dethpc:verdict",
                                          script=path, workdir=run_dir))
-    if words is None:
+    if words is None or at_submit_limit(words):
+        # at a submit limit right now (QOSMaxSubmitJobPerUserLimit, ...): a verdict on
+        # the moment, not on the job; the daemon submits as the user's jobs end
         return
     directives = [line.split(None, 1)[1] for line in script.splitlines()
                   if line.startswith("#SBATCH ")]

@@ -19,6 +19,7 @@ with the pending reason ``QOSMaxJobsPerUserLimit`` / ``AssocMaxJobsLimit``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -96,27 +97,44 @@ def headroom(pool: PoolLimits, jobs: Iterable[JobInfo]) -> int | None:
     return min(rooms) if rooms else None
 
 
-#: Slurm's words for a submission refused over a limit (the job would never run
-#: until some of the user's jobs end); matched in sbatch's stderr.
-LIMIT_REFUSALS = (
+#: Slurm's reasons for refusing a submission over a limit on how many jobs may be
+#: queued: the job is fine, the user (or group) just has too many now.
+COUNT_LIMITS = (
     "QOSMaxSubmitJobPerUserLimit", "QOSMaxSubmitJobPerAccountLimit",
     "AssocMaxSubmitJobLimit", "AssocGrpSubmitJobsLimit", "QOSGrpSubmitJobsLimit",
-    "Job violates accounting/QOS policy",
-    "Resource temporarily unavailable",  # slurmctld busy, or MaxJobCount reached
 )
-#: refusals that depend on the user's jobs; the others are about the cluster as a whole
-_USER_BOUND = LIMIT_REFUSALS[:-1]
+#: the cluster as a whole is full or busy (MaxJobCount reached, slurmctld EAGAIN)
+_TRANSIENT = ("Resource temporarily unavailable",)
+#: what sbatch prints after any accounting refusal, with or without a reason word
+_POLICY = "Job violates accounting/QOS policy"
+_REASON_WORD = re.compile(r"\b(?:QOS|Assoc)\w*Limit\b")
+#: every word ``limit_refusal`` may answer
+LIMIT_REFUSALS = (*COUNT_LIMITS, *_TRANSIENT, _POLICY)
 
 
 def limit_refusal(stderr: str) -> str | None:
-    """The matching word when sbatch's ``stderr`` says the job was refused over a
-    limit (wait and retry), else ``None`` (a real error). The most specific word
-    wins: "... policy (job submit limit, user's size and/or time limits)" and
-    "QOSMaxSubmitJobPerUserLimit" in one message give the latter."""
-    for word in LIMIT_REFUSALS:
+    """The word that makes sbatch's ``stderr`` a refusal over a limit on how many jobs
+    may be queued (wait and retry), else ``None`` (a real error). Slurm 22.05 prints
+    the reason word, then "Job violates accounting/QOS policy (...)": a reason about
+    the job itself (``QOSMaxWallDurationPerJobLimit``, ``QOSMaxTresPerJob``...) is a
+    real error; the bare policy sentence (no reason word) is read as a count limit."""
+    for word in (*COUNT_LIMITS, *_TRANSIENT):
         if word in stderr:
             return word
+    if _POLICY in stderr and not _REASON_WORD.search(stderr):
+        return _POLICY
     return None
+
+
+def at_submit_limit(words: str) -> bool:
+    """True when Slurm refused only because the user (or group) has too many jobs
+    queued now: a verdict on the moment, not on the job (``sbatch --test-only`` says
+    so too)."""
+    return any(word in words for word in COUNT_LIMITS)
+
+
+#: refusals that depend on the user's jobs; the others are about the cluster as a whole
+_USER_BOUND = (*COUNT_LIMITS, _POLICY)
 
 
 def refusal_is_final(word: str, user_live_jobs: int, trials: int) -> bool:

@@ -132,3 +132,21 @@ def test_refusals_over_a_limit_dethpc_cannot_see_are_waited_out(
     # the first sbatch asked for every trial at once and was refused; smaller ones followed
     sizes = [array_size(a) for a in sbatch_calls(result)]
     assert sizes[0] == 3 * LIMIT and min(sizes) < sizes[0], sizes
+
+
+def test_the_users_own_jobs_count_and_submit_at_the_limit_is_not_refused(
+        slurm_cluster: Any, cluster_user: ClusterUser, user_tmp: Path) -> None:
+    # the user already has the whole submit limit queued, outside dethpc
+    res = slurm_cluster.sbatch_as(cluster_user, f"--chdir={user_tmp}", "-o", "/dev/null",
+                                  f"--array=0-{LIMIT - 1}", "--wrap", "sleep 4")
+    assert res.returncode == 0, res.stderr
+    theirs = res.stdout.strip().split(";")[0]
+    # creating the experiment asks Slurm with sbatch --test-only, which answers
+    # QOSMaxSubmitJobPerUserLimit now: not a verdict on the job, so it is accepted
+    result = run_daemon(cluster_user, user_tmp, blind=False)
+    assert_completed_within_limit(result)
+    first = result["samples"][0]["jobs"]
+    assert first and all(j.startswith(f"{theirs}_") for j in first), first  # nothing of ours
+    assert [e for e in result["events"] if e["kind"] == "limit"
+            and f"{3 * LIMIT} trial(s) wait" in e["message"]], result["events"]
+    assert not [e for e in result["events"] if "refused" in e["message"]], result["events"]

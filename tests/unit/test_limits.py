@@ -20,6 +20,7 @@ from dethpc.limits import (
     UNLIMITED,
     Limit,
     PoolLimits,
+    at_submit_limit,
     counted,
     counted_live,
     headroom,
@@ -156,6 +157,12 @@ def test_a_submitted_pool_job_counts_until_the_next_poll() -> None:
     ("sbatch: error: QOSGrpSubmitJobsLimit", "QOSGrpSubmitJobsLimit"),
     ("sbatch: error: Batch job submission failed: Resource temporarily unavailable",
      "Resource temporarily unavailable"),
+    # a reason about the job itself, not about how many are queued: a real error
+    ("sbatch: error: QOSMaxWallDurationPerJobLimit\nsbatch: error: Batch job submission "
+     "failed: Job violates accounting/QOS policy (job submit limit, user's size and/or "
+     "time limits)", None),
+    ("sbatch: error: AssocMaxCpuPerJobLimit\nsbatch: error: Batch job submission failed: "
+     "Job violates accounting/QOS policy", None),
     # real errors: not waited out
     ("sbatch: error: Batch job submission failed: Invalid partition name specified", None),
     ("sbatch: error: Batch job submission failed: Requested node configuration is not "
@@ -165,6 +172,20 @@ def test_a_submitted_pool_job_counts_until_the_next_poll() -> None:
 ])
 def test_limit_refusal(stderr: str, word: str | None) -> None:
     assert limit_refusal(stderr) == word
+
+
+@pytest.mark.parametrize(("words", "expected"), [
+    # sbatch --test-only as dethpc-user with 2 jobs queued (sbatch_refusal's joined words)
+    ("QOSMaxSubmitJobPerUserLimit; Job violates accounting/QOS policy (job submit limit, "
+     "user's size and/or time limits)", True),
+    ("AssocGrpSubmitJobsLimit; Job violates accounting/QOS policy", True),
+    ("QOSMaxWallDurationPerJobLimit; Job violates accounting/QOS policy", False),
+    ("Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)",
+     False),  # no reason given: the job may well be what is refused
+    ("Invalid qos specification", False),
+])
+def test_at_submit_limit(words: str, expected: bool) -> None:
+    assert at_submit_limit(words) is expected
 
 
 @pytest.mark.parametrize(("word", "live", "trials", "final"), [
