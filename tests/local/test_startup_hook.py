@@ -83,3 +83,46 @@ def test_failing_hook_fails_the_run_with_its_output_in_the_log(home, tmp_path):
     assert "hook: never printed" not in log
     assert "startup-hook.sh failed (exit code 1); not starting the training step" in log
     assert [(e["reason"], e["code"]) for e in exits] == [("error", 1)]
+
+
+def test_signal_during_the_hook_is_forwarded_and_the_entrypoint_never_starts(
+        tmp_path: Path) -> None:
+    """The job script run by bash as a backend runs it: a preemption signal while a slow
+    hook runs reaches the hook, the entrypoint does not start, the run is preempted
+    (the local backend's requeue exit code), and the next run sources the hook again."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from dethpc.config import parse_experiment_config
+    from dethpc.config.model import ClusterConfig, ResourcePool
+    from dethpc.exitcodes import LOCAL_REQUEUE_EXIT
+    from dethpc.jobscript import trial_script
+    from dethpc.paths import ExperimentPaths
+
+    cluster = ClusterConfig(pools={"default": ResourcePool(
+        name="default", partition="debug", default_time="00:10:00", signal="USR2")})
+    paths = ExperimentPaths(tmp_path / "run").ensure()
+    paths.context.mkdir()
+    (paths.context / "startup-hook.sh").write_text(
+        'echo "hook $DETHPC_RUN_ID" >>"$DETHPC_TRIAL_DIR/order.log"\n'
+        'if [ "$DETHPC_RUN_ID" = 0 ]; then kill -s USR2 "$PPID"; sleep 30; fi\n')
+    trial = paths.trial(1).root
+    trial.mkdir(parents=True)
+    cfg = parse_experiment_config({
+        "name": "t", "entrypoint": ENTRYPOINT[:2] + ['echo entry >>"$DETHPC_TRIAL_DIR/order.log"'],
+        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}}})
+    script = trial / "job.sbatch"
+    script.write_text(trial_script(cfg, cluster, backend="local", python=sys.executable,
+                                   run_dir=paths.root, exp_id=1, trial_id=1))
+    codes = []
+    for run in (0, 1):
+        env = {**os.environ, "SLURM_RESTART_COUNT": str(run)}
+        # the hook's parent is the batch shell on the local backend (no srun between)
+        codes.append(subprocess.run(["bash", str(script)], env=env, timeout=60).returncode)
+    exits = [json.loads(line) for line in (trial / "exits.jsonl").read_text().splitlines()]
+    assert [(e["reason"], e["code"], e["signal"]) for e in exits] == [
+        ("preempted", 128 + signal.SIGUSR2, "USR2"), ("completed", 0, "")]
+    assert codes == [LOCAL_REQUEUE_EXIT, 0]
+    assert (trial / "order.log").read_text().split("\n")[:-1] == ["hook 0", "hook 1", "entry"]
