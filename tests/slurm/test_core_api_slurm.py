@@ -3,7 +3,9 @@ only dethpc line) run through the daemon on the real dev cluster with their own 
 
 * start, metrics, random search, distributed (Determined's torch launcher entrypoint,
   ``slots_per_trial: 2`` -> one rank on each of two nodes, ``allgather`` across them) and
-  the PyTorch Trainer complete, with metrics and checkpoints in the store;
+  the PyTorch Trainer complete, with metrics and checkpoints in the store; Core API
+  collectives without torch (``from_deepspeed()`` through Determined's DeepSpeed launcher
+  entrypoint) cross the two nodes over dethpc's TCP star;
 * a paused trial checkpoints through ``preempt.should_preempt()`` and, activated again,
   restores ``det.get_cluster_info().latest_checkpoint`` and continues from its step.
 """
@@ -33,6 +35,7 @@ from tests.slurm.fixtures.harness import scancel_store_jobs
 
 REPO = Path(__file__).resolve().parents[2]
 CORE_API = REPO / "examples" / "core_api"
+STAR = REPO / "tests" / "fixtures" / "core_star"
 
 
 @pytest.fixture
@@ -95,6 +98,12 @@ def test_core_api_tutorial_stages_complete(env: Any) -> None:
     cluster, store, backend = env
     names = ["const.yaml", "metrics.yaml", "search.yaml", "distributed.yaml", "trainer.yaml"]
     exps = {n: _create(cluster, store, backend, n) for n in names}
+    # Core API collectives without torch: from_deepspeed() + the TCP star, 2 nodes
+    star_cfg = load_experiment_config(CORE_API / "distributed.yaml", [
+        "entrypoint=python3 -m determined.launch.deepspeed python3 star.py",
+        "name=core-api-star"])
+    exps["star"] = experiments.create_experiment(store, cluster, star_cfg, STAR, backend)
+    names.append("star")
     states = _drive(Daemon(store, cluster, backend), store, list(exps.values()), timeout=240)
     details = {n: describe_experiment(store, e) for n, e in exps.items()}
     logs = {n: _log(_trial_dir(store, exps[n], details[n]["trials"][0]["id"])) for n in names}
@@ -130,6 +139,15 @@ def test_core_api_tutorial_stages_complete(env: Any) -> None:
     assert len(expand_hostlist(job["nodes"])) == 2, job
     _, ckpts = _stored(store, d["id"])
     assert sorted(c.steps_completed for c in ckpts)[-1] == 40
+
+    # the TCP star across two nodes, ranks from Determined's from_deepspeed()
+    (st,) = details["star"]["trials"]
+    (v,) = _records(_trial_dir(store, exps["star"], st["id"]), "validation")
+    assert v["metrics"] == {"world_size": 2, "nodes": 2, "ranks_sum": 3,
+                            "broadcast_ok": True}, logs["star"]
+    sdir = _trial_dir(store, exps["star"], st["id"])
+    assert "dethpc.launch.deepspeed" in (sdir / "job.sbatch").read_text()
+    assert "rank 1 of 2: allgather" in logs["star"], logs["star"]
 
     # the PyTorch Trainer: validations at 20 and 40, checkpoints at 20 and 40
     (t,) = details["trainer.yaml"]["trials"]
