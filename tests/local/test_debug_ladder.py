@@ -76,3 +76,19 @@ def test_full_run_follows_the_first_trial(home: Path, tmp_path: Path, ctx: Path)
     exp_id = int(out.stdout.split("Created experiment ")[1].split()[0])
     assert f"experiment {exp_id} COMPLETED" in out.stdout
     assert len(describe(exp_id)["trials"]) == 2
+
+
+def test_e_logs_and_t_logs_follow_until_the_trial_ends(home: Path, tmp_path: Path,
+                                                       ctx: Path) -> None:
+    cfg = write_config(tmp_path / "c.yaml", searcher={
+        "name": "single", "metric": "validation_loss", "max_length": {"batches": 20}},
+        hyperparameters={"x": 1.0, "step_time": 0.05})
+    exp_id = json.loads(cli("e", "create", cfg, ctx, "--json").stdout)["id"]
+    # Determined's `det e logs -f`: waits for the first trial, streams it to its end
+    out = cli("e", "logs", exp_id, "-f", timeout=240).stdout
+    assert "hook ran for trial" in out
+    assert out.rstrip().endswith("dethpc: training exited with code 0 (completed)"), out[-500:]
+    (trial,) = describe(exp_id)["trials"]
+    assert cli("t", "logs", trial["id"], "-f").stdout == out  # ended: prints all, returns
+    assert cli("t", "logs", trial["id"], "--tail", "1").stdout.strip() == \
+        "dethpc: training exited with code 0 (completed)"
