@@ -39,7 +39,14 @@ from dethpc.jobscript import (
     instance_tag,
     trial_script,
 )
-from dethpc.limits import PoolLimits, counted_live, headroom, refusal_is_final
+from dethpc.limits import (
+    PoolLimits,
+    cap_after_refusal,
+    cap_after_success,
+    counted_live,
+    headroom,
+    refusal_is_final,
+)
 from dethpc.paths import ExperimentPaths
 from dethpc.reconcile import ExperimentReconciler, load_config
 from dethpc.render import make_env, parse_slurm_time
@@ -326,7 +333,7 @@ class Daemon:
                               "so waiting would not help)")
         self.refused = True
         self.refused_size = size
-        self.cap = max(1, size // 2)
+        self.cap = cap_after_refusal(size)
         self.limit_event(exp_id, f"sbatch refused the submission over a limit ({exc.word}); "
                          "the trials wait and are submitted again on a later tick")
 
@@ -391,8 +398,7 @@ class Daemon:
             self.refusal(exp.id, batch_id, len(trials), exc)
             return 0
         fault_point("after_sbatch")
-        if self.cap is not None:
-            self.cap = None if self.cap * 2 > self.refused_size else self.cap * 2
+        self.cap = cap_after_success(self.cap, self.refused_size)
         self.count_submitted(pool, len(refs) * max(1, len(cfg.slurm.components)))
         with self.store.session() as s:
             b = s.get(Batch, batch_id)

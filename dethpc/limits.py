@@ -3,8 +3,10 @@
 Owns: the value types of a site's per-user limits as they apply to one resource
 pool (``Limit``, ``PoolLimits``), counting the user's jobs the way Slurm counts
 them against those limits (``counted``), the submit headroom that follows
-(``headroom``), and the classification of an ``sbatch`` refusal as "over a
-limit: wait and retry" (``limit_refusal``).
+(``headroom``), the classification of an ``sbatch`` refusal as "over a
+limit: wait and retry" (``limit_refusal``, ``refusal_is_final``) and the size cap
+after refusals over a limit dethpc cannot see (``cap_after_refusal``,
+``cap_after_success``).
 Must not: run commands, read the store or know where the numbers come from
 (``dethpc.backends.slurm_limits`` parses sacctmgr; the daemon applies the result).
 
@@ -144,3 +146,17 @@ def refusal_is_final(word: str, user_live_jobs: int, trials: int) -> bool:
     policy limit that Slurm words the same way. An array of several trials is retried
     smaller instead (it may simply be larger than the limit)."""
     return word in _USER_BOUND and user_live_jobs == 0 and trials <= 1
+
+
+def cap_after_refusal(size: int) -> int:
+    """Most trials per submission after sbatch refused ``size`` over a limit dethpc
+    could not count: half, at least one."""
+    return max(1, size // 2)
+
+
+def cap_after_success(cap: int | None, refused_size: int) -> int | None:
+    """The cap after an accepted submission: doubled, and gone (None) once it would
+    exceed the size that was refused (the unseen limit has room again)."""
+    if cap is None:
+        return None
+    return None if cap * 2 > refused_size else cap * 2

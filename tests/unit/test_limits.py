@@ -21,6 +21,8 @@ from dethpc.limits import (
     Limit,
     PoolLimits,
     at_submit_limit,
+    cap_after_refusal,
+    cap_after_success,
     counted,
     counted_live,
     headroom,
@@ -197,3 +199,15 @@ def test_at_submit_limit(words: str, expected: bool) -> None:
 ])
 def test_refusal_is_final(word: str, live: int, trials: int, final: bool) -> None:
     assert refusal_is_final(word, live, trials) is final
+
+
+def test_the_cap_after_refusals_halves_then_doubles_back_to_none() -> None:
+    """6 trials refused under an unseen limit of 2 (the dev cluster's, hidden): 6 -> 3
+    refused -> 1 accepted -> 2 -> 4 -> 8 > 6: no cap."""
+    assert [cap_after_refusal(n) for n in (6, 3, 2, 1, 0)] == [3, 1, 1, 1, 1]
+    steps, cap = [], cap_after_refusal(3)
+    while cap is not None:
+        steps.append(cap)
+        cap = cap_after_success(cap, 6)
+    assert steps == [1, 2, 4]
+    assert cap_after_success(None, 6) is None
