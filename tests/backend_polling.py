@@ -1,4 +1,4 @@
-"""Polling helpers shared by the local and Slurm backend tests."""
+"""Polling and counting helpers shared by the local and Slurm backend tests."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from dethpc.backends.base import Backend, JobInfo
+from dethpc.runner import RecordingRunner
 
 
 def wait_for(backend: Backend, refs: list[str], pred: Callable[[dict[str, JobInfo]], bool],
@@ -30,3 +31,9 @@ def wait_file(path: Path, deadline_s: float, interval_s: float) -> None:
         if time.monotonic() > end:
             pytest.fail(f"gave up waiting for {path}")
         time.sleep(interval_s)
+
+
+def submits(runner: RecordingRunner) -> int:
+    """``sbatch`` calls that submitted (or tried to): ``dethpc submit``'s one
+    ``sbatch --test-only`` of the first trial's job does not count."""
+    return sum(1 for c in runner.calls if c and c[0].endswith("sbatch") and "--test-only" not in c)

@@ -25,6 +25,7 @@ from dethpc.config import load_experiment_config
 from dethpc.daemon import Daemon
 from dethpc.runner import CommandRunner
 from dethpc.store.models import Batch
+from tests.backend_polling import submits
 
 from .test_daemon_slurm import (  # noqa: F401 - env: fixture
     TOY,
@@ -68,7 +69,7 @@ def test_batch_larger_than_max_array_size_is_split(env, tmp_path,  # noqa: F811
     # the first tick creates K=5 trials: arrays of 3 and 2; the last 2 follow as trials end
     assert [(b.size, b.throttle) for b in batches[:2]] == [(3, 3), (2, 2)], batches
     assert sum(b.size for b in batches) == 7 and max(b.size for b in batches) <= 3, batches
-    assert runner.count("sbatch") == len(batches)
+    assert submits(runner) == len(batches)
     for b in batches:
         assert b.array_job_id
         deadline = time.monotonic() + 30   # accounting lags the controller a little

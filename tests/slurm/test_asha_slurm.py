@@ -38,6 +38,7 @@ from dethpc.daemon import Daemon
 from dethpc.runner import RecordingRunner
 from dethpc.store import Store
 from dethpc.store.models import ExperimentState
+from tests.backend_polling import submits
 from tests.slurm.fixtures.harness import read_jsonl, scancel_store_jobs
 
 DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
@@ -94,8 +95,8 @@ def run_asha(tmp_path: Path, variant: str, env: Sequence[str] = (),
         scancel_store_jobs(store)
     print(variant, Counter(t["state"] for t in d["trials"]),
           Counter(t["searcher_status"] for t in d["trials"]),
-          sorted(t["steps_completed"] for t in d["trials"]), "sbatch", runner.count("sbatch"))
-    return store, d, runner.count("sbatch")
+          sorted(t["steps_completed"] for t in d["trials"]), "sbatch", submits(runner))
+    return store, d, submits(runner)
 
 
 def exit_reason(d: dict[str, Any], trial: dict[str, Any]) -> str | None:

@@ -20,6 +20,7 @@ from dethpc.daemon import Daemon
 from dethpc.runner import CommandRunner, RecordingRunner
 from dethpc.store import Store
 from dethpc.store.models import ExperimentState
+from tests.backend_polling import submits
 from tests.slurm.fixtures.harness import scancel_store_jobs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,7 +90,7 @@ def test_toy_experiment_runs_to_completion_across_nodes(env, tmp_path):
     d = describe_experiment(store, exp)
     assert len(d["trials"]) == 6
     assert all(t["state"] == "COMPLETED" and t["best_checkpoint"] for t in d["trials"])
-    assert runner.count("sbatch") == 1  # one array for the six trials
+    assert submits(runner) == 1  # one array for the six trials
     from dethpc.cli.views import trial_detail
 
     nodes = {trial_detail(store, t["id"])["jobs"][0]["nodes"] for t in d["trials"]}

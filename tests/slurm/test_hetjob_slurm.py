@@ -15,6 +15,7 @@ from dethpc.config import load_experiment_config
 from dethpc.daemon import Daemon
 from dethpc.paths import ExperimentPaths
 from dethpc.store.models import Job
+from tests.backend_polling import submits
 
 from .test_daemon_slurm import drive, env  # noqa: F401 - env is a fixture
 
@@ -53,7 +54,7 @@ def test_server_component_and_two_trainers_exchange_data(env, tmp_path):  # noqa
     for rank in (0, 1):
         assert f"[rank={rank}] trainer: rank {rank}" in logs and "got total 30" in logs, logs
     # one sbatch, one job: a heterogeneous job (the server is its own component job id)
-    assert runner.count("sbatch") == 1
+    assert submits(runner) == 1
     with store.session() as s:
         (job,) = s.exec(select(Job).where(Job.experiment_id == exp)).all()
     assert job.ref is not None and job.ref.isdigit()
@@ -89,4 +90,4 @@ def test_component_that_cannot_fit_is_refused_at_submit(env, tmp_path):  # noqa:
     with pytest.raises(SubmitError, match=r"slurm.components\[0\] \(lost\): partition "
                                           r"'nosuch' does not exist"):
         experiments.create_experiment(store, cluster, cfg2, HET, backend)
-    assert runner.count("sbatch") == 0
+    assert submits(runner) == 0  # asked Slurm (--test-only), submitted nothing
