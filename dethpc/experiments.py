@@ -52,6 +52,16 @@ def check_resources(cfg: ExperimentConfig, cluster: ClusterConfig, backend: Back
             raise SubmitError(f"{where}: {exc}") from None
 
 
+def check_entrypoints(cfg: ExperimentConfig) -> None:
+    """Every command a trial runs can be built (a Determined launcher dethpc cannot run,
+    such as ``determined.launch.tensorflow``, is refused here with the reason)."""
+    from dethpc.render import entrypoint_argv
+
+    entrypoint_argv(cfg.entrypoint, sys.executable)
+    for comp in cfg.slurm.components:
+        entrypoint_argv(comp.entrypoint, sys.executable)
+
+
 def check_with_scheduler(cfg: ExperimentConfig, cluster: ClusterConfig, backend: Backend,
                          ours: DethpcError | None = None) -> None:
     """Ask the scheduler about the first trial's job (one ``sbatch --test-only`` on
@@ -91,6 +101,7 @@ def create_experiment(store: Store, cluster: ClusterConfig, cfg: ExperimentConfi
     context and record the experiment; returns its id. Nothing is left behind when any
     step fails."""
     check_supported(cfg)  # valid Determined values dethpc cannot honour (field paths)
+    check_entrypoints(cfg)
     try:
         check_resources(cfg, cluster, backend)
     except SubmitError as exc:

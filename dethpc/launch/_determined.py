@@ -30,6 +30,14 @@ from collections.abc import Sequence
 from dethpc.errors import SubmitError
 
 PREFIX = "determined.launch."
+
+
+class UnsupportedLauncher(SubmitError):
+    """A Determined launcher (or its flags) that dethpc cannot run: bad input, exit 2
+    (as ``check_supported``'s refusals of valid Determined values)."""
+
+    exit_code = 2
+
 MAPPED = {
     "torch_distributed": "dethpc.launch.torch_distributed",
     "deepspeed": "dethpc.launch.deepspeed",
@@ -69,7 +77,7 @@ def from_determined(argv: Sequence[str]) -> list[str]:
     if name not in MAPPED:
         why = _WHY_NOT.get(name, f"Determined 0.38 has no launcher named {name!r}; its "
                                  f"launchers are {', '.join(sorted(MAPPED))}")
-        raise SubmitError(f"entrypoint: {module} cannot run on dethpc: {why}. "
+        raise UnsupportedLauncher(f"entrypoint: {module} cannot run on dethpc: {why}. "
                           f"Use one of: {', '.join(f'{PREFIX}{n}' for n in sorted(MAPPED))}, "
                           "or a dethpc.launch module")
     head, rest = list(argv[:at]), list(argv[at + 2:])
@@ -77,7 +85,7 @@ def from_determined(argv: Sequence[str]) -> list[str]:
         rest = [t for t in rest if t != "--autohorovod"]
         if "--" in rest and rest.index("--") > 0:
             flags = " ".join(rest[: rest.index("--")])
-            raise SubmitError(
+            raise UnsupportedLauncher(
                 f"entrypoint: the overrides before '--' ({flags}) are horovodrun flags; dethpc "
                 "runs Horovod under srun without horovodrun. Set the matching HOROVOD_* "
                 "variables in environment.environment_variables (e.g. --fusion-threshold-mb 1 "
