@@ -33,12 +33,16 @@ def create(
     context: Path = typer.Argument(..., help="model directory to snapshot"),
     config: list[str] = ConfigOpt,
     no_daemon: bool = typer.Option(False, "--no-daemon", help="do not start the daemon"),
-    follow: bool = typer.Option(False, "--follow", "-f", help="stream the first trial's log"),
+    follow: bool = typer.Option(False, "--follow", "--follow-first-trial", "-f",
+                                help="stream the first trial's log"),
+    paused: bool = typer.Option(False, "--paused", help="record it paused: nothing runs "
+                                "until `dethpc e activate ID`"),
     wait: bool = typer.Option(False, "--wait", help="wait until the experiment ends"),
     local: bool = typer.Option(False, "--local", help="run the first trial in this shell, "
                                "without the daemon or the cluster"),
-    test: bool = typer.Option(False, "--test", help="one batch, one validation, one "
-                              "checkpoint (with --local: in this shell; alone: on the cluster)"),
+    test: bool = typer.Option(False, "--test", "--test-mode", "-t", help="one batch, one "
+                              "validation, one checkpoint (with --local: in this shell; "
+                              "alone: on the cluster)"),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Validate the config, snapshot the model directory and record the experiment.
@@ -50,17 +54,24 @@ def create(
     for w in cfg.warnings:
         err_console.print(f"[yellow]warning:[/] {w}")
     if local:
-        if no_daemon or wait or follow:
-            raise typer.BadParameter("--local runs in this shell: --no-daemon, --wait and "
-                                     "--follow do not apply", param_hint="--local")
+        if no_daemon or wait or follow or paused:
+            raise typer.BadParameter("--local runs in this shell: --no-daemon, --wait, "
+                                     "--follow and --paused do not apply", param_hint="--local")
         raise typer.Exit(_run_local(cfg, context, test=test))
+    if paused and test:
+        raise typer.BadParameter("a test experiment runs at once; drop --paused",
+                                 param_hint="--paused")
     if test:
         cfg = _test_config(cfg, config_file)
     exp_id = experiments.create_experiment(ENV.store, ENV.cluster, cfg, context, ENV.backend)
+    if paused:
+        experiments.request_state(ENV.store, exp_id, "pause")
     if json_out:
         print_json({"id": exp_id})
     else:
-        console.print(f"Created {'test ' if test else ''}experiment {exp_id} ({cfg.name})")
+        note = f"; paused: `dethpc e activate {exp_id}` starts it" if paused else ""
+        console.print(f"Created {'test ' if test else ''}experiment {exp_id} ({cfg.name}){note}",
+                      highlight=False)
     if not no_daemon:
         pid = service.start()
         if not json_out:
@@ -271,6 +282,19 @@ def _state_command(action: str) -> None:
 
 for _action in ("pause", "activate", "cancel", "kill"):
     _state_command(_action)
+
+
+@experiment_app.command("unpause", hidden=True)
+def unpause(exp_id: int) -> None:
+    """Alias of `activate` (Determined's `det e unpause`)."""
+    state = experiments.request_state(ENV.store, exp_id, "activate")
+    console.print(f"experiment {exp_id}: {state}")
+
+
+@experiment_app.command("config")
+def show_config(exp_id: int) -> None:
+    """The experiment's config as validated, overrides applied (``det e config``)."""
+    typer.echo(experiments.get_experiment(ENV.store, exp_id).config_yaml, nl=False)
 
 
 @experiment_app.command("set-concurrency")

@@ -153,9 +153,31 @@ def test_checkpoint_download_copies_the_files(home: Path, tmp_path: Path) -> Non
 
 
 def test_create_takes_determined_flags() -> None:
-    help_text = invoke("experiment", "create", "--help").stdout
-    for flag in ("--follow", "-f", "--config", "--local", "--test"):
-        assert flag in help_text
+    import typer
+
+    group = typer.main.get_command(app)
+    for path in (["experiment", "create"], ["e", "create"], ["submit"]):
+        cmd = group
+        for name in path:
+            cmd = cmd.commands[name]  # type: ignore[attr-defined]
+        flags = {opt for p in cmd.params for opt in p.opts}
+        assert {"--follow", "--follow-first-trial", "-f", "--config", "-c", "--local",
+                "--test", "--test-mode", "-t", "--paused"} <= flags, (path, flags)
+
+
+def test_create_paused_then_unpause_and_config(home: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(CONFIG))
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    out = invoke("e", "create", str(cfg), str(ctx), "--paused", "--no-daemon", "--json",
+                 "--config", "name=renamed")
+    assert out.exit_code == 0, out.output
+    exp_id = str(json.loads(out.stdout)["id"])
+    assert json.loads(invoke("e", "describe", exp_id, "--json").stdout)["state"] == "PAUSED"
+    assert invoke("e", "unpause", exp_id).stdout.strip() == f"experiment {exp_id}: ACTIVE"
+    shown = yaml.safe_load(invoke("e", "config", exp_id).stdout)
+    assert shown["name"] == "renamed" and shown["searcher"] == CONFIG["searcher"]
 
 
 # ---------------------------------------------------------------- --test config
@@ -195,6 +217,7 @@ def test_test_config_sets_test_mode_for_every_device(env: Any, expected: Any) ->
 @pytest.mark.parametrize(("args", "words"), [
     (["--local", "--wait"], ["--local", "--wait"]),
     (["--local", "--follow"], ["--local", "--follow"]),
+    (["--test-mode", "--paused"], ["--paused", "test experiment"]),
     (["--config", "searcher.max_trials=abc"], ["searcher.max_trials", "abc"]),
     (["--config", "searcher.name=bogus"], ["searcher.name", "bogus", "random"]),
     (["--config", "nokey"], ["nokey", "key.sub=value"]),
