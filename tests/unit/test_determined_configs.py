@@ -50,11 +50,14 @@ def test_the_table_is_big_and_covers_every_schema_it_names() -> None:
     assert named <= set(SCHEMAS), named - set(SCHEMAS)
 
 
-@pytest.mark.parametrize(("schema", "case", "complete", "accept", "expected"), CASES)
+#: the cases of Determined's schema-machinery test schemas are not experiment fields:
+#: left out of the table rather than skipped
+FIELD_CASES = [c for c in CASES if c.values[0] not in _MACHINERY]
+
+
+@pytest.mark.parametrize(("schema", "case", "complete", "accept", "expected"), FIELD_CASES)
 def test_determined_schema_case(schema: str, case: Any, complete: bool, accept: bool,
                                 expected: list[str]) -> None:
-    if schema in _MACHINERY:
-        pytest.skip("Determined's schema-machinery test schema, not an experiment field")
     found = check_schema(schema, case, complete=complete)
     if accept:
         assert found == [], [str(e) for e in found]
