@@ -58,8 +58,9 @@ def create(
             raise typer.BadParameter("--local runs in this shell: --no-daemon, --wait, "
                                      "--follow and --paused do not apply", param_hint="--local")
         raise typer.Exit(_run_local(cfg, context, test=test))
-    if paused and test:
-        raise typer.BadParameter("a test experiment runs at once; drop --paused",
+    if paused and (test or follow or wait):
+        raise typer.BadParameter("a paused experiment does not run until `dethpc e activate "
+                                 "ID`: drop --paused, or --test/--follow/--wait",
                                  param_hint="--paused")
     if test:
         cfg = _test_config(cfg, config_file)

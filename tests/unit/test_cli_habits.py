@@ -217,7 +217,8 @@ def test_test_config_sets_test_mode_for_every_device(env: Any, expected: Any) ->
 @pytest.mark.parametrize(("args", "words"), [
     (["--local", "--wait"], ["--local", "--wait"]),
     (["--local", "--follow"], ["--local", "--follow"]),
-    (["--test-mode", "--paused"], ["--paused", "test experiment"]),
+    (["--test-mode", "--paused"], ["--paused", "--test"]),
+    (["--paused", "-f"], ["--paused", "--follow"]),
     (["--config", "searcher.max_trials=abc"], ["searcher.max_trials", "abc"]),
     (["--config", "searcher.name=bogus"], ["searcher.name", "bogus", "random"]),
     (["--config", "nokey"], ["nokey", "key.sub=value"]),
