@@ -36,6 +36,7 @@ STAR_OFFSET = PORT_SPAN // 2
 ENV_CORE_PORT = "DETHPC_CORE_PORT"
 ENV_CONNECT_TIMEOUT = "DETHPC_CORE_CONNECT_TIMEOUT"
 _HEADER = struct.Struct(">Q")
+_HELLO_TIMEOUT_S = 30.0
 
 
 class CollectiveError(DethpcError):
@@ -60,15 +61,22 @@ def connect_timeout(env: Mapping[str, str]) -> float:
         raise DethpcError(f"{ENV_CONNECT_TIMEOUT}={raw!r} is not a number of seconds") from exc
 
 
-def _send(sock: socket.socket, obj: Any) -> None:
+def _send(sock: socket.socket, obj: Any, peer: str) -> None:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    sock.sendall(_HEADER.pack(len(data)) + data)
+    try:
+        sock.sendall(_HEADER.pack(len(data)) + data)
+    except OSError as exc:
+        raise CollectiveError(f"cannot send to {peer} in a collective: {exc} (did that "
+                              "process exit or crash?)") from exc
 
 
 def _recv_exact(sock: socket.socket, n: int, peer: str) -> bytes:
     chunks: list[bytes] = []
     while n:
-        chunk = sock.recv(min(n, 1 << 20))
+        try:
+            chunk = sock.recv(min(n, 1 << 20))
+        except OSError as exc:
+            raise CollectiveError(f"lost {peer} in the middle of a collective: {exc}") from exc
         if not chunk:
             raise CollectiveError(f"{peer} closed the connection in the middle of a collective "
                                   "(did that process exit or crash?)")
@@ -112,10 +120,19 @@ class StarChief:
                     conn, _ = server.accept()
                 except TimeoutError:
                     continue
-                conn.settimeout(None)
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                rank = _recv(conn, "a connecting worker")
-                self._peers[int(rank)] = conn
+                conn.settimeout(_HELLO_TIMEOUT_S)  # a stray connection must not block us
+                try:
+                    rank = _recv(conn, "a connecting worker")
+                except (CollectiveError, pickle.UnpicklingError, EOFError, ValueError):
+                    conn.close()
+                    continue
+                if (not isinstance(rank, int) or not 0 < rank < size
+                        or rank in self._peers):
+                    conn.close()
+                    continue
+                conn.settimeout(None)
+                self._peers[rank] = conn
         except BaseException:
             self.close()
             raise
@@ -125,12 +142,12 @@ class StarChief:
     def allgather(self, obj: Any) -> list[Any]:
         out = [obj] + [_recv(self._peers[r], f"rank {r}") for r in range(1, self.size)]
         for r in range(1, self.size):
-            _send(self._peers[r], out)
+            _send(self._peers[r], out, f"rank {r}")
         return out
 
     def broadcast(self, obj: Any) -> Any:
         for r in range(1, self.size):
-            _send(self._peers[r], obj)
+            _send(self._peers[r], obj, f"rank {r}")
         return obj
 
     def close(self) -> None:
@@ -160,7 +177,7 @@ class StarWorker:
         sock.settimeout(None)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock: socket.socket | None = sock
-        _send(sock, rank)
+        _send(sock, rank, "rank 0")
 
     def _conn(self) -> socket.socket:
         if self._sock is None:
@@ -168,7 +185,7 @@ class StarWorker:
         return self._sock
 
     def allgather(self, obj: Any) -> list[Any]:
-        _send(self._conn(), obj)
+        _send(self._conn(), obj, "rank 0")
         return list(_recv(self._conn(), "rank 0"))
 
     def broadcast(self, obj: Any) -> Any:

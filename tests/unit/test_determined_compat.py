@@ -8,6 +8,7 @@ import multiprocessing as mp
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -340,3 +341,35 @@ def test_submit_refuses_a_determined_launcher_without_counterpart(
     assert exc.value.code == 2 and "Traceback" not in err
     assert "determined.launch.tensorflow" in err and "no TensorFlow launcher" in err
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+
+
+def test_a_stray_connection_does_not_take_a_ranks_place() -> None:
+    import threading
+
+    from dethpc.core._ipc import StarChief, StarWorker
+
+    port = _free_port()
+    got: list[Any] = []
+
+    def peers() -> None:
+        deadline = time.monotonic() + 20
+        while True:  # a stranger first: connects, sends junk, hangs up
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+                    s.sendall(b"\x00\x00\x00\x00\x00\x00\x00\x03abc")
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        worker = StarWorker(1, "127.0.0.1", port, timeout_s=20)
+        got.append(worker.allgather("w"))
+        worker.close()
+
+    thread = threading.Thread(target=peers)
+    thread.start()
+    chief = StarChief(2, port, timeout_s=20)
+    assert chief.allgather("c") == ["c", "w"]
+    thread.join(timeout=20)
+    chief.close()
+    assert got == [["c", "w"]]
