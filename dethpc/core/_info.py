@@ -162,11 +162,13 @@ class ClusterInfo:
 
     @property
     def trial(self) -> TrialInfo:
-        """The running trial (``trial_id``, ``experiment_id``, ``trial_seed``, ``hparams``)."""
-        if not self.on_cluster or self.trial_id is None:
+        """The running trial (``trial_id``, ``experiment_id``, ``trial_seed``, ``hparams``).
+
+        In a trial directory without ids (``--local --test``) the ids are 0."""
+        if not self.on_cluster:
             raise DethpcError("get_cluster_info().trial is only available inside a trial "
-                              "(DETHPC_TRIAL_ID/DETHPC_TRIAL_DIR are not set)")
-        return TrialInfo(trial_id=self.trial_id, experiment_id=self.experiment_id or 0,
+                              "(DETHPC_TRIAL_DIR is not set)")
+        return TrialInfo(trial_id=self.trial_id or 0, experiment_id=self.experiment_id or 0,
                          trial_seed=self.trial_seed or 0,
                          hparams=read_hparams(self.trial_dir, self._env),
                          _config=self.experiment_config, _trial_run_id=self.run_id)

@@ -373,3 +373,10 @@ def test_a_stray_connection_does_not_take_a_ranks_place() -> None:
     thread.join(timeout=20)
     chief.close()
     assert got == [["c", "w"]]
+
+
+def test_trial_info_in_a_trial_dir_without_ids(tmp_path: Path) -> None:
+    """``--local --test`` runs the entrypoint in a throw-away trial directory."""
+    info = core.get_cluster_info(env={"DETHPC_TRIAL_DIR": str(_trial(tmp_path))})
+    assert info is not None and info.trial.trial_id == 0
+    assert info.trial.hparams["lr"] == 0.5
