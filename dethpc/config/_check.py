@@ -201,14 +201,19 @@ class Checker:
         return tuple(v for v in out if v is not None)
 
 
-def _int_phrase(minimum: int | None, maximum: int | None) -> str:
+def bounds_phrase(minimum: int | None, maximum: int | None) -> str:
+    """`` between a and b``, `` >= a``, `` <= b`` or nothing (for "expected an integer...")."""
     if minimum is not None and maximum is not None:
-        return f"an integer between {minimum} and {maximum}"
+        return f" between {minimum} and {maximum}"
     if minimum is not None:
-        return f"an integer >= {minimum}"
+        return f" >= {minimum}"
     if maximum is not None:
-        return f"an integer <= {maximum}"
-    return "an integer"
+        return f" <= {maximum}"
+    return ""
+
+
+def _int_phrase(minimum: int | None, maximum: int | None) -> str:
+    return f"an integer{bounds_phrase(minimum, maximum)}"
 
 
 # ---------------------------------------------------------------- Slurm syntax

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dethpc.config._check import did_you_mean, is_int, is_number, join, show
+from dethpc.config._check import bounds_phrase, did_you_mean, is_int, is_number, join, show
 
 #: a custom check on an object: ``(object, its path) -> [(path, message), ...]``
 CheckFn = Callable[[Mapping[str, Any], str], list[tuple[str, str]]]
@@ -102,11 +102,11 @@ class Int(Rule):
 
     def check(self, value: Any, path: str, cx: Ctx) -> None:
         if not is_int(value):
-            cx.error(path, f"expected an integer{_bounds(self.minimum, self.maximum)}, "
+            cx.error(path, f"expected an integer{bounds_phrase(self.minimum, self.maximum)}, "
                            f"got {show(value)}")
         elif (self.minimum is not None and value < self.minimum) or (
                 self.maximum is not None and value > self.maximum):
-            cx.error(path, f"expected an integer{_bounds(self.minimum, self.maximum)}, "
+            cx.error(path, f"expected an integer{bounds_phrase(self.minimum, self.maximum)}, "
                            f"got {show(value)}")
 
 
@@ -296,11 +296,3 @@ def is_type(kind: type) -> Callable[[Any], bool]:
     return lambda value: isinstance(value, kind)
 
 
-def _bounds(minimum: int | None, maximum: int | None) -> str:
-    if minimum is not None and maximum is not None:
-        return f" between {minimum} and {maximum}"
-    if minimum is not None:
-        return f" >= {minimum}"
-    if maximum is not None:
-        return f" <= {maximum}"
-    return ""

@@ -50,8 +50,8 @@ def store(tmp_path: Path) -> Store:
     return Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
 
 
-def new_experiment(store: Store, tmp_path: Path) -> tuple[int, int, str]:
-    """An experiment whose single trial has one live job ``5_0``; returns ids and ref."""
+def bare_experiment(store: Store, tmp_path: Path) -> int:
+    """An experiment whose searcher has created its single trial (no job yet)."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     with store.session() as s:
@@ -62,6 +62,12 @@ def new_experiment(store: Store, tmp_path: Path) -> tuple[int, int, str]:
         s.add(SearcherState(experiment_id=exp.id))
         exp_id = exp.id
     tick(store, exp_id, {})  # the searcher creates the trial
+    return exp_id
+
+
+def new_experiment(store: Store, tmp_path: Path) -> tuple[int, int, str]:
+    """An experiment whose single trial has one live job ``5_0``; returns ids and ref."""
+    exp_id = bare_experiment(store, tmp_path)
     with store.session() as s:
         trial = s.exec(select(Trial)).one()
         batch = Batch(experiment_id=exp_id, state=BatchState.SUBMITTED, array_job_id="5")
@@ -200,15 +206,6 @@ def test_the_polled_pending_reason_is_stored_and_describe_shows_it(store, tmp_pa
 def test_describe_says_a_trial_dethpc_holds_back_is_not_submitted_yet(store, tmp_path):
     from dethpc.cli.views import describe_experiment
 
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    with store.session() as s:
-        exp = Experiment(name="t", config_yaml=CONFIG, run_dir=str(run_dir))
-        s.add(exp)
-        s.flush()
-        assert exp.id is not None
-        s.add(SearcherState(experiment_id=exp.id))
-        exp_id = exp.id
-    tick(store, exp_id, {})  # the searcher creates the trial; no job yet
+    exp_id = bare_experiment(store, tmp_path)  # the searcher creates the trial; no job yet
     assert describe_experiment(store, exp_id)["trials"][0]["pending_reason"] == \
         "not submitted yet"
