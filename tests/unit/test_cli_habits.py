@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,25 +39,6 @@ CONFIG = {
     "min_checkpoint_period": {"batches": 50},
     "max_restarts": 5,
 }
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A private DETHPC_HOME and local cluster config; the CLI's cached store reset."""
-    h = tmp_path / "home"
-    h.mkdir()
-    (h / "cluster.yaml").write_text(yaml.safe_dump(
-        {"backend": "local", "runs_root": str(h / "runs")}))
-    monkeypatch.setenv("DETHPC_HOME", str(h))
-    monkeypatch.setenv("DETHPC_CLUSTER_CONFIG", str(h / "cluster.yaml"))
-
-    def reset() -> None:
-        for name in ("cluster", "store", "backend"):
-            ENV.__dict__.pop(name, None)
-        ENV.cluster_path = None
-    reset()
-    yield h
-    reset()
 
 
 def invoke(*args: str) -> Any:

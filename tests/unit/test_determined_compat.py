@@ -307,36 +307,21 @@ def test_core_api_examples_validate_and_run_dethpc_commands(path: Path) -> None:
 
 
 def test_submit_refuses_a_determined_launcher_without_counterpart(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     """On the local backend too (no sbatch --test-only renders the script there)."""
     import yaml
 
     from dethpc.cli import main as cli_main
-    from dethpc.cli.main import ENV
 
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "cluster.yaml").write_text(yaml.safe_dump(
-        {"backend": "local", "runs_root": str(home / "runs")}))
-    monkeypatch.setenv("DETHPC_HOME", str(home))
-    monkeypatch.setenv("DETHPC_CLUSTER_CONFIG", str(home / "cluster.yaml"))
-    for name in ("cluster", "store", "backend"):
-        ENV.__dict__.pop(name, None)
-    ENV.cluster_path = None
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump({
         "name": "tf", "entrypoint": "python3 -m determined.launch.tensorflow -- train.py",
         "searcher": {"name": "single", "metric": "loss"}}))
     monkeypatch.setattr(sys, "argv", ["dethpc", "experiment", "create", str(cfg),
                                       str(tmp_path)])
-    try:
-        with pytest.raises(SystemExit) as exc:
-            cli_main.main()
-    finally:
-        for name in ("cluster", "store", "backend"):
-            ENV.__dict__.pop(name, None)
-        ENV.cluster_path = None
+    with pytest.raises(SystemExit) as exc:
+        cli_main.main()
     err = " ".join(capsys.readouterr().err.split())
     assert exc.value.code == 2 and "Traceback" not in err
     assert "determined.launch.tensorflow" in err and "no TensorFlow launcher" in err
