@@ -68,20 +68,72 @@ class TrialPaths:
         return self.root / "stop"
 
     @property
+    def signal_file(self) -> Path:
+        """Written by a wrapped script's job shell (``dethpc sbatch``) when the preemption
+        or time-limit signal arrives: one JSON object ``{"signal", "run", "time"}``;
+        ``dethpc should-stop`` answers yes while its ``run`` is the current run."""
+        return self.root / "signal.json"
+
+    @property
+    def stop_acks(self) -> Path:
+        """Appended by ``dethpc should-stop`` each time it answers yes:
+        ``{"run", "why": "signal|stop|pause", "time"}`` per line. The job shell reads it
+        to tell a script that stopped on request from one that simply finished."""
+        return self.root / "stop-acks.jsonl"
+
+    @property
+    def outputs(self) -> Path:
+        """The job output files of a wrapped script (the user's own ``--output`` and
+        ``--error``, resolved by the job shell at each run start): one path per line."""
+        return self.root / "outputs.txt"
+
+    @property
+    def user_script(self) -> Path:
+        """The user's script as it was when submitted (sbatch copies it too)."""
+        return self.root / "script"
+
+    @property
+    def registration(self) -> Path:
+        """A detached job's registration (``dethpc.detached``): who, where, which job."""
+        return self.root / "register.json"
+
+    @property
+    def adopted(self) -> Path:
+        """Written by the daemon when it adopted a detached job: ``{"experiment", "trial"}``."""
+        return self.root / "adopted.json"
+
+    @property
     def startup_hook_env(self) -> Path:
         """Prefix of the files (``.<node id>``) where each node's ``startup-hook.sh``
         leaves the variables it exported; the job script exports node 0's."""
         return self.root / ".startup-hook-env"
 
     def logs(self) -> list[Path]:
-        """Every job output file of this trial, oldest first."""
+        """Every job output file of this trial, oldest first: the trial directory's own
+        and those a wrapped script wrote where its ``--output``/``--error`` said."""
         if not self.root.is_dir():
             return []
-        return sorted(self.root.glob("slurm-*.out"), key=lambda p: p.stat().st_mtime)
+        found = set(self.root.glob("slurm-*.out"))
+        if self.outputs.exists():
+            found.update(Path(line) for line in self.outputs.read_text().splitlines()
+                         if line.strip() and Path(line).is_file())
+        return sorted(found, key=lambda p: p.stat().st_mtime)
 
     def ensure(self) -> TrialPaths:
         self.checkpoints.mkdir(parents=True, exist_ok=True)
         return self
+
+
+def spool_dir() -> Path:
+    """``$DETHPC_SPOOL`` or ``<dethpc home>/spool``: where jobs dethpc did not submit
+    register themselves (``detached/<job ref>/``), on storage the daemon also sees."""
+    return Path(os.environ.get("DETHPC_SPOOL") or dethpc_home() / "spool").expanduser()
+
+
+def detached_dir(job_ref: str) -> Path:
+    """The trial directory of a detached job, ``<spool>/detached/<job ref>``; the daemon
+    links ``<run dir>/trials/<trial id>`` to it when it adopts the job."""
+    return spool_dir() / "detached" / job_ref
 
 
 @dataclass(frozen=True)
@@ -106,6 +158,12 @@ class ExperimentPaths:
 
     def array_script(self, batch_id: int) -> Path:
         return self.arrays / f"batch-{batch_id}.sbatch"
+
+    @property
+    def bin(self) -> Path:
+        """``dethpc`` shim put first on a wrapped script's PATH (nothing else is there,
+        so the user's ``python`` is never shadowed)."""
+        return self.root / "bin"
 
     def trial(self, trial_id: int) -> TrialPaths:
         return TrialPaths(self.root / "trials" / str(trial_id))

@@ -85,6 +85,30 @@ class StopReason(StrEnum):
     CANCEL = "cancel"   # experiment cancelled
 
 
+class ExperimentKind(StrEnum):
+    """Who submits an experiment's jobs and what wraps them (docs/existing-scripts.md)."""
+
+    #: ``dethpc submit``: the daemon submits trial scripts (sbatch_templates/trial.sbatch.j2)
+    MANAGED = "managed"
+    #: ``dethpc sbatch --search``: the daemon submits the user's unchanged script, wrapped
+    SCRIPT = "script"
+    #: ``dethpc sbatch``: submitted at once by the CLI, wrapped; the daemon only tracks it
+    SBATCH = "sbatch"
+    #: a job dethpc did not submit that registered itself (``core.init()``, shell API)
+    DETACHED = "detached"
+
+    @property
+    def daemon_submits(self) -> bool:
+        """The daemon (re)submits its trials' jobs; otherwise Slurm's requeue is the only
+        second run a job gets, and a job's end is its trial's end."""
+        return self in (ExperimentKind.MANAGED, ExperimentKind.SCRIPT)
+
+    @property
+    def wrapped(self) -> bool:
+        """A dethpc job script runs the work and writes ``exits.jsonl`` per run."""
+        return self != ExperimentKind.DETACHED
+
+
 def _enum(cls: type[StrEnum], *, nullable: bool = False, index: bool = False) -> Any:
     """A column storing ``cls``'s values as a plain VARCHAR (no database enum type)."""
     return Column(sa.Enum(cls, native_enum=False, create_constraint=False, length=32,
@@ -108,6 +132,8 @@ class Experiment(SQLModel, table=True):
     run_dir: str
     owner: str = ""
     backend: str = "local"
+    kind: ExperimentKind = Field(default=ExperimentKind.MANAGED,
+                                 sa_column=_enum(ExperimentKind))
     progress: float = 0.0
     created_at: float = Field(default_factory=now)
     ended_at: float | None = None
