@@ -216,8 +216,9 @@ class Daemon:
         ArrayTaskThrottle`` per such array, none in a steady tick."""
         with self.store.session() as s:
             exp = s.get(Experiment, exp_id)
-            if exp is None or exp.state != ExperimentState.ACTIVE:
-                return 0
+            if exp is None or exp.state != ExperimentState.ACTIVE \
+                    or not exp.kind.daemon_submits:
+                return 0  # the throttle of a job someone else submitted is theirs
             cfg = load_config(exp)
             if cfg.slurm.components and self.backend.traits.het_jobs:
                 return 0  # heterogeneous trials are single jobs, no arrays to throttle
@@ -246,6 +247,8 @@ class Daemon:
             exp = s.get(Experiment, exp_id)
             if exp is None or exp.state != ExperimentState.ACTIVE:
                 return 0
+            if not exp.kind.daemon_submits:
+                return 0  # `dethpc sbatch` and detached jobs: never a job from the daemon
             trials = list(s.exec(select(Trial).where(
                 Trial.experiment_id == exp_id, Trial.needs_job == True)  # noqa: E712
                 .order_by(Trial.id)))  # type: ignore[arg-type]

@@ -21,7 +21,19 @@ The rules, in order:
    without one the state says why. A record with a free reason, or Slurm's
    PREEMPTED (PreemptMode=CANCEL), resubmits without counting; anything else
    without a completed/stopped record counts (a TIMEOUT without a record too:
-   a trial that ignores the walltime signal would otherwise loop forever).
+   a trial that ignores the walltime signal would otherwise loop forever; and an
+   ``error`` record on a TIMEOUT job reads as ``time_limit``, counted: a script
+   that ignored the signal was killed at the limit).
+
+Two traits of the experiment's kind (``ExperimentKind``) bend the rules:
+
+* ``TrialFacts.resubmittable`` False (``dethpc sbatch`` and detached jobs: nobody
+  submits a second job): a resubmit or counted restart becomes the trial's failure.
+  Slurm's own requeues of the live job are judged as above.
+* ``JobFacts.wrapped`` False (a detached job: no exit records at all): Slurm's
+  COMPLETED is a success, and a requeue is not counted (dethpc cannot tell a
+  preemption from a failure there, and it did not submit the job: the user's
+  ``--requeue`` decided).
 """
 
 from __future__ import annotations
@@ -74,6 +86,8 @@ class JobFacts:
     unknown_ticks: int                 # polls in a row, this one included, that knew nothing
     last_record: ExitRecord | None     # the newest exit record of this job
     free_runs: frozenset[int] = frozenset()   # runs of this job with a free record
+    #: a dethpc job shell writes an exit record per run (False: a detached job)
+    wrapped: bool = True
 
 
 @dataclass(frozen=True)
@@ -83,6 +97,8 @@ class TrialFacts:
     killing: bool                      # the experiment is being killed
     restarts: int                      # counted so far
     max_restarts: int
+    #: the daemon submits a new job when this one ends (False: ``dethpc sbatch``, detached)
+    resubmittable: bool = True
 
 
 class Kind(StrEnum):
@@ -138,27 +154,44 @@ def judge(job: JobFacts, trial: TrialFacts, info: JobInfo | None) -> Decision:
 
 
 def _requeued(job: JobFacts, trial: TrialFacts, info: JobInfo) -> Decision:
-    counted = tuple(run for run in range(job.restart_count, info.restart_count)
-                    if run not in job.free_runs)
+    counted = _counted_earlier(job, info)
     over = trial.restarts + len(counted) > trial.max_restarts
     fail = over and not trial.terminal
     return Decision(Kind.REQUEUED, Verdict.FAIL if fail else Verdict.NONE,
                     counted_runs=counted, cancel=fail, restart_count=info.restart_count)
 
 
-def end_reason(job: JobFacts, info: JobInfo) -> ExitReason:
-    """The last run's exit record when there is one, else what the state says."""
+def _counted_earlier(job: JobFacts, info: JobInfo) -> tuple[int, ...]:
+    """Runs before the current one that count: those without a free record (none for
+    a job without records: its requeues were Slurm's, on the user's ``--requeue``)."""
+    if not job.wrapped:
+        return ()
+    return tuple(run for run in range(job.restart_count, info.restart_count)
+                 if run not in job.free_runs)
+
+
+def last_run(job: JobFacts, info: JobInfo) -> tuple[ExitReason, bool]:
+    """Why the last run ended and whether that end is free (not counted): its exit
+    record when there is one, else what the state says."""
     rec = job.last_record
     if rec is not None and rec.run == info.restart_count:
-        return rec.reason
-    return _STATE_REASON.get(info.state, ExitReason.ERROR)
+        if rec.reason == ExitReason.ERROR and info.state == JobState.TIMEOUT:
+            return ExitReason.TIME_LIMIT, False   # ignored the signal, killed at the limit
+        return rec.reason, rec.free
+    if not job.wrapped and info.state == JobState.COMPLETED:
+        return ExitReason.COMPLETED, False
+    return _STATE_REASON.get(info.state, ExitReason.ERROR), info.state == JobState.PREEMPTED
+
+
+def end_reason(job: JobFacts, info: JobInfo) -> ExitReason:
+    """The last run's exit record when there is one, else what the state says."""
+    return last_run(job, info)[0]
 
 
 def _ended(job: JobFacts, trial: TrialFacts, info: JobInfo) -> Decision:
     # a requeue the tick never saw while the job was live (requeued, then ended)
-    earlier = tuple(run for run in range(job.restart_count, info.restart_count)
-                    if run not in job.free_runs)
-    reason = end_reason(job, info)
+    earlier = _counted_earlier(job, info)
+    reason, last_run_free = last_run(job, info)
     ended = Decision(Kind.ENDED, reason=reason, counted_runs=earlier,
                      restart_count=max(info.restart_count, job.restart_count))
     if trial.terminal:
@@ -169,16 +202,13 @@ def _ended(job: JobFacts, trial: TrialFacts, info: JobInfo) -> Decision:
         return _with(ended, Verdict.STOPPED)
     if trial.killing:
         return _with(ended, Verdict.KILLED)
-    last_run_free = reason in FREE_REASONS and (
-        job.last_record is not None and job.last_record.run == info.restart_count
-        or info.state == JobState.PREEMPTED)
     if last_run_free:
-        verdict = Verdict.FAIL if trial.restarts + len(earlier) > trial.max_restarts \
-            else Verdict.RESUBMIT
-        return _with(ended, verdict)
+        over = trial.restarts + len(earlier) > trial.max_restarts
+        return _with(ended, Verdict.FAIL if over or not trial.resubmittable
+                     else Verdict.RESUBMIT)
     counted = (*earlier, info.restart_count)
-    verdict = Verdict.FAIL if trial.restarts + len(counted) > trial.max_restarts \
-        else Verdict.RESTART
+    over = trial.restarts + len(counted) > trial.max_restarts
+    verdict = Verdict.FAIL if over or not trial.resubmittable else Verdict.RESTART
     return Decision(Kind.ENDED, verdict, reason=reason, counted_runs=counted,
                     restart_count=ended.restart_count)
 

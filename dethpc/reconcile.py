@@ -47,6 +47,7 @@ from dethpc.store.models import (
     CheckpointState,
     Event,
     Experiment,
+    ExperimentKind,
     ExperimentState,
     IngestOffset,
     Job,
@@ -77,6 +78,14 @@ def parse_exit_record(rec: dict[str, Any]) -> ExitRecord:
     return ExitRecord(reason=reason, code=int(rec.get("code", 0) or 0),
                       run=int(rec.get("restart", 0) or 0), signal=str(rec.get("signal") or ""))
 
+
+#: why a failed trial of a kind the daemon does not submit gets no new job
+NOT_RESUBMITTED = {
+    ExperimentKind.SBATCH: "jobs of `dethpc sbatch` are not resubmitted (only Slurm's own "
+                           "requeue runs them again)",
+    ExperimentKind.DETACHED: "a job dethpc did not submit is not resubmitted (only Slurm's "
+                             "own requeue runs it again)",
+}
 
 #: the limit a snapshot was taken under, so a change (set-concurrency) is seen once
 CONCURRENCY_KEY = "_max_concurrent_trials"
@@ -300,13 +309,16 @@ class ExperimentReconciler:
         last = (ExitRecord(job.exit_reason, job.exit_code or 0, job.exit_run)
                 if job.exit_reason is not None and job.exit_run >= 0 else None)
         grew = info is not None and info.restart_count > job.restart_count
+        kind = self.exp.kind
         facts = JobFacts(restart_count=job.restart_count, unknown_ticks=job.unknown_ticks,
                          last_record=last,
-                         free_runs=self.free_runs(trial, job.ref or "") if grew else frozenset())
+                         free_runs=self.free_runs(trial, job.ref or "") if grew else frozenset(),
+                         wrapped=kind.wrapped)
         return judge(facts, TrialFacts(
             terminal=trial.state.is_terminal, stop_requested=trial.stop_requested_at is not None,
             killing=self.exp.state == ExperimentState.STOPPING_KILLED,
-            restarts=trial.restarts, max_restarts=self.cfg.max_restarts), info)
+            restarts=trial.restarts, max_restarts=self.cfg.max_restarts,
+            resubmittable=kind.daemon_submits), info)
 
     def free_runs(self, trial: Trial, ref: str) -> frozenset[int]:
         """Runs of job ``ref`` that ended with a free exit record (exits.jsonl; the
@@ -331,6 +343,11 @@ class ExperimentReconciler:
             self.close_job(job)
         elif d.cancel and job.ref:
             self.out.cancel.append(job.ref)
+        if d.kind == Kind.REQUEUED and not self.exp.kind.wrapped:
+            trial.runs += 1
+            self.event("requeued", f"job {job.ref} was requeued by Slurm (run "
+                       f"{d.restart_count}); not counted: a job dethpc did not submit "
+                       "leaves no exit record, its own --requeue decided", trial)
         self.apply_verdict(trial, d, info)
         self.s.add(trial)
 
@@ -366,6 +383,10 @@ class ExperimentReconciler:
             self.set_state(trial, TrialState.QUEUED, reason)
             self.event("requeue", f"{reason} ({state}); resubmitting from the latest "
                        "checkpoint", trial)
+        elif d.verdict == Verdict.FAIL and d.kind == Kind.ENDED \
+                and not self.exp.kind.daemon_submits:
+            self.fail(trial, f"job ended {info.raw_state or info.state.value} ({reason}, exit "
+                      f"code {info.exit_code}); {NOT_RESUBMITTED[self.exp.kind]}")
         elif d.verdict == Verdict.FAIL:
             what = reason or "run ended without a checkpointed exit"
             self.fail(trial, f"{what} ({state}, exit code {info.exit_code}); failed "

@@ -35,15 +35,22 @@ def info(state: S, raw: str = "", restarts: int = 0, code: int | None = None) ->
 
 
 def job(restart_count: int = 0, record: ExitRecord | None = None, unknown: int = 0,
-        free: tuple[int, ...] = ()) -> JobFacts:
+        free: tuple[int, ...] = (), wrapped: bool = True) -> JobFacts:
     return JobFacts(restart_count=restart_count, unknown_ticks=unknown, last_record=record,
-                    free_runs=frozenset(free))
+                    free_runs=frozenset(free), wrapped=wrapped)
 
 
 def trial(terminal: bool = False, stop: bool = False, killing: bool = False,
-          restarts: int = 0, max_restarts: int = 5) -> TrialFacts:
+          restarts: int = 0, max_restarts: int = 5, resubmittable: bool = True) -> TrialFacts:
     return TrialFacts(terminal=terminal, stop_requested=stop, killing=killing,
-                      restarts=restarts, max_restarts=max_restarts)
+                      restarts=restarts, max_restarts=max_restarts,
+                      resubmittable=resubmittable)
+
+
+#: a trial of `dethpc sbatch` or a detached job: nobody submits a second job
+ONCE = {"resubmittable": False}
+#: a detached job: no exit records
+BARE = {"wrapped": False}
 
 
 # (name, job facts, trial facts, poll, kind, verdict, reason, counted runs, cancel)
@@ -138,6 +145,45 @@ ROWS = [
     ("requeued after preemption then completed in one tick", job(
         record=rec(R.COMPLETED, run=1), free=(0,)), trial(), info(S.COMPLETED, restarts=1),
      Kind.ENDED, V.COMPLETE, R.COMPLETED, (), False),
+    # --- a script that ignored the time-limit signal: its shell recorded an error
+    ("error record on a TIMEOUT job: time_limit, counted", job(record=rec(R.ERROR, code=143)),
+     trial(), info(S.TIMEOUT), Kind.ENDED, V.RESTART, R.TIME_LIMIT, (0,), False),
+    ("error record on a TIMEOUT job past max_restarts", job(record=rec(R.ERROR)),
+     trial(restarts=5), info(S.TIMEOUT), Kind.ENDED, V.FAIL, R.TIME_LIMIT, (0,), False),
+    # --- not resubmittable (`dethpc sbatch`, detached): the job's end is the trial's
+    ("not resubmittable: error fails at once", job(record=rec(R.ERROR, code=1)),
+     trial(**ONCE), info(S.FAILED, code=1), Kind.ENDED, V.FAIL, R.ERROR, (0,), False),
+    ("not resubmittable: time_limit record fails (no new job), not counted",
+     job(record=rec(R.TIME_LIMIT)), trial(**ONCE), info(S.TIMEOUT), Kind.ENDED, V.FAIL,
+     R.TIME_LIMIT, (), False),
+    ("not resubmittable: TIMEOUT with an error record", job(record=rec(R.ERROR)),
+     trial(**ONCE), info(S.TIMEOUT), Kind.ENDED, V.FAIL, R.TIME_LIMIT, (0,), False),
+    ("not resubmittable: PREEMPTED (PreemptMode=CANCEL) fails", job(), trial(**ONCE),
+     info(S.PREEMPTED), Kind.ENDED, V.FAIL, R.PREEMPTED, (), False),
+    ("not resubmittable: completed record completes", job(record=rec(R.COMPLETED)),
+     trial(**ONCE), info(S.COMPLETED), Kind.ENDED, V.COMPLETE, R.COMPLETED, (), False),
+    ("not resubmittable: Slurm requeue after a preemption is free",
+     job(free=(0,)), trial(**ONCE), info(S.PENDING, restarts=1), Kind.REQUEUED, V.NONE,
+     None, (), False),
+    ("not resubmittable: Slurm requeue without a record counts",
+     job(), trial(**ONCE), info(S.PENDING, restarts=1), Kind.REQUEUED, V.NONE, None,
+     (0,), False),
+    ("not resubmittable: Slurm requeue past max_restarts fails and cancels",
+     job(), trial(max_restarts=0, **ONCE), info(S.RUNNING, restarts=1), Kind.REQUEUED,
+     V.FAIL, None, (0,), True),
+    # --- a detached job (no exit records)
+    ("detached: COMPLETED without a record is a success", job(**BARE), trial(**ONCE),
+     info(S.COMPLETED), Kind.ENDED, V.COMPLETE, R.COMPLETED, (), False),
+    ("detached: FAILED", job(**BARE), trial(max_restarts=0, **ONCE), info(S.FAILED, code=1),
+     Kind.ENDED, V.FAIL, R.ERROR, (0,), False),
+    ("detached: TIMEOUT", job(**BARE), trial(max_restarts=0, **ONCE), info(S.TIMEOUT),
+     Kind.ENDED, V.FAIL, R.TIME_LIMIT, (0,), False),
+    ("detached: requeued by Slurm (its own --requeue) is not counted", job(**BARE),
+     trial(max_restarts=0, **ONCE), info(S.PENDING, restarts=1), Kind.REQUEUED, V.NONE,
+     None, (), False),
+    ("detached: requeued, then completed in one tick", job(**BARE),
+     trial(max_restarts=0, **ONCE), info(S.COMPLETED, restarts=2), Kind.ENDED, V.COMPLETE,
+     R.COMPLETED, (), False),
 ]
 
 
