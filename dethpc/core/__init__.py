@@ -25,7 +25,7 @@ from dethpc.core._checkpoint import (
     DownloadMode,
     DummyCheckpointContext,
 )
-from dethpc.core._context import Context, build_context, get_cluster_info
+from dethpc.core._context import Context, build_context, get_cluster_info, with_trial_dir
 from dethpc.core._distributed import (
     DistributedContext,
     DummyDistributedContext,
@@ -86,7 +86,11 @@ def init(*, distributed: DistributedContext | None = None,
          env: Mapping[str, str] | None = None,
          stop_check_interval_s: float = 1.0,
          exit_on_preempt: bool = True) -> Iterator[Context]:
-    """Build the trial's ``Context`` (Dummy twins when ``DETHPC_TRIAL_DIR`` is unset).
+    """Build the trial's ``Context`` (Dummy twins outside a trial and any Slurm job).
+
+    In a Slurm job dethpc did not submit, the job registers itself in the spool
+    (``dethpc.detached``; ``DETHPC_DETACHED=0`` turns that off) and gets the real
+    contexts over that directory; the daemon adopts it (docs/detached.md).
 
     Determined's ``core.init()`` keywords are accepted: ``distributed``,
     ``checkpoint_storage`` (a directory, used off-cluster), ``preempt_mode``,
@@ -97,7 +101,7 @@ def init(*, distributed: DistributedContext | None = None,
     ``ctx.preempt.exit_code()`` instead of catching ``SystemExit``.
     """
     TensorboardMode(tensorboard_mode)
-    env = _storage_env(checkpoint_storage, os.environ if env is None else env)
+    env = _storage_env(checkpoint_storage, with_trial_dir(os.environ if env is None else env))
     ctx = build_context(distributed=distributed, preempt_mode=preempt_mode, env=env,
                         stop_check_interval_s=stop_check_interval_s)
     try:

@@ -1,8 +1,11 @@
 """Assembling the in-job ``Context`` from the environment (real or Dummy twins).
 
 Owns: ``Context`` (the sub-contexts in one object) and ``build_context()``, which
-picks the real sub-contexts when ``DETHPC_TRIAL_DIR`` is set and the Dummy twins
-otherwise.
+picks the real sub-contexts when the job has a trial directory and the Dummy twins
+otherwise. The trial directory is ``DETHPC_TRIAL_DIR`` (a job dethpc submitted) or,
+in a Slurm job dethpc did not submit, the one ``dethpc.detached`` registers in the
+spool (``with_trial_dir``): metrics, checkpoints and ``latest_checkpoint`` work there
+too, and a requeued job (same id) resumes from its own checkpoint.
 It also owns ``get_cluster_info()`` (Determined's ``det.get_cluster_info()``):
 the trial's ``ClusterInfo`` whose ``latest_checkpoint`` this process finds on its
 own (no collective), or ``None`` off-cluster.
@@ -23,6 +26,7 @@ from dethpc.core._distributed import DistributedContext
 from dethpc.core._info import (
     ENV_CHECKPOINT_DIR,
     ENV_PREEMPT_SIGNAL,
+    ENV_TRIAL_DIR,
     ClusterInfo,
     checkpoint_dir,
     read_hparams,
@@ -51,11 +55,22 @@ class Context:
         self.distributed.close()
 
 
+def with_trial_dir(env: Mapping[str, str]) -> Mapping[str, str]:
+    """``env`` with ``DETHPC_TRIAL_DIR`` set to the detached trial directory when this
+    is a Slurm job dethpc did not submit (registering it); unchanged otherwise."""
+    if env.get(ENV_TRIAL_DIR):
+        return env
+    from dethpc.detached import trial_dir
+
+    found = trial_dir(env)
+    return env if found is None else {**env, ENV_TRIAL_DIR: str(found)}
+
+
 def build_context(*, distributed: DistributedContext | None = None,
                   preempt_mode: PreemptMode = PreemptMode.WorkersAskChief,
                   env: Mapping[str, str] | None = None,
                   stop_check_interval_s: float = 1.0) -> Context:
-    env = os.environ if env is None else env
+    env = with_trial_dir(os.environ if env is None else env)
     dist = distributed if distributed is not None else DistributedContext.auto(env)
     info = ClusterInfo.from_env(env)
     hparams = read_hparams(info.trial_dir, env)
@@ -92,12 +107,12 @@ def get_cluster_info(env: Mapping[str, str] | None = None) -> ClusterInfo | None
     """
     if env is None and _CLUSTER_INFO:
         return _CLUSTER_INFO[0]
-    info: ClusterInfo | None = ClusterInfo.from_env(os.environ if env is None else env)
+    full = with_trial_dir(os.environ if env is None else env)
+    info: ClusterInfo | None = ClusterInfo.from_env(full)
     if info is not None and info.trial_dir is None:
         info = None
     if info is not None:
-        ckpt = CheckpointContext(checkpoint_dir(info.trial_dir or Path("."),
-                                                os.environ if env is None else env),
+        ckpt = CheckpointContext(checkpoint_dir(info.trial_dir or Path("."), full),
                                  DistributedContext())
         info._latest = ckpt.latest
     if env is None:
