@@ -1,6 +1,7 @@
 """The daemon: one reconcile loop of idempotent ticks.
 
-Owns: ``Daemon.tick()`` — adopt batches a crash left half-submitted, poll every
+Owns: ``Daemon.tick()`` — adopt jobs dethpc did not submit that registered
+themselves (``dethpc.adoption``), adopt batches a crash left half-submitted, poll every
 live job with one batched backend call, reconcile each experiment in its own
 transaction (``dethpc.reconcile``), submit the trials that need a job as one
 array per experiment and pool, cancel everything that must go in one call — and
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from sqlmodel import select
 
+from dethpc.adoption import Adopter
 from dethpc.backends.base import Backend, JobInfo, JobRequest
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
 from dethpc.errors import DethpcError, SubmitError, SubmitLimitError
@@ -106,10 +108,13 @@ class Daemon:
         #: it is back above the refused size): a hint, lost harmlessly on restart
         self.cap: int | None = None
         self.refused_size = 0
+        #: jobs dethpc did not submit that registered themselves in the spool
+        self.adopter = Adopter(store, cluster.runs_root, cluster.backend)
 
     # ------------------------------------------------------------------ tick
     def tick(self) -> TickStats:
         stats = TickStats()
+        stats.changed = self.adopter.scan() > 0   # one listdir of <spool>/detached
         with self.store.session() as s:
             exp_ids = [e.id for e in s.exec(select(Experiment).where(
                 Experiment.state.in_(OPEN_STATES)))  # type: ignore[attr-defined]
