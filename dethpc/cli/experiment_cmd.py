@@ -21,6 +21,14 @@ from dethpc.store.models import ExperimentState
 if TYPE_CHECKING:
     from dethpc.searchers.base import Create
 
+#: what each experiment kind means, for ``describe``
+KIND_WORDS = {
+    "managed": "dethpc submit: the daemon submits its trials",
+    "script": "dethpc sbatch --search: the daemon submits the wrapped script",
+    "sbatch": "dethpc sbatch: submitted once by the CLI, tracked by the daemon",
+    "detached": "a job dethpc did not submit that registered itself; tracked only",
+}
+
 experiment_app = typer.Typer(help="Create, watch and control experiments.", no_args_is_help=True)
 label_app = typer.Typer(help="Add or remove experiment labels.", no_args_is_help=True)
 experiment_app.add_typer(label_app, name="label")
@@ -181,9 +189,9 @@ def list_(json_out: bool = typer.Option(False, "--json"),
                                   owner=None if all_ else experiments.current_user())
     if json_out:
         return print_json(rows)
-    table("Experiments", ["id", "name", "state", "progress", "labels", "owner"],
-          [[r["id"], r["name"], r["state"], f"{r['progress']:.0%}", ",".join(r["labels"]),
-            r["owner"]] for r in rows])
+    table("Experiments", ["id", "name", "kind", "state", "progress", "labels", "owner"],
+          [[r["id"], r["name"], r["kind"], r["state"], f"{r['progress']:.0%}",
+            ",".join(r["labels"]), r["owner"]] for r in rows])
 
 
 @experiment_app.command("describe")
@@ -196,6 +204,7 @@ def describe(exp_id: int, json_out: bool = typer.Option(False, "--json")) -> Non
     console.print(f"[bold]Experiment {d['id']}[/] {d['name']}: {d['state']} "
                   f"({d['progress']:.0%}), searcher {d['searcher']['name']}, metric {metric} "
                   f"({'smaller' if d['searcher']['smaller_is_better'] else 'larger'} is better)")
+    console.print(f"kind: {d['kind']} ({KIND_WORDS.get(d['kind'], d['kind'])})")
     if d["message"]:
         console.print(f"message: {d['message']}")
     table("Trials", ["trial", "state", "waiting for", "steps", f"best {metric}", "rung",

@@ -28,6 +28,7 @@ from dethpc.store.models import (
 def experiment_dict(e: Experiment) -> dict[str, Any]:
     return {"id": e.id, "name": e.name, "state": e.state, "description": e.description,
             "labels": list(e.labels), "owner": e.owner, "backend": e.backend,
+            "kind": e.kind.value,
             "progress": round(e.progress, 3), "run_dir": e.run_dir,
             "created_at": e.created_at, "ended_at": e.ended_at, "message": e.message}
 

@@ -192,3 +192,22 @@ def test_daemon_tick_adopts_without_any_open_experiment(store: Store, tmp_path: 
     stats = daemon.tick()
     assert stats.changed and stats.experiments == 1 and stats.submitted == 0
     assert len(rows(store)[0]) == 1
+
+
+def test_list_and_describe_show_the_kind(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from dethpc.cli.common import ENV
+    from dethpc.cli.main import app
+
+    monkeypatch.setenv("COLUMNS", "200")
+    trial_dir(JOB)   # the spool is $DETHPC_HOME/spool
+    assert Adopter(ENV.store, home / "runs", "local").scan() == 1
+    cli = CliRunner()
+    listed = cli.invoke(app, ["experiment", "list"])
+    assert listed.exit_code == 0 and "kind" in listed.stdout and "detached" in listed.stdout
+    rows = json.loads(cli.invoke(app, ["experiment", "list", "--json"]).stdout)
+    assert [r["kind"] for r in rows] == ["detached"]
+    described = cli.invoke(app, ["experiment", "describe", str(rows[0]["id"])])
+    assert described.exit_code == 0, described.stdout
+    assert "kind: detached (a job dethpc did not submit" in described.stdout
