@@ -33,14 +33,8 @@ from dethpc.adoption import Adopter
 from dethpc.backends.base import Backend, JobInfo, JobRequest
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
 from dethpc.errors import DethpcError, SubmitError, SubmitLimitError
-from dethpc.jobscript import (
-    array_script,
-    batch_comment,
-    batch_name,
-    checkpoint_dir,
-    instance_tag,
-    trial_script,
-)
+from dethpc.jobscript import batch_comment, batch_name, checkpoint_dir, instance_tag
+from dethpc.kindjobs import TrialJob, jobs_for
 from dethpc.limits import (
     PoolLimits,
     cap_after_refusal,
@@ -387,15 +381,16 @@ class Daemon:
             batch_id, name, throttle = batch.id, batch.name, batch.throttle
         tasks = [(i, self.write_trial(exp, cfg, t)) for i, t in enumerate(trials)]
         comment = batch_comment(exp.id, batch_id, self.tag)
+        jobs = jobs_for(exp.kind, paths.root)
         if array:
             script = paths.array_script(batch_id)
-            script.write_text(array_script(cfg, self.cluster, run_dir=paths.root, exp_id=exp.id,
-                                           batch_id=batch_id, tasks=tasks, tag=self.tag,
-                                           jenv=self.jenv))
+            script.write_text(jobs.array_script(cfg, self.cluster, run_dir=paths.root,
+                                                exp_id=exp.id, batch_id=batch_id, tasks=tasks,
+                                                tag=self.tag, jenv=self.jenv))
         else:
             script = tasks[0][1]
         request = JobRequest(
-            name=name, comment=comment, script=script, workdir=paths.root,
+            name=name, comment=comment, script=script, workdir=jobs.workdir(paths.root),
             array_indices=tuple(range(len(trials))) if array else (),
             throttle=throttle or None,
             time_limit_s=parse_slurm_time(cfg.slurm.time or pool.default_time),
@@ -435,9 +430,12 @@ class Daemon:
         else:   # no searcher length (Determined 0.38): the training code decides
             tp.target.unlink(missing_ok=True)
         tp.stop.unlink(missing_ok=True)
-        tp.job_script.write_text(trial_script(
+        tp.job_script.write_text(jobs_for(exp.kind, run_dir).trial_script(
             cfg, self.cluster, backend=self.backend.traits.kind, python=self.python,
-            run_dir=run_dir, exp_id=exp.id, trial_id=trial.id, jenv=self.jenv))
+            run_dir=run_dir, trial=TrialJob(exp_id=exp.id, trial_id=trial.id,
+                                            hparams=dict(trial.hparams),
+                                            target_length=trial.target_length, unit=unit),
+            jenv=self.jenv))
         return tp.job_script
 
     def fail_experiment(self, exp_id: int, message: str) -> None:

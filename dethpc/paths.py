@@ -156,6 +156,22 @@ class ExperimentPaths:
     def arrays(self) -> Path:
         return self.root / "arrays"
 
+    @property
+    def submission(self) -> Path:
+        """A search over a script (``dethpc sbatch --search``): the user's sbatch options
+        and submit directory (``dethpc.sbatchwrap.search.SearchSubmission``)."""
+        return self.context / "submission.json"
+
+    @property
+    def script(self) -> Path:
+        """A search's copy of the user's script, run by every trial."""
+        return self.context / "script"
+
+    @property
+    def submit_env(self) -> Path:
+        """A search's submitting environment (``dethpc.sbatchwrap.submitenv``)."""
+        return self.context / "submit-env"
+
     def array_script(self, batch_id: int) -> Path:
         return self.arrays / f"batch-{batch_id}.sbatch"
 
