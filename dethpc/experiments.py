@@ -25,9 +25,17 @@ from dethpc.config.experiment import check_supported
 from dethpc.config.model import ClusterConfig, ExperimentConfig
 from dethpc.context import snapshot_context
 from dethpc.errors import DethpcError, NotFoundError, SubmitError
+from dethpc.kindjobs import KindJobs, ManagedJobs
 from dethpc.paths import ExperimentPaths
 from dethpc.store import Store
-from dethpc.store.models import Event, Experiment, ExperimentState, SearcherState, Trial
+from dethpc.store.models import (
+    Event,
+    Experiment,
+    ExperimentKind,
+    ExperimentState,
+    SearcherState,
+    Trial,
+)
 
 
 def check_resources(cfg: ExperimentConfig, cluster: ClusterConfig, backend: Backend) -> None:
@@ -63,26 +71,26 @@ def check_entrypoints(cfg: ExperimentConfig) -> None:
 
 
 def check_with_scheduler(cfg: ExperimentConfig, cluster: ClusterConfig, backend: Backend,
-                         ours: DethpcError | None = None) -> None:
+                         ours: DethpcError | None = None, jobs: KindJobs | None = None) -> None:
     """Ask the scheduler about the first trial's job (one ``sbatch --test-only`` on
     Slurm; nothing on a backend without ``traits.submit_verdict``). A refusal raises
     ``SubmitError`` with the scheduler's own words, the pool and the config fields
-    behind it (``dethpc.verdict``), plus dethpc's own finding ``ours`` if there is one."""
+    behind it (``dethpc.verdict``), plus dethpc's own finding ``ours`` if there is one.
+    ``jobs``: the experiment kind's job scripts (``dethpc.kindjobs``; managed by default)."""
     if not backend.traits.submit_verdict:
         return
-    from dethpc.jobscript import trial_script
     from dethpc.limits import at_submit_limit
     from dethpc.verdict import refusal_message
 
+    jobs = jobs or ManagedJobs()
     with tempfile.TemporaryDirectory(prefix="dethpc-verdict-") as tmp:
         run_dir = Path(tmp)
-        script = trial_script(cfg, cluster, backend=backend.traits.kind,
-                              python=cluster.python or sys.executable, run_dir=run_dir,
-                              exp_id=0, trial_id=1)
+        script = jobs.verdict_script(cfg, cluster, backend=backend.traits.kind,
+                                     python=cluster.python or sys.executable, run_dir=run_dir)
         path = run_dir / "job.sbatch"
         path.write_text(script, encoding="utf-8")
         words = backend.judge(JobRequest(name="dethpc-verdict", comment="dethpc:verdict",
-                                         script=path, workdir=run_dir))
+                                         script=path, workdir=jobs.workdir(run_dir)))
     if words is None or at_submit_limit(words):
         # at a submit limit right now (QOSMaxSubmitJobPerUserLimit, ...): a verdict on
         # the moment, not on the job; the daemon submits as the user's jobs end
@@ -96,18 +104,21 @@ def check_with_scheduler(cfg: ExperimentConfig, cluster: ClusterConfig, backend:
 
 
 def create_experiment(store: Store, cluster: ClusterConfig, cfg: ExperimentConfig,
-                      context_dir: Path, backend: Backend) -> int:
+                      context_dir: Path, backend: Backend,
+                      kind: ExperimentKind = ExperimentKind.MANAGED,
+                      jobs: KindJobs | None = None) -> int:
     """Validate resources, ask the scheduler about the first trial's job, snapshot the
     context and record the experiment; returns its id. Nothing is left behind when any
-    step fails."""
+    step fails. ``kind`` and ``jobs`` (its job scripts, for the scheduler's verdict): a
+    search over a script (``dethpc sbatch --search``) passes SCRIPT and its own."""
     check_supported(cfg)  # valid Determined values dethpc cannot honour (field paths)
     check_entrypoints(cfg)
     try:
         check_resources(cfg, cluster, backend)
     except SubmitError as exc:
-        check_with_scheduler(cfg, cluster, backend, ours=exc)  # Slurm's words first
+        check_with_scheduler(cfg, cluster, backend, ours=exc, jobs=jobs)  # Slurm's first
         raise
-    check_with_scheduler(cfg, cluster, backend)
+    check_with_scheduler(cfg, cluster, backend, jobs=jobs)
     runs_root = Path(cluster.runs_root).expanduser()
     runs_root.mkdir(parents=True, exist_ok=True)
     incoming = runs_root / f".incoming-{uuid.uuid4().hex}"
@@ -119,7 +130,7 @@ def create_experiment(store: Store, cluster: ClusterConfig, cfg: ExperimentConfi
             exp = Experiment(name=cfg.name, description=cfg.description,
                              labels=list(cfg.labels),
                              config_yaml=dump_config(cfg.raw), run_dir="",
-                             owner=_user(), backend=cluster.backend)
+                             owner=_user(), backend=cluster.backend, kind=kind)
             s.add(exp)
             s.flush()
             assert exp.id is not None
