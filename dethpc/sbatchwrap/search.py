@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +31,7 @@ from typing import Any
 
 import jinja2
 
+from dethpc.backends.base import Backend
 from dethpc.backends.traits import BackendKind
 from dethpc.config._check import Checker, allowed_list, did_you_mean, join, show
 from dethpc.config._yaml import load_yaml_text
@@ -41,6 +44,8 @@ from dethpc.errors import ConfigError, DethpcError, FieldError
 from dethpc.kindjobs import TrialJob
 from dethpc.paths import ExperimentPaths
 from dethpc.render import make_env
+from dethpc.store import Store
+from dethpc.store.models import ExperimentKind
 
 ARRAY_TEMPLATE = "search_array.sbatch.j2"
 
@@ -254,6 +259,19 @@ class SearchSubmission:
         return Path(self.submit_dir) / chdir if chdir else Path(self.submit_dir)
 
 
+def pool_directives(cfg: ExperimentConfig, pool: ResourcePool) -> list[str]:
+    """The placement of ``resources.resource_pool`` when the search file names one: its
+    partition, QoS, account, default time and ``sbatch_args``, put before the user's
+    directives so that the script's own lines and the command line win. Without a
+    named pool, nothing: the job goes where plain ``sbatch`` would send it."""
+    if cfg.resources.resource_pool is None:
+        return []
+    placement = [f"{flag}={value}" for flag, value in (
+        ("--partition", pool.partition), ("--qos", pool.qos), ("--account", pool.account),
+        ("--time", pool.default_time)) if value]
+    return [*placement, *pool.sbatch_args]
+
+
 def dethpc_directives(sub: SearchSubmission, pool: ResourcePool) -> list[str]:
     """What dethpc adds after the user's directives: ``--requeue`` and the pool's early
     signal to the batch shell, each unless the user chose (``--no-requeue`` counts).
@@ -295,7 +313,8 @@ class ScriptJobs:
         from dethpc.sbatchwrap import submitenv
 
         pool = cluster.pool(cfg.resources.resource_pool)
-        directives = [*self.sub.directives, *dethpc_directives(self.sub, pool)]
+        directives = [*pool_directives(cfg, pool), *self.sub.directives,
+                      *dethpc_directives(self.sub, pool)]
         jenv = jenv or make_env()
         return jenv.get_template(ARRAY_TEMPLATE).render(
             version=__version__, experiment_id=exp_id, batch_id=batch_id,
@@ -313,3 +332,45 @@ class ScriptJobs:
                      backend: BackendKind | str, python: str, run_dir: Path,
                      trial: TrialJob, jenv: jinja2.Environment | None = None) -> str:
         raise NotImplementedError("C1's wrapper")
+
+
+# ------------------------------------------------------------------ submission
+def submit_search(store: Store, cluster: ClusterConfig, backend: Backend, *,
+                  search_file: Path, script: Path, args: Sequence[str],
+                  options: Sequence[tuple[str, str]], submit_dir: Path,
+                  environ: Mapping[str, str], overrides: Sequence[str] = ()) -> int:
+    """Record a search over ``script`` as an experiment of kind SCRIPT; returns its id.
+
+    ``options``: the user's sbatch options as (``#SBATCH`` argument, where it came
+    from), in sbatch's order of precedence (script lines, SBATCH_* variables, command
+    line). Refused options and an invalid search file raise before anything is
+    recorded; then ``create_experiment`` asks Slurm (``sbatch --test-only`` of the
+    first batch's array script) and records the experiment with the script's copy,
+    the options, the submit directory and ``environ`` in its run directory. The
+    daemon submits the trials."""
+    from dethpc.experiments import create_experiment
+    from dethpc.sbatchwrap import submitenv
+
+    refuse_options([(canonical_option(d) or d, where) for d, where in options])
+    cfg = load_search_config(search_file, script, args, overrides)
+    sub = SearchSubmission(script_name=script.name, script_path=str(script.resolve()),
+                           args=tuple(args), submit_dir=str(Path(submit_dir).resolve()),
+                           directives=tuple(d for d, _ in options))
+    with tempfile.TemporaryDirectory(prefix="dethpc-search-") as tmp:
+        staged = ExperimentPaths(Path(tmp))
+        staged.context.mkdir()
+        try:
+            shutil.copy2(script, staged.script)
+        except OSError as exc:
+            raise DethpcError(f"cannot read the script {script}: {exc}") from None
+        staged.submission.write_text(sub.to_json(), encoding="utf-8")
+        submitenv.save(staged.submit_env, environ)
+        return create_experiment(store, cluster, cfg, staged.context, backend,
+                                 kind=ExperimentKind.SCRIPT, jobs=ScriptJobs(sub, staged))
+
+
+def announce(exp_id: int, parsable: bool) -> str:
+    """What ``dethpc sbatch --search`` prints: ``Submitted experiment N`` (sbatch's
+    sentence, naming what was recorded: the trials' jobs come later, from the
+    daemon), or ``N`` alone under ``--parsable``."""
+    return str(exp_id) if parsable else f"Submitted experiment {exp_id}"
