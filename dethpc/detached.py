@@ -7,8 +7,9 @@ job, unless ``DETHPC_DETACHED=0``) ``<spool>/detached/<job ref>/`` after writing
 ``<array job id>_<task id>`` for an array task, else the job id, so a requeued job
 (same id) finds its own directory, metrics and checkpoints again. The daemon adopts the
 registration (``dethpc.adoption``, docs/detached.md).
-Must not: touch the database or import anything beyond the standard library and
-``dethpc.paths``: the shell API calls it on every ``dethpc report``.
+Must not: touch the database or import anything beyond the standard library,
+``dethpc.paths`` and ``dethpc.errors``: the shell API calls it on every ``dethpc report``.
+A spool entry another user owns is refused (``DethpcError``), never written into.
 
 Several ranks of one job may call it at once: the directory is created with
 ``exist_ok`` and each file is written to a private temporary name and linked into
@@ -27,6 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dethpc.errors import DethpcError
 from dethpc.paths import TrialPaths, detached_dir
 
 #: ``DETHPC_DETACHED=0`` turns self-registration off (plain Slurm jobs stay untracked)
@@ -96,6 +98,14 @@ def write_once(path: Path, text: str) -> bool:
 def register(env: Mapping[str, str], ref: str) -> Path:
     """The detached trial directory of job ``ref``, registered (idempotent)."""
     tp = TrialPaths(detached_dir(ref))
+    try:
+        owner = tp.root.stat().st_uid
+    except FileNotFoundError:
+        owner = os.getuid()
+    if owner != os.getuid():
+        raise DethpcError(f"spool entry {tp.root} belongs to uid {owner}, not to this job's "
+                          f"user (uid {os.getuid()}): a stale or foreign registration of "
+                          f"job {ref}; remove it, or set DETHPC_SPOOL (or DETHPC_DETACHED=0)")
     if tp.registration.exists():
         return tp.root
     tp.checkpoints.mkdir(parents=True, exist_ok=True)

@@ -178,6 +178,11 @@ def request_state(store: Store, exp_id: int, action: str) -> str:
         current = ExperimentState(exp.state)
         if current == target:
             return current.value
+        if action == "pause" and not exp.kind.daemon_submits:
+            raise DethpcError(
+                f"cannot pause experiment {exp_id}: it is of kind {exp.kind.value}, whose "
+                "jobs dethpc does not submit, so nothing could resume it (cancel or kill "
+                "it, or pause the script yourself)")
         if current not in allowed:
             raise DethpcError(f"cannot {action} experiment {exp_id}: it is {current.value} "
                               f"(only {', '.join(sorted(a.value for a in allowed))} can)")

@@ -211,3 +211,6 @@ def test_list_and_describe_show_the_kind(home: Path, monkeypatch: pytest.MonkeyP
     described = cli.invoke(app, ["experiment", "describe", str(rows[0]["id"])])
     assert described.exit_code == 0, described.stdout
     assert "kind: detached (a job dethpc did not submit" in described.stdout
+    paused = cli.invoke(app, ["experiment", "pause", str(rows[0]["id"])])
+    assert paused.exit_code != 0 and isinstance(paused.exception, DethpcError)
+    assert "of kind detached" in str(paused.exception)   # main() prints it, no traceback

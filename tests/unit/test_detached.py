@@ -6,6 +6,7 @@ requeue); outside Slurm jobs nothing is written and the Dummy twins stay.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from dethpc import core
 from dethpc.core import DummyTrainContext, TrainContext
 from dethpc.detached import job_ref, trial_dir, write_once
+from dethpc.errors import DethpcError
 
 JOB = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "SLURM_JOB_USER": "alice",
        "SLURM_SUBMIT_DIR": "/home/alice", "SLURM_CLUSTER_NAME": "dev",
@@ -115,3 +117,13 @@ def test_core_outside_slurm_keeps_the_dummy_twins(spool: Path) -> None:
         assert isinstance(ctx.train, DummyTrainContext)
     assert core.get_cluster_info({}) is None
     assert not spool.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+def test_a_spool_entry_of_another_user_is_refused(spool: Path) -> None:
+    squat = spool / "detached" / "4242"
+    squat.mkdir(parents=True)
+    os.chown(squat, 4321, 4321)
+    with pytest.raises(DethpcError, match="belongs to uid 4321"):
+        trial_dir(JOB)
+    assert list(squat.iterdir()) == []
