@@ -3,7 +3,8 @@
 Owns: the job side of registration: ``trial_dir(env)`` gives the trial directory of
 the running job: ``$DETHPC_TRIAL_DIR`` when dethpc wrapped the job, else (inside a Slurm
 job, unless ``DETHPC_DETACHED=0``) ``<spool>/detached/<job ref>/`` after writing its
-``register.json`` once (and an empty ``hparams.json``). The job ref is
+``register.json`` once (and an empty ``hparams.json``, and ``outputs.txt``: the job's
+own output files as Slurm resolved them, for ``dethpc trial logs``). The job ref is
 ``<array job id>_<task id>`` for an array task, else the job id, so a requeued job
 (same id) finds its own directory, metrics and checkpoints again. The daemon adopts the
 registration (``dethpc.adoption``, docs/detached.md).
@@ -110,9 +111,30 @@ def register(env: Mapping[str, str], ref: str) -> Path:
         return tp.root
     tp.checkpoints.mkdir(parents=True, exist_ok=True)
     write_once(tp.hparams, "{}\n")
+    outputs = job_outputs(env.get("SLURM_JOB_ID", "").strip())
+    if outputs:
+        write_once(tp.outputs, "".join(f"{path}\n" for path in outputs))
     # register.json last: the daemon adopts only complete directories
     write_once(tp.registration, json.dumps(registration(env, ref), indent=2) + "\n")
     return tp.root
+
+
+def job_outputs(job_id: str) -> list[str]:
+    """The job's own output and error files, resolved by Slurm (``scontrol show job``:
+    one RPC, once per job at registration), so ``dethpc trial logs`` can show them;
+    [] when Slurm does not answer."""
+    import subprocess
+
+    if not job_id:
+        return []
+    try:
+        out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True,
+                             text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    fields = dict(w.split("=", 1) for w in out.split() if "=" in w)
+    found = [fields.get("StdOut", ""), fields.get("StdErr", "")]
+    return list(dict.fromkeys(f for f in found if f.startswith("/")))
 
 
 def trial_dir(env: Mapping[str, str] | None = None) -> Path | None:

@@ -4,7 +4,8 @@ in the submission, ``#SBATCH --requeue`` in the user's own script) whose Python 
 ``dethpc experiment list`` shows it (kind detached) and ``describe`` its metrics and
 checkpoint; ``scontrol requeue`` of the job makes the next run resume from
 ``latest_checkpoint`` (no step lost: steps 1..N each reported once per run that did
-them, run 1 starts after the checkpointed step) and the experiment ends COMPLETED.
+them, run 1 starts after the checkpointed step) and the experiment ends COMPLETED;
+``dethpc trial logs`` shows the job's own ``--output`` file.
 """
 
 from __future__ import annotations
@@ -155,6 +156,8 @@ def test_plain_sbatch_job_registers_is_adopted_and_resumes_after_requeue(
     assert steps == list(range(1, STEPS + 1)), steps   # nothing redone, nothing lost
     d = json.loads(cli(root, "experiment", "describe", exp_id, "--json"))
     assert d["state"] == "COMPLETED" and d["trials"][0]["best_checkpoint"]
+    # the job's own --output file, as Slurm resolved it at registration
+    assert f"run 1 step {STEPS}" in cli(root, "trial", "logs", t.id)
 
 
 def _exp(store: Store) -> Experiment:

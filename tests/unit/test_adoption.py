@@ -49,6 +49,7 @@ def task(i: int) -> dict[str, str]:
 @pytest.fixture
 def spool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("DETHPC_SPOOL", str(tmp_path / "spool"))
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm"))   # no scontrol: no outputs.txt
     return tmp_path / "spool"
 
 

@@ -27,6 +27,7 @@ TASK = {**JOB, "SLURM_JOB_ID": "4250", "SLURM_ARRAY_JOB_ID": "4242",
 @pytest.fixture
 def spool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("DETHPC_SPOOL", str(tmp_path / "spool"))
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm"))   # no scontrol: no outputs.txt
     return tmp_path / "spool"
 
 
