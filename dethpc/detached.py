@@ -111,7 +111,7 @@ def register(env: Mapping[str, str], ref: str) -> Path:
         return tp.root
     tp.checkpoints.mkdir(parents=True, exist_ok=True)
     write_once(tp.hparams, "{}\n")
-    outputs = job_outputs(env.get("SLURM_JOB_ID", "").strip())
+    outputs = [] if tp.outputs.exists() else job_outputs(env.get("SLURM_JOB_ID", "").strip())
     if outputs:
         write_once(tp.outputs, "".join(f"{path}\n" for path in outputs))
     # register.json last: the daemon adopts only complete directories
