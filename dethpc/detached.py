@@ -4,13 +4,15 @@ Owns: the job side of registration: ``trial_dir(env)`` gives the trial directory
 the running job: ``$DETHPC_TRIAL_DIR`` when dethpc wrapped the job, else (inside a Slurm
 job, unless ``DETHPC_DETACHED=0``) ``<spool>/detached/<job ref>/`` after writing its
 ``register.json`` once (and an empty ``hparams.json``, and ``outputs.txt``: the job's
-own output files as Slurm resolved them, for ``dethpc trial logs``). The job ref is
+own output files as Slurm resolved them, for ``dethpc trial logs``). A registration
+that cannot be made (spool not writable, an entry another user owns) is one line on
+stderr and no tracking: the job itself runs on, with the Dummy contexts. The job ref is
 ``<array job id>_<task id>`` for an array task, else the job id, so a requeued job
 (same id) finds its own directory, metrics and checkpoints again. The daemon adopts the
 registration (``dethpc.adoption``, docs/detached.md).
 Must not: touch the database or import anything beyond the standard library,
 ``dethpc.paths`` and ``dethpc.errors``: the shell API calls it on every ``dethpc report``.
-A spool entry another user owns is refused (``DethpcError``), never written into.
+A spool entry another user owns is refused, never written into.
 
 Several ranks of one job may call it at once: the directory is created with
 ``exist_ok`` and each file is written to a private temporary name and linked into
@@ -24,6 +26,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -147,4 +150,12 @@ def trial_dir(env: Mapping[str, str] | None = None) -> Path | None:
     if env.get(ENV_DETACHED, "").strip() == "0":
         return None
     ref = job_ref(env)
-    return register(env, ref) if ref is not None else None
+    if ref is None:
+        return None
+    try:
+        return register(env, ref)
+    except (OSError, DethpcError) as exc:
+        # tracking is a bonus for a job dethpc did not submit: never the reason it fails
+        print(f"dethpc: this Slurm job is not tracked (detached registration failed: {exc})",
+              file=sys.stderr, flush=True)
+        return None

@@ -14,7 +14,7 @@ import pytest
 
 from dethpc import core
 from dethpc.core import DummyTrainContext, TrainContext
-from dethpc.detached import job_ref, trial_dir, write_once
+from dethpc.detached import job_ref, register, trial_dir, write_once
 from dethpc.errors import DethpcError
 
 JOB = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "SLURM_JOB_USER": "alice",
@@ -121,10 +121,22 @@ def test_core_outside_slurm_keeps_the_dummy_twins(spool: Path) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
-def test_a_spool_entry_of_another_user_is_refused(spool: Path) -> None:
+def test_a_spool_entry_of_another_user_is_refused(
+        spool: Path, capsys: pytest.CaptureFixture[str]) -> None:
     squat = spool / "detached" / "4242"
     squat.mkdir(parents=True)
     os.chown(squat, 4321, 4321)
     with pytest.raises(DethpcError, match="belongs to uid 4321"):
-        trial_dir(JOB)
+        register(JOB, "4242")
+    assert trial_dir(JOB) is None          # the job runs on, untracked
+    assert "belongs to uid 4321" in capsys.readouterr().err
     assert list(squat.iterdir()) == []
+
+
+def test_an_unwritable_spool_leaves_the_job_untracked_not_failed(
+        spool: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spool.write_text("not a directory")
+    assert trial_dir(JOB) is None
+    assert "not tracked" in capsys.readouterr().err
+    with core.init(env=JOB) as ctx:
+        assert isinstance(ctx.train, DummyTrainContext)
