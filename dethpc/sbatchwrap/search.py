@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -181,16 +182,39 @@ def _check_script_rules(ck: Checker, cfg: ExperimentConfig) -> None:
 
 def hparam_var(name: str) -> str:
     """``DETHPC_HP_<NAME>`` of a (dotted) hyperparameter name: the job API's rule."""
-    from dethpc.jobapi import hparam_env
-
     nested: dict[str, Any] = {}
     *groups, leaf = name.split(".")
     inner = nested
     for group in groups:
         inner = inner.setdefault(group, {})
     inner[leaf] = 0
-    (var,) = hparam_env(nested).keys()
+    (var,) = hparam_exports(nested).keys()
     return var
+
+
+def hparam_exports(hparams: Mapping[str, Any]) -> dict[str, str]:
+    """The ``DETHPC_HP_<NAME>`` variables of a trial's hyperparameters: the job API's
+    ``dethpc.jobapi.hparam_env`` (the one rule, shared with ``dethpc hparams --env``);
+    until that module is installed, the same documented rule here (nested groups
+    joined with ``_``, upper case, any character outside ``[A-Za-z0-9_]`` as ``_``;
+    strings as they are, other values as JSON)."""
+    try:
+        from dethpc.jobapi import hparam_env
+    except ImportError:
+        return _hparam_env(hparams)
+    return dict(hparam_env(dict(hparams)))
+
+
+def _hparam_env(hparams: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in hparams.items():
+        name = f"{prefix}_{key}" if prefix else str(key)
+        if isinstance(value, dict):
+            out.update(_hparam_env(value, name))
+            continue
+        var = "DETHPC_HP_" + re.sub(r"[^A-Za-z0-9_]", "_", name).upper()
+        out[var] = value if isinstance(value, str) else json.dumps(value)
+    return out
 
 
 # ------------------------------------------------------------------ sbatch options
