@@ -44,11 +44,12 @@ from dethpc.directives import canonical_option, option_value
 from dethpc.errors import ConfigError, DethpcError, FieldError
 from dethpc.kindjobs import TrialJob
 from dethpc.paths import ExperimentPaths
-from dethpc.render import make_env
+from dethpc.render import make_env, shquote
 from dethpc.store import Store
 from dethpc.store.models import ExperimentKind
 
 ARRAY_TEMPLATE = "search_array.sbatch.j2"
+TRIAL_TEMPLATE = "search_trial.sbatch.j2"
 
 #: top-level fields of a search file (Determined's names)
 SEARCH_FIELDS = ("name", "description", "labels", "searcher", "hyperparameters",
@@ -355,7 +356,44 @@ class ScriptJobs:
     def trial_script(self, cfg: ExperimentConfig, cluster: ClusterConfig, *,
                      backend: BackendKind | str, python: str, run_dir: Path,
                      trial: TrialJob, jenv: jinja2.Environment | None = None) -> str:
-        raise NotImplementedError("C1's wrapper")
+        """The trial's wrapper (``TRIAL_TEMPLATE``): the user's script copy with its
+        arguments, the trial's environment (``trial_env``), the pool's early signal
+        recorded for ``dethpc should-stop``, one exit record per run."""
+        from dethpc import __version__
+        from dethpc.backends.traits import traits_of
+        from dethpc.exitcodes import LOCAL_REQUEUE_EXIT
+
+        traits = traits_of(backend)
+        pool = cluster.pool(cfg.resources.resource_pool)
+        tp = self.paths.trial(trial.trial_id)
+        jenv = jenv or make_env()
+        return jenv.get_template(TRIAL_TEMPLATE).render(
+            version=__version__, experiment_id=trial.exp_id, trial_id=trial.trial_id,
+            script_name=self.sub.script_name, backend=traits.name, trial_dir=str(tp.root),
+            env=trial_env(cfg, pool, self.paths, trial), bin_dir=str(self.paths.bin),
+            python=python, command=[str(self.paths.script), *self.sub.args],
+            signal=pool.signal, signal_grace_s=pool.signal_grace_s,
+            requeue_in_place=traits.requeue_in_place, local_requeue_exit=LOCAL_REQUEUE_EXIT)
+
+
+def trial_env(cfg: ExperimentConfig, pool: ResourcePool, paths: ExperimentPaths,
+              trial: TrialJob) -> list[tuple[str, str]]:
+    """What a search's trial exports, in order: dethpc's job-side contract, the
+    hyperparameters (``DETHPC_HPARAMS``, ``DETHPC_HP_<NAME>``) and the searcher's target
+    length when the search has one."""
+    tp = paths.trial(trial.trial_id)
+    env = [("DETHPC_EXPERIMENT_ID", str(trial.exp_id)),
+           ("DETHPC_TRIAL_ID", str(trial.trial_id)),
+           ("DETHPC_TRIAL_DIR", str(tp.root)),
+           ("DETHPC_EXPERIMENT_CONFIG", str(paths.config)),
+           ("DETHPC_PREEMPT_SIGNAL", pool.signal),
+           ("DETHPC_TRIAL_SEED", str(cfg.experiment_seed + trial.trial_id)),
+           ("DETHPC_HPARAMS", str(tp.hparams)),
+           *sorted(hparam_exports(trial.hparams).items())]
+    if trial.target_length > 0:
+        env += [("DETHPC_TARGET_LENGTH", str(trial.target_length)),
+                ("DETHPC_TARGET_UNIT", trial.unit)]
+    return env
 
 
 # ------------------------------------------------------------------ submission
@@ -385,12 +423,32 @@ def submit_search(store: Store, cluster: ClusterConfig, backend: Backend, *,
         staged.context.mkdir()
         try:
             shutil.copy2(script, staged.script)
+            staged.script.chmod(staged.script.stat().st_mode | 0o100)  # run as slurmd would
         except OSError as exc:
             raise DethpcError(f"cannot read the script {script}: {exc}") from None
         staged.submission.write_text(sub.to_json(), encoding="utf-8")
         submitenv.save(staged.submit_env, environ)
-        return create_experiment(store, cluster, cfg, staged.context, backend,
-                                 kind=ExperimentKind.SCRIPT, jobs=ScriptJobs(sub, staged))
+        exp_id = create_experiment(store, cluster, cfg, staged.context, backend,
+                                   kind=ExperimentKind.SCRIPT, jobs=ScriptJobs(sub, staged))
+    from dethpc.experiments import get_experiment
+
+    write_shim(ExperimentPaths(Path(get_experiment(store, exp_id).run_dir)),
+               cluster.python or sys.executable)
+    return exp_id
+
+
+def write_shim(paths: ExperimentPaths, python: str) -> Path:
+    """``<run dir>/bin/dethpc``, first on a trial's PATH: the job API of the Python that
+    runs dethpc (its light entry point ``dethpc.entry`` when installed, else the CLI),
+    whatever ``python`` the user's environment has."""
+    import importlib.util
+
+    module = "dethpc.entry" if importlib.util.find_spec("dethpc.entry") else "dethpc.cli.main"
+    paths.bin.mkdir(parents=True, exist_ok=True)
+    shim = paths.bin / "dethpc"
+    shim.write_text(f"#!/bin/sh\nexec {shquote(python)} -m {module} \"$@\"\n")
+    shim.chmod(0o755)
+    return shim
 
 
 def announce(exp_id: int, parsable: bool) -> str:

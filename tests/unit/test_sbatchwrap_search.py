@@ -316,3 +316,80 @@ def test_array_script_directives(tmp_path: Path, extra: dict[str, Any], user: li
     assert [ln.removeprefix("#SBATCH ") for ln in lines if ln.startswith("#SBATCH ")] == expected
     assert "  0) exec " in text and "-- /bin/bash '/r/t 1/job.sbatch' ;;" in text
     assert jobs.workdir(Path(exp.run_dir)) == (tmp_path / "sub").resolve()
+
+
+# ------------------------------------------------------------------ the trial wrapper
+ODD = {"lr": 0.01, "name": "a b 'c' \"d\" $HOME `x` \\ \n e", "opt": {"kind": "sgd"},
+       "layers": [1, 2], "flag": True}
+PRINT_ENV = """#!/bin/bash
+python3 - "$@" <<'PY'
+import json, os, sys
+keys = sorted(k for k in os.environ if k.startswith("DETHPC_"))
+print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(),
+                  "env": {k: os.environ[k] for k in keys}}))
+PY
+if [ -n "${ACK:-}" ]; then
+  printf '{"run": 0, "why": "%s", "time": 1}\\n' "$ACK" >>"$DETHPC_TRIAL_DIR/stop-acks.jsonl"
+fi
+exit "${RC:-0}"
+"""
+
+
+def run_wrapper(tmp_path: Path, env: dict[str, str] | None = None) -> tuple[dict[str, Any],
+                                                                          list[dict[str, Any]]]:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from dethpc.config.model import ClusterConfig, ResourcePool
+    from dethpc.kindjobs import TrialJob
+    from dethpc.paths import ExperimentPaths
+    from dethpc.sbatchwrap.search import ScriptJobs, SearchSubmission
+
+    paths = ExperimentPaths(tmp_path / "run").ensure()
+    paths.context.mkdir()
+    paths.script.write_text(PRINT_ENV)
+    paths.script.chmod(0o755)
+    sub = SearchSubmission(script_name="train.sh", script_path="/x/train.sh",
+                           args=("--x", "a b", "$y"), submit_dir=str(tmp_path),
+                           directives=())
+    cfg = parse_search_config(search(), SCRIPT)
+    cluster = ClusterConfig(runs_root=tmp_path, pools={"default": ResourcePool(name="default")})
+    tp = paths.trial(5).ensure()
+    tp.hparams.write_text(json.dumps(ODD))
+    text = ScriptJobs(sub, paths).trial_script(
+        cfg, cluster, backend="local", python=sys.executable, run_dir=paths.root,
+        trial=TrialJob(exp_id=2, trial_id=5, hparams=ODD, target_length=40, unit="batches"))
+    tp.job_script.write_text(text)
+    subprocess.run(["bash", "-n", str(tp.job_script)], check=True)
+    proc = subprocess.run(["bash", str(tp.job_script)], cwd=tmp_path, capture_output=True,
+                          text=True, env={**os.environ, **(env or {})}, timeout=60)
+    seen = json.loads(proc.stdout.splitlines()[0])
+    exits = [json.loads(ln) for ln in tp.exit_log.read_text().splitlines()]
+    return seen, exits
+
+
+def test_wrapper_exports_hparams_exactly(tmp_path: Path) -> None:
+    """Odd values (spaces, quotes, $, backquotes, backslash, newline) reach the script
+    byte for byte; arguments too; the trial's files and target are exported."""
+    seen, exits = run_wrapper(tmp_path)
+    env = seen["env"]
+    assert env["DETHPC_HP_NAME"] == ODD["name"]
+    assert env["DETHPC_HP_LR"] == "0.01" and env["DETHPC_HP_OPT_KIND"] == "sgd"
+    assert env["DETHPC_HP_LAYERS"] == "[1, 2]" and env["DETHPC_HP_FLAG"] == "true"
+    assert env["DETHPC_HPARAMS"] == str(tmp_path / "run" / "trials" / "5" / "hparams.json")
+    assert env["DETHPC_TRIAL_ID"] == "5" and env["DETHPC_EXPERIMENT_ID"] == "2"
+    assert env["DETHPC_TARGET_LENGTH"] == "40" and env["DETHPC_TARGET_UNIT"] == "batches"
+    assert env["DETHPC_RUN_ID"] == "0"
+    assert seen["argv"] == ["--x", "a b", "$y"] and seen["cwd"] == str(tmp_path)
+    assert [e["reason"] for e in exits] == ["completed"]
+
+
+@pytest.mark.parametrize(("env", "reason"), [
+    ({"ACK": "stop"}, "stopped"), ({"ACK": "pause"}, "stopped"), ({"RC": "3"}, "error"),
+    ({}, "completed")])
+def test_wrapper_exit_records(tmp_path: Path, env: dict[str, str], reason: str) -> None:
+    """Exit 0 after `dethpc should-stop` said yes to a searcher stop is ``stopped``."""
+    _, exits = run_wrapper(tmp_path, env)
+    assert [(e["reason"], e["restart"]) for e in exits] == [(reason, 0)]
