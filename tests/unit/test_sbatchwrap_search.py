@@ -393,3 +393,81 @@ def test_wrapper_exit_records(tmp_path: Path, env: dict[str, str], reason: str) 
     """Exit 0 after `dethpc should-stop` said yes to a searcher stop is ``stopped``."""
     _, exits = run_wrapper(tmp_path, env)
     assert [(e["reason"], e["restart"]) for e in exits] == [(reason, 0)]
+
+
+# ------------------------------------------------------------------ the command
+def test_command_line_parsing() -> None:
+    from dethpc.sbatchwrap.search_cli import parse_command
+
+    cmd = parse_command(["--search", "s.yaml", "-p", "high", "--time", "5", "--parsable",
+                         "--requeue", "-N2", "--config", "searcher.max_trials=2",
+                         "--exclusive", "train.sh", "--lr", "-x", "a b"])
+    assert cmd.search_file == Path("s.yaml") and cmd.parsable
+    assert cmd.options == ["-p high", "--time=5", "--requeue", "-N2", "--exclusive"]
+    assert cmd.overrides == ["searcher.max_trials=2"]
+    assert cmd.script == Path("train.sh") and cmd.args == ["--lr", "-x", "a b"]
+
+
+def test_script_header_and_env_precedence() -> None:
+    from dethpc.sbatchwrap.search_cli import SearchCommand, submission_options
+
+    text = ("#!/bin/bash\n#SBATCH --time=5 -p low\n# plain comment\n\n"
+            "#SBATCH --job-name \"a b\"  # trailing comment\n#SBATCHX --nope\n"
+            "echo hi\n#SBATCH --ignored-after-code\n")
+    opts = submission_options(SearchCommand(options=["-p high"]), text,
+                              {"SBATCH_PARTITION": "mid", "SBATCH_REQUEUE": "1", "HOME": "/h"})
+    assert opts == [("--time=5", "script line 2"), ("-p low", "script line 2"),
+                    ("--job-name=a b", "script line 5"), ("--partition=mid", "SBATCH_PARTITION"),
+                    ("--requeue", "SBATCH_REQUEUE"), ("-p high", "command line")]
+
+
+def cli_search(home: Path, tmp_path: Path, *args: str, script: str = "#!/bin/bash\necho\n",
+               raw: dict[str, Any] | None = None) -> Any:
+    import os
+
+    from typer.testing import CliRunner
+
+    from dethpc.cli.main import app
+
+    (tmp_path / "train.sh").write_text(script)
+    (tmp_path / "search.yaml").write_text(yaml.safe_dump(raw or search()))
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        return CliRunner().invoke(app, ["sbatch", *args])
+    finally:
+        os.chdir(old)
+
+
+def test_cli_prints_the_experiment(home: Path, tmp_path: Path) -> None:
+    out = cli_search(home, tmp_path, "--search", "search.yaml", "-J", "x", "train.sh", "a")
+    assert out.exit_code == 0, out.output
+    assert out.stdout == "Submitted experiment 1\n"
+    out = cli_search(home, tmp_path, "--parsable", "--search", "search.yaml", "train.sh")
+    assert out.exit_code == 0 and out.stdout == "2\n", out.output
+
+
+@pytest.mark.parametrize(("args", "script", "words"), [
+    (["--wrap", "echo hi"], "#!/bin/bash\n", "--wrap (command line) cannot be used"),
+    (["--array=0-3", "train.sh"], "#!/bin/bash\n", "the search makes its own array"),
+    (["train.sh"], "#!/bin/bash\n#SBATCH -a 0-3\necho\n", "--array (script line 2)"),
+    (["-d", "afterok:1", "train.sh"], "#!/bin/bash\n", "--dependency (command line)"),
+])
+def test_cli_refuses_before_recording(home: Path, tmp_path: Path, args: list[str],
+                                      script: str, words: str,
+                                      capsys: pytest.CaptureFixture[str],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through ``main()`` (the console script): exit 2, the option, where it came from."""
+    import sys
+
+    from dethpc.cli.main import main
+
+    (tmp_path / "train.sh").write_text(script)
+    (tmp_path / "search.yaml").write_text(yaml.safe_dump(search()))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["dethpc", "sbatch", "--search", "search.yaml", *args])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    assert exc.value.code == 2
+    assert words in " ".join(capsys.readouterr().err.split())
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
