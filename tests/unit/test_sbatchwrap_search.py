@@ -365,7 +365,9 @@ def run_wrapper(tmp_path: Path, env: dict[str, str] | None = None) -> tuple[dict
     subprocess.run(["bash", "-n", str(tp.job_script)], check=True)
     proc = subprocess.run(["bash", str(tp.job_script)], cwd=tmp_path, capture_output=True,
                           text=True, env={**os.environ, **(env or {})}, timeout=60)
-    seen = json.loads(proc.stdout.splitlines()[0])
+    assert proc.stdout == "", proc.stdout   # local: the output goes to the trial dir
+    (log,) = tp.root.glob("slurm-*.out")
+    seen = json.loads(log.read_text().splitlines()[0])
     exits = [json.loads(ln) for ln in tp.exit_log.read_text().splitlines()]
     return seen, exits
 
