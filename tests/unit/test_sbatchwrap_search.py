@@ -329,7 +329,8 @@ print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(),
                   "env": {k: os.environ[k] for k in keys}}))
 PY
 if [ -n "${ACK:-}" ]; then
-  printf '{"run": 0, "why": "%s", "time": 1}\\n' "$ACK" >>"$DETHPC_TRIAL_DIR/stop-acks.jsonl"
+  printf '{"run": 0, "why": "%s", "time": %s.25}\\n' "$ACK" "${ACK_TIME:-$(date +%s)}" \\
+    >>"$DETHPC_TRIAL_DIR/stop-acks.jsonl"
 fi
 exit "${RC:-0}"
 """
@@ -390,7 +391,9 @@ def test_wrapper_exports_hparams_exactly(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("env", "reason"), [
     ({"ACK": "stop"}, "stopped"), ({"ACK": "pause"}, "stopped"), ({"RC": "3"}, "error"),
-    ({}, "completed")])
+    ({}, "completed"),
+    # an answer given to an earlier job of the trial (also run 0) is not this run's
+    ({"ACK": "stop", "ACK_TIME": "1000"}, "completed")])
 def test_wrapper_exit_records(tmp_path: Path, env: dict[str, str], reason: str) -> None:
     """Exit 0 after `dethpc should-stop` said yes to a searcher stop is ``stopped``."""
     _, exits = run_wrapper(tmp_path, env)
