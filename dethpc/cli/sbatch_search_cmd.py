@@ -45,6 +45,20 @@ def run_search(argv: Sequence[str], environ: Mapping[str, str], cwd: Path) -> st
     return announce(exp_id, cmd.parsable)
 
 
+USAGE = """Usage: dethpc sbatch --search SEARCH.yaml [--parsable] [--config KEY=VALUE]
+                     [sbatch options] SCRIPT [ARGS...]
+
+Run a searcher over an unchanged sbatch script: each trial runs SCRIPT with its
+hyperparameters as $DETHPC_HP_<NAME> and in the JSON file $DETHPC_HPARAMS.
+Prints 'Submitted experiment N' (N alone under --parsable). See
+docs/existing-scripts.md, "Search over an unchanged script"."""
+
+
 def sbatch(ctx: typer.Context) -> None:
     """Run a searcher over an unchanged sbatch script (docs/existing-scripts.md)."""
-    typer.echo(run_search(list(ctx.args), dict(os.environ), Path.cwd()))
+    args = list(ctx.args)
+    head = args[:next((i for i, a in enumerate(args) if not a.startswith("-")), len(args))]
+    if not args or "--help" in head or "-h" in head:
+        typer.echo(USAGE)
+        return
+    typer.echo(run_search(args, dict(os.environ), Path.cwd()))
