@@ -64,14 +64,28 @@ def _search_command() -> None:
 _search_command()
 
 
-@app.callback()
-def _root(cluster_config: str = typer.Option(
+def _job_api() -> None:
+    """The job API's verbs (``dethpc.jobapi``; the console script runs them without
+    this app, see ``dethpc.entry``)."""
+    from dethpc.cli.jobapi_cmd import register
+
+    register(app)
+
+
+_job_api()
+
+
+@app.callback(invoke_without_command=True)
+def _root(ctx: typer.Context, cluster_config: str = typer.Option(
         None, "--cluster-config", envvar="DETHPC_CLUSTER_CONFIG",
         help="cluster config YAML (default /etc/dethpc/cluster.yaml, else built-in local)"),
         version: bool = typer.Option(False, "--version")) -> None:
     if version:
         typer.echo(__version__)
         raise typer.Exit(0)
+    if ctx.invoked_subcommand is None:  # options but no command: as click says it
+        typer.echo(ctx.get_help(), err=True)
+        raise typer.Exit(2)
     ENV.cluster_path = cluster_config
 
 
