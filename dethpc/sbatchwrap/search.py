@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 import shutil
 import sys
 import tempfile
@@ -42,6 +41,7 @@ from dethpc.config.model import AshaVariant, ClusterConfig, ExperimentConfig, Re
 from dethpc.config.overrides import apply_overrides
 from dethpc.directives import canonical_option, option_value
 from dethpc.errors import ConfigError, DethpcError, FieldError
+from dethpc.jobapi import hparam_env
 from dethpc.kindjobs import TrialJob
 from dethpc.paths import ExperimentPaths
 from dethpc.render import make_env, shquote
@@ -195,27 +195,10 @@ def hparam_var(name: str) -> str:
 
 def hparam_exports(hparams: Mapping[str, Any]) -> dict[str, str]:
     """The ``DETHPC_HP_<NAME>`` variables of a trial's hyperparameters: the job API's
-    ``dethpc.jobapi.hparam_env`` (the one rule, shared with ``dethpc hparams --env``);
-    until that module is installed, the same documented rule here (nested groups
-    joined with ``_``, upper case, any character outside ``[A-Za-z0-9_]`` as ``_``;
-    strings as they are, other values as JSON)."""
-    try:
-        from dethpc.jobapi import hparam_env
-    except ImportError:
-        return _hparam_env(hparams)
+    ``dethpc.jobapi.hparam_env``, the one rule shared with ``dethpc hparams --env``
+    (nested groups joined with ``_``, upper case, any character outside
+    ``[A-Za-z0-9_]`` as ``_``; strings as they are, other values as JSON)."""
     return dict(hparam_env(dict(hparams)))
-
-
-def _hparam_env(hparams: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    out: dict[str, str] = {}
-    for key, value in hparams.items():
-        name = f"{prefix}_{key}" if prefix else str(key)
-        if isinstance(value, dict):
-            out.update(_hparam_env(value, name))
-            continue
-        var = "DETHPC_HP_" + re.sub(r"[^A-Za-z0-9_]", "_", name).upper()
-        out[var] = value if isinstance(value, str) else json.dumps(value)
-    return out
 
 
 # ------------------------------------------------------------------ sbatch options

@@ -26,7 +26,7 @@ from dethpc.jobapi._values import (
     stop_reason,
 )
 from dethpc.paths import ExperimentPaths
-from dethpc.sbatchwrap.search import _hparam_env as search_hparam_env
+from dethpc.sbatchwrap.search import hparam_exports as search_hparam_env
 from dethpc.store import Store
 from dethpc.store.models import Checkpoint, Experiment, Metric, Trial
 from tests.unit.test_reconcile_store import new_experiment, tick
