@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlmodel import select
+from sqlmodel import Session, select
 
 from dethpc.adoption import Adopter
 from dethpc.backends.base import Backend, JobInfo, JobRequest
@@ -182,6 +182,10 @@ class Daemon:
             pending = list(s.exec(select(Batch).where(Batch.state == BatchState.SUBMITTING)))
             if not pending:
                 return
+            theirs = self.unconfirmed_of_submitters(s, pending)
+            pending = [b for b in pending if b.id not in theirs]
+            if not pending:
+                return
             found = self.backend.find([b.name for b in pending])
             for batch in pending:
                 tasks = [i for i in found if i.name == batch.name]
@@ -207,6 +211,22 @@ class Daemon:
                         s.add(job)
                 s.add(batch)
         stats.changed = True
+
+    def unconfirmed_of_submitters(self, s: Session, pending: list[Batch]) -> set[int]:
+        """The SUBMITTING batches of kinds the daemon does not submit (``dethpc sbatch``):
+        left alone while their submitter holds its lock; failed when it died before it
+        recorded the job id. Returns their ids."""
+        from dethpc.sbatchwrap.plain import fail_unconfirmed, submitter_alive
+
+        out: set[int] = set()
+        for batch in pending:
+            exp = s.get(Experiment, batch.experiment_id)
+            if exp is None or exp.kind.daemon_submits or batch.id is None:
+                continue
+            out.add(batch.id)
+            if not submitter_alive(Path(self.cluster.runs_root), batch.name):
+                fail_unconfirmed(s, batch)
+        return out
 
     # ------------------------------------------------------------------ submit
     def sync_throttles(self, exp_id: int) -> int:

@@ -52,6 +52,8 @@ class CommandRunner:
     retries: int = 3
     backoff: float = 0.5
     env: Mapping[str, str] | None = None
+    #: the directory commands run in (None: this process's)
+    cwd: str | None = None
 
     def run(
         self,
@@ -78,6 +80,7 @@ class CommandRunner:
                     timeout=timeout or self.timeout,
                     input=input,
                     env=dict(self.env) if self.env is not None else None,
+                    cwd=self.cwd,
                     check=False,
                 )
             except FileNotFoundError as exc:

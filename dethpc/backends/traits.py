@@ -43,6 +43,9 @@ class BackendTraits:
     submit_verdict: bool
     #: array jobs carry a live concurrency throttle (``ArrayTaskThrottle``)
     array_throttle: bool
+    #: users submit their own batch scripts with the scheduler's ``sbatch``, so
+    #: ``dethpc sbatch`` can wrap and track them
+    user_sbatch: bool = False
 
     @property
     def name(self) -> str:
@@ -52,7 +55,8 @@ class BackendTraits:
 LOCAL = BackendTraits(kind=BackendKind.LOCAL, srun_steps=False, het_jobs=False,
                       requeue_in_place=False, submit_verdict=False, array_throttle=True)
 SLURM = BackendTraits(kind=BackendKind.SLURM, srun_steps=True, het_jobs=True,
-                      requeue_in_place=True, submit_verdict=True, array_throttle=True)
+                      requeue_in_place=True, submit_verdict=True, array_throttle=True,
+                      user_sbatch=True)
 _BY_KIND = {t.kind: t for t in (LOCAL, SLURM)}
 
 

@@ -50,18 +50,16 @@ def _optional_apps() -> None:
 _optional_apps()
 
 
-def _search_command() -> None:
-    """``dethpc sbatch --search`` (interim: until a plain ``dethpc sbatch`` exists)."""
-    if any(c.name == "sbatch" for c in app.registered_commands):
-        return
-    from dethpc.cli.sbatch_search_cmd import sbatch
+def _sbatch_command() -> None:
+    """``dethpc sbatch`` (and ``--search``): sbatch's own words, so no typer options."""
+    from dethpc.cli.sbatch_cmd import sbatch
 
     app.command("sbatch", add_help_option=False, context_settings={
         "allow_extra_args": True, "ignore_unknown_options": True,
         "allow_interspersed_args": False})(sbatch)
 
 
-_search_command()
+_sbatch_command()
 
 
 def _job_api() -> None:

@@ -257,8 +257,6 @@ class SearchSubmission:
                 found = option_value(d) or ""
         return found
 
-    def user_sets(self, *options: str) -> bool:
-        return any(canonical_option(d) in options for d in self.directives)
 
     @property
     def workdir(self) -> Path:
@@ -280,15 +278,17 @@ def pool_directives(cfg: ExperimentConfig, pool: ResourcePool) -> list[str]:
     return [*placement, *pool.sbatch_args]
 
 
-def dethpc_directives(sub: SearchSubmission, pool: ResourcePool) -> list[str]:
-    """What dethpc adds after the user's directives: ``--requeue`` and the pool's early
-    signal to the batch shell, each unless the user chose (``--no-requeue`` counts).
+def dethpc_directives(directives: Sequence[str], pool: ResourcePool) -> list[str]:
+    """What dethpc adds after the user's ``directives`` (a search's, or a plain
+    ``dethpc sbatch``'s): ``--requeue`` and the pool's early signal to the batch shell,
+    each unless the user chose (``--no-requeue`` counts).
     ``--array``, ``--chdir``, ``--job-name`` and ``--comment`` are on sbatch's command
     line (``JobRequest``), which beats any ``#SBATCH`` line."""
+    chosen = {canonical_option(d) for d in directives}
     out = []
-    if not sub.user_sets("--requeue", "--no-requeue"):
+    if not chosen & {"--requeue", "--no-requeue"}:
         out.append("--requeue")
-    if not sub.user_sets("--signal"):
+    if "--signal" not in chosen:
         out.append(f"--signal=B:{pool.signal}@{pool.signal_grace_s}")
     return out
 
@@ -322,7 +322,7 @@ class ScriptJobs:
 
         pool = cluster.pool(cfg.resources.resource_pool)
         directives = [*pool_directives(cfg, pool), *self.sub.directives,
-                      *dethpc_directives(self.sub, pool)]
+                      *dethpc_directives(self.sub.directives, pool)]
         jenv = jenv or make_env()
         return jenv.get_template(ARRAY_TEMPLATE).render(
             version=__version__, experiment_id=exp_id, batch_id=batch_id,

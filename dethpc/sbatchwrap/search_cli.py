@@ -55,6 +55,8 @@ _ENV_FLAGS = frozenset({"--no-requeue", "--requeue", "--overcommit", "--wait"})
 class SearchCommand:
     search_file: Path | None = None
     parsable: bool = False
+    #: ``--forward-signal``: the early signal reaches the script too (plain mode only)
+    forward_signal: bool = False
     overrides: list[str] = field(default_factory=list)
     #: the sbatch options of the command line, one ``#SBATCH`` argument each
     options: list[str] = field(default_factory=list)
@@ -86,6 +88,8 @@ def parse_command(argv: Sequence[str]) -> SearchCommand:
                 cmd.search_file = Path(value)
             else:
                 cmd.overrides.append(value)
+        elif arg == "--forward-signal":
+            cmd.forward_signal = True
         elif canonical_option(arg) == "--parsable":
             cmd.parsable = True
         elif arg.startswith("--"):

@@ -1,0 +1,225 @@
+"""``dethpc sbatch`` (plain mode), pure parts: array ids, what is added, the header the
+wrapper re-emits, where the script comes from, what is printed, and the wrapper's text
+(run with bash for its task dispatch). The real sbatch: tests/slurm/test_sbatch_wrap_slurm.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dethpc.config.model import ClusterConfig, ResourcePool
+from dethpc.errors import DethpcError
+from dethpc.paths import ExperimentPaths
+from dethpc.sbatchwrap import plain
+from dethpc.sbatchwrap.arrays import ArraySpecError, parse_array
+from dethpc.sbatchwrap.search_cli import parse_command
+
+ARRAYS = [
+    ("0-3", (0, 1, 2, 3), 0),
+    ("1,3,5-7", (1, 3, 5, 6, 7), 0),
+    ("0-15:4", (0, 4, 8, 12), 0),
+    ("0-9%2", (0, 1, 2, 3, 4, 5, 6, 7, 8, 9), 2),
+    ("7", (7,), 0),
+    ("3,1,3", (1, 3), 0),
+    ("0-2,1-4:2%1", (0, 1, 2, 3), 1),
+]
+
+
+@pytest.mark.parametrize(("spec", "ids", "throttle"), ARRAYS)
+def test_array_ids(spec: str, ids: tuple[int, ...], throttle: int) -> None:
+    got = parse_array(spec)
+    assert (got.indices, got.throttle) == (ids, throttle)
+
+
+@pytest.mark.parametrize(("spec", "words"), [
+    ("", "no task ids"), ("a-b", "not a task id"), ("5-2", "empty range"),
+    ("0-4:0", "empty range"), ("0-3%x", "after %"), ("0-2000", "MaxArraySize"),
+    ("1,,2", "not a task id"),
+])
+def test_array_refused(spec: str, words: str) -> None:
+    with pytest.raises(ArraySpecError, match=words):
+        parse_array(spec)
+
+
+CLUSTER = ClusterConfig(backend="slurm", runs_root=Path("/tmp/x"), pools={
+    "default": ResourcePool(name="default", partition="debug", signal="USR1",
+                            signal_grace_s=30),
+    "spot": ResourcePool(name="spot", partition="low", signal="USR2", signal_grace_s=90)})
+
+SCRIPT = """#!/bin/bash
+#SBATCH --partition=debug
+#SBATCH -t 5   # minutes
+
+#SBATCH --job-name="my job"
+# a comment
+echo hello
+#SBATCH --array=0-99
+"""
+
+
+def plan(argv: list[str], text: str = SCRIPT, environ: dict[str, str] | None = None,
+         tmp: Path | None = None) -> plain.PlainJob:
+    cwd = tmp or Path("/nonexistent")
+    cmd = parse_command(argv)
+    return plain.plan(cmd, CLUSTER, cwd=cwd, environ=environ or {},
+                      stdin_text=text if cmd.script is None else None)
+
+
+def write(tmp: Path, text: str = SCRIPT, name: str = "job.sh") -> Path:
+    (tmp / name).write_text(text)
+    return tmp / name
+
+
+ADDITIONS = [
+    # (command line, script, env) -> additions
+    ([], SCRIPT, {}, ("--requeue", "--signal=B:USR1@30")),
+    (["--no-requeue"], SCRIPT, {}, ("--signal=B:USR1@30",)),
+    (["--requeue"], SCRIPT, {}, ("--signal=B:USR1@30",)),
+    (["--signal=USR2@60"], SCRIPT, {}, ("--requeue",)),
+    ([], SCRIPT.replace("-t 5", "--signal=B:TERM@20"), {}, ("--requeue",)),
+    ([], SCRIPT, {"SBATCH_NO_REQUEUE": "1"}, ("--signal=B:USR1@30",)),
+    ([], SCRIPT, {"SBATCH_SIGNAL": "B:USR2@10"}, ("--requeue",)),
+    (["-p", "low"], SCRIPT, {}, ("--requeue", "--signal=B:USR2@90")),      # the spot pool's
+    ([], SCRIPT.replace("=debug", "=low"), {}, ("--requeue", "--signal=B:USR2@90")),
+    (["--partition=nowhere"], SCRIPT, {}, ("--requeue", "--signal=B:USR1@30")),  # default
+]
+
+
+@pytest.mark.parametrize(("argv", "text", "env", "want"), ADDITIONS)
+def test_what_is_added(tmp_path: Path, argv: list[str], text: str, env: dict[str, str],
+                       want: tuple[str, ...]) -> None:
+    write(tmp_path, text)
+    assert plan([*argv, "job.sh"], text, env, tmp_path).additions == want
+
+
+def test_header_is_the_scripts_own_up_to_the_first_command() -> None:
+    assert plain.header_of(SCRIPT) == (
+        '#!/bin/bash\n#SBATCH --partition=debug\n#SBATCH -t 5   # minutes\n\n'
+        '#SBATCH --job-name="my job"\n# a comment')
+    # another interpreter: the wrapper is bash, the script keeps its own when it runs
+    assert plain.header_of("#!/usr/bin/env python3\n#SBATCH -n 2\nimport os\n") == \
+        "#!/bin/bash\n#SBATCH -n 2"
+
+
+def test_words_for_sbatch_are_the_users_own(tmp_path: Path) -> None:
+    write(tmp_path)
+    job = plan(["-p", "low", "--time=3", "-N1", "--parsable", "-Q", "job.sh", "a b", "-x"],
+               tmp=tmp_path)
+    assert job.sbatch_words == ("-p", "low", "--time=3", "-N1")
+    assert job.args == ("a b", "-x")
+    assert (job.parsable, job.quiet) == (True, True)
+    assert job.name == "my job"                     # the script's --job-name
+    assert job.array is not None and job.array.indices == (0,) or True
+    assert plain.sbatch_argv(job, Path("/r/sbatch/job.sh")) == [
+        "sbatch", "--parsable", "-p", "low", "--time=3", "-N1", "/r/sbatch/job.sh", "a b", "-x"]
+
+
+def test_array_comes_from_sbatchs_precedence(tmp_path: Path) -> None:
+    text = SCRIPT.replace('# a comment', '#SBATCH --array=0-3%2')
+    write(tmp_path, text)
+    job = plan(["job.sh"], text, tmp=tmp_path)
+    assert job.array is not None and job.array.indices == (0, 1, 2, 3)
+    job = plan(["job.sh"], text, {"SBATCH_ARRAY_INX": "5,7"}, tmp_path)
+    assert job.array is not None and job.array.indices == (5, 7)
+    job = plan(["-a", "1-2", "job.sh"], text, {"SBATCH_ARRAY_INX": "5,7"}, tmp_path)
+    assert job.array is not None and job.array.indices == (1, 2)
+    # '#SBATCH --array=0-99' after the first command is not an option (sbatch's rule)
+    write(tmp_path, SCRIPT)
+    assert plan(["job.sh"], tmp=tmp_path).array is None
+
+
+def test_sources_wrap_stdin_and_file(tmp_path: Path) -> None:
+    job = plan(["--wrap", "python train.py --lr 0.1"], tmp=tmp_path)
+    assert job.source.name == "wrap"
+    assert job.source.text.endswith("\npython train.py --lr 0.1\n")
+    assert "--wrap" not in " ".join(job.sbatch_words)
+    job = plan(["-p", "debug"], "#!/bin/sh\necho from stdin\n", tmp=tmp_path)
+    assert (job.source.name, job.name) == ("sbatch", "sbatch")
+    with pytest.raises(plain.NotABatchScript, match="does not look like a batch script"):
+        plan([], "echo no interpreter line\n", tmp=tmp_path)
+    with pytest.raises(DethpcError, match="Unable to open file missing.sh"):
+        plan(["missing.sh"], tmp=tmp_path)
+    write(tmp_path)
+    with pytest.raises(DethpcError, match="--wrap and a script"):
+        plan(["--wrap=true", "job.sh"], tmp=tmp_path)
+
+
+@pytest.mark.parametrize(("argv", "header", "want"), [
+    ([], "", False), (["--forward-signal"], "", True),
+    ([], "#DETHPC --forward-signal\n", True), ([], "#DETHPC --forward-signalx\n", False),
+])
+def test_forward_is_opt_in(tmp_path: Path, argv: list[str], header: str, want: bool) -> None:
+    text = "#!/bin/bash\n" + header + "#SBATCH -t 1\nsleep 1\n"
+    write(tmp_path, text)
+    assert plan([*argv, "job.sh"], text, tmp=tmp_path).forward is want
+
+
+@pytest.mark.parametrize(("parsable", "quiet", "cluster", "want"), [
+    (False, False, None, "Submitted batch job 42"),
+    (True, False, None, "42"),
+    (False, False, "c1", "Submitted batch job 42 on cluster c1"),
+    (True, False, "c1", "42;c1"),
+    (False, True, None, ""), (True, True, None, ""),
+])
+def test_announce_is_sbatchs_line(tmp_path: Path, parsable: bool, quiet: bool,
+                                  cluster: str | None, want: str) -> None:
+    write(tmp_path)
+    argv = [*(["--parsable"] if parsable else []), *(["--quiet"] if quiet else []), "job.sh"]
+    assert plain.announce(plan(argv, tmp=tmp_path), "42", cluster) == want
+
+
+@pytest.mark.parametrize(("out", "want"), [("42\n", ("42", None)), ("42;c1\n", ("42", "c1"))])
+def test_job_id_of(out: str, want: tuple[str, str | None]) -> None:
+    assert plain.job_id_of(out) == want
+    with pytest.raises(DethpcError):
+        plain.job_id_of("sbatch: error\n")
+
+
+@pytest.mark.parametrize(("argv", "want"), [
+    (["--help"], True), (["--usage"], True), (["-V"], True), (["--version"], True),
+    (["-p", "x", "job.sh", "--help"], False), (["job.sh"], False)])
+def test_info_options_pass_through(argv: list[str], want: bool) -> None:
+    assert plain.wants_info(argv) is want
+
+
+@pytest.mark.parametrize(("array", "task", "trial"), [
+    (True, "0", 11), (True, "4", 12), (True, "9", None), (False, None, 11)])
+def test_wrapper_maps_tasks_to_trials_and_runs_the_script(
+        tmp_path: Path, array: bool, task: str | None, trial: int | None) -> None:
+    """The rendered wrapper, run by bash outside Slurm: the task's trial directory, the
+    script's copy with the arguments, the exit record; an unknown task fails."""
+    text = "#!/bin/sh\n#SBATCH -t 1\n" + ("#SBATCH --array=0,4\n" if array else "") + \
+        'echo "args=$* trial=$DETHPC_TRIAL_ID"\n'
+    write(tmp_path, text)
+    job = plan(["job.sh", "a b", "c"], text, tmp=tmp_path)
+    paths = ExperimentPaths(tmp_path / "run")
+    pairs = [(0, 11), (4, 12)] if array else [(0, 11)]
+    for _, tid in pairs:
+        paths.trial(tid).root.mkdir(parents=True)
+    paths.context.mkdir(parents=True)
+    paths.script.write_text(text)
+    paths.script.chmod(0o700)
+    wrapper = plain.wrapper_script(job, experiment_id=5, paths=paths, trials=pairs,
+                                   python="python3")
+    assert wrapper.startswith("#!/bin/bash\n#SBATCH -t 1\n")
+    assert "#SBATCH --requeue\n#SBATCH --signal=B:USR1@30\n" in wrapper
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env["PATH"] = "/usr/bin:/bin"
+    if task is not None:
+        env.update(SLURM_ARRAY_TASK_ID=task, SLURM_ARRAY_JOB_ID="77", SLURM_JOB_ID="78")
+    else:
+        env.update(SLURM_JOB_ID="77")
+    (tmp_path / "w.sh").write_text(wrapper)
+    res = subprocess.run(["bash", str(tmp_path / "w.sh"), "a b", "c"], env=env,
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    if trial is None:
+        assert res.returncode == 1 and "has no trial" in res.stderr
+        return
+    assert res.returncode == 0, res.stderr
+    assert f"args=a b c trial={trial}" in res.stdout
+    record = (paths.trial(trial).root / "exits.jsonl").read_text()
+    assert '"reason": "completed"' in record
+    assert f'"job": "{"77_" + task if task else "77"}"' in record
