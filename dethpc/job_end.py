@@ -22,8 +22,8 @@ The rules, in order:
    PREEMPTED (PreemptMode=CANCEL), resubmits without counting; anything else
    without a completed/stopped record counts (a TIMEOUT without a record too:
    a trial that ignores the walltime signal would otherwise loop forever; and an
-   ``error`` record on a TIMEOUT job reads as ``time_limit``, counted: a script
-   that ignored the signal was killed at the limit).
+   ``error`` or ``cancelled`` record on a TIMEOUT job reads as ``time_limit``, counted:
+   a script that ignored the signal was killed at the limit).
 
 Two traits of the experiment's kind (``ExperimentKind``) bend the rules:
 
@@ -175,7 +175,8 @@ def last_run(job: JobFacts, info: JobInfo) -> tuple[ExitReason, bool]:
     record when there is one, else what the state says."""
     rec = job.last_record
     if rec is not None and rec.run == info.restart_count:
-        if rec.reason == ExitReason.ERROR and info.state == JobState.TIMEOUT:
+        if rec.reason in (ExitReason.ERROR, ExitReason.CANCELLED) \
+                and info.state == JobState.TIMEOUT:
             return ExitReason.TIME_LIMIT, False   # ignored the signal, killed at the limit
         return rec.reason, rec.free
     if not job.wrapped and info.state == JobState.COMPLETED:

@@ -281,6 +281,9 @@ class ExperimentReconciler:
                               validation_metric=value,
                               created_at=float(rec.get("time") or self.now)))
         trial.latest_checkpoint = uuid
+        # a checkpoint at step N is N steps done, metrics reported or not (a bash loop
+        # may only checkpoint: `dethpc report checkpoint --step N`)
+        trial.steps_completed = max(trial.steps_completed, steps)
         self.s.add(trial)
         self.new_checkpoints = True
 

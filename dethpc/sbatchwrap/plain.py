@@ -66,6 +66,8 @@ FORWARD_LINE = "#DETHPC --forward-signal"
 #: options that make sbatch print and exit without a job: passed straight through
 INFO_OPTIONS = frozenset({"--help", "--usage", "--version"})
 INFO_SHORT = frozenset({"-h", "-V"})
+#: Slurm's requeues after failures a job may take (Determined's default max_restarts)
+MAX_RESTARTS = 5
 #: the batch name prefix of a ``dethpc sbatch`` experiment
 MARKER = "sbatch:"
 #: sbatch's own refusal of a file without an interpreter line (sbatch 22.05)
@@ -85,6 +87,7 @@ class ScriptSource:
     name: str
     text: str
     path: Path | None = None
+    from_stdin: bool = False
 
 
 def script_source(cmd: SearchCommand, cwd: Path, stdin_text: str | None) -> ScriptSource:
@@ -100,7 +103,7 @@ def script_source(cmd: SearchCommand, cwd: Path, stdin_text: str | None) -> Scri
         if stdin_text is None:
             raise UsageError("no script given: dethpc sbatch [sbatch options] script.sh "
                              "[args...] (or the script on standard input)")
-        return ScriptSource("sbatch", stdin_text)
+        return ScriptSource("sbatch", stdin_text, from_stdin=True)
     path = cmd.script if cmd.script.is_absolute() else cwd / cmd.script
     try:
         return ScriptSource(cmd.script.name, path.read_text(encoding="utf-8",
@@ -235,15 +238,16 @@ def wrapper_path(paths: ExperimentPaths, job: PlainJob) -> Path:
 
 def config_yaml(job: PlainJob) -> str:
     """The experiment config of a ``dethpc sbatch`` job: valid, minimal, honest (the
-    ``single`` searcher, no length, ``max_restarts: 0``: a job's end is its trial's end;
-    Slurm's requeue is the only second run it gets)."""
+    ``single`` searcher, no length). A job's end is its trial's end (dethpc never
+    submits it again); Slurm's own requeues after a failure (a node failure) count
+    against ``max_restarts``, Determined's default of 5."""
     what = "an array job" if job.array is not None else "a job"
     cfg = {
         "name": job.name,
         "description": f"{what} submitted with `dethpc sbatch {job.source.name}` from "
                        f"{job.submit_dir}",
         "entrypoint": f"# run by Slurm: {job.source.name} {' '.join(job.args)}".rstrip(),
-        "max_restarts": 0,
+        "max_restarts": MAX_RESTARTS,
         "searcher": {"name": "single", "metric": "loss", "smaller_is_better": True},
     }
     return yaml.safe_dump(cfg, sort_keys=False)
@@ -403,6 +407,10 @@ def fail_unconfirmed(s: Session, batch: Batch) -> None:
 
 # ------------------------------------------------------------------ sbatch
 def sbatch_argv(job: PlainJob, wrapper: Path) -> list[str]:
+    """The real sbatch's words; a script that came on standard input goes there again
+    (sbatch treats it differently: no ``SLURM_JOB_NAME`` in the job)."""
+    if job.source.from_stdin:
+        return ["sbatch", "--parsable", *job.sbatch_words]
     return ["sbatch", "--parsable", *job.sbatch_words, str(wrapper), *job.args]
 
 
@@ -440,9 +448,11 @@ def submit(store: Store, cluster: ClusterConfig, job: PlainJob, runner: CommandR
     with submitting(Path(cluster.runs_root)) as token:
         rec = record(store, cluster, job, token=token, owner=owner, python=python)
         try:
-            res: CommandResult = runner.run(sbatch_argv(job, wrapper_path(rec.paths, job)),
-                                            check=False, retry=False,
-                                            timeout=10 * 86400 if job.wait else None)
+            wrapper = wrapper_path(rec.paths, job)
+            res: CommandResult = runner.run(
+                sbatch_argv(job, wrapper), check=False, retry=False,
+                input=wrapper.read_text() if job.source.from_stdin else None,
+                timeout=10 * 86400 if job.wait else None)
         except BaseException:
             unrecord(store, rec)
             raise

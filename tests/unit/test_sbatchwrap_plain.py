@@ -223,3 +223,14 @@ def test_wrapper_maps_tasks_to_trials_and_runs_the_script(
     record = (paths.trial(trial).root / "exits.jsonl").read_text()
     assert '"reason": "completed"' in record
     assert f'"job": "{"77_" + task if task else "77"}"' in record
+
+
+def test_recorded_config_is_a_valid_experiment_config(tmp_path: Path) -> None:
+    import yaml
+
+    from dethpc.config.experiment import parse_experiment_config
+
+    write(tmp_path)
+    cfg = parse_experiment_config(yaml.safe_load(plain.config_yaml(plan(["job.sh", "x"],
+                                                                        tmp=tmp_path))))
+    assert (cfg.name, cfg.max_restarts, cfg.searcher.name) == ("my job", 5, "single")
