@@ -301,3 +301,31 @@ def test_cancel_reaches_an_unchanged_script(home: tuple[Path, Store, Daemon],
     assert d["state"] == "CANCELED" and d["trials"][0]["state"] == "CANCELED", d
     state = wait_until("sacct", lambda: sacct(jid, "State") or None, timeout=60)
     assert state[0].startswith("CANCELLED"), state
+
+
+def test_forwarded_signal_reaches_a_script_that_traps_it(
+        home: tuple[Path, Store, Daemon], tmp_path: Path) -> None:
+    """``#DETHPC --forward-signal``: the early signal reaches the script, which traps it
+    itself, checkpoints and exits 0; the run counts as preempted (requeued, free) and the
+    next resumes after the checkpointed step."""
+    root, store, daemon = home
+    work = copy(["traps_signal.sh"], tmp_path / "traps")
+    proc = dethpc_sbatch(root, work, "--parsable", "traps_signal.sh", STEPS=str(STEPS))
+    assert proc.returncode == 0, proc.stderr
+    jid = proc.stdout.strip()
+    exp_id = experiment_of_job(store, jid)
+    log = work / "traps-steps.log"
+    d = tick_until(store, daemon, exp_id, 120, lambda d: d["trials"][0]["state"] == "RUNNING"
+                   and log.exists() and len(log.read_text().splitlines()) >= 3)
+    trial_dir = Path(d["run_dir"]) / "trials" / str(d["trials"][0]["id"])
+    preempt(jid, lambda: (trial_dir / "signal.json").exists())
+    d = tick_until(store, daemon, exp_id, 240)
+    (t,) = d["trials"]
+    lines = [tuple(map(int, line.split())) for line in log.read_text().splitlines()]
+    runs = sorted({r for _, r in lines})
+    print(f"forwarded: {d['state']}, restarts {t['restarts']}, runs {runs}")
+    assert d["state"] == "COMPLETED" and t["restarts"] == 0, t
+    assert [step for step, _ in lines] == list(range(1, STEPS + 1)), lines
+    assert {run for _, run in lines} >= {0, 1}, lines
+    exits = read_jsonl(trial_dir / "exits.jsonl")
+    assert exits[0]["reason"] == "preempted" and exits[0]["signal"] == "USR2", exits
