@@ -157,6 +157,10 @@ def test_existing_array_script_preempted_resumes_from_its_own_checkpoint(
     exits = read_jsonl(trial_dir / "exits.jsonl")
     assert exits[0]["reason"] == "preempted" and exits[-1]["reason"] == "completed", exits
     assert "resuming after step" in (work / f"train-{jid}_0.out").read_text()
+    logs = subprocess.run([sys.executable, "-m", "dethpc.cli.main", "trial", "logs",
+                           str(d["trials"][0]["id"])], env=env_for(root), capture_output=True,
+                          text=True, timeout=120)
+    assert logs.returncode == 0 and "resuming after step" in logs.stdout, logs  # its --output
     assert any(a["why"] == "signal" for a in read_jsonl(trial_dir / "stop-acks.jsonl"))
 
 
