@@ -10,6 +10,7 @@ Must not: write files or submit.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import jinja2
@@ -38,27 +39,80 @@ def checkpoint_dir(cfg: ExperimentConfig, run_dir: Path, exp_id: int, trial_id: 
     return ExperimentPaths(run_dir).trial(trial_id).checkpoints
 
 
-def _contained(cfg: ExperimentConfig, cluster: ClusterConfig, argv: list[str],
-               pool_name: str | None, run_dir: Path) -> list[str]:
-    """``argv`` inside the experiment's image when a container runtime is configured."""
+def _image(cfg: ExperimentConfig, cluster: ClusterConfig, pool_name: str | None
+           ) -> tuple[str, bool] | None:
+    """The experiment's image for a pool and whether the pool has GPUs (None: no
+    container: no image, or the site's runtime is ``none``)."""
     if not cfg.environment.image or cluster.containers.runtime == "none":
-        return argv
+        return None
     gpu = bool(cluster.pool(pool_name).gres)
     image = (cfg.environment.image_gpu or cfg.environment.image) if gpu \
         else cfg.environment.image
-    return exec_argv(cluster.containers, image, argv, binds=[str(run_dir)],
-                     mounts=cfg.bind_mounts, gpu=gpu)
+    return image, gpu
+
+
+def _binds(cfg: ExperimentConfig, run_dir: Path) -> list[str]:
+    """Host paths a trial's container needs at the same path: the run directory (the
+    context, the trial directories, the config) and the checkpoint storage."""
+    binds = [str(run_dir)]
+    if cfg.checkpoint_storage.path is not None:
+        binds.append(str(cfg.checkpoint_storage.path))
+    return binds
+
+
+def container_prefix(cfg: ExperimentConfig, cluster: ClusterConfig, pool_name: str | None,
+                     run_dir: Path) -> list[str] | None:
+    """What goes before a command to run it in the experiment's image (None: none)."""
+    found = _image(cfg, cluster, pool_name)
+    if found is None:
+        return None
+    image, gpu = found
+    return exec_argv(cluster.containers, image, [], binds=_binds(cfg, run_dir),
+                     mounts=cfg.bind_mounts, gpu=gpu,
+                     env_names=list(cfg.environment.environment_variables)
+                     + list(cfg.environment.environment_variables_gpu or {}))
+
+
+def inside(cluster: ClusterConfig, argv: list[str]) -> list[str]:
+    """``argv`` as it runs in the image: an entrypoint's ``python``/``python3`` is the
+    image's python (``containers.python``)."""
+    if argv and argv[0] in ("python", "python3"):
+        return [cluster.containers.python, *argv[1:]]
+    return argv
+
+
+def _contained(cfg: ExperimentConfig, cluster: ClusterConfig, argv: list[str],
+               pool_name: str | None, run_dir: Path) -> list[str]:
+    """``argv`` inside the experiment's image when a container runtime is configured."""
+    prefix = container_prefix(cfg, cluster, pool_name, run_dir)
+    return argv if prefix is None else [*prefix, *inside(cluster, argv)]
+
+
+def launcher_env(cfg: ExperimentConfig, cluster: ClusterConfig, backend: BackendKind | str,
+                 run_dir: Path) -> dict[str, str]:
+    """A dethpc launcher on Slurm runs on the host and starts each task (``srun``) in
+    the image: it reads the prefix and the image's python from these variables."""
+    raw = entrypoint_argv(cfg.entrypoint, "python3")
+    prefix = container_prefix(cfg, cluster, cfg.resources.resource_pool, run_dir)
+    if prefix is None or not traits_of(backend).srun_steps or not is_launcher(raw):
+        return {}
+    return {"DETHPC_CONTAINER_EXEC": json.dumps(prefix),
+            "DETHPC_CONTAINER_PYTHON": cluster.containers.python}
 
 
 def trial_command(cfg: ExperimentConfig, cluster: ClusterConfig, backend: BackendKind | str,
                   python: str, run_dir: Path) -> list[str]:
     traits = traits_of(backend)
     raw = entrypoint_argv(cfg.entrypoint, python)
-    argv = _contained(cfg, cluster, raw, cfg.resources.resource_pool, run_dir)
-    # a dethpc launcher (also behind wrappers such as numactl) calls srun itself; one
-    # inside a container image stays in a one-task step, where it runs as that rank
-    if traits.srun_steps and not (argv == raw and is_launcher(argv)):
-        argv = [*SRUN_ONE, *argv]
+    if traits.srun_steps and is_launcher(raw):
+        # a dethpc launcher (also behind wrappers such as numactl) calls srun itself; with
+        # an image it stays on the host and starts each task in the image
+        # (``launcher_env``: srun ... <runtime> exec ... python -m dethpc.launch._worker)
+        argv = raw
+    else:
+        argv = _contained(cfg, cluster, raw, cfg.resources.resource_pool, run_dir)
+        if traits.srun_steps:
+            argv = [*SRUN_ONE, *argv]
     components = cfg.slurm.components if traits.het_jobs else ()
     if components:
         waits = [a for c in components if c.ready != "none"
@@ -86,7 +140,8 @@ def trial_script(cfg: ExperimentConfig, cluster: ClusterConfig, *, backend: Back
     env = trial_env(cfg, cluster, pool, experiment_id=exp_id, trial_id=trial_id,
                     trial_dir=tp.root, context_dir=paths.context,
                     checkpoint_dir=checkpoint_dir(cfg, run_dir, exp_id, trial_id),
-                    config_path=paths.config, backend=traits.name)
+                    config_path=paths.config, backend=traits.name,
+                    extra=launcher_env(cfg, cluster, backend, run_dir))
     directives = trial_directives(cfg, pool, name=f"dethpc-e{exp_id}-t{trial_id}",
                                   comment=f"dethpc:exp={exp_id}:trial={trial_id}",
                                   output=str(tp.root / "slurm-%j.out"))

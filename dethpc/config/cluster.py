@@ -43,7 +43,8 @@ _TOP = ("backend", "runs_root", "database_url", "default_pool", "pools", "contai
 _POOL = ("partition", "qos", "account", "slots_per_node", "gres", "gpu_type",
          "cpus_per_slot", "mem_per_slot", "preemptible", "default_time", "signal",
          "signal_grace_s", "socket_ifname", "sbatch_args")
-_CONTAINERS = ("runtime", "sif_cache", "binds")
+_CONTAINERS = ("runtime", "sif_cache", "binds", "pull", "cache_dir", "tmp_dir", "cleanenv",
+               "pass_env", "containall", "python")
 _MEMORY = re.compile(r"^\d+[KMGT]?$", re.IGNORECASE)
 _POOL_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -201,14 +202,31 @@ def _default_pool(ck: Checker, value: Any, pools: Mapping[str, ResourcePool]) ->
     return name
 
 
+_ENV_GLOB = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
+
+
 def _containers(ck: Checker, value: Any, base: Path) -> ContainerSettings:
     data = ck.mapping(value, "containers")
     ck.keys(data, "containers", _CONTAINERS)
+    pass_env = ck.string_list(data.get("pass_env"), "containers.pass_env")
+    for i, name in enumerate(pass_env):
+        if not _ENV_GLOB.match(name):
+            ck.error(f"containers.pass_env[{i}]", f"{name!r} is not a variable name or a "
+                     "prefix glob; allowed: NAME or PREFIX_* (letters, digits, _)")
     return ContainerSettings(
         runtime=ck.choice(data.get("runtime"), "containers.runtime",
-                          ("none", "apptainer", "singularity"), "none"),  # type: ignore[arg-type]
+                          ("none", "apptainer", "singularity", "charliecloud"),
+                          "none"),  # type: ignore[arg-type]
         sif_cache=_path(ck, data.get("sif_cache"), "containers.sif_cache", base),
         binds=ck.string_list(data.get("binds"), "containers.binds"),
+        pull=ck.choice(data.get("pull"), "containers.pull", ("login", "job"),
+                       "login"),  # type: ignore[arg-type]
+        cache_dir=_path(ck, data.get("cache_dir"), "containers.cache_dir", base),
+        tmp_dir=_path(ck, data.get("tmp_dir"), "containers.tmp_dir", base),
+        cleanenv=bool(ck.boolean(data.get("cleanenv"), "containers.cleanenv", True)),
+        pass_env=pass_env,
+        containall=bool(ck.boolean(data.get("containall"), "containers.containall", False)),
+        python=str(ck.string(data.get("python"), "containers.python", "python3")),
     )
 
 

@@ -235,9 +235,29 @@ class ResourcePool:
 
 @dataclass(frozen=True)
 class ContainerSettings:
-    runtime: Literal["none", "apptainer", "singularity"] = "none"
+    """The site's container runtime (cluster config ``containers``; docs/containers.md)."""
+
+    runtime: Literal["none", "apptainer", "singularity", "charliecloud"] = "none"
+    #: Apptainer/Singularity: where images become SIFs, once (shared storage)
     sif_cache: Path | None = None
+    #: the site's binds, passed as written (``src[:dst[:opts]]``)
     binds: tuple[str, ...] = ()
+    #: where the pull happens: ``login`` (the daemon, before the first sbatch) or ``job``
+    #: (a pre-pull job the trials depend on)
+    pull: Literal["login", "job"] = "login"
+    #: ``APPTAINER_CACHEDIR``/``APPTAINER_TMPDIR`` of a pull (off /tmp and home quotas)
+    cache_dir: Path | None = None
+    tmp_dir: Path | None = None
+    #: start the container with a clean environment and pass dethpc's, Slurm's, NCCL's,
+    #: CUDA's, the config's and ``pass_env`` variables explicitly
+    cleanenv: bool = True
+    #: more variables (names or ``PREFIX_*``) to pass under ``cleanenv``
+    pass_env: tuple[str, ...] = ()
+    #: a private /tmp per task (Apptainer ``--containall --workdir``, Charliecloud
+    #: ``--private-tmp``)
+    containall: bool = False
+    #: the python inside the image (``python``/``python3`` of an entrypoint become it)
+    python: str = "python3"
 
 
 @dataclass(frozen=True)

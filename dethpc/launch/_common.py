@@ -11,6 +11,7 @@ Must not: start processes (``_procs`` does), or know one launcher's specifics.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -441,13 +442,37 @@ def srun_workers_plan(
     extra_env: Mapping[str, str] | None = None,
     python: str = sys.executable,
 ) -> LaunchPlan:
-    """One Slurm task per slot, each running the per-rank shim around the target."""
-    argv = srun_argv(layout, mpi=mpi, extra=extra_srun) + worker_argv(target_argv, python)
+    """One Slurm task per slot, each running the per-rank shim around the target (in
+    the experiment's image when the job script says so: ``container_of``)."""
+    prefix, inner = container_of(env)
+    if prefix:
+        if target_argv and target_argv[0] == python:
+            target_argv = [inner or python, *target_argv[1:]]
+        python = inner or python
+    argv = srun_argv(layout, mpi=mpi, extra=extra_srun) + prefix + worker_argv(target_argv,
+                                                                             python)
     full_env = {**env, **rendezvous_env(layout), **socket_env(env), **(extra_env or {})}
     return single_plan(argv, full_env)
 
 
 # --------------------------------------------------------------------------- srun
+def container_of(env: Mapping[str, str]) -> tuple[list[str], str | None]:
+    """The command prefix that starts a task in the experiment's image and the image's
+    python, when the job script set them (``DETHPC_CONTAINER_EXEC``, a JSON argv, and
+    ``DETHPC_CONTAINER_PYTHON``; dethpc.jobscript.launcher_env); else ``([], None)``.
+    Read only by a launcher outside any step: a task already in the image ignores them."""
+    raw = env.get("DETHPC_CONTAINER_EXEC")
+    if not raw or env.get("SLURM_STEP_ID"):
+        return [], None
+    try:
+        prefix = json.loads(raw)
+    except ValueError as exc:
+        raise LaunchError(f"DETHPC_CONTAINER_EXEC is not a JSON list: {exc}") from None
+    if not isinstance(prefix, list) or not all(isinstance(a, str) for a in prefix):
+        raise LaunchError("DETHPC_CONTAINER_EXEC must be a JSON list of strings")
+    return prefix, env.get("DETHPC_CONTAINER_PYTHON") or None
+
+
 def srun_argv(
     layout: JobLayout,
     *,

@@ -30,6 +30,7 @@ from dethpc.launch._common import (
     LaunchError,
     LaunchPlan,
     Target,
+    container_of,
     in_step_worker_plan,
     local_layout,
     local_nproc,
@@ -71,13 +72,15 @@ def build_argv(
     overrides: Sequence[str] = (),
     cpus_per_task: int | None = None,
     python: str = sys.executable,
+    prefix: Sequence[str] = (),
 ) -> list[str]:
-    """The argv this launcher runs under Slurm (batch shell or inside a step)."""
+    """The argv this launcher runs under Slurm (batch shell or inside a step);
+    ``prefix`` starts each node's task in the experiment's image (torchrun mode)."""
     if mode == "srun":
         return srun_argv(layout, extra=overrides) + worker_argv(target.python_argv(python), python)
     if not in_step:
         cpus = cpus_per_task * layout.tasks_per_node if cpus_per_task else None
-        return srun_argv(layout, tasks_per_node=1, cpus_per_task=cpus) + [
+        return srun_argv(layout, tasks_per_node=1, cpus_per_task=cpus) + [*prefix,
             python, "-m", "dethpc.launch.torch_distributed", "--mode", "torchrun",
             *overrides, "--", *target.tokens(),
         ]
@@ -139,8 +142,10 @@ def plan(
     if mode == "srun":
         return srun_workers_plan(layout, args.target.python_argv(python), env,
                                  extra_srun=args.overrides, python=python)
+    prefix, inner = container_of(env)
     out_argv = build_argv(mode, args.target, layout, in_step=False, overrides=args.overrides,
-                          cpus_per_task=senv.cpus_per_task, python=python)
+                          cpus_per_task=senv.cpus_per_task, python=inner or python,
+                          prefix=prefix)
     return single_plan(out_argv, build_env(mode, layout, env, in_step=False))
 
 

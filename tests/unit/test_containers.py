@@ -60,9 +60,9 @@ esac
 
 
 # ------------------------------------------------------------------ exec argv (pure)
-APPTAINER = ContainerSettings(runtime="apptainer", sif_cache=Path("/cache"))
+APPTAINER = ContainerSettings(runtime="apptainer", sif_cache=Path("/cache"), cleanenv=False)
 SINGULARITY = ContainerSettings(runtime="singularity", sif_cache=Path("/shared/sif"),
-                                binds=("/scratch", "/opt/site:/site:ro"))
+                                binds=("/scratch", "/opt/site:/site:ro"), cleanenv=False)
 RO = BindMount("/data/set 1", "/data", read_only=True)
 RW = BindMount("/home/u/out", "/out")
 CACHED = str(sif_path(Path("/cache"), "pytorch/pytorch:2.3"))
@@ -91,12 +91,79 @@ def test_exec_argv(settings: ContainerSettings, image: str, kw: dict,
     assert exec_argv(settings, image, ["python3", "t.py"], **kw) == expected
 
 
-def test_exec_argv_never_cleans_the_environment() -> None:
-    """The job script's exports reach the container only because the runtime passes
-    the host environment in: an option that cuts it off would drop dethpc's contract."""
+def test_without_cleanenv_the_host_environment_goes_in() -> None:
+    """``cleanenv: false``: the job script's exports reach the container only because the
+    runtime passes the host environment in, so no option may cut it off."""
     argv = exec_argv(SINGULARITY, "img", ["x"], binds=["/r"], mounts=[RO], gpu=True)
     runtime_opts = argv[: argv.index(str(sif_path(Path("/shared/sif"), "img")))]
     assert not {"--cleanenv", "-e", "--containall", "-C", "--contain", "-c"} & set(runtime_opts)
+    assert argv[0] == "singularity"
+
+
+PASS = ["/bin/sh", "-c"]
+
+
+@pytest.mark.parametrize(("settings", "gpu", "runtime_part"), [
+    (ContainerSettings(runtime="apptainer", sif_cache=Path("/c")), True,
+     ["apptainer", "exec", "--nv", "--cleanenv", "--bind", "/runs/7",
+      str(sif_path(Path("/c"), "img")), "python3", "t.py"]),
+    (ContainerSettings(runtime="singularity", sif_cache=Path("/c"), containall=True), False,
+     ["singularity", "exec", "--containall", "--workdir", "@WORKDIR@", "--bind", "/runs/7",
+      str(sif_path(Path("/c"), "img")), "python3", "t.py"]),
+    (ContainerSettings(runtime="charliecloud"), True,     # no --nv: the image brings its own
+     ["ch-run", "--unset-env=*", "--env-no-expand", "--set-env=@ENVFILE@", "--bind=/runs/7",
+      "img", "--", "python3", "t.py"]),
+    (ContainerSettings(runtime="charliecloud", containall=True, cleanenv=False), False,
+     ["ch-run", "--private-tmp", "--bind=/runs/7", "img", "--", "python3", "t.py"]),
+])
+def test_cleanenv_and_containall(settings: ContainerSettings, gpu: bool,
+                                 runtime_part: list[str]) -> None:
+    argv = exec_argv(settings, "img", ["python3", "t.py"], binds=["/runs/7"], gpu=gpu,
+                     env_names=["MY_VAR"])
+    if not (settings.cleanenv or settings.containall):
+        assert argv == runtime_part
+        return
+    assert argv[:2] == PASS and argv[3] == "dethpc-pass-env"
+    assert argv[4:] == runtime_part
+    program = argv[2]
+    assert "DETHPC_*|SLURM_*" in program and "|MY_VAR)" in program
+    prefix = {"apptainer": "APPTAINERENV_", "singularity": "SINGULARITYENV_"}.get(
+        settings.runtime)
+    assert (f'export "{prefix}$n=$v"' in program) is (prefix is not None)
+
+
+@pytest.mark.parametrize("runtime", ["apptainer", "charliecloud"])
+def test_pass_env_program_passes_the_chosen_variables_per_task(tmp_path: Path,
+                                                               runtime: str) -> None:
+    """The sh program run before the runtime: the chosen variables with their values
+    (quotes, spaces, ``$`` intact; a multi-line value left out), none other; the
+    placeholders replaced by the task's own file and directory; then the runtime."""
+    settings = ContainerSettings(runtime=runtime, sif_cache=tmp_path,  # type: ignore[arg-type]
+                                 containall=True, pass_env=("SITE_*",))
+    argv = exec_argv(settings, "/img", ["python3", "t.py"], env_names=["MY_VAR"])
+    head = argv[:4]
+    rest = argv[4:]
+    show = [sys.executable, "-c", "import json, os, sys; print(json.dumps({'argv': sys.argv[1:], "
+            "'env': dict(os.environ)}))"]
+    env = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path), "DETHPC_TRIAL_ID": "2",
+           "MY_VAR": "a b; $(x) 'q'", "SITE_X": "1", "SECRET": "no", "MULTI": "a\nb",
+           "SLURM_PROCID": "3", "SLURM_JOB_ID": "9"}
+    out = subprocess.run([*head, *show, *rest], env=env, capture_output=True, text=True,
+                         check=True, timeout=30)
+    got = json.loads(out.stdout)
+    task_dir = next(tmp_path.glob("dethpc-ct.9.b.3.*"))
+    assert (task_dir / "tmp").is_dir()
+    lines = dict(line.split("=", 1) for line in (task_dir / "env").read_text().splitlines())
+    assert lines == {"DETHPC_TRIAL_ID": "2", "MY_VAR": "a b; $(x) 'q'", "SITE_X": "1",
+                     "SLURM_PROCID": "3", "SLURM_JOB_ID": "9"}
+    assert "@ENVFILE@" not in " ".join(got["argv"]) and "@WORKDIR@" not in " ".join(got["argv"])
+    if runtime == "apptainer":
+        assert got["argv"][got["argv"].index("--workdir") + 1] == str(task_dir)
+        assert got["env"]["APPTAINERENV_MY_VAR"] == "a b; $(x) 'q'"
+        assert "APPTAINERENV_SECRET" not in got["env"] and "APPTAINERENV_MULTI" not in got["env"]
+    else:
+        assert f"--set-env={task_dir}/env" in got["argv"]
+    assert got["argv"][-2:] == ["python3", "t.py"]
 
 
 @pytest.mark.parametrize(("image", "path"), [
@@ -207,13 +274,17 @@ def test_rendered_script_passes_every_argument_intact(tmp_path: Path, standin: P
     assert proc.returncode == 0, log
     image = "org/cuda:1" if pool_gres else "org/cpu:1"
     assert records(standin, "argv") == [
-        ["exec", *(["--nv"] if pool_gres else []),
+        ["exec", *(["--nv"] if pool_gres else []), "--cleanenv",
          "--bind", "/site data:/site", "--bind", str(paths.root),
          "--bind", f"{mount}:/data:ro", str(sif_path(cache, image)),
          "python3", "it's a \"test\".py", "$(touch pwned)"]]
     (env_record,) = records(standin, "env")
     env = dict(line.split("=", 1) for line in env_record)
     assert env["MY_VAR"] == "a b; $(touch pwned) 'q'"
+    # cleanenv (the default): what the container gets, passed explicitly
+    assert env["APPTAINERENV_MY_VAR"] == "a b; $(touch pwned) 'q'"
+    assert env["APPTAINERENV_DETHPC_TRIAL_ID"] == "2"
+    assert "APPTAINERENV_PATH" not in env
     assert env["DETHPC_TRIAL_ID"] == "2" and env["DETHPC_EXPERIMENT_ID"] == "1"
     assert env["DETHPC_TRIAL_DIR"] == str(paths.trial(2).root)
     assert not list(tmp_path.rglob("pwned"))
