@@ -178,3 +178,38 @@ def test_srun_argv() -> None:
     assert srun_argv(layout, tasks_per_node=1, cpus_per_task=4, mpi="pmix", extra=["-l"]) == [
         "srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
         "--cpus-per-task=4", "--mpi=pmix", "-l"]
+
+
+@pytest.mark.parametrize(("env", "want"), [
+    ({}, ([], None)),
+    ({"DETHPC_CONTAINER_EXEC": '["ch-run", "/img", "--"]', "DETHPC_CONTAINER_PYTHON": "/p"},
+     (["ch-run", "/img", "--"], "/p")),
+    # a task already in the image (inside a step) runs as it is
+    ({"DETHPC_CONTAINER_EXEC": '["ch-run", "/img", "--"]', "SLURM_STEP_ID": "0"}, ([], None)),
+])
+def test_container_of(env: dict[str, str], want: tuple[list[str], str | None]) -> None:
+    from dethpc.launch._common import container_of
+
+    assert container_of(env) == want
+
+
+@pytest.mark.parametrize("raw", ["not json", '{"a": 1}', "[1, 2]"])
+def test_container_of_refuses_a_malformed_prefix(raw: str) -> None:
+    from dethpc.launch._common import LaunchError, container_of
+
+    with pytest.raises(LaunchError, match="DETHPC_CONTAINER_EXEC"):
+        container_of({"DETHPC_CONTAINER_EXEC": raw})
+
+
+def test_srun_workers_start_in_the_image() -> None:
+    from dethpc.launch._common import slurm_layout, srun_workers_plan
+
+    env = {**BATCH, "DETHPC_CONTAINER_EXEC": '["ch-run", "/img", "--"]',
+           "DETHPC_CONTAINER_PYTHON": "/opt/venv/bin/python"}
+    layout = slurm_layout(read_slurm_env(env), env)
+    plan = srun_workers_plan(layout, ["/host/python", "train.py"], env, python="/host/python")
+    argv = list(plan.argv)
+    i = argv.index("ch-run")
+    assert argv[0] == "srun" and argv[i:] == [
+        "ch-run", "/img", "--", "/opt/venv/bin/python", "-m", "dethpc.launch._worker", "--",
+        "/opt/venv/bin/python", "train.py"]
