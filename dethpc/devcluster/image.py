@@ -1,0 +1,345 @@
+"""The dev cluster's container image: Debian bookworm + /opt/dethpc-venv, run with Charliecloud.
+
+Owns: the image's recipe (Debian packages, mirrors, the install script
+``singularity/install-dethpc.sh`` shared with the Apptainer definition), the stamp
+that says which inputs built an image (a hash of the install script, dethpc's source
+and pyproject.toml, the torch version and the recipe), and building it:
+``build_image`` (mmdebstrap into ``.NAME.partial-PID`` beside the destination, then a
+rename, under a lock file), ``ensure_image`` (builds only when missing or stale) and
+``image_path`` (``STATE_DIR/images/dethpc-bookworm``). ``ch_run_argv`` says how to run
+a command in the image.
+Must not: reach a container registry, let pip inside the image resolve anything from
+an index (wheels come from a directory prepared on the host, see ``prepare_wheels``),
+or start cluster daemons. Every external command goes through ``CommandRunner``.
+
+The image is a Charliecloud directory image; its Python is ``IMAGE_PYTHON``::
+
+    USER=root ch-run -b /tmp:/tmp IMAGE -- /opt/dethpc-venv/bin/python -c "import torch"
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import dethpc
+from dethpc.devcluster.layout import DevClusterLayout
+from dethpc.runner import CommandRunner
+
+IMAGE_NAME = "dethpc-bookworm"
+#: the venv install-dethpc.sh creates in the image
+IMAGE_VENV = "/opt/dethpc-venv"
+IMAGE_PYTHON = f"{IMAGE_VENV}/bin/python"
+TORCH_VERSION = "2.13.0"
+SUITE = "bookworm"
+MIRRORS: tuple[str, ...] = (
+    "deb http://deb.debian.org/debian bookworm main",
+    "deb http://deb.debian.org/debian bookworm-updates main",
+    "deb http://deb.debian.org/debian-security bookworm-security main",
+)
+#: Debian packages of the image (minbase already has bash and coreutils; named anyway).
+#: python3-venv: the venv; procps: ps/kill for the launchers' teardown; ca-certificates
+#: for trial code that fetches over https.
+PACKAGES: tuple[str, ...] = (
+    "python3", "python3-venv", "bash", "coreutils", "procps", "ca-certificates",
+)
+#: host command -> the Debian package that provides it
+HOST_TOOLS: Mapping[str, str] = {"mmdebstrap": "mmdebstrap", "ch-run": "charliecloud-runtime"}
+#: the stamp, inside the image (so it is readable in the container too)
+STAMP = Path("etc/dethpc-image.json")
+INSTALL_SCRIPT = "install-dethpc.sh"
+#: where the wheels and the script are copied in the new root during the build
+IN_ROOT_DIR = "/tmp/dethpc-install"
+BUILD_TIMEOUT_S = 1800.0
+
+
+class ImageError(RuntimeError):
+    """The image cannot be built here (missing tools, not root, a wrong torch wheel)."""
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    path: Path
+    digest: str
+    size_mb: int
+    #: seconds the build of this image took (the one recorded in its stamp)
+    build_seconds: float
+    #: True when this call built it, False when an up-to-date image was reused
+    built: bool
+    torch_version: str = TORCH_VERSION
+    python: str = IMAGE_PYTHON
+
+
+# ----------------------------------------------------------------------- pure parts
+
+
+def image_path(layout: DevClusterLayout | None = None) -> Path:
+    """The cached image of this machine: ``STATE_DIR/images/dethpc-bookworm``."""
+    return (layout or DevClusterLayout()).state_dir / "images" / IMAGE_NAME
+
+
+def recipe_settings(wheel_names: Sequence[str] = ()) -> dict[str, str]:
+    """The non-file inputs of a build (part of the stamp's digest)."""
+    settings = {
+        "dethpc_version": dethpc.__version__,
+        "torch_version": TORCH_VERSION,
+        "suite": SUITE,
+        "mirrors": "\n".join(MIRRORS),
+        "packages": " ".join(PACKAGES),
+        "venv": IMAGE_VENV,
+    }
+    if wheel_names:  # a caller-given wheel directory: its contents are an input too
+        settings["wheels"] = "\n".join(sorted(wheel_names))
+    return settings
+
+
+def inputs_digest(files: Mapping[str, bytes], settings: Mapping[str, str]) -> str:
+    """sha256 over the input files (by relative name) and the settings, order-independent."""
+    h = hashlib.sha256()
+    for name in sorted(files):
+        h.update(b"F\0" + name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+    for key in sorted(settings):
+        h.update(b"S\0" + key.encode() + b"\0" + settings[key].encode() + b"\0")
+    return h.hexdigest()
+
+
+def stale_reason(stamp: Mapping[str, Any] | None, digest: str) -> str | None:
+    """Why an image with ``stamp`` must be rebuilt for inputs ``digest``; None: it is fresh."""
+    if stamp is None:
+        return "no image (or no stamp in it)"
+    if stamp.get("digest") != digest:
+        return f"inputs changed (image {str(stamp.get('digest'))[:12]}, now {digest[:12]})"
+    return None
+
+
+def make_stamp(digest: str, settings: Mapping[str, str], *, size_mb: int,
+               build_seconds: float, built_at: float) -> dict[str, Any]:
+    return {"digest": digest, "settings": dict(settings), "size_mb": size_mb,
+            "build_seconds": round(build_seconds, 1), "built_at": built_at,
+            "python": IMAGE_PYTHON}
+
+
+def is_cpu_torch_wheel(url: str) -> bool:
+    """Whether ``url`` names torch TORCH_VERSION's CPU-only wheel (local label ``+cpu``)."""
+    name = unquote(Path(urlparse(url).path).name)
+    parts = name.split("-")
+    return len(parts) >= 2 and parts[0] == "torch" and parts[1] == f"{TORCH_VERSION}+cpu"
+
+
+def mmdebstrap_argv(target: Path, wheels: Path, script: Path) -> list[str]:
+    """mmdebstrap building the image into ``target`` and running ``script`` in its chroot."""
+    q = shlex.quote
+    inner = IN_ROOT_DIR
+    hooks = [
+        f'mkdir -p "$1"{q(inner)}',
+        f"copy-in {q(str(wheels))} {q(str(script))} {q(inner)}",
+        f'chroot "$1" sh {q(inner + "/" + INSTALL_SCRIPT)} {q(inner + "/" + wheels.name)} '
+        f"{q(IMAGE_VENV)}",
+        f'rm -rf "$1"{q(inner)}',
+        # ch-run binds the host's /etc/hosts and /etc/resolv.conf only onto existing files
+        'touch "$1/etc/hosts" "$1/etc/resolv.conf"',
+    ]
+    argv = ["mmdebstrap", "--variant=minbase", "--include=" + ",".join(PACKAGES)]
+    for hook in hooks:
+        argv.append(f"--customize-hook={hook}")
+    return [*argv, SUITE, str(target), *MIRRORS]
+
+
+def ch_run_argv(image: Path, argv: Sequence[str],
+                binds: Sequence[str] = ("/tmp:/tmp",)) -> list[str]:
+    """``ch-run`` running ``argv`` in ``image`` (needs ``$USER`` set in its environment)."""
+    out = ["ch-run"]
+    for bind in binds:
+        out += ["-b", bind]
+    return [*out, str(image), "--", *argv]
+
+
+# ----------------------------------------------------------------------- file inputs
+
+
+def source_root() -> Path | None:
+    """The dethpc checkout (with pyproject.toml) this module runs from, or None if installed."""
+    root = Path(dethpc.__file__).resolve().parent.parent
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+def install_script() -> Path:
+    """singularity/install-dethpc.sh of the checkout, else the copy inside the wheel."""
+    root = source_root()
+    for base in ([root / "singularity"] if root else []) + [
+            Path(dethpc.__file__).resolve().parent / "singularity"]:
+        if (base / INSTALL_SCRIPT).is_file():
+            return base / INSTALL_SCRIPT
+    raise ImageError(f"{INSTALL_SCRIPT} not found beside dethpc")
+
+
+def _tree_files(base: Path, prefix: str) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    for path in sorted(base.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            out[f"{prefix}/{path.relative_to(base).as_posix()}"] = path.read_bytes()
+    return out
+
+
+def input_files() -> dict[str, bytes]:
+    """The files whose content decides the image: the install script, dethpc/, templates,
+    pyproject.toml (relative name -> bytes)."""
+    pkg = Path(dethpc.__file__).resolve().parent
+    files = {INSTALL_SCRIPT: install_script().read_bytes(), **_tree_files(pkg, "dethpc")}
+    root = source_root()
+    if root is not None:
+        files["pyproject.toml"] = (root / "pyproject.toml").read_bytes()
+        if (root / "sbatch_templates").is_dir():
+            files.update(_tree_files(root / "sbatch_templates", "sbatch_templates"))
+    return files
+
+
+def read_stamp(image: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((image / STAMP).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def current_digest(wheels: Path | None = None) -> tuple[str, dict[str, str]]:
+    names = sorted(p.name for p in wheels.iterdir()) if wheels is not None else []
+    settings = recipe_settings(names)
+    return inputs_digest(input_files(), settings), settings
+
+
+# ----------------------------------------------------------------------- side effects
+
+
+def ensure_host_tools(runner: CommandRunner) -> None:
+    """Install mmdebstrap and charliecloud-runtime with apt-get when missing (root only)."""
+    missing = sorted({pkg for tool, pkg in HOST_TOOLS.items() if shutil.which(tool) is None})
+    if not missing:
+        return
+    if os.geteuid() != 0:
+        raise ImageError(f"missing Debian packages {missing}; install them as root "
+                         f"(apt-get install {' '.join(missing)})")
+    runner.run(["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y",
+                "--no-install-recommends", *missing], timeout=900, retry=False)
+
+
+def prepare_wheels(wheels: Path, runner: CommandRunner) -> None:
+    """Fill ``wheels`` with dethpc's wheel, its dependencies and torch's CPU wheel (host pip).
+
+    Refuses before downloading anything when pip would pick a torch wheel that is
+    not the CPU build (the CUDA one pulls gigabytes of nvidia wheels).
+    """
+    root = source_root()
+    if root is None:
+        raise ImageError("dethpc is not run from a source checkout; pass a wheel directory")
+    pip = [sys.executable, "-m", "pip"]
+    report = runner.run([*pip, "install", "--dry-run", "--ignore-installed", "--no-deps",
+                         "--quiet", "--report", "-", f"torch=={TORCH_VERSION}"],
+                        timeout=300, retry=False)
+    urls = [i.get("download_info", {}).get("url", "")
+            for i in json.loads(report.stdout).get("install", [])]
+    if not urls or not is_cpu_torch_wheel(urls[0]):
+        raise ImageError(f"pip would install torch from {urls or 'nowhere'}, not the CPU wheel "
+                         f"torch-{TORCH_VERSION}+cpu; give pip a find-links holding it")
+    wheels.mkdir(parents=True, exist_ok=True)
+    runner.run([*pip, "wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels), str(root)],
+               timeout=600, retry=False)
+    runner.run([*pip, "download", "--quiet", "--only-binary=:all:", "--dest", str(wheels),
+                "--find-links", str(wheels), f"dethpc[torch]=={dethpc.__version__}",
+                f"torch=={TORCH_VERSION}"], timeout=1800, retry=False)
+    cuda = sorted(p.name for p in wheels.glob("nvidia_*"))
+    if cuda:
+        raise ImageError(f"CUDA wheels were resolved ({cuda[:3]}...); the image is CPU-only")
+
+
+@contextlib.contextmanager
+def _locked(lock: Path) -> Iterator[None]:
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _lock_file(dest: Path) -> Path:
+    return dest.parent / f".{dest.name}.lock"
+
+
+def _clear_leftovers(dest: Path) -> None:
+    """Remove partial/old trees of crashed builds (call with the lock held)."""
+    for pattern in (f".{dest.name}.partial-*", f".{dest.name}.old-*", f".{dest.name}.wheels-*"):
+        for path in dest.parent.glob(pattern):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _size_mb(path: Path, runner: CommandRunner) -> int:
+    out = runner.run(["du", "-sm", str(path)], timeout=300, retry=False).stdout
+    return int(out.split()[0])
+
+
+def _build_locked(dest: Path, runner: CommandRunner, wheels: Path | None) -> ImageInfo:
+    ensure_host_tools(runner)
+    _clear_leftovers(dest)
+    pid = os.getpid()
+    partial = dest.parent / f".{dest.name}.partial-{pid}"
+    own_wheels = dest.parent / f".{dest.name}.wheels-{pid}" / "wheels"
+    started = time.monotonic()
+    try:
+        if wheels is None:
+            prepare_wheels(own_wheels, runner)
+        digest, settings = current_digest(wheels)
+        runner.run(mmdebstrap_argv(partial, wheels or own_wheels, install_script()),
+                   timeout=BUILD_TIMEOUT_S, retry=False)
+        seconds = time.monotonic() - started
+        size = _size_mb(partial, runner)
+        stamp = make_stamp(digest, settings, size_mb=size, build_seconds=seconds,
+                           built_at=time.time())
+        (partial / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
+        old = dest.parent / f".{dest.name}.old-{pid}"
+        if dest.exists():
+            dest.rename(old)
+        partial.rename(dest)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.rmtree(own_wheels.parent, ignore_errors=True)
+    return ImageInfo(dest, digest, size, seconds, built=True)
+
+
+def build_image(dest: Path, runner: CommandRunner, *, wheels: Path | None = None) -> ImageInfo:
+    """Build the image at ``dest`` now (replacing any), atomically and under a lock.
+
+    ``wheels``: a directory holding every wheel (dethpc's too); None prepares one with
+    the host's pip (``prepare_wheels``).
+    """
+    dest = Path(dest)
+    with _locked(_lock_file(dest)):
+        return _build_locked(dest, runner, wheels)
+
+
+def ensure_image(dest: Path | None = None, runner: CommandRunner | None = None, *,
+                 wheels: Path | None = None, rebuild: bool = False) -> ImageInfo:
+    """The image at ``dest`` (default ``image_path()``), built only when missing or stale."""
+    dest = Path(dest) if dest is not None else image_path()
+    runner = runner or CommandRunner()
+    with _locked(_lock_file(dest)):
+        digest, _ = current_digest(wheels)
+        stamp = read_stamp(dest)
+        if not rebuild and stale_reason(stamp, digest) is None and stamp is not None:
+            return ImageInfo(dest, digest, int(stamp.get("size_mb", 0)),
+                             float(stamp.get("build_seconds", 0.0)), built=False)
+        return _build_locked(dest, runner, wheels)
