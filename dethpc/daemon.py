@@ -33,6 +33,7 @@ from dethpc.adoption import Adopter
 from dethpc.backends.base import Backend, JobInfo, JobRequest
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
 from dethpc.errors import DethpcError, SubmitError, SubmitLimitError
+from dethpc.imagepull import Puller, PullState, images_of
 from dethpc.jobscript import batch_comment, batch_name, checkpoint_dir, instance_tag
 from dethpc.kindjobs import TrialJob, jobs_for
 from dethpc.limits import (
@@ -57,6 +58,7 @@ from dethpc.store.models import (
     ExperimentState,
     Job,
     Trial,
+    TrialState,
 )
 
 log = logging.getLogger(__name__)
@@ -104,6 +106,8 @@ class Daemon:
         self.refused_size = 0
         #: jobs dethpc did not submit that registered themselves in the spool
         self.adopter = Adopter(store, cluster.runs_root, cluster.backend)
+        #: image pulls into the SIF cache, in the background (containers.pull: login)
+        self.puller: Puller | None = None
 
     # ------------------------------------------------------------------ tick
     def tick(self) -> TickStats:
@@ -275,6 +279,8 @@ class Daemon:
         if not trials:
             return 0
         cfg = load_config(exp)
+        if not self.images_ready(exp_id, cfg):
+            return 0
         if cfg.slurm.components and self.backend.traits.het_jobs:
             return self.submit_het(exp, cfg, trials)
         room = self.room(exp, cfg, len(trials))
@@ -457,6 +463,49 @@ class Daemon:
                                             target_length=trial.target_length, unit=unit),
             jenv=self.jenv))
         return tp.job_script
+
+    def images_ready(self, exp_id: int, cfg: ExperimentConfig) -> bool:
+        """The experiment's images are SIFs in the cache (``containers.pull: login``): a
+        pull not done yet is started or waited for in the background, and this
+        experiment's trials wait (no other experiment does); a failed pull fails the
+        experiment with the runtime's words."""
+        settings = self.cluster.containers
+        if settings.pull != "login":
+            return True
+        images = images_of(cfg, self.cluster)
+        if not images:
+            return True
+        if self.puller is None:
+            self.puller = Puller(settings)
+        for image in images:
+            status = self.puller.state(image)
+            if status.state == PullState.FAILED:
+                self.fail_unstarted(exp_id, f"the image {image!r} could not be pulled: "
+                                            f"{status.message}")
+                return False
+            if status.state == PullState.PULLING:
+                return False
+        return True
+
+    def fail_unstarted(self, exp_id: int, message: str) -> None:
+        """An experiment none of whose trials ever got a job ends ERROR at once (its
+        trials too); one with jobs is stopped (``fail_experiment``)."""
+        with self.store.session() as s:
+            started = s.exec(select(Job.id).where(Job.experiment_id == exp_id)).first()
+            exp = s.get(Experiment, exp_id)
+            if started is None and exp is not None and exp.state == ExperimentState.ACTIVE:
+                log.error("experiment %s: %s", exp_id, message)
+                for trial in s.exec(select(Trial).where(Trial.experiment_id == exp_id)):
+                    if not trial.state.is_terminal:
+                        trial.state, trial.needs_job = TrialState.ERROR, False
+                        trial.exit_reason = message
+                        s.add(trial)
+                exp.state, exp.message, exp.ended_at = ExperimentState.ERROR, message, \
+                    self.clock()
+                s.add(exp)
+                s.add(Event(experiment_id=exp_id, kind="error", message=message))
+                return
+        self.fail_experiment(exp_id, message)
 
     def fail_experiment(self, exp_id: int, message: str) -> None:
         log.error("experiment %s: %s", exp_id, message)

@@ -60,6 +60,17 @@ def check_resources(cfg: ExperimentConfig, cluster: ClusterConfig, backend: Back
             raise SubmitError(f"{where}: {exc}") from None
 
 
+def check_containers(cfg: ExperimentConfig, cluster: ClusterConfig) -> None:
+    """With ``environment.image`` and a container runtime: the runtime is installed
+    here and an image that is not pulled exists (dethpc.containers.check_runtime)."""
+    if not cfg.environment.image or cluster.containers.runtime == "none":
+        return
+    from dethpc.containers import check_runtime
+
+    for image in {cfg.environment.image, cfg.environment.image_gpu or cfg.environment.image}:
+        check_runtime(cluster.containers, image)
+
+
 def check_entrypoints(cfg: ExperimentConfig) -> None:
     """Every command a trial runs can be built (a Determined launcher dethpc cannot run,
     such as ``determined.launch.tensorflow``, is refused here with the reason)."""
@@ -113,6 +124,7 @@ def create_experiment(store: Store, cluster: ClusterConfig, cfg: ExperimentConfi
     search over a script (``dethpc sbatch --search``) passes SCRIPT and its own."""
     check_supported(cfg)  # valid Determined values dethpc cannot honour (field paths)
     check_entrypoints(cfg)
+    check_containers(cfg, cluster)
     try:
         check_resources(cfg, cluster, backend)
     except SubmitError as exc:
