@@ -231,8 +231,11 @@ def ensure_host_tools(runner: CommandRunner) -> None:
     if os.geteuid() != 0:
         raise ImageError(f"missing Debian packages {missing}; install them as root "
                          f"(apt-get install {' '.join(missing)})")
-    runner.run(["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y",
-                "--no-install-recommends", *missing], timeout=900, retry=False)
+    apt = ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get"]
+    install = [*apt, "install", "-y", "--no-install-recommends", *missing]
+    if runner.run(install, check=False, timeout=900, retry=False).returncode != 0:
+        runner.run([*apt, "update", "-qq"], timeout=900, retry=False)  # fresh package lists
+        runner.run(install, timeout=900, retry=False)
 
 
 def prepare_wheels(wheels: Path, runner: CommandRunner) -> None:
