@@ -80,14 +80,16 @@ PASSED = ("DETHPC_*", "SLURM_*", "SLURMD_*", "NCCL_*", "CUDA_*", "NVIDIA_*", "GP
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
 
 #: Run in each task before the runtime (``sh -c PASS_ENV dethpc-pass-env RUNTIME...``):
-#: makes the task's private directory, writes the variables to pass (one ``NAME=value``
+#: sets ``$USER`` when the job lacks it (ch-run refuses to start without), makes the
+#: task's private directory, writes the variables to pass (one ``NAME=value``
 #: per line; a value over several lines is left out) and, for Apptainer/Singularity,
-#: exports each as ``<PREFIX>NAME``; replaces ``@ENVFILE@`` and ``@WORKDIR@`` in its
-#: arguments by that file and that directory; then execs the runtime (signals reach it
-#: and, through it, the training process).
+#: exports each as ``<PREFIX>NAME``; replaces ``@ENVFILE@``, ``@WORKDIR@`` and ``@CWD@``
+#: in its arguments by that file, that directory and the task's working directory; then
+#: execs the runtime (signals reach it and, through it, the training process).
 PASS_ENV = r"""d="${TMPDIR:-/tmp}/dethpc-ct.${SLURM_JOB_ID:-0}.${SLURM_STEP_ID:-b}"
 d="$d.${SLURM_PROCID:-0}.$$"
 mkdir -p "$d/tmp" && : >"$d/env" || exit 125
+[ -n "${USER:-}" ] || { USER=$(id -un) && export USER; }
 for n in $(env | sed -n 's/^\([A-Za-z_][A-Za-z0-9_]*\)=.*/\1/p' | sort -u); do
   case "$n" in {patterns}) ;; *) continue ;; esac
   v=$(printenv "$n") || continue
@@ -98,8 +100,9 @@ done
 for a in "$@"; do
   shift
   case "$a" in
-    *@ENVFILE@*|*@WORKDIR@*)
-      a=$(printf '%s' "$a" | sed -e "s|@ENVFILE@|$d/env|" -e "s|@WORKDIR@|$d|") ;;
+    *@ENVFILE@*|*@WORKDIR@*|*@CWD@*)
+      a=$(printf '%s' "$a" | sed -e "s|@ENVFILE@|$d/env|" -e "s|@WORKDIR@|$d|" \
+        -e "s|@CWD@|$PWD|") ;;
   esac
   set -- "$@" "$a"
 done
@@ -185,7 +188,7 @@ def exec_argv(settings: ContainerSettings, image: str, argv: Sequence[str], *,
         specs.append(f"{host}:{inside}" + ("" if traits.kind == RuntimeKind.CHARLIECLOUD
                                            else f":{'ro' if m.read_only else 'rw'}"))
     if traits.kind == RuntimeKind.CHARLIECLOUD:
-        out = [traits.program]
+        out = [traits.program, "--cd=@CWD@"]   # ch-run starts in / otherwise
         if settings.containall:
             out.append("--private-tmp")
         if settings.cleanenv:
@@ -203,15 +206,26 @@ def exec_argv(settings: ContainerSettings, image: str, argv: Sequence[str], *,
         for spec in specs:
             out += ["--bind", spec]
         out += [str(image_path(settings, image)), *argv]
-    if settings.cleanenv or settings.containall:
+    if settings.cleanenv or settings.containall or traits.kind == RuntimeKind.CHARLIECLOUD:
+        # (ch-run also needs $USER, which a batch job may lack: PASS_ENV sets it)
         return [*pass_env_argv(traits, passed_names(settings, env_names)), *out]
     return out
 
 
+def bind_destinations(settings: ContainerSettings, binds: Sequence[str],
+                      mounts: Sequence[BindMount]) -> list[str]:
+    """Where the binds of a trial land inside the container."""
+    out = [spec.split(":")[1] if ":" in spec else spec for spec in settings.binds]
+    return [*out, *binds, *(m.container_path for m in mounts)]
+
+
 def check_runtime(settings: ContainerSettings, image: str,
-                  which: Callable[[str], str | None] = shutil.which) -> None:
+                  which: Callable[[str], str | None] = shutil.which,
+                  destinations: Sequence[str] = ()) -> None:
     """At submit: the runtime is installed here (the login node starts or pulls with it)
-    and an image that is not pulled exists; ``SubmitError`` naming the setting."""
+    and an image that is not pulled exists; ``SubmitError`` naming the setting. For
+    Charliecloud, whose images are read-only directories, every bind ``destinations``
+    must exist in the image (or lie under /tmp, which ch-run shares or makes private)."""
     traits = traits_of(settings)
     if which(traits.program) is None:
         raise SubmitError(f"containers.runtime is {settings.runtime!r} but {traits.program!r} "
@@ -223,6 +237,15 @@ def check_runtime(settings: ContainerSettings, image: str,
             raise SubmitError(f"environment.image {image!r}: a {settings.runtime} image is an "
                               "unpacked image directory on shared storage (absolute path, "
                               "with bin/ in it); none is there")
+        missing = [d for d in destinations if not Path(d).is_relative_to("/tmp")
+                   and not (path / str(d).lstrip("/")).is_dir()]
+        if missing:
+            raise SubmitError(f"environment.image {image!r} has no directory for the bind "
+                              f"destination(s) {', '.join(map(str, missing))}: a "
+                              f"{settings.runtime} image is read-only, so ch-run cannot make "
+                              "them; create them in the image (mkdir -p) or choose "
+                              "destinations that exist (bind_mounts[].container_path, "
+                              "runs_root, checkpoint_storage)")
     elif _is_local_sif(image) and not Path(image).is_file():
         raise SubmitError(f"environment.image: SIF file {image!r} does not exist")
 

@@ -65,10 +65,14 @@ def check_containers(cfg: ExperimentConfig, cluster: ClusterConfig) -> None:
     here and an image that is not pulled exists (dethpc.containers.check_runtime)."""
     if not cfg.environment.image or cluster.containers.runtime == "none":
         return
-    from dethpc.containers import check_runtime
+    from dethpc.containers import bind_destinations, check_runtime
 
+    binds = [str(Path(cluster.runs_root).expanduser())]
+    if cfg.checkpoint_storage.path is not None:
+        binds.append(str(cfg.checkpoint_storage.path))
+    dests = bind_destinations(cluster.containers, binds, cfg.bind_mounts)
     for image in {cfg.environment.image, cfg.environment.image_gpu or cfg.environment.image}:
-        check_runtime(cluster.containers, image)
+        check_runtime(cluster.containers, image, destinations=dests)
 
 
 def check_entrypoints(cfg: ExperimentConfig) -> None:

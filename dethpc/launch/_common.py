@@ -115,11 +115,13 @@ def read_slurm_env(env: Mapping[str, str]) -> SlurmEnv:
 
 
 def use_slurm(env: Mapping[str, str], which: Callable[[str], str | None] = shutil.which) -> bool:
-    """True when the launcher should go through Slurm: a job id, not the local backend, srun."""
+    """True when the launcher should go through Slurm: a job id, not the local backend, and
+    srun, or already one task of a step (inside a container image without srun, say)."""
     kind = BackendKind.parse(env.get("DETHPC_BACKEND"))
     if kind is not None and not traits_of(kind).srun_steps:
         return False
-    return bool(_first(env, "SLURM_JOB_ID", "SLURM_JOBID")) and which("srun") is not None
+    return bool(_first(env, "SLURM_JOB_ID", "SLURM_JOBID")) and (
+        which("srun") is not None or bool(env.get("SLURM_STEP_ID")))
 
 
 def _gpus_on_node(env: Mapping[str, str]) -> int:

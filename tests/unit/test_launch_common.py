@@ -213,3 +213,10 @@ def test_srun_workers_start_in_the_image() -> None:
     assert argv[0] == "srun" and argv[i:] == [
         "ch-run", "/img", "--", "/opt/venv/bin/python", "-m", "dethpc.launch._worker", "--",
         "/opt/venv/bin/python", "train.py"]
+
+
+def test_a_task_of_a_step_without_srun_is_still_on_slurm() -> None:
+    """Inside a container image there is no srun: a task of a step is still a Slurm
+    task (its rank comes from the step), not a local launch."""
+    assert use_slurm({**STEP, "DETHPC_BACKEND": "slurm"}, lambda _: None)
+    assert not use_slurm({**BATCH, "DETHPC_BACKEND": "slurm"}, lambda _: None)

@@ -48,7 +48,8 @@ def main():
     print(f"all_reduce={t.item()} world={world}", flush=True)
     weights = train(torch.nn.parallel.DistributedDataParallel(model), x, y, rank, world)
     where = {"rank": rank, "node": os.environ.get("SLURMD_NODENAME"),
-             "node_id": os.environ.get("SLURM_NODEID"), "local_rank": os.environ.get("LOCAL_RANK")}
+             "node_id": os.environ.get("SLURM_NODEID"), "local_rank": os.environ.get("LOCAL_RANK"),
+             "python": sys.executable}
     placed = [None] * world
     dist.all_gather_object(placed, where)
     if rank == 0:
