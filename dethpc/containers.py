@@ -126,6 +126,11 @@ def pass_env_argv(traits: RuntimeTraits, names: Sequence[str]) -> list[str]:
     return ["/bin/sh", "-c", program, "dethpc-pass-env"]
 
 
+def sif_cache(settings: ContainerSettings) -> Path:
+    """The site's SIF cache (``containers.sif_cache``, default ``~/.dethpc/sif``)."""
+    return _cache(settings)
+
+
 def _cache(settings: ContainerSettings) -> Path:
     return settings.sif_cache or DEFAULT_SIF_CACHE.expanduser()
 

@@ -218,3 +218,48 @@ def test_probe_fails_when_python_is_missing(slurm_cluster: Any, tmp_path: Path) 
     assert proc.returncode == 1, proc.stdout
     assert "ERROR   pool cpu probe.python: probe job" in proc.stdout
     assert "/nonexistent/bin/python3 cannot run dethpc on" in proc.stdout
+
+
+STANDIN_APPTAINER = ("#!/bin/sh\n"
+                     "[ \"$1\" = --version ] && echo 'apptainer version 1.3.4 (stand-in)'\n")
+
+
+@pytest.mark.parametrize("runtime", ["charliecloud", "apptainer-standin", "apptainer-missing"])
+def test_probe_proves_the_container_runtime_and_image_cache(
+        slurm_cluster: Any, tmp_path: Path, runtime: str) -> None:
+    """Issue 14 item 3: the probe job runs the site's container runtime on the compute
+    node (``--version``; Charliecloud's real ch-run, or a stand-in apptainer, since
+    Apptainer cannot be installed here) and reads a token written into the SIF cache on
+    this node; a runtime missing on the nodes is an error with its fix."""
+    config = write_config(tmp_path)
+    data = yaml.safe_load(config.read_text())
+    data["containers"] = {"runtime": "charliecloud" if runtime == "charliecloud"
+                          else "apptainer", "sif_cache": str(tmp_path / "sif")}
+    config.write_text(yaml.safe_dump(data))
+    env = dict(os.environ)
+    if runtime == "apptainer-standin":
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "apptainer").write_text(STANDIN_APPTAINER)
+        (bin_dir / "apptainer").chmod(0o755)
+        env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    proc = subprocess.run([*_dethpc(), "--cluster-config", str(config), "admin", "check",
+                           "--probe", "--pool", "cpu", "--json"], capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    found = {f["check"]: f for f in json.loads(proc.stdout)["findings"]
+             if f["check"].startswith("probe.")}
+    print(runtime, {k: (v["severity"], v["message"]) for k, v in found.items()})
+    if runtime == "apptainer-missing":
+        assert found["probe.container"]["severity"] == "error", found
+        assert "does not run on" in found["probe.container"]["message"]
+        assert found["probe.container"]["fix"]
+        return
+    assert found["probe.container"]["severity"] == "ok", found
+    if runtime == "charliecloud":
+        assert found["probe.container"]["message"].startswith("0.31"), found
+        assert "probe.image_cache" not in found                       # nothing is pulled
+    else:
+        assert "stand-in" in found["probe.container"]["message"]
+        assert found["probe.image_cache"]["severity"] == "ok", found
+        assert not list((tmp_path / "sif").glob(".dethpc-probe-*"))     # cleaned up

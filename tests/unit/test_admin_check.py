@@ -543,6 +543,39 @@ def test_probe_argv() -> None:
       (Severity.OK, "probe.python", "/py runs on n3 (Python 3.11.9, dethpc 0.1.0)")]),
 ])
 def test_judge_probe(outcome: ProbeOutcome, expected: list[tuple[Severity, str, str]]) -> None:
+    _judged(outcome, expected)
+
+
+@pytest.mark.parametrize(("outcome", "expected"), [
+    (ProbeOutcome(5, "42\n", "", "tok n3\n", "3.11.9 0.1.0\n", "apptainer: not found on PATH",
+                  None, "apptainer", "/sif"),
+     [(Severity.OK, "probe.runs_root", "writable on n3"), (Severity.OK, "probe.python", "n3"),
+      (Severity.ERROR, "probe.container", "apptainer does not run on n3: apptainer: not found")]),
+    (ProbeOutcome(6, "42\n", "", "tok n3\n", "3.11.9 0.1.0\n", "apptainer version 1.3\n",
+                  None, "apptainer", "/sif"),
+     [(Severity.OK, "probe.runs_root", "n3"), (Severity.OK, "probe.python", "n3"),
+      (Severity.OK, "probe.container", "apptainer version 1.3 on n3"),
+      (Severity.ERROR, "probe.image_cache", "n3 cannot read the image cache /sif")]),
+    (ProbeOutcome(0, "42\n", "", "tok n3\n", "3.11.9 0.1.0\n", "apptainer version 1.3\n",
+                  "other\n", "apptainer", "/sif"),
+     [(Severity.OK, "probe.runs_root", "n3"), (Severity.OK, "probe.python", "n3"),
+      (Severity.OK, "probe.container", "apptainer version 1.3 on n3"),
+      (Severity.ERROR, "probe.image_cache", "sees another /sif than this node")]),
+    (ProbeOutcome(0, "42\n", "", "tok n3\n", "3.11.9 0.1.0\n", "apptainer version 1.3\n",
+                  "tok\n", "apptainer", "/sif"),
+     [(Severity.OK, "probe.runs_root", "n3"), (Severity.OK, "probe.python", "n3"),
+      (Severity.OK, "probe.container", "apptainer version 1.3 on n3"),
+      (Severity.OK, "probe.image_cache", "n3 reads the image cache /sif")]),
+    (ProbeOutcome(0, "42\n", "", "tok n3\n", "3.11.9 0.1.0\n", "0.31\n", None, "ch-run"),
+     [(Severity.OK, "probe.runs_root", "n3"), (Severity.OK, "probe.python", "n3"),
+      (Severity.OK, "probe.container", "0.31 on n3")]),
+])
+def test_judge_probe_of_a_container_runtime(outcome: ProbeOutcome,
+                                            expected: list[tuple[Severity, str, str]]) -> None:
+    _judged(outcome, expected)
+
+
+def _judged(outcome: ProbeOutcome, expected: list[tuple[Severity, str, str]]) -> None:
     found = judge_probe("p", Path("/runs/x"), "/py", "tok", outcome)
     assert len(found) == len(expected)
     for f, (severity, check, words) in zip(found, expected, strict=True):
