@@ -10,6 +10,9 @@ t_setup=$((SECONDS - t0))
 export PATH=$PWD/.venv/bin:$PATH
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   python -m dethpc.devcluster up || { [ "${CI:-}" = true ] && { echo "dev cluster failed to start" >&2; exit 1; }; }
+  # the container image of tests/slurm/test_containers_slurm.py (Charliecloud; Debian
+  # packages + torch 2.13.0 CPU + dethpc), built once per machine and source change
+  python -m dethpc.devcluster image || { [ "${CI:-}" = true ] && { echo "container image failed to build" >&2; exit 1; }; }
   # PostgreSQL binaries for tests/pg (the tests start and stop their own server)
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
     || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null \
