@@ -30,10 +30,10 @@ from pathlib import Path
 from sqlmodel import Session, select
 
 from dethpc.adoption import Adopter
-from dethpc.backends.base import Backend, JobInfo, JobRequest
+from dethpc.backends.base import Backend, JobInfo, JobRequest, JobState
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
 from dethpc.errors import DethpcError, SubmitError, SubmitLimitError
-from dethpc.imagepull import Puller, PullState, images_of
+from dethpc.imagepull import Puller, PullState, images_of, pull_job, pull_job_script
 from dethpc.jobscript import batch_comment, batch_name, checkpoint_dir, instance_tag
 from dethpc.kindjobs import TrialJob, jobs_for
 from dethpc.limits import (
@@ -108,6 +108,11 @@ class Daemon:
         self.adopter = Adopter(store, cluster.runs_root, cluster.backend)
         #: image pulls into the SIF cache, in the background (containers.pull: login)
         self.puller: Puller | None = None
+        #: sbatch arguments that make this experiment's trials wait for its pre-pull jobs
+        #: (``containers.pull: job``), set by ``images_ready`` for this submission
+        self.dependencies: tuple[str, ...] = ()
+        #: pre-pull jobs some experiment's trials depend on: job id -> (image, experiments)
+        self.pull_watch: dict[str, tuple[str, set[int]]] = {}
 
     # ------------------------------------------------------------------ tick
     def tick(self) -> TickStats:
@@ -121,6 +126,7 @@ class Daemon:
         if not exp_ids:
             return stats
         self.adopt(stats)
+        self.check_pulls()
         infos = self.poll(stats)
         seen = self.backend.user_jobs()
         self.queue, self.refused = (list(seen) if seen is not None else None), False
@@ -420,7 +426,8 @@ class Daemon:
             array_indices=tuple(range(len(trials))) if array else (),
             throttle=throttle or None,
             time_limit_s=parse_slurm_time(cfg.slurm.time or pool.default_time),
-            signal=pool.signal, signal_lead_s=pool.signal_grace_s)
+            signal=pool.signal, signal_lead_s=pool.signal_grace_s,
+            extra_args=self.dependencies)
         try:
             refs = self.backend.submit(request)
         except SubmitLimitError as exc:
@@ -465,16 +472,20 @@ class Daemon:
         return tp.job_script
 
     def images_ready(self, exp_id: int, cfg: ExperimentConfig) -> bool:
-        """The experiment's images are SIFs in the cache (``containers.pull: login``): a
-        pull not done yet is started or waited for in the background, and this
-        experiment's trials wait (no other experiment does); a failed pull fails the
-        experiment with the runtime's words."""
+        """The experiment's images are SIFs in the cache, or being pulled by a job its
+        trials can depend on. ``containers.pull: login``: a pull not done yet is started
+        or waited for in the background, and this experiment's trials wait (no other
+        experiment does). ``job`` (a backend with job dependencies): one pre-pull job per
+        image, and the trials are submitted at once with ``--dependency=afterok`` on it
+        (``self.dependencies``). A failed pull fails the experiment with the runtime's
+        words."""
         settings = self.cluster.containers
-        if settings.pull != "login":
-            return True
+        self.dependencies = ()
         images = images_of(cfg, self.cluster)
         if not images:
             return True
+        if settings.pull == "job" and self.backend.traits.job_dependencies:
+            return self.pulled_by_jobs(exp_id, cfg, images)
         if self.puller is None:
             self.puller = Puller(settings)
         for image in images:
@@ -486,6 +497,79 @@ class Daemon:
             if status.state == PullState.PULLING:
                 return False
         return True
+
+    def pulled_by_jobs(self, exp_id: int, cfg: ExperimentConfig, images: list[str]) -> bool:
+        """``containers.pull: job``: each image's pre-pull job (submitted once, recorded
+        under ``runs_root``), polled only while it has not left the queue."""
+        from dethpc.containers import image_path
+
+        settings = self.cluster.containers
+        deps: list[str] = []
+        for image in images:
+            if image_path(settings, image).is_file():
+                continue
+            pj = pull_job(Path(self.cluster.runs_root), settings, image)
+            job_id = pj.job_id()
+            if job_id is None:
+                pj.root.mkdir(parents=True, exist_ok=True)
+                pj.script.write_text(pull_job_script(settings, image, self.python))
+                pool = self.cluster.pool(cfg.resources.resource_pool)
+                placement = [f"{flag}={value}" for flag, value in (
+                    ("--partition", pool.partition), ("--qos", pool.qos),
+                    ("--account", pool.account)) if value]
+                try:
+                    (job_id,) = self.backend.submit(JobRequest(
+                        name=f"dethpc-pull-{self.tag}", comment=f"dethpc:pull={image}",
+                        script=pj.script, workdir=pj.root, time_limit_s=3600,
+                        extra_args=(*placement, f"--output={pj.output}", "--ntasks=1")))
+                except DethpcError as exc:
+                    self.fail_unstarted(exp_id, f"the pre-pull job of {image!r} was refused: "
+                                                f"{exc}")
+                    return False
+                pj.record.write_text(job_id + "\n")
+                self.event(exp_id, "pull", f"pre-pull job {job_id} for {image}")
+            info = self.backend.poll([job_id]).get(job_id)
+            if info is not None and info.state.is_terminal:
+                if info.state == JobState.COMPLETED and image_path(settings, image).is_file():
+                    continue
+                pj.record.unlink(missing_ok=True)   # a later experiment tries again
+                self.fail_unstarted(exp_id, f"the image {image!r} could not be pulled (job "
+                                            f"{job_id} ended {info.raw_state or info.state.value}"
+                                            f"): {pj.tail()}")
+                return False
+            deps.append(job_id)
+            self.pull_watch.setdefault(job_id, (image, set()))[1].add(exp_id)
+        if deps:
+            self.dependencies = (f"--dependency=afterok:{':'.join(deps)}",
+                                 "--kill-on-invalid-dep=yes")
+        return True
+
+    def check_pulls(self) -> None:
+        """Pre-pull jobs that trials wait on: a failed one fails their experiments with
+        the runtime's words before the reconciler sees Slurm kill the dependent jobs
+        (one squeue, only while such a job is watched; the watch is in memory, so after
+        a daemon restart a failed pull shows as the trials' cancelled jobs)."""
+        if not self.pull_watch:
+            return
+        infos = self.backend.poll(sorted(self.pull_watch))
+        settings = self.cluster.containers
+        for job_id, (image, exp_ids) in list(self.pull_watch.items()):
+            info = infos.get(job_id)
+            if info is None or not info.state.is_terminal:
+                continue
+            del self.pull_watch[job_id]
+            pj = pull_job(Path(self.cluster.runs_root), settings, image)
+            if info.state == JobState.COMPLETED and pj.job_id() == job_id:
+                continue
+            pj.record.unlink(missing_ok=True)   # a later experiment tries again
+            for exp_id in sorted(exp_ids):
+                self.fail_experiment(exp_id, f"the image {image!r} could not be pulled (job "
+                                             f"{job_id} ended {info.raw_state or info.state.value}"
+                                             f"): {pj.tail()}")
+
+    def event(self, exp_id: int, kind: str, message: str) -> None:
+        with self.store.session() as s:
+            s.add(Event(experiment_id=exp_id, kind=kind, message=message))
 
     def fail_unstarted(self, exp_id: int, message: str) -> None:
         """An experiment none of whose trials ever got a job ends ERROR at once (its

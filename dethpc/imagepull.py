@@ -111,3 +111,92 @@ class Puller:
 
     def shutdown(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+# ------------------------------------------------------------------ pull jobs
+#: the folder under runs_root with one record (and script, and output) per image pulled
+#: by a job (``containers.pull: job``)
+PULLS_FOLDER = ".dethpc-pulls"
+
+
+def pull_job_script(settings: ContainerSettings, image: str, python: str) -> str:
+    """The pre-pull job: ``ensure_sif`` on a compute node (lock, partial, rename)."""
+    import shlex
+
+    argv = [python, "-m", "dethpc.imagepull", settings.runtime,
+            str(settings.sif_cache or "-"), str(settings.cache_dir or "-"),
+            str(settings.tmp_dir or "-"), image]
+    return ("#!/bin/bash\n# dethpc: pull one image into the SIF cache before the trials "
+            "that depend on this job\n" + " ".join(shlex.quote(a) for a in argv) + "\n")
+
+
+@dataclass(frozen=True)
+class PullJob:
+    """A pre-pull job's files, keyed by the image's SIF name."""
+
+    root: Path
+    key: str
+
+    @property
+    def record(self) -> Path:
+        return self.root / f"{self.key}.job"
+
+    @property
+    def script(self) -> Path:
+        return self.root / f"{self.key}.sbatch"
+
+    @property
+    def output(self) -> Path:
+        return self.root / f"{self.key}.out"
+
+    def job_id(self) -> str | None:
+        try:
+            return self.record.read_text().strip() or None
+        except FileNotFoundError:
+            return None
+
+    def tail(self, lines: int = 5) -> str:
+        try:
+            text = self.output.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "(no output)"
+        return " | ".join(text[-lines:]) or "(no output)"
+
+
+def pull_job(runs_root: Path, settings: ContainerSettings, image: str) -> PullJob:
+    from dethpc.containers import image_path
+
+    return PullJob(Path(runs_root).expanduser() / PULLS_FOLDER,
+                   image_path(settings, image).name.removesuffix(".sif"))
+
+
+def main(argv: list[str]) -> int:
+    """``python -m dethpc.imagepull RUNTIME SIF_CACHE CACHE_DIR TMP_DIR IMAGE`` (``-``:
+    unset): the body of a pre-pull job."""
+    import sys
+
+    from dethpc.containers import ensure_sif
+
+    if len(argv) != 5:
+        print("usage: python -m dethpc.imagepull RUNTIME SIF_CACHE CACHE_DIR TMP_DIR IMAGE",
+              file=sys.stderr)
+        return 2
+    runtime, cache, cache_dir, tmp_dir, image = argv
+
+    def path(value: str) -> Path | None:
+        return None if value == "-" else Path(value)
+
+    settings = ContainerSettings(runtime=runtime, sif_cache=path(cache),  # type: ignore[arg-type]
+                                 cache_dir=path(cache_dir), tmp_dir=path(tmp_dir))
+    try:
+        print(ensure_sif(settings, image, CommandRunner(env=pull_env(settings), retries=0)))
+    except DethpcError as exc:
+        print(f"dethpc: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

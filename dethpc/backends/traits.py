@@ -46,6 +46,8 @@ class BackendTraits:
     #: users submit their own batch scripts with the scheduler's ``sbatch``, so
     #: ``dethpc sbatch`` can wrap and track them
     user_sbatch: bool = False
+    #: jobs can wait on another job's success (``--dependency=afterok:J``)
+    job_dependencies: bool = False
 
     @property
     def name(self) -> str:
@@ -56,7 +58,7 @@ LOCAL = BackendTraits(kind=BackendKind.LOCAL, srun_steps=False, het_jobs=False,
                       requeue_in_place=False, submit_verdict=False, array_throttle=True)
 SLURM = BackendTraits(kind=BackendKind.SLURM, srun_steps=True, het_jobs=True,
                       requeue_in_place=True, submit_verdict=True, array_throttle=True,
-                      user_sbatch=True)
+                      user_sbatch=True, job_dependencies=True)
 _BY_KIND = {t.kind: t for t in (LOCAL, SLURM)}
 
 
