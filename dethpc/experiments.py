@@ -149,12 +149,8 @@ def create_experiment(store: Store, cluster: ClusterConfig, cfg: ExperimentConfi
                              owner=_user(), backend=cluster.backend, kind=kind)
             s.add(exp)
             s.flush()
+            paths = claim_run_dir(exp, runs_root)
             assert exp.id is not None
-            paths = ExperimentPaths.of(runs_root, exp.id)
-            if paths.root.exists():
-                raise DethpcError(f"run directory {paths.root} already exists; the runs root "
-                                  "and the database disagree (was the database replaced?)")
-            exp.run_dir = str(paths.root)
             s.add(SearcherState(experiment_id=exp.id))
             s.add(Event(experiment_id=exp.id, kind="created",
                         message=f"experiment {cfg.name!r} submitted"))
@@ -165,6 +161,18 @@ def create_experiment(store: Store, cluster: ClusterConfig, cfg: ExperimentConfi
         shutil.rmtree(incoming, ignore_errors=True)
         raise
     return exp_id
+
+
+def claim_run_dir(exp: Experiment, runs_root: Path) -> ExperimentPaths:
+    """The run directory of a just-flushed experiment (``exp.run_dir`` set); it must not
+    exist yet."""
+    assert exp.id is not None
+    paths = ExperimentPaths.of(runs_root, exp.id)
+    if paths.root.exists():
+        raise DethpcError(f"run directory {paths.root} already exists; the runs root "
+                          "and the database disagree (was the database replaced?)")
+    exp.run_dir = str(paths.root)
+    return paths
 
 
 def get_experiment(store: Store, exp_id: int) -> Experiment:

@@ -306,6 +306,8 @@ def record(store: Store, cluster: ClusterConfig, job: PlainJob, *, token: str,
     """The experiment (kind SBATCH), its trials (one per task, no job wanted from the
     daemon) and a batch SUBMITTING; then its run directory: the config, the script's
     copy, the ``dethpc`` shim and the wrapper."""
+    from dethpc.experiments import claim_run_dir
+
     runs_root = Path(cluster.runs_root).expanduser()
     with store.session() as s:
         exp = Experiment(name=job.name, config_yaml=config_yaml(job), run_dir="",
@@ -314,11 +316,7 @@ def record(store: Store, cluster: ClusterConfig, job: PlainJob, *, token: str,
         s.add(exp)
         s.flush()
         assert exp.id is not None
-        paths = ExperimentPaths.of(runs_root, exp.id)
-        if paths.root.exists():
-            raise DethpcError(f"run directory {paths.root} already exists; the runs root "
-                              "and the database disagree (was the database replaced?)")
-        exp.run_dir = str(paths.root)
+        paths = claim_run_dir(exp, runs_root)
         s.add(exp)
         s.add(SearcherState(experiment_id=exp.id, initialized=True, shutdown=True))
         batch = Batch(experiment_id=exp.id, name=MARKER + token, state=BatchState.SUBMITTING,
