@@ -146,3 +146,28 @@ def test_missing_runtime_is_refused_at_submit(harness: DaemonHarness, image: Pat
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(SubmitError, match="'ch-run' is not on PATH"):
         harness.submit(in_image(experiment_yaml(batches=5), image))
+
+
+def test_digits_example_runs_in_the_container(harness: DaemonHarness, image: Path) -> None:
+    """examples/digits (const.yaml, unchanged but for the image) trains inside the image:
+    scikit-learn's digits and torch from the image, validation reported, COMPLETED."""
+    import yaml
+
+    from dethpc.config import load_experiment_config
+    from dethpc.experiments import create_experiment
+
+    digits = Path(__file__).resolve().parents[2] / "examples" / "digits"
+    raw = yaml.safe_load((digits / "const.yaml").read_text())
+    raw["environment"] = {"image": str(image)}
+    path = harness.root / "digits.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    exp = create_experiment(harness.store, harness.cluster, load_experiment_config(path, []),
+                            digits, harness.backend)
+    done = harness.wait_done(exp, timeout=400)
+    trial = harness.trial(exp)
+    script = (harness.trial_dir(exp) / "job.sbatch").read_text()
+    print(f"digits in the container: {done.state}, {trial.steps_completed} batches, "
+          f"best validation_loss {trial.best_validation}")
+    assert done.state == "COMPLETED", harness.events(exp)
+    assert "ch-run" in script and trial.steps_completed == 300
+    assert trial.best_validation is not None and trial.best_validation < 1.0
