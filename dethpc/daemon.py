@@ -36,6 +36,7 @@ from dethpc.errors import DethpcError, SubmitError, SubmitLimitError
 from dethpc.imagepull import Puller, PullState, images_of, pull_job, pull_job_script
 from dethpc.jobscript import batch_comment, batch_name, checkpoint_dir, instance_tag
 from dethpc.kindjobs import TrialJob, jobs_for
+from dethpc.lease import Lease
 from dethpc.limits import (
     PoolLimits,
     cap_after_refusal,
@@ -86,10 +87,24 @@ def fault_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+class LeaseLost(DethpcError):
+    """Another daemon took this one's lease over (it stalled past its deadline)."""
+
+    def __init__(self, lease: Lease) -> None:
+        now = lease.current()
+        who = f"{now.host} (pid {now.pid})" if now else "nobody now"
+        super().__init__(f"this daemon ({lease.holder}) lost its lease to {who}; it stops "
+                         "before acting (a daemon must tick within the lease's "
+                         f"{lease.ttl_s:.0f} s)")
+
+
 class Daemon:
     def __init__(self, store: Store, cluster: ClusterConfig, backend: Backend,
-                 *, clock: Callable[[], float] = time.time) -> None:
+                 *, clock: Callable[[], float] = time.time, lease: Lease | None = None) -> None:
         self.store, self.cluster, self.backend, self.clock = store, cluster, backend, clock
+        #: the right to act across login nodes (``dethpc.lease``); None: the caller's
+        #: own lock decides (tests, ``dethpc daemon tick`` under cron)
+        self.lease = lease
         self.jenv = make_env()
         self.python = cluster.python or sys.executable
         self.tag = instance_tag(store.url)
@@ -115,7 +130,14 @@ class Daemon:
         self.pull_watch: dict[str, tuple[str, set[int]]] = {}
 
     # ------------------------------------------------------------------ tick
+    def holds(self) -> None:
+        """Raise ``LeaseLost`` unless this daemon still holds its lease (renewed when
+        little of it is left): checked before every poll, sbatch and scancel phase."""
+        if self.lease is not None and not self.lease.ensure(margin_s=self.lease.ttl_s / 2):
+            raise LeaseLost(self.lease)
+
     def tick(self) -> TickStats:
+        self.holds()
         stats = TickStats()
         stats.changed = self.adopter.scan() > 0   # one listdir of <spool>/detached
         with self.store.session() as s:
@@ -144,9 +166,11 @@ class Daemon:
                 stats.errors.append(f"experiment {exp_id}: {exc}")
                 self.fail_experiment(exp_id, str(exc))
         if cancel:
+            self.holds()
             self.backend.cancel(sorted(set(cancel)))
             stats.cancelled = len(set(cancel))
         for exp_id in exp_ids:
+            self.holds()
             try:
                 self.sync_throttles(exp_id)
                 stats.submitted += self.submit_experiment(exp_id)
@@ -612,6 +636,9 @@ class Daemon:
         while not should_stop():
             try:
                 stats = self.tick()
+            except LeaseLost as exc:
+                log.error("%s", exc)
+                break
             except DethpcError as exc:
                 log.error("tick failed: %s", exc)
                 stats = TickStats(experiments=1)

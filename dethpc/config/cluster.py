@@ -39,7 +39,7 @@ BUILTIN = "<built-in defaults>"
 
 _TOP = ("backend", "runs_root", "database_url", "default_pool", "pools", "containers",
         "local_max_concurrent", "command_timeout_s", "command_retries", "tick_min_s",
-        "tick_max_s", "python")
+        "tick_max_s", "daemon_lease_s", "python")
 _POOL = ("partition", "qos", "account", "slots_per_node", "gres", "gpu_type",
          "cpus_per_slot", "mem_per_slot", "preemptible", "default_time", "signal",
          "signal_grace_s", "socket_ifname", "sbatch_args")
@@ -100,6 +100,11 @@ def parse_cluster_config(raw: Any, source: str = "cluster config",
     tick_max = float(ck.number(raw.get("tick_max_s"), "tick_max_s", 10.0, above=0))
     if tick_max < tick_min:
         ck.error("tick_max_s", f"must be >= tick_min_s ({tick_min}), got {tick_max}")
+    lease = float(ck.number(raw.get("daemon_lease_s"), "daemon_lease_s",
+                            max(60.0, 2 * tick_max), above=0))
+    if lease < 2 * tick_max:
+        ck.error("daemon_lease_s", f"must be at least twice tick_max_s ({2 * tick_max:g}) so "
+                 f"that the daemon renews it in time, got {lease:g}")
     cfg = ClusterConfig(
         backend=ck.choice(raw.get("backend"), "backend", ("local", "slurm"),
                           "local"),  # type: ignore[arg-type]
@@ -117,6 +122,7 @@ def parse_cluster_config(raw: Any, source: str = "cluster config",
                                        minimum=0)),
         tick_min_s=tick_min,
         tick_max_s=tick_max,
+        daemon_lease_s=lease,
         python=ck.string(raw.get("python"), "python", None),
         source=source,
     )

@@ -276,6 +276,9 @@ class ClusterConfig:
     #: daemon loop: shortest and longest sleep between ticks
     tick_min_s: float = 0.5
     tick_max_s: float = 10.0
+    #: how long the daemon's lease lasts unrenewed: a dead daemon's experiments are taken
+    #: over by another login node's daemon that long after it died (dethpc.lease)
+    daemon_lease_s: float = 60.0
     #: python used inside jobs (default: the interpreter running the daemon)
     python: str | None = None
     source: str = "<built-in defaults>"

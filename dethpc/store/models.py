@@ -255,3 +255,15 @@ class IngestOffset(SQLModel, table=True):
     trial_id: int = Field(primary_key=True)
     file: str = Field(primary_key=True)   # "metrics.jsonl", "exits.jsonl"
     offset: int = 0
+
+
+class DaemonLease(SQLModel, table=True):
+    """The right to act as the daemon of one user's experiments (``dethpc.lease``): held
+    by one process on one host until ``expires_at``, renewed every tick; in the database,
+    so it holds across login nodes sharing a home, where ``fcntl`` locks over NFS do not."""
+
+    owner: str = Field(primary_key=True)
+    #: ``host:pid:token`` of the holder ("" when released)
+    holder: str = ""
+    acquired_at: float = 0.0
+    expires_at: float = 0.0
