@@ -177,8 +177,9 @@ class Checker:
         self.error(path, f"invalid value {show(value)}; {hint}allowed: {allowed_list(choices)}")
         return default
 
-    def string_list(self, value: Any, path: str) -> tuple[str, ...]:
-        """A list of non-empty strings (``()`` when missing)."""
+    def string_list(self, value: Any, path: str, nonempty: bool = True) -> tuple[str, ...]:
+        """A list of (non-empty, unless ``nonempty`` is False) strings (``()`` when
+        missing)."""
         if value is None:
             return ()
         if not isinstance(value, list):
@@ -186,7 +187,7 @@ class Checker:
             return ()
         out: list[str] = []
         for i, item in enumerate(value):
-            text = self.string(item, join(path, i), None)
+            text = self.string(item, join(path, i), None, nonempty)
             if text is not None:
                 out.append(text)
         return tuple(out)

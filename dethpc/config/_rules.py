@@ -258,7 +258,7 @@ class Tagged(Rule):
         if rule is not None:
             rule.check(value, path, cx)
             return
-        if self.foreign is not None and tag in set(self.foreign()):
+        if self.foreign is not None and isinstance(tag, str) and tag in set(self.foreign()):
             cx.known.add(path)
             return
         Enum(tuple(self.variants)).check(tag, join(path, self.key), cx)

@@ -526,6 +526,8 @@ def _assert_current(searcher: Mapping[str, Any], cx: Ctx, warnings: list[str]) -
     """``SearcherConfig.AssertCurrent`` of searcher_config.go (see the module docstring
     for the one deliberate difference: legacy ``max_length`` still works for ASHA)."""
     name = searcher.get("name")
+    if not isinstance(name, str):
+        return   # the schema rules have said what a name must be
     if name in EOL_SEARCHERS:
         cx.error("searcher.name", f"the {name!r} searcher has been removed and is not valid "
                                   "for new experiments; use 'adaptive_asha', 'random', "

@@ -229,7 +229,8 @@ def _command(ck: Checker, value: Any, path: str) -> str | tuple[str, ...]:
     if isinstance(value, list):
         if not value:
             ck.error(path, "expected a non-empty list of strings (argv), got []")
-        return ck.string_list(value, path)
+        # an argv word may be empty ("--prefix", ""): dropping it would shift the others
+        return ck.string_list(value, path, nonempty=False)
     text = str(ck.string(value, path, ""))
     try:
         shlex.split(text)
