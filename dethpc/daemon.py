@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from dethpc.adoption import Adopter
 from dethpc.backends.base import Backend, JobInfo, JobRequest, JobState
@@ -177,6 +177,13 @@ class Daemon:
             except DethpcError as exc:
                 stats.errors.append(f"experiment {exp_id}: {exc}")
                 self.fail_experiment(exp_id, f"submission failed: {exc}")
+            except OSError as exc:
+                # a full or unwritable runs_root: the batch recorded before the write is
+                # retried (``adopt``) once there is room; the daemon goes on and says why
+                message = (f"cannot write the job scripts under {self.cluster.runs_root}: "
+                           f"{exc.strerror or exc} (errno {exc.errno}); the trials wait")
+                stats.errors.append(f"experiment {exp_id}: {message}")
+                self.warn_once(exp_id, message)
         return stats
 
     def delete_checkpoints(self, doomed: dict[str, str]) -> None:
@@ -590,6 +597,15 @@ class Daemon:
                 self.fail_experiment(exp_id, f"the image {image!r} could not be pulled (job "
                                              f"{job_id} ended {info.raw_state or info.state.value}"
                                              f"): {pj.tail()}")
+
+    def warn_once(self, exp_id: int, message: str) -> None:
+        """An event on the experiment, unless its latest event says the same already."""
+        log.error("experiment %s: %s", exp_id, message)
+        with self.store.session() as s:
+            last = s.exec(select(Event).where(Event.experiment_id == exp_id)
+                          .order_by(col(Event.id).desc())).first()
+            if last is None or last.message != message:
+                s.add(Event(experiment_id=exp_id, kind="warning", message=message))
 
     def event(self, exp_id: int, kind: str, message: str) -> None:
         with self.store.session() as s:

@@ -136,12 +136,20 @@ def create_experiment(store: Store, cluster: ClusterConfig, cfg: ExperimentConfi
         raise
     check_with_scheduler(cfg, cluster, backend, jobs=jobs)
     runs_root = Path(cluster.runs_root).expanduser()
-    runs_root.mkdir(parents=True, exist_ok=True)
     incoming = runs_root / f".incoming-{uuid.uuid4().hex}"
-    incoming.mkdir()
     try:
+        runs_root.mkdir(parents=True, exist_ok=True)
+        incoming.mkdir()
         snapshot_context(Path(context_dir), incoming / "context")
         (incoming / "config.yaml").write_text(dump_config(cfg.raw))
+    except OSError as exc:
+        shutil.rmtree(incoming, ignore_errors=True)
+        raise SubmitError(f"cannot write the experiment's run directory under runs_root "
+                          f"{runs_root}: {exc.strerror or exc} (errno {exc.errno}); nothing "
+                          "was recorded. Free space there, or set runs_root in the cluster "
+                          "config to a file system with room") from None
+    renamed: Path | None = None
+    try:
         with store.session() as s:
             exp = Experiment(name=cfg.name, description=cfg.description,
                              labels=list(cfg.labels),
@@ -155,10 +163,14 @@ def create_experiment(store: Store, cluster: ClusterConfig, cfg: ExperimentConfi
             s.add(Event(experiment_id=exp.id, kind="created",
                         message=f"experiment {cfg.name!r} submitted"))
             incoming.rename(paths.root)
+            renamed = paths.root
             paths.ensure()
             exp_id = exp.id
     except BaseException:
+        # the commit failed (a locked database, say): no row, so no run directory either
         shutil.rmtree(incoming, ignore_errors=True)
+        if renamed is not None:
+            shutil.rmtree(renamed, ignore_errors=True)
         raise
     return exp_id
 

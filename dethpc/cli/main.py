@@ -96,6 +96,29 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - the database's own errors, said plainly
+        from sqlalchemy.exc import OperationalError
+
+        if not isinstance(exc, OperationalError):
+            raise
+        from dethpc.store.store import busy_timeout_s
+
+        err_console.print("[red]error:[/]", end=" ")
+        err_console.print(_database_message(exc, busy_timeout_s()), markup=False,
+                          highlight=False)
+        sys.exit(1)
+
+
+def _database_message(exc: Exception, waited_s: float) -> str:
+    """What to say when the database refused (busy, locked, unreachable); nothing was
+    changed: the transaction was rolled back."""
+    words = str(getattr(exc, "orig", None) or exc).strip()
+    if "locked" in words or "busy" in words:
+        return (f"the database is locked by another process (waited {waited_s:.0f} s: "
+                f"{words}); nothing was changed. Try again, or raise "
+                "DETHPC_DB_BUSY_TIMEOUT_S; a long-running `sqlite3` shell or backup on "
+                "the file can hold it")
+    return f"the database refused the request ({words}); nothing was changed"
 
 
 if __name__ == "__main__":

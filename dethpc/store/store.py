@@ -14,6 +14,7 @@ memory and is unsafe on NFS, where a login node's home often lives.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,7 +39,8 @@ class Store:
             Path(self.url.removeprefix("sqlite:///")).expanduser().parent.mkdir(
                 parents=True, exist_ok=True)
             self.engine: Engine = create_engine(
-                self.url, connect_args={"timeout": 30, "check_same_thread": False})
+                self.url, connect_args={"timeout": busy_timeout_s(),
+                                        "check_same_thread": False})
             event.listen(self.engine, "connect", _sqlite_pragmas)
         else:
             self.engine = create_engine(self.url, pool_pre_ping=True)
@@ -57,8 +59,17 @@ class Store:
                 raise
 
 
+def busy_timeout_s() -> float:
+    """How long a writer waits for another process's lock on an SQLite database before it
+    reports (``DETHPC_DB_BUSY_TIMEOUT_S``, default 30 s)."""
+    try:
+        return max(0.1, float(os.environ.get("DETHPC_DB_BUSY_TIMEOUT_S", "30")))
+    except ValueError:
+        return 30.0
+
+
 def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA foreign_keys=ON")
-    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s() * 1000)}")
     cur.close()
