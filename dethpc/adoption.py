@@ -30,7 +30,7 @@ from sqlmodel import Session, select
 
 from dethpc.backends.base import JobState
 from dethpc.errors import DethpcError
-from dethpc.paths import ExperimentPaths, TrialPaths, spool_dir
+from dethpc.paths import ExperimentPaths, TrialPaths, make_run_dir, spool_dir
 from dethpc.store import Store
 from dethpc.store.models import (
     Batch,
@@ -121,8 +121,9 @@ class Adopter:
     only, a hint lost harmlessly on restart) the entries it need not look at again."""
 
     def __init__(self, store: Store, runs_root: Path, backend: str,
-                 spool: Path | None = None) -> None:
+                 spool: Path | None = None, runs_mode: str = "private") -> None:
         self.store, self.runs_root, self.backend = store, Path(runs_root).expanduser(), backend
+        self.runs_mode = runs_mode
         self.spool = spool
         self.uid = os.getuid()
         self.done: set[str] = set()
@@ -219,7 +220,11 @@ class Adopter:
         s.add(exp)
         s.flush()
         assert exp.id is not None
-        paths = ExperimentPaths.of(self.runs_root, exp.id).ensure()
+        paths = ExperimentPaths.of(self.runs_root, exp.id)
+        self.runs_root.mkdir(parents=True, exist_ok=True)
+        if not paths.root.exists():
+            make_run_dir(paths.root, self.runs_mode)
+        paths.ensure()
         paths.config.write_text(exp.config_yaml)
         exp.run_dir = str(paths.root)
         s.add(exp)

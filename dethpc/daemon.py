@@ -120,7 +120,8 @@ class Daemon:
         self.cap: int | None = None
         self.refused_size = 0
         #: jobs dethpc did not submit that registered themselves in the spool
-        self.adopter = Adopter(store, cluster.runs_root, cluster.backend)
+        self.adopter = Adopter(store, cluster.runs_root, cluster.backend,
+                               runs_mode=cluster.runs_mode)
         #: image pulls into the SIF cache, in the background (containers.pull: login)
         self.puller: Puller | None = None
         #: sbatch arguments that make this experiment's trials wait for its pre-pull jobs

@@ -26,7 +26,7 @@ from dethpc.config.model import ClusterConfig, ExperimentConfig
 from dethpc.context import snapshot_context
 from dethpc.errors import DethpcError, NotFoundError, SubmitError
 from dethpc.kindjobs import KindJobs, ManagedJobs
-from dethpc.paths import ExperimentPaths
+from dethpc.paths import ExperimentPaths, make_run_dir
 from dethpc.store import Store
 from dethpc.store.models import (
     Event,
@@ -139,7 +139,7 @@ def create_experiment(store: Store, cluster: ClusterConfig, cfg: ExperimentConfi
     incoming = runs_root / f".incoming-{uuid.uuid4().hex}"
     try:
         runs_root.mkdir(parents=True, exist_ok=True)
-        incoming.mkdir()
+        make_run_dir(incoming, cluster.runs_mode)
         snapshot_context(Path(context_dir), incoming / "context")
         (incoming / "config.yaml").write_text(dump_config(cfg.raw))
     except OSError as exc:

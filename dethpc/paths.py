@@ -136,6 +136,19 @@ def detached_dir(job_ref: str) -> Path:
     return spool_dir() / "detached" / job_ref
 
 
+#: the mode of an experiment's run directory by the cluster config's ``runs_mode``
+RUN_DIR_MODES = {"private": 0o700, "group": 0o2770}
+
+
+def make_run_dir(path: Path, runs_mode: str = "private") -> Path:
+    """Create an experiment's (or its staging) directory with the site's mode, whatever
+    the user's umask: under a shared runs_root, others never read it by default."""
+    mode = RUN_DIR_MODES[runs_mode]
+    path.mkdir(mode=mode)
+    os.chmod(path, mode)
+    return path
+
+
 @dataclass(frozen=True)
 class ExperimentPaths:
     root: Path

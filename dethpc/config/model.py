@@ -279,6 +279,9 @@ class ClusterConfig:
     #: how long the daemon's lease lasts unrenewed: a dead daemon's experiments are taken
     #: over by another login node's daemon that long after it died (dethpc.lease)
     daemon_lease_s: float = 60.0
+    #: who may read an experiment's run directory under a shared runs_root: ``private``
+    #: (the owner only, 0700) or ``group`` (the owner's group too, 2770)
+    runs_mode: Literal["private", "group"] = "private"
     #: python used inside jobs (default: the interpreter running the daemon)
     python: str | None = None
     source: str = "<built-in defaults>"

@@ -38,7 +38,7 @@ from sqlmodel import Session, select
 from dethpc.config.model import ClusterConfig, ResourcePool
 from dethpc.directives import canonical_option, option_value
 from dethpc.errors import DethpcError
-from dethpc.paths import ExperimentPaths
+from dethpc.paths import ExperimentPaths, make_run_dir
 from dethpc.render import make_env
 from dethpc.runner import CommandResult, CommandRunner
 from dethpc.sbatchwrap.arrays import ArraySpec, parse_array
@@ -335,6 +335,7 @@ def record(store: Store, cluster: ClusterConfig, job: PlainJob, *, token: str,
         s.add(Event(experiment_id=exp.id, kind="created",
                     message=f"dethpc sbatch {job.source.name}: {len(rec.trials)} trial(s)"))
     try:
+        make_run_dir(paths.root, cluster.runs_mode)
         paths.ensure()
         paths.config.write_text(config_yaml(job))
         paths.context.mkdir(parents=True, exist_ok=True)

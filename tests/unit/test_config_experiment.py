@@ -288,7 +288,7 @@ def test_warnings(changes: dict[str, Any], warning: str) -> None:
         ({"labels": ["a", 3]}, "labels[1]: expected a non-empty string, got 3"),
         ({"entrypoint": _DELETE}, "entrypoint: required"),
         ({"entrypoint": 3}, "entrypoint: expected a non-empty string, got 3"),
-        ({"entrypoint": ["python", 1]}, "entrypoint[1]: expected a non-empty string, got 1"),
+        ({"entrypoint": ["python", 1]}, "entrypoint[1]: expected a string, got 1"),
         ({"max_restarts": -1}, "max_restarts: expected an integer >= 0, got -1"),
         ({"max_restarts": True}, "max_restarts: expected an integer >= 0, got True"),
         ({"reproducibility": {"experiment_seed": -1}},
