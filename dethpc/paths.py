@@ -25,6 +25,20 @@ def dethpc_home() -> Path:
     return Path(os.environ.get("DETHPC_HOME") or Path.home() / ".dethpc").expanduser()
 
 
+def make_private_dir(path: Path) -> Path:
+    """``path`` and missing parents; the directory itself, when this call creates it, is
+    the owner's only (0700: a database or a home holds hyperparameters and paths)."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(mode=0o700)
+            os.chmod(path, 0o700)
+        except FileExistsError:
+            pass
+    return path
+
+
 @dataclass(frozen=True)
 class TrialPaths:
     root: Path

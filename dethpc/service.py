@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from dethpc.errors import DethpcError
-from dethpc.paths import dethpc_home
+from dethpc.paths import dethpc_home, make_private_dir
 
 
 def lock_path() -> Path:
@@ -39,7 +39,7 @@ def log_path() -> Path:
 @contextlib.contextmanager
 def daemon_lock(block: bool = False) -> Iterator[bool]:
     """Yields True when this process holds the daemon lock (False: another daemon runs)."""
-    dethpc_home().mkdir(parents=True, exist_ok=True)
+    make_private_dir(dethpc_home())
     f: IO[str] = open(lock_path(), "a+")  # noqa: SIM115 - held for the context
     try:
         try:
@@ -79,7 +79,7 @@ def start(extra_env: dict[str, str] | None = None, wait_s: float = 10.0) -> int:
     pid = running_pid()
     if pid is not None:
         return pid
-    dethpc_home().mkdir(parents=True, exist_ok=True)
+    make_private_dir(dethpc_home())
     env = {**os.environ, **(extra_env or {})}
     with open(log_path(), "ab") as log:
         proc = subprocess.Popen(  # noqa: S603

@@ -22,7 +22,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
 
-from dethpc.paths import dethpc_home
+from dethpc.paths import dethpc_home, make_private_dir
 from dethpc.store.migrations import Migration, upgrade_to_head
 
 
@@ -36,8 +36,7 @@ class Store:
     def __init__(self, url: str | None = None) -> None:
         self.url = url or default_url()
         if self.url.startswith("sqlite:///"):
-            Path(self.url.removeprefix("sqlite:///")).expanduser().parent.mkdir(
-                parents=True, exist_ok=True)
+            make_private_dir(Path(self.url.removeprefix("sqlite:///")).expanduser().parent)
             self.engine: Engine = create_engine(
                 self.url, connect_args={"timeout": busy_timeout_s(),
                                         "check_same_thread": False})
