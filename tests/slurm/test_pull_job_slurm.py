@@ -62,9 +62,14 @@ def test_trials_wait_for_the_pull_job(site: tuple[DaemonHarness, Path],
     assert pull is not None
     wait_until("the pull to start", lambda: any((bin_dir / "log").glob("pulling.*")) or None,
                timeout=120)
-    reason = subprocess.run(["squeue", "-h", "-j", ref, "-o", "%T %r"], capture_output=True,
-                            text=True, check=True).stdout.split()
-    assert reason == ["PENDING", "Dependency"], reason          # held by the pull
+
+    def held() -> list[str] | None:
+        seen = subprocess.run(["squeue", "-h", "-j", ref, "-o", "%T %r"], capture_output=True,
+                              text=True, check=True).stdout.split()
+        assert seen[:1] == ["PENDING"], seen                 # never started before the pull
+        return seen if seen == ["PENDING", "Dependency"] else None   # ("None" until seen)
+
+    wait_until("Slurm to hold the trial on its dependency", held, timeout=60)
     (bin_dir / "log" / "go").touch()
     done = h.wait_done(exp, timeout=240)
     assert done.state == "COMPLETED", h.events(exp)
