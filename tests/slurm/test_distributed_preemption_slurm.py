@@ -1,0 +1,107 @@
+"""Issue 15 item 2, first part: a distributed trial survives preemption. A 2-node x
+2-rank torch DDP trial (the preemption fixture trial under
+``dethpc.launch.torch_distributed``, srun and torchrun modes) in the preemptible ``low``
+partition is preempted by a ``high`` job on one of its nodes: every rank stops at the
+same agreed step (rank 0 decides, all follow), the checkpoint is complete, the job is
+requeued and resumes (possibly on other nodes), and its final weights equal those of the
+same 2x2 trial run uninterrupted in ``debug``. The preemption is not counted.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.slurm.fixtures.harness import (
+    DaemonHarness,
+    assert_bit_identical,
+    experiment_yaml,
+    idle_cpus,
+    read_jsonl,
+)
+
+BATCHES = 400
+HPARAMS = {"step_time": 0.1}
+
+
+@pytest.fixture
+def harness(tmp_path: Path, slurm_cluster: Any) -> Iterator[DaemonHarness]:
+    h = DaemonHarness.create(tmp_path / "dethpc", slots_per_node=2)
+    yield h
+    h.cancel_all_experiments()
+
+
+def ddp(mode: str, pool: str) -> dict[str, Any]:
+    raw = experiment_yaml(batches=BATCHES, pool=pool, hparams=HPARAMS)
+    raw["entrypoint"] = (f"python3 -m dethpc.launch.torch_distributed --mode {mode} -- "
+                         f"python3 train.py --batches {BATCHES}")
+    raw["resources"] = {"resource_pool": pool, "slots_per_trial": 4}
+    raw["name"] = f"ddp-{mode}-{pool}"
+    return raw
+
+
+def first_node(ref: str) -> str:
+    nodes = subprocess.run(["squeue", "-h", "-j", ref, "-o", "%N"], capture_output=True,
+                           text=True, check=True).stdout.strip()
+    expanded = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True,
+                              text=True, check=True).stdout.split()
+    return expanded[0]
+
+
+@pytest.mark.parametrize("mode", ["srun", "torchrun"])
+def test_2x2_ddp_trial_preempted_resumes_bit_identical(harness: DaemonHarness,
+                                                       slurm_cluster: Any, mode: str) -> None:
+    exp = harness.submit(ddp(mode, "low"))
+    ref_exp = harness.submit(ddp(mode, "debug"))
+    ref = harness.wait("the trial's job to run", lambda: harness.job_ref(exp) if subprocess.run(
+        ["squeue", "-h", "-j", harness.job_ref(exp) or "0", "-o", "%T"], capture_output=True,
+        text=True).stdout.strip() == "RUNNING" else None, timeout=300)
+    trial_dir = harness.trial_dir(exp)
+    harness.wait("two checkpoints", lambda: len(list(harness.ckpt_dir(exp).glob("*"))) >= 2,
+                 timeout=300)
+    node = first_node(ref)
+    sent: list[str] = []
+
+    def preempted() -> bool | None:
+        """A high job that needs the node's free CPUs and the trial's 2 there: it can
+        start only by preempting the trial (sent again when other jobs took the CPUs)."""
+        if read_jsonl(trial_dir / "runs.jsonl"):
+            return True
+        pending = [j for j in sent if subprocess.run(
+            ["squeue", "-h", "-j", j, "-o", "%T"], capture_output=True,
+            text=True).stdout.strip() == "PENDING"]
+        if pending:
+            subprocess.run(["scancel", *pending], capture_output=True, check=False)
+        sent.append(subprocess.run(
+            ["sbatch", "--parsable", "-p", "high", "-w", node, "-n", "1",
+             "-c", str(idle_cpus(node) + 2), "-o", "/dev/null", "-J", "dethpc-preemptor",
+             "--wrap", "sleep 2"], capture_output=True, text=True,
+            check=True).stdout.strip().split(";")[0])
+        return None
+
+    harness.wait("the trial to be preempted", preempted, timeout=300, interval=6.0)
+    try:
+        done = harness.wait_done(exp, timeout=600)
+        reference = harness.wait_done(ref_exp, timeout=600)
+    finally:
+        slurm_cluster.cancel(*sent)
+    runs = read_jsonl(trial_dir / "runs.jsonl")
+    by_run: dict[int, list[dict[str, Any]]] = {}
+    for r in runs:
+        by_run.setdefault(r["run"], []).append(r)
+    print(f"2x2 {mode}: {done.state}; runs " + "; ".join(
+        f"run {k}: {[(r['batches_done'], r['preempted']) for r in v]}"
+        for k, v in sorted(by_run.items())))
+    assert done.state == "COMPLETED" and reference.state == "COMPLETED", harness.events(exp)
+    trial = harness.trial(exp)
+    assert trial.restarts == 0 and trial.steps_completed == BATCHES, trial
+    first = by_run[0]
+    assert len(first) == 4 and all(r["preempted"] for r in first), first   # every rank
+    assert len({r["batches_done"] for r in first}) == 1, first             # at one step
+    assert len(by_run) >= 2 and not any(r["preempted"] for r in by_run[max(by_run)])
+    assert_bit_identical(trial_dir / "final_weights.pt",
+                         harness.trial_dir(ref_exp) / "final_weights.pt")
