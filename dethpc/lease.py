@@ -12,7 +12,9 @@ right to act (poll, submit, cancel) is a row of ``DaemonLease`` per owner, held 
 * The holder renews it every tick, and before acting when less than ``margin`` is left;
   a renewal that finds another holder means the lease was taken over (this daemon
   stalled past its deadline): it must stop at once, before any sbatch.
-* A clean stop releases it; a holder that died is taken over after its deadline.
+* A clean stop releases it; a holder that died is taken over after its deadline, or at
+  once when it ran on this host and its process is gone (a daemon SIGKILLed and
+  restarted on one login node does not wait).
 
 Owns: ``Lease`` (acquire, renew, release, who holds it) and the rule above.
 Must not: tick, submit, or decide how long a daemon waits for a lease (the caller does).
@@ -61,6 +63,21 @@ def me() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+def _dead_here(holder: str) -> bool:
+    """The holder ran on this host and its process no longer exists."""
+    host, _, rest = holder.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False   # alive, another user's
+    return False
+
+
 class Lease:
     def __init__(self, store: Store, owner: str, *, ttl_s: float = DEFAULT_TTL_S,
                  holder: str | None = None, clock: Callable[[], float] = time.time) -> None:
@@ -81,7 +98,19 @@ class Lease:
             if res.rowcount == 1:
                 self.expires_at = until
                 return True
-            if s.get(DaemonLease, self.owner) is not None:
+            row = s.get(DaemonLease, self.owner)
+            if row is not None:
+                if not _dead_here(row.holder):
+                    return False
+                # its holder ran on this host and is gone (a daemon SIGKILLed and
+                # restarted here): no need to wait for the deadline
+                res = s.exec(update(DaemonLease)  # type: ignore[call-overload]
+                             .where(col(DaemonLease.owner) == self.owner)
+                             .where(col(DaemonLease.holder) == row.holder)
+                             .values(holder=self.holder, expires_at=until, acquired_at=now))
+                if res.rowcount == 1:
+                    self.expires_at = until
+                    return True
                 return False
         try:
             with self.store.session() as s:

@@ -102,3 +102,19 @@ def test_a_daemon_that_lost_its_lease_stops_before_acting(store: Store, tmp_path
     with pytest.raises(LeaseLost, match="lost its lease to login2"):
         d.tick()
     assert d.run(max_ticks=5) == 0            # the loop stops at once
+
+
+def test_a_dead_holder_on_this_host_is_taken_over_at_once(store: Store) -> None:
+    """A daemon SIGKILLed and restarted on one login node does not wait for the deadline;
+    a live holder here, or any holder elsewhere, is waited for."""
+    import os
+    import socket
+
+    host, no_such_pid = socket.gethostname(), 4194304   # above Linux's largest pid_max
+    clock = Clock()
+    assert Lease(store, "alice", holder=f"{host}:{no_such_pid}:z", clock=clock).acquire()
+    assert lease(store, clock, host).acquire()                            # at once
+    assert Lease(store, "bob", holder=f"{host}:{os.getpid()}:q", clock=clock).acquire()
+    assert not Lease(store, "bob", holder=f"{host}:{no_such_pid}:y", clock=clock).acquire()
+    assert Lease(store, "carol", holder=f"elsewhere:{no_such_pid}:z", clock=clock).acquire()
+    assert not Lease(store, "carol", holder=f"{host}:1:w", clock=clock).acquire()  # not here
