@@ -33,7 +33,14 @@ from dethpc.adoption import Adopter
 from dethpc.backends.base import Backend, JobInfo, JobRequest, JobState
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
 from dethpc.errors import DethpcError, SubmitError, SubmitLimitError
-from dethpc.imagepull import Puller, PullState, images_of, pull_job, pull_job_script
+from dethpc.imagepull import (
+    Puller,
+    PullJob,
+    PullState,
+    images_of,
+    pull_job,
+    pull_job_script,
+)
 from dethpc.jobscript import batch_comment, batch_name, checkpoint_dir, instance_tag
 from dethpc.kindjobs import TrialJob, jobs_for
 from dethpc.lease import Lease
@@ -85,6 +92,14 @@ def fault_point(name: str) -> None:
     if os.environ.get("DETHPC_FAULT_POINT") == name:
         log.warning("fault injection: SIGKILL at %s", name)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def pull_failed(pj: PullJob, image: str, job_id: str, info: JobInfo) -> str:
+    """A pre-pull job that ended without the image: forget it (a later experiment tries
+    again) and say why, with the runtime's last words."""
+    pj.record.unlink(missing_ok=True)
+    return (f"the image {image!r} could not be pulled (job {job_id} ended "
+            f"{info.raw_state or info.state.value}): {pj.tail()}")
 
 
 class LeaseLost(DethpcError):
@@ -564,10 +579,7 @@ class Daemon:
             if info is not None and info.state.is_terminal:
                 if info.state == JobState.COMPLETED and image_path(settings, image).is_file():
                     continue
-                pj.record.unlink(missing_ok=True)   # a later experiment tries again
-                self.fail_unstarted(exp_id, f"the image {image!r} could not be pulled (job "
-                                            f"{job_id} ended {info.raw_state or info.state.value}"
-                                            f"): {pj.tail()}")
+                self.fail_unstarted(exp_id, pull_failed(pj, image, job_id, info))
                 return False
             deps.append(job_id)
             self.pull_watch.setdefault(job_id, (image, set()))[1].add(exp_id)
@@ -593,11 +605,9 @@ class Daemon:
             pj = pull_job(Path(self.cluster.runs_root), settings, image)
             if info.state == JobState.COMPLETED and pj.job_id() == job_id:
                 continue
-            pj.record.unlink(missing_ok=True)   # a later experiment tries again
+            message = pull_failed(pj, image, job_id, info)
             for exp_id in sorted(exp_ids):
-                self.fail_experiment(exp_id, f"the image {image!r} could not be pulled (job "
-                                             f"{job_id} ended {info.raw_state or info.state.value}"
-                                             f"): {pj.tail()}")
+                self.fail_experiment(exp_id, message)
 
     def warn_once(self, exp_id: int, message: str) -> None:
         """An event on the experiment, unless its latest event says the same already."""

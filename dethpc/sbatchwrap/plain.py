@@ -309,8 +309,9 @@ def record(store: Store, cluster: ClusterConfig, job: PlainJob, *, token: str,
     from dethpc.experiments import claim_run_dir
 
     runs_root = Path(cluster.runs_root).expanduser()
+    config = config_yaml(job)
     with store.session() as s:
-        exp = Experiment(name=job.name, config_yaml=config_yaml(job), run_dir="",
+        exp = Experiment(name=job.name, config_yaml=config, run_dir="",
                          owner=owner, backend=cluster.backend, kind=ExperimentKind.SBATCH,
                          description=f"dethpc sbatch {job.source.name}")
         s.add(exp)
@@ -337,7 +338,7 @@ def record(store: Store, cluster: ClusterConfig, job: PlainJob, *, token: str,
     try:
         make_run_dir(paths.root, cluster.runs_mode)
         paths.ensure()
-        paths.config.write_text(config_yaml(job))
+        paths.config.write_text(config)
         paths.context.mkdir(parents=True, exist_ok=True)
         paths.script.write_text(job.source.text, encoding="utf-8", errors="surrogateescape")
         paths.script.chmod(0o700)
