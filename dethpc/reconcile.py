@@ -3,7 +3,8 @@
 Owns: recording the polled job states, ingesting the trial files (metrics,
 checkpoints, exit records), deciding what a job's end means for its trial
 (complete, stop, pause, requeue for free, restart counted against
-``max_restarts``, error), feeding the searcher, applying its actions, enacting
+``max_restarts``, error), feeding the searcher (each call recorded as an event:
+``dethpc.searchers.replay``), applying its actions, enacting
 pause/cancel/kill, completing the experiment and checkpoint GC.
 Must not: call a backend or delete files. It returns the refs to cancel and the
 checkpoint directories to delete; the daemon cancels in one call with every
@@ -40,6 +41,7 @@ from dethpc.job_end import (
 )
 from dethpc.jobscript import checkpoint_dir
 from dethpc.paths import ExperimentPaths, TrialPaths
+from dethpc.searchers import replay
 from dethpc.searchers.base import Continue, Create, Searcher, Shutdown, Stop
 from dethpc.searchers.factory import make_searcher
 from dethpc.store.models import (
@@ -134,7 +136,7 @@ class ExperimentReconciler:
         state = self.exp.state
         if not self.ss.initialized and state == ExperimentState.ACTIVE:
             self.ss.initialized = True
-            self.apply(self.searcher.initial())
+            self.feed(replay.initial())
         for job in self.jobs:
             self.observe_job(job)
         for trial in list(self.trials.values()):
@@ -145,7 +147,7 @@ class ExperimentReconciler:
                 self.carry_out(job, self.judge(job))
         concurrency = self.cfg.searcher.max_concurrent_trials
         if state == ExperimentState.ACTIVE and self.last_concurrency not in (None, concurrency):
-            self.apply(self.searcher.top_up())  # set-concurrency changed the limit
+            self.feed(replay.top_up())  # set-concurrency changed the limit
         self.enact_experiment_state()
         self.stop_overdue()
         self.finish_if_done()
@@ -263,7 +265,7 @@ class ExperimentReconciler:
         self.s.add(trial)
         self.out.changed = True
         if not trial.state.is_terminal:
-            self.apply(self.searcher.on_validation(trial.request_id, value, steps))
+            self.feed(replay.validation(trial.request_id, value, steps), trial)
 
     def on_checkpoint(self, trial: Trial, steps: int, rec: dict[str, Any]) -> None:
         assert trial.id is not None
@@ -371,7 +373,7 @@ class ExperimentReconciler:
             waiting = trial.target_length < self.full_length()
             self.set_state(trial, TrialState.WAITING if waiting else TrialState.COMPLETED,
                            reason)
-            self.apply(self.searcher.on_exited(trial.request_id, "completed"))
+            self.feed(replay.exited(trial.request_id, "completed"), trial)
         elif d.verdict == Verdict.STOPPED:
             self.trial_stopped(trial)
         elif d.verdict == Verdict.KILLED:
@@ -404,19 +406,26 @@ class ExperimentReconciler:
         cancel = why == StopReason.CANCEL
         self.set_state(trial, TrialState.CANCELED if cancel else TrialState.STOPPED,
                        "canceled" if cancel else "stopped by the searcher")
-        self.apply(self.searcher.on_exited(trial.request_id, "stopped"))
+        self.feed(replay.exited(trial.request_id, "stopped"), trial)
 
     def fail(self, trial: Trial, message: str) -> None:
         trial.needs_job = False
         self.set_state(trial, TrialState.ERROR, message)
         self.event("error", message, trial)
-        self.apply(self.searcher.on_exited(trial.request_id, "errored"))
+        self.feed(replay.exited(trial.request_id, "errored"), trial)
 
     def full_length(self) -> int:
         ml = self.cfg.searcher.max_length
         return ml.value if ml is not None else 0
 
     # ------------------------------------------------------------------ actions
+    def feed(self, call: replay.SearcherCall, trial: Trial | None = None) -> None:
+        """Make one searcher call and apply its actions; the call is recorded as an
+        event in this transaction, so replaying the events into a fresh searcher gives
+        the same decisions (``dethpc.searchers.replay``)."""
+        self.event(replay.EVENT_KIND, replay.format_call(call), trial)
+        self.apply(replay.invoke(self.searcher, call))
+
     def apply(self, actions: list[Any]) -> None:
         for action in actions:
             if isinstance(action, Create):

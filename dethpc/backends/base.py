@@ -99,7 +99,9 @@ class Backend(Protocol):
         ...
 
     def poll(self, refs: Sequence[str]) -> dict[str, JobInfo]:
-        """One batched query for all refs. A ref the backend has no record of is UNKNOWN."""
+        """One batched query for all refs. A ref the backend has no record of is UNKNOWN;
+        one it cannot tell about this time (Slurm's accounting down or behind) is left
+        out of the answer: no news, never a verdict."""
         ...
 
     def find(self, names: Sequence[str]) -> list[JobInfo]:

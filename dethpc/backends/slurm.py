@@ -3,7 +3,8 @@
 Owns: ``SlurmBackend`` — which Slurm command each ``Backend`` operation runs,
 with what arguments, and how its errors are read. Every operation is O(1)
 commands whatever the number of refs: ``submit`` one ``sbatch``, ``poll`` one
-``squeue`` plus at most one ``sacct``, ``cancel`` one ``scancel``, ``requeue``
+``squeue`` plus at most one ``sacct`` (and one ``sdiag`` when sacct lacks a job
+that left the queue), ``cancel`` one ``scancel``, ``requeue``
 one ``scontrol requeue``; cluster facts (``scontrol show config``, ``sinfo``,
 QoS list, the user's per-user limits: two ``sacctmgr``) are fetched once per
 instance and cached. With a ``user``, the poll's one squeue lists all of that
@@ -183,9 +184,10 @@ class SlurmBackend:
     # ----------------------------------------------------------------- poll
     def poll(self, refs: Sequence[str]) -> dict[str, JobInfo]:
         """One squeue (``--states=all``: also jobs that ended within MinJobAge, with
-        their exit code), then one sacct for the refs squeue no longer knows. With a
-        user, the squeue lists all of that user's jobs, and runs even without refs
-        (it is what ``user_jobs`` counts)."""
+        their exit code), then one sacct for the refs squeue no longer knows (and one
+        sdiag when sacct lacks one of them: ``_ended``). With a user, the squeue lists
+        all of that user's jobs, and runs even without refs (it is what ``user_jobs``
+        counts). Refs accounting cannot tell about yet are left out (``settle``)."""
         if not refs and self.user is None:
             return {}
         seen = self._squeue(sp.unique_bases(refs))
@@ -195,9 +197,39 @@ class SlurmBackend:
             return {}
         live = {i.ref: i for i in seen}
         need = [r for r in refs if _pick(live, r) is None]
-        done = self._sacct(need) if need else {}
-        return {r: _pick(live, r) or _pick(done, r) or JobInfo(ref=r, state=JobState.UNKNOWN)
-                for r in refs}
+        done, complete = self._ended(need) if need else ({}, True)
+        return settle(refs, live, done, complete)
+
+    def _ended(self, refs: list[str]) -> tuple[dict[str, JobInfo], bool]:
+        """sacct's records of ``refs`` (jobs squeue no longer lists), and whether a ref
+        missing from them is truly unknown. Not when sacct fails (slurmdbd down) or
+        slurmctld still holds accounting records slurmdbd has not taken (``sdiag``'s
+        DBD agent queue, asked only when a ref is missing): then ``sacct`` cannot tell
+        yet, and a job that ended while the daemon was away must not read as lost."""
+        try:
+            done = self._sacct(refs)
+        except CommandError as exc:
+            log.warning("sacct failed (%s): %d job(s) that left the queue wait for "
+                        "accounting", (exc.stderr.strip().splitlines() or [str(exc)])[-1],
+                        len(refs))
+            return {}, False
+        if self._accounting is False or all(_pick(done, r) is not None for r in refs):
+            return done, True
+        backlog = self._dbd_backlog()
+        if backlog:
+            log.info("slurmctld holds %d accounting record(s) slurmdbd has not taken: jobs "
+                     "missing from sacct wait", backlog)
+        return done, not backlog
+
+    def _dbd_backlog(self) -> int:
+        """Accounting records slurmctld has queued for slurmdbd (one ``sdiag``); 0 when
+        sdiag does not say (then sacct's silence about a job is believed)."""
+        res = self.runner.run(["sdiag"], check=False)
+        backlog = sp.parse_dbd_backlog(res.stdout) if res.returncode == 0 else None
+        if backlog is None:
+            log.warning("sdiag did not report the DBD agent queue (exit %s): a job missing "
+                        "from sacct reads as unknown", res.returncode)
+        return backlog or 0
 
     def _squeue(self, bases: list[str]) -> list[JobInfo]:
         query = self._query()
@@ -263,6 +295,15 @@ class SlurmBackend:
             if self._sacct_ok(res):
                 for info in sp.parse_sacct(res.stdout):
                     found.setdefault(info.ref, info)
+                names_seen = {i.name for i in found.values()}
+                if set(names) - names_seen and self._dbd_backlog():
+                    # a job that ended while slurmdbd was away is not in sacct yet:
+                    # "not found" would make the caller submit it a second time
+                    raise CommandError(
+                        argv, res.returncode, res.stdout,
+                        "slurmctld has not yet sent slurmdbd every accounting record "
+                        "(sdiag: DBD agent queue); looking again on the next tick",
+                        reason="cannot tell yet")
         return sorted(found.values(), key=lambda i: _ref_key(i.ref))
 
     # -------------------------------------------------------------- actions
@@ -295,6 +336,21 @@ class SlurmBackend:
 
 
 # ------------------------------------------------------------------ helpers
+def settle(refs: Sequence[str], live: dict[str, JobInfo], done: dict[str, JobInfo],
+           complete: bool) -> dict[str, JobInfo]:
+    """One poll's answer: each ref's squeue record, else its sacct record, else UNKNOWN
+    when ``complete`` (accounting answered and is caught up); a ref accounting cannot
+    tell about yet is left out: no news this poll, never a verdict."""
+    out: dict[str, JobInfo] = {}
+    for r in refs:
+        info = _pick(live, r) or _pick(done, r)
+        if info is None and complete:
+            info = JobInfo(ref=r, state=JobState.UNKNOWN)
+        if info is not None:
+            out[r] = info
+    return out
+
+
 def _pick(table: dict[str, JobInfo], ref: str) -> JobInfo | None:
     """``table[ref]`` (``table[ref+0]`` for a heterogeneous job); for an array task
     without its own record, the array's own record ("123"): tasks that never left the

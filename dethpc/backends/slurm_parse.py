@@ -4,8 +4,8 @@ Owns: job-id and array forms (``123``, ``123_4``, ``123_[2-4%25]``, ``123+0``),
 array index specs (``format_array``/``parse_array_spec``), the table from every
 Slurm job state (long names and squeue's abbreviations) to ``JobState``, the
 ``squeue``/``sacct``/``sinfo`` output formats dethpc asks for and their parsers,
-``ExitCode`` ("2:0"), ``scontrol show config`` and version strings, GRES GPU
-counts and Slurm time strings.
+``ExitCode`` ("2:0"), ``scontrol show config`` and version strings, the
+accounting backlog ``sdiag`` reports, GRES GPU counts and Slurm time strings.
 Must not: run commands, log, or touch files. Every function here is a pure
 function of its arguments, tested by tables in tests/unit/test_slurm_parse.py.
 """
@@ -320,6 +320,14 @@ def parse_version(text: str) -> tuple[int, int] | None:
     """"slurm 22.05.8" (``scontrol --version``) -> (22, 5); None when absent."""
     m = re.search(r"(\d+)\.(\d+)(?:\.\d+)?", text)
     return (int(m[1]), int(m[2])) if m else None
+
+
+def parse_dbd_backlog(sdiag: str) -> int | None:
+    """``DBD Agent queue size: 3`` in ``sdiag`` output -> 3: accounting records slurmctld
+    holds because slurmdbd is down or has not taken them yet (``sacct`` lacks them).
+    None when the line is absent."""
+    m = re.search(r"^\s*DBD Agent queue size:\s*(\d+)\s*$", sdiag, re.MULTILINE)
+    return int(m[1]) if m else None
 
 
 def parse_gres_gpus(gres: str) -> int:

@@ -24,7 +24,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -200,7 +200,8 @@ class DevCluster:
         self.layout.state_dir.mkdir(parents=True, exist_ok=True)
         with self._locked():
             with timings.step("check"):
-                if self.status().ready and not self._configs_stale():
+                if self.status().ready and not self._configs_stale() \
+                        and not self._ctld_on_other_config():
                     self._ensure_accounts(users)
                     self.say("dev cluster already up")
                     return timings
@@ -422,6 +423,10 @@ class DevCluster:
         lay = self.layout
         if restart:
             self._stop_slurm()
+        elif self._ctld_on_other_config():  # left by a fault test (devcluster.faults)
+            ctld = procs.running_pid(lay.pid_file("slurmctld"), "slurmctld")
+            if ctld:
+                procs.stop(ctld, "slurmctld", timeout=20)
         if not procs.running_pid(lay.pid_file("slurmctld"), "slurmctld"):
             self.daemon_runner.run(["slurmctld"])
         self._wait("slurmctld to answer `scontrol ping`", self.controller_up, 60,
@@ -430,6 +435,11 @@ class DevCluster:
             if not procs.running_pid(lay.pid_file("slurmd", node.name), "slurmd"):
                 self._started_slurmd[node.name] = time.time()
                 self.daemon_runner.run(["slurmd", "-N", node.name])
+
+    def _ctld_on_other_config(self) -> bool:
+        """slurmctld runs, started on a config file other than the site's (``-f``)."""
+        pid = procs.running_pid(self.layout.pid_file("slurmctld"), "slurmctld")
+        return pid is not None and procs.config_arg(pid) is not None
 
     def _registered_since(self) -> dict[str, float]:
         """``{node: SlurmdStartTime}`` as the controller knows it (epoch seconds)."""
@@ -576,6 +586,10 @@ class DevCluster:
         return [f"{name} (leftover)" for name in sorted(set(found.values()))]
 
     # ----------------------------------------------------------------- helpers
+    def locked(self) -> AbstractContextManager[None]:
+        """The dev cluster's lock: ``up``, ``down`` and ``devcluster.faults`` hold it."""
+        return self._locked()
+
     @contextmanager
     def _locked(self) -> Iterator[None]:
         with self.layout.lock_file.open("a") as fh:

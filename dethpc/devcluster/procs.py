@@ -48,6 +48,19 @@ def running_pid(path: Path, program: str) -> int | None:
     return pid if is_running(pid, program) else None
 
 
+def config_arg(pid: int) -> Path | None:
+    """The file a daemon was started with ``-f FILE`` on (``/proc/<pid>/cmdline``), or
+    None: it reads the default config (or the process is gone)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for flag, value in zip(argv, argv[1:], strict=False):
+        if flag == b"-f" and value:
+            return Path(value.decode(errors="replace"))
+    return None
+
+
 def wait_gone(pids: list[int], programs: dict[int, str], timeout: float) -> list[int]:
     """Wait until every pid has exited; return the ones still running at ``timeout``."""
     deadline = time.monotonic() + timeout
