@@ -6,6 +6,12 @@ fsync'd, ``metadata.json`` is written last, and the directory is renamed to
 ``checkpoints/<uuid>`` (an atomic rename on POSIX filesystems), then a
 ``checkpoint`` record is appended to metrics.jsonl. A directory without
 ``metadata.json`` or with a file that does not match its checksum is never loaded.
+Sharded checkpoints (``store_path(shard=True)``, Determined's): every rank gets the
+same temporary directory (rank 0 picks the uuid and broadcasts it) and writes its own
+files; the ranks then report ``ok`` or their error (an allgather), and only when
+every rank succeeded does rank 0 hash, write ``metadata.json`` and rename. A rank
+that raised makes every rank raise; a rank that died makes the collective fail; in
+both cases nothing is published and the previous checkpoint stays the latest.
 Must not: import torch or know what the files hold (the Trainer does), or delete
 complete checkpoints (garbage collection belongs to the daemon).
 """
@@ -72,6 +78,56 @@ def _payload_files(root: Path) -> list[Path]:
 
 
 @dataclass(frozen=True)
+class ShardReport:
+    """What one rank says after writing its part of a sharded checkpoint."""
+
+    rank: int
+    error: str | None
+    metadata: dict[str, Any]
+
+
+def merge_metadata(reports: list[ShardReport]) -> dict[str, Any]:
+    """The union of the ranks' metadata; ``CheckpointError`` when two ranks give one
+    key different values (Determined refuses conflicting metadata too)."""
+    merged: dict[str, Any] = {}
+    owner: dict[str, int] = {}
+    for report in reports:
+        for key, value in report.metadata.items():
+            if key in merged and merged[key] != value:
+                raise CheckpointError(
+                    f"sharded checkpoint metadata conflict: key {key!r} is {merged[key]!r} "
+                    f"on rank {owner[key]} and {value!r} on rank {report.rank}; give each "
+                    "key on one rank only, or the same value everywhere")
+            merged.setdefault(key, value)
+            owner.setdefault(key, report.rank)
+    return merged
+
+
+def shard_failures(reports: list[ShardReport]) -> str | None:
+    """One line naming every rank that failed to write its shard, or None."""
+    failed = [f"rank {r.rank}: {r.error}" for r in reports if r.error is not None]
+    return "; ".join(failed) if failed else None
+
+
+def upload_conflicts(per_rank: list[list[str]]) -> dict[str, list[int]]:
+    """Relative paths that more than one rank would upload, with those ranks."""
+    ranks: dict[str, list[int]] = {}
+    for rank, rels in enumerate(per_rank):
+        for rel in rels:
+            ranks.setdefault(rel, []).append(rank)
+    return {rel: rs for rel, rs in sorted(ranks.items()) if len(rs) > 1}
+
+
+def steps_of(metadata: Mapping[str, Any]) -> int:
+    """``metadata["steps_completed"]``; ``CheckpointError`` unless an int >= 0."""
+    steps = metadata.get("steps_completed")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise CheckpointError("checkpoint metadata must include steps_completed "
+                              f"(an int >= 0), got {steps!r}")
+    return steps
+
+
+@dataclass(frozen=True)
 class CheckpointInfo:
     """What ``metadata.json`` says about one complete checkpoint."""
 
@@ -133,21 +189,26 @@ class CheckpointContext:
         """Yield ``(path, uuid)`` to write a checkpoint into; publish it on success.
 
         ``metadata`` must hold ``steps_completed`` (int, in the searcher's unit;
-        Determined requires it too). Only rank 0 may call this (``shard=True``,
-        where every rank writes its part, is not supported). If the block raises,
-        the partial directory is removed and nothing is published.
+        Determined requires it too). Without ``shard`` only rank 0 may call this; if
+        the block raises, the partial directory is removed and nothing is published.
+        With ``shard=True`` every rank must call it (a collective): all get the same
+        directory, each writes its own files (distinct names), the ranks' metadata are
+        merged (``steps_completed`` given on at least one rank, no conflicting keys),
+        and the checkpoint is published only when every rank's block succeeded;
+        otherwise every rank raises and the previous checkpoint stays the latest.
         """
         if shard:
-            raise CheckpointError("store_path(shard=True) is not supported by dethpc: gather "
-                                  "the state on rank 0 and call store_path() there")
+            with self._store_sharded(metadata) as out:
+                yield out
+            return
         if self._dist.rank != 0:
             raise CheckpointError(f"store_path() called on rank {self._dist.rank}: only rank 0 "
-                                  "writes checkpoints; gather the state there first")
+                                  "writes checkpoints; gather the state there first, or call "
+                                  "store_path(shard=True) on every rank")
         metadata = {} if metadata is None else metadata
-        steps = metadata.get("steps_completed") if isinstance(metadata, Mapping) else None
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise CheckpointError("checkpoint metadata must include steps_completed "
-                                  f"(an int >= 0), got {steps!r}")
+        if not isinstance(metadata, Mapping):
+            raise CheckpointError(f"checkpoint metadata must be a dict, got {metadata!r}")
+        steps = steps_of(metadata)
         user_meta = sanitize(dict(metadata), "checkpoint metadata")
         uuid = str(uuidlib.uuid4())
         tmp = self.directory / f"{TMP_PREFIX}{uuid}"
@@ -160,6 +221,79 @@ class CheckpointContext:
             raise
         if self._train is not None:
             self._train.report_checkpoint(steps, uuid, user_meta)
+
+    def _open_shared_tmp(self) -> tuple[Path, str]:
+        """Rank 0 makes ``.tmp-<uuid>`` and broadcasts the uuid (or why it could not)."""
+        told: tuple[str | None, str | None] = (None, None)
+        if self._dist.rank == 0:
+            uuid = str(uuidlib.uuid4())
+            try:
+                (self.directory / f"{TMP_PREFIX}{uuid}").mkdir(parents=True)
+                told = (uuid, None)
+            except OSError as exc:
+                told = (None, f"rank 0 cannot create the checkpoint directory: {exc}")
+        uuid_or_none, error = self._dist.broadcast(told)
+        if uuid_or_none is None:
+            raise CheckpointError(error or "no checkpoint directory")
+        return self.directory / f"{TMP_PREFIX}{uuid_or_none}", uuid_or_none
+
+    @contextlib.contextmanager
+    def _store_sharded(self, metadata: Mapping[str, Any] | None
+                       ) -> Iterator[tuple[Path, str]]:
+        """``store_path(shard=True)``: three collectives on every rank, always in this
+        order (broadcast uuid, allgather reports, broadcast verdict), whether the
+        rank's block succeeded or raised, so that the ranks stay in step."""
+        bad = None if metadata is None or isinstance(metadata, Mapping) else \
+            f"checkpoint metadata must be a dict, got {metadata!r}"
+        own = dict(metadata) if isinstance(metadata, Mapping) else {}
+        tmp, uuid = self._open_shared_tmp()
+        rank = self._dist.rank
+        try:
+            yield tmp, uuid
+        except BaseException as exc:
+            try:
+                self._finish_sharded(tmp, uuid, ShardReport(rank, f"{type(exc).__name__}: "
+                                                                  f"{exc}", {}))
+            except DethpcError as other:
+                log.warning("sharded checkpoint %s not published: %s", uuid, other)
+            finally:
+                if rank == 0:
+                    shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self._finish_sharded(tmp, uuid, ShardReport(rank, bad, own))
+
+    def _finish_sharded(self, tmp: Path, uuid: str, mine: ShardReport) -> None:
+        """Gather the reports, let rank 0 publish or refuse, tell every rank."""
+        try:
+            reports = self._dist.allgather(mine)
+        except DethpcError:
+            if self._dist.rank == 0:  # a rank died: its shard is missing, publish nothing
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        verdict: tuple[str | None, int, dict[str, Any]] = (None, 0, {})
+        if self._dist.rank == 0:
+            verdict = self._decide_sharded(tmp, uuid, reports)
+        error, steps, user_meta = self._dist.broadcast(verdict)
+        if error is not None:
+            raise CheckpointError(f"sharded checkpoint {uuid} was not published: {error}")
+        if self._train is not None:
+            self._train.report_checkpoint(steps, uuid, user_meta)
+
+    def _decide_sharded(self, tmp: Path, uuid: str, reports: list[ShardReport]
+                        ) -> tuple[str | None, int, dict[str, Any]]:
+        """Rank 0: publish when every rank succeeded and the metadata agree."""
+        try:
+            failed = shard_failures(reports)
+            if failed is not None:
+                raise CheckpointError(failed)
+            merged = merge_metadata(reports)
+            steps = steps_of(merged)
+            user_meta = sanitize(merged, "checkpoint metadata")
+            self._publish(tmp, uuid, steps, user_meta)
+        except (DethpcError, OSError) as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            return str(exc), 0, {}
+        return None, steps, user_meta
 
     def _publish(self, tmp: Path, uuid: str, steps: int, user_meta: dict[str, Any]) -> None:
         if (tmp / METADATA_FILE).exists():
@@ -200,20 +334,39 @@ class CheckpointContext:
                selector: Callable[[str], bool] | None = None) -> str:
         """Copy ``ckpt_dir`` into a new checkpoint; its uuid (Determined's ``upload``).
 
-        ``selector(relpath)`` chooses the files to copy. Rank 0 only, like ``store_path``.
+        ``selector(relpath)`` chooses the files to copy. Rank 0 only, like
+        ``store_path``; with ``shard=True`` every rank calls it with its own directory
+        (or ``None``: nothing from this rank) and a path that two ranks would both
+        upload is refused on every rank before anything is written.
         """
-        if ckpt_dir is None:
+        if ckpt_dir is None and not shard:
             raise CheckpointError("upload(ckpt_dir=None) would store nothing; give a directory")
-        src = Path(ckpt_dir)
-        if not src.is_dir():
-            raise CheckpointError(f"upload(): {src} is not a directory")
+        src = None if ckpt_dir is None else Path(ckpt_dir)
+        if src is not None and not src.is_dir():
+            # a collective follows with shard=True: report it there, not by leaving early
+            if not shard:
+                raise CheckpointError(f"upload(): {src} is not a directory")
+        rels = [] if src is None or not src.is_dir() else [
+            rel for rel in (f.relative_to(src).as_posix() for f in _payload_files(src))
+            if rel != METADATA_FILE and (selector is None or selector(rel))]
+        if shard:
+            problem = None if src is None or src.is_dir() else f"{src} is not a directory"
+            gathered = self._dist.allgather((problem, rels))
+            problems = [f"rank {r}: {p}" for r, (p, _) in enumerate(gathered) if p]
+            if problems:
+                raise CheckpointError(f"upload(shard=True): {'; '.join(problems)}")
+            conflicts = upload_conflicts([names for _, names in gathered])
+            if conflicts:
+                rel, ranks = next(iter(conflicts.items()))
+                raise CheckpointError(
+                    f"upload(shard=True): {len(conflicts)} file(s) would be uploaded by more "
+                    f"than one rank, e.g. {rel!r} by ranks {ranks}; each rank must upload "
+                    "distinct files (use selector=)")
         with self.store_path(metadata, shard=shard) as (path, uuid):
-            for file in _payload_files(src):
-                rel = file.relative_to(src).as_posix()
-                if rel == METADATA_FILE or (selector is not None and not selector(rel)):
-                    continue
+            for rel in rels:
+                assert src is not None
                 (path / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(file, path / rel)
+                shutil.copy2(src / rel, path / rel)
         return uuid
 
     def download(self, storage_id: str, ckpt_dir: str | os.PathLike[str],

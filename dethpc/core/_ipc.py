@@ -12,7 +12,9 @@ concurrently (every call is a synchronous round through the chief, in order).
 
 Wire format: each message is an 8-byte big-endian length followed by a pickle.
 A worker's first message is its rank. A peer that dies closes its socket; the
-others then get a ``DethpcError`` instead of waiting forever.
+others then get a ``DethpcError`` instead of waiting forever, and a collective that
+failed breaks the star for good: the chief closes every connection, so the surviving
+workers fail too instead of taking a later message for the one they wait for.
 """
 
 from __future__ import annotations
@@ -139,15 +141,30 @@ class StarChief:
         finally:
             server.close()
 
+    def _peer(self, rank: int) -> socket.socket:
+        conn = self._peers.get(rank)
+        if conn is None:
+            raise CollectiveError("the distributed context is closed or broken (an earlier "
+                                  "collective failed: a rank exited or crashed)")
+        return conn
+
     def allgather(self, obj: Any) -> list[Any]:
-        out = [obj] + [_recv(self._peers[r], f"rank {r}") for r in range(1, self.size)]
-        for r in range(1, self.size):
-            _send(self._peers[r], out, f"rank {r}")
+        try:
+            out = [obj] + [_recv(self._peer(r), f"rank {r}") for r in range(1, self.size)]
+            for r in range(1, self.size):
+                _send(self._peer(r), out, f"rank {r}")
+        except CollectiveError:
+            self.close()  # the survivors must fail too, not read a later message as this one
+            raise
         return out
 
     def broadcast(self, obj: Any) -> Any:
-        for r in range(1, self.size):
-            _send(self._peers[r], obj, f"rank {r}")
+        try:
+            for r in range(1, self.size):
+                _send(self._peer(r), obj, f"rank {r}")
+        except CollectiveError:
+            self.close()
+            raise
         return obj
 
     def close(self) -> None:
@@ -185,11 +202,19 @@ class StarWorker:
         return self._sock
 
     def allgather(self, obj: Any) -> list[Any]:
-        _send(self._conn(), obj, "rank 0")
-        return list(_recv(self._conn(), "rank 0"))
+        try:
+            _send(self._conn(), obj, "rank 0")
+            return list(_recv(self._conn(), "rank 0"))
+        except CollectiveError:
+            self.close()
+            raise
 
     def broadcast(self, obj: Any) -> Any:
-        return _recv(self._conn(), "rank 0")
+        try:
+            return _recv(self._conn(), "rank 0")
+        except CollectiveError:
+            self.close()
+            raise
 
     def close(self) -> None:
         if self._sock is not None:

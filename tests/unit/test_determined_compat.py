@@ -106,8 +106,9 @@ def test_checkpoint_metadata_upload_download(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "dst").rglob("*") if p.is_file()) == ["b.txt"]
     with ckpt.restore_path(uuid, core.DownloadMode.NoSharedDownload) as path:
         assert (path / "sub" / "b.txt").read_text() == "b"
+    rank1 = CheckpointContext(tmp_path / "ck", DistributedContext(rank=1, size=2))
     with pytest.raises(DethpcError, match="shard=True"), \
-            ckpt.store_path({"steps_completed": 1}, shard=True):
+            rank1.store_path({"steps_completed": 1}):
         pass
     with pytest.raises(DethpcError, match="steps_completed"), ckpt.store_path():
         pass
