@@ -32,7 +32,7 @@ from sqlmodel import Session, col, select
 from dethpc.adoption import Adopter
 from dethpc.backends.base import Backend, JobInfo, JobRequest, JobState
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
-from dethpc.errors import DethpcError, SubmitError, SubmitLimitError
+from dethpc.errors import CommandError, DethpcError, SubmitError, SubmitLimitError
 from dethpc.imagepull import (
     Puller,
     PullJob,
@@ -55,6 +55,7 @@ from dethpc.limits import (
 from dethpc.paths import ExperimentPaths
 from dethpc.reconcile import ExperimentReconciler, load_config
 from dethpc.render import make_env, parse_slurm_time
+from dethpc.runner import is_transient
 from dethpc.store import Store
 from dethpc.store.models import (
     Batch,
@@ -92,6 +93,12 @@ def fault_point(name: str) -> None:
     if os.environ.get("DETHPC_FAULT_POINT") == name:
         log.warning("fault injection: SIGKILL at %s", name)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def slurm_unreachable(exc: DethpcError) -> bool:
+    """A command failed because the controller did not answer (restarting, overloaded):
+    what it was asked may or may not have happened, and asking again later is right."""
+    return isinstance(exc, CommandError) and is_transient(exc.stderr)
 
 
 def pull_failed(pj: PullJob, image: str, job_id: str, info: JobInfo) -> str:
@@ -192,7 +199,14 @@ class Daemon:
                 stats.submitted += self.submit_experiment(exp_id)
             except DethpcError as exc:
                 stats.errors.append(f"experiment {exp_id}: {exc}")
-                self.fail_experiment(exp_id, f"submission failed: {exc}")
+                if slurm_unreachable(exc):
+                    # slurmctld restarting: the batch recorded before sbatch stays
+                    # SUBMITTING, and the next tick's ``adopt`` finds it by name or
+                    # submits it again; nothing is failed for a moment's silence
+                    self.warn_once(exp_id, f"Slurm did not answer; the trials wait for the "
+                                           f"next tick ({exc})")
+                else:
+                    self.fail_experiment(exp_id, f"submission failed: {exc}")
             except OSError as exc:
                 # a full or unwritable runs_root: the batch recorded before the write is
                 # retried (``adopt``) once there is room; the daemon goes on and says why
