@@ -1,0 +1,57 @@
+"""Several faults in one ASHA experiment on the dev cluster (issue 15 item 1, short form).
+
+One ``adaptive_asha`` experiment of 12 toy trials, driven by a real ``dethpc daemon
+run``, suffers a seeded schedule of faults, each at a random moment once the
+experiment has made some progress: 3 daemon SIGKILLs (plus the restarts), a slurmctld
+restart, and a slurmdbd outage. The outage is the hard one: the daemon is SIGKILLed,
+slurmdbd is stopped, one of the experiment's running jobs ends and **leaves squeue**
+(for real: the slurmctld restart put slurmctld on a copy of slurm.conf with
+``MinJobAge=3``, so a finished job is purged about ten seconds after it ends instead of
+five minutes; the end of the test restarts slurmctld on the site's own slurm.conf,
+mid-experiment: a second restart). The daemon comes back while slurmdbd is still
+down: squeue no longer lists the job, sacct fails, and the daemon must decide nothing
+about it (no "lost" verdict, no resubmit). slurmdbd comes back; sacct answers empty
+for a few seconds until slurmctld has sent its queued records (the daemon waits on
+``sdiag``'s DBD agent queue), then the daemon ingests the job.
+
+Afterwards: the experiment COMPLETED; for every trial and job, sacct (``-D``: every
+run), dethpc's job rows and the exit records agree one to one (each job ran exactly
+once, none lost, none that dethpc does not know); the trial count is what the searcher
+created; and replaying the recorded searcher calls into a fresh searcher built
+through the registry gives the same create/stop decisions and the same final state the
+store holds, while the validations fed match the metric rows one to one.
+
+Wall time: about 2-3 minutes on the loaded 2-core dev machine (printed). The slurmdbd
+outage lasts about 20-40 s and holds the dev cluster's lock (a concurrent ``up``
+waits); slurmctld and slurmdbd are restored in a ``finally``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from tests.slurm.fixtures.multifault import MultiFaultRun, schedule
+
+SEED = 15
+TRIALS = 12
+
+
+def test_asha_survives_daemon_kills_a_slurmctld_restart_and_a_slurmdbd_outage(
+        tmp_path, slurm_cluster) -> None:
+    t0 = time.monotonic()
+    run = MultiFaultRun(tmp_path, trials=TRIALS, step_time=0.3, seed=SEED, say=print)
+    steps = schedule(SEED, trials=TRIALS, kills=3, ctld=1, dbd=1)
+    print("schedule:", steps)
+    run.run(steps, timeout=420)
+    f = run.check()
+    print(json.dumps(f.as_json(), indent=1))
+    print(f"multifault wall time: {time.monotonic() - t0:.1f} s")
+    assert f.mismatches == [], f.mismatches
+    assert f.state == "COMPLETED"
+    assert f.kills >= 3 and f.ctld_restarts >= 2 and f.dbd_outages == 1, f
+    assert f.gone_while_down, "no job left squeue while the daemon and slurmdbd were down"
+    assert f.sacct_failures >= 2, "the daemon never had to ask a failing sacct"
+    assert f.probe_unknown == 0, "a poll called a job UNKNOWN while accounting was behind"
+    assert f.trials == f.created == TRIALS
+    assert f.decisions.get("Stop", 0) >= 1, f.decisions   # ASHA did stop losers
