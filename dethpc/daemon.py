@@ -26,8 +26,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 from sqlmodel import Session, col, select
+from sqlmodel.sql.expression import SelectOfScalar
 
 from dethpc.adoption import Adopter
 from dethpc.backends.base import Backend, JobInfo, JobRequest, JobState
@@ -71,6 +73,7 @@ from dethpc.store.models import (
 )
 
 log = logging.getLogger(__name__)
+_Q = TypeVar("_Q", bound=SelectOfScalar[Any])
 OPEN_STATES = [s for s in ExperimentState if not s.is_terminal]
 
 
@@ -122,8 +125,12 @@ class LeaseLost(DethpcError):
 
 class Daemon:
     def __init__(self, store: Store, cluster: ClusterConfig, backend: Backend,
-                 *, clock: Callable[[], float] = time.time, lease: Lease | None = None) -> None:
+                 *, clock: Callable[[], float] = time.time, lease: Lease | None = None,
+                 owner: str | None = None) -> None:
         self.store, self.cluster, self.backend, self.clock = store, cluster, backend, clock
+        #: on a database several users share: act on this user's experiments only (an
+        #: admin's role sees everyone's rows); None: every experiment the store shows
+        self.owner = owner
         #: the right to act across login nodes (``dethpc.lease``); None: the caller's
         #: own lock decides (tests, ``dethpc daemon tick`` under cron)
         self.lease = lease
@@ -153,6 +160,16 @@ class Daemon:
         self.pull_watch: dict[str, tuple[str, set[int]]] = {}
 
     # ------------------------------------------------------------------ tick
+    def mine(self, query: _Q, experiment_id: Any = None) -> _Q:
+        """``query`` limited to this daemon's owner's experiments (``experiment_id``: the
+        column that names the experiment; None: ``query`` selects experiments)."""
+        if self.owner is None:
+            return query
+        if experiment_id is None:
+            return query.where(Experiment.owner == self.owner)
+        return query.where(col(experiment_id).in_(
+            select(Experiment.id).where(Experiment.owner == self.owner)))
+
     def holds(self) -> None:
         """Raise ``LeaseLost`` unless this daemon still holds its lease (renewed when
         little of it is left): checked before every poll, sbatch and scancel phase."""
@@ -164,8 +181,8 @@ class Daemon:
         stats = TickStats()
         stats.changed = self.adopter.scan() > 0   # one listdir of <spool>/detached
         with self.store.session() as s:
-            exp_ids = [e.id for e in s.exec(select(Experiment).where(
-                Experiment.state.in_(OPEN_STATES)))  # type: ignore[attr-defined]
+            exp_ids = [e.id for e in s.exec(self.mine(select(Experiment).where(
+                Experiment.state.in_(OPEN_STATES))))  # type: ignore[attr-defined]
                 if e.id is not None]
         stats.experiments = len(exp_ids)
         if not exp_ids:
@@ -239,7 +256,8 @@ class Daemon:
 
     def poll(self, stats: TickStats) -> dict[str, JobInfo]:
         with self.store.session() as s:
-            refs = [j.ref for j in s.exec(select(Job).where(Job.live == True))  # noqa: E712
+            refs = [j.ref for j in s.exec(self.mine(select(Job).where(
+                Job.live == True), Job.experiment_id))  # noqa: E712
                     if j.ref]
         stats.polled = len(refs)
         # even without refs: a backend that lists the user's jobs (to count them
@@ -250,7 +268,8 @@ class Daemon:
         """Batches recorded but never confirmed: the daemon died around sbatch.
         A job found under the batch's name is adopted; otherwise the batch is retried."""
         with self.store.session() as s:
-            pending = list(s.exec(select(Batch).where(Batch.state == BatchState.SUBMITTING)))
+            pending = list(s.exec(self.mine(select(Batch).where(
+                Batch.state == BatchState.SUBMITTING), Batch.experiment_id)))
             if not pending:
                 return
             theirs = self.unconfirmed_of_submitters(s, pending)
@@ -422,7 +441,8 @@ class Daemon:
             b.state = BatchState.FAILED
             s.add(b)
             live = (counted_live(self.queue) if self.queue is not None else
-                    len(list(s.exec(select(Job.id).where(Job.live == True)))))  # noqa: E712
+                    len(list(s.exec(self.mine(select(Job.id).where(
+                        Job.live == True), Job.experiment_id)))))  # noqa: E712
         if refusal_is_final(exc.word, live, size):
             raise SubmitError(f"{exc} (and none of the user's jobs is queued or running, "
                               "so waiting would not help)")

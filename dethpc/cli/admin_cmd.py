@@ -1,15 +1,17 @@
 """``dethpc admin ...``: tools for the admins who configure dethpc on a cluster.
 
-Owns: the ``admin_app`` typer sub-app (``check``): gather the live facts, run the
+Owns: the ``admin_app`` typer sub-app: ``check`` (gather the live facts, run the
 checks (and the probes), print one finding per problem with its fix (or JSON),
-exit 0 when there is no error (warnings alone are 0), 1 with errors.
-Must not: judge anything itself (``dethpc.admin`` does).
+exit 0 when there is no error (warnings alone are 0), 1 with errors) and ``db`` (a
+shared PostgreSQL database: ``add-user``, ``upgrade``, ``whoami``).
+Must not: judge anything itself (``dethpc.admin`` does), or print a password.
 """
 
 from __future__ import annotations
 
 import getpass
 from collections import Counter
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -22,7 +24,8 @@ from dethpc.cli.common import ENV, print_json
 from dethpc.errors import ConfigError, DethpcError, FieldError
 from dethpc.runner import CommandRunner
 
-admin_app = typer.Typer(help="Check the cluster config against the live Slurm cluster.",
+admin_app = typer.Typer(help="Check the cluster config against the live Slurm cluster; "
+                        "set up a shared database's users.",
                         no_args_is_help=True)
 _out = Console(soft_wrap=True, highlight=False)
 
@@ -88,3 +91,63 @@ def _print(findings: list[Finding], verbose: bool, title: str) -> None:
         _out.print(f"[green]ok[/]      every check passed for pool(s): {escape(', '.join(clean))}")
     _out.print(f"{counts[Severity.ERROR]} error(s), {counts[Severity.WARNING]} warning(s), "
                f"{counts[Severity.OK]} check(s) ok")
+
+
+db_app = typer.Typer(help="A PostgreSQL database that the site's users share: their roles "
+                     "and its schema (docs/admin.md).", no_args_is_help=True)
+admin_app.add_typer(db_app, name="db")
+
+
+@db_app.command("add-user")
+def db_add_user(
+    name: str = typer.Argument(..., help="The user's Unix user name (the role's name)."),
+    admin: bool = typer.Option(False, "--admin", help="Also a dethpc admin: sees and may "
+                               "change every user's rows."),
+    credentials_file: Path = typer.Option(None, "--credentials-file", help="Where to write "
+                                          "the user's database URL (0600; default "
+                                          "./dethpc-db-NAME.url)."),
+    no_password: bool = typer.Option(False, "--no-password", help="No password and no file "
+                                     "(pg_hba.conf authenticates by peer, cert or GSSAPI)."),
+    new_password: bool = typer.Option(False, "--new-password", help="The role exists: give "
+                                      "it a new password (and a new credentials file)."),
+) -> None:
+    """Create a user's login role in the shared database (run with the schema owner's
+    credentials); the password is generated, written only to the credentials file."""
+    from dethpc.admin.dbusers import add_user
+
+    path = credentials_file or Path(f"dethpc-db-{name}.url")
+    added = add_user(ENV.store, name, admin=admin, password=not no_password,
+                     replace=new_password, credentials=path)
+    groups = "dethpc_users" + (", dethpc_admin" if added.admin else "")
+    verb = "gave a new password to" if added.replaced else "created"
+    _out.print(f"{verb} database role {escape(added.name)} ({groups})", markup=False)
+    if added.credentials is not None:
+        whose = added.file_owner or "you"
+        _out.print(f"credentials: {added.credentials} (mode 0600, owned by {whose}); the user "
+                   "keeps them as ~/.dethpc/database_url (or names the file in "
+                   "DETHPC_DATABASE_URL_FILE / the cluster config's database_url_file), "
+                   "readable by them only", markup=False)
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Bring the shared database to this dethpc's schema (the schema owner's credentials:
+    users' roles never change the schema)."""
+    from dethpc.store.migrations import head_revision
+
+    m = ENV.store.migration
+    at = "already at" if m is None else f"upgraded from {m.start or 'empty'} to"
+    _out.print(f"database {ENV.store.safe_url}: {at} schema revision {head_revision()}",
+               markup=False)
+
+
+@db_app.command("whoami")
+def db_whoami(as_json: bool = typer.Option(False, "--json")) -> None:
+    """The database role this dethpc connects as, and whose rows it sees."""
+    role = ENV.store.role
+    if as_json:
+        print_json({"role": role.name, "scope": role.scope.value,
+                    "database": ENV.store.safe_url})
+        return
+    _out.print(f"database {ENV.store.safe_url}: role {role.name or '(none: SQLite)'}, "
+               f"sees {role.scope.value}", markup=False)

@@ -35,12 +35,19 @@ class Env:
 
     @cached_property
     def store(self) -> Store:
-        store = Store(self.cluster.database_url or None)
+        """The state database: the user's own credentials file when there is one
+        (``dethpc.store.credentials``); on a shared database, a normal role must be the
+        Unix user's (``dethpc.store.access.check_identity``)."""
+        from dethpc.experiments import current_user
+        from dethpc.store.access import check_identity
+        from dethpc.store.credentials import database_url
+
+        store = Store(database_url(self.cluster) or None)
         m = store.migration
         if m is not None and m.start is not None:  # an existing database was upgraded
-            url = store.engine.url.render_as_string(hide_password=True)
-            err_console.print(f"dethpc: upgraded database {url} from schema revision "
-                              f"{m.start} to {m.head} (docs/store.md)")
+            err_console.print(f"dethpc: upgraded database {store.safe_url} from schema "
+                              f"revision {m.start} to {m.head} (docs/store.md)")
+        check_identity(store.role, current_user(), store.safe_url)
         return store
 
     @cached_property

@@ -18,7 +18,12 @@ daemon_app = typer.Typer(help="The reconcile loop that turns experiments into jo
 
 
 def _daemon(lease: Lease | None = None) -> Daemon:
-    return Daemon(ENV.store, ENV.cluster, ENV.backend, lease=lease)
+    """On a shared database, the daemon acts on its own user's experiments only, even
+    when its role may see everyone's (an admin's)."""
+    from dethpc.experiments import current_user
+
+    owner = current_user() if ENV.store.role.shared else None
+    return Daemon(ENV.store, ENV.cluster, ENV.backend, lease=lease, owner=owner)
 
 
 def _lease() -> Lease:
@@ -71,7 +76,7 @@ def run(until_idle: bool = typer.Option(False, help="exit when no experiment is 
         try:
             d = _daemon(lease)
             logging.info("dethpc daemon: backend %s, database %s", d.backend.name,
-                         ENV.store.url)
+                         ENV.store.safe_url)
             d.run(until_idle=until_idle, should_stop=lambda: stopping["now"])
         finally:
             lease.release()

@@ -16,6 +16,7 @@ from dethpc.config import load_experiment_config
 from dethpc.config.model import ExperimentConfig
 from dethpc.errors import DethpcError
 from dethpc.paths import ExperimentPaths
+from dethpc.store.access import ADMIN_ROLE, Scope
 from dethpc.store.models import ExperimentState
 
 if TYPE_CHECKING:
@@ -184,9 +185,14 @@ def list_(json_out: bool = typer.Option(False, "--json"),
                                     help="every user's experiments (default: only yours)"),
           active: bool = typer.Option(False, "--active", help="only those still running")
           ) -> None:
-    """List your experiments (``--all``: everyone's, as Determined's ``det e list -a``)."""
+    """List your experiments (``--all``: everyone's, as Determined's ``det e list -a``;
+    on a shared database only a dethpc admin sees other users' experiments)."""
     rows = views.list_experiments(ENV.store, include_ended=not active,
                                   owner=None if all_ else experiments.current_user())
+    if all_ and ENV.store.role.scope is Scope.OWN_ROWS:
+        err_console.print(f"note: --all shows only your experiments: your database role "
+                          f"{ENV.store.role.name!r} is not a dethpc admin ({ADMIN_ROLE})",
+                          markup=False, highlight=False)
     if json_out:
         return print_json(rows)
     table("Experiments", ["id", "name", "kind", "state", "progress", "labels", "owner"],

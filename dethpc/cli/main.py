@@ -99,7 +99,7 @@ def main() -> None:
     except Exception as exc:  # noqa: BLE001 - the database's own errors, said plainly
         from sqlalchemy.exc import OperationalError
 
-        if not isinstance(exc, OperationalError):
+        if not (isinstance(exc, OperationalError) or _refused_by_policy(exc)):
             raise
         from dethpc.store.store import busy_timeout_s
 
@@ -107,6 +107,12 @@ def main() -> None:
         err_console.print(_database_message(exc, busy_timeout_s()), markup=False,
                           highlight=False)
         sys.exit(1)
+
+
+def _refused_by_policy(exc: Exception) -> bool:
+    """PostgreSQL refused for want of privilege (SQLSTATE 42501: a grant missing, or a
+    row-level security policy of a shared database: another user's row)."""
+    return getattr(getattr(exc, "orig", None), "sqlstate", None) == "42501"
 
 
 def _database_message(exc: Exception, waited_s: float) -> str:

@@ -164,7 +164,11 @@ def checkpoint_detail(store: Store, uuid: str) -> dict[str, Any]:
 
 
 def events_of(store: Store, exp_id: int) -> list[dict[str, Any]]:
+    """The experiment's events; ``NotFoundError`` for an experiment this user cannot see
+    (none, or another user's in a shared database), rather than an empty log."""
     with store.session() as s:
+        if s.get(Experiment, exp_id) is None:
+            raise NotFoundError(f"experiment {exp_id} does not exist")
         return [{"time": e.time, "trial_id": e.trial_id, "kind": e.kind, "message": e.message}
                 for e in s.exec(select(Event).where(Event.experiment_id == exp_id)
                                 .order_by(Event.id))]  # type: ignore[arg-type]

@@ -37,8 +37,8 @@ ENV_VAR = "DETHPC_CLUSTER_CONFIG"
 SYSTEM_PATH = Path("/etc/dethpc/cluster.yaml")
 BUILTIN = "<built-in defaults>"
 
-_TOP = ("backend", "runs_root", "database_url", "default_pool", "pools", "containers",
-        "local_max_concurrent", "command_timeout_s", "command_retries", "tick_min_s",
+_TOP = ("backend", "runs_root", "database_url", "database_url_file", "default_pool", "pools",
+        "containers", "local_max_concurrent", "command_timeout_s", "command_retries", "tick_min_s",
         "tick_max_s", "daemon_lease_s", "runs_mode", "python")
 _POOL = ("partition", "qos", "account", "slots_per_node", "gres", "gpu_type",
          "cpus_per_slot", "mem_per_slot", "preemptible", "default_time", "signal",
@@ -111,6 +111,7 @@ def parse_cluster_config(raw: Any, source: str = "cluster config",
         runs_root=_path(ck, raw.get("runs_root"), "runs_root", base) or dethpc_home() / "runs",
         database_url=str(ck.string(raw.get("database_url"), "database_url", "",
                                    nonempty=False)),
+        database_url_file=_path(ck, raw.get("database_url_file"), "database_url_file", base),
         default_pool=_default_pool(ck, raw.get("default_pool"), pools),
         pools=pools,
         containers=_containers(ck, raw.get("containers"), base),
@@ -128,6 +129,9 @@ def parse_cluster_config(raw: Any, source: str = "cluster config",
         python=ck.string(raw.get("python"), "python", None),
         source=source,
     )
+    if cfg.database_url and cfg.database_url_file is not None:
+        ck.error("database_url_file", "give database_url or database_url_file, not both "
+                 "(the file holds a URL with the user's own credentials)")
     ck.raise_if_errors(source)
     return cfg
 

@@ -265,6 +265,9 @@ class ClusterConfig:
     backend: Literal["local", "slurm"] = "local"
     runs_root: Path = Path("~/.dethpc/runs")
     database_url: str = ""              # "" = sqlite:///<home>/dethpc.db
+    #: a file holding the database URL with the user's credentials (``~`` is the user
+    #: running dethpc); refused unless only its owner may read it (dethpc.store.credentials)
+    database_url_file: Path | None = None
     default_pool: str = "default"
     pools: dict[str, ResourcePool] = field(default_factory=dict)
     containers: ContainerSettings = field(default_factory=ContainerSettings)

@@ -3,8 +3,9 @@
 Owns: engine creation (SQLite file on local disk by default, any SQLAlchemy
 URL such as ``postgresql+psycopg://...``), bringing the schema to this dethpc's
 revision on open (``dethpc.store.migrations``: one query when it is current,
-an Alembic upgrade under a lock when it is not), and short transactions
-(``with store.session() as s``).
+an Alembic upgrade under a lock when it is not), short transactions
+(``with store.session() as s``), and who the connection is (``store.role``: on a shared
+PostgreSQL database the rows it sees are the role's own, see ``dethpc.store.access``).
 Must not: contain scheduling logic; the daemon and CLI decide, the store keeps.
 
 SQLite runs in the default rollback-journal mode, not WAL: WAL needs shared
@@ -16,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from functools import cached_property
 from pathlib import Path
 
 from sqlalchemy import event
@@ -23,6 +25,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
 
 from dethpc.paths import dethpc_home, make_private_dir
+from dethpc.store.access import DatabaseRole, role_of
 from dethpc.store.migrations import Migration, upgrade_to_head
 
 
@@ -45,6 +48,16 @@ class Store:
             self.engine = create_engine(self.url, pool_pre_ping=True)
         #: what opening did to the schema; None when it was current already
         self.migration: Migration | None = upgrade_to_head(self.engine)
+
+    @property
+    def safe_url(self) -> str:
+        """The URL for messages and logs: its password replaced by ``***``."""
+        return self.engine.url.render_as_string(hide_password=True)
+
+    @cached_property
+    def role(self) -> DatabaseRole:
+        """The database role connected and whose rows it sees (read once)."""
+        return role_of(self.engine)
 
     @contextlib.contextmanager
     def session(self) -> Iterator[Session]:

@@ -1,5 +1,7 @@
 """A throwaway PostgreSQL server for the store tests: Debian's postgresql binaries,
-a data directory under /tmp, trust auth on 127.0.0.1, stopped at the end.
+a data directory under /tmp, stopped at the end. On 127.0.0.1 the ``dethpc`` superuser
+is trusted; every other role (the users that ``dethpc admin db add-user`` creates) logs
+in with its SCRAM password.
 
 Without the binaries the tests skip with the reason, except under ``CI=true``,
 where they FAIL (``scripts/test.sh`` installs Debian's ``postgresql`` as root).
@@ -62,6 +64,10 @@ def postgres_url() -> Iterator[str]:
         subprocess.run([*as_user, *argv], check=True, capture_output=True, timeout=120)
 
     run(str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "dethpc", "-E", "UTF8")
+    (data / "pg_hba.conf").write_text(
+        "local all all trust\n"
+        "host all dethpc 127.0.0.1/32 trust\n"
+        "host all all 127.0.0.1/32 scram-sha-256\n")
     run(str(bindir / "pg_ctl"), "-D", str(data), "-l", str(root / "server.log"), "-w", "-o",
         f"-p {port} -k {root} -c listen_addresses=127.0.0.1", "start")
     try:

@@ -90,11 +90,29 @@ def upgrade_to_head(engine: Engine) -> Migration | None:
     where = engine.url.render_as_string(hide_password=True)
     try:
         with engine.connect() as conn:
-            if _stored_revisions(conn) == {head}:
+            stored = _stored_revisions(conn)
+            if stored == {head}:
                 return None
+            if engine.dialect.name == "postgresql":
+                _refuse_without_create(conn, stored, head, where)
     except DBAPIError as exc:
         raise StoreError(f"cannot open database {where}: {exc.orig}") from exc
     return _upgrade_locked(engine, head, where)
+
+
+def _refuse_without_create(conn: Connection, stored: set[str] | None, head: str,
+                           where: str) -> None:
+    """A role that may not create in the schema (a user of a shared database, migration
+    0006) never tries DDL: the schema owner upgrades the database."""
+    role, may = conn.execute(text(
+        "SELECT current_user::text, has_schema_privilege(current_schema(), 'CREATE')")).one()
+    if may:
+        return
+    at = ", ".join(sorted(stored)) if stored else "none (the database is empty)"
+    raise StoreError(
+        f"database {where} is at schema revision {at} and this dethpc needs {head}, but "
+        f"your role {role!r} may not change the schema: the schema owner upgrades it "
+        "(`dethpc admin db upgrade` with the admin's credentials, docs/store.md)")
 
 
 def _stored_revisions(conn: Connection) -> set[str] | None:
