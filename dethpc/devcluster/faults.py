@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dethpc.devcluster import procs
-from dethpc.devcluster.cluster import DevCluster
+from dethpc.devcluster.cluster import USABLE_STATES, DevCluster
 from dethpc.errors import DethpcError
 
 #: the copy of slurm.conf a shortened MinJobAge runs on (beside slurm.conf: slurmctld
@@ -86,7 +86,16 @@ class ClusterFaults:
         self.cluster.daemon_runner.run(argv)
         self._wait("slurmctld to answer `scontrol ping`", self.cluster.controller_up,
                    lay.log_dir / "slurmctld.log")
+        # until every slurmd has registered again, sbatch --test-only refuses jobs
+        # ("Requested node configuration is not available"): wait as `up` does
+        self._wait("every node to be usable again", self.nodes_usable,
+                   lay.log_dir / "slurmctld.log")
         return FaultTiming(t1 - t0, time.monotonic() - t1)
+
+    def nodes_usable(self) -> bool:
+        states = self.cluster.node_states()
+        return len(states) >= self.cluster.layout.node_count and all(
+            state in USABLE_STATES for state in states.values())
 
     def slurmctld_config(self) -> Path | None:
         """The config file the running slurmctld was given with ``-f`` (None: the
