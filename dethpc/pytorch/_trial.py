@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
@@ -51,12 +52,30 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def check_world(distributed: DistributedContext, env: Mapping[str, str]) -> None:
+    """Refuse a one-process context under a launcher that started several ranks.
+
+    ``dethpc.core.init()`` without ``distributed=`` gives each rank a one-process
+    context: every rank would then train alone (no gradient exchange), decide its own
+    preemption step and write its own checkpoints into the same directory. That is
+    never what a launcher with ``WORLD_SIZE`` > 1 meant, so it is an error here.
+    """
+    raw = env.get("WORLD_SIZE", "").strip()
+    world = int(raw) if raw.isdigit() else 1
+    if world > 1 and distributed.size == 1:
+        raise DethpcError(
+            f"WORLD_SIZE={world} (a launcher started {world} ranks) but this trial context has "
+            "one process: build it with dethpc.pytorch.init(), or pass "
+            "distributed=dethpc.pytorch.init_distributed() to dethpc.core.init()")
+
+
 class PyTorchTrialContext:
     """Everything a ``PyTorchTrial`` needs from dethpc; built on a core ``Context``."""
 
     def __init__(self, core_context: Context, *, hparams: Mapping[str, Any] | None = None,
                  device: torch.device | str | None = None) -> None:
         self._core = core_context
+        check_world(core_context.distributed, os.environ)
         self._hparams = dict(core_context.hparams if hparams is None else hparams)
         self.models: list[nn.Module] = []
         self.optimizers: list[torch.optim.Optimizer] = []
@@ -132,12 +151,20 @@ class PyTorchTrialContext:
             return False
         return bool(torch.distributed.is_available() and torch.distributed.is_initialized())
 
-    def wrap_model(self, model: nn.Module) -> nn.Module:
-        """Move to the device; under DDP (world size > 1) wrap in DistributedDataParallel."""
+    def wrap_model(self, model: nn.Module, **ddp_options: Any) -> nn.Module:
+        """Move to the device; under DDP (world size > 1) wrap in DistributedDataParallel.
+
+        ``ddp_options`` go to ``DistributedDataParallel`` as they are (and are ignored in
+        one process). ``find_unused_parameters=True`` also makes a resumed run
+        bit-identical to an uninterrupted one: without it DDP re-orders its gradient
+        buckets after each process's first step, so the first step after a resume sums
+        the ranks' gradients in another order (differences of about 1e-8 that training
+        then carries on); it costs one autograd-graph walk per step (docs/trainer.md).
+        """
         model = model.to(self.device)
         if self.is_ddp:
             ids = [self.device.index] if self.device.type == "cuda" else None
-            model = nn.parallel.DistributedDataParallel(model, device_ids=ids)
+            model = nn.parallel.DistributedDataParallel(model, device_ids=ids, **ddp_options)
         self.models.append(model)
         return model
 

@@ -1,11 +1,17 @@
-"""Issue 15 item 2, first part (SKIPPED in CI: see the mark; a finding, not a proof):
-a distributed trial survives preemption. A 2-node x
-2-rank torch DDP trial (the preemption fixture trial under
-``dethpc.launch.torch_distributed``, srun and torchrun modes) in the preemptible ``low``
-partition is preempted by a ``high`` job on one of its nodes: every rank stops at the
-same agreed step (rank 0 decides, all follow), the checkpoint is complete, the job is
-requeued and resumes (possibly on other nodes), and its final weights equal those of the
-same 2x2 trial run uninterrupted in ``debug``. The preemption is not counted.
+"""Issue 15 item 2: a distributed trial survives preemption. A 2-node x 2-rank torch
+DDP trial (the preemption fixture trial under ``dethpc.launch.torch_distributed``, srun
+and torchrun modes; ``find_unused_parameters=True`` so that DDP keeps one gradient
+bucket order) in the preemptible ``low`` partition is preempted by a ``high`` job on one
+of its nodes: the 4 ranks are one process group, every rank stops at the same agreed
+step (rank 0 decides, all follow), the checkpoint is complete, the job is requeued and
+resumes (possibly on other nodes), and its final weights equal those of the same 2x2
+trial run uninterrupted in ``debug``. The preemption is not counted.
+
+History: this test once passed while each rank trained alone (the fixture called
+``dethpc.core.init()`` without ``distributed=``: 4 one-process trials, identical by
+seed); under load their steps drifted apart (19, 19, 19, 20). The fixture now builds
+the process group, the records carry the world size, and a one-process context under
+``WORLD_SIZE`` > 1 is an error (``dethpc.pytorch._trial.check_world``).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from tests.slurm.fixtures.harness import (
     read_jsonl,
 )
 
-BATCHES = 400
+BATCHES = 200
 HPARAMS = {"step_time": 0.1}
 
 
@@ -53,11 +59,6 @@ def first_node(ref: str) -> str:
     return expanded[0]
 
 
-@pytest.mark.skip(reason=(
-    "issue 15 item 2 is open: in the fresh-clone run at 565dfdd (2 loaded cores) the srun "
-    "case stopped its ranks at 19, 19, 19 and 20 (not one agreed step) although it passed "
-    "alone in both modes (22 and 20); a desync of the stop agreement to find before CI "
-    "relies on it. To run it by hand, remove this mark"))
 @pytest.mark.parametrize("mode", ["srun", "torchrun"])
 def test_2x2_ddp_trial_preempted_resumes_bit_identical(harness: DaemonHarness,
                                                        slurm_cluster: Any, mode: str) -> None:
@@ -106,6 +107,9 @@ def test_2x2_ddp_trial_preempted_resumes_bit_identical(harness: DaemonHarness,
     trial = harness.trial(exp)
     assert trial.restarts == 0 and trial.steps_completed == BATCHES, trial
     first = by_run[0]
+    # one process group of 4 (before the fix each rank trained alone, world 1)
+    assert sorted((r["rank"], r["world"]) for r in runs) == [
+        (rank, 4) for rank in range(4) for _ in by_run], runs
     assert len(first) == 4 and all(r["preempted"] for r in first), first   # every rank
     assert len({r["batches_done"] for r in first}) == 1, first             # at one step
     assert len(by_run) >= 2 and not any(r["preempted"] for r in by_run[max(by_run)])
