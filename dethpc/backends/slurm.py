@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -42,6 +43,8 @@ _HARMLESS = (*_GONE, "already completing or completed", "Job is pending executio
 _NO_ACCOUNTING = ("accounting storage is disabled",)
 #: how far back ``find`` looks in accounting
 FIND_WINDOW = "now-14days"
+#: how long ``judge`` asks again while nodes have not registered with slurmctld
+REGISTER_WAIT_S = 15.0
 
 
 class SlurmBackend:
@@ -166,10 +169,24 @@ class SlurmBackend:
 
     def judge(self, request: JobRequest) -> str | None:
         """Slurm's verdict on ``request`` without submitting it: one ``sbatch
-        --test-only``. None when Slurm would take the job, else Slurm's own words."""
-        res = self.runner.run(self._sbatch_argv(request, "--test-only"), check=False,
-                              retry=False)
-        return None if res.returncode == 0 else sp.sbatch_refusal(res.stderr)
+        --test-only``. None when Slurm would take the job, else Slurm's own words.
+        A refusal while some node's state is UNKNOWN (slurmctld just restarted, its
+        slurmd not registered yet: for about 4 s here every job is refused with
+        "Requested node configuration is not available") is asked again, for at most
+        ``REGISTER_WAIT_S``, before it is believed (one sinfo per refusal)."""
+        deadline = time.monotonic() + REGISTER_WAIT_S
+        while True:
+            res = self.runner.run(self._sbatch_argv(request, "--test-only"), check=False,
+                                  retry=False)
+            if res.returncode == 0:
+                return None
+            if time.monotonic() >= deadline or not self._nodes_registering():
+                return sp.sbatch_refusal(res.stderr)
+            time.sleep(0.5)
+
+    def _nodes_registering(self) -> bool:
+        res = self.runner.run(["sinfo", "-h", "-N", "-o", "%T"], check=False, retry=False)
+        return res.returncode == 0 and sp.nodes_registering(res.stdout)
 
     def submit(self, request: JobRequest) -> list[str]:
         argv = self._sbatch_argv(request, "--parsable")

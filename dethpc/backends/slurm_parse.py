@@ -330,6 +330,13 @@ def parse_dbd_backlog(sdiag: str) -> int | None:
     return int(m[1]) if m else None
 
 
+def nodes_registering(sinfo_states: str) -> bool:
+    """True when a node's state (``sinfo -h -N -o %T``, one per line) is UNKNOWN: the
+    controller has not heard from its slurmd since it started."""
+    return any(line.strip().rstrip("*~#!%$@^-+").lower() == "unknown"
+               for line in sinfo_states.splitlines())
+
+
 def parse_gres_gpus(gres: str) -> int:
     """GPUs per node from a sinfo ``%G`` value: "gpu:a100:4(S:0-1),mps:100" -> 4."""
     total = 0

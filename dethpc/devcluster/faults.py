@@ -63,13 +63,17 @@ class ClusterFaults:
         return self.cluster.layout.slurm_etc / FAULT_CONF_NAME
 
     # ------------------------------------------------------------ slurmctld
-    def restart_slurmctld(self, *, min_job_age: int | None = None) -> FaultTiming:
+    def restart_slurmctld(self, *, min_job_age: int | None = None,
+                          wait_nodes: bool = True) -> FaultTiming:
         """Stop slurmctld and start it again; with ``min_job_age``, on a copy of
-        slurm.conf whose ``MinJobAge`` is that many seconds (None: the site's file)."""
+        slurm.conf whose ``MinJobAge`` is that many seconds (None: the site's file).
+        ``wait_nodes`` False returns as soon as ``scontrol ping`` answers (the nodes may
+        not have registered yet: ``wait_nodes_usable``)."""
         with self.cluster.locked():
-            return self._restart_slurmctld(min_job_age)
+            return self._restart_slurmctld(min_job_age, wait_nodes)
 
-    def _restart_slurmctld(self, min_job_age: int | None) -> FaultTiming:
+    def _restart_slurmctld(self, min_job_age: int | None,
+                           wait_nodes: bool = True) -> FaultTiming:
         lay = self.cluster.layout
         argv = ["slurmctld"]
         if min_job_age is None:
@@ -86,11 +90,16 @@ class ClusterFaults:
         self.cluster.daemon_runner.run(argv)
         self._wait("slurmctld to answer `scontrol ping`", self.cluster.controller_up,
                    lay.log_dir / "slurmctld.log")
-        # until every slurmd has registered again, sbatch --test-only refuses jobs
-        # ("Requested node configuration is not available"): wait as `up` does
-        self._wait("every node to be usable again", self.nodes_usable,
-                   lay.log_dir / "slurmctld.log")
+        if wait_nodes:
+            self.wait_nodes_usable()
         return FaultTiming(t1 - t0, time.monotonic() - t1)
+
+    def wait_nodes_usable(self) -> None:
+        """Until every slurmd has registered again after a restart (about 4 s here),
+        sbatch --test-only refuses every job ("Requested node configuration is not
+        available"): wait, as ``up`` does."""
+        self._wait("every node to be usable again", self.nodes_usable,
+                   self.cluster.layout.log_dir / "slurmctld.log")
 
     def nodes_usable(self) -> bool:
         states = self.cluster.node_states()

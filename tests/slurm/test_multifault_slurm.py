@@ -31,6 +31,11 @@ from __future__ import annotations
 import json
 import time
 
+from dethpc.backends.base import JobRequest
+from dethpc.backends.slurm import SlurmBackend
+from dethpc.backends.slurm_parse import nodes_registering
+from dethpc.devcluster.faults import ClusterFaults
+from dethpc.runner import CommandRunner
 from tests.slurm.fixtures.multifault import MultiFaultRun, schedule
 
 SEED = 15
@@ -55,3 +60,26 @@ def test_asha_survives_daemon_kills_a_slurmctld_restart_and_a_slurmdbd_outage(
     assert f.probe_unknown == 0, "a poll called a job UNKNOWN while accounting was behind"
     assert f.trials == f.created == TRIALS
     assert f.decisions.get("Stop", 0) >= 1, f.decisions   # ASHA did stop losers
+
+
+def test_the_submit_check_right_after_a_slurmctld_restart_waits_for_the_nodes(
+        tmp_path, slurm_cluster) -> None:
+    """For about 4 s after slurmctld restarts its nodes read UNKNOWN and ``sbatch
+    --test-only`` refuses every job ("Requested node configuration is not available"):
+    ``dethpc submit``'s check (``SlurmBackend.judge``) asks again until they have
+    registered instead of refusing a valid experiment. About 10 s."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\ntrue\n")
+    request = JobRequest(name="dethpc-judge-after-restart", comment="dethpc:test",
+                         script=script, workdir=tmp_path, extra_args=("--partition=debug",))
+    backend = SlurmBackend(CommandRunner(timeout=30.0, retries=0))
+    faults = ClusterFaults()
+    try:
+        faults.restart_slurmctld(wait_nodes=False)
+        states = CommandRunner(timeout=30.0).run(["sinfo", "-h", "-N", "-o", "%T"]).stdout
+        verdict = backend.judge(request)
+    finally:
+        faults.wait_nodes_usable()
+        faults.restore()
+    assert nodes_registering(states), f"the nodes had registered already: {states}"
+    assert verdict is None, verdict

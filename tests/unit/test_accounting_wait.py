@@ -1,6 +1,8 @@
 """A job that left squeue while Slurm's accounting is down or behind is no news, never a
 verdict: ``sdiag``'s DBD agent queue, ``settle`` (one poll's answer), and what the
-reconciler does with a job the poll left out (real SQLite)."""
+reconciler does with a job the poll left out (real SQLite). Also: nodes that have not
+registered with a just restarted slurmctld (sinfo's UNKNOWN), while which
+``sbatch --test-only`` refuses every job."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import pytest
 
 from dethpc.backends.base import JobInfo, JobState
 from dethpc.backends.slurm import settle
-from dethpc.backends.slurm_parse import parse_dbd_backlog
+from dethpc.backends.slurm_parse import nodes_registering, parse_dbd_backlog
 
 SDIAG = """*******************************************************
 sdiag output at Wed Nov 25 04:23:29 2026 (1795580609)
@@ -78,3 +80,11 @@ def test_a_job_left_out_of_many_polls_gets_no_verdict(tmp_path) -> None:
         assert trial is not None
         assert job.live and job.unknown_ticks == 0
         assert trial.state == state and trial.restarts == 0 and not trial.needs_job
+
+
+@pytest.mark.parametrize(("states", "registering"), [
+    ("unknown\nunknown\nunknown\nidle\n", True), ("unknown*\n", True),
+    ("idle\nmixed\nallocated\n", False), ("down*\ndrained\n", False), ("", False),
+])
+def test_nodes_not_yet_registered_are_seen(states: str, registering: bool) -> None:
+    assert nodes_registering(states) is registering
