@@ -18,6 +18,7 @@ decisions. Nothing is kept in memory between ticks.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,6 +159,27 @@ class ExperimentReconciler:
         self.s.add(self.exp)
         return self.out
 
+    def run_fast(self, trial_ids: set[int]) -> Outcome:
+        """The file-driven share of a tick (``Daemon.fast_tick``), between two polls of
+        the backend: ingest the metrics of ``trial_ids`` (whose metrics.jsonl grew) and
+        feed the searcher, so a rung's ``Stop`` writes the stop file at once. It judges
+        no job (that needs the poll's states; ``run`` does it next tick) and cancels
+        nothing on a timer (``stop_overdue`` stays with ``run``): a stop of a job still
+        pending cancels it, as in ``run``."""
+        if self.exp.state != ExperimentState.ACTIVE or not self.ss.initialized:
+            return self.out
+        for trial_id in sorted(trial_ids):
+            trial = self.trials.get(trial_id)
+            if trial is not None and self.live_job(trial) is not None:
+                self.ingest(trial, exits=False)
+        self.collect_garbage(full=self.new_checkpoints or self.out.changed)
+        self.exp.progress = self.searcher.progress()
+        self.ss.snapshot = {**self.searcher.snapshot(),
+                            CONCURRENCY_KEY: self.cfg.searcher.max_concurrent_trials}
+        self.s.add(self.ss)
+        self.s.add(self.exp)
+        return self.out
+
     # ------------------------------------------------------------------ helpers
     def event(self, kind: str, message: str, trial: Trial | None = None) -> None:
         self.s.add(Event(experiment_id=self.exp_id, trial_id=trial.id if trial else None,
@@ -219,10 +241,13 @@ class ExperimentReconciler:
         row = self.s.get(IngestOffset, (trial.id, name))
         return row if row is not None else IngestOffset(trial_id=trial.id, file=name, offset=0)
 
-    def ingest(self, trial: Trial) -> None:
+    def ingest(self, trial: Trial, *, exits: bool = True) -> None:
         tp = self.tpaths(trial)
-        for name, path, handler in (("metrics.jsonl", tp.metrics, self.on_metric_record),
-                                    ("exits.jsonl", tp.exit_log, self.on_exit_record)):
+        files: list[tuple[str, Path, Callable[[Trial, dict[str, Any]], None]]] = [
+            ("metrics.jsonl", tp.metrics, self.on_metric_record)]
+        if exits:
+            files.append(("exits.jsonl", tp.exit_log, self.on_exit_record))
+        for name, path, handler in files:
             row = self.offset(trial, name)
             chunk = read_new_lines(path, row.offset)
             if chunk.new_offset == row.offset:

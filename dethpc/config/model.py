@@ -279,6 +279,9 @@ class ClusterConfig:
     #: daemon loop: shortest and longest sleep between ticks
     tick_min_s: float = 0.5
     tick_max_s: float = 10.0
+    #: between ticks, how often the daemon stats the metrics files of live trials and
+    #: ingests those that grew (no backend call), so a searcher stop lands fast; 0: off
+    metrics_poll_s: float = 0.2
     #: how long the daemon's lease lasts unrenewed: a dead daemon's experiments are taken
     #: over by another login node's daemon that long after it died (dethpc.lease)
     daemon_lease_s: float = 60.0

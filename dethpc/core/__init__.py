@@ -32,7 +32,12 @@ from dethpc.core._distributed import (
     TorchDistributedContext,
 )
 from dethpc.core._info import ENV_CHECKPOINT_DIR, ENV_TRIAL_DIR, LOG_FORMAT, ClusterInfo, TrialInfo
-from dethpc.core._preempt import DummyPreemptContext, PreemptContext, PreemptMode
+from dethpc.core._preempt import (
+    STOP_CHECK_INTERVAL_S,
+    DummyPreemptContext,
+    PreemptContext,
+    PreemptMode,
+)
 from dethpc.core._searcher import (
     DummySearcherContext,
     SearcherContext,
@@ -84,7 +89,7 @@ def init(*, distributed: DistributedContext | None = None,
          preempt_mode: PreemptMode = PreemptMode.WorkersAskChief,
          tensorboard_mode: TensorboardMode = TensorboardMode.AUTO,
          env: Mapping[str, str] | None = None,
-         stop_check_interval_s: float = 1.0,
+         stop_check_interval_s: float = STOP_CHECK_INTERVAL_S,
          exit_on_preempt: bool = True) -> Iterator[Context]:
     """Build the trial's ``Context`` (Dummy twins outside a trial and any Slurm job).
 
@@ -96,7 +101,7 @@ def init(*, distributed: DistributedContext | None = None,
     ``checkpoint_storage`` (a directory, used off-cluster), ``preempt_mode``,
     ``tensorboard_mode`` (no effect).
     ``distributed``: defaults to torch.distributed when initialized, else one process.
-    ``stop_check_interval_s``: the stop file is stat'ed at most this often.
+    ``stop_check_interval_s``: the stop file is looked for at most this often (0.1 s).
     ``exit_on_preempt``: leave it True in jobs; tests may set False and read
     ``ctx.preempt.exit_code()`` instead of catching ``SystemExit``.
     """

@@ -31,7 +31,12 @@ from dethpc.core._info import (
     checkpoint_dir,
     read_hparams,
 )
-from dethpc.core._preempt import DummyPreemptContext, PreemptContext, PreemptMode
+from dethpc.core._preempt import (
+    STOP_CHECK_INTERVAL_S,
+    DummyPreemptContext,
+    PreemptContext,
+    PreemptMode,
+)
 from dethpc.core._searcher import DummySearcherContext, SearcherContext, Target
 from dethpc.core._train import DummyTrainContext, MetricsWriter, TrainContext
 from dethpc.paths import TrialPaths
@@ -69,7 +74,7 @@ def with_trial_dir(env: Mapping[str, str]) -> Mapping[str, str]:
 def build_context(*, distributed: DistributedContext | None = None,
                   preempt_mode: PreemptMode = PreemptMode.WorkersAskChief,
                   env: Mapping[str, str] | None = None,
-                  stop_check_interval_s: float = 1.0) -> Context:
+                  stop_check_interval_s: float = STOP_CHECK_INTERVAL_S) -> Context:
     env = with_trial_dir(os.environ if env is None else env)
     dist = distributed if distributed is not None else DistributedContext.auto(env)
     info = ClusterInfo.from_env(env)

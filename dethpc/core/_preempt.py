@@ -29,6 +29,11 @@ REASON_SIGNAL = "signal"
 REASON_STOP = "stop"
 REASON_PAUSE = "pause"
 
+#: how often (at most) the trial looks for its ``stop`` file: one failed ``open`` (a
+#: stat's cost) per step at most every 0.1 s, small next to the daemon's own part of
+#: the stop path (docs/searchers.md, "Stop latency")
+STOP_CHECK_INTERVAL_S = 0.1
+
 
 class PreemptMode(enum.Enum):
     """How ranks agree on preemption (Determined's names)."""
@@ -67,7 +72,7 @@ class PreemptContext:
 
     def __init__(self, dist: DistributedContext, *, stop_file: Path | None,
                  signal_name: str = "USR2", mode: PreemptMode = PreemptMode.WorkersAskChief,
-                 stop_check_interval_s: float = 1.0) -> None:
+                 stop_check_interval_s: float = STOP_CHECK_INTERVAL_S) -> None:
         self._dist = dist
         self._stop_file = stop_file
         self._mode = mode
