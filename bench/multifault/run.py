@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -45,7 +46,7 @@ def one(variant: str, args: argparse.Namespace) -> dict[str, Any]:
                             variant=variant, seed=args.seed,
                             say=lambda m: print(f"[{variant}] {m}", flush=True))
         steps = schedule(args.seed, trials=args.trials, kills=args.kills, ctld=args.ctld,
-                         dbd=args.dbd)
+                         dbd=args.dbd, spread=args.spread)
         try:
             run.run(steps, timeout=args.timeout)
             findings = run.check().as_json()
@@ -67,6 +68,8 @@ def main() -> int:
     ap.add_argument("--variants", nargs="+", default=["stopping", "promotion"],
                     choices=["stopping", "promotion"])
     ap.add_argument("--seed", type=int, default=15)
+    ap.add_argument("--spread", type=float, default=0.3,
+                    help="fault gates spread over this fraction of the trials' jobs")
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
@@ -78,6 +81,8 @@ def main() -> int:
         "host": {"machine": platform.machine(), "python": platform.python_version(),
                  "node": platform.node()},
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        # the tree the run imported (the bench may run from an exported snapshot)
+        "commit": os.environ.get("DETHPC_BENCH_COMMIT", ""),
         "results": results,
         "mismatches": sum(len(r["mismatches"]) for r in results),
         "wall_s": round(time.monotonic() - t0, 1),
