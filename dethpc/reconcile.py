@@ -164,8 +164,8 @@ class ExperimentReconciler:
         the backend: ingest the metrics of ``trial_ids`` (whose metrics.jsonl grew) and
         feed the searcher, so a rung's ``Stop`` writes the stop file at once. It judges
         no job (that needs the poll's states; ``run`` does it next tick) and cancels
-        nothing on a timer (``stop_overdue`` stays with ``run``): a stop of a job still
-        pending cancels it, as in ``run``."""
+        nothing on a timer (``stop_overdue`` stays with ``run``); without a poll, a stop
+        writes the stop file even for a job still pending (``seen_pending``)."""
         if self.exp.state != ExperimentState.ACTIVE or not self.ss.initialized:
             return self.out
         for trial_id in sorted(trial_ids):
@@ -499,7 +499,7 @@ class ExperimentReconciler:
         trial.needs_job = False
         if job is None or trial.state == TrialState.WAITING:
             self.trial_stopped(trial)
-        elif job.state == JobState.PENDING and job.restart_count == 0:
+        elif self.seen_pending(trial, job):
             self.out.cancel.append(job.ref or "")
             self.close_job(job)
             self.trial_stopped(trial)
@@ -511,6 +511,18 @@ class ExperimentReconciler:
             self.event("stop_requested", f"{why.value}: asked trial {trial.id} to checkpoint "
                        "and exit", trial)
         self.s.add(trial)
+
+    def seen_pending(self, trial: Trial, job: Job) -> bool:
+        """This tick's poll saw ``job`` pending (never requeued, nothing trained yet): a
+        stop may cancel it instead of asking it to exit. Not the stored state: that is
+        the last answering poll's, stale when this poll could not tell (Slurm's
+        accounting down, or a tick between polls) -- the job may have run meanwhile
+        (a multi-fault run saw a job that ran to its end while the daemon was down
+        cancelled and closed as pending, its later validations never fed)."""
+        info = self.infos.get(job.ref) if job.ref else None
+        return (info is not None and info.state == JobState.PENDING
+                and info.restart_count == 0 and job.restart_count == 0
+                and trial.steps_completed == 0)
 
     def stop_overdue(self) -> None:
         grace = self.cfg.searcher.stop_grace_s

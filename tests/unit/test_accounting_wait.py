@@ -88,3 +88,46 @@ def test_a_job_left_out_of_many_polls_gets_no_verdict(tmp_path) -> None:
 ])
 def test_nodes_not_yet_registered_are_seen(states: str, registering: bool) -> None:
     assert nodes_registering(states) is registering
+
+
+def paused_while(tmp_path, infos_for) -> tuple[bool, str, bool]:
+    """Pause an experiment whose one job the store last saw PENDING, on a tick whose
+    poll says ``infos_for(ref)``; returns (job still live, trial state, stop file)."""
+    from sqlmodel import select
+
+    from dethpc.backends.base import JobState
+    from dethpc.store import Store
+    from dethpc.store.models import Experiment, ExperimentState, Job, Trial
+    from tests.unit.test_reconcile_store import new_experiment, tick
+
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    exp_id, trial_id, ref = new_experiment(store, tmp_path)
+    with store.session() as s:
+        job = s.exec(select(Job)).one()
+        job.state = JobState.PENDING
+        exp = s.get(Experiment, exp_id)
+        assert exp is not None
+        exp.state = ExperimentState.PAUSED
+        s.add(job)
+        s.add(exp)
+    out = tick(store, exp_id, infos_for(ref))
+    with store.session() as s:
+        job = s.exec(select(Job)).one()
+        trial = s.get(Trial, trial_id)
+        assert trial is not None
+        stop = (tmp_path / "run" / "trials" / str(trial_id) / "stop").exists()
+        assert (ref in out.cancel) == (not job.live)
+        return job.live, trial.state.value, stop
+
+
+def test_a_stop_cancels_only_a_job_this_poll_saw_pending(tmp_path) -> None:
+    """A job the store last saw pending may have run since (the daemon was down, and
+    this poll could not tell: accounting down): it is asked to stop through its stop
+    file, never cancelled and closed as pending. One this poll saw pending is."""
+    from dethpc.backends.base import JobState
+
+    live, state, stop = paused_while(tmp_path / "a", lambda ref: settle([ref], {}, {}, False))
+    assert live and stop and state != "PAUSED"
+    live, state, stop = paused_while(
+        tmp_path / "b", lambda ref: {ref: JobInfo(ref=ref, state=JobState.PENDING)})
+    assert not live and not stop and state == "PAUSED"
