@@ -376,7 +376,7 @@ def _pick(table: dict[str, JobInfo], ref: str) -> JobInfo | None:
     only under the array job id."""
     info = table.get(ref) or table.get(f"{ref}+0")  # a het job: its leader component
     if info is not None:
-        return replace(info, ref=ref)
+        return info if info.ref == ref else replace(info, ref=ref)
     jid = sp.parse_job_id(ref)
     meta = table.get(jid.base) if jid.task is not None else None
     return replace(meta, ref=ref) if meta is not None else None

@@ -1,0 +1,389 @@
+"""One daemon tick at scale: CPU, peak RSS, slurmctld commands/RPCs and database size at
+1,000 / 10,000 / 50,000 trials (issue 16 item 5).
+
+Two parts, each cell in its own fresh process so peak RSS is the tick's process only:
+
+* ``synthetic`` — a store built through the real daemon (``Daemon.tick`` creates and
+  submits every trial, writes every job script) against ``replay.ReplayRunner``: the
+  real ``SlurmBackend`` parsing squeue lines in the dev cluster's format from a job
+  table (64 RUNNING, a share COMPLETED and gone from the queue, the rest PENDING).
+  Finished trials have a full metrics.jsonl (training + validation + checkpoint lines)
+  and an exit record; running ones get new lines before every measured tick, so ingest
+  does real work. Discovery commands go to the real dev cluster once.
+* ``dev`` — N toy trials submitted through the daemon on the real dev cluster
+  (``python -m dethpc.devcluster up``), short trials so running and finished mix; once
+  the queue is steady, a fresh process ticks and is measured, with ``sdiag`` read around
+  its ticks for client RPCs (``bench/rpc`` counting).
+
+Usage: python bench/tick_scale/run.py [synthetic|dev|both] [--trials ...] [--dev-trials ...]
+       [--profile N]   (cProfile one synthetic tick at N trials, print the top entries)
+Writes bench/results/tick_scale.json (merging the part it ran into what is there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import importlib.util
+import io
+import json
+import os
+import platform
+import pstats
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from replay import Model, ReplayRunner  # noqa: E402
+from sqlmodel import select  # noqa: E402
+
+from dethpc import experiments  # noqa: E402
+from dethpc.backends.slurm import SlurmBackend  # noqa: E402
+from dethpc.config import load_experiment_config  # noqa: E402
+from dethpc.config.model import ClusterConfig, ResourcePool  # noqa: E402
+from dethpc.daemon import Daemon  # noqa: E402
+from dethpc.paths import ExperimentPaths  # noqa: E402
+from dethpc.runner import CommandRunner, RecordingRunner  # noqa: E402
+from dethpc.store import Store  # noqa: E402
+from dethpc.store.models import Experiment, ExperimentState, Job, Trial  # noqa: E402
+
+TOY = REPO / "tests" / "fixtures" / "toy"
+OUT = REPO / "bench" / "results" / "tick_scale.json"
+RUNNING = 64
+FINISHED_SHARE = 0.3
+GOAL = {"cpu_s_at_10000": 0.5, "rss_mb_at_10000": 300, "client_rpcs_per_tick": 3}
+
+
+def cluster_at(work: Path) -> ClusterConfig:
+    return ClusterConfig(backend="slurm", runs_root=work / "runs", pools={
+        "default": ResourcePool(name="default", partition="debug", signal_grace_s=30)})
+
+
+def store_at(work: Path) -> Store:
+    return Store(f"sqlite:///{work}/db.sqlite")
+
+
+def experiment_yaml(n: int, *, length: int, step_time: float) -> dict[str, Any]:
+    return {"name": f"tick-{n}", "entrypoint": "python3 train.py",
+            "hyperparameters": {"x": {"type": "double", "minval": 0.0, "maxval": 6.0},
+                                "step_time": step_time},
+            "searcher": {"name": "random", "metric": "validation_loss", "max_trials": n,
+                         "max_concurrent_trials": n, "max_length": {"batches": length}},
+            "min_validation_period": {"batches": 5}}
+
+
+def create(n: int, work: Path, *, length: int, step_time: float) -> int:
+    path = work / "exp.yaml"
+    path.write_text(yaml.safe_dump(experiment_yaml(n, length=length, step_time=step_time)))
+    return experiments.create_experiment(store_at(work), cluster_at(work),
+                                         load_experiment_config(path), TOY,
+                                         SlurmBackend(CommandRunner(timeout=120)))
+
+
+def metric_lines(first: int, last: int, *, validate_every: int = 5) -> str:
+    """What the toy trial writes for steps first..last (training every step, validation
+    and a checkpoint every ``validate_every``)."""
+    out = []
+    now = time.time()
+    for s in range(first, last + 1):
+        out.append({"kind": "training", "steps": s, "metrics": {"loss": 1.0 / s}, "time": now})
+        if s % validate_every == 0:
+            out.append({"kind": "validation", "steps": s,
+                        "metrics": {"validation_loss": 1.0 / s}, "time": now})
+            out.append({"kind": "checkpoint", "steps": s,
+                        "uuid": f"u{first}-{s}-{os.urandom(4).hex()}",
+                        "metadata": {"steps_completed": s}, "time": now})
+    return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in out)
+
+
+def append(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(text)
+
+
+# ------------------------------------------------------------------ synthetic
+def synthetic_build(n: int, work: Path) -> dict[str, Any]:
+    t0 = time.monotonic()
+    exp_id = create(n, work, length=10, step_time=0.01)
+    runner = ReplayRunner(timeout=120)
+    daemon = Daemon(store_at(work), cluster_at(work), SlurmBackend(runner))
+    daemon.tick()   # creates every trial, writes every script, submits arrays of <= 1001
+    store = store_at(work)
+    with store.session() as s:
+        jobs = sorted(s.exec(select(Job).where(Job.experiment_id == exp_id)),
+                      key=lambda j: j.trial_id)
+    paths = ExperimentPaths(Path(work / "runs"))
+    with store.session() as s:
+        exp = s.get(Experiment, exp_id)
+        assert exp is not None
+        paths = ExperimentPaths(Path(exp.run_dir))
+    finished = jobs[:int(n * FINISHED_SHARE)]
+    running = jobs[len(finished):len(finished) + RUNNING]
+    for job in finished:
+        tp = paths.trial(job.trial_id)
+        append(tp.metrics, metric_lines(1, 10))
+        append(tp.exit_log, json.dumps({"job": job.ref, "reason": "completed", "code": 0,
+                                        "restart": 0}) + "\n")
+        runner.model.jobs[job.ref or ""][0] = "COMPLETED"
+    for job in running:
+        append(paths.trial(job.trial_id).metrics, metric_lines(1, 3))
+        runner.model.jobs[job.ref or ""][0] = "RUNNING"
+    daemon.tick()   # ingests the finished trials, closes their jobs
+    for job in finished:
+        del runner.model.jobs[job.ref or ""]   # past MinJobAge: gone from squeue
+    daemon.tick()
+    runner.model.save(work / "model.json")
+    (work / "running.json").write_text(json.dumps([j.trial_id for j in running]))
+    return {"exp_id": exp_id, "build_s": round(time.monotonic() - t0, 1),
+            "sbatch": runner.count("sbatch")}
+
+
+def synthetic_measure(n: int, work: Path, profile: bool) -> dict[str, Any]:
+    runner = ReplayRunner(timeout=120, model=Model.load(work / "model.json"))
+    store = store_at(work)
+    daemon = Daemon(store, cluster_at(work), SlurmBackend(runner))
+    with store.session() as s:
+        exp = s.exec(select(Experiment)).first()
+        assert exp is not None
+        paths = ExperimentPaths(Path(exp.run_dir))
+    running = json.loads((work / "running.json").read_text())
+    step = [4]
+
+    def progress() -> None:   # every running trial reports two more steps
+        for tid in running:
+            append(paths.trial(tid).metrics, metric_lines(step[0], step[0] + 1))
+        step[0] += 2
+
+    daemon.tick()   # a steady daemon has ticked before: imports and discovery are done
+    ticks: list[dict[str, Any]] = []
+    for _ in range(3):
+        progress()
+        before = len(runner.calls)
+        c0, w0 = time.process_time(), time.monotonic()
+        daemon.tick()
+        ticks.append({"cpu_s": round(time.process_time() - c0, 3),
+                      "wall_s": round(time.monotonic() - w0, 3),
+                      "commands": [c[0] for c in runner.calls[before:]]})
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    progress()
+    tracemalloc.start()
+    daemon.tick()
+    heap_peak = tracemalloc.get_traced_memory()[1] / 2**20
+    tracemalloc.stop()
+    with store.session() as s:
+        states: dict[str, int] = {}
+        for t in s.exec(select(Trial)):
+            states[t.state.value] = states.get(t.state.value, 0) + 1
+        live = len(list(s.exec(select(Job.id).where(Job.live == True))))  # noqa: E712
+    out: dict[str, Any] = {
+        "trials": n, "trial_states": states, "live_jobs": live,
+        "running_jobs": RUNNING, "cpu_s_per_tick": min(t["cpu_s"] for t in ticks),
+        "cpu_s_ticks": [t["cpu_s"] for t in ticks],
+        "wall_s_ticks": [t["wall_s"] for t in ticks],
+        "commands_per_tick": [len(t["commands"]) for t in ticks],
+        "command_names": sorted({Path(c).name for t in ticks for c in t["commands"]}),
+        "peak_rss_mb": round(rss_mb, 1), "tick_heap_peak_mb": round(heap_peak, 1),
+        "db_mb": round(os.path.getsize(work / "db.sqlite") / 2**20, 1),
+    }
+    if profile:
+        progress()
+        prof = cProfile.Profile()
+        prof.enable()
+        daemon.tick()
+        prof.disable()
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(40)
+        (work / "profile.txt").write_text(buf.getvalue())
+        print(buf.getvalue(), file=sys.stderr)
+    return out
+
+
+# ------------------------------------------------------------------ dev cluster
+CLIENT_RPCS = {
+    "REQUEST_FED_INFO", "REQUEST_JOB_INFO", "REQUEST_JOB_INFO_SINGLE", "REQUEST_JOB_USER_INFO",
+    "REQUEST_PARTITION_INFO", "REQUEST_NODE_INFO", "REQUEST_SUBMIT_BATCH_JOB",
+    "REQUEST_KILL_JOB", "REQUEST_CANCEL_JOB", "REQUEST_UPDATE_JOB", "REQUEST_JOB_REQUEUE",
+    "REQUEST_BUILD_INFO", "REQUEST_PING", "REQUEST_JOB_READY", "REQUEST_CONFIG",
+}
+
+
+def sdiag_counts() -> dict[str, int]:
+    """slurmctld's RPC counts by message type (bench/rpc's ``sdiag`` parsing)."""
+    spec = importlib.util.spec_from_file_location("rpc_bench", REPO / "bench" / "rpc" / "run.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return dict(mod.sdiag()[0])
+
+
+def dev_submit(n: int, work: Path) -> dict[str, Any]:
+    t0 = time.monotonic()
+    exp_id = create(n, work, length=30, step_time=2.0)
+    runner = RecordingRunner(timeout=120)
+    Daemon(store_at(work), cluster_at(work), SlurmBackend(runner)).tick()
+    return {"exp_id": exp_id, "submit_s": round(time.monotonic() - t0, 1),
+            "sbatch": runner.count("sbatch")}
+
+
+def dev_measure(n: int, work: Path, ticks: int = 3) -> dict[str, Any]:
+    runner = RecordingRunner(timeout=120)
+    store = store_at(work)
+    daemon = Daemon(store, cluster_at(work), SlurmBackend(runner))
+    daemon.tick()
+    cpu, wall = [], []
+    s0 = sdiag_counts()
+    before = len(runner.calls)
+    for _ in range(ticks):
+        time.sleep(1)
+        c0, w0 = time.process_time(), time.monotonic()
+        daemon.tick()
+        cpu.append(round(time.process_time() - c0, 3))
+        wall.append(round(time.monotonic() - w0, 3))
+    s1 = sdiag_counts()
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rpcs = {k: v - s0.get(k, 0) for k, v in s1.items() if v - s0.get(k, 0)}
+    with store.session() as s:
+        states: dict[str, int] = {}
+        for t in s.exec(select(Trial)):
+            states[t.state.value] = states.get(t.state.value, 0) + 1
+    return {"trials": n, "trial_states": states, "cpu_s_per_tick": min(cpu),
+            "cpu_s_ticks": cpu, "wall_s_ticks": wall,
+            "commands_per_tick": (len(runner.calls) - before) / ticks,
+            "command_names": sorted({Path(c[0]).name for c in runner.calls[before:]}),
+            "client_rpcs_per_tick": sum(v for k, v in rpcs.items() if k in CLIENT_RPCS) / ticks,
+            "rpcs_by_type": rpcs, "peak_rss_mb": round(rss_mb, 1),
+            "db_mb": round(os.path.getsize(work / "db.sqlite") / 2**20, 1),
+            "note": "sdiag counts every client of slurmctld in the interval; other "
+                    "sessions' tests share the dev cluster"}
+
+
+def dev_kill(work: Path) -> None:
+    store = store_at(work)
+    daemon = Daemon(store, cluster_at(work), SlurmBackend(CommandRunner(timeout=120)))
+    with store.session() as s:
+        exp_id = s.exec(select(Experiment.id)).first()
+    assert exp_id is not None
+    experiments.request_state(store, exp_id, "kill")
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        daemon.tick()
+        if ExperimentState(experiments.get_experiment(store, exp_id).state).is_terminal:
+            return
+        time.sleep(1)
+
+
+def running_count(work: Path) -> int:
+    with store_at(work).session() as s:
+        return len(list(s.exec(select(Trial).where(Trial.state == "RUNNING"))))
+
+
+# ------------------------------------------------------------------ driver
+def child(*args: str) -> dict[str, Any]:
+    """Run this script's ``_cell`` mode in a fresh process; its last stdout line is JSON."""
+    res = subprocess.run([sys.executable, __file__, "_cell", *args], capture_output=True,
+                         text=True, check=False)
+    if res.returncode != 0:
+        raise SystemExit(f"cell {args} failed:\n{res.stderr[-4000:]}")
+    if res.stderr.strip():
+        print(res.stderr[-6000:], file=sys.stderr)
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def cell(mode: str, n: int, work: Path, profile: bool) -> dict[str, Any]:
+    if mode == "build":
+        return synthetic_build(n, work)
+    if mode == "measure":
+        return synthetic_measure(n, work, profile)
+    if mode == "dev_submit":
+        return dev_submit(n, work)
+    if mode == "dev_measure":
+        return dev_measure(n, work)
+    if mode == "dev_kill":
+        dev_kill(work)
+        return {}
+    raise SystemExit(f"unknown cell mode {mode!r}")
+
+
+def run_synthetic(sizes: list[int], profile_at: int | None) -> list[dict[str, Any]]:
+    out = []
+    for n in sizes:
+        work = Path(tempfile.mkdtemp(prefix=f"dethpc-tick-{n}-"))
+        built = child("build", str(n), str(work))
+        r = child("measure", str(n), str(work), "1" if n == profile_at else "0")
+        r["build"] = built
+        r["backend"] = "replay: SlurmBackend over squeue lines in the dev cluster's format"
+        print(json.dumps({k: r[k] for k in ("trials", "cpu_s_per_tick", "peak_rss_mb",
+                                             "db_mb", "commands_per_tick")}), flush=True)
+        out.append(r)
+    return out
+
+
+def run_dev(sizes: list[int]) -> list[dict[str, Any]]:
+    out = []
+    for n in sizes:
+        work = Path(tempfile.mkdtemp(prefix=f"dethpc-tickdev-{n}-"))
+        sub = child("dev_submit", str(n), str(work))
+        # tick (as a daemon would) until the first trials have finished and others run
+        store = store_at(work)
+        daemon = Daemon(store, cluster_at(work), SlurmBackend(CommandRunner(timeout=120)))
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            daemon.tick()
+            with store.session() as s:
+                done = len(list(s.exec(select(Trial).where(Trial.state == "COMPLETED"))))
+            if done >= RUNNING:
+                break
+            time.sleep(1)
+        del daemon, store
+        try:
+            r = child("dev_measure", str(n), str(work))
+        finally:
+            child("dev_kill", str(n), str(work))
+        r["submit"] = sub
+        print(json.dumps({k: r[k] for k in ("trials", "trial_states", "cpu_s_per_tick",
+                                             "peak_rss_mb", "client_rpcs_per_tick")}),
+              flush=True)
+        out.append(r)
+    return out
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "_cell":
+        mode, n, work = sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
+        profile = len(sys.argv) > 5 and sys.argv[5] == "1"
+        print(json.dumps(cell(mode, n, work, profile)))
+        return
+    ap = argparse.ArgumentParser()
+    ap.add_argument("part", nargs="?", default="both", choices=["synthetic", "dev", "both"])
+    ap.add_argument("--trials", type=int, nargs="+", default=[1000, 10000, 50000])
+    ap.add_argument("--dev-trials", type=int, nargs="+", default=[1000, 3000])
+    ap.add_argument("--profile", type=int, default=None)
+    ap.add_argument("--out", default=str(OUT))
+    args = ap.parse_args()
+    path = Path(args.out)
+    doc: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    doc.update({"benchmark": "tick_scale", "host": platform.node(), "time": time.time(),
+                "goal": GOAL, "python": platform.python_version()})
+    if args.part in ("synthetic", "both"):
+        doc["synthetic"] = run_synthetic(args.trials, args.profile)
+    if args.part in ("dev", "both"):
+        doc["dev_cluster"] = run_dev(args.dev_trials)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""A tick's cost at thousands of trials (issue 16 item 5), against a real SQLite store.
+
+- The database statements of one experiment's reconcile do not grow with its trials:
+  ingest offsets of the open trials come in one query (before: one lookup per trial
+  and file, most of a tick at 3,000 trials), and a trial whose job this poll saw
+  pending, never requeued, with nothing ingested yet, is not read at all.
+- That skip loses nothing: lines written once the job runs are read from the start on
+  the next tick; a requeued job that is pending again is still read (its first run
+  wrote), and so is a trial something was ingested of before.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from sqlalchemy import event
+from sqlmodel import select
+
+from dethpc.backends.base import JobInfo, JobState
+from dethpc.paths import ExperimentPaths
+from dethpc.reconcile import ExperimentReconciler, nothing_written_yet
+from dethpc.store import Store
+from dethpc.store.models import (
+    Batch,
+    BatchState,
+    Experiment,
+    IngestOffset,
+    Job,
+    Metric,
+    SearcherState,
+    Trial,
+)
+
+
+def config(n: int) -> str:
+    return (f"name: t\nentrypoint: python3 train.py\nhyperparameters: {{x: 1.0}}\n"
+            f"searcher: {{name: random, metric: loss, max_trials: {n}, "
+            f"max_concurrent_trials: {n}, max_length: {{batches: 100}}}}\n")
+
+
+def tick(store: Store, exp_id: int, infos: dict[str, JobInfo]) -> None:
+    with store.session() as s:
+        exp = s.get(Experiment, exp_id)
+        assert exp is not None
+        ExperimentReconciler(s, exp, infos, 1000.0).run()
+
+
+def experiment(store: Store, tmp_path: Path, n: int) -> tuple[int, dict[int, str]]:
+    """``n`` random-search trials, each with a live (pending) job ``7_<i>``; returns the
+    experiment id and each trial's ref."""
+    run_dir = tmp_path / f"run-{n}"
+    run_dir.mkdir()
+    with store.session() as s:
+        exp = Experiment(name="t", config_yaml=config(n), run_dir=str(run_dir))
+        s.add(exp)
+        s.flush()
+        assert exp.id is not None
+        s.add(SearcherState(experiment_id=exp.id))
+        exp_id = exp.id
+    tick(store, exp_id, {})   # the searcher creates the trials
+    refs: dict[int, str] = {}
+    with store.session() as s:
+        batch = Batch(experiment_id=exp_id, state=BatchState.SUBMITTED, array_job_id="7")
+        s.add(batch)
+        s.flush()
+        assert batch.id is not None
+        trials = list(s.exec(select(Trial).where(Trial.experiment_id == exp_id)))
+        assert len(trials) == n
+        for i, trial in enumerate(sorted(trials, key=lambda t: t.id or 0)):
+            assert trial.id is not None
+            refs[trial.id] = f"7_{i}"
+            s.add(Job(experiment_id=exp_id, trial_id=trial.id, batch_id=batch.id,
+                      ref=refs[trial.id], array_index=i, state=JobState.PENDING))
+            trial.needs_job = False
+            s.add(trial)
+    return exp_id, refs
+
+
+def write_steps(store: Store, exp_id: int, trial_id: int, first: int, last: int) -> None:
+    with store.session() as s:
+        exp = s.get(Experiment, exp_id)
+        assert exp is not None
+        tp = ExperimentPaths(Path(exp.run_dir)).trial(trial_id).ensure()
+    with open(tp.metrics, "a") as f:
+        for step in range(first, last + 1):
+            f.write(json.dumps({"kind": "training", "steps": step,
+                                "metrics": {"loss": 1.0 / step}}) + "\n")
+
+
+def infos_for(refs: dict[int, str], running: set[int],
+              restarts: dict[int, int] | None = None) -> dict[str, JobInfo]:
+    return {ref: JobInfo(ref=ref, state=JobState.RUNNING if tid in running
+                         else JobState.PENDING,
+                         restart_count=(restarts or {}).get(tid, 0))
+            for tid, ref in refs.items()}
+
+
+def statements_of_a_steady_tick(store: Store, tmp_path: Path, n: int) -> int:
+    exp_id, refs = experiment(store, tmp_path, n)
+    running = set(sorted(refs)[:3])
+    for tid in running:
+        write_steps(store, exp_id, tid, 1, 2)
+    tick(store, exp_id, infos_for(refs, running))   # jobs start; first lines ingested
+    for tid in running:
+        write_steps(store, exp_id, tid, 3, 4)
+    count = 0
+
+    def counter(*_args: object) -> None:
+        nonlocal count
+        count += 1
+
+    event.listen(store.engine, "before_cursor_execute", counter)
+    try:
+        tick(store, exp_id, infos_for(refs, running))
+    finally:
+        event.remove(store.engine, "before_cursor_execute", counter)
+    with store.session() as s:
+        got = s.exec(select(Metric).where(Metric.trial_id.in_(running))).all()  # type: ignore[attr-defined]
+    assert len(got) == 3 * 4   # every line of every running trial, once
+    return count
+
+
+def test_statements_per_tick_do_not_grow_with_the_trials(tmp_path: Path) -> None:
+    small = statements_of_a_steady_tick(Store(f"sqlite:///{tmp_path / 'a.sqlite'}"),
+                                        tmp_path, 20)
+    large = statements_of_a_steady_tick(Store(f"sqlite:///{tmp_path / 'b.sqlite'}"),
+                                        tmp_path, 200)
+    assert large == small, (small, large)
+
+
+@pytest.mark.parametrize(("state", "restarts", "ingested", "skip"), [
+    (JobState.PENDING, 0, False, True),
+    (JobState.PENDING, 1, False, False),    # requeued: its first run wrote
+    (JobState.PENDING, 0, True, False),     # an earlier job of the trial wrote
+    (JobState.RUNNING, 0, False, False),
+    (JobState.COMPLETED, 0, False, False),  # ran between two polls
+    (JobState.UNKNOWN, 0, False, False),
+])
+def test_only_a_never_started_job_is_not_read(state: JobState, restarts: int,
+                                              ingested: bool, skip: bool) -> None:
+    assert nothing_written_yet(state, restarts, ingested=ingested) is skip
+
+
+def test_a_pending_job_that_starts_later_is_read_from_the_start(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    exp_id, refs = experiment(store, tmp_path, 3)
+    first, second, third = sorted(refs)
+    # lines land after the poll that still saw the job pending: left for the next tick
+    write_steps(store, exp_id, first, 1, 3)
+    tick(store, exp_id, infos_for(refs, set()))
+    with store.session() as s:
+        assert s.exec(select(Metric)).all() == []
+        assert s.get(IngestOffset, (first, "metrics.jsonl")) is None
+    tick(store, exp_id, infos_for(refs, {first}))
+    with store.session() as s:
+        assert [m.steps for m in s.exec(select(Metric).where(Metric.trial_id == first))] \
+            == [1, 2, 3]
+        assert s.get(IngestOffset, (first, "metrics.jsonl")) is not None
+    # a job Slurm requeued (pending again, restart count 1) is still read
+    write_steps(store, exp_id, second, 1, 2)
+    tick(store, exp_id, infos_for(refs, set(), restarts={second: 1}))
+    # and so is a trial something was ingested of before, pending again
+    write_steps(store, exp_id, first, 4, 4)
+    tick(store, exp_id, infos_for(refs, set(), restarts={second: 1}))
+    with store.session() as s:
+        steps = {tid: sorted(m.steps for m in s.exec(select(Metric).where(
+            Metric.trial_id == tid))) for tid in (first, second, third)}
+    assert steps == {first: [1, 2, 3, 4], second: [1, 2], third: []}
