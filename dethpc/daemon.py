@@ -784,11 +784,15 @@ class Daemon:
         return changed
 
     def refresh_watch(self) -> None:
-        """Watch the metrics file of every trial with a live job, from the offset the
-        store has ingested (so a record written during the tick is seen at once)."""
+        """Watch the metrics file of every trial whose job the last poll saw running
+        (pending jobs write nothing: at 10,000 queued trials the stats stay as many as
+        the jobs running), from the offset the store has ingested (so a record written
+        during the tick is seen at once). A job that started since is watched from the
+        tick that sees it running; until then its records wait for the tick."""
         with self.store.session() as s:
             jobs = list(s.exec(self.mine(select(Job).where(
-                Job.live == True), Job.experiment_id)))  # noqa: E712
+                Job.live == True, Job.state == JobState.RUNNING),  # noqa: E712
+                Job.experiment_id)))
             trial_exp = {j.trial_id: j.experiment_id for j in jobs}
             if not trial_exp:
                 self.watch = {}

@@ -36,6 +36,8 @@ class RunningForever(LocalBackend):
         self.calls: Counter[str] = Counter()
         self.cancelled: set[str] = set()
         self.next_id = 100
+        #: False: every job reads PENDING (queued again)
+        self.running = True
 
     def submit(self, request: JobRequest) -> list[str]:
         self.calls["submit"] += 1
@@ -46,8 +48,9 @@ class RunningForever(LocalBackend):
 
     def poll(self, refs: Sequence[str]) -> dict[str, JobInfo]:
         self.calls["poll"] += 1
+        alive = JobState.RUNNING if self.running else JobState.PENDING
         return {r: JobInfo(ref=r, state=JobState.CANCELLED if r in self.cancelled
-                           else JobState.RUNNING) for r in refs}
+                           else alive) for r in refs}
 
     def user_jobs(self) -> list[JobInfo] | None:
         self.calls["user_jobs"] += 1
@@ -154,3 +157,15 @@ def test_the_fast_path_ingests_only_once(tmp_path) -> None:
 
 def test_trials_look_for_their_stop_file_every_tenth_of_a_second() -> None:
     assert STOP_CHECK_INTERVAL_S <= 0.1
+
+
+def test_only_running_jobs_are_watched(tmp_path) -> None:
+    """A queued job writes nothing: at thousands of pending trials the daemon stats only
+    the running ones' files."""
+    store, daemon, backend, exp_id = start(tmp_path)
+    daemon.refresh_watch()
+    assert len(daemon.watch) == 4
+    backend.running = False
+    daemon.tick()
+    daemon.refresh_watch()
+    assert daemon.watch == {}
