@@ -45,6 +45,10 @@ _NO_ACCOUNTING = ("accounting storage is disabled",)
 FIND_WINDOW = "now-14days"
 #: how long ``judge`` asks again while nodes have not registered with slurmctld
 REGISTER_WAIT_S = 15.0
+#: seconds after sacct last failed, or slurmctld last held unsent accounting records,
+#: during which a job missing from sacct is still no news: sdiag's queue reads 0 while
+#: the last records are in flight to slurmdbd (a probe saw one such poll)
+SETTLE_S = 10.0
 
 
 class SlurmBackend:
@@ -69,6 +73,8 @@ class SlurmBackend:
         self._qos_limits: dict[str, sl.QosLimits] = {}
         self._limits_read = False
         self._user_jobs: list[JobInfo] | None = None
+        #: until when (monotonic) a job missing from sacct is no news (``_ended``)
+        self._unsettled_until = 0.0
 
     # ------------------------------------------------------------ discovery
     def available(self) -> bool:
@@ -221,11 +227,13 @@ class SlurmBackend:
         """sacct's records of ``refs`` (jobs squeue no longer lists), and whether a ref
         missing from them is truly unknown. Not when sacct fails (slurmdbd down) or
         slurmctld still holds accounting records slurmdbd has not taken (``sdiag``'s
-        DBD agent queue, asked only when a ref is missing): then ``sacct`` cannot tell
-        yet, and a job that ended while the daemon was away must not read as lost."""
+        DBD agent queue, asked only when a ref is missing), nor for ``SETTLE_S`` after
+        either was last seen: then ``sacct`` cannot tell yet, and a job that ended while
+        the daemon was away must not read as lost."""
         try:
             done = self._sacct(refs)
         except CommandError as exc:
+            self._unsettled_until = time.monotonic() + SETTLE_S
             log.warning("sacct failed (%s): %d job(s) that left the queue wait for "
                         "accounting", (exc.stderr.strip().splitlines() or [str(exc)])[-1],
                         len(refs))
@@ -234,9 +242,10 @@ class SlurmBackend:
             return done, True
         backlog = self._dbd_backlog()
         if backlog:
+            self._unsettled_until = time.monotonic() + SETTLE_S
             log.info("slurmctld holds %d accounting record(s) slurmdbd has not taken: jobs "
                      "missing from sacct wait", backlog)
-        return done, not backlog
+        return done, time.monotonic() >= self._unsettled_until
 
     def _dbd_backlog(self) -> int:
         """Accounting records slurmctld has queued for slurmdbd (one ``sdiag``); 0 when

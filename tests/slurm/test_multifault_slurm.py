@@ -35,6 +35,7 @@ from dethpc.backends.base import JobRequest
 from dethpc.backends.slurm import SlurmBackend
 from dethpc.backends.slurm_parse import nodes_registering
 from dethpc.devcluster.faults import ClusterFaults
+from dethpc.job_end import UNKNOWN_TICKS
 from dethpc.runner import CommandRunner
 from tests.slurm.fixtures.multifault import MultiFaultRun, schedule
 
@@ -57,7 +58,8 @@ def test_asha_survives_daemon_kills_a_slurmctld_restart_and_a_slurmdbd_outage(
     assert f.kills >= 3 and f.ctld_restarts >= 2 and f.dbd_outages == 1, f
     assert f.gone_while_down, "no job left squeue while the daemon and slurmdbd were down"
     assert f.sacct_failures >= 2, "the daemon never had to ask a failing sacct"
-    assert f.probe_unknown == 0, "a poll called a job UNKNOWN while accounting was behind"
+    # polls right after slurmdbd came back (without the sdiag check: 25 UNKNOWN in a row)
+    assert f.probe_unknown_streak < UNKNOWN_TICKS, "a job would have been judged lost"
     assert f.trials == f.created == TRIALS
     assert f.decisions.get("Stop", 0) >= 1, f.decisions   # ASHA did stop losers
 
