@@ -97,10 +97,6 @@ TERMINAL_TRIAL_STATES = [s for s in TrialState if s.is_terminal]
 CONCURRENCY_KEY = "_max_concurrent_trials"
 
 
-#: the files of a trial the daemon ingests (``IngestOffset.file``)
-INGESTED = ("metrics.jsonl", "exits.jsonl")
-
-
 def nothing_written_yet(state: JobState, restart_count: int, *, ingested: bool) -> bool:
     """A trial whose job this very poll saw pending, never requeued, and of which nothing
     was ever ingested has no file to read: its ingest (two failed opens and the paths)
@@ -135,14 +131,23 @@ class ExperimentReconciler:
         if self.ss.snapshot:
             self.searcher.restore(self.ss.snapshot)
             self.last_concurrency = self.ss.snapshot.get(CONCURRENCY_KEY)
-        # hparams and validate_at are read only when a trial is created or promoted:
-        # decoding their JSON for every trial was a third of a tick at 10,000 trials
+        # the open trials and those with a live job: an ended trial is read only when
+        # asked for (``trial_of_request``); hparams and validate_at only when a trial is
+        # promoted (decoding every trial's JSON was a third of a tick at 10,000 trials)
+        live_trials = select(Job.trial_id).where(Job.experiment_id == self.exp_id,
+                                                 Job.live == True)  # noqa: E712
         self.trials: dict[int, Trial] = {
-            t.id: t for t in s.exec(select(Trial).where(Trial.experiment_id == self.exp_id)
-                                    .options(defer(Trial.hparams),  # type: ignore[arg-type]
-                                             defer(Trial.validate_at)))  # type: ignore[arg-type]
+            t.id: t for t in s.exec(select(Trial).where(
+                Trial.experiment_id == self.exp_id,
+                col(Trial.state).not_in(TERMINAL_TRIAL_STATES)
+                | col(Trial.id).in_(live_trials))
+                .options(defer(Trial.hparams),  # type: ignore[arg-type]
+                         defer(Trial.validate_at)))  # type: ignore[arg-type]
             if t.id is not None}
         self.by_request = {t.request_id: t for t in self.trials.values()}
+        #: every trial's request id (the ended ones are not in ``trials``)
+        self.requests: set[int] = set(s.exec(select(Trial.request_id).where(
+            Trial.experiment_id == self.exp_id)))
         self.jobs = list(s.exec(select(Job).where(Job.experiment_id == self.exp_id,
                                                   Job.live == True)))  # noqa: E712
         #: the live job of each trial (at most one); kept in step by close_job
@@ -153,6 +158,8 @@ class ExperimentReconciler:
         #: ingest offsets of the trials open when first needed (``offset``)
         self._offsets: dict[tuple[int, str], IngestOffset] | None = None
         self._offsets_of: set[int] = set()
+        #: the trials among those with an offset row (something was ingested)
+        self._ingested: set[int] = set()
 
     # ------------------------------------------------------------------ driver
     def run(self) -> Outcome:
@@ -213,6 +220,11 @@ class ExperimentReconciler:
         assert trial.id is not None
         return self.paths.trial(trial.id)
 
+    def is_open(self, trial_id: int) -> bool:
+        """The trial has not ended (an ended one may not be loaded: ``trials``)."""
+        trial = self.trials.get(trial_id)
+        return trial is not None and not trial.state.is_terminal
+
     def live_job(self, trial: Trial) -> Job | None:
         return self.live.get(trial.id) if trial.id is not None else None
 
@@ -272,6 +284,7 @@ class ExperimentReconciler:
                        col(Trial.state).not_in(TERMINAL_TRIAL_STATES)))}
             self._offsets_of = {t.id for t in self.trials.values()
                                 if t.id is not None and not t.state.is_terminal}
+            self._ingested = {trial_id for trial_id, _ in self._offsets}
         if trial.id in self._offsets_of:
             return self._offsets.get((trial.id, name))
         return self.s.get(IngestOffset, (trial.id, name))
@@ -284,9 +297,8 @@ class ExperimentReconciler:
         if info is None or trial.id is None:
             return False
         self.offset(trial, "metrics.jsonl")  # loads the open trials' rows once
-        ingested = (trial.id not in self._offsets_of or trial.steps_completed > 0
-                    or trial.restarts > 0 or trial.runs > 0
-                    or any((trial.id, name) in (self._offsets or {}) for name in INGESTED))
+        ingested = (trial.id not in self._offsets_of or trial.id in self._ingested
+                    or trial.steps_completed > 0 or trial.restarts > 0 or trial.runs > 0)
         return nothing_written_yet(info.state, info.restart_count, ingested=ingested)
 
     def ingest(self, trial: Trial, *, exits: bool = True) -> None:
@@ -306,6 +318,7 @@ class ExperimentReconciler:
                 row = IngestOffset(trial_id=trial.id, file=name, offset=0)
                 if self._offsets is not None:
                     self._offsets[(trial.id, name)] = row
+                    self._ingested.add(trial.id)
             for rec in chunk.records:
                 handler(trial, rec)
             row.offset = chunk.new_offset
@@ -512,15 +525,26 @@ class ExperimentReconciler:
             elif isinstance(action, Continue):
                 self.resume(action)
             elif isinstance(action, Stop):
-                trial = self.by_request.get(action.request_id)
+                trial = self.trial_of_request(action.request_id)
                 if trial is not None:
                     self.request_stop(trial, StopReason.STOP)
             elif isinstance(action, Shutdown):
                 self.ss.shutdown = True
                 self.s.add(self.ss)
 
+    def trial_of_request(self, request_id: int) -> Trial | None:
+        """The trial of a searcher request, an ended one read from the store on demand."""
+        trial = self.by_request.get(request_id)
+        if trial is None and request_id in self.requests:
+            trial = self.s.exec(select(Trial).where(Trial.experiment_id == self.exp_id,
+                                                    Trial.request_id == request_id)).first()
+            if trial is not None and trial.id is not None:
+                self.trials[trial.id] = trial
+                self.by_request[request_id] = trial
+        return trial
+
     def create(self, action: Create) -> None:
-        if action.request_id in self.by_request:
+        if action.request_id in self.requests:
             return
         trial = Trial(experiment_id=self.exp_id, request_id=action.request_id,
                       hparams=dict(action.hparams), target_length=action.length,
@@ -530,11 +554,12 @@ class ExperimentReconciler:
         assert trial.id is not None
         self.trials[trial.id] = trial
         self.by_request[trial.request_id] = trial
+        self.requests.add(trial.request_id)
         self.event("trial_created", f"trial {trial.id} created (request {action.request_id})",
                    trial)
 
     def resume(self, action: Continue) -> None:
-        trial = self.by_request.get(action.request_id)
+        trial = self.trial_of_request(action.request_id)
         if trial is None:
             return
         trial.target_length = action.length
@@ -631,8 +656,10 @@ class ExperimentReconciler:
             for t in self.trials.values():
                 if t.state == TrialState.WAITING:
                     self.set_state(t, TrialState.COMPLETED, "search ended")
-            ok = any(t.state in (TrialState.COMPLETED, TrialState.STOPPED)
-                     for t in self.trials.values())
+            ok = self.s.exec(select(Trial.id).where(
+                Trial.experiment_id == self.exp_id,
+                col(Trial.state).in_([TrialState.COMPLETED, TrialState.STOPPED]))).first() \
+                is not None
             self.end(ExperimentState.COMPLETED if ok else ExperimentState.ERROR)
 
     def end(self, state: ExperimentState) -> None:
@@ -656,8 +683,7 @@ class ExperimentReconciler:
             Checkpoint.experiment_id == self.exp_id,
             Checkpoint.state == CheckpointState.COMPLETED)))
         infos = [CkptInfo(c.uuid, c.trial_id, c.steps_completed, c.created_at,
-                          c.validation_metric, not self.trials[c.trial_id].state.is_terminal)
-                 for c in rows if c.trial_id in self.trials]
+                          c.validation_metric, self.is_open(c.trial_id)) for c in rows]
         doomed = to_delete(infos, save_experiment_best=cs.save_experiment_best,
                            save_trial_best=cs.save_trial_best,
                            save_trial_latest=cs.save_trial_latest,

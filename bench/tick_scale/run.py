@@ -204,7 +204,8 @@ def synthetic_measure(n: int, work: Path, profile: bool) -> dict[str, Any]:
         daemon.tick()
         prof.disable()
         buf = io.StringIO()
-        pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(40)
+        order = os.environ.get("TICK_SORT", "cumulative")   # or tottime
+        pstats.Stats(prof, stream=buf).sort_stats(order).print_stats(40)
         (work / "profile.txt").write_text(buf.getvalue())
         print(buf.getvalue(), file=sys.stderr)
     return out
@@ -230,7 +231,7 @@ def sdiag_counts() -> dict[str, int]:
 
 def dev_submit(n: int, work: Path) -> dict[str, Any]:
     t0 = time.monotonic()
-    exp_id = create(n, work, length=30, step_time=2.0)
+    exp_id = create(n, work, length=20, step_time=1.0)
     runner = RecordingRunner(timeout=120)
     Daemon(store_at(work), cluster_at(work), SlurmBackend(runner)).tick()
     return {"exp_id": exp_id, "submit_s": round(time.monotonic() - t0, 1),
@@ -376,10 +377,14 @@ def main() -> None:
     doc: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     doc.update({"benchmark": "tick_scale", "host": platform.node(), "time": time.time(),
                 "goal": GOAL, "python": platform.python_version()})
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True, check=False).stdout.strip()
     if args.part in ("synthetic", "both"):
         doc["synthetic"] = run_synthetic(args.trials, args.profile)
+        doc["synthetic_commit"] = commit
     if args.part in ("dev", "both"):
         doc["dev_cluster"] = run_dev(args.dev_trials)
+        doc["dev_cluster_commit"] = commit
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=2))
     print(f"wrote {path}")

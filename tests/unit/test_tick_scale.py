@@ -4,6 +4,9 @@
   ingest offsets of the open trials come in one query (before: one lookup per trial
   and file, most of a tick at 3,000 trials), and a trial whose job this poll saw
   pending, never requeued, with nothing ingested yet, is not read at all.
+- Ended trials without a live job are not loaded (a long experiment is mostly ended
+  trials); a searcher request naming one still finds it, and a replayed ``Create``
+  of its request makes no second trial.
 - That skip loses nothing: lines written once the job runs are read from the start on
   the next tick; a requeued job that is pending again is still read (its first run
   wrote), and so is a trial something was ingested of before.
@@ -21,6 +24,7 @@ from sqlmodel import select
 from dethpc.backends.base import JobInfo, JobState
 from dethpc.paths import ExperimentPaths
 from dethpc.reconcile import ExperimentReconciler, nothing_written_yet
+from dethpc.searchers.base import Create, Stop
 from dethpc.store import Store
 from dethpc.store.models import (
     Batch,
@@ -31,6 +35,7 @@ from dethpc.store.models import (
     Metric,
     SearcherState,
     Trial,
+    TrialState,
 )
 
 
@@ -168,3 +173,58 @@ def test_a_pending_job_that_starts_later_is_read_from_the_start(tmp_path: Path) 
         steps = {tid: sorted(m.steps for m in s.exec(select(Metric).where(
             Metric.trial_id == tid))) for tid in (first, second, third)}
     assert steps == {first: [1, 2, 3, 4], second: [1, 2], third: []}
+
+
+def end_trials(store: Store, exp_id: int, trial_ids: list[int]) -> None:
+    """``trial_ids`` completed, their jobs closed (as a tick leaves them)."""
+    with store.session() as s:
+        for tid in trial_ids:
+            trial = s.get(Trial, tid)
+            assert trial is not None
+            trial.state = TrialState.COMPLETED
+            s.add(trial)
+            for job in s.exec(select(Job).where(Job.trial_id == tid)):
+                job.live, job.state = False, JobState.COMPLETED
+                s.add(job)
+
+
+def test_ended_trials_are_not_loaded_by_a_tick(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    exp_id, refs = experiment(store, tmp_path, 20)
+    ended = sorted(refs)[:15]
+    end_trials(store, exp_id, ended)
+    loaded: list[int] = []
+
+    def on_load(target: Trial, _context: object) -> None:
+        loaded.append(target.id or 0)
+
+    event.listen(Trial, "load", on_load)
+    try:
+        tick(store, exp_id, infos_for({t: r for t, r in refs.items() if t not in ended},
+                                      set()))
+    finally:
+        event.remove(Trial, "load", on_load)
+    assert sorted(loaded) == sorted(set(refs) - set(ended))
+
+
+def test_searcher_requests_for_ended_trials_still_find_them(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    exp_id, refs = experiment(store, tmp_path, 4)
+    ended = sorted(refs)[:2]
+    end_trials(store, exp_id, ended)
+    with store.session() as s:
+        exp = s.get(Experiment, exp_id)
+        assert exp is not None
+        rec = ExperimentReconciler(s, exp, {}, 1000.0)
+        assert set(rec.trials) == set(refs) - set(ended)
+        first = s.get(Trial, ended[0])
+        assert first is not None
+        rid = first.request_id
+        # a replayed Create of an ended trial's request makes no second trial
+        rec.apply([Create(request_id=rid, hparams={"x": 1.0}, length=100),
+                   Stop(request_id=rid)])
+        assert rec.trial_of_request(rid) is not None
+    with store.session() as s:
+        rows = s.exec(select(Trial).where(Trial.experiment_id == exp_id)).all()
+        assert len(rows) == 4
+        assert {t.state for t in rows if t.id in ended} == {TrialState.COMPLETED}
