@@ -1,0 +1,152 @@
+"""Warm starts: a trial runs as a forked child of a worker that imported the heavy
+modules once.
+
+The worker imports the modules the pool config names (``preload``, e.g. ``torch``)
+once; each trial is then ``os.fork()``-ed: the child starts its own session
+(``setsid``: the worker signals the trial's whole process group), restores default
+signal handlers, takes the trial's environment and working directory, redirects its
+output to the trial's log, and runs the entrypoint in-process with ``runpy`` as
+``python script.py ...`` or ``python -m module ...`` would. The trial is still its
+own process (its own memory, exit code, crash); only the import cost is shared.
+Any other entrypoint (a launcher, a shell script, a container) is ``exec``-ed in the
+child: a fresh process, no warm start.
+
+Owns: ``preload``, ``python_entry`` (what can run warm), ``spawn`` (fork and run).
+Must not: decide which trial runs, or touch the pool directory.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+
+class EntryKind(StrEnum):
+    SCRIPT = "script"    # python path/to/script.py args...
+    MODULE = "module"    # python -m package.module args...
+    EXEC = "exec"        # anything else: a fresh process
+
+
+@dataclass(frozen=True)
+class Entry:
+    kind: EntryKind
+    target: str              # the script path or module name ("" for EXEC)
+    args: tuple[str, ...]    # sys.argv[1:] of the trial
+
+
+def preload(modules: Sequence[str]) -> dict[str, float]:
+    """Import ``modules`` into this process; seconds each took."""
+    took: dict[str, float] = {}
+    for name in modules:
+        t0 = time.perf_counter()
+        importlib.import_module(name)
+        took[name] = time.perf_counter() - t0
+    return took
+
+
+def _is_python(word: str) -> bool:
+    base = os.path.basename(word)
+    return word == sys.executable or base in ("python", "python3") or (
+        base.startswith("python3.") and base[len("python3."):].isdigit())
+
+
+def python_entry(argv: Sequence[str]) -> Entry:
+    """What ``argv`` runs: a script or module this interpreter can run warm, or EXEC.
+
+    Only ``python [-u] script.py ...`` and ``python [-u] -m mod ...`` run warm; other
+    interpreter flags would change the interpreter itself, so they run fresh."""
+    if not argv or not _is_python(argv[0]):
+        return Entry(EntryKind.EXEC, "", tuple(argv))
+    rest = list(argv[1:])
+    while rest and rest[0] == "-u":
+        rest.pop(0)
+    if len(rest) >= 2 and rest[0] == "-m":
+        return Entry(EntryKind.MODULE, rest[1], tuple(rest[2:]))
+    if rest and not rest[0].startswith("-"):
+        return Entry(EntryKind.SCRIPT, rest[0], tuple(rest[1:]))
+    return Entry(EntryKind.EXEC, "", tuple(argv))
+
+
+#: signals the worker handles; the child gets the defaults back
+HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD)
+
+
+def _child(argv: Sequence[str], env: Mapping[str, str], cwd: str, log: Path,
+           started_fd: int) -> int:
+    """In the forked child: become the trial, run it, return its exit code."""
+    os.setsid()
+    for sig in HANDLED:
+        signal.signal(sig, signal.SIG_DFL)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    # whatever the worker's sys.stdout was (a capture, a pipe): the trial writes to the log
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives with the child
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    entry = python_entry(argv)
+    if entry.kind is EntryKind.EXEC:
+        os.close(started_fd)
+        os.execvpe(argv[0], list(argv), dict(env))  # noqa: S606 - the trial itself
+    import runpy
+
+    os.write(started_fd, b"1")
+    os.close(started_fd)
+    try:
+        if entry.kind is EntryKind.MODULE:
+            sys.argv = [entry.target, *entry.args]
+            sys.path[0] = cwd
+            runpy.run_module(entry.target, run_name="__main__", alter_sys=True)
+        else:
+            script = os.path.abspath(entry.target)
+            sys.argv = [entry.target, *entry.args]
+            sys.path[0] = os.path.dirname(script)
+            runpy.run_path(script, run_name="__main__")
+    except SystemExit as stop:
+        code = stop.code
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return code
+        print(code, file=sys.stderr)
+        return 1
+    except BaseException:  # the trial's own failure: printed like python would
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+def spawn(argv: Sequence[str], env: Mapping[str, str], cwd: str, log: Path) -> tuple[int, float]:
+    """Fork a trial; (its pid, seconds from fork until its code started running)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read_fd, write_fd = os.pipe()
+    t0 = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        os.close(read_fd)
+        code = 1
+        try:
+            code = _child(argv, env, cwd, log, write_fd)
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(code & 0xFF if code >= 0 else 1)
+    os.close(write_fd)
+    os.read(read_fd, 1)   # the child's code is about to run (or it exec'ed / died)
+    started = time.perf_counter() - t0
+    os.close(read_fd)
+    return pid, started

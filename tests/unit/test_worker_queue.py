@@ -1,0 +1,177 @@
+"""The pool's lease protocol and the fork server (dethpc.worker): exactly one of N
+concurrent claimers wins each item; an expired lease returns to the queue and its
+worker's next heartbeat fails; a finished item is never re-queued; a preloaded module
+is imported once per worker, not once per trial; exit codes map as in the job wrapper."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from dethpc.exitcodes import ExitReason
+from dethpc.worker import forkserver, queue
+from dethpc.worker.main import exit_reason
+
+
+def _item(tmp: Path, trial: int, seq: int = 1) -> queue.WorkItem:
+    return queue.WorkItem(trial_id=trial, seq=seq, argv=["python3", "train.py"],
+                          env={"DETHPC_TRIAL_ID": str(trial)}, cwd=str(tmp),
+                          trial_dir=str(tmp / f"t{trial}"))
+
+
+def _claim_all(root: str, worker: str, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    paths = queue.PoolPaths(Path(root))
+    got: list[str] = []
+    while (lease := queue.claim(paths, worker)) is not None:
+        got.append(lease.item.name)
+    out.put((worker, got))
+
+
+def test_concurrent_claims_each_item_exactly_once(tmp_path: Path) -> None:
+    paths = queue.PoolPaths(tmp_path / "pool").create()
+    for t in range(60):
+        queue.enqueue(paths, _item(tmp_path, t))
+    ctx = mp.get_context("fork")
+    out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
+    procs = [ctx.Process(target=_claim_all, args=(str(paths.root), f"w{i}", out))
+             for i in range(8)]
+    for p in procs:
+        p.start()
+    claimed = [out.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    names = [n for _, got in claimed for n in got]
+    assert sorted(names) == sorted(queue.item_name(t, 1) for t in range(60))
+    assert len(names) == len(set(names)) == 60
+    assert queue.pending(paths) == []
+    assert len(queue.active_leases(paths)) == 60
+
+
+def test_expired_lease_returns_and_its_worker_loses_it(tmp_path: Path) -> None:
+    paths = queue.PoolPaths(tmp_path / "pool").create()
+    queue.enqueue(paths, _item(tmp_path, 1))
+    queue.enqueue(paths, _item(tmp_path, 2))
+    dead = queue.claim(paths, "dead")
+    alive = queue.claim(paths, "alive")
+    assert dead is not None and alive is not None
+    old = time.time() - 100
+    os.utime(dead.path, (old, old))
+    assert queue.heartbeat(alive)
+    back = queue.expire(paths, timeout_s=30)
+    assert [(b.trial_id, b.attempt) for b in back] == [(dead.item.trial_id, 1)]
+    assert queue.heartbeat(alive)
+    assert not queue.heartbeat(dead)          # the late worker must stop its trial
+    again = queue.claim(paths, "other")
+    assert again is not None and again.item.attempt == 1
+    assert again.item.trial_id == dead.item.trial_id
+    assert queue.expire(paths, timeout_s=30) == []
+
+
+def test_a_claim_is_a_fresh_heartbeat_even_for_an_old_item(tmp_path: Path) -> None:
+    paths = queue.PoolPaths(tmp_path / "pool").create()
+    path = queue.enqueue(paths, _item(tmp_path, 1))
+    old = time.time() - 1000
+    os.utime(path, (old, old))
+    lease = queue.claim(paths, "w")
+    assert lease is not None
+    assert queue.expire(paths, timeout_s=30) == []
+
+
+def test_finished_item_is_not_requeued_after_a_crash(tmp_path: Path) -> None:
+    paths = queue.PoolPaths(tmp_path / "pool").create()
+    queue.enqueue(paths, _item(tmp_path, 3))
+    lease = queue.claim(paths, "w")
+    assert lease is not None
+    res = queue.RunResult(trial_id=3, seq=1, reason="completed", code=0, worker="w",
+                          start_s=0.0, wall_s=1.0)
+    # the worker wrote its result and died before dropping the lease
+    (paths.results / f"{lease.item.name}.json").write_text(res.to_json())
+    old = time.time() - 100
+    os.utime(lease.path, (old, old))
+    assert queue.expire(paths, timeout_s=30) == []
+    assert queue.pending(paths) == [] and queue.active_leases(paths) == []
+    assert queue.take_results(paths) == [res]
+    assert queue.take_results(paths) == []
+
+
+def test_give_back_requeues_at_once(tmp_path: Path) -> None:
+    paths = queue.PoolPaths(tmp_path / "pool").create()
+    queue.enqueue(paths, _item(tmp_path, 4))
+    lease = queue.claim(paths, "w")
+    assert lease is not None
+    again = queue.give_back(paths, lease)
+    assert again is not None and again.attempt == 1
+    assert queue.pending(paths) == [f"{lease.item.name}.json"]
+    assert queue.give_back(paths, lease) is None
+
+
+@pytest.mark.parametrize(("argv", "kind", "target", "args"), [
+    (["python3", "train.py", "--x", "1"], forkserver.EntryKind.SCRIPT, "train.py", ("--x", "1")),
+    (["python", "-u", "-m", "pkg.mod", "a"], forkserver.EntryKind.MODULE, "pkg.mod", ("a",)),
+    (["python3.11", "t.py"], forkserver.EntryKind.SCRIPT, "t.py", ()),
+    (["python3", "-O", "t.py"], forkserver.EntryKind.EXEC, "", ("python3", "-O", "t.py")),
+    (["bash", "run.sh"], forkserver.EntryKind.EXEC, "", ("bash", "run.sh")),
+    (["srun", "python3", "t.py"], forkserver.EntryKind.EXEC, "", ("srun", "python3", "t.py")),
+])
+def test_python_entry(argv: list[str], kind: forkserver.EntryKind, target: str,
+                      args: tuple[str, ...]) -> None:
+    assert forkserver.python_entry(argv) == forkserver.Entry(kind, target, args)
+
+
+@pytest.mark.parametrize(("code", "preempted", "reason"), [
+    (0, False, ExitReason.COMPLETED), (80, False, ExitReason.PREEMPTED),
+    (81, False, ExitReason.STOPPED), (81, True, ExitReason.STOPPED),
+    (1, False, ExitReason.ERROR), (137, True, ExitReason.PREEMPTED),
+    (0, True, ExitReason.COMPLETED),
+])
+def test_exit_reason(code: int, preempted: bool, reason: ExitReason) -> None:
+    assert exit_reason(code, preempted) is reason
+
+
+def _wait(pid: int) -> int:
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def test_fork_server_imports_once_and_isolates_trials(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    counter = tmp_path / "imports.txt"
+    (tmp_path / "heavy_mod_for_test.py").write_text(
+        f"open({str(counter)!r}, 'a').write('imported\\n')\nSTATE = []\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    forkserver.preload(["heavy_mod_for_test"])
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os, sys, heavy_mod_for_test as h\n"
+        "h.STATE.append(os.environ['DETHPC_TRIAL_ID'])\n"
+        "print('trial', os.environ['DETHPC_TRIAL_ID'], os.getcwd(), h.STATE, sys.argv)\n"
+        "sys.exit(int(sys.argv[1]))\n")
+    codes = []
+    for trial, code in ((1, 0), (2, 81), (3, 80)):
+        env = {"PATH": os.environ["PATH"], "DETHPC_TRIAL_ID": str(trial)}
+        pid, started = forkserver.spawn(["python3", str(script), str(code)], env,
+                                        str(tmp_path), tmp_path / "out.log")
+        assert 0 <= started < 5
+        codes.append(_wait(pid))
+    assert codes == [0, 81, 80]
+    assert counter.read_text() == "imported\n"     # paid once, in this process
+    log = (tmp_path / "out.log").read_text()
+    for trial in (1, 2, 3):                         # each trial saw only its own state
+        assert f"trial {trial} {tmp_path} ['{trial}']" in log
+    assert "heavy_mod_for_test" in __import__("sys").modules
+
+
+def test_fork_server_reports_a_crash_and_runs_other_entrypoints_fresh(tmp_path: Path) -> None:
+    script = tmp_path / "bad.py"
+    script.write_text("raise ValueError('boom')\n")
+    env = {"PATH": os.environ["PATH"]}
+    pid, _ = forkserver.spawn(["python3", str(script)], env, str(tmp_path), tmp_path / "o.log")
+    assert _wait(pid) == 1
+    assert "ValueError: boom" in (tmp_path / "o.log").read_text()
+    pid, _ = forkserver.spawn(["sh", "-c", "echo fresh $$; exit 7"], env, str(tmp_path),
+                              tmp_path / "o.log")
+    assert _wait(pid) == 7
+    assert "fresh" in (tmp_path / "o.log").read_text()
