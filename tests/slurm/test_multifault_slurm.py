@@ -21,9 +21,9 @@ created; and replaying the recorded searcher calls into a fresh searcher built
 through the registry gives the same create/stop decisions and the same final state the
 store holds, while the validations fed match the metric rows one to one.
 
-Wall time: about 2-3 minutes on the loaded 2-core dev machine (printed). The slurmdbd
-outage lasts about 20-40 s and holds the dev cluster's lock (a concurrent ``up``
-waits); slurmctld and slurmdbd are restored in a ``finally``.
+Wall time: 45-125 s measured on the 2-core dev machine while other tests loaded it
+(printed). The slurmdbd outage lasts 6-25 s and holds the dev cluster's lock (a
+concurrent ``up`` waits); slurmctld and slurmdbd are restored in a ``finally``.
 """
 
 from __future__ import annotations
