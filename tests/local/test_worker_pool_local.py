@@ -40,8 +40,9 @@ CFG = parse_experiment_config({
 
 
 class Pool:
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, backend: str = "local") -> None:
         self.run_dir = run_dir
+        self.backend = backend
         self.paths = queue.PoolPaths.of_run_dir(run_dir).create()
         self.exp = ExperimentPaths(run_dir)
         self.exp.context.mkdir(parents=True)
@@ -64,7 +65,7 @@ class Pool:
                                          "validate_at": list(range(every or length,
                                                                    length + 1,
                                                                    every or length))}))
-        queue.enqueue(self.paths, work_item(CFG, CLUSTER, backend="local", python="python3",
+        queue.enqueue(self.paths, work_item(CFG, CLUSTER, backend=self.backend, python="python3",
                                             run_dir=self.run_dir, exp_id=1, trial_id=trial,
                                             seq=seq))
 

@@ -175,3 +175,36 @@ def test_fork_server_reports_a_crash_and_runs_other_entrypoints_fresh(tmp_path: 
                               tmp_path / "o.log")
     assert _wait(pid) == 7
     assert "fresh" in (tmp_path / "o.log").read_text()
+
+
+def test_worker_array_script(tmp_path: Path) -> None:
+    import subprocess
+
+    from dethpc.config import parse_experiment_config
+    from dethpc.config.model import ClusterConfig, ResourcePool
+    from dethpc.worker.items import pool_problem
+    from dethpc.worker.script import worker_array_script
+
+    cfg = parse_experiment_config({
+        "name": "p", "entrypoint": "python3 train.py",
+        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 10}}})
+    cluster = ClusterConfig(pools={"default": ResourcePool(
+        name="default", partition="debug", default_time="00:10:00", signal="USR2",
+        signal_grace_s=60)})
+    run_dir = tmp_path / "run dir $(x)"
+    texts = {b: worker_array_script(cfg, cluster, backend=b, run_dir=run_dir, exp_id=3,
+                                    python="/usr/bin/python3", preload=["torch"], tag="ab")
+             for b in ("slurm", "local")}
+    for text in texts.values():
+        script = tmp_path / "s.sh"
+        script.write_text(text)
+        assert subprocess.run(["bash", "-n", str(script)], check=False).returncode == 0
+        assert "#SBATCH --signal=B:USR2@60" in text and "#SBATCH --requeue" in text
+        assert "'--run-dir' " in text or f"--run-dir '{run_dir}'" in text
+        assert "--preload torch" in text and "#SBATCH --job-name=dethpc-ab-e3-pool" in text
+    assert "scontrol requeue" in texts["slurm"] and "scontrol" not in texts["local"]
+    assert pool_problem(cfg, "python3") == ""
+    launcher = parse_experiment_config({
+        "name": "p", "entrypoint": "python3 -m dethpc.launch.torch_distributed -- t.py",
+        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 10}}})
+    assert "launcher" in pool_problem(launcher, "python3")

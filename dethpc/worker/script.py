@@ -1,0 +1,67 @@
+"""The batch script of a pool's worker array: K long-lived workers, one per task.
+
+Each task runs ``python -m dethpc.worker`` under a small batch shell that forwards
+the pool's preemption signal (Slurm sends it to the batch shell, ``--signal=B:``)
+and TERM to the worker, and requeues the task (``scontrol requeue``) when the
+worker exits 85 after handing its lease back (on the local backend, the 85 itself
+asks for the requeue). The directives are a trial's (``trial_directives``): the
+same partition, shape, time limit and signal as a per-trial job.
+
+Owns: ``worker_array_script`` and the worker's job name/comment.
+Must not: write or submit the script (the daemon side does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from dethpc.backends.traits import BackendKind, traits_of
+from dethpc.config.model import ClusterConfig, ExperimentConfig
+from dethpc.directives import trial_directives
+from dethpc.exitcodes import LOCAL_REQUEUE_EXIT
+from dethpc.render import shjoin
+from dethpc.worker.queue import PoolPaths
+
+
+def pool_name(exp_id: int, tag: str = "") -> str:
+    return f"dethpc-{tag}-e{exp_id}-pool" if tag else f"dethpc-e{exp_id}-pool"
+
+
+def pool_comment(exp_id: int, tag: str = "") -> str:
+    return f"dethpc:db={tag}:exp={exp_id}:pool"
+
+
+def worker_array_script(cfg: ExperimentConfig, cluster: ClusterConfig, *,
+                        backend: BackendKind | str, run_dir: Path, exp_id: int, python: str,
+                        preload: Sequence[str] = (), heartbeat_s: float = 5.0,
+                        tag: str = "") -> str:
+    pool = cluster.pool(cfg.resources.resource_pool)
+    paths = PoolPaths.of_run_dir(run_dir)
+    directives = trial_directives(cfg, pool, name=pool_name(exp_id, tag),
+                                  comment=pool_comment(exp_id, tag),
+                                  output=str(paths.root / "slurm-%A_%a.out"))
+    worker = [python, "-m", "dethpc.worker", "--run-dir", str(run_dir),
+              "--heartbeat-s", f"{heartbeat_s:g}", "--preempt-signal", pool.signal]
+    if preload:
+        worker += ["--preload", ",".join(preload)]
+    requeue = traits_of(backend).name == "slurm"
+    lines = ["#!/bin/bash", *(f"#SBATCH {d}" for d in directives),
+             f"# dethpc: pool worker array of experiment {exp_id} (docs/searchers.md)",
+             f"export DETHPC_PREEMPT_SIGNAL={pool.signal}",
+             f"{shjoin(worker)} &",
+             "child=$!",
+             f"trap 'kill -s {pool.signal} \"$child\" 2>/dev/null' {pool.signal}",
+             "trap 'kill -s TERM \"$child\" 2>/dev/null' TERM",
+             "while :; do",
+             '  wait "$child"; rc=$?',
+             '  if [ "$rc" -gt 128 ] && kill -0 "$child" 2>/dev/null; then continue; fi',
+             "  break",
+             "done"]
+    if requeue:
+        lines += [f'if [ "$rc" -eq {LOCAL_REQUEUE_EXIT} ]; then',
+                  '  scontrol requeue "$SLURM_JOB_ID" || echo "dethpc: requeue failed" >&2',
+                  "  exit 0",
+                  "fi"]
+    lines.append('exit "$rc"')
+    return "\n".join(lines) + "\n"
