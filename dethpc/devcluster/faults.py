@@ -23,8 +23,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from dethpc.backends.slurm_parse import nodes_registering
 from dethpc.devcluster import procs
-from dethpc.devcluster.cluster import USABLE_STATES, DevCluster
+from dethpc.devcluster.cluster import DevCluster
 from dethpc.errors import DethpcError
 
 #: the copy of slurm.conf a shortened MinJobAge runs on (beside slurm.conf: slurmctld
@@ -97,14 +98,18 @@ class ClusterFaults:
     def wait_nodes_usable(self) -> None:
         """Until every slurmd has registered again after a restart (about 4 s here),
         sbatch --test-only refuses every job ("Requested node configuration is not
-        available"): wait, as ``up`` does."""
-        self._wait("every node to be usable again", self.nodes_usable,
+        available"): wait until no node reads UNKNOWN. A node drained or down for its
+        own reasons (another test's "Kill task failed") is not waited for: ``up``
+        resumes those."""
+        self._wait("every node to register again", self.nodes_registered,
                    self.cluster.layout.log_dir / "slurmctld.log")
 
-    def nodes_usable(self) -> bool:
-        states = self.cluster.node_states()
-        return len(states) >= self.cluster.layout.node_count and all(
-            state in USABLE_STATES for state in states.values())
+    def nodes_registered(self) -> bool:
+        res = self.cluster.runner.run(["sinfo", "-h", "-N", "-o", "%T"], check=False,
+                                      retry=False, timeout=15)
+        lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
+        return (res.returncode == 0 and len(lines) >= self.cluster.layout.node_count
+                and not nodes_registering(res.stdout))
 
     def slurmctld_config(self) -> Path | None:
         """The config file the running slurmctld was given with ``-f`` (None: the
