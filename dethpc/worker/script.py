@@ -45,7 +45,7 @@ def worker_array_script(cfg: ExperimentConfig, cluster: ClusterConfig, *,
               "--heartbeat-s", f"{heartbeat_s:g}", "--preempt-signal", pool.signal]
     if preload:
         worker += ["--preload", ",".join(preload)]
-    requeue = traits_of(backend).name == "slurm"
+    requeue = traits_of(backend).requeue_in_place
     lines = ["#!/bin/bash", *(f"#SBATCH {d}" for d in directives),
              f"# dethpc: pool worker array of experiment {exp_id} (docs/searchers.md)",
              f"export DETHPC_PREEMPT_SIGNAL={pool.signal}",
