@@ -152,6 +152,11 @@ class ExperimentReconciler:
                                                   Job.live == True)))  # noqa: E712
         #: the live job of each trial (at most one); kept in step by close_job
         self.live: dict[int, Job] = {j.trial_id: j for j in self.jobs}
+        #: the jobs above by trial (an exit record looks its job up here: scanning
+        #: every job per record made a tick that ingests many exits quadratic)
+        self.jobs_of: dict[int, list[Job]] = {}
+        for j in self.jobs:
+            self.jobs_of.setdefault(j.trial_id, []).append(j)
         #: each job's newest exit record, read this tick (ingest)
         self.records: dict[int, ExitRecord] = {}
         self.new_checkpoints = False
@@ -384,7 +389,7 @@ class ExperimentReconciler:
     def on_exit_record(self, trial: Trial, raw: dict[str, Any]) -> None:
         rec = parse_exit_record(raw)
         ref = str(raw.get("job", ""))
-        candidates = [j for j in self.jobs if j.trial_id == trial.id]
+        candidates = self.jobs_of.get(trial.id, []) if trial.id is not None else []
         job = next((j for j in candidates if j.ref == ref), None)
         if job is None:
             job = max(candidates, key=lambda j: j.id or 0, default=None)

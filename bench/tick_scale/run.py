@@ -140,7 +140,14 @@ def synthetic_build(n: int, work: Path) -> dict[str, Any]:
     for job in running:
         append(paths.trial(job.trial_id).metrics, metric_lines(1, 3))
         runner.model.jobs[job.ref or ""][0] = "RUNNING"
-    daemon.tick()   # ingests the finished trials, closes their jobs
+    if os.environ.get("TICK_PROFILE_BUILD"):   # the catch-up tick, profiled
+        prof = cProfile.Profile()
+        prof.enable()
+        daemon.tick()
+        prof.disable()
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+    else:
+        daemon.tick()   # ingests the finished trials, closes their jobs
     for job in finished:
         del runner.model.jobs[job.ref or ""]   # past MinJobAge: gone from squeue
     daemon.tick()

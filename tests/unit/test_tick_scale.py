@@ -228,3 +228,42 @@ def test_searcher_requests_for_ended_trials_still_find_them(tmp_path: Path) -> N
         rows = s.exec(select(Trial).where(Trial.experiment_id == exp_id)).all()
         assert len(rows) == 4
         assert {t.state for t in rows if t.id in ended} == {TrialState.COMPLETED}
+
+
+class CountingList(list[Job]):
+    """A list that counts how often it is walked."""
+
+    walks = 0
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        CountingList.walks += 1
+        return super().__iter__()
+
+
+def test_a_tick_that_ingests_many_exits_walks_the_jobs_a_fixed_number_of_times(
+        tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    exp_id, refs = experiment(store, tmp_path, 30)
+    with store.session() as s:
+        exp = s.get(Experiment, exp_id)
+        assert exp is not None
+        paths = ExperimentPaths(Path(exp.run_dir))
+    for tid, ref in refs.items():
+        write_steps(store, exp_id, tid, 1, 2)
+        with open(paths.trial(tid).exit_log, "a") as f:
+            f.write(json.dumps({"job": ref, "reason": "completed", "code": 0,
+                                "restart": 0}) + "\n")
+    infos = {ref: JobInfo(ref=ref, state=JobState.COMPLETED, exit_code=0)
+             for ref in refs.values()}
+    with store.session() as s:
+        exp = s.get(Experiment, exp_id)
+        assert exp is not None
+        rec = ExperimentReconciler(s, exp, infos, 1000.0)
+        rec.jobs = CountingList(rec.jobs)
+        CountingList.walks = 0
+        rec.run()
+        walks = CountingList.walks
+    with store.session() as s:
+        jobs = s.exec(select(Job).where(Job.experiment_id == exp_id)).all()
+    assert {j.exit_reason for j in jobs} == {"completed"}   # every record found its job
+    assert walks <= 3, walks   # before: once more per exit record (a quadratic tick)
