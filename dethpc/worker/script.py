@@ -59,8 +59,11 @@ def worker_array_script(cfg: ExperimentConfig, cluster: ClusterConfig, *,
              "  break",
              "done"]
     if requeue:
+        # this task only: the task whose SLURM_JOB_ID is the array's id would requeue
+        # every task of the array with `scontrol requeue $SLURM_JOB_ID` (seen here)
         lines += [f'if [ "$rc" -eq {LOCAL_REQUEUE_EXIT} ]; then',
-                  '  scontrol requeue "$SLURM_JOB_ID" || echo "dethpc: requeue failed" >&2',
+                  '  me="${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}"',
+                  '  scontrol requeue "${me:-$SLURM_JOB_ID}" || echo "dethpc: requeue failed" >&2',
                   "  exit 0",
                   "fi"]
     lines.append('exit "$rc"')

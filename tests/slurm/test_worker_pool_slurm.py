@@ -1,0 +1,70 @@
+"""The worker pool on the dev cluster (dethpc.worker, first cut): one array of 2
+worker tasks rendered by ``worker_array_script`` runs 3 trials and a promotion
+without a new job (the promoted trial resumes from its checkpoint in a live worker);
+a worker preempted mid-trial (``scancel --signal=USR2 --batch``, what Slurm's
+``--signal=B:`` sends) hands its lease back and requeues itself, the trial resumes on
+the other worker; after ``drain`` every task ends COMPLETED. The test plays the
+daemon side (enqueue, results). Wall time about 40-60 s (queue waits included).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from dethpc.config.model import ClusterConfig, ResourcePool
+from dethpc.worker.script import worker_array_script
+from tests.local.test_worker_pool_local import CFG, Pool
+
+CLUSTER = ClusterConfig(pools={"default": ResourcePool(
+    name="default", partition="debug", default_time="00:10:00", signal="USR2",
+    signal_grace_s=30)})
+
+
+def _tasks(slurm_cluster: Any, job: str) -> dict[str, str]:
+    return {r["JobID"]: r["State"] for r in slurm_cluster.sacct(job, "JobID,State")}
+
+
+def test_pool_array_runs_promotions_and_survives_a_preemption(tmp_path: Path,
+                                                               slurm_cluster: Any) -> None:
+    pool = Pool(tmp_path / "run", backend="slurm")
+    script = tmp_path / "pool.sbatch"
+    script.write_text(worker_array_script(CFG, CLUSTER, backend="slurm", run_dir=pool.run_dir,
+                                          exp_id=1, python=sys.executable,
+                                          preload=["dethpc.core"], heartbeat_s=1.0))
+    job = slurm_cluster.sbatch("--array=0-1", f"--chdir={tmp_path}", str(script))
+    try:
+        for t in range(3):
+            pool.submit(t, 1, length=5, x=float(t))
+        first = pool.wait_results(3, timeout_s=180)
+        assert {r.reason for r in first} == {"completed"}
+        pool.submit(1, 2, length=15, x=1.0)                   # a promotion: no new job
+        promoted = pool.wait_results(4, timeout_s=120)[3]
+        assert (promoted.trial_id, promoted.seq, promoted.reason) == (1, 2, "completed")
+        assert "toy: resumed at step 5" in pool.log(1) and pool.steps(1) == 15
+        assert {r.extra["job"] for r in pool.results} <= {f"{job}_0", f"{job}_1"}
+
+        pool.submit(5, 1, length=120, every=10, step_time=0.1)
+        pool.wait_until(lambda: pool.steps(5) >= 15, "trial 5 trains", timeout_s=120)
+        holder = pool.holder(5)
+        ref = holder.removeprefix("j").split(".")[0]          # j<array>_<task>.<pid>
+        assert ref in (f"{job}_0", f"{job}_1")
+        slurm_cluster.run(["scancel", "--signal=USR2", "--batch", ref])
+        done = pool.wait_results(5, timeout_s=180)[4]
+        assert (done.trial_id, done.reason) == (5, "completed")
+        # one hand-back only: the other worker was not requeued with it
+        assert done.extra["attempt"] == 1
+        assert pool.exits(5) == ["preempted", "completed"]
+        assert "toy: resumed at step" in pool.log(5) and pool.steps(5) == 120
+        assert slurm_cluster.show_job(ref).get("Restarts") == "1"   # requeued, not ended
+
+        pool.paths.drain.touch()
+        slurm_cluster.wait_for("both worker tasks end", lambda: all(
+            s == "COMPLETED" for s in _tasks(slurm_cluster, job).values())
+            and len(_tasks(slurm_cluster, job)) == 2, timeout=180)
+    finally:
+        slurm_cluster.cancel(job)
+    exits = [json.loads(x) for x in (pool.exp.trial(5).exit_log).read_text().splitlines()]
+    assert exits[0]["job"] == ref
