@@ -9,7 +9,8 @@ forwarded to the trial's process group; when the trial has exited the lease is
 handed back (the trial resumes from its checkpoint on any worker) and the worker
 exits with ``LOCAL_REQUEUE_EXIT`` (85). A lease taken away (expired) kills the
 trial at once: another worker owns it now. With ``pool/drain`` present and
-nothing to claim, the worker exits 0.
+nothing to claim, the worker exits 0; with ``pool/retire/<task>`` present it
+exits 0 after its current run (the pool shrank).
 
 Owns: the loop, the mapping of a trial's exit code to an exit record.
 Must not: touch the store, submit jobs, or pick the next trial.
@@ -102,6 +103,7 @@ class Settings:
     heartbeat_s: float
     poll_s: float
     max_idle_s: float     # exit after this long with nothing to claim (0: never)
+    task: str = ""        # the array task index (``retire/<task>``); "" outside an array
 
 
 def run_one(s: Settings, lease: queue.Lease, flags: Flags) -> tuple[queue.RunResult | None, int]:
@@ -171,6 +173,8 @@ def serve(s: Settings, flags: Flags) -> int:
     """Claim and run items until drained or preempted; the worker's exit code."""
     idle_since = time.monotonic()
     while not flags.preempt:
+        if queue.retired(s.paths, s.task):
+            return 0
         lease = queue.claim(s.paths, s.worker)
         if lease is None:
             if s.paths.drain.exists():
@@ -195,6 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heartbeat-s", type=float, default=5.0)
     p.add_argument("--poll-s", type=float, default=0.1)
     p.add_argument("--max-idle-s", type=float, default=0.0)
+    p.add_argument("--task", default=os.environ.get("SLURM_ARRAY_TASK_ID", ""),
+                   help="this worker's array task index (pool/retire/<task> retires it)")
     p.add_argument("--preempt-signal", default=os.environ.get("DETHPC_PREEMPT_SIGNAL", "USR2"))
     return p
 
@@ -207,6 +213,8 @@ def _check(args: argparse.Namespace) -> str:
         return f"--preempt-signal: {args.preempt_signal!r} is not a signal name (e.g. USR2)"
     if args.heartbeat_s <= 0 or args.poll_s <= 0 or args.max_idle_s < 0:
         return "--heartbeat-s/--poll-s must be > 0 and --max-idle-s >= 0"
+    if args.task and not args.task.isdigit():
+        return f"--task: {args.task!r} is not an array task index (0, 1, ...)"
     if args.worker_id and (queue.LEASE_SEP in args.worker_id or "/" in args.worker_id):
         return f"--worker-id: {args.worker_id!r} must not contain '{queue.LEASE_SEP}' or '/'"
     return ""
@@ -228,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     install_handlers(flags, args.preempt_signal)
     s = Settings(paths=queue.PoolPaths.of_run_dir(args.run_dir),
                  worker=args.worker_id or default_worker_id(),
-                 heartbeat_s=args.heartbeat_s, poll_s=args.poll_s, max_idle_s=args.max_idle_s)
+                 heartbeat_s=args.heartbeat_s, poll_s=args.poll_s, max_idle_s=args.max_idle_s,
+                 task=args.task)
     if took:
         print(f"dethpc worker {s.worker}: preloaded "
               + ", ".join(f"{k} {v:.2f} s" for k, v in took.items()), file=sys.stderr)

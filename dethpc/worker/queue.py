@@ -7,6 +7,7 @@ Layout under ``<run_dir>/pool/``::
     returning/<item>.json       a lease being handed back (expired or preempted)
     results/<item>.json         how the run ended (written by the worker)
     drain                       no new work will come: idle workers exit
+    retire/<task>               worker task <task> exits after its current run
 
 Every state change is one ``os.rename`` (atomic on a local or shared POSIX disk): two
 workers renaming the same ``work/<item>.json`` cannot both succeed, so exactly one
@@ -16,7 +17,8 @@ heartbeat and stops its trial. Item names are ``t<trial>-s<seq>``: a promotion o
 continuation of trial T is a new item with a higher ``seq``.
 
 Owns: ``PoolPaths``, ``WorkItem``, ``Lease``, ``RunResult`` and the functions that
-move items between states (enqueue, claim, heartbeat, finish, give_back, expire).
+move items between states (enqueue, claim, heartbeat, finish, give_back, expire,
+withdraw) and the pool's size (``resize``, ``retired``).
 Must not: start processes, read the store, or decide what to enqueue.
 """
 
@@ -62,8 +64,14 @@ class PoolPaths:
     def drain(self) -> Path:
         return self.root / "drain"
 
+    @property
+    def retire(self) -> Path:
+        """``retire/<task>``: worker task ``<task>`` exits after its current run (the
+        pool shrinks: ``set-concurrency``)."""
+        return self.root / "retire"
+
     def create(self) -> PoolPaths:
-        for d in (self.work, self.leases, self.returning, self.results):
+        for d in (self.work, self.leases, self.returning, self.results, self.retire):
             d.mkdir(parents=True, exist_ok=True)
         return self
 
@@ -285,3 +293,34 @@ def active_leases(paths: PoolPaths) -> list[str]:
         return sorted(n for n in os.listdir(paths.leases) if LEASE_SEP in n)
     except FileNotFoundError:
         return []
+
+
+def withdraw(paths: PoolPaths, trial_id: int) -> list[str]:
+    """Take trial ``trial_id``'s unclaimed items out of ``work/`` (a searcher stop of
+    a trial no worker runs yet); the names taken. A claimed item is not touched: its
+    trial reads the ``stop`` file as in a job."""
+    taken = []
+    for name in pending(paths):
+        if name.startswith(f"t{trial_id}-s"):
+            try:
+                os.unlink(paths.work / name)
+            except FileNotFoundError:
+                continue      # claimed meanwhile
+            taken.append(name.removesuffix(".json"))
+    return taken
+
+
+def resize(paths: PoolPaths, workers: int, array_size: int) -> None:
+    """Keep worker tasks ``0 .. workers-1``; tasks ``workers ..`` retire after their
+    current run (and un-retire when the pool grows back while they still live)."""
+    paths.retire.mkdir(parents=True, exist_ok=True)
+    for task in range(array_size):
+        marker = paths.retire / str(task)
+        if task >= workers:
+            marker.touch()
+        else:
+            marker.unlink(missing_ok=True)
+
+
+def retired(paths: PoolPaths, task: str) -> bool:
+    return bool(task) and (paths.retire / task).exists()

@@ -6,8 +6,9 @@ reads results, and returns expired leases. Proves: promotions continue in the sa
 live workers (K worker processes for trials + promotions; the promoted trial resumes
 from its checkpoint); a preempted worker hands its lease back and the trial resumes
 on the other worker; a worker killed with -9 (its node "dies") loses its lease after
-the timeout and the trial resumes elsewhere; drained workers exit 0.
-Wall time about 15 s.
+the timeout and the trial resumes elsewhere; a retired worker task (the pool shrank)
+exits after its current run while the others go on; drained workers exit 0.
+Wall time about 17 s.
 """
 
 from __future__ import annotations
@@ -50,11 +51,13 @@ class Pool:
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self.results: list[queue.RunResult] = []
 
-    def start(self, name: str, preload: str = "dethpc.core") -> None:
+    def start(self, name: str, preload: str = "dethpc.core", task: str = "") -> None:
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+        env.pop("SLURM_ARRAY_TASK_ID", None)
         self.workers[name] = subprocess.Popen(
             [sys.executable, "-m", "dethpc.worker", "--run-dir", str(self.run_dir),
-             "--worker-id", name, "--preload", preload, "--heartbeat-s", "0.3"],
+             "--worker-id", name, "--preload", preload, "--heartbeat-s", "0.3",
+             "--task", task],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def submit(self, trial: int, seq: int, length: int, every: int = 0, **hp: float) -> None:
@@ -194,3 +197,21 @@ def test_dead_worker_loses_its_lease_after_the_timeout(pool: Pool) -> None:
     assert "toy: resumed at step" in pool.log(9)
     assert pool.steps(9) == 80
     assert pool.drain()["w1"] == 0
+
+
+def test_shrinking_the_pool_retires_workers_after_their_run(pool: Pool) -> None:
+    pool.start("w0", task="0")
+    pool.start("w1", task="1")
+    pool.submit(1, 1, length=40, step_time=0.05)
+    pool.submit(2, 1, length=40, step_time=0.05)
+    pool.wait_until(lambda: pool.holder(1) != "" and pool.holder(2) != "", "both run")
+    queue.resize(pool.paths, workers=1, array_size=2)
+    for t in (3, 4):
+        pool.submit(t, 1, length=3)
+    assert pool.workers["w1"].wait(timeout=60) == 0          # retired after its trial
+    res = pool.wait_results(4)
+    assert {r.reason for r in res} == {"completed"}
+    after = [r for r in res if r.trial_id in (3, 4)]
+    assert {r.worker for r in after} == {"w0"}
+    assert [r.worker for r in res if r.worker == "w1"] == ["w1"]   # one run, then out
+    assert pool.drain() == {"w0": 0, "w1": 0}

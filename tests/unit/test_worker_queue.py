@@ -208,3 +208,24 @@ def test_worker_array_script(tmp_path: Path) -> None:
         "name": "p", "entrypoint": "python3 -m dethpc.launch.torch_distributed -- t.py",
         "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 10}}})
     assert "launcher" in pool_problem(launcher, "python3")
+
+
+def test_withdraw_takes_only_unclaimed_items_of_the_trial(tmp_path: Path) -> None:
+    paths = queue.PoolPaths(tmp_path / "pool").create()
+    queue.enqueue(paths, _item(tmp_path, 1, seq=1))
+    queue.enqueue(paths, _item(tmp_path, 11, seq=1))
+    running = queue.claim(paths, "w")
+    assert running is not None and running.item.trial_id == 1
+    queue.enqueue(paths, _item(tmp_path, 1, seq=2))
+    assert queue.withdraw(paths, 1) == ["t1-s2"]
+    assert queue.pending(paths) == ["t11-s1.json"]            # t11 is another trial
+    assert queue.heartbeat(running)
+
+
+def test_resize_retires_the_upper_tasks(tmp_path: Path) -> None:
+    paths = queue.PoolPaths(tmp_path / "pool").create()
+    queue.resize(paths, workers=2, array_size=4)
+    assert [queue.retired(paths, str(t)) for t in range(4)] == [False, False, True, True]
+    queue.resize(paths, workers=3, array_size=4)
+    assert [queue.retired(paths, str(t)) for t in range(4)] == [False, False, False, True]
+    assert not queue.retired(paths, "")
