@@ -20,6 +20,9 @@ import json
 import os
 import platform
 import re
+import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -76,6 +79,81 @@ def client(d: dict[str, int]) -> int:
     return sum(v for k, v in d.items() if k in CLIENT_RPCS)
 
 
+class ConnectCounter:
+    """TCP connects to slurmctld's port from this process and its children (the
+    daemon's squeue/sacct), counted with ``strace -f -e connect``: every Slurm client
+    RPC opens one, so this is the daemon's own RPC count, which other clients of a
+    shared cluster cannot inflate (sdiag's counters are global). ``count`` is None
+    without strace."""
+
+    def __init__(self, work: Path) -> None:
+        self.log = work / f"strace-{time.monotonic_ns()}.log"
+        self.count: int | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> ConnectCounter:
+        if shutil.which("strace"):
+            self.proc = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=connect", "-o",
+                                          str(self.log), "-p", str(os.getpid())],
+                                         stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + 10
+            while not self.log.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.5)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(timeout=30)
+        port = slurmctld_port()
+        self.count = len(re.findall(rf"htons\({port}\)", self.log.read_text()))
+
+
+def slurmctld_port() -> int:
+    out = CommandRunner().run(["scontrol", "show", "config"]).stdout
+    m = re.search(r"^SlurmctldPort\s*=\s*(\d+)", out, re.M)
+    return int(m.group(1)) if m else 6817
+
+
+def measure_loop(daemon: Daemon, runner: RecordingRunner, ticks: int, work: Path) -> dict:
+    """The real loop (``Daemon.run``) for ``ticks`` ticks: its sleeps, and between
+    ticks the file-driven fast path (``metrics_poll_s``), which ingests the metrics
+    files the running trials keep writing without polling Slurm. Client RPCs per tick
+    must stay what one tick makes."""
+    fast = {"ticks": 0, "seconds": 0.0}
+    inner = daemon.fast_tick
+
+    def counted(grown: dict[int, set[int]]) -> bool:
+        t = time.monotonic()
+        try:
+            return inner(grown)
+        finally:
+            fast["ticks"] += 1
+            fast["seconds"] += time.monotonic() - t
+
+    daemon.fast_tick = counted  # type: ignore[method-assign]
+    calls_before = len(runner.calls)
+    s0, _ = sdiag()
+    with ConnectCounter(work) as connects:
+        t0 = time.monotonic()
+        done = daemon.run(max_ticks=ticks)
+        wall = time.monotonic() - t0
+    s1, _ = sdiag()
+    daemon.fast_tick = inner  # type: ignore[method-assign]
+    cmds = runner.calls[calls_before:]
+    d = delta(s1, s0)
+    return {"ticks": done, "wall_s": round(wall, 2), "fast_ticks": fast["ticks"],
+            "fast_tick_seconds": round(fast["seconds"], 3),
+            "metrics_poll_s": daemon.cluster.metrics_poll_s,
+            "commands_per_tick": len(cmds) / done,
+            "commands": sorted({" ".join(c[:1]) for c in cmds}),
+            "client_rpcs_per_tick": client(d) / done, "rpcs_by_type": d,
+            "own_slurmctld_connects_per_tick": (None if connects.count is None
+                                                else connects.count / done)}
+
+
 def measure(n: int, ticks: int, work: Path) -> dict:
     cluster = ClusterConfig(backend="slurm", runs_root=work / f"runs-{n}", pools={
         "default": ResourcePool(name="default", partition="debug", signal_grace_s=30)})
@@ -104,11 +182,13 @@ def measure(n: int, ticks: int, work: Path) -> dict:
     b1, _ = sdiag()
     calls_before = len(runner.calls)
     s0, u0 = sdiag()
-    for _ in range(ticks):
-        daemon.tick()
-        time.sleep(1)
+    with ConnectCounter(work) as tick_connects:
+        for _ in range(ticks):
+            daemon.tick()
+            time.sleep(1)
     s1, u1 = sdiag()
     cmds = runner.calls[calls_before:]
+    loop = measure_loop(daemon, runner, ticks, work)
     from sqlmodel import select
 
     from dethpc.store.models import Job
@@ -139,7 +219,10 @@ def measure(n: int, ticks: int, work: Path) -> dict:
             "client_rpcs_per_tick": client(d_daemon) / ticks,
             "client_rpcs_per_trial_per_tick": client(d_daemon) / ticks / n,
             "rpcs_by_type": d_daemon, "rpcs_by_user": delta(u1, u0),
+            "own_slurmctld_connects_per_tick": (None if tick_connects.count is None
+                                                else tick_connects.count / ticks),
         },
+        "daemon_loop": loop,
         "naive_per_job_polling": {
             "commands_per_tick": len(refs), "seconds_per_tick": round(naive_s / ticks, 3),
             "client_rpcs_per_tick": client(d_naive) / ticks,
@@ -149,7 +232,16 @@ def measure(n: int, ticks: int, work: Path) -> dict:
         "baseline_idle": {"client_rpcs_per_tick_interval": client(d_base) / ticks,
                           "rpcs_by_type": d_base},
         "ratio_naive_over_daemon": round(client(d_naive) / max(1, client(d_daemon)), 1),
+        "quiet": quiet(d_base, d_daemon, loop["rpcs_by_type"]),
     }
+
+
+def quiet(*deltas: dict[str, int]) -> bool:
+    """No other client spoke to slurmctld while this was measured (the idle baseline
+    saw no client RPC) and slurmctld was not restarted (a restart resets the counters:
+    negative deltas). On a shared dev cluster a run that is not quiet counts other
+    clients' RPCs too; the daemon's own commands (``commands_per_tick``) still hold."""
+    return client(deltas[0]) == 0 and all(v >= 0 for d in deltas for v in d.values())
 
 
 def main() -> None:
@@ -165,6 +257,10 @@ def main() -> None:
         print(json.dumps({k: v for k, v in r.items() if k != "daemon" and
                           k != "naive_per_job_polling"}),
               "daemon rpcs/tick", r["daemon"]["client_rpcs_per_tick"],
+              "loop rpcs/tick", r["daemon_loop"]["client_rpcs_per_tick"],
+              "own connects/tick", r["daemon"]["own_slurmctld_connects_per_tick"],
+              r["daemon_loop"]["own_slurmctld_connects_per_tick"],
+              "fast ticks", r["daemon_loop"]["fast_ticks"],
               "naive rpcs/tick", r["naive_per_job_polling"]["client_rpcs_per_tick"], flush=True)
         results.append(r)
     out = {"benchmark": "rpc", "host": platform.node(), "time": time.time(),
