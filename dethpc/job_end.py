@@ -140,6 +140,14 @@ class Decision:
 WAIT = Decision(Kind.WAIT)
 
 
+def nothing_to_judge(restart_count: int, info: JobInfo | None) -> bool:
+    """``judge`` answers WAIT whatever else it is told: no news of the job, or a job
+    still queued or running that Slurm has not requeued since ``restart_count``. A
+    tick of thousands of pending jobs skips gathering their facts."""
+    return info is None or (not info.state.is_terminal
+                            and info.restart_count <= restart_count)
+
+
 def judge(job: JobFacts, trial: TrialFacts, info: JobInfo | None) -> Decision:
     """The decision for one job this tick (see the module docstring for the rules)."""
     if info is None or info.raw_state in COMPLETING:

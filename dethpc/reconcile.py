@@ -33,6 +33,7 @@ from dethpc.exitcodes import ExitReason
 from dethpc.gc import CkptInfo, to_delete
 from dethpc.ingest import metric_value, read_new_lines
 from dethpc.job_end import (
+    WAIT,
     Decision,
     ExitRecord,
     JobFacts,
@@ -40,6 +41,7 @@ from dethpc.job_end import (
     TrialFacts,
     Verdict,
     judge,
+    nothing_to_judge,
 )
 from dethpc.jobscript import checkpoint_dir
 from dethpc.paths import ExperimentPaths, TrialPaths
@@ -407,6 +409,8 @@ class ExperimentReconciler:
     def judge(self, job: Job) -> Decision:
         """Gather the facts of one live job and ask ``dethpc.job_end.judge``."""
         info = self.infos.get(job.ref or "")
+        if nothing_to_judge(job.restart_count, info):
+            return WAIT
         trial = self.trials[job.trial_id]
         last = (ExitRecord(job.exit_reason, job.exit_code or 0, job.exit_run)
                 if job.exit_reason is not None and job.exit_run >= 0 else None)

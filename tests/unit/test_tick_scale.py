@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+from itertools import product
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,8 @@ from sqlalchemy import event
 from sqlmodel import select
 
 from dethpc.backends.base import JobInfo, JobState
+from dethpc.exitcodes import ExitReason
+from dethpc.job_end import ExitRecord, JobFacts, Kind, TrialFacts, judge, nothing_to_judge
 from dethpc.paths import ExperimentPaths
 from dethpc.reconcile import ExperimentReconciler, nothing_written_yet
 from dethpc.searchers.base import Create, Stop
@@ -267,3 +270,36 @@ def test_a_tick_that_ingests_many_exits_walks_the_jobs_a_fixed_number_of_times(
         jobs = s.exec(select(Job).where(Job.experiment_id == exp_id)).all()
     assert {j.exit_reason for j in jobs} == {"completed"}   # every record found its job
     assert walks <= 3, walks   # before: once more per exit record (a quadratic tick)
+
+
+def test_nothing_to_judge_only_where_judge_waits_whatever_the_facts() -> None:
+    """The prefilter a tick uses to skip gathering 7,000 pending jobs' facts never
+    hides a decision: wherever it says so, ``judge`` waits under every job and trial
+    fact; and it does skip the common case (queued or running, not requeued)."""
+    raws = {JobState.PENDING: ["PENDING"], JobState.RUNNING: ["RUNNING", "COMPLETING"],
+            JobState.SUSPENDED: ["SUSPENDED"], JobState.COMPLETED: ["COMPLETED"],
+            JobState.FAILED: ["FAILED"], JobState.UNKNOWN: [""],
+            JobState.PREEMPTED: ["PREEMPTED"], JobState.TIMEOUT: ["TIMEOUT"]}
+    infos: list[JobInfo | None] = [None] + [
+        JobInfo(ref="7_0", state=state, raw_state=raw, restart_count=rc, exit_code=0)
+        for state, words in raws.items() for raw in words for rc in (0, 1, 2)]
+    record = ExitRecord(ExitReason.PREEMPTED, 0, 0)
+    skipped = 0
+    for info in infos:
+        for restart_count in (0, 1):
+            if not nothing_to_judge(restart_count, info):
+                continue
+            skipped += 1
+            for last in (None, record):
+                for unknown in (0, 5):
+                    for stop, killing, terminal in product((False, True), repeat=3):
+                        d = judge(JobFacts(restart_count=restart_count, unknown_ticks=unknown,
+                                           last_record=last, free_runs=frozenset({0})),
+                                  TrialFacts(terminal=terminal, stop_requested=stop,
+                                             killing=killing, restarts=0, max_restarts=0),
+                                  info)
+                        assert d.kind == Kind.WAIT, (info, restart_count, d)
+    assert nothing_to_judge(0, JobInfo(ref="7_0", state=JobState.PENDING))
+    assert not nothing_to_judge(0, JobInfo(ref="7_0", state=JobState.PENDING,
+                                           restart_count=1))
+    assert skipped > 10
