@@ -23,6 +23,11 @@ CLUSTER = ClusterConfig(pools={"default": ResourcePool(
     signal_grace_s=30)})
 
 
+def _outputs(pool: Pool) -> str:
+    return " | ".join(f"{p.name}: {p.read_text()[-600:]}"
+                      for p in sorted(pool.paths.root.glob("slurm-*.out")))
+
+
 def _tasks(slurm_cluster: Any, job: str) -> dict[str, str]:
     return {r["JobID"]: r["State"] for r in slurm_cluster.sacct(job, "JobID,State")}
 
@@ -53,17 +58,20 @@ def test_pool_array_runs_promotions_and_survives_a_preemption(tmp_path: Path,
         assert ref in (f"{job}_0", f"{job}_1")
         slurm_cluster.run(["scancel", "--signal=USR2", "--batch", ref])
         done = pool.wait_results(5, timeout_s=180)[4]
-        assert (done.trial_id, done.reason) == (5, "completed")
+        why = f"{done} exits={pool.exits(5)} {pool.diag()} {_outputs(pool)}"
+        assert (done.trial_id, done.reason) == (5, "completed"), why
         # one hand-back only: the other worker was not requeued with it
-        assert done.extra["attempt"] == 1
-        assert pool.exits(5) == ["preempted", "completed"]
-        assert "toy: resumed at step" in pool.log(5) and pool.steps(5) == 120
-        assert slurm_cluster.show_job(ref).get("Restarts") == "1"   # requeued, not ended
+        assert done.extra["attempt"] == 1, why
+        assert pool.exits(5) == ["preempted", "completed"], why
+        assert "toy: resumed at step" in pool.log(5) and pool.steps(5) == 120, why
+        restarts = slurm_cluster.show_job(ref).get("Restarts")
+        assert restarts == "1", f"Restarts={restarts}: {why}"    # requeued, not ended
 
         pool.paths.drain.touch()
         slurm_cluster.wait_for("both worker tasks end", lambda: all(
             s == "COMPLETED" for s in _tasks(slurm_cluster, job).values())
             and len(_tasks(slurm_cluster, job)) == 2, timeout=180)
+        assert len(pool.results) == 5, (pool.results, pool.diag())
     finally:
         slurm_cluster.cancel(job)
     exits = [json.loads(x) for x in (pool.exp.trial(5).exit_log).read_text().splitlines()]
