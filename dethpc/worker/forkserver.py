@@ -139,6 +139,8 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], cwd: str, log: Path) -> t
         code = 1
         try:
             code = _child(argv, env, cwd, log, write_fd)
+        except BaseException:  # before the trial ran (a bad cwd, an unwritable log)
+            traceback.print_exc()
         finally:
             try:
                 sys.stdout.flush()

@@ -113,6 +113,14 @@ def run_one(s: Settings, lease: queue.Lease, flags: Flags) -> tuple[queue.RunRes
     trial_dir = Path(item.trial_dir)
     ref = job_ref(os.environ)
     t0 = time.time()
+    if not trial_dir.is_dir():     # nothing to run it in: an error, never a worker crash
+        result = queue.RunResult(trial_id=item.trial_id, seq=item.seq,
+                                 reason=str(ExitReason.ERROR), code=2, worker=s.worker,
+                                 start_s=0.0, wall_s=0.0,
+                                 extra={"attempt": item.attempt, "job": ref,
+                                        "error": f"trial directory {trial_dir} is missing"})
+        queue.finish(s.paths, lease, result)
+        return result, 2
     pid, started = forkserver.spawn(item.argv, trial_env(item), item.cwd,
                                     trial_dir / f"slurm-{ref}.out")
     flags.forwarded_to = pid
@@ -135,6 +143,7 @@ def run_one(s: Settings, lease: queue.Lease, flags: Flags) -> tuple[queue.RunRes
                 return None, -9
         time.sleep(s.poll_s)
     flags.forwarded_to = 0
+    _signal_group(pid, "KILL")     # what the trial left behind ends with it, as with a job
     code = 128 - code if code < 0 else code    # killed by a signal: as a shell reports it
     reason = exit_reason(code, bool(flags.preempt))
     _append_exit(trial_dir, reason, code, item.attempt, ref, flags.preempt)

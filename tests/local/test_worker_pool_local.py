@@ -215,3 +215,32 @@ def test_shrinking_the_pool_retires_workers_after_their_run(pool: Pool) -> None:
     assert {r.worker for r in after} == {"w0"}
     assert [r.worker for r in res if r.worker == "w1"] == ["w1"]   # one run, then out
     assert pool.drain() == {"w0": 0, "w1": 0}
+
+
+def test_a_bad_item_is_an_error_result_and_the_worker_goes_on(pool: Pool) -> None:
+    pool.start("w0")
+    bad = work_item(CFG, CLUSTER, backend="local", python="python3", run_dir=pool.run_dir,
+                    exp_id=1, trial_id=40, seq=1)                # no trial directory
+    queue.enqueue(pool.paths, bad)
+    pool.submit(41, 1, length=3)
+    res = sorted(pool.wait_results(2), key=lambda r: r.trial_id)
+    assert [(r.trial_id, r.reason) for r in res] == [(40, "error"), (41, "completed")]
+    assert "missing" in res[0].extra["error"]
+    # a trial that leaves a background process behind: it ends with the trial
+    script = pool.exp.context / "leaves.py"
+    script.write_text("import subprocess, sys\n"
+                      "p = subprocess.Popen(['sleep', '300'])\n"
+                      "open('sleeper.pid', 'w').write(str(p.pid))\n")
+    tp = pool.exp.trial(42)
+    tp.root.mkdir(parents=True)
+    item = work_item(CFG, CLUSTER, backend="local", python="python3", run_dir=pool.run_dir,
+                     exp_id=1, trial_id=42, seq=1)
+    queue.enqueue(pool.paths, queue.WorkItem(
+        trial_id=42, seq=1, argv=["python3", "leaves.py"], env=item.env, cwd=item.cwd,
+        trial_dir=item.trial_dir))
+    assert pool.wait_results(3)[2].reason == "completed"
+    sleeper = int((pool.exp.context / "sleeper.pid").read_text())
+    pool.wait_until(lambda: not Path(f"/proc/{sleeper}").exists()
+                    or "Z" in Path(f"/proc/{sleeper}/stat").read_text().split()[2],
+                    "the trial's leftover process ends", timeout_s=10)
+    assert pool.drain() == {"w0": 0}
