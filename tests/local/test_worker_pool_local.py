@@ -8,7 +8,7 @@ from its checkpoint); a preempted worker hands its lease back and the trial resu
 on the other worker; a worker killed with -9 (its node "dies") loses its lease after
 the timeout and the trial resumes elsewhere; a retired worker task (the pool shrank)
 exits after its current run while the others go on; drained workers exit 0.
-Wall time about 17 s.
+Wall time about 17-21 s.
 """
 
 from __future__ import annotations

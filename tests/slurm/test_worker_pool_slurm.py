@@ -4,7 +4,7 @@ without a new job (the promoted trial resumes from its checkpoint in a live work
 a worker preempted mid-trial (``scancel --signal=USR2 --batch``, what Slurm's
 ``--signal=B:`` sends) hands its lease back and requeues itself, the trial resumes on
 the other worker; after ``drain`` every task ends COMPLETED. The test plays the
-daemon side (enqueue, results). Wall time about 40-60 s (queue waits included).
+daemon side (enqueue, results). Wall time about 15 s here (up to 35 s with queue waits).
 """
 
 from __future__ import annotations
