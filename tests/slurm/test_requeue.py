@@ -182,3 +182,46 @@ def test_signal_before_training_code_handles_it_is_free(
     assert {run for run, _ in steps_log(trial_dir)} == {1}  # run 0 died before training
     assert harness.trial(exp).restarts == 0, (exits, harness.events(exp))
     assert_bit_identical(trial_dir / "final_weights.pt", tmp_path / "reference.pt", reference)
+
+
+def test_array_task_requeues_itself_alone(harness: DaemonHarness) -> None:
+    """Two trials in one array; the task whose job id is the array's own id (Slurm gives
+    it to one task: ``scontrol requeue <that id>`` names *every* task of the array) gets
+    the early signal and requeues itself: only that task runs twice, its sibling runs
+    once, untouched. Before the fix the template called ``scontrol requeue
+    $SLURM_JOB_ID`` and the sibling was requeued too ("DUE TO JOB REQUEUE")."""
+    raw = experiment_yaml(batches=BATCHES, pool="debug", hparams=HPARAMS)
+    raw["name"] = "array-requeue"
+    raw["searcher"] = {"name": "random", "metric": "validation_loss", "max_trials": 2,
+                       "max_concurrent_trials": 2, "max_length": {"batches": BATCHES}}
+    exp = harness.submit(raw)
+    run_dir = harness.experiment(exp).run_dir
+
+    def tasks() -> dict[str, str] | None:
+        """``{array ref: job id}`` of both tasks, once both run."""
+        ref = harness.job_ref(exp)
+        if ref is None:
+            return None
+        out = subprocess.run(["squeue", "-h", "-r", "-j", ref.split("_")[0], "-o", "%i %A %T"],
+                             capture_output=True, text=True, timeout=30).stdout.split("\n")
+        rows = [line.split() for line in out if line.strip()]
+        if len(rows) == 2 and all(r[2] == "RUNNING" for r in rows):
+            return {r[0]: r[1] for r in rows}
+        return None
+
+    running = harness.wait("both array tasks to run", tasks, timeout=300)
+    array_id = next(iter(running)).split("_")[0]
+    master = next(ref for ref, job_id in running.items() if job_id == array_id)
+    sibling = next(ref for ref in running if ref != master)
+    trial_dirs = sorted(Path(run_dir, "trials").iterdir())
+    harness.wait("both trials to train", lambda: all(
+        len(steps_log(d)) >= 10 for d in trial_dirs), timeout=300)
+    subprocess.run(["scancel", "--signal=USR2", "--batch", master], check=True, timeout=30)
+    done = harness.wait_done(exp, timeout=600)
+    assert done.state == "COMPLETED", harness.events(exp)
+    exits = {d.name: read_jsonl(d / "exits.jsonl") for d in trial_dirs}
+    by_job = {e["job"]: [x["reason"] for x in es] for es in exits.values() for e in es[:1]}
+    assert by_job[master] == ["preempted", "completed"], exits
+    assert by_job[sibling] == ["completed"], exits          # one run, never requeued
+    assert len(slurm_runs(sibling)) == 1 and len(slurm_runs(master)) == 2, (
+        slurm_runs(sibling), slurm_runs(master))
