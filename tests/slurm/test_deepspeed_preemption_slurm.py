@@ -33,8 +33,8 @@ from tests.slurm.fixtures.harness import (
     assert_bit_identical,
     checkpoints,
     experiment_yaml,
-    idle_cpus,
     job_log,
+    preempt,
     read_jsonl,
 )
 
@@ -72,12 +72,6 @@ def squeue(ref: str, fmt: str) -> str:
                           text=True).stdout.strip()
 
 
-def first_node(ref: str) -> str:
-    expanded = subprocess.run(["scontrol", "show", "hostnames", squeue(ref, "%N")],
-                              capture_output=True, text=True, check=True).stdout.split()
-    return expanded[0]
-
-
 def by_run(runs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """runs.jsonl lines grouped per run (job id, restart count), in order."""
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
@@ -96,25 +90,9 @@ def test_zero1_trial_preempted_stops_together_and_resumes_bit_identical(
     trial_dir = harness.trial_dir(exp)
     harness.wait("a first checkpoint", lambda: checkpoints(harness.ckpt_dir(exp)),
                  timeout=300)
-    node = first_node(ref)
-    sent: list[str] = []
-
-    def preempted() -> bool | None:
-        """A high job that needs the node's free CPUs and the trial's 1 there: it can
-        start only by preempting the trial (sent again when other jobs took the CPUs)."""
-        if read_jsonl(trial_dir / "runs.jsonl"):
-            return True
-        pending = [j for j in sent if squeue(j, "%T") == "PENDING"]
-        if pending:
-            subprocess.run(["scancel", *pending], capture_output=True, check=False)
-        sent.append(subprocess.run(
-            ["sbatch", "--parsable", "-p", "high", "-w", node, "-n", "1",
-             "-c", str(idle_cpus(node) + 1), "-o", "/dev/null", "-J", "dethpc-preemptor",
-             "--wrap", "sleep 2"], capture_output=True, text=True,
-            check=True).stdout.strip().split(";")[0])
-        return None
-
-    harness.wait("the trial to be preempted", preempted, timeout=300, interval=4.0)
+    # a high job on the trial's first node that can start only by preempting it
+    sent = preempt(ref, lambda: bool(read_jsonl(trial_dir / "runs.jsonl")),
+                   cpus_on_node=1)
     try:
         done = harness.wait_done(exp, timeout=400)
         reference = harness.wait_done(ref_exp, timeout=400)

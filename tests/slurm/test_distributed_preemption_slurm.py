@@ -27,7 +27,7 @@ from tests.slurm.fixtures.harness import (
     DaemonHarness,
     assert_bit_identical,
     experiment_yaml,
-    idle_cpus,
+    preempt,
     read_jsonl,
 )
 
@@ -51,14 +51,6 @@ def ddp(mode: str, pool: str) -> dict[str, Any]:
     return raw
 
 
-def first_node(ref: str) -> str:
-    nodes = subprocess.run(["squeue", "-h", "-j", ref, "-o", "%N"], capture_output=True,
-                           text=True, check=True).stdout.strip()
-    expanded = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True,
-                              text=True, check=True).stdout.split()
-    return expanded[0]
-
-
 @pytest.mark.parametrize("mode", ["srun", "torchrun"])
 def test_2x2_ddp_trial_preempted_resumes_bit_identical(harness: DaemonHarness,
                                                        slurm_cluster: Any, mode: str) -> None:
@@ -70,27 +62,9 @@ def test_2x2_ddp_trial_preempted_resumes_bit_identical(harness: DaemonHarness,
     trial_dir = harness.trial_dir(exp)
     harness.wait("two checkpoints", lambda: len(list(harness.ckpt_dir(exp).glob("*"))) >= 2,
                  timeout=300)
-    node = first_node(ref)
-    sent: list[str] = []
-
-    def preempted() -> bool | None:
-        """A high job that needs the node's free CPUs and the trial's 2 there: it can
-        start only by preempting the trial (sent again when other jobs took the CPUs)."""
-        if read_jsonl(trial_dir / "runs.jsonl"):
-            return True
-        pending = [j for j in sent if subprocess.run(
-            ["squeue", "-h", "-j", j, "-o", "%T"], capture_output=True,
-            text=True).stdout.strip() == "PENDING"]
-        if pending:
-            subprocess.run(["scancel", *pending], capture_output=True, check=False)
-        sent.append(subprocess.run(
-            ["sbatch", "--parsable", "-p", "high", "-w", node, "-n", "1",
-             "-c", str(idle_cpus(node) + 2), "-o", "/dev/null", "-J", "dethpc-preemptor",
-             "--wrap", "sleep 2"], capture_output=True, text=True,
-            check=True).stdout.strip().split(";")[0])
-        return None
-
-    harness.wait("the trial to be preempted", preempted, timeout=300, interval=6.0)
+    # a high job on the trial's first node that can start only by preempting it
+    sent = preempt(ref, lambda: bool(read_jsonl(trial_dir / "runs.jsonl")),
+                   cpus_on_node=2)
     try:
         done = harness.wait_done(exp, timeout=600)
         reference = harness.wait_done(ref_exp, timeout=600)
