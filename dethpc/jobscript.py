@@ -11,6 +11,7 @@ Must not: write files or submit.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import jinja2
@@ -130,6 +131,19 @@ def component_step(cfg: ExperimentConfig, cluster: ClusterConfig, comp: HetCompo
             "dethpc.launch.hetjob", "--component", comp.name, "--", *argv]
 
 
+def run_env(cfg: ExperimentConfig, cluster: ClusterConfig, *, backend: BackendKind | str,
+            run_dir: Path, exp_id: int, trial_id: int,
+            extra: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """The environment of one run of trial ``trial_id``: what its job script exports, and
+    what a pool worker gives the trial it runs."""
+    paths = ExperimentPaths(run_dir)
+    return trial_env(cfg, cluster, cluster.pool(cfg.resources.resource_pool),
+                     experiment_id=exp_id, trial_id=trial_id,
+                     trial_dir=paths.trial(trial_id).root, context_dir=paths.context,
+                     checkpoint_dir=checkpoint_dir(cfg, run_dir, exp_id, trial_id),
+                     config_path=paths.config, backend=traits_of(backend).name, extra=extra)
+
+
 def trial_script(cfg: ExperimentConfig, cluster: ClusterConfig, *, backend: BackendKind | str,
                  python: str, run_dir: Path, exp_id: int, trial_id: int,
                  jenv: jinja2.Environment | None = None) -> str:
@@ -137,11 +151,8 @@ def trial_script(cfg: ExperimentConfig, cluster: ClusterConfig, *, backend: Back
     paths = ExperimentPaths(run_dir)
     tp = paths.trial(trial_id)
     pool = cluster.pool(cfg.resources.resource_pool)
-    env = trial_env(cfg, cluster, pool, experiment_id=exp_id, trial_id=trial_id,
-                    trial_dir=tp.root, context_dir=paths.context,
-                    checkpoint_dir=checkpoint_dir(cfg, run_dir, exp_id, trial_id),
-                    config_path=paths.config, backend=traits.name,
-                    extra=launcher_env(cfg, cluster, backend, run_dir))
+    env = run_env(cfg, cluster, backend=backend, run_dir=run_dir, exp_id=exp_id,
+                  trial_id=trial_id, extra=launcher_env(cfg, cluster, backend, run_dir))
     directives = trial_directives(cfg, pool, name=f"dethpc-e{exp_id}-t{trial_id}",
                                   comment=f"dethpc:exp={exp_id}:trial={trial_id}",
                                   output=str(tp.root / "slurm-%j.out"))

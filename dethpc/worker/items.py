@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dethpc.backends.traits import BackendKind, traits_of
+from dethpc.backends.traits import BackendKind
 from dethpc.config.model import ClusterConfig, ExperimentConfig
-from dethpc.jobscript import checkpoint_dir, container_prefix, inside
+from dethpc.jobscript import container_prefix, inside, run_env
 from dethpc.paths import ExperimentPaths
-from dethpc.render import entrypoint_argv, is_launcher, trial_env
+from dethpc.render import entrypoint_argv, is_launcher
 from dethpc.worker.queue import WorkItem
 
 
@@ -38,11 +38,8 @@ def work_item(cfg: ExperimentConfig, cluster: ClusterConfig, *, backend: Backend
     batch shell: the worker is the job, so no ``srun`` step."""
     paths = ExperimentPaths(run_dir)
     tp = paths.trial(trial_id)
-    pool = cluster.pool(cfg.resources.resource_pool)
-    env = trial_env(cfg, cluster, pool, experiment_id=exp_id, trial_id=trial_id,
-                    trial_dir=tp.root, context_dir=paths.context,
-                    checkpoint_dir=checkpoint_dir(cfg, run_dir, exp_id, trial_id),
-                    config_path=paths.config, backend=traits_of(backend).name)
+    env = run_env(cfg, cluster, backend=backend, run_dir=run_dir, exp_id=exp_id,
+                  trial_id=trial_id)
     argv = entrypoint_argv(cfg.entrypoint, python)
     prefix = container_prefix(cfg, cluster, cfg.resources.resource_pool, run_dir)
     if prefix is not None:
