@@ -57,7 +57,11 @@ def test_bare_ranks_abort_in_finalization(tmp_path: Path) -> None:
              for r in range(3)]
     outs = [p.communicate(timeout=180)[0] for p in procs]
     codes = [p.returncode for p in procs]
-    assert codes[0] == 0, outs
+    # rank 0 chained nothing, but it is bare too: its own teardown can race its peers'
+    # deaths (gloo's thread sees the closed connections while the interpreter finalizes;
+    # measured once in CI at 74d0c63: [-6, -6, -6], every rank's record written). The
+    # point here is ranks 1 and 2, which always enter the forced race.
+    assert codes[0] in (0, -signal.SIGABRT, -signal.SIGSEGV), (codes, outs)
     # each other rank dies in finalization: an abort (terminate, or CPython's fatal error)
     # or, when the thread runs a step further into freed state, a segfault (measured once
     # in two loaded fresh-clone runs: [0, -11, -6])
