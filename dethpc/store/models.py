@@ -70,6 +70,17 @@ class BatchState(StrEnum):
     FAILED = "failed"
 
 
+class BatchKind(StrEnum):
+    """What one submission carries (migration 0007)."""
+
+    #: one job (array task) per trial run: every submission before the worker pool
+    TRIALS = "trials"
+    #: a worker pool's array of long-lived workers (``slurm.workers``): no Job rows
+    WORKERS = "workers"
+    #: work items put in a worker pool's queue: its Job rows' refs are items, not jobs
+    ITEMS = "items"
+
+
 class CheckpointState(StrEnum):
     COMPLETED = "COMPLETED"
     #: GC chose it; its files are removed after the choice commits, then DELETED
@@ -188,6 +199,7 @@ class Batch(SQLModel, table=True):
     throttle: int = 0
     size: int = 0
     created_at: float = Field(default_factory=now)
+    kind: BatchKind = Field(default=BatchKind.TRIALS, sa_column=_enum(BatchKind))
 
 
 class Job(SQLModel, table=True):
