@@ -75,6 +75,8 @@ from dethpc.store.models import (
     Trial,
     TrialState,
 )
+from dethpc.worker.tend import PoolTender
+from dethpc.worker.view import is_item_ref
 
 log = logging.getLogger(__name__)
 _Q = TypeVar("_Q", bound=SelectOfScalar[Any])
@@ -190,6 +192,12 @@ class Daemon:
         self.pull_watch: dict[str, tuple[str, set[int]]] = {}
         #: live trials' metrics files, watched between ticks (``wait``): trial id -> file
         self.watch: dict[int, Watched] = {}
+        #: experiments run by a worker pool (``slurm.workers``): items and workers
+        self.pools = PoolTender(
+            store, cluster, backend, python=self.python, tag=self.tag, room=self.room,
+            count_submitted=lambda cfg, n: self.count_submitted(
+                self.cluster.pool(cfg.resources.resource_pool), n),
+            write_trial=self.write_trial)
 
     # ------------------------------------------------------------------ tick
     def mine(self, query: _Q, experiment_id: Any = None) -> _Q:
@@ -221,7 +229,7 @@ class Daemon:
             return stats
         self.adopt(stats)
         self.check_pulls()
-        infos = self.poll(stats)
+        infos = self.poll(stats, exp_ids)
         seen = self.backend.user_jobs()
         self.queue, self.refused = (list(seen) if seen is not None else None), False
         cancel: list[str] = []
@@ -239,13 +247,14 @@ class Daemon:
                 self.fail_experiment(exp_id, str(exc))
         if cancel:
             self.holds()
-            self.backend.cancel(sorted(set(cancel)))
+            self.cancel(sorted(set(cancel)))
             stats.cancelled = len(set(cancel))
         for exp_id in exp_ids:
             self.holds()
             try:
                 self.sync_throttles(exp_id)
                 stats.submitted += self.submit_experiment(exp_id)
+                self.pools.tend(exp_id, infos)
             except DethpcError as exc:
                 stats.errors.append(f"experiment {exp_id}: {exc}")
                 if slurm_unreachable(exc):
@@ -286,16 +295,34 @@ class Daemon:
                     ck.state = CheckpointState.DELETED
                     s.add(ck)
 
-    def poll(self, stats: TickStats) -> dict[str, JobInfo]:
+    def poll(self, stats: TickStats, exp_ids: list[int] | None = None) -> dict[str, JobInfo]:
+        """Every live job's state in one backend call; a worker pool's items from its
+        directory (``dethpc.worker.view``); the open experiments' pool workers with the
+        jobs."""
         with self.store.session() as s:
             # the refs alone: no Job objects built for a list of strings
             refs = [ref for ref in s.exec(self.mine(select(Job.ref).where(
                 Job.live == True), Job.experiment_id))  # noqa: E712
                     if ref]
+        items = [r for r in refs if is_item_ref(r)]
+        jobs = [r for r in refs if not is_item_ref(r)] if items else refs
+        jobs += list(self.pools.worker_refs(exp_ids or []))
         stats.polled = len(refs)
         # even without refs: a backend that lists the user's jobs (to count them
         # against per-user limits) does it in this one query
-        return self.backend.poll(refs)
+        infos = self.backend.poll(jobs)
+        if items:
+            infos.update(self.pools.poll_items(items))
+        return infos
+
+    def cancel(self, refs: list[str]) -> None:
+        """``scancel`` the jobs in one call; a worker pool's items through its directory."""
+        items = [r for r in refs if is_item_ref(r)]
+        if items:
+            self.pools.cancel_items(items)
+        jobs = [r for r in refs if not is_item_ref(r)]
+        if jobs:
+            self.backend.cancel(jobs)
 
     def adopt(self, stats: TickStats) -> None:
         """Batches recorded but never confirmed: the daemon died around sbatch.
@@ -400,6 +427,8 @@ class Daemon:
         cfg = load_config(exp)
         if not self.images_ready(exp_id, cfg):
             return 0
+        if self.pools.enabled(cfg, exp.kind):
+            return self.pools.submit_items(exp, cfg, trials)
         if cfg.slurm.components and self.backend.traits.het_jobs:
             return self.submit_het(exp, cfg, trials)
         room = self.room(exp, cfg, len(trials))
@@ -831,7 +860,7 @@ class Daemon:
         if cancel:
             self.holds()
             try:
-                self.backend.cancel(sorted(set(cancel)))
+                self.cancel(sorted(set(cancel)))
             except DethpcError as exc:
                 log.error("cancel between ticks failed: %s", exc)
         return changed

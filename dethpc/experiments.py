@@ -128,6 +128,9 @@ def create_experiment(store: Store, cluster: ClusterConfig, cfg: ExperimentConfi
     search over a script (``dethpc sbatch --search``) passes SCRIPT and its own."""
     check_supported(cfg)  # valid Determined values dethpc cannot honour (field paths)
     check_entrypoints(cfg)
+    from dethpc.worker.tend import check_worker_pool
+
+    check_worker_pool(cfg, cluster, kind, cluster.python or sys.executable)
     check_containers(cfg, cluster)
     try:
         check_resources(cfg, cluster, backend)

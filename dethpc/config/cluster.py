@@ -29,7 +29,8 @@ from dethpc.config._check import (
     signal_name,
 )
 from dethpc.config._yaml import load_yaml_text
-from dethpc.config.model import ClusterConfig, ContainerSettings, ResourcePool
+from dethpc.config.model import ClusterConfig, ContainerSettings, ResourcePool, WorkerPool
+from dethpc.config.workers import parse_workers
 from dethpc.errors import ConfigError, FieldError
 from dethpc.paths import dethpc_home
 
@@ -42,7 +43,7 @@ _TOP = ("backend", "runs_root", "database_url", "database_url_file", "default_po
         "tick_max_s", "metrics_poll_s", "daemon_lease_s", "runs_mode", "python")
 _POOL = ("partition", "qos", "account", "slots_per_node", "gres", "gpu_type",
          "cpus_per_slot", "mem_per_slot", "preemptible", "default_time", "signal",
-         "signal_grace_s", "socket_ifname", "sbatch_args")
+         "signal_grace_s", "socket_ifname", "sbatch_args", "workers")
 _CONTAINERS = ("runtime", "sif_cache", "binds", "pull", "cache_dir", "tmp_dir", "cleanenv",
                "pass_env", "containall", "python")
 _MEMORY = re.compile(r"^\d+[KMGT]?$", re.IGNORECASE)
@@ -188,6 +189,7 @@ def _pool(ck: Checker, name: str, value: Any, path: str) -> ResourcePool:
                                       120, minimum=0)),
         socket_ifname=text("socket_ifname"),
         sbatch_args=sbatch_args(ck, data.get("sbatch_args"), join(path, "sbatch_args")),
+        workers=parse_workers(ck, data.get("workers"), join(path, "workers")) or WorkerPool(),
     )
 
 

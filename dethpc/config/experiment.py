@@ -42,6 +42,7 @@ from dethpc.config.model import (
 )
 from dethpc.config.overrides import apply_overrides
 from dethpc.config.searcher import parse_length, parse_searcher
+from dethpc.config.workers import parse_workers
 from dethpc.errors import ConfigError, FieldError
 
 _TOP_LEVEL = (
@@ -412,7 +413,8 @@ def _seed(ck: Checker, value: Any) -> int:
 
 def _slurm(ck: Checker, value: Any) -> SlurmSection:
     data = ck.mapping(value, "slurm")
-    ck.keys(data, "slurm", ("sbatch_args", "gpu_type", "slots_per_node", "time", "components"))
+    ck.keys(data, "slurm", ("sbatch_args", "gpu_type", "slots_per_node", "time", "components",
+                            "workers"))
     return SlurmSection(
         sbatch_args=sbatch_args(ck, data.get("sbatch_args"), "slurm.sbatch_args"),
         gpu_type=ck.string(data.get("gpu_type"), "slurm.gpu_type", None),
@@ -420,6 +422,7 @@ def _slurm(ck: Checker, value: Any) -> SlurmSection:
                                   minimum=1),
         time=sbatch_time(ck, data.get("time"), "slurm.time"),
         components=_components(ck, data.get("components")),
+        workers=parse_workers(ck, data.get("workers"), "slurm.workers"),
     )
 
 

@@ -177,12 +177,33 @@ class HetComponent:
 
 
 @dataclass(frozen=True)
+class WorkerPool:
+    """Run trials in a pool of long-lived workers (``slurm.workers`` of an experiment, or
+    a resource pool's ``workers`` as the site's default; docs/worker-pool.md)."""
+
+    enabled: bool = False
+    #: worker tasks in the pool's array; 0: the searcher's ``max_concurrent_trials``
+    count: int = 0
+    #: modules each worker imports once, before it forks its trials (the warm start)
+    preload: tuple[str, ...] = ("torch",)
+    #: how often a worker renews the lease of the trial it runs
+    heartbeat_s: float = 5.0
+    #: a lease not renewed for this long is handed back (its worker's node died)
+    lease_timeout_s: float = 60.0
+    #: a worker with nothing to claim for this long exits (0: only on drain); the daemon
+    #: submits workers again when work comes
+    idle_exit_s: float = 300.0
+
+
+@dataclass(frozen=True)
 class SlurmSection:
     sbatch_args: tuple[str, ...] = ()
     gpu_type: str | None = None
     slots_per_node: int | None = None
     time: str | None = None             # walltime per job (sbatch --time syntax)
     components: tuple[HetComponent, ...] = ()
+    #: None: the resource pool's default (``ClusterConfig.worker_pool``)
+    workers: WorkerPool | None = None
 
 
 @dataclass(frozen=True)
@@ -231,6 +252,8 @@ class ResourcePool:
     signal_grace_s: int = 120           # seconds before the limit the signal is sent
     socket_ifname: str | None = None    # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
     sbatch_args: tuple[str, ...] = ()
+    #: the site's default for experiments on this pool that do not set ``slurm.workers``
+    workers: WorkerPool = field(default_factory=WorkerPool)
 
 
 @dataclass(frozen=True)
@@ -291,6 +314,13 @@ class ClusterConfig:
     #: python used inside jobs (default: the interpreter running the daemon)
     python: str | None = None
     source: str = "<built-in defaults>"
+
+    def worker_pool(self, cfg: ExperimentConfig) -> WorkerPool:
+        """The experiment's worker-pool setting: its own ``slurm.workers``, else its
+        resource pool's ``workers``."""
+        if cfg.slurm.workers is not None:
+            return cfg.slurm.workers
+        return self.pool(cfg.resources.resource_pool).workers
 
     def pool(self, name: str | None) -> ResourcePool:
         key = name or self.default_pool

@@ -68,6 +68,8 @@ class BatchState(StrEnum):
     SUBMITTING = "submitting"
     SUBMITTED = "submitted"
     FAILED = "failed"
+    #: a worker array every task of which has ended (no longer polled)
+    ENDED = "ended"
 
 
 class BatchKind(StrEnum):

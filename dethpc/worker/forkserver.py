@@ -42,14 +42,21 @@ class Entry:
     args: tuple[str, ...]    # sys.argv[1:] of the trial
 
 
-def preload(modules: Sequence[str]) -> dict[str, float]:
-    """Import ``modules`` into this process; seconds each took."""
+def preload(modules: Sequence[str]) -> tuple[dict[str, float], dict[str, str]]:
+    """Import ``modules`` into this process: (seconds each took, why each one that
+    could not be imported failed). A missing module is no error: the trials that need
+    it import it themselves (a site default of ``torch`` on a job without torch)."""
     took: dict[str, float] = {}
+    missing: dict[str, str] = {}
     for name in modules:
         t0 = time.perf_counter()
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            missing[name] = str(exc)
+            continue
         took[name] = time.perf_counter() - t0
-    return took
+    return took, missing
 
 
 def _is_python(word: str) -> bool:

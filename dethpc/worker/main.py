@@ -9,8 +9,9 @@ forwarded to the trial's process group; when the trial has exited the lease is
 handed back (the trial resumes from its checkpoint on any worker) and the worker
 exits with ``LOCAL_REQUEUE_EXIT`` (85). A lease taken away (expired) kills the
 trial at once: another worker owns it now. With ``pool/drain`` present and
-nothing to claim, the worker exits 0; with ``pool/retire/<task>`` present it
-exits 0 after its current run (the pool shrank).
+nothing to claim, the worker exits 0; with ``pool/retire/<its job ref>`` present
+it exits 0 after its current run (the pool shrank). ``pool/kill/<item>`` kills the
+trial of the item it holds (a cancel), recorded ``cancelled``.
 
 Owns: the loop, the mapping of a trial's exit code to an exit record.
 Must not: touch the store, submit jobs, or pick the next trial.
@@ -88,9 +89,12 @@ def trial_env(item: queue.WorkItem) -> dict[str, str]:
     return env
 
 
-def _append_exit(trial_dir: Path, reason: ExitReason, code: int, attempt: int, ref: str,
-                 sig: str) -> None:
-    rec = {"reason": str(reason), "code": code, "restart": attempt, "job": ref,
+def _append_exit(trial_dir: Path, reason: ExitReason, code: int, item: queue.WorkItem,
+                 ref: str, sig: str) -> None:
+    """One exit record per run; its ``job`` is the item's ref (the daemon's Job row)
+    when the daemon put the item, else the worker's own job."""
+    rec = {"reason": str(reason), "code": code, "restart": item.attempt,
+           "job": item.ref or ref, "worker_job": ref,
            "signal": sig, "time": int(time.time()), "worker": True}
     with open(trial_dir / "exits.jsonl", "a") as fh:
         fh.write(json.dumps(rec) + "\n")
@@ -133,20 +137,32 @@ def run_one(s: Settings, lease: queue.Lease, flags: Flags) -> tuple[queue.RunRes
         if done:
             code = os.waitstatus_to_exitcode(status)
             break
+        if queue.killed(s.paths, item.name):     # cancelled: the trial ends now
+            _signal_group(pid, "KILL")
+            os.waitpid(pid, 0)
+            flags.forwarded_to = 0
+            _append_exit(trial_dir, ExitReason.CANCELLED, 137, item, ref, "KILL")
+            result = queue.RunResult(trial_id=item.trial_id, seq=item.seq,
+                                     reason=str(ExitReason.CANCELLED), code=137,
+                                     worker=s.worker, start_s=started,
+                                     wall_s=time.time() - t0,
+                                     extra={"attempt": item.attempt, "job": ref})
+            queue.finish(s.paths, lease, result)
+            return result, 137
         if time.monotonic() >= next_beat:
             next_beat = time.monotonic() + s.heartbeat_s
             if not queue.heartbeat(lease):
                 _signal_group(pid, "KILL")
                 os.waitpid(pid, 0)
                 flags.forwarded_to = 0
-                _append_exit(trial_dir, ExitReason.CANCELLED, -9, item.attempt, ref, "")
+                _append_exit(trial_dir, ExitReason.CANCELLED, -9, item, ref, "")
                 return None, -9
         time.sleep(s.poll_s)
     flags.forwarded_to = 0
     _signal_group(pid, "KILL")     # what the trial left behind ends with it, as with a job
     code = 128 - code if code < 0 else code    # killed by a signal: as a shell reports it
     reason = exit_reason(code, bool(flags.preempt))
-    _append_exit(trial_dir, reason, code, item.attempt, ref, flags.preempt)
+    _append_exit(trial_dir, reason, code, item, ref, flags.preempt)
     result = queue.RunResult(trial_id=item.trial_id, seq=item.seq, reason=str(reason),
                              code=code, worker=s.worker, start_s=started,
                              wall_s=time.time() - t0,
@@ -208,8 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heartbeat-s", type=float, default=5.0)
     p.add_argument("--poll-s", type=float, default=0.1)
     p.add_argument("--max-idle-s", type=float, default=0.0)
-    p.add_argument("--task", default=os.environ.get("SLURM_ARRAY_TASK_ID", ""),
-                   help="this worker's array task index (pool/retire/<task> retires it)")
+    p.add_argument("--task", default="",
+                   help="this worker's name in pool/retire/ (default: its job ref, "
+                        "<array>_<task>, when it runs as a job)")
     p.add_argument("--preempt-signal", default=os.environ.get("DETHPC_PREEMPT_SIGNAL", "USR2"))
     return p
 
@@ -222,8 +239,8 @@ def _check(args: argparse.Namespace) -> str:
         return f"--preempt-signal: {args.preempt_signal!r} is not a signal name (e.g. USR2)"
     if args.heartbeat_s <= 0 or args.poll_s <= 0 or args.max_idle_s < 0:
         return "--heartbeat-s/--poll-s must be > 0 and --max-idle-s >= 0"
-    if args.task and not args.task.isdigit():
-        return f"--task: {args.task!r} is not an array task index (0, 1, ...)"
+    if args.task and not args.task.replace("_", "").isdigit():
+        return f"--task: {args.task!r} is not a job ref (<array>_<task>) or a task index"
     if args.worker_id and (queue.LEASE_SEP in args.worker_id or "/" in args.worker_id):
         return f"--worker-id: {args.worker_id!r} must not contain '{queue.LEASE_SEP}' or '/'"
     return ""
@@ -236,17 +253,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dethpc worker: {problem}", file=sys.stderr)
         return 2
     modules = [m.strip() for m in args.preload.split(",") if m.strip()]
-    try:
-        took = forkserver.preload(modules)
-    except ImportError as exc:
-        print(f"dethpc worker: --preload: cannot import {exc.name!r}: {exc}", file=sys.stderr)
-        return 2
+    took, missing = forkserver.preload(modules)
+    for name, why in missing.items():   # the trials import it themselves: no warm start
+        print(f"dethpc worker: --preload: cannot import {name!r} ({why}); trials import "
+              "it themselves", file=sys.stderr)
     flags = Flags()
+    ref = job_ref(os.environ)
     install_handlers(flags, args.preempt_signal)
     s = Settings(paths=queue.PoolPaths.of_run_dir(args.run_dir),
                  worker=args.worker_id or default_worker_id(),
                  heartbeat_s=args.heartbeat_s, poll_s=args.poll_s, max_idle_s=args.max_idle_s,
-                 task=args.task)
+                 task=args.task or ("" if ref == "0" else ref))
     if took:
         print(f"dethpc worker {s.worker}: preloaded "
               + ", ".join(f"{k} {v:.2f} s" for k, v in took.items()), file=sys.stderr)

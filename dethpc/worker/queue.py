@@ -7,7 +7,8 @@ Layout under ``<run_dir>/pool/``::
     returning/<item>.json       a lease being handed back (expired or preempted)
     results/<item>.json         how the run ended (written by the worker)
     drain                       no new work will come: idle workers exit
-    retire/<task>               worker task <task> exits after its current run
+    retire/<task>               worker <task> (its job ref) exits after its current run
+    kill/<item>                 the worker holding <item> kills its trial now
 
 Every state change is one ``os.rename`` (atomic on a local or shared POSIX disk): two
 workers renaming the same ``work/<item>.json`` cannot both succeed, so exactly one
@@ -18,7 +19,7 @@ continuation of trial T is a new item with a higher ``seq``.
 
 Owns: ``PoolPaths``, ``WorkItem``, ``Lease``, ``RunResult`` and the functions that
 move items between states (enqueue, claim, heartbeat, finish, give_back, expire,
-withdraw) and the pool's size (``resize``, ``retired``).
+withdraw, kill, known) and the pool's size (``retire``, ``retired``).
 Must not: start processes, read the store, or decide what to enqueue.
 """
 
@@ -27,7 +28,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +67,13 @@ class PoolPaths:
         return self.root / "drain"
 
     @property
+    def kill(self) -> Path:
+        return self.root / "kill"
+
+    @property
     def retire(self) -> Path:
-        """``retire/<task>``: worker task ``<task>`` exits after its current run (the
-        pool shrinks: ``set-concurrency``)."""
+        """``retire/<task>``: the worker whose job ref is ``<task>`` exits after its
+        current run (the pool shrinks: ``set-concurrency``)."""
         return self.root / "retire"
 
     def create(self) -> PoolPaths:
@@ -91,6 +97,9 @@ class WorkItem:
     cwd: str
     trial_dir: str
     attempt: int = 0
+    #: the daemon's name for this item (``dethpc.worker.view.item_ref``): the ``job`` of
+    #: its runs' exit records; "" outside a daemon (the worker's own job ref is used)
+    ref: str = ""
 
     @property
     def name(self) -> str:
@@ -106,7 +115,7 @@ class WorkItem:
                    argv=[str(a) for a in raw["argv"]],
                    env={str(k): str(v) for k, v in raw["env"].items()},
                    cwd=str(raw["cwd"]), trial_dir=str(raw["trial_dir"]),
-                   attempt=int(raw.get("attempt", 0)))
+                   attempt=int(raw.get("attempt", 0)), ref=str(raw.get("ref", "")))
 
 
 @dataclass(frozen=True)
@@ -205,11 +214,16 @@ def heartbeat(lease: Lease) -> bool:
 def finish(paths: PoolPaths, lease: Lease, result: RunResult) -> None:
     """Record the result, then drop the lease (a crash in between leaves a result
     and a lease; ``expire`` drops such a lease instead of re-queueing it)."""
-    _write_atomic(paths.results / f"{lease.item.name}.json", result.to_json())
+    write_result(paths, result)
     try:
         os.unlink(lease.path)
     except FileNotFoundError:
         pass
+
+
+def write_result(paths: PoolPaths, result: RunResult) -> None:
+    _write_atomic(paths.results / f"{item_name(result.trial_id, result.seq)}.json",
+                  result.to_json())
 
 
 def _requeue_from(paths: PoolPaths, held: Path, item_file: str) -> WorkItem | None:
@@ -218,8 +232,7 @@ def _requeue_from(paths: PoolPaths, held: Path, item_file: str) -> WorkItem | No
         held.unlink(missing_ok=True)
         return None
     item = WorkItem.from_json(held.read_text())
-    again = WorkItem(trial_id=item.trial_id, seq=item.seq, argv=item.argv, env=item.env,
-                     cwd=item.cwd, trial_dir=item.trial_dir, attempt=item.attempt + 1)
+    again = replace(item, attempt=item.attempt + 1)
     enqueue(paths, again)
     held.unlink(missing_ok=True)
     return again
@@ -310,17 +323,36 @@ def withdraw(paths: PoolPaths, trial_id: int) -> list[str]:
     return taken
 
 
-def resize(paths: PoolPaths, workers: int, array_size: int) -> None:
-    """Keep worker tasks ``0 .. workers-1``; tasks ``workers ..`` retire after their
-    current run (and un-retire when the pool grows back while they still live)."""
+def retire(paths: PoolPaths, tasks: Iterable[str], keep: Iterable[str] = ()) -> None:
+    """Workers ``tasks`` (their job refs, ``<array>_<task>``) exit after their current
+    run; workers ``keep`` no longer do (the pool grew back while they still live)."""
     paths.retire.mkdir(parents=True, exist_ok=True)
-    for task in range(array_size):
-        marker = paths.retire / str(task)
-        if task >= workers:
-            marker.touch()
-        else:
-            marker.unlink(missing_ok=True)
+    for task in tasks:
+        (paths.retire / task).touch()
+    for task in keep:
+        (paths.retire / task).unlink(missing_ok=True)
 
 
 def retired(paths: PoolPaths, task: str) -> bool:
     return bool(task) and (paths.retire / task).exists()
+
+
+def kill(paths: PoolPaths, name: str) -> None:
+    """Ask whichever worker holds item ``name`` to kill its trial now (a cancel or a stop
+    past its grace): the worker records the run ``cancelled``."""
+    paths.kill.mkdir(parents=True, exist_ok=True)
+    (paths.kill / name).touch()
+
+
+def killed(paths: PoolPaths, name: str) -> bool:
+    return (paths.kill / name).exists()
+
+
+def known(paths: PoolPaths, name: str) -> bool:
+    """Item ``name`` was put in the queue once (waiting, held, being handed back, or
+    ended): putting it again would run it twice."""
+    file = f"{name}.json"
+    if any((d / file).exists() for d in (paths.work, paths.returning, paths.results,
+                                          paths.results / "taken")):
+        return True
+    return any(n.endswith(f"{LEASE_SEP}{file}") for n in active_leases(paths))

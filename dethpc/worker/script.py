@@ -20,29 +20,34 @@ from dethpc.backends.traits import BackendKind, traits_of
 from dethpc.config.model import ClusterConfig, ExperimentConfig
 from dethpc.directives import trial_directives
 from dethpc.exitcodes import LOCAL_REQUEUE_EXIT
+from dethpc.jobscript import batch_comment, batch_name
 from dethpc.render import shjoin
 from dethpc.worker.queue import PoolPaths
 
 
-def pool_name(exp_id: int, tag: str = "") -> str:
-    return f"dethpc-{tag}-e{exp_id}-pool" if tag else f"dethpc-e{exp_id}-pool"
+def pool_name(exp_id: int, batch_id: int = 0, tag: str = "") -> str:
+    """The worker array's job name: its batch's name with ``-pool`` (adoption finds a
+    worker array a crash left unrecorded by it)."""
+    return f"{batch_name(exp_id, batch_id, tag)}-pool"
 
 
-def pool_comment(exp_id: int, tag: str = "") -> str:
-    return f"dethpc:db={tag}:exp={exp_id}:pool"
+def pool_comment(exp_id: int, batch_id: int = 0, tag: str = "") -> str:
+    return f"{batch_comment(exp_id, batch_id, tag)}:pool"
 
 
 def worker_array_script(cfg: ExperimentConfig, cluster: ClusterConfig, *,
                         backend: BackendKind | str, run_dir: Path, exp_id: int, python: str,
                         preload: Sequence[str] = (), heartbeat_s: float = 5.0,
-                        tag: str = "") -> str:
+                        idle_exit_s: float = 0.0, batch_id: int = 0, tag: str = "") -> str:
     pool = cluster.pool(cfg.resources.resource_pool)
     paths = PoolPaths.of_run_dir(run_dir)
-    directives = trial_directives(cfg, pool, name=pool_name(exp_id, tag),
-                                  comment=pool_comment(exp_id, tag),
+    directives = trial_directives(cfg, pool, name=pool_name(exp_id, batch_id, tag),
+                                  comment=pool_comment(exp_id, batch_id, tag),
                                   output=str(paths.root / "slurm-%A_%a.out"))
     worker = [python, "-m", "dethpc.worker", "--run-dir", str(run_dir),
               "--heartbeat-s", f"{heartbeat_s:g}", "--preempt-signal", pool.signal]
+    if idle_exit_s > 0:
+        worker += ["--max-idle-s", f"{idle_exit_s:g}"]
     if preload:
         worker += ["--preload", ",".join(preload)]
     requeue = traits_of(backend).requeue_in_place

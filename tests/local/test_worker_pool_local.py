@@ -205,7 +205,7 @@ def test_shrinking_the_pool_retires_workers_after_their_run(pool: Pool) -> None:
     pool.submit(1, 1, length=40, step_time=0.05)
     pool.submit(2, 1, length=40, step_time=0.05)
     pool.wait_until(lambda: pool.holder(1) != "" and pool.holder(2) != "", "both run")
-    queue.resize(pool.paths, workers=1, array_size=2)
+    queue.retire(pool.paths, ["1"])
     for t in (3, 4):
         pool.submit(t, 1, length=3)
     assert pool.workers["w1"].wait(timeout=60) == 0          # retired after its trial

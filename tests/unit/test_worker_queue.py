@@ -193,7 +193,8 @@ def test_worker_array_script(tmp_path: Path) -> None:
         signal_grace_s=60)})
     run_dir = tmp_path / "run dir $(x)"
     texts = {b: worker_array_script(cfg, cluster, backend=b, run_dir=run_dir, exp_id=3,
-                                    python="/usr/bin/python3", preload=["torch"], tag="ab")
+                                    python="/usr/bin/python3", preload=["torch"], tag="ab",
+                                    batch_id=7, idle_exit_s=300)
              for b in ("slurm", "local")}
     for text in texts.values():
         script = tmp_path / "s.sh"
@@ -201,7 +202,8 @@ def test_worker_array_script(tmp_path: Path) -> None:
         assert subprocess.run(["bash", "-n", str(script)], check=False).returncode == 0
         assert "#SBATCH --signal=B:USR2@60" in text and "#SBATCH --requeue" in text
         assert "'--run-dir' " in text or f"--run-dir '{run_dir}'" in text
-        assert "--preload torch" in text and "#SBATCH --job-name=dethpc-ab-e3-pool" in text
+        assert "--preload torch" in text and "#SBATCH --job-name=dethpc-ab-e3-b7-pool" in text
+        assert "--max-idle-s 300" in text
     assert "scontrol requeue" in texts["slurm"] and "scontrol" not in texts["local"]
     assert pool_problem(cfg, "python3") == ""
     launcher = parse_experiment_config({
@@ -222,10 +224,29 @@ def test_withdraw_takes_only_unclaimed_items_of_the_trial(tmp_path: Path) -> Non
     assert queue.heartbeat(running)
 
 
-def test_resize_retires_the_upper_tasks(tmp_path: Path) -> None:
+def test_retire_marks_workers_by_job_ref_and_keep_undoes_it(tmp_path: Path) -> None:
     paths = queue.PoolPaths(tmp_path / "pool").create()
-    queue.resize(paths, workers=2, array_size=4)
-    assert [queue.retired(paths, str(t)) for t in range(4)] == [False, False, True, True]
-    queue.resize(paths, workers=3, array_size=4)
-    assert [queue.retired(paths, str(t)) for t in range(4)] == [False, False, False, True]
+    queue.retire(paths, ["12_2", "12_3"])
+    assert [queue.retired(paths, f"12_{t}") for t in range(4)] == [False, False, True, True]
+    queue.retire(paths, [], keep=["12_2"])
+    assert [queue.retired(paths, f"12_{t}") for t in range(4)] == [False, False, False, True]
     assert not queue.retired(paths, "")
+
+
+def test_kill_marks_an_item_and_known_sees_every_state(tmp_path: Path) -> None:
+    paths = queue.PoolPaths(tmp_path / "pool").create()
+    item = queue.WorkItem(trial_id=3, seq=1, argv=["true"], env={}, cwd="/", trial_dir="/",
+                          ref="pool:1:t3-s1")
+    assert not queue.known(paths, item.name)
+    queue.enqueue(paths, item)
+    assert queue.known(paths, item.name)                      # waiting
+    lease = queue.claim(paths, "w0")
+    assert lease is not None and lease.item.ref == "pool:1:t3-s1"
+    assert queue.known(paths, item.name)                      # held
+    assert not queue.killed(paths, item.name)
+    queue.kill(paths, item.name)
+    assert queue.killed(paths, item.name)
+    queue.finish(paths, lease, queue.RunResult(trial_id=3, seq=1, reason="cancelled",
+                                               code=137, worker="w0", start_s=0, wall_s=0))
+    assert queue.known(paths, item.name)                      # ended
+    assert not queue.known(paths, "t3-s2")
