@@ -1,0 +1,136 @@
+"""The daemon's side of the worker pool as pure logic: the plan for an experiment's
+workers, an item's state as a job, cancel of items, and the ``workers`` setting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dethpc.backends.base import JobState
+from dethpc.config import parse_experiment_config
+from dethpc.config.model import ClusterConfig, ResourcePool, WorkerPool
+from dethpc.errors import ConfigError, SubmitError
+from dethpc.store.models import ExperimentKind
+from dethpc.worker import queue, view
+from dethpc.worker.tend import PoolMode, check_worker_pool, pool_mode
+
+P, R, D = JobState.PENDING, JobState.RUNNING, JobState.COMPLETED
+
+
+def ws(*states: JobState) -> list[view.Worker]:
+    return [view.Worker(f"7_{i}", st) for i, st in enumerate(states)]
+
+
+PLANS = [
+    # (want, workers, waiting, live items, active, retired) -> plan
+    ("first items: a worker per item up to the pool's size",
+     (4, ws(), 3, 3, True, ()), view.WorkerPlan(submit=3, undrain=True)),
+    ("more items than the pool", (2, ws(), 5, 5, True, ()),
+     view.WorkerPlan(submit=2, undrain=True)),
+    ("enough workers (pending ones count)", (2, ws(R, P), 3, 5, True, ()),
+     view.WorkerPlan(undrain=True)),
+    ("a worker ended: replace it while items wait", (2, ws(R, D), 1, 2, True, ()),
+     view.WorkerPlan(submit=1, undrain=True)),
+    ("nothing waits: no new worker", (2, ws(R, D), 0, 1, True, ()), view.WorkerPlan()),
+    ("fewer items than workers: cancel the one not started, keep the idle running one",
+     (4, ws(R, R, P), 0, 1, True, ()), view.WorkerPlan(cancel=("7_2",))),
+    ("set-concurrency below the running workers: retire the newest",
+     (1, ws(R, R, R), 2, 5, True, ()), view.WorkerPlan(retire=("7_2", "7_1"), undrain=True)),
+    ("retired workers are not counted; grown back: keep one instead of submitting",
+     (2, ws(R, R, R), 1, 4, True, ("7_1", "7_2")), view.WorkerPlan(keep=("7_1",), undrain=True)),
+    ("experiment over: drain and cancel what has not started",
+     (2, ws(R, P, D), 0, 0, False, ()), view.WorkerPlan(drain=True, cancel=("7_1",))),
+    ("paused with runs still stopping: no drain yet",
+     (2, ws(R, R), 0, 1, False, ()), view.WorkerPlan()),
+]
+
+
+@pytest.mark.parametrize("name,args,plan", PLANS, ids=[p[0] for p in PLANS])
+def test_plan_workers(name, args, plan) -> None:
+    want, workers, waiting, live, active, retired = args
+    assert view.plan_workers(want, workers, waiting=waiting, live_items=live, active=active,
+                             retired=retired) == plan
+
+
+def _item(trial: int, seq: int, attempt: int = 0) -> queue.WorkItem:
+    return queue.WorkItem(trial_id=trial, seq=seq, argv=["true"], env={}, cwd="/",
+                          trial_dir="/", attempt=attempt,
+                          ref=view.item_ref(5, queue.item_name(trial, seq)))
+
+
+def test_items_read_as_jobs_and_cancel_withdraws_or_kills(tmp_path: Path) -> None:
+    paths = queue.PoolPaths(tmp_path / "pool").create()
+    for t in (1, 2, 3, 4):
+        queue.enqueue(paths, _item(t, 0))
+    held = queue.claim(paths, "w0")            # trial 1
+    assert held is not None and held.item.trial_id == 1
+    queue.finish(paths, queue.claim(paths, "w1"),  # type: ignore[arg-type]
+                 queue.RunResult(trial_id=2, seq=0, reason="stopped", code=81,
+                                 worker="w1", start_s=0, wall_s=1, extra={"attempt": 0}))
+    back = queue.claim(paths, "w2")            # trial 3, preempted: handed back
+    assert back is not None and queue.give_back(paths, back) is not None
+    refs = [view.item_ref(5, queue.item_name(t, 0)) for t in (1, 2, 3, 4)] + [
+        view.item_ref(5, "t9-s0")]
+    got = view.poll_items(paths, refs)
+    assert [(got[r].state, got[r].restart_count) for r in refs] == [
+        (R, 0), (D, 0), (P, 1), (P, 0), (JobState.UNKNOWN, 0)]
+    assert got[refs[1]].exit_code == 81 and got[refs[0]].nodes == "w0"
+    view.cancel_items(paths, [refs[0], refs[3]])
+    assert queue.killed(paths, "t1-s0")        # held: its worker kills the trial
+    assert view.poll_items(paths, [refs[3]])[refs[3]].state == JobState.CANCELLED
+    assert view.parse_item_ref("123_4") is None and view.parse_item_ref("pool:x:t1") is None
+
+
+BASE = {"name": "p", "entrypoint": "python3 train.py",
+        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 10}}}
+
+SETTINGS = [
+    (None, None),
+    (True, WorkerPool(enabled=True)),
+    (False, WorkerPool(enabled=False)),
+    (3, WorkerPool(enabled=True, count=3)),
+    (0, WorkerPool(enabled=False, count=0)),
+    ({"preload": ["torch", "my_pkg.model"], "lease_timeout_s": 30},
+     WorkerPool(enabled=True, preload=("torch", "my_pkg.model"), lease_timeout_s=30.0)),
+    ({"enabled": False, "count": 2}, WorkerPool(enabled=False, count=2)),
+]
+
+
+@pytest.mark.parametrize("value,want", SETTINGS)
+def test_workers_setting(value, want) -> None:
+    raw = {**BASE, "slurm": {"workers": value}} if value is not None else BASE
+    assert parse_experiment_config(raw).slurm.workers == want
+
+
+@pytest.mark.parametrize("value,message", [
+    (-1, "slurm.workers: expected true, false, a number of workers >= 0"),
+    ("yes", "slurm.workers: expected true, false, a number of workers or a mapping"),
+    ({"count": 2, "size": 3}, "slurm.workers.size: unknown field"),
+    ({"preload": ["os; rm -rf /"]}, "slurm.workers.preload[0]: expected a module name"),
+    ({"heartbeat_s": 10, "lease_timeout_s": 20}, "slurm.workers.lease_timeout_s: 20 is less"),
+    ({"idle_exit_s": -1}, "slurm.workers.idle_exit_s: expected a number >= 0"),
+])
+def test_bad_workers_setting_names_the_field(value, message) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_experiment_config({**BASE, "slurm": {"workers": value}})
+    assert message in str(err.value)
+
+
+def test_site_default_applies_only_where_a_worker_can_run_the_trials() -> None:
+    site = ClusterConfig(pools={"default": ResourcePool(name="default",
+                                                        workers=WorkerPool(enabled=True))})
+    plain = parse_experiment_config(BASE)
+    launcher = parse_experiment_config({
+        **BASE, "entrypoint": "python3 -m dethpc.launch.torch_distributed -- t.py"})
+    managed, script = ExperimentKind.MANAGED, ExperimentKind.SCRIPT
+    assert pool_mode(plain, site, managed, "python3") is PoolMode.ON
+    assert pool_mode(plain, site, script, "python3") is PoolMode.OFF
+    assert pool_mode(launcher, site, managed, "python3") is PoolMode.OFF   # falls back
+    asked = parse_experiment_config({**BASE, "entrypoint": launcher.entrypoint,
+                                     "slurm": {"workers": True}})
+    assert pool_mode(asked, ClusterConfig(), managed, "python3") is PoolMode.REFUSED
+    with pytest.raises(SubmitError, match="slurm.workers: the worker pool cannot run"):
+        check_worker_pool(asked, ClusterConfig(), managed, "python3")
+    off = parse_experiment_config({**BASE, "slurm": {"workers": False}})
+    assert pool_mode(off, site, managed, "python3") is PoolMode.OFF        # opted out
