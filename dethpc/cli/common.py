@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from dethpc.backends.base import Backend
+from dethpc.cli.layout import GAP, Col, cell_lines, fit, one_line, terminal_width, wrap_words
 from dethpc.config import load_cluster_config
 from dethpc.config.model import ClusterConfig
 from dethpc.store import Store
@@ -64,13 +69,45 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
-def table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
-    t = Table(title=title, show_lines=False)
-    for c in columns:
-        t.add_column(c, overflow="fold")
-    for r in rows:
-        t.add_row(*["" if v is None else str(v) for v in r])
-    console.print(t)
+def table(title: str, columns: Sequence[str | Col], rows: Sequence[Sequence[Any]], *,
+          wide: bool = False) -> None:
+    """Print a table that fits the terminal (``dethpc.cli.layout``): shrinkable columns
+    cut with ``…``, columns that cannot fit left out with a note; ``wide``: every column
+    at full width, whatever the terminal."""
+    cols = [c if isinstance(c, Col) else Col(c) for c in columns]
+    cells = [[one_line(v) for v in r] for r in rows]
+    width = terminal_width()
+    layout = fit(cols, cells, None if wide else width)
+    headers, shown = cell_lines(cols, cells, layout)
+    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+              padding=(0, GAP - 1, 0, 0))
+    for h, w in zip(headers, layout.widths, strict=True):
+        t.add_column(Text(h), width=w, no_wrap=True, overflow="ellipsis")
+    for r in shown:
+        t.add_row(*[Text(v) for v in r])
+    # a console as wide as the table: rich never draws wider than its console's width
+    Console(file=console.file, width=max(layout.total, len(title)),
+            force_terminal=console.is_terminal or None).print(t, crop=False)
+    if layout.dropped:
+        names = ", ".join(cols[i].header for i in layout.dropped)
+        note = f"({names} left out to fit {width} columns; --wide shows them)"
+        for line in wrap_words(note, width):
+            console.print(line, markup=False, highlight=False)
+
+
+def say(text: str, *, wide: bool = False) -> None:
+    """A line of prose (no markup), wrapped at spaces to the terminal's width; a word
+    longer than the width is cut with ``…``; ``wide``: one line, nothing cut."""
+    if wide:
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+        return
+    for line in wrap_words(text, terminal_width()):
+        console.print(line, markup=False, highlight=False, crop=False)
+
+
+WideOpt = typer.Option(False, "--wide", "-w", help="full values, however wide (no "
+                       "column cut or left out to fit the terminal)")
+JsonOpt = typer.Option(False, "--json", help="print JSON instead of a table")
 
 
 def fmt_metric(value: float | None) -> str:

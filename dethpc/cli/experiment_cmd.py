@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,7 +10,26 @@ import typer
 
 from dethpc import experiments, service
 from dethpc.cli import views
-from dethpc.cli.common import ENV, console, err_console, fmt_metric, print_json, table
+from dethpc.cli.common import (
+    ENV,
+    JsonOpt,
+    WideOpt,
+    console,
+    err_console,
+    fmt_metric,
+    print_json,
+    say,
+    table,
+)
+from dethpc.cli.layout import (
+    Col,
+    fit,
+    flat_hparams,
+    fmt_value,
+    kv_text,
+    one_line,
+    terminal_width,
+)
 from dethpc.config import load_experiment_config
 from dethpc.config.model import ExperimentConfig
 from dethpc.errors import DethpcError
@@ -20,6 +38,7 @@ from dethpc.store.access import ADMIN_ROLE, Scope
 from dethpc.store.models import ExperimentState
 
 if TYPE_CHECKING:
+    from dethpc.cli.progress import Reporter
     from dethpc.searchers.base import Create
 
 #: what each experiment kind means, for ``describe``
@@ -88,7 +107,7 @@ def create(
             console.print(f"daemon running (pid {pid}); log: {service.log_path()}")
     if test:
         # Determined's --test follows the test experiment and says whether it passed
-        state = _follow(exp_id) if not json_out else _wait(exp_id, None)
+        state = _follow(exp_id) if not json_out else _wait(exp_id, None, show=False)
         passed = state == ExperimentState.COMPLETED.value
         err_console.print(f"test experiment {exp_id} {'passed' if passed else 'failed'} "
                           f"({state})", highlight=False)
@@ -96,7 +115,7 @@ def create(
     if follow:
         _follow(exp_id)
     elif wait:
-        _wait(exp_id, None)
+        _wait(exp_id, None, show=not json_out)
 
 
 def _first_trial(cfg: ExperimentConfig) -> Create:
@@ -141,9 +160,26 @@ def _test_config(cfg: ExperimentConfig, source: Path) -> ExperimentConfig:
 
 
 def _follow(exp_id: int) -> str:
-    """Stream the first trial's log until the experiment ends; its final state."""
+    """Stream the first trial's log until the experiment ends; its final state. Progress
+    on stderr meanwhile (``dethpc.cli.progress``): a bar, the log printing above it,
+    when stdout and stderr are both terminals, else plain lines on stderr."""
+    import sys
+
+    from dethpc.cli import progress
+
+    with progress.Reporter(tty=sys.stdout.isatty() and sys.stderr.isatty(),
+                           redirect_stdout=True) as shown:
+        return _follow_log(exp_id, shown)
+
+
+def _follow_log(exp_id: int, shown: Reporter) -> str:
+    import sys
+
+    from dethpc.cli import progress
+
     offset, current, done_reading = 0, None, False
     while True:
+        shown.update(progress.read(ENV.store, exp_id))
         exp = experiments.get_experiment(ENV.store, exp_id)
         trials = experiments.trials_of(ENV.store, exp_id)
         if trials and trials[0].id is not None:
@@ -156,7 +192,8 @@ def _follow(exp_id: int) -> str:
                     data = f.read()
                 offset += len(data)
                 if data:
-                    typer.echo(data.decode(errors="replace"), nl=False)
+                    sys.stdout.write(data.decode(errors="replace"))
+                    sys.stdout.flush()
         if ExperimentState(exp.state).is_terminal and done_reading:
             console.print(f"experiment {exp_id} {exp.state}")
             return str(exp.state)
@@ -165,22 +202,30 @@ def _follow(exp_id: int) -> str:
             time.sleep(0.5)
 
 
-def _wait(exp_id: int, timeout: float | None) -> str:
+def _wait(exp_id: int, timeout: float | None, *, show: bool = True) -> str:
+    """Wait until the experiment ends; its final state. ``show``: progress on stderr
+    (``dethpc.cli.progress``: a bar on a terminal, else one plain line per change)."""
+    from dethpc.cli import progress
+
     deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        exp = experiments.get_experiment(ENV.store, exp_id)
-        if ExperimentState(exp.state).is_terminal:
-            return exp.state
-        if deadline is not None and time.monotonic() > deadline:
-            raise DethpcError(f"experiment {exp_id} still {exp.state} after {timeout:.0f}s")
-        time.sleep(0.5)
+    with progress.Reporter(tty=None if show else False) as shown:
+        while True:
+            snap = progress.read(ENV.store, exp_id)
+            if show:
+                shown.update(snap)
+            if ExperimentState(snap.state).is_terminal:
+                return snap.state
+            if deadline is not None and time.monotonic() > deadline:
+                raise DethpcError(f"experiment {exp_id} still {snap.state} after "
+                                  f"{timeout:.0f}s")
+            time.sleep(0.5)
 
 
 experiment_app.command("create")(create)
 
 
 @experiment_app.command("list")
-def list_(json_out: bool = typer.Option(False, "--json"),
+def list_(json_out: bool = JsonOpt, wide: bool = WideOpt,
           all_: bool = typer.Option(False, "--all", "-a",
                                     help="every user's experiments (default: only yours)"),
           active: bool = typer.Option(False, "--active", help="only those still running")
@@ -195,63 +240,95 @@ def list_(json_out: bool = typer.Option(False, "--json"),
                           markup=False, highlight=False)
     if json_out:
         return print_json(rows)
-    table("Experiments", ["id", "name", "kind", "state", "progress", "labels", "owner"],
+    table("Experiments", [Col("id", keep=100), Col("name", shrink=True, keep=90),
+                          Col("kind", keep=40), Col("state", keep=95),
+                          Col("progress", keep=80), Col("labels", shrink=True, keep=30),
+                          Col("owner", shrink=True, keep=60)],
           [[r["id"], r["name"], r["kind"], r["state"], f"{r['progress']:.0%}",
-            ",".join(r["labels"]), r["owner"]] for r in rows])
+            ",".join(r["labels"]), r["owner"]] for r in rows], wide=wide)
 
 
 @experiment_app.command("describe")
-def describe(exp_id: int, json_out: bool = typer.Option(False, "--json")) -> None:
+def describe(exp_id: int, json_out: bool = JsonOpt, wide: bool = WideOpt) -> None:
     """An experiment with every trial, its best validation metric and checkpoint."""
     d = views.describe_experiment(ENV.store, exp_id)
     if json_out:
         return print_json(d)
     metric = d["searcher"]["metric"]
-    console.print(f"[bold]Experiment {d['id']}[/] {d['name']}: {d['state']} "
-                  f"({d['progress']:.0%}), searcher {d['searcher']['name']}, metric {metric} "
-                  f"({'smaller' if d['searcher']['smaller_is_better'] else 'larger'} is better)")
-    console.print(f"kind: {d['kind']} ({KIND_WORDS.get(d['kind'], d['kind'])})")
+    say(f"Experiment {d['id']} {d['name']}: {d['state']} ({d['progress']:.0%}), searcher "
+        f"{d['searcher']['name']}, metric {metric} "
+        f"({'smaller' if d['searcher']['smaller_is_better'] else 'larger'} is better)",
+        wide=wide)
+    say(f"kind: {d['kind']} ({KIND_WORDS.get(d['kind'], d['kind'])})", wide=wide)
     if d["message"]:
-        console.print(f"message: {d['message']}")
-    table("Trials", ["trial", "state", "waiting for", "steps", f"best {metric}", "rung",
-                     "searcher", "restarts", "best checkpoint", "hparams"],
-          [[t["id"], t["state"], t["pending_reason"] or "", t["steps_completed"],
-            fmt_metric(t["best_validation"]), t["rung"], t["searcher_status"], t["restarts"],
-            t["best_checkpoint"], json.dumps(t["hparams"])] for t in d["trials"]])
+        say(f"message: {d['message']}", wide=wide)
+    base = [Col("trial", keep=100), Col("state", keep=90),
+            Col("waiting for", shrink=True, min_width=10, keep=45), Col("steps", keep=70),
+            Col(f"best {metric}", keep=80), Col("rung", keep=30), Col("searcher", keep=35),
+            Col("restarts", keep=20), Col("best checkpoint", shrink=True, keep=60)]
+    cells = [[t["id"], t["state"], t["pending_reason"] or "", t["steps_completed"],
+              fmt_metric(t["best_validation"]), t["rung"], t["searcher_status"],
+              t["restarts"], t["best_checkpoint"]] for t in d["trials"]]
+    cols, rows = hparam_columns(base, cells, [t["hparams"] for t in d["trials"]], wide=wide)
+    table("Trials", cols, rows, wide=wide)
     for b in d["rungs"]:
         table(f"ASHA bracket {b.get('bracket', 0)} ({b.get('created', '?')} trial(s) created)",
               ["rung", "length", "reports", "keep", f"cut-off {metric}"],
               [[i, r.get("length"), len(r.get("metrics", [])), r.get("keep"),
-                fmt_metric(r.get("cutoff"))] for i, r in enumerate(b.get("rungs", []))])
+                fmt_metric(r.get("cutoff"))] for i, r in enumerate(b.get("rungs", []))],
+              wide=wide)
     best = d["best_trial"]
     if best:
-        console.print(f"[bold green]best trial {best['id']}[/]: {metric}="
-                      f"{fmt_metric(best['best_validation'])} checkpoint "
-                      f"{best['best_checkpoint']} hparams {json.dumps(best['hparams'])}")
+        say(f"best trial {best['id']}: {metric}={fmt_metric(best['best_validation'])} "
+            f"checkpoint {best['best_checkpoint']}", wide=wide)
+        say(f"  hparams: {kv_text(best['hparams'])}", wide=wide)
+
+
+def hparam_columns(base: list[Col], cells: list[list[object]], hparams: list[dict[str, object]],
+                   *, wide: bool) -> tuple[list[Col], list[list[object]]]:
+    """The trial table's columns with the hyperparameters in their own columns (one per
+    flattened name) when those fit the terminal with no column left out (always with
+    ``wide``), else in one ``hparams`` column of ``k=v`` pairs, cut with ``…``."""
+    flat = [flat_hparams(h) for h in hparams]
+    keys = list(dict.fromkeys(k for f in flat for k in f))
+    own_cols = base + [Col(k, keep=40) for k in keys]
+    own_cells: list[list[object]] = [c + [fmt_value(f[k]) if k in f else "" for k in keys]
+                                     for c, f in zip(cells, flat, strict=True)]
+    if wide or not fit(own_cols, [[one_line(v) for v in c] for c in own_cells],
+                       terminal_width()).dropped:
+        return own_cols, own_cells
+    return (base + [Col("hparams", shrink=True, min_width=12, keep=50)],
+            [c + [kv_text(h)] for c, h in zip(cells, hparams, strict=True)])
 
 
 @experiment_app.command("list-trials")
-def list_trials(exp_id: int, json_out: bool = typer.Option(False, "--json")) -> None:
+def list_trials(exp_id: int, json_out: bool = JsonOpt, wide: bool = WideOpt) -> None:
     """Trials of an experiment."""
     rows = views.describe_experiment(ENV.store, exp_id)["trials"]
     if json_out:
         return print_json(rows)
-    table(f"Trials of experiment {exp_id}",
-          ["trial", "state", "steps", "best", "latest checkpoint", "restarts", "exit"],
-          [[t["id"], t["state"], t["steps_completed"], fmt_metric(t["best_validation"]),
-            t["latest_checkpoint"], t["restarts"], t["exit_reason"]] for t in rows])
+    base = [Col("trial", keep=100), Col("state", keep=90), Col("steps", keep=70),
+            Col("best", keep=80), Col("latest checkpoint", shrink=True, keep=60),
+            Col("restarts", keep=30), Col("exit", shrink=True, keep=35)]
+    cols, cells = hparam_columns(
+        base, [[t["id"], t["state"], t["steps_completed"], fmt_metric(t["best_validation"]),
+                t["latest_checkpoint"], t["restarts"], t["exit_reason"]] for t in rows],
+        [t["hparams"] for t in rows], wide=wide)
+    table(f"Trials of experiment {exp_id}", cols, cells, wide=wide)
 
 
 @experiment_app.command("list-checkpoints")
-def list_checkpoints(exp_id: int, json_out: bool = typer.Option(False, "--json")) -> None:
+def list_checkpoints(exp_id: int, json_out: bool = JsonOpt, wide: bool = WideOpt) -> None:
     """Checkpoints of an experiment (deleted ones included, marked)."""
     rows = views.checkpoints_of(ENV.store, exp_id)
     if json_out:
         return print_json(rows)
     table(f"Checkpoints of experiment {exp_id}",
-          ["uuid", "trial", "steps", "metric", "state", "path"],
+          [Col("uuid", shrink=True, min_width=36, keep=100), Col("trial", keep=90),
+           Col("steps", keep=80), Col("metric", keep=70), Col("state", keep=85),
+           Col("path", shrink=True, min_width=12, keep=20)],
           [[c["uuid"], c["trial_id"], c["steps_completed"], fmt_metric(c["validation_metric"]),
-            c["state"], c["path"]] for c in rows])
+            c["state"], c["path"]] for c in rows], wide=wide)
 
 
 @experiment_app.command("logs")
@@ -274,15 +351,16 @@ def logs(exp_id: int, follow: bool = typer.Option(False, "--follow", "-f"),
 
 
 @experiment_app.command("events")
-def events(exp_id: int, json_out: bool = typer.Option(False, "--json")) -> None:
-    """The experiment's event log (submissions, preemptions, restarts, stops)."""
+def events(exp_id: int, json_out: bool = JsonOpt, wide: bool = WideOpt) -> None:
+    """The experiment's event log (submissions, preemptions, restarts, stops); a message
+    wraps at spaces (``--wide``: one line per event)."""
     rows = views.events_of(ENV.store, exp_id)
     if json_out:
         return print_json(rows)
     for e in rows:
         stamp = time.strftime("%H:%M:%S", time.localtime(e["time"]))
         trial = f"trial {e['trial_id']} " if e["trial_id"] else ""
-        console.print(f"{stamp} {trial}[bold]{e['kind']}[/] {e['message']}", highlight=False)
+        say(f"{stamp} {trial}{e['kind']} {e['message']}", wide=wide)
 
 
 def _state_command(action: str) -> None:
@@ -331,13 +409,18 @@ def wait_(exp_id: int, timeout: float = typer.Option(None, help="seconds")) -> N
 
 
 @experiment_app.command("preview-search")
-def preview_search(config_file: Path, config: list[str] = ConfigOpt) -> None:
-    """The trials and rung lengths the searcher would create."""
+def preview_search(config_file: Path, config: list[str] = ConfigOpt,
+                   json_out: bool = JsonOpt) -> None:
+    """The trials and rung lengths the searcher would create (a table of 5 narrow
+    columns: it fits 80 columns as it is)."""
     from dethpc.searchers.preview import preview_search as preview
     from dethpc.searchers.preview import render_preview
 
     cfg = load_experiment_config(config_file, config)
-    typer.echo(render_preview(preview(cfg.searcher, cfg.hyperparameters, cfg.experiment_seed)))
+    result = preview(cfg.searcher, cfg.hyperparameters, cfg.experiment_seed)
+    if json_out:
+        return print_json(result)
+    typer.echo(render_preview(result))
 
 
 @label_app.command("add")

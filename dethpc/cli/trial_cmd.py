@@ -10,7 +10,8 @@ import typer
 
 from dethpc import experiments
 from dethpc.cli import views
-from dethpc.cli.common import ENV, console, fmt_metric, print_json, table
+from dethpc.cli.common import ENV, JsonOpt, WideOpt, console, fmt_metric, print_json, say, table
+from dethpc.cli.layout import Col, kv_text
 from dethpc.config import load_experiment_config
 from dethpc.errors import DethpcError
 from dethpc.paths import ExperimentPaths
@@ -21,24 +22,27 @@ checkpoint_app = typer.Typer(help="Inspect checkpoints.", no_args_is_help=True)
 
 
 @trial_app.command("describe")
-def describe(trial_id: int, json_out: bool = typer.Option(False, "--json")) -> None:
+def describe(trial_id: int, json_out: bool = JsonOpt, wide: bool = WideOpt) -> None:
     """A trial: state, hparams, validations, checkpoints, jobs, events."""
     d = views.trial_detail(ENV.store, trial_id)
     if json_out:
         return print_json(d)
-    console.print(f"[bold]Trial {d['id']}[/] of experiment {d['experiment_id']}: {d['state']} "
-                  f"steps {d['steps_completed']}/{d['target_length']} best "
-                  f"{fmt_metric(d['best_validation'])} restarts {d['restarts']} "
-                  f"exit {d['exit_reason']!r}")
-    console.print(f"hparams: {d['hparams']}")
-    table("Validations", ["steps", "metrics"], [[v["steps"], v["metrics"]]
-                                                 for v in d["validations"]])
-    table("Checkpoints", ["uuid", "steps", "metric", "state"],
+    say(f"Trial {d['id']} of experiment {d['experiment_id']}: {d['state']} steps "
+        f"{d['steps_completed']}/{d['target_length']} best {fmt_metric(d['best_validation'])} "
+        f"restarts {d['restarts']} exit {d['exit_reason']!r}", wide=wide)
+    say(f"hparams: {kv_text(d['hparams'])}", wide=wide)
+    table("Validations", [Col("steps", keep=100), Col("metrics", shrink=True, keep=90)],
+          [[v["steps"], kv_text(v["metrics"])] for v in d["validations"]], wide=wide)
+    table("Checkpoints", [Col("uuid", shrink=True, min_width=36, keep=100),
+                          Col("steps", keep=90), Col("metric", keep=80),
+                          Col("state", keep=85)],
           [[c["uuid"], c["steps_completed"], fmt_metric(c["validation_metric"]), c["state"]]
-           for c in d["checkpoints"]])
-    table("Jobs", ["ref", "state", "restarts", "exit", "nodes"],
+           for c in d["checkpoints"]], wide=wide)
+    table("Jobs", [Col("ref", shrink=True, min_width=10, keep=100), Col("state", keep=90),
+                   Col("restarts", keep=60), Col("exit", shrink=True, keep=70),
+                   Col("nodes", shrink=True, keep=50)],
           [[j["ref"], j["state"], j["restart_count"], j["exit_reason"], j["nodes"]]
-           for j in d["jobs"]])
+           for j in d["jobs"]], wide=wide)
 
 
 @trial_app.command("logs")
@@ -79,13 +83,13 @@ def stream_trial_log(trial_id: int, *, follow: bool, tail: int) -> None:
 
 
 @checkpoint_app.command("describe")
-def checkpoint_describe(uuid: str, json_out: bool = typer.Option(False, "--json")) -> None:
+def checkpoint_describe(uuid: str, json_out: bool = JsonOpt, wide: bool = WideOpt) -> None:
     """A checkpoint's trial, steps, metric, path and metadata."""
     d = views.checkpoint_detail(ENV.store, uuid)
     if json_out:
         return print_json(d)
     for k, v in d.items():
-        console.print(f"[bold]{k}[/]: {v}", highlight=False)
+        say(f"{k}: {kv_text(v) if isinstance(v, dict) else v}", wide=wide)
 
 
 def render(config_file: Path = typer.Argument(..., help="experiment config (YAML)"),
@@ -117,11 +121,11 @@ def render(config_file: Path = typer.Argument(..., help="experiment config (YAML
 
 
 @checkpoint_app.command("list")
-def checkpoint_list(exp_id: int, json_out: bool = typer.Option(False, "--json")) -> None:
+def checkpoint_list(exp_id: int, json_out: bool = JsonOpt, wide: bool = WideOpt) -> None:
     """Checkpoints of an experiment (Determined's ``det checkpoint list EXPERIMENT_ID``)."""
     from dethpc.cli.experiment_cmd import list_checkpoints
 
-    list_checkpoints(exp_id, json_out)
+    list_checkpoints(exp_id, json_out, wide)
 
 
 @checkpoint_app.command("download")
