@@ -95,13 +95,14 @@ def table(title: str, columns: Sequence[str | Col], rows: Sequence[Sequence[Any]
             console.print(line, markup=False, highlight=False)
 
 
-def say(text: str, *, wide: bool = False) -> None:
-    """A line of prose (no markup), wrapped at spaces to the terminal's width; a word
-    longer than the width is cut with ``…``; ``wide``: one line, nothing cut."""
+def say(text: str, *, wide: bool = False, hang: int = 0) -> None:
+    """A line of prose (no markup), wrapped at spaces to the terminal's width (lines
+    after the first indented ``hang`` spaces); a word longer than the width is cut with
+    ``…``; ``wide``: one line, nothing cut."""
     if wide:
         console.print(text, markup=False, highlight=False, soft_wrap=True)
         return
-    for line in wrap_words(text, terminal_width()):
+    for line in wrap_words(text, terminal_width(), hang):
         console.print(line, markup=False, highlight=False, crop=False)
 
 

@@ -281,7 +281,7 @@ def describe(exp_id: int, json_out: bool = JsonOpt, wide: bool = WideOpt) -> Non
     if best:
         say(f"best trial {best['id']}: {metric}={fmt_metric(best['best_validation'])} "
             f"checkpoint {best['best_checkpoint']}", wide=wide)
-        say(f"  hparams: {kv_text(best['hparams'])}", wide=wide)
+        say(f"  hparams: {kv_text(best['hparams'])}", wide=wide, hang=4)
 
 
 def hparam_columns(base: list[Col], cells: list[list[object]], hparams: list[dict[str, object]],
@@ -360,7 +360,7 @@ def events(exp_id: int, json_out: bool = JsonOpt, wide: bool = WideOpt) -> None:
     for e in rows:
         stamp = time.strftime("%H:%M:%S", time.localtime(e["time"]))
         trial = f"trial {e['trial_id']} " if e["trial_id"] else ""
-        say(f"{stamp} {trial}{e['kind']} {e['message']}", wide=wide)
+        say(f"{stamp} {trial}{e['kind']} {e['message']}", wide=wide, hang=9)
 
 
 def _state_command(action: str) -> None:

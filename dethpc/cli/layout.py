@@ -68,19 +68,21 @@ def truncate(text: str, width: int) -> str:
     return text[:width - 1] + ELLIPSIS
 
 
-def wrap_words(text: str, width: int) -> list[str]:
-    """``text`` wrapped at spaces into lines of at most ``width``; a word longer than
-    ``width`` is cut with ``…`` (never split across lines)."""
+def wrap_words(text: str, width: int, hang: int = 0) -> list[str]:
+    """``text`` wrapped at spaces into lines of at most ``width``, every line after the
+    first indented by ``hang`` spaces; a word longer than a line is cut with ``…``
+    (never split across lines)."""
     lines: list[str] = []
     current = ""
+    pad = " " * min(hang, max(width - 8, 0))
     for word in text.split():
-        word = truncate(word, width)
         if current and len(current) + 1 + len(word) <= width:
             current += " " + word
-        else:
-            if current:
-                lines.append(current)
-            current = word
+            continue
+        if current:
+            lines.append(current)
+        prefix = pad if lines else ""
+        current = prefix + truncate(word, width - len(prefix))
     if current or not lines:
         lines.append(current)
     return lines

@@ -114,26 +114,17 @@ class Reporter:
 
     def __enter__(self) -> Reporter:
         if self.tty:
-            from rich.console import Console
-            from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
-
-            self._progress = Progress(
-                TextColumn("experiment {task.fields[exp]} {task.fields[state]}"),
-                BarColumn(bar_width=20), TaskProgressColumn(),
-                TextColumn("{task.description}"),
-                console=Console(file=self.stream, force_terminal=True),
-                redirect_stdout=self.redirect_stdout, redirect_stderr=False,
-                refresh_per_second=4)
+            self._progress = _two_line_progress(self.stream, self.redirect_stdout)
             self._progress.start()
         return self
 
     def update(self, s: Snapshot) -> None:
         if self._progress is not None:
             if self._task is None:
-                self._task = self._progress.add_task(counts_text(s), total=1.0,
-                                                     exp=s.exp_id, state=s.state)
+                self._task = self._progress.add_task("", total=1.0)
             self._progress.update(self._task, completed=s.progress,
-                                  description=counts_text(s), state=s.state)
+                                  description=f"experiment {s.exp_id} {s.state}",
+                                  counts=counts_text(s))
             return
         line = plain_line(s)
         if line != self._last:
@@ -145,3 +136,30 @@ class Reporter:
                  tb: TracebackType | None) -> None:
         if self._progress is not None:
             self._progress.stop()
+
+
+def _two_line_progress(stream: IO[str], redirect_stdout: bool) -> Progress:
+    """rich's progress display in two lines, so it fits 80 columns: ``experiment 3
+    ACTIVE`` with the bar, its percentage and the time waited; then the counts and the
+    best metric, wrapped at spaces."""
+    from rich.console import Console, RenderableType
+    from rich.progress import (
+        BarColumn,
+        TaskProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+    from rich.progress import Progress as RichProgress
+    from rich.text import Text
+
+    class TwoLines(RichProgress):
+        def get_renderables(self) -> Iterable[RenderableType]:
+            yield self.make_tasks_table(self.tasks)
+            for task in self.tasks:
+                yield Text(str(task.fields.get("counts", "")))
+
+    return TwoLines(TextColumn("{task.description}"), BarColumn(bar_width=30),
+                    TaskProgressColumn(), TimeElapsedColumn(),
+                    console=Console(file=stream, force_terminal=True),
+                    redirect_stdout=redirect_stdout, redirect_stderr=False,
+                    refresh_per_second=4)

@@ -30,7 +30,7 @@ def describe(trial_id: int, json_out: bool = JsonOpt, wide: bool = WideOpt) -> N
     say(f"Trial {d['id']} of experiment {d['experiment_id']}: {d['state']} steps "
         f"{d['steps_completed']}/{d['target_length']} best {fmt_metric(d['best_validation'])} "
         f"restarts {d['restarts']} exit {d['exit_reason']!r}", wide=wide)
-    say(f"hparams: {kv_text(d['hparams'])}", wide=wide)
+    say(f"hparams: {kv_text(d['hparams'])}", wide=wide, hang=2)
     table("Validations", [Col("steps", keep=100), Col("metrics", shrink=True, keep=90)],
           [[v["steps"], kv_text(v["metrics"])] for v in d["validations"]], wide=wide)
     table("Checkpoints", [Col("uuid", shrink=True, min_width=36, keep=100),
@@ -89,7 +89,7 @@ def checkpoint_describe(uuid: str, json_out: bool = JsonOpt, wide: bool = WideOp
     if json_out:
         return print_json(d)
     for k, v in d.items():
-        say(f"{k}: {kv_text(v) if isinstance(v, dict) else v}", wide=wide)
+        say(f"{k}: {kv_text(v) if isinstance(v, dict) else v}", wide=wide, hang=2)
 
 
 def render(config_file: Path = typer.Argument(..., help="experiment config (YAML)"),

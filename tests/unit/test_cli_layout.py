@@ -46,6 +46,16 @@ def test_wrap_words_never_splits_a_word(text: str, width: int, want: list[str]) 
     assert wrap_words(text, width) == want
 
 
+@pytest.mark.parametrize(("text", "width", "hang", "want"), [
+    ("hparams: a=1 b=2 c=3", 12, 2, ["hparams: a=1", "  b=2 c=3"]),
+    ("k: averyveryverylongword", 12, 4, ["k:", "    averyve…"]),
+    # a hang that leaves too little room is capped (8 characters stay for the words)
+    ("a bbbbbbbbbb", 10, 9, ["a", "  bbbbbbb…"]),
+])
+def test_wrap_words_hanging_indent(text: str, width: int, hang: int, want: list[str]) -> None:
+    assert wrap_words(text, width, hang) == want
+
+
 FIXED = Col("state")
 NAME = Col("name", shrink=True, min_width=4)
 PATH = Col("path", shrink=True, min_width=6, keep=10)

@@ -8,12 +8,15 @@ progress display. ``--follow``'s log still goes to stdout, the progress to stder
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
 import queue
 import select
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from pathlib import Path
@@ -122,10 +125,12 @@ def test_wait_prints_one_plain_line_per_change_when_not_a_terminal(home: Path) -
 def test_wait_shows_richs_progress_display_on_a_terminal(home: Path) -> None:
     exp = seed(home / "runs" / "1")
     change(exp, [C, R, Q], [0.5, 0.25, None], progress=0.5)
-    leader, follower = pty.openpty()
+    leader, follower = pty.openpty()  # an 80-column terminal
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     proc = subprocess.Popen(dethpc("experiment", "wait", str(exp), "--timeout", "1"),
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=follower,
-                            env={**os.environ, "COLUMNS": "100", "TERM": "xterm"})
+                            env={**env, "TERM": "xterm"})
     os.close(follower)
     seen = b""
     try:
@@ -146,6 +151,7 @@ def test_wait_shows_richs_progress_display_on_a_terminal(home: Path) -> None:
     text = seen.decode(errors="replace")
     assert "\x1b[" in text  # a live display: cursor control, not plain lines
     assert "━" in text  # rich's bar
+    # the bar's line, then the counts' line: whole at 80 columns
     assert "1 done, 1 running, 1 queued; best val_loss 0.25 (trial 2)" in text
     assert f"experiment {exp} ACTIVE" in text
     assert proc.returncode == 1  # still running after --timeout 1
