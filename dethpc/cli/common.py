@@ -86,13 +86,14 @@ def table(title: str, columns: Sequence[str | Col], rows: Sequence[Sequence[Any]
     for r in shown:
         t.add_row(*[Text(v) for v in r])
     # a console as wide as the table: rich never draws wider than its console's width
-    Console(file=console.file, width=max(layout.total, len(title)),
+    drawn = max(layout.total, len(title))
+    Console(file=console.file, width=drawn if wide else min(drawn, width),
             force_terminal=console.is_terminal or None).print(t, crop=False)
-    if layout.dropped:
+    if layout.dropped and rows:  # an empty table hides nothing
         names = ", ".join(cols[i].header for i in layout.dropped)
         note = f"({names} left out to fit {width} columns; --wide shows them)"
         for line in wrap_words(note, width):
-            console.print(line, markup=False, highlight=False)
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def say(text: str, *, wide: bool = False, hang: int = 0) -> None:
@@ -102,8 +103,8 @@ def say(text: str, *, wide: bool = False, hang: int = 0) -> None:
     if wide:
         console.print(text, markup=False, highlight=False, soft_wrap=True)
         return
-    for line in wrap_words(text, terminal_width(), hang):
-        console.print(line, markup=False, highlight=False, crop=False)
+    for line in wrap_words(text, terminal_width(), hang):  # already fits: rich must not wrap
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 WideOpt = typer.Option(False, "--wide", "-w", help="full values, however wide (no "

@@ -279,8 +279,9 @@ def describe(exp_id: int, json_out: bool = JsonOpt, wide: bool = WideOpt) -> Non
               wide=wide)
     best = d["best_trial"]
     if best:
-        say(f"best trial {best['id']}: {metric}={fmt_metric(best['best_validation'])} "
-            f"checkpoint {best['best_checkpoint']}", wide=wide)
+        ckpt = best["best_checkpoint"]
+        say(f"best trial {best['id']}: {metric}={fmt_metric(best['best_validation'])}"
+            + (f" checkpoint {ckpt}" if ckpt else ""), wide=wide, hang=2)
         say(f"  hparams: {kv_text(best['hparams'])}", wide=wide, hang=4)
 
 
