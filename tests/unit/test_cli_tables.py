@@ -128,6 +128,44 @@ def seed_short(run_dir: Path) -> int:
         return exp.id
 
 
+ASHA = {"name": "asha", "entrypoint": "python3 train.py",
+        "hyperparameters": {"lr": {"type": "log", "minval": -4, "maxval": 0, "base": 10},
+                            HP_NAMES[0]: {"type": "categorical", "vals": [SCHEDULE, "zqx_zq"]}},
+        "searcher": {"name": "adaptive_asha", "metric": "validation_loss",
+                     "smaller_is_better": True, "time_metric": "batches", "max_time": 400,
+                     "max_trials": 30, "max_concurrent_trials": 30, "mode": "standard",
+                     "divisor": 4, "max_rungs": 3},
+        "reproducibility": {"experiment_seed": 11}}
+
+
+def seed_asha(run_dir: Path) -> int:
+    """An ASHA experiment driven by the real searcher: its trials, their rungs, some
+    stopped, the brackets' cut-offs (describe's rung and searcher columns, rung tables)."""
+    from dethpc.config import parse_experiment_config
+    from dethpc.searchers.base import Create
+    from dethpc.searchers.factory import make_searcher
+    from dethpc.store.models import SearcherState
+
+    cfg = parse_experiment_config(ASHA, "asha")
+    searcher = make_searcher(cfg.searcher, cfg.hyperparameters, cfg.experiment_seed)
+    creates = [a for a in searcher.initial() if isinstance(a, Create)]
+    for n, c in enumerate(creates):  # every trial reports at its first rung
+        searcher.on_validation(c.request_id, 1.0 / (n + 1), min(c.validate_at or (c.length,)))
+    with ENV.store.session() as s:
+        exp = Experiment(name="asha", config_yaml=yaml.safe_dump(ASHA), run_dir=str(run_dir),
+                         owner=current_user())
+        s.add(exp)
+        s.flush()
+        assert exp.id is not None
+        for n, c in enumerate(creates):
+            s.add(Trial(experiment_id=exp.id, request_id=c.request_id, hparams=c.hparams,
+                        state=TrialState.RUNNING, best_validation=1.0 / (n + 1),
+                        needs_job=False))
+        s.add(SearcherState(experiment_id=exp.id, snapshot=searcher.snapshot(),
+                            initialized=True))
+        return exp.id
+
+
 @pytest.fixture(scope="module")
 def ids(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]]:
     """One private store for the module (seeding costs ~0.5 s): DETHPC_HOME, a local
@@ -146,6 +184,7 @@ def ids(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]]:
         reset()
         out = seed(h / "runs" / "1")
         out["short"] = seed_short(h / "runs" / "2")
+        out["asha"] = seed_asha(h / "runs" / "3")
         yield out
         reset()
 
@@ -160,6 +199,7 @@ def run(*args: str, columns: int = 80) -> str:
 COMMANDS = {
     "list": ["experiment", "list"], "list-all": ["experiment", "list", "--all"],
     "describe": ["experiment", "describe", "{exp}"],
+    "describe-asha": ["experiment", "describe", "{asha}"],
     "list-trials": ["experiment", "list-trials", "{exp}"],
     "list-checkpoints": ["experiment", "list-checkpoints", "{exp}"],
     "checkpoint-list": ["checkpoint", "list", "{exp}"],
