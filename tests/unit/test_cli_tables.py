@@ -217,6 +217,7 @@ WORD = re.compile(r"[\w.…-]+")
 PLANTED = {SCHEDULE, VOCAB, NAME, LONG_EVENT, "zqbaseline_label_for_sweeps_zq",
            "zqcheckpoints_of_the_experiment_zq", "zqframework_version_string_zq",
            "zqtop5_accuracy_zq", "zqnode_list_of_the_gpu_partition_zq", "zqtokenizer_files_zq",
+           "zqx_zq",
            *HP_NAMES,
            *(uuid(n) for n in range(TRIALS))}
 
