@@ -169,7 +169,9 @@ def _follow(exp_id: int) -> str:
 
     with progress.Reporter(tty=sys.stdout.isatty() and sys.stderr.isatty(),
                            redirect_stdout=True) as shown:
-        return _follow_log(exp_id, shown)
+        state = _follow_log(exp_id, shown)
+    console.print(f"experiment {exp_id} {state}")  # after the display ended: below it
+    return state
 
 
 def _follow_log(exp_id: int, shown: Reporter) -> str:
@@ -195,7 +197,6 @@ def _follow_log(exp_id: int, shown: Reporter) -> str:
                     sys.stdout.write(data.decode(errors="replace"))
                     sys.stdout.flush()
         if ExperimentState(exp.state).is_terminal and done_reading:
-            console.print(f"experiment {exp_id} {exp.state}")
             return str(exp.state)
         done_reading = ExperimentState(exp.state).is_terminal  # one more read, then stop
         if not done_reading:

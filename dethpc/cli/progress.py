@@ -120,11 +120,14 @@ class Reporter:
 
     def update(self, s: Snapshot) -> None:
         if self._progress is not None:
+            what = f"experiment {s.exp_id} {s.state}"
             if self._task is None:
-                self._task = self._progress.add_task("", total=1.0)
-            self._progress.update(self._task, completed=s.progress,
-                                  description=f"experiment {s.exp_id} {s.state}",
-                                  counts=counts_text(s))
+                self._task = self._progress.add_task(what, total=1000,  # per mille
+                                                     completed=round(s.progress * 1000),
+                                                     counts=counts_text(s))
+            else:
+                self._progress.update(self._task, description=what,
+                                      completed=round(s.progress * 1000), counts=counts_text(s))
             return
         line = plain_line(s)
         if line != self._last:

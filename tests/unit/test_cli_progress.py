@@ -12,6 +12,7 @@ import fcntl
 import os
 import pty
 import queue
+import re
 import select
 import struct
 import subprocess
@@ -122,14 +123,14 @@ def test_wait_prints_one_plain_line_per_change_when_not_a_terminal(home: Path) -
         assert "\x1b" not in text and "\r" not in text
 
 
-def test_wait_shows_richs_progress_display_on_a_terminal(home: Path) -> None:
-    exp = seed(home / "runs" / "1")
-    change(exp, [C, R, Q], [0.5, 0.25, None], progress=0.5)
-    leader, follower = pty.openpty()  # an 80-column terminal
+def on_terminal(argv: list[str], *, stdout: bool) -> tuple[subprocess.Popen[bytes], str]:
+    """Run ``argv`` with stderr (and ``stdout``: stdout too) on an 80-column
+    pseudo-terminal; what the terminal received, once the process ended."""
+    leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    proc = subprocess.Popen(dethpc("experiment", "wait", str(exp), "--timeout", "1"),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=follower,
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                            stdout=follower if stdout else subprocess.PIPE, stderr=follower,
                             env={**env, "TERM": "xterm"})
     os.close(follower)
     seen = b""
@@ -148,7 +149,14 @@ def test_wait_shows_richs_progress_display_on_a_terminal(home: Path) -> None:
     finally:
         os.close(leader)
         proc.wait(timeout=60)
-    text = seen.decode(errors="replace")
+    return proc, seen.decode(errors="replace")
+
+
+def test_wait_shows_richs_progress_display_on_a_terminal(home: Path) -> None:
+    exp = seed(home / "runs" / "1")
+    change(exp, [C, R, Q], [0.5, 0.25, None], progress=0.5)
+    proc, text = on_terminal(dethpc("experiment", "wait", str(exp), "--timeout", "1"),
+                             stdout=False)
     assert "\x1b[" in text  # a live display: cursor control, not plain lines
     assert "━" in text  # rich's bar
     # the bar's line, then the counts' line: whole at 80 columns
@@ -172,3 +180,21 @@ def test_follow_streams_the_log_to_stdout_and_progress_to_stderr(
     assert out.startswith("epoch 1\nepoch 2\n")
     assert err == (f"experiment {exp} COMPLETED 100%: 3 done, 0 running, 0 queued; "
                    "best val_loss 0.25 (trial 2)\n")
+
+
+def test_follow_on_a_terminal_prints_the_log_above_the_display(home: Path) -> None:
+    run_dir = home / "runs" / "1"
+    exp = seed(run_dir, ExperimentState.COMPLETED)
+    change(exp, [C, C, C], [0.5, 0.25, 0.75], ExperimentState.COMPLETED, 1.0)
+    tp = ExperimentPaths(run_dir).trial(1)
+    tp.root.mkdir(parents=True)
+    (tp.root / "slurm-1.out").write_text("epoch 1\nepoch 2\n")
+    proc, text = on_terminal([sys.executable, "-c", "from dethpc.cli.experiment_cmd import "
+                              f"_follow; print('->', _follow({exp}))"], stdout=True)
+    assert proc.returncode == 0, text
+    assert "\x1b[" in text and "━" in text  # the live display
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text).replace("\r", "")
+    assert "epoch 1\nepoch 2\n" in plain  # the log, whole lines, above the display
+    # the last frame, then the final state on a line of its own below it
+    assert plain.rstrip().endswith(f"3 done, 0 running, 0 queued; best val_loss 0.25 (trial "
+                                   f"2)\nexperiment {exp} COMPLETED\n-> COMPLETED"), plain
