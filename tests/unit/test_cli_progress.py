@@ -107,7 +107,7 @@ def test_wait_prints_one_plain_line_per_change_when_not_a_terminal(home: Path) -
         change(exp, [C, R, Q], [0.5, 0.25, None], progress=0.5)
         assert next_line(err) == (f"experiment {exp} ACTIVE 50%: 1 done, 1 running, "
                                   "1 queued; best val_loss 0.25 (trial 2)\n")
-        time.sleep(1.5)  # three polls with nothing new: nothing printed
+        time.sleep(1.0)  # two polls (every 0.5 s) with nothing new: nothing printed
         change(exp, [C, C, C], [0.5, 0.25, 0.75], ExperimentState.COMPLETED, 1.0)
         last = next_line(err)
         assert last == (f"experiment {exp} COMPLETED 100%: 3 done, 0 running, 0 queued; "
@@ -155,14 +155,14 @@ def on_terminal(argv: list[str], *, stdout: bool) -> tuple[subprocess.Popen[byte
 def test_wait_shows_richs_progress_display_on_a_terminal(home: Path) -> None:
     exp = seed(home / "runs" / "1")
     change(exp, [C, R, Q], [0.5, 0.25, None], progress=0.5)
-    proc, text = on_terminal(dethpc("experiment", "wait", str(exp), "--timeout", "1"),
+    proc, text = on_terminal(dethpc("experiment", "wait", str(exp), "--timeout", "0.1"),
                              stdout=False)
     assert "\x1b[" in text  # a live display: cursor control, not plain lines
     assert "━" in text  # rich's bar
     # the bar's line, then the counts' line: whole at 80 columns
     assert "1 done, 1 running, 1 queued; best val_loss 0.25 (trial 2)" in text
     assert f"experiment {exp} ACTIVE" in text
-    assert proc.returncode == 1  # still running after --timeout 1
+    assert proc.returncode == 1  # still running after --timeout 0.1
 
 
 def test_follow_streams_the_log_to_stdout_and_progress_to_stderr(
