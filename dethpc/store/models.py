@@ -271,6 +271,51 @@ class IngestOffset(SQLModel, table=True):
     offset: int = 0
 
 
+class TaskKind(StrEnum):
+    """What a task is (docs/observability.md; notebooks, shells and commands: issue 18)."""
+
+    TENSORBOARD = "tensorboard"
+    NOTEBOOK = "notebook"
+    SHELL = "shell"
+    COMMAND = "command"
+
+
+class TaskState(StrEnum):
+    STARTING = "starting"
+    RUNNING = "running"
+    ENDED = "ended"
+    FAILED = "failed"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (TaskState.ENDED, TaskState.FAILED)
+
+
+class Task(SQLModel, table=True):
+    """A non-trial process or job a user starts, lists and stops (``dethpc.tasks``):
+    TensorBoard now, notebooks, shells and commands later; one model for all of them."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    kind: TaskKind = Field(sa_column=_enum(TaskKind))
+    owner: str = Field(default="", index=True)
+    state: TaskState = Field(default=TaskState.STARTING, sa_column=_enum(TaskState))
+    #: the process id on ``host`` (a local task; 0: none)
+    pid: int = 0
+    #: the Slurm job id (a ``--slurm`` task; "" none)
+    job_ref: str = ""
+    host: str = ""
+    #: where it answers: a Unix socket's path, or a URL
+    endpoint: str = ""
+    #: the task's own owner-only directory (socket, logs, derived files)
+    work_dir: str = ""
+    #: seconds without a request before it stops itself; 0: never
+    idle_timeout_s: float = 0.0
+    experiment_ids: list[int] = Field(default_factory=list, sa_column=_json())
+    message: str = ""
+    created_at: float = Field(default_factory=now)
+    ended_at: float | None = None
+
+
 class DaemonLease(SQLModel, table=True):
     """The right to act as the daemon of one user's experiments (``dethpc.lease``): held
     by one process on one host until ``expires_at``, renewed every tick; in the database,

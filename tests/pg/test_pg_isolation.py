@@ -41,6 +41,8 @@ from dethpc.store.models import (
     Job,
     Metric,
     SearcherState,
+    Task,
+    TaskKind,
     Trial,
 )
 
@@ -50,7 +52,7 @@ OWNER = "dethpc_owner"
 CONFIG = ("name: x\nentrypoint: python3 train.py\nsearcher: {name: single, metric: "
           "validation_loss, max_length: {batches: 10}}\n")
 TABLES = ("experiment", "searcherstate", "trial", "batch", "job", "checkpoint", "metric",
-          "event", "ingestoffset", "daemonlease")
+          "event", "ingestoffset", "daemonlease", "task")
 
 
 @dataclass
@@ -123,7 +125,8 @@ def _seed(store: Store, owner: str, run_dir: Path) -> dict[str, int]:
                           metrics={"validation_loss": 1.0}),
                    Event(experiment_id=exp.id, trial_id=trial.id, kind="created"),
                    IngestOffset(trial_id=trial.id, file="metrics.jsonl", offset=10),
-                   DaemonLease(owner=owner, holder="login:1:abc", expires_at=1.0)])
+                   DaemonLease(owner=owner, holder="login:1:abc", expires_at=1.0),
+                   Task(kind=TaskKind.TENSORBOARD, owner=owner, experiment_ids=[exp.id])])
         return {"experiment": exp.id, "trial": trial.id}
 
 
@@ -257,10 +260,14 @@ def test_bob_reads_none_of_alices_rows_and_changes_none(world):
     "VALUES (:t, 'validation', 9, '{}', 0)",
     "INSERT INTO daemonlease (owner, holder, acquired_at, expires_at) "
     "VALUES ('alice2', 'bob:1:x', 0, 1e12)",
+    "INSERT INTO task (kind, owner, state, pid, job_ref, host, endpoint, work_dir, "
+    "idle_timeout_s, experiment_ids, message, created_at) VALUES ('tensorboard', 'alice', "
+    "'running', 0, '', '', '', '', 0, '[]', '', 0)",
     "UPDATE experiment SET owner = 'alice' WHERE id = :b",
     "UPDATE trial SET experiment_id = :e WHERE experiment_id = :b",
 ], ids=["experiment-owned-by-alice", "event-in-alices-experiment",
         "checkpoint-of-alices-trial", "metric-of-alices-trial", "lease-of-another-owner",
+        "task-owned-by-alice",
         "own-experiment-given-to-alice", "own-trial-moved-into-alices-experiment"])
 def test_bob_cannot_write_a_row_that_is_alices(world, statement):
     params = {"e": world.ids["alice_experiment"], "t": world.ids["alice_trial"],
