@@ -10,6 +10,10 @@ fi
 if ! "$PY" -m venv --help >/dev/null 2>&1; then
   [ "$(id -u)" = 0 ] && { apt-get update -qq && apt-get install -y -qq python3-venv; }
 fi
+# the dashboard's browser test drives Debian's chromium through chromium-driver
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  [ "$(id -u)" = 0 ] && { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; }
+fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 stamp=.venv/.dethpc-installed
 want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
@@ -18,6 +22,6 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # torch exactly 2.13.0 (a CPU wheel is available locally; any other spec pulls CUDA wheels)
   .venv/bin/pip install -q "torch==2.13.0"
   # deepspeed with no prebuilt ops (DS_BUILD_OPS=0): keeps torch 2.13.0, installs in ~15 s
-  DS_BUILD_OPS=0 .venv/bin/pip install -q -e ".[torch,dev,mpi,deepspeed,postgres]"
+  DS_BUILD_OPS=0 .venv/bin/pip install -q -e ".[torch,dev,mpi,deepspeed,postgres,dashboard,browser-test]"
   echo "$want" > "$stamp"
 fi
