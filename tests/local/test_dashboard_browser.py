@@ -1,0 +1,129 @@
+"""The dashboard in a real headless Chromium (issue 17 item 3's proof).
+
+Debian's ``chromium`` driven by selenium through Debian's ``chromium-driver`` (never a
+downloaded browser or driver: both paths are given, Selenium Manager is kept offline),
+against the real ``dethpc dashboard`` serving a store as the reconciler leaves it
+(``tests/dashboard_seed.py``): the URL with the token lists the finished experiment;
+its page draws the learning curves (an inline ``<svg>`` whose paths have points) and the
+trials; a trial's page shows Slurm's pending reason and the tail of its log; a browser
+with no token or a wrong one is refused. Screenshots are kept under the test's tmp dir.
+Skipped (with the reason) only where chromium or its driver is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.dashboard_seed import LOG_LINES, Dashboard, seed
+
+CHROMIUM = shutil.which("chromium")
+DRIVER = shutil.which("chromedriver")
+if CHROMIUM is None or DRIVER is None:
+    pytest.skip("needs Debian's chromium and chromium-driver (scripts/setup.sh installs "
+                "them as root: apt-get install chromium chromium-driver)",
+                allow_module_level=True)
+webdriver = pytest.importorskip(
+    "selenium.webdriver", reason="needs selenium: pip install -e '.[browser-test]'")
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+
+#: how long the browser may take to draw something (a loaded 2-core machine)
+PATIENCE_S = 20.0
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Dashboard, dict[str, Any]]]:
+    home = tmp_path_factory.mktemp("home")
+    ids = seed(home)
+    dash = Dashboard.start(home)
+    try:
+        yield dash, ids
+    finally:
+        dash.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    os.environ["SE_OFFLINE"] = "true"   # Selenium Manager must never download anything
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1280,1000", "--no-first-run", "--disable-extensions",
+                f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=DRIVER), options=opts)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = PATIENCE_S) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def body_text(driver: Any) -> str:
+    return str(driver.find_element(By.TAG_NAME, "body").text)
+
+
+def test_refused_without_the_token_then_lists_curves_and_logs(
+        served: tuple[Dashboard, dict[str, Any]], browser: Any, tmp_path: Path) -> None:
+    dash, ids = served
+    # no token, then a wrong one: refused, and no experiment shown
+    browser.get(dash.base + "/")
+    assert "401" in body_text(browser) and "finished-sweep" not in browser.page_source
+    browser.get(dash.base + "/?token=not-the-token")
+    assert "403" in body_text(browser) and "finished-sweep" not in browser.page_source
+    browser.save_screenshot(str(tmp_path / "refused.png"))
+
+    # the printed URL: the token becomes a cookie and leaves the address bar
+    browser.get(dash.url)
+    wait_for("the experiment list", lambda: "finished-sweep" in body_text(browser))
+    assert "token=" not in browser.current_url
+    assert "someone-elses" not in body_text(browser)   # another user's experiment
+    browser.save_screenshot(str(tmp_path / "experiments.png"))
+
+    # the finished experiment: its curves drawn in an inline svg, the best one on top
+    browser.get(f"{dash.base}/#/e/{ids['finished']}")
+
+    def curves() -> list[str]:
+        paths = browser.find_elements(By.CSS_SELECTOR, "svg#curves path.curve")
+        return [p.get_attribute("d") or "" for p in paths]
+    drawn = wait_for("four drawn curves", lambda: len(curves()) == 4 and curves())
+    assert all(d.startswith("M") and d.count("L") == 4 for d in drawn), drawn
+    best = browser.find_element(By.CSS_SELECTOR, "svg#curves path.curve.best")
+    assert best.get_attribute("data-trial") == str(ids["best_trial"])
+    box = browser.find_element(By.ID, "curves").rect
+    assert box["width"] > 300 and box["height"] > 100
+    text = body_text(browser)
+    assert "COMPLETED" in text and "ck-2-50" in text   # trials, best checkpoint
+    assert "<b>no markup</b>" in text                   # an event's text, not HTML
+    browser.save_screenshot(str(tmp_path / "experiment.png"))
+
+    # a waiting trial: Slurm's pending reason, the tail of its log
+    browser.get(f"{dash.base}/#/t/{ids['waiting_trial']}")
+    pending = wait_for("the pending reason", lambda: browser.find_elements(By.ID, "pending"))
+    assert "QOSMaxJobsPerUserLimit" in pending[0].text
+    log = browser.find_element(By.ID, "log").get_attribute("textContent") or ""
+    assert log.splitlines()[-1] == f"log line {LOG_LINES - 1}"
+    assert "log line 0\n" not in log
+    browser.save_screenshot(str(tmp_path / "trial.png"))
+    if os.environ.get("DETHPC_DASHBOARD_SCREENSHOT_DIR"):   # to refresh docs/img
+        out = Path(os.environ["DETHPC_DASHBOARD_SCREENSHOT_DIR"])
+        browser.get(f"{dash.base}/#/e/{ids['finished']}")
+        wait_for("the curves again", lambda: len(curves()) == 4)
+        browser.save_screenshot(str(out / "dashboard-experiment.png"))
