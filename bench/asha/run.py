@@ -2,12 +2,22 @@
 
 Owns: a discrete-event simulation of K workers driving the *real* dethpc
 searchers (``make_searcher``) over learning curves recorded by ``curves.py``
-(torch MLPs on scikit-learn digits), each replayed at its measured durations:
-a job start costs ``--job-start-s`` (paid again by every ``Continue`` of the
-promotion variant), training from length a to b costs the recorded
-``train_seconds[b] - train_seconds[a]``, each validation costs the recorded
-``val_seconds``. A ``Stop`` frees the worker at the moment of the validation
-that caused it. Writes ``bench/results/asha.json``.
+(``curves.json``: torch MLPs on digits; ``curves_cancer.json``: transformers on
+breast cancer), each replayed at its measured durations: training from length a
+to b costs the recorded ``train_seconds[b] - train_seconds[a]``, each validation
+costs the recorded ``val_seconds``. A ``Stop`` frees the worker at the moment of
+the validation that caused it. Two execution modes (``--exec``):
+
+* ``per-job``: every ``Create`` and every ``Continue`` (a promotion) is a new job:
+  it pays ``queue_wait_s + job_start_s`` (a ``Continue`` also ``restore_s``);
+* ``pool``: K workers start together at t=0 and each pays ``queue_wait_s +
+  job_start_s`` once (the preload of torch is inside ``job_start_s``); then every
+  item pays ``warm_start_s`` (a fork) and a ``Continue`` also ``restore_s``.
+
+The costs default to the measured ones in ``bench/results/asha_pool_costs.json``
+(``costs.py``). Worker utilisation = time workers hold an item / (K x the time the
+searcher has work: from the workers' start to the last item handed out). Writes
+``bench/results/asha.json``.
 Must not: be imported by dethpc; use wall-clock time (the clock is simulated).
 
 The searchers pick curves through a hyperparameter ``curve: int [0, N-1]``, so
@@ -23,11 +33,12 @@ import argparse
 import heapq
 import json
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dethpc.config.model import IntHP, Length, SearcherConfig, Unit
+from dethpc.config.model import AshaVariant, HParamTree, IntHP, Length, SearcherConfig, Unit
 from dethpc.searchers.base import Action, Continue, Create, Searcher, Shutdown, Stop
 from dethpc.searchers.factory import make_searcher
 
@@ -49,18 +60,41 @@ class Curve:
         return self.loss[i], self.train_s[i]
 
 
+COSTS = HERE.parent / "results" / "asha_pool_costs.json"
+MODES = ("per-job", "pool")
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Seconds charged per start; see the module docstring for who pays what."""
+
+    job_start_s: float
+    warm_start_s: float = 0.0
+    restore_s: float = 0.0
+    queue_wait_s: float = 0.0
+
+
+def measured_costs(path: Path = COSTS) -> Costs:
+    """The simulation's defaults: the costs measured by ``costs.py``."""
+    d = json.loads(path.read_text())["sim_defaults"]
+    return Costs(job_start_s=d["job_start_s"], warm_start_s=d["warm_start_s"],
+                 restore_s=d["restore_s"])
+
+
 @dataclass
 class Sim:
     searcher: Searcher
     curves: list[Curve]
     workers: int
-    job_start_s: float
+    costs: Costs
     period: int
+    mode: str = "per-job"
     now: float = 0.0
     seq: int = 0
     events: list[tuple[float, int, int, int, int, bool]] = field(default_factory=list)
     queue: list[Create | Continue] = field(default_factory=list)
     busy: int = 0
+    since: dict[int, float] = field(default_factory=dict)     # rid -> item handed out at
     generation: dict[int, int] = field(default_factory=dict)   # rid -> current job number
     curve_of: dict[int, int] = field(default_factory=dict)
     trained: dict[int, int] = field(default_factory=dict)
@@ -69,8 +103,17 @@ class Sim:
     units: int = 0
     jobs: int = 0
     end: float = 0.0
+    held_s: float = 0.0                      # item-seconds workers held
+    ready: float = 0.0                       # when the workers (or slots) can start work
+    last_dispatch: float = 0.0
+    held: list[tuple[float, float]] = field(default_factory=list)
 
     def run(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode: {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.mode == "pool":
+            self.ready = self.costs.queue_wait_s + self.costs.job_start_s
+            self.now = self.ready            # nothing happens before a worker is up
         self._take(self.searcher.initial())
         self._dispatch()
         while self.events:
@@ -98,6 +141,7 @@ class Sim:
     def _finish(self, rid: int, reason: str) -> None:
         self.generation[rid] = self.generation.get(rid, 0) + 1    # drop pending events
         self.busy -= 1
+        self.held.append((self.since.pop(rid), self.now))
         self.end = self.now
         self._take(self.searcher.on_exited(rid, reason))
 
@@ -119,15 +163,20 @@ class Sim:
             self.trained[rid] = 0
         self.busy += 1
         self.jobs += 1
+        self.since[rid] = self.now
+        self.last_dispatch = self.now
         gen = self.generation.setdefault(rid, 0)
         curve = self.curves[self.curve_of[rid]]
         start = self.trained[rid]
+        c = self.costs
+        cost = c.restore_s if start > 0 else 0.0
+        cost += c.warm_start_s if self.mode == "pool" else c.queue_wait_s + c.job_start_s
         points = {v for v in action.validate_at if start < v <= action.length}
         if self.period:
             periodic = range(self.period, action.length + 1, self.period)
             points |= {v for v in periodic if v > start}
         points.add(action.length)
-        t0 = self.now + self.job_start_s
+        t0 = self.now + cost
         _, base_s = curve.at(start)
         for n, length in enumerate(sorted(points), start=1):
             _, train_s = curve.at(length)
@@ -135,6 +184,15 @@ class Sim:
             self.seq += 1
             heapq.heappush(self.events, (when, self.seq, rid, gen, length,
                                          length == action.length))
+
+
+    def utilisation(self) -> float | None:
+        """Item-seconds held / (K x [workers up, last item handed out])."""
+        lo, hi = self.ready, self.last_dispatch
+        if hi <= lo:
+            return None
+        held = sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in self.held)
+        return held / (self.workers * (hi - lo))
 
 
 def time_to(trajectory: list[tuple[float, float]], target: float) -> float | None:
@@ -146,13 +204,18 @@ def time_to(trajectory: list[tuple[float, float]], target: float) -> float | Non
 
 def simulate(config: SearcherConfig, curves: list[Curve], seed: int,
              args: argparse.Namespace, target: float) -> dict[str, Any]:
-    tree = {"curve": IntHP(0, len(curves) - 1)}
-    sim = Sim(make_searcher(config, tree, seed), curves, args.workers, args.job_start_s,
-              args.validation_period)
+    tree: HParamTree = {"curve": IntHP(0, len(curves) - 1)}
+    costs = Costs(job_start_s=args.job_start_s, warm_start_s=args.warm_start_s,
+                  restore_s=args.restore_s, queue_wait_s=args.queue_wait_s)
+    sim = Sim(make_searcher(config, tree, seed), curves, args.workers, costs,
+              args.validation_period, mode=args.exec)
     sim.run()
-    return {"time_to_target_s": time_to(sim.trajectory, target), "total_time_s": sim.end,
+    reached = time_to(sim.trajectory, target)
+    return {"time_to_target_s": reached,
+            "time_to_target_after_ready_s": None if reached is None else reached - sim.ready,
+            "total_time_s": sim.end,
             "best_loss": sim.best, "units_trained": sim.units, "jobs_started": sim.jobs,
-            "trials": len(sim.curve_of)}
+            "trials": len(sim.curve_of), "utilisation": sim.utilisation()}
 
 
 def load(path: Path) -> tuple[dict[str, Any], list[Curve]]:
@@ -165,14 +228,16 @@ def load(path: Path) -> tuple[dict[str, Any], list[Curve]]:
 def configs(args: argparse.Namespace, max_length: int) -> dict[str, SearcherConfig]:
     common: dict[str, Any] = {"metric": "validation_loss",
                               "max_length": Length(Unit.BATCHES, max_length),
-                              "max_trials": args.trials, "max_concurrent_trials": args.workers}
+                              "max_trials": args.trials,
+                              "max_concurrent_trials": getattr(args, "concurrency", None)
+                              or args.workers}
     asha: dict[str, Any] = {"mode": args.mode, "divisor": args.divisor,
                             "max_rungs": args.max_rungs}
     return {
         "random": SearcherConfig(name="random", **common),
-        "asha_stopping": SearcherConfig(name="adaptive_asha", variant="stopping",
+        "asha_stopping": SearcherConfig(name="adaptive_asha", variant=AshaVariant("stopping"),
                                         **common, **asha),
-        "asha_promotion": SearcherConfig(name="adaptive_asha", variant="promotion",
+        "asha_promotion": SearcherConfig(name="adaptive_asha", variant=AshaVariant("promotion"),
                                          **common, **asha),
     }
 
@@ -181,12 +246,25 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b == 0 else a / b
 
 
+def _mean(xs: Iterable[float | None]) -> float | None:
+    v = [x for x in xs if x is not None]
+    return statistics.fmean(v) if v else None
+
+
+def _min(xs: Iterable[float | None]) -> float | None:
+    v = [x for x in xs if x is not None]
+    return min(v) if v else None
+
+
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in ("asha_stopping", "asha_promotion"):
         tt = [_ratio(r["random"]["time_to_target_s"], r[name]["time_to_target_s"])
               for r in runs]
         tot = [_ratio(r["random"]["total_time_s"], r[name]["total_time_s"]) for r in runs]
+        late = [x for x in (_ratio(r["random"]["time_to_target_after_ready_s"],
+                                   r[name]["time_to_target_after_ready_s"]) for r in runs)
+                if x is not None]
         both = [x for x in tt if x is not None]
         rnd = [r["random"]["time_to_target_s"] for r in runs]
         mine = [r[name]["time_to_target_s"] for r in runs]
@@ -198,6 +276,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "speedup_time_to_target_of_means": (
                 statistics.fmean(a for a, _ in pairs) / statistics.fmean(b for _, b in pairs)
                 if pairs else None),
+            "speedup_after_ready_mean": statistics.fmean(late) if late else None,
+            "speedup_after_ready_median": statistics.median(late) if late else None,
             "runs_reaching_target": sum(1 for x in mine if x is not None),
             "random_runs_reaching_target": sum(1 for x in rnd if x is not None),
             "speedup_total_time_mean": statistics.fmean(x for x in tot if x is not None),
@@ -205,6 +285,9 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 r["random"]["units_trained"] / r[name]["units_trained"] for r in runs),
             "best_loss_mean": statistics.fmean(r[name]["best_loss"] for r in runs),
             "random_best_loss_mean": statistics.fmean(r["random"]["best_loss"] for r in runs),
+            "utilisation_mean": _mean(r[name]["utilisation"] for r in runs),
+            "utilisation_min": _min(r[name]["utilisation"] for r in runs),
+            "random_utilisation_mean": _mean(r["random"]["utilisation"] for r in runs),
         }
     return out
 
@@ -215,13 +298,28 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=HERE.parent / "results" / "asha.json")
     ap.add_argument("--trials", type=int, default=32)
     ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--concurrency", type=int, default=None,
+                    help="the searchers' max_concurrent_trials (default: --workers); more "
+                         "than --workers keeps items waiting for a free worker")
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--first-seed", type=int, default=0)
-    ap.add_argument("--job-start-s", type=float, default=1.0,
-                    help="latency of every job start, paid again by each Continue")
-    ap.add_argument("--validation-period", type=int, default=64,
+    measured = measured_costs()
+    ap.add_argument("--exec", choices=MODES, default="per-job",
+                    help="per-job: every trial start and promotion is a new job; pool: K "
+                         "long-lived workers, each pays the job start once")
+    ap.add_argument("--job-start-s", type=float, default=measured.job_start_s,
+                    help="sbatch to user code with torch imported (default: measured, "
+                         f"{COSTS.name})")
+    ap.add_argument("--warm-start-s", type=float, default=measured.warm_start_s,
+                    help="a pool worker's per-item start (fork; default: measured)")
+    ap.add_argument("--restore-s", type=float, default=measured.restore_s,
+                    help="checkpoint restore paid by every Continue (default: measured)")
+    ap.add_argument("--queue-wait-s", type=float, default=0.0,
+                    help="queue wait paid by every new job (pool: once per worker)")
+    ap.add_argument("--validation-period", type=int, default=None,
                     help="every searcher's trials also validate every N units (0: only "
-                         "at the searcher's validate_at); best-so-far is tracked on these")
+                         "at the searcher's validate_at; default: max_length / 16); "
+                         "best-so-far is tracked on these")
     ap.add_argument("--target-quantile", type=float, default=0.10,
                     help="target loss = this quantile of the final losses of all curves")
     ap.add_argument("--mode", default="standard")
@@ -230,6 +328,8 @@ def main() -> None:
     args = ap.parse_args()
 
     meta, curves = load(args.curves)
+    if args.validation_period is None:
+        args.validation_period = meta["max_length"] // 16
     finals = sorted(c.loss[-1] for c in curves)
     target = finals[int(args.target_quantile * (len(finals) - 1))]
     runs = []

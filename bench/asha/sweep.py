@@ -1,9 +1,14 @@
-"""Where ASHA beats random search: the same replay as ``run.py`` over a grid of cells.
+"""ASHA vs random search per execution mode: the same replay as ``run.py`` over a grid.
 
-Owns: running ``run.py``'s simulation (same curves, same searchers, same metric) for
-every (trial budget, job start cost) cell, all in one run, and writing one table to
-``bench/results/asha_sweep.json``. The target tightens with the budget (a larger
-search is run to find a rarer configuration): ``target_quantile`` per budget below.
+Owns: running ``run.py``'s simulation (same searchers, same metric) for every cell of
+curve set (digits MLPs, breast-cancer transformers) x trial budget (32, 128) x queue
+wait (0, 30, 300 s) x execution mode (per-job, pool) x ASHA variant (stopping,
+promotion), with random search run in the same mode as the ASHA it is compared with,
+and writing ``bench/results/asha_pool.json``. Start costs are the measured ones
+(``bench/results/asha_pool_costs.json``, ``costs.py``). The target is fixed before the
+runs: a quantile of all final losses of the curve set, tighter for the larger budget
+(``BUDGETS``). In pool mode the searchers may hand out ``POOL_CONCURRENCY`` x K trials
+(items wait for a free worker), per-job mode allows K (one job per slot).
 Must not: be imported by dethpc.
 
 Run: ``python bench/asha/sweep.py`` (about a minute).
@@ -19,55 +24,70 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run import configs, load, simulate, summarize  # noqa: E402
+from run import COSTS, configs, load, measured_costs, simulate, summarize  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 #: trial budget -> quantile of all curves' final losses used as the target
 BUDGETS = {32: 0.10, 128: 0.025}
-#: seconds per job start: 3.0 ~ measured start of the digits trainer (python, torch,
-#: dethpc, data) plus Slurm dispatch on the dev cluster; 1.0 = run.py's default; 0 = the
-#: limit of trials much longer than their start-up
-JOB_STARTS = (3.0, 1.0, 0.0)
+QUEUE_WAITS = (0.0, 30.0, 300.0)
+MODES = ("per-job", "pool")
+CURVE_SETS = {"digits": HERE / "curves.json", "cancer": HERE / "curves_cancer.json"}
+#: searcher concurrency in pool mode, as a multiple of the workers
+POOL_CONCURRENCY = 2
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--curves", type=Path, default=HERE / "curves.json")
-    ap.add_argument("--out", type=Path, default=HERE.parent / "results" / "asha_sweep.json")
+    ap.add_argument("--out", type=Path, default=HERE.parent / "results" / "asha_pool.json")
     ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--seeds", type=int, default=40)
+    ap.add_argument("--seeds", type=int, default=20)
     args = ap.parse_args()
-    meta, curves = load(args.curves)
-    finals = sorted(c.loss[-1] for c in curves)
+    if args.seeds < 1 or args.workers < 1:
+        raise SystemExit("sweep.py: --seeds and --workers must be >= 1")
+    costs = measured_costs()
     cells: list[dict[str, Any]] = []
-    for budget, quantile in BUDGETS.items():
-        target = finals[int(quantile * (len(finals) - 1))]
-        for start in JOB_STARTS:
-            ns = argparse.Namespace(trials=budget, workers=args.workers, job_start_s=start,
-                                    validation_period=64, mode="standard", divisor=4,
-                                    max_rungs=5)
-            runs = []
-            for seed in range(args.seeds):
-                row: dict[str, Any] = {"seed": seed}
-                for name, config in configs(ns, meta["max_length"]).items():
-                    row[name] = simulate(config, curves, seed, ns, target)
-                runs.append(row)
-            summary = summarize(runs)
-            cells.append({"trials": budget, "workers": args.workers, "job_start_s": start,
-                          "target_quantile": quantile, "target_loss": target, **{
-                              f"{name}_{key}": value for name, s in summary.items()
-                              for key, value in s.items()}})
-            print(f"trials {budget:4d} start {start:3.1f}s: time-to-target speedup "
-                  f"stopping {summary['asha_stopping']['speedup_time_to_target_mean']:.2f}x "
-                  f"(median {summary['asha_stopping']['speedup_time_to_target_median']:.2f}), "
-                  f"promotion {summary['asha_promotion']['speedup_time_to_target_mean']:.2f}x "
-                  f"(median {summary['asha_promotion']['speedup_time_to_target_median']:.2f})",
-                  flush=True)
+    metas: dict[str, Any] = {}
+    for set_name, path in CURVE_SETS.items():
+        meta, curves = load(path)
+        metas[set_name] = meta
+        finals = sorted(c.loss[-1] for c in curves)
+        for budget, quantile in BUDGETS.items():
+            target = finals[int(quantile * (len(finals) - 1))]
+            for wait in QUEUE_WAITS:
+                for mode in MODES:
+                    ns = argparse.Namespace(
+                        trials=budget, workers=args.workers, exec=mode,
+                        concurrency=args.workers * (POOL_CONCURRENCY if mode == "pool" else 1),
+                        job_start_s=costs.job_start_s, warm_start_s=costs.warm_start_s,
+                        restore_s=costs.restore_s, queue_wait_s=wait,
+                        validation_period=meta["max_length"] // 16,
+                        mode="standard", divisor=4, max_rungs=5)
+                    runs = []
+                    for seed in range(args.seeds):
+                        row: dict[str, Any] = {"seed": seed}
+                        for name, config in configs(ns, meta["max_length"]).items():
+                            row[name] = simulate(config, curves, seed, ns, target)
+                        runs.append(row)
+                    for name, s in summarize(runs).items():
+                        cells.append({
+                            "curves": set_name, "trials": budget, "queue_wait_s": wait,
+                            "mode": mode, "variant": name.removeprefix("asha_"),
+                            "workers": args.workers, "searcher_concurrency": ns.concurrency,
+                            "target_quantile": quantile, "target_loss": target, **s})
+                        print(f"{set_name:6s} {budget:4d} wait {wait:5.0f}s {mode:7s} "
+                              f"{name:15s} speedup "
+                              f"{s['speedup_time_to_target_mean'] or float('nan'):.2f}x "
+                              f"(median {s['speedup_time_to_target_median'] or float('nan'):.2f})"
+                              f" util {s['utilisation_mean'] or float('nan'):.2f}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
-        "what": "ASHA vs random search, time until the best validation loss reaches the "
-                "target (mean and median of per-seed ratios random/ASHA), per cell",
-        "curves_meta": meta, "seeds": args.seeds, "cells": cells}, indent=1))
+        "what": "ASHA vs random search (same execution mode), time until the best validation "
+                "loss reaches the target (mean and median of per-seed ratios random/ASHA), "
+                "and worker utilisation, per cell",
+        "costs": {"from": str(COSTS.relative_to(HERE.parents[1])),
+                  "job_start_s": costs.job_start_s, "warm_start_s": costs.warm_start_s,
+                  "restore_s": costs.restore_s},
+        "curves_meta": metas, "seeds": args.seeds, "cells": cells}, indent=1) + "\n")
     print(f"wrote {args.out}")
 
 
