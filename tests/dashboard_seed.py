@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -166,11 +167,31 @@ def seed_asha(store: Store, home: Path) -> int:
 class Dashboard:
     """``dethpc dashboard`` running in a subprocess over the store in ``home``."""
 
-    proc: subprocess.Popen[str]
+    proc: subprocess.Popen[str] | None
     url: str
     base: str
     token: str
     ssh_line: str
+    #: set when served in this process's thread (``in_thread``)
+    running: Any = None
+    thread: threading.Thread | None = None
+
+    @classmethod
+    def in_thread(cls, home: Path, timeout: float = 60.0) -> Dashboard:
+        """The same app and uvicorn server, served from a thread of this process (no
+        second interpreter to start: the unit tests' variant)."""
+        from dethpc.dashboard.serve import prepare
+
+        running = prepare(Store(f"sqlite:///{home / 'dethpc.db'}"), current_user())
+        thread = threading.Thread(target=running.server.run,
+                                  kwargs={"sockets": [running.sock]}, daemon=True)
+        thread.start()
+        a = running.address
+        ssh = next(line for line in running.lines if "ssh -N -L" in line)
+        dash = cls(None, a.url, f"http://127.0.0.1:{a.port}", a.token,
+                   ssh[ssh.index("ssh -N"):], running, thread)
+        dash.wait_ready(time.monotonic() + timeout)
+        return dash
 
     @classmethod
     def start(cls, home: Path, timeout: float = 60.0) -> Dashboard:
@@ -229,6 +250,11 @@ class Dashboard:
         return json.loads(body)
 
     def stop(self) -> None:
+        if self.proc is None:
+            self.running.server.should_exit = True
+            assert self.thread is not None
+            self.thread.join(30)
+            return
         self.proc.terminate()
         try:
             self.proc.wait(10)

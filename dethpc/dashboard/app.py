@@ -6,7 +6,8 @@ cookie and dropped from the address bar; scripts may send ``Authorization: Beare
 the routes (``/`` and its static files; ``/api/experiments``,
 ``/api/experiments/{id}?page=&per_page=``, ``/api/trials/{id}``), JSON that a browser
 parses (NaN and infinities become null) and security headers (a strict
-Content-Security-Policy: no inline script, nothing from another origin).
+Content-Security-Policy on every response: no inline script, nothing from another
+origin).
 Must not: write to the store; query it other than through ``dethpc.dashboard.data``.
 """
 
@@ -85,10 +86,22 @@ class TokenGate:
             response.set_cookie(self.cookie, self.token, httponly=True, samesite="strict",
                                 path="/")
         else:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, _with_headers(send))
             return
-        response.headers.update(SECURITY_HEADERS)
-        await response(scope, receive, send)
+        await response(scope, receive, _with_headers(send))
+
+
+def _with_headers(send: Send) -> Send:
+    """``send`` adding the security headers to every response (404s included)."""
+    extra = [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
+
+    async def wrapped(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            names = {k.lower() for k, _ in message.get("headers", [])}
+            message["headers"] = [*message.get("headers", []),
+                                  *[(k, v) for k, v in extra if k not in names]]
+        await send(message)
+    return wrapped
 
 
 def _finite(value: Any) -> Any:
@@ -104,8 +117,7 @@ def _finite(value: Any) -> Any:
 
 def json_response(body: Any, status: int = 200) -> Response:
     text = json.dumps(_finite(body), separators=(",", ":"), default=str, allow_nan=False)
-    return Response(text, status_code=status, media_type="application/json",
-                    headers=SECURITY_HEADERS)
+    return Response(text, status_code=status, media_type="application/json")
 
 
 def _static(name: str) -> bytes:
@@ -119,14 +131,13 @@ def create_app(store: Store, user: str, token: str, port: int) -> ASGIApp:
     static = {name: _static(name) for name in STATIC}
 
     def index(request: Request) -> Response:
-        return Response(page, media_type="text/html; charset=utf-8",
-                        headers=SECURITY_HEADERS)
+        return Response(page, media_type="text/html; charset=utf-8")
 
     def static_file(request: Request) -> Response:
         name = request.path_params["name"]
         if name not in static:
             return PlainTextResponse("404: no such file\n", status_code=404)
-        return Response(static[name], media_type=STATIC[name], headers=SECURITY_HEADERS)
+        return Response(static[name], media_type=STATIC[name])
 
     def guarded(read: Callable[[Request], Any]) -> Callable[[Request], Response]:
         def endpoint(request: Request) -> Response:

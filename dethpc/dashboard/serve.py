@@ -13,7 +13,7 @@ import secrets
 import socket
 import sys
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Any, TextIO
 
 from dethpc.errors import DethpcError
 from dethpc.store import Store
@@ -78,9 +78,19 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(store: Store, user: str, host: str = "127.0.0.1", port: int = 0,
-          out: TextIO = sys.stdout) -> None:
-    """Serve the dashboard until interrupted, printing where and how to reach it."""
+@dataclass
+class Running:
+    """A dashboard bound and ready to serve: ``server.run(sockets=[sock])`` serves it
+    (in any thread), ``server.should_exit = True`` stops it."""
+
+    address: Address
+    lines: list[str]
+    server: Any
+    sock: socket.socket
+
+
+def prepare(store: Store, user: str, host: str = "127.0.0.1", port: int = 0) -> Running:
+    """Bind, draw a fresh token, build the app and the lines to print."""
     check_installed()
     import uvicorn
 
@@ -98,9 +108,16 @@ def serve(store: Store, user: str, host: str = "127.0.0.1", port: int = 0,
     if not _loopback(host):
         lines.append(f"note: listening on {host}, not 127.0.0.1: anyone who can reach it "
                      "is asked for the token, but the traffic is plain HTTP")
-    out.write("\n".join(lines) + "\n")
-    out.flush()
     app = create_app(store, user, addr.token, addr.port)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                             server_header=False)
-    uvicorn.Server(config).run(sockets=[sock])
+    return Running(addr, lines, uvicorn.Server(config), sock)
+
+
+def serve(store: Store, user: str, host: str = "127.0.0.1", port: int = 0,
+          out: TextIO = sys.stdout) -> None:
+    """Serve the dashboard until interrupted, printing where and how to reach it."""
+    running = prepare(store, user, host, port)
+    out.write("\n".join(running.lines) + "\n")
+    out.flush()
+    running.server.run(sockets=[running.sock])
