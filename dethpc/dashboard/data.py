@@ -159,8 +159,10 @@ def experiment_page(store: Store, exp_id: int, owner: str | None,
                    "message": e.message}
                   for e in s.exec(select(Event).where(Event.experiment_id == exp_id)
                                   .order_by(col(Event.id).desc()).limit(RECENT_EVENTS))]
-        ss = s.get(SearcherState, exp_id)
-        snapshot = dict(ss.snapshot) if ss is not None and ss.snapshot else None
+        snapshot = None
+        if _has_rungs(exp, cfg):   # a random search's snapshot is large and has none
+            ss = s.get(SearcherState, exp_id)
+            snapshot = dict(ss.snapshot) if ss is not None and ss.snapshot else None
     total = sum(counts.values())
     out = views.experiment_dict(exp)
     out["searcher"] = {"name": cfg.searcher.name, "metric": metric, "smaller_is_better": sib}
@@ -190,18 +192,30 @@ def _best_checkpoint(ckpts: list[Checkpoint], sib: bool) -> str | None:
     return max(ckpts, key=lambda c: c.steps_completed).uuid if ckpts else None
 
 
+_rung_kinds: dict[tuple[int, float], bool] = {}
+
+
+def _has_rungs(exp: Experiment, cfg: Any) -> bool:
+    """The experiment's searcher has rungs (ASHA); cached like its config."""
+    from dethpc.searchers.base import Searcher
+    from dethpc.searchers.factory import make_searcher
+
+    key = (exp.id or 0, exp.created_at)
+    if key not in _rung_kinds:
+        searcher = make_searcher(cfg.searcher, cfg.hyperparameters, cfg.experiment_seed)
+        _rung_kinds[key] = type(searcher).rungs is not Searcher.rungs
+    return _rung_kinds[key]
+
+
 def _rungs(cfg: Any, snapshot: dict[str, Any] | None) -> list[dict[str, Any]]:
     """ASHA's brackets and rungs (length, trials reached, kept, cut-off) from the
-    searcher's stored snapshot; [] for other searchers. Each rung's list of metrics is
-    counted, not sent: at 10,000 trials it would be most of the response."""
-    from dethpc.searchers.base import Searcher
+    searcher's stored snapshot; [] without one. Each rung's list of metrics is counted,
+    not sent: at 10,000 trials it would be most of the response."""
     from dethpc.searchers.factory import make_searcher
 
     if not snapshot:
         return []
     searcher = make_searcher(cfg.searcher, cfg.hyperparameters, cfg.experiment_seed)
-    if type(searcher).rungs is Searcher.rungs:   # no rungs: skip restoring the snapshot
-        return []
     searcher.restore(snapshot)
     out = []
     for b in searcher.rungs():

@@ -78,7 +78,7 @@ def test_log_tail(tmp_path: Path, files: list[str], max_bytes: int, lines: int,
 def test_json_has_no_nan(value: Any, want: Any) -> None:
     from dethpc.dashboard.app import json_response
 
-    assert json.loads(json_response(value).body) == want
+    assert json.loads(bytes(json_response(value).body)) == want
 
 
 @pytest.mark.parametrize("host,url,ssh", [
