@@ -16,6 +16,7 @@ from dethpc.cli.admin_cmd import admin_app
 from dethpc.cli.common import ENV, err_console
 from dethpc.cli.daemon_cmd import daemon_app
 from dethpc.cli.experiment_cmd import create, experiment_app
+from dethpc.cli.task_cmd import task_app, tensorboard_app
 from dethpc.cli.trial_cmd import checkpoint_app, render, trial_app
 from dethpc.errors import DethpcError
 
@@ -28,6 +29,8 @@ app.add_typer(trial_app, name="t", hidden=True)
 app.add_typer(checkpoint_app, name="checkpoint")
 app.add_typer(daemon_app, name="daemon")
 app.add_typer(admin_app, name="admin")
+app.add_typer(tensorboard_app, name="tensorboard")
+app.add_typer(task_app, name="task")
 app.command("submit", help="Alias of `experiment create`.")(create)
 app.command("render")(render)
 
@@ -73,6 +76,14 @@ def _job_api() -> None:
 _job_api()
 
 
+@app.command("remote-tree", hidden=True)
+def _remote_tree(area: str, manifest: str) -> None:
+    """The login node's side of a remote submit: build the uploaded tree (docs/remote.md)."""
+    from dethpc.remote.cli import remote_tree
+
+    remote_tree(area, manifest)
+
+
 def _dashboard_command() -> None:
     """``dethpc dashboard`` (its web library is imported only when it runs)."""
     from dethpc.cli.dashboard_cmd import dashboard
@@ -87,7 +98,9 @@ _dashboard_command()
 def _root(ctx: typer.Context, cluster_config: str = typer.Option(
         None, "--cluster-config", envvar="DETHPC_CLUSTER_CONFIG",
         help="cluster config YAML (default /etc/dethpc/cluster.yaml, else built-in local)"),
-        version: bool = typer.Option(False, "--version")) -> None:
+        version: bool = typer.Option(False, "--version"),
+        remote: str = typer.Option(None, "--remote", help="run on the login node over SSH: "
+                                   "[user@]host[:port], or off (docs/remote.md)")) -> None:
     if version:
         typer.echo(__version__)
         raise typer.Exit(0)
@@ -99,6 +112,11 @@ def _root(ctx: typer.Context, cluster_config: str = typer.Option(
 
 def main() -> None:
     try:
+        from dethpc.remote.cli import maybe_forward
+
+        forwarded = maybe_forward(sys.argv[1:])
+        if forwarded is not None:
+            sys.exit(forwarded)
         app()
     except DethpcError as exc:
         err_console.print("[red]error:[/]", end=" ")

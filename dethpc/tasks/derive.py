@@ -1,0 +1,151 @@
+"""TensorBoard event files derived from trials' ``metrics.jsonl`` (outside the job).
+
+Owns: reading a trial's metrics records into one series per metric (pure:
+``series``), and appending the new points of each series to a run's event file with
+the ``tensorboard`` package's own writer (``Deriver``).
+
+Choices (docs/observability.md): the source is each trial's ``metrics.jsonl`` (the same
+records the daemon ingests into the store; reading files needs no database, so the
+same code runs on the login node and in a ``--slurm`` job). A requeued or resumed trial
+appends to the same file: the curve is one run per trial with no duplicate steps, and
+where a resume from an older checkpoint repeats a step, the first value written wins
+(the event files are only ever appended to, so a running TensorBoard never sees a
+step change under it). The x-axis is the record's ``steps``: the experiment's time unit
+(batches, records or epochs), named in each tag's description.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: the record kinds that become scalars, and their tags' prefix
+KINDS = ("training", "validation")
+
+
+def series(records: Iterable[dict[str, Any]]) -> dict[str, list[tuple[int, float, float]]]:
+    """``tag -> [(step, value, wall_time), ...]`` sorted by step, one point per step (the
+    first record of a step wins). Non-numeric values and records of other kinds are
+    skipped; a tag is ``<kind>/<metric>``."""
+    out: dict[str, dict[int, tuple[float, float]]] = {}
+    for rec in records:
+        kind = rec.get("kind")
+        if kind not in KINDS:
+            continue
+        try:
+            step = int(rec.get("steps") or 0)
+        except (TypeError, ValueError):
+            continue
+        wall = _number(rec.get("time")) or 0.0
+        for name, value in (rec.get("metrics") or {}).items():
+            v = _number(value)
+            if v is None:
+                continue
+            out.setdefault(f"{kind}/{name}", {}).setdefault(step, (v, wall))
+    return {tag: [(s, v, w) for s, (v, w) in sorted(pts.items())]
+            for tag, pts in sorted(out.items())}
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    f = float(value)
+    return f if math.isfinite(f) else None
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The complete JSON lines of ``path`` ([] when missing); a torn last line (the job
+    is writing it) and lines that are not JSON objects are skipped."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in data.split(b"\n")[:-1]:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+@dataclass(frozen=True)
+class Source:
+    """One experiment to derive: its run directory, time unit and trials (None: all)."""
+
+    experiment_id: int
+    run_dir: Path
+    unit: str
+    trials: frozenset[int] | None = None
+
+    def trial_files(self) -> dict[int, Path]:
+        """``trial id -> metrics.jsonl`` of the trials present now (new ones appear)."""
+        out: dict[int, Path] = {}
+        root = self.run_dir / "trials"
+        if not root.is_dir():
+            return out
+        for d in root.iterdir():
+            if d.name.isdigit() and (self.trials is None or int(d.name) in self.trials):
+                out[int(d.name)] = d / "metrics.jsonl"
+        return dict(sorted(out.items()))
+
+    def to_arg(self) -> str:
+        """``ID:UNIT:TRIALS:RUN_DIR`` (TRIALS: comma-separated, or ``*``)."""
+        trials = "*" if self.trials is None else ",".join(map(str, sorted(self.trials)))
+        return f"{self.experiment_id}:{self.unit}:{trials}:{self.run_dir}"
+
+    @staticmethod
+    def from_arg(text: str) -> Source:
+        exp, unit, trials, run_dir = text.split(":", 3)
+        return Source(int(exp), Path(run_dir), unit,
+                      None if trials == "*" else frozenset(int(t) for t in trials.split(",")
+                                                           if t))
+
+
+@dataclass
+class Deriver:
+    """Appends each trial's new points to ``logdir/exp<E>/trial<T>`` (one run per trial);
+    remembers per tag the last step written, so a refresh writes only what is new."""
+
+    logdir: Path
+    sources: list[Source]
+    written: dict[tuple[int, int, str], int] = field(default_factory=dict)
+    #: one open writer (one event file) per run, flushed after each refresh
+    writers: dict[tuple[int, int], Any] = field(default_factory=dict)
+
+    def refresh(self) -> int:
+        """Derive what is new; the number of points written."""
+        from tensorboard.summary import Writer
+
+        count = 0
+        for src in self.sources:
+            for trial, path in src.trial_files().items():
+                new = []
+                for tag, points in series(read_records(path)).items():
+                    last = self.written.get((src.experiment_id, trial, tag))
+                    new += [(tag, p) for p in points if last is None or p[0] > last]
+                if not new:
+                    continue
+                writer = self.writers.get((src.experiment_id, trial))
+                if writer is None:
+                    writer = Writer(str(self.logdir / f"exp{src.experiment_id}"
+                                        / f"trial{trial}"))
+                    self.writers[(src.experiment_id, trial)] = writer
+                for tag, (step, value, wall) in new:
+                    writer.add_scalar(tag, value, step, wall_time=wall or None,
+                                      description=f"x: {src.unit}")
+                    self.written[(src.experiment_id, trial, tag)] = step
+                writer.flush()
+                count += len(new)
+        return count
+
+    def close(self) -> None:
+        for writer in self.writers.values():
+            writer.close()
+        self.writers.clear()
