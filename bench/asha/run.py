@@ -214,6 +214,7 @@ def simulate(config: SearcherConfig, curves: list[Curve], seed: int,
     return {"time_to_target_s": reached,
             "time_to_target_after_ready_s": None if reached is None else reached - sim.ready,
             "total_time_s": sim.end,
+            "first_validation_s": sim.trajectory[0][0] if sim.trajectory else None,
             "best_loss": sim.best, "units_trained": sim.units, "jobs_started": sim.jobs,
             "trials": len(sim.curve_of), "utilisation": sim.utilisation()}
 

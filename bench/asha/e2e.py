@@ -1,0 +1,202 @@
+"""One real ASHA experiment on the dev cluster vs the simulation of the same configuration.
+
+Owns: per seed, a private dethpc home (its own store, its own ``dethpc daemon run``,
+partition ``debug``), one ``adaptive_asha`` experiment submitted with ``dethpc submit``
+whose trials are ``e2e_trial.py`` (a real job: ``import torch``, then the recorded
+curve ``curve`` of a curve set replayed at its recorded durations, real checkpoints,
+real stops), in ``--exec pool`` (``slurm.workers``: K workers preloading torch) or
+``per-job`` mode; the time from ``submit``'s return (the experiment exists; the
+daemon is started then, as an already running one would pick it up at its next tick)
+to the first validation whose loss reaches the target (the trials' own wall-clock
+stamps), and the experiment's whole wall time; then ``run.py``'s simulation of the
+same searcher, seed, curves, workers and measured costs. Writes
+``bench/results/asha_pool_e2e_<exec>.json`` (per seed, real and simulated, and the
+ratio of medians; goal: within 25%).
+Must not: be imported by dethpc; leave jobs behind (its arrays are cancelled at the end).
+
+Why replayed curves: on the 2-core dev machine K trainings at once would contend for
+the cores and run slower than recorded, which the simulation (and a real cluster,
+one core per trial) does not have; replaying keeps the training time equal on both
+sides, so the comparison tests what the simulation adds: starts, queue, promotions,
+stops, and the daemon's latencies.
+
+Run: ``python bench/asha/e2e.py --exec pool --seeds 3`` (a minute or two per seed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from sqlmodel import select
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO))
+
+from run import configs, load, measured_costs, simulate  # noqa: E402
+
+from dethpc.store import Store  # noqa: E402
+from dethpc.store.models import Batch, Experiment  # noqa: E402
+
+CURVE_SETS = {"digits": HERE / "curves.json", "cancer": HERE / "curves_cancer.json"}
+TERMINAL = ("COMPLETED", "ERROR", "CANCELED")
+
+
+def searcher_yaml(args: argparse.Namespace, max_length: int) -> dict[str, Any]:
+    return {"name": "adaptive_asha", "metric": "validation_loss", "smaller_is_better": True,
+            "max_length": {"batches": max_length}, "max_trials": args.trials,
+            "max_concurrent_trials": args.workers, "mode": "standard", "divisor": 4,
+            "max_rungs": 5, "variant": args.variant}
+
+
+def real_run(args: argparse.Namespace, seed: int, n_curves: int, max_length: int,
+             target: float, root: Path) -> dict[str, Any]:
+    home = root / f"seed{seed}"
+    home.mkdir(parents=True)
+    home.chmod(0o755)
+    ctx = home / "context"
+    ctx.mkdir()
+    shutil.copy(HERE / "e2e_trial.py", ctx / "train.py")
+    shutil.copy(CURVE_SETS[args.curves], ctx / "curves.json")
+    (home / "cluster.yaml").write_text(yaml.safe_dump({
+        "backend": "slurm", "runs_root": str(home / "runs"), "default_pool": "debug",
+        "python": sys.executable, "tick_min_s": 0.2, "tick_max_s": 1.0,
+        "pools": {"debug": {"partition": "debug", "cpus_per_slot": 1}}}))
+    exp: dict[str, Any] = {
+        "name": f"asha-e2e-{args.exec}-{seed}", "entrypoint": "python3 train.py",
+        "hyperparameters": {"curve": {"type": "int", "minval": 0, "maxval": n_curves - 1}},
+        "searcher": searcher_yaml(args, max_length), "max_restarts": 1,
+        "reproducibility": {"experiment_seed": seed}}
+    if args.exec == "pool":
+        exp["slurm"] = {"workers": {"count": args.workers,
+                                    "preload": ["torch", "dethpc.core"]}}
+    (home / "experiment.yaml").write_text(yaml.safe_dump(exp))
+    env = {**os.environ, "DETHPC_HOME": str(home),
+           "DETHPC_CLUSTER_CONFIG": str(home / "cluster.yaml")}
+    store = Store(f"sqlite:///{home / 'dethpc.db'}")
+    t_submit = time.time()
+    out = subprocess.run([sys.executable, "-m", "dethpc.cli.main", "submit",
+                          str(home / "experiment.yaml"), str(ctx), "--no-daemon", "--json"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    if out.returncode != 0:
+        raise SystemExit(f"e2e.py: submit failed: {out.stderr.strip()[-2000:]}")
+    exp_id = int(json.loads(out.stdout)["id"])
+    t0 = time.time()                     # the experiment exists; a daemon starts working
+    log = (home / "daemon.log").open("wb")
+    daemon = subprocess.Popen([sys.executable, "-m", "dethpc.cli.main", "daemon", "run"],
+                              stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
+    state = ""
+    try:
+        deadline = time.monotonic() + args.timeout_s
+        while time.monotonic() < deadline:
+            with store.session() as s:
+                row = s.get(Experiment, exp_id)
+                state = str(row.state) if row else ""
+                run_dir = Path(row.run_dir) if row else home
+            if state in TERMINAL:
+                break
+            time.sleep(0.5)
+        end = time.time()
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=60)
+        with store.session() as s:
+            ids = sorted({b.array_job_id for b in s.exec(select(Batch)) if b.array_job_id})
+        if ids:
+            subprocess.run(["scancel", *ids], capture_output=True, check=False)
+    if state != "COMPLETED":
+        raise SystemExit(f"e2e.py: seed {seed}: experiment {exp_id} ended {state or 'never'}"
+                         f"; see {home / 'daemon.log'}")
+    stamps = []
+    for f in sorted((run_dir / "trials").glob("*/e2e.jsonl")):
+        stamps += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    hits = sorted(r["t"] - t0 for r in stamps if r["loss"] <= target)
+    return {"time_to_target_s": hits[0] if hits else None, "total_time_s": end - t0,
+            "first_validation_s": min((r["t"] - t0 for r in stamps), default=None),
+            "validations": len(stamps), "submit_cli_s": t0 - t_submit, "home": str(home)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--exec", choices=["per-job", "pool"], default="pool")
+    ap.add_argument("--variant", choices=["stopping", "promotion"], default="promotion")
+    ap.add_argument("--curves", choices=sorted(CURVE_SETS), default="cancer")
+    ap.add_argument("--trials", type=int, default=16)
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--target-quantile", type=float, default=0.10)
+    ap.add_argument("--timeout-s", type=float, default=480.0)
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--keep", action="store_true", help="keep the runs' homes (logs)")
+    args = ap.parse_args()
+    for name in ("trials", "workers", "seeds"):
+        if getattr(args, name) < 1:
+            print(f"e2e.py: --{name} must be >= 1, got {getattr(args, name)}",
+                  file=sys.stderr)
+            return 2
+    if shutil.which("sbatch") is None:
+        print("e2e.py: sbatch not found: start the dev cluster "
+              "(python -m dethpc.devcluster up)", file=sys.stderr)
+        return 2
+    out = args.out or REPO / "bench" / "results" / f"asha_pool_e2e_{args.exec}.json"
+    meta, curves = load(CURVE_SETS[args.curves])
+    finals = sorted(c.loss[-1] for c in curves)
+    target = finals[int(args.target_quantile * (len(finals) - 1))]
+    costs = measured_costs()
+    ns = argparse.Namespace(trials=args.trials, workers=args.workers, exec=args.exec,
+                            concurrency=args.workers, job_start_s=costs.job_start_s,
+                            warm_start_s=costs.warm_start_s, restore_s=costs.restore_s,
+                            queue_wait_s=0.0, validation_period=meta["max_length"] // 16,
+                            mode="standard", divisor=4, max_rungs=5)
+    config = configs(ns, meta["max_length"])[f"asha_{args.variant}"]
+    root = Path(tempfile.mkdtemp(prefix="asha-e2e-"))
+    rows: list[dict[str, Any]] = []
+    for seed in range(args.seeds):
+        real = real_run(args, seed, len(curves), meta["max_length"], target, root)
+        sim = simulate(config, curves, seed, ns, target)
+        rows.append({"seed": seed, "real": real,
+                     "sim": {k: sim[k] for k in ("time_to_target_s", "total_time_s",
+                                                 "first_validation_s", "jobs_started",
+                                                 "trials")}})
+        print(f"seed {seed}: real {real['time_to_target_s']} s to target "
+              f"({real['total_time_s']:.1f} s in all), sim {sim['time_to_target_s']} s "
+              f"({sim['total_time_s']:.1f} s)", flush=True)
+
+    def med(side: str, key: str) -> float | None:
+        v = [r[side][key] for r in rows if r[side][key] is not None]
+        return statistics.median(v) if v else None
+
+    summary: dict[str, dict[str, float | None]] = {}
+    for key in ("time_to_target_s", "first_validation_s", "total_time_s"):
+        r, s = med("real", key), med("sim", key)
+        summary[key] = {"real_median_s": r, "sim_median_s": s,
+                        "sim_over_real": None if r is None or s is None or r == 0 else s / r}
+    result = {"what": "real ASHA experiment on the dev cluster vs the simulation of the same "
+                      "configuration (goal: sim within 25% of the real median)",
+              "exec": args.exec, "variant": args.variant, "curves": args.curves,
+              "trials": args.trials, "workers": args.workers, "target_loss": target,
+              "target_quantile": args.target_quantile,
+              "costs": {"job_start_s": costs.job_start_s, "warm_start_s": costs.warm_start_s,
+                        "restore_s": costs.restore_s},
+              "summary": summary, "runs": rows}
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(summary, indent=1))
+    if not args.keep:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
