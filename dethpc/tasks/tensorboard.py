@@ -82,14 +82,12 @@ def serve_argv(sock: Path, work_dir: Path, srcs: list[Source], idle_timeout_s: f
     return argv
 
 
-def job_script(argv: list[str], work_dir: Path, idle_timeout_s: float,
-               partition: str = "") -> str:
-    """The ``--slurm`` job: one task, one CPU, the serving process in the foreground;
-    its time limit is the idle timeout plus a day at most (it stops itself when idle)."""
-    minutes = max(10, int(idle_timeout_s / 60) + 24 * 60) if idle_timeout_s else 7 * 24 * 60
+def job_script(argv: list[str], work_dir: Path, partition: str = "") -> str:
+    """The ``--slurm`` job: one task, one CPU, the serving process in the foreground,
+    the partition's default time limit (it normally ends itself when idle)."""
     lines = ["#!/bin/bash", "#SBATCH --job-name=dethpc-tensorboard",
              "#SBATCH --ntasks=1", "#SBATCH --cpus-per-task=1",
-             f"#SBATCH --time={minutes}", f"#SBATCH --output={work_dir / 'server.log'}"]
+             f"#SBATCH --output={work_dir / 'server.log'}"]
     if partition:
         lines.append(f"#SBATCH --partition={partition}")
     lines += ["umask 077", "exec " + shlex.join(argv), ""]
@@ -120,7 +118,7 @@ def start(store: Store, experiment_ids: list[int], trial_ids: list[int], *,
     proc = None
     if slurm:
         script = work_dir / "tensorboard.sbatch"
-        script.write_text(job_script(argv, work_dir, idle_timeout_s, partition))
+        script.write_text(job_script(argv, work_dir, partition))
         res = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True,
                              text=True, timeout=60, check=False)
         if res.returncode != 0:
@@ -150,7 +148,7 @@ def start(store: Store, experiment_ids: list[int], trial_ids: list[int], *,
 
 def ssh_line(task: Task) -> str:
     """The command a workstation runs to forward its port to the task's socket."""
-    login = socket.getfqdn()
+    login = socket.gethostname()
     user = getpass.getuser()
     if task.job_ref and task.host and task.host != socket.gethostname():
         return (f"ssh -N -L {LOCAL_PORT}:{task.endpoint} -J {user}@{login} "
