@@ -138,8 +138,13 @@ def experiment_page(store: Store, exp_id: int, owner: str | None,
         live = {j.trial_id: j for j in s.exec(select(Job).where(
             col(Job.trial_id).in_(ids), Job.live == True)  # noqa: E712
             .order_by(col(Job.id)))}
-        ckpts = list(s.exec(select(Checkpoint).where(
-            col(Checkpoint.trial_id).in_(ids), Checkpoint.state == CheckpointState.COMPLETED)))
+        ckpts: dict[int, list[tuple[str, int, float | None]]] = {}
+        for uuid, tid, steps, value in s.exec(
+                select(Checkpoint.uuid, Checkpoint.trial_id, Checkpoint.steps_completed,
+                       Checkpoint.validation_metric)
+                .where(col(Checkpoint.trial_id).in_(ids),
+                       Checkpoint.state == CheckpointState.COMPLETED)):
+            ckpts.setdefault(tid, []).append((uuid, steps, value))
         curves: dict[int, list[list[float]]] = {}
         for tid, steps, values in s.exec(select(Metric.trial_id, Metric.steps, Metric.metrics)
                                          .where(col(Metric.trial_id).in_(ids),
@@ -174,7 +179,7 @@ def experiment_page(store: Store, exp_id: int, owner: str | None,
     for t in trials:
         d = views.trial_dict(t)
         d["pending_reason"] = views.pending_reason(t, live.get(t.id or 0))
-        d["best_checkpoint"] = _best_checkpoint([c for c in ckpts if c.trial_id == t.id], sib)
+        d["best_checkpoint"] = _best_checkpoint(ckpts.get(t.id or 0, []), sib)
         d["curve"] = curves.get(t.id or 0, [])
         rows.append(d)
     out["trials"] = rows
@@ -184,12 +189,13 @@ def experiment_page(store: Store, exp_id: int, owner: str | None,
     return out
 
 
-def _best_checkpoint(ckpts: list[Checkpoint], sib: bool) -> str | None:
-    """As ``experiment describe`` picks it: the best scored one, else the latest."""
-    scored = [c for c in ckpts if c.validation_metric is not None]
+def _best_checkpoint(ckpts: list[tuple[str, int, float | None]], sib: bool) -> str | None:
+    """As ``experiment describe`` picks it among (uuid, steps, metric): the best scored
+    one, else the latest."""
+    scored = [(u, v) for u, _, v in ckpts if v is not None]
     if scored:
-        return min(scored, key=lambda c: (c.validation_metric or 0.0) * (1 if sib else -1)).uuid
-    return max(ckpts, key=lambda c: c.steps_completed).uuid if ckpts else None
+        return min(scored, key=lambda c: c[1] * (1 if sib else -1))[0]
+    return max(ckpts, key=lambda c: c[1])[0] if ckpts else None
 
 
 _rung_kinds: dict[tuple[int, float], bool] = {}
