@@ -57,22 +57,26 @@ def _number(value: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """The complete JSON lines of ``path`` ([] when missing); a torn last line (the job
-    is writing it) and lines that are not JSON objects are skipped."""
+def read_records(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """The complete JSON lines of ``path`` from byte ``offset`` ([] when missing), and the
+    offset after the last complete line; a torn last line (the job is writing it) waits
+    for the next read, lines that are not JSON objects are skipped."""
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
     except FileNotFoundError:
-        return []
+        return [], offset
+    complete = data.rfind(b"\n") + 1
     out = []
-    for line in data.split(b"\n")[:-1]:
+    for line in data[:complete].split(b"\n")[:-1]:
         try:
             rec = json.loads(line)
         except ValueError:
             continue
         if isinstance(rec, dict):
             out.append(rec)
-    return out
+    return out, offset + complete
 
 
 @dataclass(frozen=True)
@@ -111,11 +115,14 @@ class Source:
 @dataclass
 class Deriver:
     """Appends each trial's new points to ``logdir/exp<E>/trial<T>`` (one run per trial);
-    remembers per tag the last step written, so a refresh writes only what is new."""
+    remembers how far each file was read and per tag the last step written, so a refresh
+    reads and writes only what is new (a step at or below the last written is a repeat:
+    the first value stays)."""
 
     logdir: Path
     sources: list[Source]
     written: dict[tuple[int, int, str], int] = field(default_factory=dict)
+    offsets: dict[Path, int] = field(default_factory=dict)
     #: one open writer (one event file) per run, flushed after each refresh
     writers: dict[tuple[int, int], Any] = field(default_factory=dict)
 
@@ -127,7 +134,8 @@ class Deriver:
         for src in self.sources:
             for trial, path in src.trial_files().items():
                 new = []
-                for tag, points in series(read_records(path)).items():
+                records, self.offsets[path] = read_records(path, self.offsets.get(path, 0))
+                for tag, points in series(records).items():
                     last = self.written.get((src.experiment_id, trial, tag))
                     new += [(tag, p) for p in points if last is None or p[0] > last]
                 if not new:

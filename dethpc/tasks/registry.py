@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlmodel import col, select
@@ -157,8 +158,8 @@ def kill(store: Store, task_id: int, *, grace_s: float = 20.0) -> Task:
                   message=task.message or "stopped by `task kill`")
 
 
-def _terminate(pid: int, grace_s: float, running: object) -> None:
-    check = running if callable(running) else (lambda: False)
+def _terminate(pid: int, grace_s: float, running: Callable[[], bool]) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``, until ``running()`` says it is gone."""
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
         try:
             os.kill(pid, sig)
@@ -172,6 +173,6 @@ def _terminate(pid: int, grace_s: float, running: object) -> None:
                     return
             except ChildProcessError:
                 pass
-            if not check():
+            if not running():
                 return
             time.sleep(0.1)

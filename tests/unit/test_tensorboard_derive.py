@@ -45,8 +45,14 @@ def test_series(records: list[dict[str, object]],
 def test_read_records_skips_a_torn_last_line_and_junk(tmp_path: Path) -> None:
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"kind": "training", "steps": 1}\nnot json\n[1]\n{"kind": "trai')
-    assert read_records(path) == [{"kind": "training", "steps": 1}]
-    assert read_records(tmp_path / "missing") == []
+    records, offset = read_records(path)
+    assert records == [{"kind": "training", "steps": 1}]
+    assert offset == len(path.read_bytes()) - len('{"kind": "trai')
+    with open(path, "a") as f:
+        f.write('ning", "steps": 2}\n')
+    assert read_records(path, offset) == ([{"kind": "training", "steps": 2}],
+                                          len(path.read_bytes()))
+    assert read_records(tmp_path / "missing", 5) == ([], 5)
 
 
 @pytest.mark.parametrize("source", [
