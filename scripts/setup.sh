@@ -14,6 +14,10 @@ fi
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
   [ "$(id -u)" = 0 ] && { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; }
 fi
+# the remote-submit tests (tests/slurm/test_remote_slurm.py) start Debian's sshd
+if [ ! -x /usr/sbin/sshd ]; then
+  [ "$(id -u)" = 0 ] && { apt-get update -qq && apt-get install -y -qq openssh-server; }
+fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 stamp=.venv/.dethpc-installed
 want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
