@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import getpass
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -111,6 +112,8 @@ def start(store: Store, experiment_ids: list[int], trial_ids: list[int], *,
                            idle_timeout_s)
     assert task.id is not None
     work_dir = registry.task_dir(task.id)
+    # a directory left by an earlier database's task of the same id: start fresh
+    shutil.rmtree(work_dir / "logs", ignore_errors=True)
     sock = registry.socket_path(task.id, work_dir, SOCKET)
     argv = serve_argv(sock, work_dir, srcs, idle_timeout_s, refresh_s)
     log = work_dir / "server.log"
