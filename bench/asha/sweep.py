@@ -36,12 +36,38 @@ CURVE_SETS = {"digits": HERE / "curves.json", "cancer": HERE / "curves_cancer.js
 POOL_CONCURRENCY = 2
 
 
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def table(result: dict[str, Any]) -> str:
+    """The README's markdown table of every cell of a written ``asha_pool.json``."""
+    lines = ["| curves | trials | queue wait | mode | variant | speedup mean (median) "
+             "| after workers up: mean (median) | reached (ASHA/random) "
+             "| utilisation mean (min) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for c in result["cells"]:
+        lines.append(
+            f"| {c['curves']} | {c['trials']} | {c['queue_wait_s']:.0f} s | {c['mode']} "
+            f"| {c['variant']} | {_x(c['speedup_time_to_target_mean'])}x "
+            f"({_x(c['speedup_time_to_target_median'])}x) "
+            f"| {_x(c['speedup_after_ready_mean'])}x ({_x(c['speedup_after_ready_median'])}x) "
+            f"| {c['runs_reaching_target']}/{c['random_runs_reaching_target']} "
+            f"| {_x(c['utilisation_mean'])} ({_x(c['utilisation_min'])}) |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=HERE.parent / "results" / "asha_pool.json")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--table", action="store_true",
+                    help="print the markdown table of --out (already written) and exit")
     args = ap.parse_args()
+    if args.table:
+        print(table(json.loads(args.out.read_text())))
+        return
     if args.seeds < 1 or args.workers < 1:
         raise SystemExit("sweep.py: --seeds and --workers must be >= 1")
     costs = measured_costs()
