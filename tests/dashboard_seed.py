@@ -195,13 +195,23 @@ class Dashboard:
 
     @classmethod
     def start(cls, home: Path, timeout: float = 60.0) -> Dashboard:
+        return cls.attach(cls.spawn(home), timeout)
+
+    @staticmethod
+    def spawn(home: Path) -> subprocess.Popen[str]:
+        """Start ``dethpc dashboard`` (``attach`` waits for it: start something else
+        meanwhile, a browser, while this one imports)."""
         env = {**os.environ, "DETHPC_HOME": str(home), "COLUMNS": "200"}
         (home / "cluster.yaml").write_text(yaml.safe_dump(
             {"backend": "local", "runs_root": str(home / "runs")}))
         env["DETHPC_CLUSTER_CONFIG"] = str(home / "cluster.yaml")
-        proc = subprocess.Popen([sys.executable, "-m", "dethpc.cli.main", "dashboard"],
+        return subprocess.Popen([sys.executable, "-m", "dethpc.cli.main", "dashboard"],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, env=env)
+
+    @classmethod
+    def attach(cls, proc: subprocess.Popen[str], timeout: float = 60.0) -> Dashboard:
+        """Read the URL ``dethpc dashboard`` printed; wait until it answers."""
         assert proc.stdout is not None
         lines: list[str] = []
         deadline = time.monotonic() + timeout

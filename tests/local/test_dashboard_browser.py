@@ -39,18 +39,13 @@ PATIENCE_S = 20.0
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Dashboard, dict[str, Any]]]:
+def served_and_browser(tmp_path_factory: pytest.TempPathFactory,
+                       ) -> Iterator[tuple[Dashboard, dict[str, Any], Any]]:
+    """The real ``dethpc dashboard`` over a seeded store and a headless Chromium, started
+    side by side (each takes seconds)."""
     home = tmp_path_factory.mktemp("home")
     ids = seed(home)
-    dash = Dashboard.start(home)
-    try:
-        yield dash, ids
-    finally:
-        dash.stop()
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    proc = Dashboard.spawn(home)
     os.environ["SE_OFFLINE"] = "true"   # Selenium Manager must never download anything
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
@@ -58,11 +53,21 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
                 "--window-size=1280,1000", "--no-first-run", "--disable-extensions",
                 f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
         opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=DRIVER), options=opts)
     try:
-        yield driver
+        driver = webdriver.Chrome(service=Service(executable_path=DRIVER), options=opts)
+    except BaseException:
+        proc.kill()
+        raise
+    try:
+        dash = Dashboard.attach(proc)
+    except BaseException:
+        driver.quit()
+        raise
+    try:
+        yield dash, ids, driver
     finally:
         driver.quit()
+        dash.stop()
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = PATIENCE_S) -> Any:
@@ -81,8 +86,8 @@ def body_text(driver: Any) -> str:
 
 
 def test_refused_without_the_token_then_lists_curves_and_logs(
-        served: tuple[Dashboard, dict[str, Any]], browser: Any, tmp_path: Path) -> None:
-    dash, ids = served
+        served_and_browser: tuple[Dashboard, dict[str, Any], Any], tmp_path: Path) -> None:
+    dash, ids, browser = served_and_browser
     # no token, then a wrong one: refused, and no experiment shown
     browser.get(dash.base + "/")
     assert "401" in body_text(browser) and "finished-sweep" not in browser.page_source
