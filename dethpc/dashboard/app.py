@@ -126,7 +126,7 @@ def _static(name: str) -> bytes:
 
 def create_app(store: Store, user: str, token: str, port: int) -> ASGIApp:
     """The dashboard for ``user`` over ``store``, behind ``token``."""
-    owner = data.visible_owner(store, user)
+    owner = data.visible_owner(store.role, user)
     page = _static("index.html")
     static = {name: _static(name) for name in STATIC}
 

@@ -24,7 +24,7 @@ from dethpc.cli import views
 from dethpc.errors import DethpcError, NotFoundError
 from dethpc.paths import ExperimentPaths
 from dethpc.store import Store
-from dethpc.store.access import Scope
+from dethpc.store.access import DatabaseRole, Scope
 from dethpc.store.models import (
     Checkpoint,
     CheckpointState,
@@ -47,11 +47,11 @@ LOG_TAIL_BYTES = 64 * 1024
 LOG_TAIL_LINES = 200
 
 
-def visible_owner(store: Store, user: str) -> str | None:
-    """Whose experiments a viewer sees: a dethpc admin on a shared database every
-    user's (None), anyone else their own (``experiment list``'s default; on a shared
-    database row-level security shows no other rows anyway)."""
-    return None if store.role.scope is Scope.ALL_ROWS else user
+def visible_owner(role: DatabaseRole, user: str) -> str | None:
+    """Whose experiments a viewer connected as ``role`` sees: a dethpc admin on a shared
+    database every user's (None), anyone else their own (``experiment list``'s default;
+    on a shared database row-level security shows no other rows anyway)."""
+    return None if role.scope is Scope.ALL_ROWS else user
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
-from dethpc.dashboard.data import MAX_PER_PAGE, PER_PAGE, Page, log_tail
+from dethpc.dashboard.data import MAX_PER_PAGE, PER_PAGE, Page, log_tail, visible_owner
 from dethpc.dashboard.serve import Address
 from dethpc.errors import DethpcError
+from dethpc.store.access import DatabaseRole, Scope
 from tests.dashboard_seed import LOG_LINES, Dashboard, seed
 
 pytest.importorskip("starlette", reason="needs the dashboard extra: pip install -e '.[dashboard]'")
@@ -50,6 +51,15 @@ def test_bad_page_parameters_are_named(page: str | None, per_page: str | None,
     with pytest.raises(DethpcError, match=None) as err:
         Page.parse(page, per_page)
     assert words in str(err.value)
+
+
+@pytest.mark.parametrize("role,want", [
+    (DatabaseRole("", Scope.PRIVATE_DATABASE), "ana"),        # SQLite: the user's own
+    (DatabaseRole("ana", Scope.OWN_ROWS), "ana"),             # a shared database's user
+    (DatabaseRole("carol", Scope.ALL_ROWS), None),            # a dethpc admin: everyone's
+])
+def test_whose_experiments(role: DatabaseRole, want: str | None) -> None:
+    assert visible_owner(role, "ana") == want
 
 
 @pytest.mark.parametrize("files,max_bytes,lines,want", [
