@@ -12,7 +12,7 @@ if ! "$PY" -m venv --help >/dev/null 2>&1; then
 fi
 # the dashboard's browser test drives Debian's chromium through chromium-driver
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
-  [ "$(id -u)" = 0 ] && { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; }
+  [ "$(id -u)" = 0 ] && { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
 fi
 # the remote-submit tests (tests/slurm/test_remote_slurm.py) start Debian's sshd
 if [ ! -x /usr/sbin/sshd ]; then
