@@ -277,14 +277,18 @@ def gather(store: Store, exp_id: int) -> PlotData:
 
 def _brackets(cfg: Any, snapshot: dict[str, Any],
               trial_of: Mapping[int, int]) -> tuple[Bracket, ...]:
-    """The searcher's rungs with each trial's outcome; () for a searcher without rungs
-    or before its first snapshot."""
+    """The searcher's rungs with each trial's outcome; () for a searcher without rungs,
+    before its first snapshot, or when the snapshot does not restore into the searcher
+    the stored config makes."""
     from dethpc.searchers.factory import make_searcher
 
     if not snapshot:
         return ()
     searcher = make_searcher(cfg.searcher, cfg.hyperparameters, cfg.experiment_seed)
-    searcher.restore(snapshot)
+    try:
+        searcher.restore(snapshot)
+    except (ValueError, KeyError, TypeError):
+        return ()      # a snapshot of another searcher or bracket plan: no rungs to draw
     records = {r.request_id: r for r in searcher.trials()}
     variant = str(snapshot.get("variant", ""))
     out: list[Bracket] = []

@@ -277,6 +277,21 @@ def test_a_search_without_rungs_has_no_rung_section(store_ids: dict[str, int],
     assert data.axes == () and data.brackets == () and data.unit == "epochs"
 
 
+def test_a_snapshot_that_does_not_restore_draws_no_rungs(store_ids: dict[str, int],
+                                                        tmp_path: Path) -> None:
+    """An ASHA config whose stored snapshot is another searcher's (an edited config)."""
+    cfg = config("edited", 4, "stopping", 2, 2, 8)
+    with ENV.store.session() as s:
+        exp = Experiment(name="edited", config_yaml=yaml.safe_dump(cfg),
+                         run_dir=str(tmp_path), owner=current_user())
+        s.add(exp)
+        s.flush()
+        assert exp.id is not None
+        exp_id = exp.id
+        s.add(SearcherState(experiment_id=exp_id, snapshot={"searcher": "grid"}))
+    assert gather(ENV.store, exp_id).brackets == ()
+
+
 # -------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("args, message", [
     (["999", "-o", "x.png"], "experiment 999 does not exist"),
