@@ -354,16 +354,15 @@ def logs(exp_id: int, follow: bool = typer.Option(False, "--follow", "-f"),
 
 @experiment_app.command("plot")
 def plot(exp_id: int, output: Path = typer.Option(
-        None, "--output", "-o", help="FILE.png or FILE.svg [default: experiment-ID.png]")
+        None, "--output", "-o", help="FILE.png or FILE.svg (default: experiment-ID.png)")
          ) -> None:
     """Draw learning curves, ASHA's rungs and the metric against each hyperparameter
     (matplotlib: the `plots` extra; docs/observability.md)."""
     from dethpc.plots import write_plot
 
     w = write_plot(ENV.store, exp_id, output or Path(f"experiment-{exp_id}.png"))
-    console.print(f"wrote {w.path}: {w.trials} trial(s), {w.curves} curve(s), "
-                  f"{w.brackets} ASHA bracket(s), {w.hparams} hyperparameter plot(s)",
-                  highlight=False, markup=False)
+    typer.echo(f"wrote {w.path} ({w.trials} trials, {w.curves} curves, {w.brackets} ASHA "
+               f"brackets, {w.hparams} hyperparameter plots)")  # one line: the path whole
 
 
 @experiment_app.command("events")

@@ -210,8 +210,8 @@ def test_ten_trials_png_and_svg_through_the_cli(store_ids: dict[str, int],
     for name in ("plot-10-trials.png", "plot-10-trials.svg"):
         result = invoke("experiment", "plot", exp, "-o", str(out / name))
         assert result.exit_code == 0, result.output
-        assert f"wrote {out / name}: 10 trial(s), 10 curve(s), 2 ASHA bracket(s), " \
-               "4 hyperparameter plot(s)" in " ".join(result.output.split())
+        assert result.output == (f"wrote {out / name} (10 trials, 10 curves, 2 ASHA "
+                                 "brackets, 4 hyperparameter plots)\n")
     check_png(out / "plot-10-trials.png")
     text = svg_text(out / "plot-10-trials.svg")
     data = gather(ENV.store, store_ids["ten"])
