@@ -76,12 +76,15 @@ def _job_api() -> None:
 _job_api()
 
 
-@app.command("remote-tree", hidden=True)
-def _remote_tree(area: str, manifest: str) -> None:
-    """The login node's side of a remote submit: build the uploaded tree (docs/remote.md)."""
+@app.command("remote-tree", hidden=True, context_settings={
+    "allow_extra_args": True, "ignore_unknown_options": True,
+    "allow_interspersed_args": False})
+def _remote_tree(ctx: typer.Context, area: str, manifest: str) -> None:
+    """The login node's side of a remote submit: build the uploaded tree, then run the
+    submit that names it (docs/remote.md)."""
     from dethpc.remote.cli import remote_tree
 
-    remote_tree(area, manifest)
+    remote_tree(area, manifest, list(ctx.args), app)
 
 
 def _dashboard_command() -> None:

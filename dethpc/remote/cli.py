@@ -4,7 +4,7 @@ runs on the login node over one SSH connection.
 
 Owns: finding ``--remote`` among the global options, rewriting ``submit``'s config and
 context arguments to the uploaded tree, the version check, and the hidden far-side
-command ``remote-tree`` (builds an uploaded tree, prints its paths as JSON).
+command ``remote-tree`` (builds an uploaded tree, then runs the submit that names it).
 Must not: open the store.
 """
 
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dethpc import __version__
 from dethpc.remote.target import RemoteError, RemoteTarget, load_file, resolve
@@ -114,7 +115,8 @@ def run_remote(target: RemoteTarget, argv: list[str],
 def _upload_for_submit(conn: ssh.Connection, target: RemoteTarget, argv: list[str],
                        positions: tuple[int, int],
                        progress: upload.Progress | None) -> list[str]:
-    from dethpc.remote import forward, upload
+    from dethpc.remote import upload
+
     config_file, context = Path(argv[positions[0]]), Path(argv[positions[1]])
     if not config_file.is_file():
         raise RemoteError(f"config file {config_file} does not exist (on this workstation)")
@@ -130,19 +132,30 @@ def _upload_for_submit(conn: ssh.Connection, target: RemoteTarget, argv: list[st
     print(f"uploaded {len(report.sent) + len(report.resumed)} files "
           f"({report.bytes_sent / 1024:.1f} KiB; {len(report.resumed)} resumed), "
           f"{report.present} already on the login node", file=sys.stderr)
-    code, out, err = forward.capture(conn.transport, forward.command_line(
-        target.command, ["remote-tree", area, manifest_sha]))
-    if code != 0:
-        raise RemoteError(f"building the uploaded context on {conn.label} failed: "
-                          f"{(err or out).strip()}")
-    paths = json.loads(out)
-    argv = list(argv)
-    argv[positions[0]], argv[positions[1]] = paths["config"], paths["context"]
-    return argv
+    # one far process builds the tree and runs the submit that names it
+    return ["remote-tree", area, manifest_sha, str(positions[0]), str(positions[1]), *argv]
 
 
-def remote_tree(area: str, manifest_sha: str) -> None:
-    """The far side of an upload (hidden command): build the tree, print its paths."""
+def remote_tree(area: str, manifest_sha: str, rest: list[str],
+                app: Callable[..., Any] | None = None) -> None:
+    """The far side of an upload (hidden command): build the tree; with ``rest``
+    (``CONFIG_POS CONTEXT_POS ARGV...``) run ``ARGV`` with the tree's config and context
+    at those positions, else print the tree's paths as JSON."""
     from dethpc.remote import upload
+
     context, config = upload.build_tree(Path(area), manifest_sha)
-    print(json.dumps({"context": str(context), "config": str(config)}))
+    if not rest:
+        print(json.dumps({"context": str(context), "config": str(config)}))
+        return
+    try:
+        pos = int(rest[0]), int(rest[1])
+        argv = rest[2:]
+        argv[pos[0]], argv[pos[1]] = str(config), str(context)
+    except (ValueError, IndexError):
+        raise RemoteError(f"remote-tree: expected CONFIG_POS CONTEXT_POS ARGV..., got "
+                          f"{rest[:3]}") from None
+    if app is None:
+        from dethpc.cli.main import app as main_app
+
+        app = main_app
+    app(args=argv, prog_name="dethpc")

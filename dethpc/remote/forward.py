@@ -20,8 +20,9 @@ from dethpc.remote.target import RemoteError
 
 # The command runs in the background with /dev/null as its input; a watcher reads the
 # channel's input (fd 3) and sends SIGTERM when it closes. The script's exit status is
-# the command's.
-WRAPPER = ('exec 3<&0; "$@" </dev/null & p=$!; '
+# the command's. The far dethpc reads no remote.yaml (a call never hops on).
+WRAPPER = ('DETHPC_REMOTE_CONFIG=/dev/null; export DETHPC_REMOTE_CONFIG; '
+           'exec 3<&0; "$@" </dev/null & p=$!; '
            '(cat <&3 >/dev/null 2>&1; kill -TERM "$p" 2>/dev/null) & w=$!; '
            'wait "$p"; rc=$?; kill "$w" 2>/dev/null; exit "$rc"')
 

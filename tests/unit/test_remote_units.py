@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from dethpc.remote import forward, upload, versions
-from dethpc.remote.cli import split_remote, submit_positions
+from dethpc.remote.cli import remote_tree, split_remote, submit_positions
 from dethpc.remote.target import RemoteError, RemoteTarget, parse_block, parse_destination, resolve
 
 
@@ -203,6 +203,12 @@ def test_far_side_builds_the_tree_from_objects(tmp_path: Path) -> None:
     bad = json.dumps({"config": ["c", sha], "context": {"../x": [sha, False]}}).encode()
     bad_sha = hashlib.sha256(bad).hexdigest()
     (area / "objects" / bad_sha).write_bytes(bad)
+    ran: list[list[str]] = []
+    remote_tree(str(area), doc_sha, ["2", "3", "--json", "submit", "CFG", "CTX", "-f"],
+                lambda args, prog_name: ran.append(args))
+    assert ran == [["--json", "submit", str(config), str(context), "-f"]]
+    with pytest.raises(RemoteError, match="expected CONFIG_POS CONTEXT_POS"):
+        remote_tree(str(area), doc_sha, ["x", "3", "submit"], lambda **_: None)
     with pytest.raises(RemoteError, match="leaves the tree"):
         upload.build_tree(area, bad_sha)
     with pytest.raises(RemoteError, match="missing or unreadable"):
