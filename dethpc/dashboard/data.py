@@ -222,7 +222,10 @@ def _rungs(cfg: Any, snapshot: dict[str, Any] | None) -> list[dict[str, Any]]:
     if not snapshot:
         return []
     searcher = make_searcher(cfg.searcher, cfg.hyperparameters, cfg.experiment_seed)
-    searcher.restore(snapshot)
+    try:
+        searcher.restore(snapshot)
+    except (KeyError, ValueError, TypeError, IndexError):
+        return []   # a snapshot the config's searcher does not take (an edited config)
     out = []
     for b in searcher.rungs():
         rungs = [{"length": r["length"], "reached": len(r["metrics"]), "keep": r["keep"],

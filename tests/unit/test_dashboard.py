@@ -233,3 +233,13 @@ def test_cli_says_what_is_wrong(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     err = capsys.readouterr().err
     assert exited.value.code not in (0, None) and words in " ".join(err.split()), err
     assert "Traceback" not in err
+
+
+def test_a_snapshot_the_searcher_does_not_take_draws_no_rungs() -> None:
+    from dethpc.config import parse_experiment_config
+    from dethpc.dashboard.data import _rungs
+    from tests.dashboard_seed import ASHA
+
+    cfg = parse_experiment_config(ASHA, "asha")
+    assert _rungs(cfg, {"brackets": "not a list"}) == []
+    assert _rungs(cfg, None) == []
