@@ -266,3 +266,28 @@ def test_refusals_are_one_clear_line(remote: Remote, case: str) -> None:
     assert "Traceback" not in res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines
+
+
+def test_agent_auth(remote: Remote) -> None:
+    """No key file anywhere: the agent's key (``SSH_AUTH_SOCK``) logs in."""
+    root = remote.root / "agent"
+    root.mkdir()
+    sock = root / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        SlurmCluster.wait_for("ssh-agent's socket", sock.exists, 30, 0.05)
+        subprocess.run(["ssh-add", "-q", str(remote.root / "client_key")], check=True,
+                       env={**os.environ, "SSH_AUTH_SOCK": str(sock)}, timeout=30,
+                       capture_output=True)
+        cfg = yaml.safe_load((remote.root / "remote.yaml").read_text())
+        (root / "ssh_config").write_text("")
+        cfg["remote"]["ssh_config"] = str(root / "ssh_config")
+        (root / "remote.yaml").write_text(yaml.safe_dump(cfg))
+        res = remote.cli("experiment", "list", "--json",
+                         DETHPC_REMOTE_CONFIG=str(root / "remote.yaml"),
+                         SSH_AUTH_SOCK=str(sock))
+        assert res.returncode == 0, res.stderr
+        assert isinstance(json.loads(res.stdout), list)
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)
