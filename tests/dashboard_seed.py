@@ -61,9 +61,10 @@ def curve(n: int) -> list[tuple[int, float]]:
     return [(s, (2.0, 1.0, 3.0, 4.0)[n] / s ** 0.5) for s in range(10, 51, 10)]
 
 
-def seed(home: Path) -> dict[str, Any]:
-    """Fill the store under ``home`` (``DETHPC_HOME``); the ids the tests look up."""
-    store = Store(f"sqlite:///{home / 'dethpc.db'}")
+def seed(home: Path, url: str | None = None) -> dict[str, Any]:
+    """Fill the store under ``home`` (``DETHPC_HOME``), or at ``url``; the ids the tests
+    look up."""
+    store = Store(url or f"sqlite:///{home / 'dethpc.db'}")
     me = current_user()
     out: dict[str, Any] = {}
     with store.session() as s:
