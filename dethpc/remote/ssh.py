@@ -135,8 +135,8 @@ class Connection:
             t.close()
 
 
-def _check_host_key(t: paramiko.Transport, hop: Hop) -> None:
-    key = t.get_remote_server_key()
+def _known_entries(hop: Hop) -> tuple[list[str], list[Any]]:
+    """The names ``hop`` goes by in known_hosts and the entries found for them."""
     known = paramiko.HostKeys()
     for path in hop.known_hosts:
         if Path(path).is_file():
@@ -147,8 +147,24 @@ def _check_host_key(t: paramiko.Transport, hop: Hop) -> None:
     names = [hop.hostname] if hop.port == 22 else [f"[{hop.hostname}]:{hop.port}"]
     if hop.alias != hop.hostname:
         names.append(hop.alias if hop.port == 22 else f"[{hop.alias}]:{hop.port}")
-    entries = [known.lookup(n) for n in names]
-    found = [e for e in entries if e is not None]
+    return names, [e for e in (known.lookup(n) for n in names) if e is not None]
+
+
+def _prefer_known_key_types(t: paramiko.Transport, found: list[Any]) -> None:
+    """Ask for the host key types known_hosts holds (as ssh does), so a server with
+    several host keys offers one we can check."""
+    known_types = {kind for e in found for kind in e.keys()}
+    if "ssh-rsa" in known_types:  # an RSA key signs with SHA-2 too
+        known_types |= {"rsa-sha2-512", "rsa-sha2-256"}
+    opts = t.get_security_options()
+    preferred = [k for k in opts.key_types if k in known_types]
+    if preferred:
+        opts.key_types = preferred
+
+
+def _check_host_key(t: paramiko.Transport, hop: Hop, names: list[str],
+                    found: list[Any]) -> None:
+    key = t.get_remote_server_key()
     if not found:
         raise RemoteError(
             f"host key of {names[0]} is not in known_hosts ({', '.join(hop.known_hosts)}); "
@@ -253,11 +269,13 @@ def connect(target: RemoteTarget) -> Connection:
             sock = _open_socket(hop, opened[-1] if opened else None)
             t = paramiko.Transport(sock)
             opened.append(t)
+            names, found = _known_entries(hop)
+            _prefer_known_key_types(t, found)
             try:
                 t.start_client(timeout=TIMEOUT_S)
             except (paramiko.SSHException, EOFError, OSError) as exc:
                 raise RemoteError(f"SSH handshake with {hop.label} failed ({exc})") from None
-            _check_host_key(t, hop)
+            _check_host_key(t, hop, names, found)
             _authenticate(t, hop)
     except BaseException:
         for t in reversed(opened):

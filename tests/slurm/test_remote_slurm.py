@@ -291,3 +291,30 @@ def test_agent_auth(remote: Remote) -> None:
     finally:
         agent.terminate()
         agent.wait(timeout=10)
+
+
+def test_the_host_key_type_known_hosts_holds_is_asked_for(remote: Remote) -> None:
+    """A server with ed25519 and RSA host keys, known_hosts holding only the RSA one: the
+    RSA key is asked for and checked (as ssh does), not refused as a changed key."""
+    root = remote.root / "rsa"
+    root.mkdir()
+    both = Sshd(remote.root, remote.user.name, rsa_host_key=True).start()
+    try:
+        (root / "known_hosts").write_text(both.known_hosts_line(rsa=True) + "\n")
+        cfg = yaml.safe_load((remote.root / "remote.yaml").read_text())
+        cfg["remote"].update(port=both.port, known_hosts=str(root / "known_hosts"))
+        target = load_file_from(cfg, root)
+        conn = ssh.connect(target)
+        try:
+            assert conn.transport.get_remote_server_key().get_name() == "ssh-rsa"
+        finally:
+            conn.close()
+    finally:
+        both.stop()
+
+
+def load_file_from(cfg: dict[str, object], root: Path) -> RemoteTarget:
+    (root / "remote.yaml").write_text(yaml.safe_dump(cfg))
+    found = load_file(root / "remote.yaml")
+    assert found is not None
+    return found
