@@ -255,6 +255,7 @@ def main() -> None:
     built: dict[int, Path] = {}
     if args.part in ("page", "both"):
         doc["page"] = []
+        doc["page_commit"], doc["page_load_avg_at_start"] = commit, list(os.getloadavg())
         for n in args.page_trials:
             built[n] = built.get(n) or build(n)
             r = child("page", str(n), str(built[n]))
@@ -263,6 +264,7 @@ def main() -> None:
             doc["page"].append(r)
     if args.part in ("tick", "both"):
         doc["tick"] = []
+        doc["tick_commit"], doc["tick_load_avg_at_start"] = commit, list(os.getloadavg())
         for n in args.tick_trials:
             built[n] = built.get(n) or build(n)
             r = child("tick", str(n), str(built[n]), str(args.ticks))
