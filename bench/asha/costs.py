@@ -91,6 +91,9 @@ def main() -> int:
     ap.add_argument("--timeout-s", type=float, default=120.0)
     ap.add_argument("--out", type=Path, default=RESULTS / "asha_pool_costs.json")
     args = ap.parse_args()
+    if args.n < 1:
+        print(f"costs.py: -n must be >= 1, got {args.n}", file=sys.stderr)
+        return 2
     if shutil.which("sbatch") is None:
         print("costs.py: sbatch not found: start the dev cluster "
               "(python -m dethpc.devcluster up)", file=sys.stderr)
