@@ -17,7 +17,7 @@ checkpoints, 64 running, the rest pending), imported from there, not copied.
   during ticks. Reported: median and min tick CPU and wall per phase, the overhead.
 
 Usage: python bench/dashboard/run.py [page|tick|both] [--page-trials 1000 10000]
-       [--tick-trials 1000] [--ticks 6]
+       [--tick-trials 1000] [--ticks 10]
 Writes bench/results/dashboard.json (merging the part it ran into what is there).
 """
 
@@ -242,7 +242,7 @@ def main() -> None:
     ap.add_argument("part", nargs="?", default="both", choices=["page", "tick", "both"])
     ap.add_argument("--page-trials", type=int, nargs="+", default=[1000, 10000])
     ap.add_argument("--tick-trials", type=int, nargs="+", default=[1000])
-    ap.add_argument("--ticks", type=int, default=6, help="ticks per phase per round")
+    ap.add_argument("--ticks", type=int, default=10, help="ticks per phase per round")
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args()
     path = Path(args.out)
