@@ -9,7 +9,8 @@ the dev cluster. The "workstation" is a root process here with its own empty
   one continues from its size;
 - a jump host (a second sshd as ProxyJump in the ssh config);
 - an unknown or changed host key, a key the server does not know and another version
-  on the far side are refused with one line, no traceback.
+  on the far side are refused with one line, no traceback;
+- an ssh-agent's key; the host key type known_hosts holds asked for.
 """
 
 from __future__ import annotations
