@@ -850,7 +850,8 @@ class Daemon:
                     exp = s.get(Experiment, exp_id)
                     if exp is None:
                         continue
-                    out = ExperimentReconciler(s, exp, {}, self.clock()).run_fast(trial_ids)
+                    out = ExperimentReconciler(s, exp, {}, self.clock(),
+                                               fast=True).run_fast(trial_ids)
                 cancel += out.cancel
                 changed |= out.changed
                 self.delete_checkpoints(out.delete)

@@ -201,13 +201,77 @@ def test_ended_trials_are_not_loaded_by_a_tick(tmp_path: Path) -> None:
     def on_load(target: Trial, _context: object) -> None:
         loaded.append(target.id or 0)
 
+    running = set(sorted(set(refs) - set(ended))[:2])
     event.listen(Trial, "load", on_load)
     try:
         tick(store, exp_id, infos_for({t: r for t, r in refs.items() if t not in ended},
-                                      set()))
+                                      running))
     finally:
         event.remove(Trial, "load", on_load)
-    assert sorted(loaded) == sorted(set(refs) - set(ended))
+    # ended: not loaded; the 3 open trials whose jobs this poll saw pending as they were
+    # submitted (quiet) neither; the 2 running ones are
+    assert sorted(loaded) == sorted(running)
+
+
+QUIET_ROWS = [
+    # (job state, restart count, unknown ticks, trial state, steps, restarts, runs, stop
+    #  asked, poll's state, poll's restart count, poll's reason) -> quiet
+    ((JobState.PENDING, 0, 0, TrialState.QUEUED, 0, 0, 0, None, JobState.PENDING, 0, ""), True),
+    ((JobState.PENDING, 0, 0, TrialState.QUEUED, 0, 0, 0, None, JobState.RUNNING, 0, ""), False),
+    ((JobState.PENDING, 0, 0, TrialState.QUEUED, 0, 0, 0, None, JobState.PENDING, 1, ""), False),
+    ((JobState.PENDING, 0, 0, TrialState.QUEUED, 0, 0, 0, None, JobState.PENDING, 0,
+      "Priority"), False),                                     # a new pending reason to store
+    ((JobState.PENDING, 0, 0, TrialState.QUEUED, 0, 0, 0, None, JobState.UNKNOWN, 0, ""), False),
+    ((JobState.PENDING, 0, 0, TrialState.QUEUED, 0, 0, 0, None, JobState.FAILED, 0, ""), False),
+    ((JobState.PENDING, 1, 0, TrialState.QUEUED, 0, 0, 0, None, JobState.PENDING, 1, ""), False),
+    ((JobState.PENDING, 0, 2, TrialState.QUEUED, 0, 0, 0, None, JobState.PENDING, 0, ""), False),
+    ((JobState.PENDING, 0, 0, TrialState.QUEUED, 5, 0, 0, None, JobState.PENDING, 0, ""), False),
+    ((JobState.PENDING, 0, 0, TrialState.QUEUED, 0, 1, 1, None, JobState.PENDING, 0, ""), False),
+    ((JobState.PENDING, 0, 0, TrialState.QUEUED, 0, 0, 0, 5.0, JobState.PENDING, 0, ""), False),
+    ((JobState.RUNNING, 0, 0, TrialState.RUNNING, 0, 0, 0, None, JobState.PENDING, 0, ""), False),
+    ((JobState.PENDING, 0, 0, TrialState.PAUSED, 0, 0, 0, None, JobState.PENDING, 0, ""), False),
+]
+
+
+@pytest.mark.parametrize("facts,quiet", QUIET_ROWS)
+def test_quiet_job_only_when_the_tick_cannot_change_it(facts, quiet) -> None:
+    from dethpc.reconcile import quiet_job
+
+    (state, rc, unknown, tstate, steps, restarts, runs, stop, pstate, prc, reason) = facts
+    row = (1, 2, "7_0", state, rc, unknown, "", "", tstate, steps, restarts, runs, stop)
+    info = JobInfo(ref="7_0", state=pstate, restart_count=prc, reason=reason)
+    assert quiet_job(row, info) is quiet
+    assert quiet_job(row, None) is False               # a tick that could not tell
+    # between polls the stored state decides
+    assert quiet_job(row, None, fast=True) is (state == JobState.PENDING and rc == 0
+                                                and unknown == 0
+                                                and tstate == TrialState.QUEUED
+                                                and steps == restarts == runs == 0
+                                                and stop is None)
+
+
+def test_a_searcher_stop_of_a_quiet_trial_loads_and_cancels_its_job(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    exp_id, refs = experiment(store, tmp_path, 6)
+    infos = infos_for(refs, set())
+    with store.session() as s:
+        exp = s.get(Experiment, exp_id)
+        assert exp is not None
+        rec = ExperimentReconciler(s, exp, infos, 1000.0)
+        assert set(rec.quiet) == set(refs) and not rec.trials and not rec.jobs
+        victim = sorted(refs)[2]
+        trial = s.get(Trial, victim)
+        assert trial is not None
+        rec.apply([Stop(request_id=trial.request_id)])
+        assert rec.out.cancel == [refs[victim]]          # still pending: cancelled
+        assert victim not in rec.quiet
+        rec.finish_if_done()                             # the quiet ones are still open
+        assert exp.state == "ACTIVE"
+    with store.session() as s:
+        t = s.get(Trial, victim)
+        assert t is not None and t.state == TrialState.STOPPED
+        job = s.exec(select(Job).where(Job.trial_id == victim)).one()
+        assert job.live is False
 
 
 def test_searcher_requests_for_ended_trials_still_find_them(tmp_path: Path) -> None:
