@@ -36,7 +36,6 @@ from dethpc.store.models import (
     Job,
     JobState,
     Metric,
-    SearcherState,
     Trial,
     TrialState,
 )
@@ -140,28 +139,9 @@ def seed(home: Path, url: str | None = None) -> dict[str, Any]:
 
 def seed_asha(store: Store, home: Path) -> int:
     """An ASHA experiment driven by the real searcher: every trial at its first rung."""
-    from dethpc.config import parse_experiment_config
-    from dethpc.searchers.base import Create
-    from dethpc.searchers.factory import make_searcher
+    from tests.fixtures.asha_seed import seed_asha as seed
 
-    cfg = parse_experiment_config(ASHA, "asha")
-    searcher = make_searcher(cfg.searcher, cfg.hyperparameters, cfg.experiment_seed)
-    creates = [a for a in searcher.initial() if isinstance(a, Create)]
-    for n, c in enumerate(creates):
-        searcher.on_validation(c.request_id, 1.0 / (n + 1), min(c.validate_at or (c.length,)))
-    with store.session() as s:
-        exp = Experiment(name="asha", config_yaml=yaml.safe_dump(ASHA),
-                         run_dir=str(home / "runs" / "4"), owner=current_user())
-        s.add(exp)
-        s.flush()
-        assert exp.id is not None
-        for n, c in enumerate(creates):
-            s.add(Trial(experiment_id=exp.id, request_id=c.request_id, hparams=c.hparams,
-                        state=TrialState.RUNNING, best_validation=1.0 / (n + 1),
-                        needs_job=False))
-        s.add(SearcherState(experiment_id=exp.id, snapshot=searcher.snapshot(),
-                            initialized=True))
-        return exp.id
+    return seed(store, ASHA, home / "runs" / "4")
 
 
 @dataclass

@@ -139,31 +139,11 @@ ASHA = {"name": "asha", "entrypoint": "python3 train.py",
 
 
 def seed_asha(run_dir: Path) -> int:
-    """An ASHA experiment driven by the real searcher: its trials, their rungs, some
-    stopped, the brackets' cut-offs (describe's rung and searcher columns, rung tables)."""
-    from dethpc.config import parse_experiment_config
-    from dethpc.searchers.base import Create
-    from dethpc.searchers.factory import make_searcher
-    from dethpc.store.models import SearcherState
+    """An ASHA experiment driven by the real searcher: its trials, their rungs, the
+    brackets' cut-offs (describe's rung and searcher columns, rung tables)."""
+    from tests.fixtures.asha_seed import seed_asha as seed
 
-    cfg = parse_experiment_config(ASHA, "asha")
-    searcher = make_searcher(cfg.searcher, cfg.hyperparameters, cfg.experiment_seed)
-    creates = [a for a in searcher.initial() if isinstance(a, Create)]
-    for n, c in enumerate(creates):  # every trial reports at its first rung
-        searcher.on_validation(c.request_id, 1.0 / (n + 1), min(c.validate_at or (c.length,)))
-    with ENV.store.session() as s:
-        exp = Experiment(name="asha", config_yaml=yaml.safe_dump(ASHA), run_dir=str(run_dir),
-                         owner=current_user())
-        s.add(exp)
-        s.flush()
-        assert exp.id is not None
-        for n, c in enumerate(creates):
-            s.add(Trial(experiment_id=exp.id, request_id=c.request_id, hparams=c.hparams,
-                        state=TrialState.RUNNING, best_validation=1.0 / (n + 1),
-                        needs_job=False))
-        s.add(SearcherState(experiment_id=exp.id, snapshot=searcher.snapshot(),
-                            initialized=True))
-        return exp.id
+    return seed(ENV.store, ASHA, run_dir)
 
 
 @pytest.fixture(scope="module")
