@@ -69,14 +69,23 @@ def read(store: Store, exp_id: int) -> Snapshot:
     """The experiment's snapshot now (one query for the experiment, one for its trials)."""
     from dethpc.reconcile import load_config
 
-    with store.session() as s:
-        exp = s.get(Experiment, exp_id)
-        if exp is None:
-            from dethpc.errors import NotFoundError
+    for _ in range(5):
+        # SQLite runs each SELECT on its own snapshot: read the experiment's state again
+        # after its trials, so a line never pairs an old state with new trials (seen: a
+        # tick that completed the experiment read as "ACTIVE 50%: 3 done")
+        with store.session() as s:
+            exp = s.get(Experiment, exp_id)
+            if exp is None:
+                from dethpc.errors import NotFoundError
 
-            raise NotFoundError(f"experiment {exp_id} does not exist")
-        rows = list(s.exec(select(Trial.id, Trial.state, Trial.best_validation)
-                           .where(Trial.experiment_id == exp_id)))
+                raise NotFoundError(f"experiment {exp_id} does not exist")
+            before = (exp.state, exp.progress)
+            rows = list(s.exec(select(Trial.id, Trial.state, Trial.best_validation)
+                               .where(Trial.experiment_id == exp_id)))
+            s.refresh(exp)
+            if (exp.state, exp.progress) == before:
+                break
+    assert exp is not None
     searcher = load_config(exp).searcher
     return summarize(exp_id, exp.state, exp.progress, searcher.metric,
                      searcher.smaller_is_better,
