@@ -34,6 +34,7 @@ from dethpc.store.models import (
     Trial,
     TrialState,
 )
+from tests.fixtures.cli_home import private_home
 
 #: the long words planted in the store; each starts and ends with "zq", so a piece
 #: of one split across lines still shows "zq" and is caught
@@ -150,23 +151,11 @@ def seed_asha(run_dir: Path) -> int:
 def ids(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]]:
     """One private store for the module (seeding costs ~0.5 s): DETHPC_HOME, a local
     cluster config, the CLI's cached store reset before and after."""
-    h = tmp_path_factory.mktemp("home")
-    (h / "cluster.yaml").write_text(yaml.safe_dump(
-        {"backend": "local", "runs_root": str(h / "runs")}))
-
-    def reset() -> None:
-        for name in ("cluster", "store", "backend"):
-            ENV.__dict__.pop(name, None)
-        ENV.cluster_path = None
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DETHPC_HOME", str(h))
-        mp.setenv("DETHPC_CLUSTER_CONFIG", str(h / "cluster.yaml"))
-        reset()
+    with private_home(tmp_path_factory.mktemp("home")) as h:
         out = seed(h / "runs" / "1")
         out["short"] = seed_short(h / "runs" / "2")
         out["asha"] = seed_asha(h / "runs" / "3")
         yield out
-        reset()
 
 
 def run(*args: str, columns: int = 80) -> str:

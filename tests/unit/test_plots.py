@@ -45,6 +45,7 @@ from dethpc.plots.data import (
     top_trials,
 )
 from dethpc.store.models import Experiment, Metric, SearcherState, Trial, TrialState
+from tests.fixtures.cli_home import private_home
 
 HPARAMS: dict[str, Any] = {
     "lr": {"type": "log", "base": 10, "minval": -4, "maxval": -1},
@@ -153,22 +154,10 @@ def insert(s: Any, model: Any, rows: list[dict[str, Any]]) -> dict[int, int]:
 @pytest.fixture(scope="module")
 def store_ids(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]]:
     """One private store for the module: the 10- and 1,000-trial experiments."""
-    h = tmp_path_factory.mktemp("home")
-    (h / "cluster.yaml").write_text(yaml.safe_dump(
-        {"backend": "local", "runs_root": str(h / "runs")}))
-
-    def reset() -> None:
-        for name in ("cluster", "store", "backend"):
-            ENV.__dict__.pop(name, None)
-        ENV.cluster_path = None
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DETHPC_HOME", str(h))
-        mp.setenv("DETHPC_CLUSTER_CONFIG", str(h / "cluster.yaml"))
-        reset()
+    with private_home(tmp_path_factory.mktemp("home")) as h:
         yield {"ten": simulate(config("ten-trials", 10, "stopping", 2, 3, 64), h / "r1"),
                "thousand": simulate(config("thousand-trials", 1000, "promotion", 4, 4, 256),
                                     h / "r2")}
-        reset()
 
 
 def invoke(*args: str) -> Any:
