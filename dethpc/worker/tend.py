@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from sqlmodel import col, select
 from dethpc.backends.base import Backend, JobInfo, JobRequest
 from dethpc.config.model import ClusterConfig, ExperimentConfig, WorkerPool
 from dethpc.errors import SubmitError, SubmitLimitError
+from dethpc.reconcile import load_config
 from dethpc.render import parse_slurm_time
 from dethpc.store import Store
 from dethpc.store.models import (
@@ -174,7 +176,7 @@ class PoolTender:
                     item = work_item(cfg, self.cluster, backend=self.backend.traits.kind,
                                      python=self.python, run_dir=run_dir, exp_id=exp.id,
                                      trial_id=t.id, seq=seq)
-                    queue.enqueue(paths, _with_ref(item, ref))
+                    queue.enqueue(paths, replace(item, ref=ref))
                 t.needs_job = False
                 s.add(t)
                 s.add(Job(experiment_id=exp.id, trial_id=t.id, batch_id=batch.id,
@@ -192,12 +194,12 @@ class PoolTender:
             exp = s.get(Experiment, exp_id)
             if exp is None or not exp.kind.daemon_submits:
                 return 0
-            from dethpc.reconcile import load_config
-
+            paths = queue.PoolPaths.of_run_dir(Path(exp.run_dir))
+            if not paths.root.is_dir():    # no pool was ever set up: nothing to parse
+                return 0
             cfg = load_config(exp)
             wp = self.cluster.worker_pool(cfg)
-            paths = queue.PoolPaths.of_run_dir(Path(exp.run_dir))
-            if not self.enabled(cfg, exp.kind) or not paths.root.is_dir():
+            if not self.enabled(cfg, exp.kind):
                 return 0
             batches = list(s.exec(select(Batch).where(
                 Batch.experiment_id == exp_id, Batch.kind == BatchKind.WORKERS,
@@ -294,12 +296,6 @@ class PoolTender:
     def event(self, exp_id: int, kind: str, message: str) -> None:
         with self.store.session() as s:
             s.add(Event(experiment_id=exp_id, kind=kind, message=message))
-
-
-def _with_ref(item: queue.WorkItem, ref: str) -> queue.WorkItem:
-    from dataclasses import replace
-
-    return replace(item, ref=ref)
 
 
 def _listdir(path: Path) -> list[str]:
