@@ -83,6 +83,19 @@ _ENVIRONMENT_IGNORED = {key: _K8S for key in (
     "drop_capabilities", "proxy_ports", "ports")}
 _DEVICE_KEYS = ("cpu", "cuda", "rocm", "gpu")  # "gpu" is Determined's old name for cuda
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: variables bash sets itself or keeps read-only: a job script cannot pass them on
+#: (``export UID=1`` fails the script; ``_`` is the last command's path). Names starting
+#: with ``BASH`` are bash's too.
+SHELL_OWNED = frozenset({"_", "UID", "EUID", "PPID", "SHELLOPTS", "RANDOM", "SECONDS",
+                         "LINENO", "HISTCMD", "FUNCNAME", "GROUPS", "PWD", "OLDPWD", "SHLVL",
+                         "SRANDOM", "EPOCHREALTIME", "EPOCHSECONDS", "PIPESTATUS", "OPTIND",
+                         "IFS", "PS4", "DIRSTACK", "COMP_WORDBREAKS"})
+
+
+def shell_owned(name: str) -> bool:
+    return name in SHELL_OWNED or name.startswith("BASH")
+
+
 _CKPT_FIELDS = {
     "shared_fs": ("type", "host_path", "storage_path"),
     "directory": ("type", "container_path"),
@@ -370,6 +383,11 @@ def _env_list(ck: Checker, value: Any, path: str) -> dict[str, str]:
         if not sep or not _ENV_NAME.match(name):
             ck.error(join(path, i), f"expected 'NAME=value' with NAME matching "
                                     f"[A-Za-z_][A-Za-z0-9_]*, got {show(item)}")
+            continue
+        if shell_owned(name):
+            ck.error(join(path, i), f"{name} is set by bash itself in the job script "
+                                    "(read-only or overwritten), so it cannot be passed; "
+                                    "allowed: any other name")
             continue
         env[name] = val
     return env

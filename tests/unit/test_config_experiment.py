@@ -644,3 +644,25 @@ def test_override_validated_after_apply(tmp_path: Path) -> None:
         load_experiment_config(path, ["searcher.max_trials=abc"])
     assert [str(e) for e in info.value.errors] == [
         "searcher.max_trials: expected an integer >= 1, got 'abc'"]
+
+
+@pytest.mark.parametrize(("entries", "bad"), [
+    (["UID=1"], "environment.environment_variables[0]"),
+    (["A=1", "_=x"], "environment.environment_variables[1]"),
+    (["BASH_ENV=/tmp/x"], "environment.environment_variables[0]"),
+    (["PWD=/"], "environment.environment_variables[0]"),
+    ({"cpu": ["A=1"], "cuda": ["SECONDS=3"]}, "environment.environment_variables.cuda[0]"),
+    (["UIDX=1", "MY_PWD=/", "bash_lower=1"], None),
+])
+def test_environment_variables_bash_owns_are_refused(entries: Any, bad: str | None) -> None:
+    """A name bash sets itself or keeps read-only cannot reach the trial (``export
+    UID=1`` fails the job script). Determined accepts it, so validation warns and
+    ``submit`` refuses it, naming the entry."""
+    cfg = parse_experiment_config(patched({"environment": {"environment_variables": entries}}))
+    if bad is None:
+        assert not cfg.unsupported and cfg.environment.environment_variables
+        return
+    assert [e.path for e in cfg.unsupported] == [bad]
+    with pytest.raises(ConfigError) as info:
+        check_supported(cfg)
+    assert bad in str(info.value) and "set by bash itself" in str(info.value)
