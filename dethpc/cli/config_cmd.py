@@ -92,4 +92,10 @@ def show_cluster(
         print_config_error(exc)
         raise typer.Exit(2) from None
     _out.print(f"# source: {escape(cfg.source)}", highlight=False)
-    _out.print(escape(dump_config(cluster_to_dict(cfg))), highlight=False, end="")
+    shown = cluster_to_dict(cfg)
+    if shown.get("database_url"):
+        from dethpc.store.access import safe_url
+
+        # the site file may hold a password; what is printed never does
+        shown["database_url"] = safe_url(str(shown["database_url"]))
+    _out.print(escape(dump_config(shown)), highlight=False, end="")

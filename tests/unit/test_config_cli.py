@@ -82,3 +82,11 @@ def test_show_cluster_invalid(tmp_path: Path) -> None:
     path.write_text("backend: k8s\n")
     code, _, err = run("show-cluster", "--cluster-config", str(path))
     assert code == 2 and "backend: invalid value 'k8s'" in err
+
+
+def test_show_cluster_never_prints_the_database_password(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("database_url: postgresql+psycopg://alice:s3cret@db.example:5432/dethpc\n")
+    code, out, _ = run("show-cluster", "--cluster-config", str(path))
+    assert code == 0 and "s3cret" not in out
+    assert "postgresql+psycopg://alice:***@db.example:5432/dethpc" in out
