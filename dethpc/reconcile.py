@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import bindparam
 from sqlalchemy import select as sa_select
 from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
@@ -113,10 +114,11 @@ def quiet_job(row: Any, info: JobInfo | None, *, fast: bool = False) -> bool:
     ``row`` is (job id, trial id, ref, state, restart count, unknown ticks, reason, nodes,
     trial state, steps, restarts, runs, stop requested at). Pending since it was
     submitted, never run, nothing changed: the poll (``info``) sees it pending, never
-    requeued, with the stored reason; the trial QUEUED, nothing trained, no restart, no
-    stop asked. Between polls (``fast``: no ``info``) the stored state decides. Such a
-    job's ``observe_job`` changes nothing, its ingest is skipped (``nothing_written_yet``)
-    and ``judge`` waits (``nothing_to_judge``)."""
+    requeued; the trial QUEUED, nothing trained, no restart, no stop asked. Between
+    polls (``fast``: no ``info``) the stored state decides. Such a job's ``observe_job``
+    would at most store a new pending reason (the caller does that for all of them in
+    one statement: ``new_reasons``), its ingest is skipped (``nothing_written_yet``) and
+    ``judge`` waits (``nothing_to_judge``)."""
     (_, _, _, state, restart_count, unknown_ticks, reason, nodes, trial_state, steps,
      restarts, runs, stop_at) = row
     if not (state == JobState.PENDING and restart_count == 0 and unknown_ticks == 0
@@ -126,7 +128,20 @@ def quiet_job(row: Any, info: JobInfo | None, *, fast: bool = False) -> bool:
     if info is None:
         return fast
     return (info.state == JobState.PENDING and info.restart_count == 0
-            and info.reason == reason and (info.nodes or nodes) == nodes)
+            and (info.nodes or nodes) == nodes)
+
+
+def new_reasons(quiet_rows: list[Any], infos: dict[str, JobInfo]) -> list[dict[str, Any]]:
+    """``{"jid": job id, "r": reason}`` for each quiet job whose pending reason this poll
+    reads differently (Slurm moves thousands of pending jobs between None, Priority,
+    Resources and JobArrayTaskLimit as it schedules: loading each one's rows to store it
+    made most pending jobs loud on the dev cluster at 10,000 trials)."""
+    out = []
+    for row in quiet_rows:
+        info = infos.get(row[2] or "")
+        if info is not None and info.reason != row[6]:
+            out.append({"jid": row[0], "r": info.reason})
+    return out
 
 
 def _chunks(ids: list[int], size: int = 900) -> list[list[int]]:
@@ -173,9 +188,14 @@ class ExperimentReconciler:
             Trial, col(Trial.id) == Job.trial_id).where(
             Job.experiment_id == self.exp_id, Job.live == True)).all()  # noqa: E712
         if exp.state == ExperimentState.ACTIVE:
-            for row in live_rows:
-                if quiet_job(row, infos.get(row[2] or ""), fast=fast):
-                    self.quiet[row[1]] = row[0]
+            quiet_rows = [row for row in live_rows
+                          if quiet_job(row, infos.get(row[2] or ""), fast=fast)]
+            self.quiet = {row[1]: row[0] for row in quiet_rows}
+            changed = new_reasons(quiet_rows, infos)
+            if changed:
+                table = Job.__table__  # type: ignore[attr-defined]
+                s.execute(table.update().where(table.c.id == bindparam("jid"))  # type: ignore[call-overload]
+                          .values(reason=bindparam("r")), changed)
         # the open trials and those with a live job: an ended trial is read only when
         # asked for (``trial_of_request``); hparams and validate_at only when a trial is
         # promoted (decoding every trial's JSON was a third of a tick at 10,000 trials)

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from itertools import product
 from pathlib import Path
 
@@ -220,7 +221,7 @@ QUIET_ROWS = [
     ((JobState.PENDING, 0, 0, TrialState.QUEUED, 0, 0, 0, None, JobState.RUNNING, 0, ""), False),
     ((JobState.PENDING, 0, 0, TrialState.QUEUED, 0, 0, 0, None, JobState.PENDING, 1, ""), False),
     ((JobState.PENDING, 0, 0, TrialState.QUEUED, 0, 0, 0, None, JobState.PENDING, 0,
-      "Priority"), False),                                     # a new pending reason to store
+      "Priority"), True),              # a new pending reason: stored without loading rows
     ((JobState.PENDING, 0, 0, TrialState.QUEUED, 0, 0, 0, None, JobState.UNKNOWN, 0, ""), False),
     ((JobState.PENDING, 0, 0, TrialState.QUEUED, 0, 0, 0, None, JobState.FAILED, 0, ""), False),
     ((JobState.PENDING, 1, 0, TrialState.QUEUED, 0, 0, 0, None, JobState.PENDING, 1, ""), False),
@@ -248,6 +249,26 @@ def test_quiet_job_only_when_the_tick_cannot_change_it(facts, quiet) -> None:
                                                 and tstate == TrialState.QUEUED
                                                 and steps == restarts == runs == 0
                                                 and stop is None)
+
+
+def test_a_new_pending_reason_is_stored_without_loading_the_quiet_rows(
+        tmp_path: Path) -> None:
+    """Slurm re-labels pending jobs as it schedules (None -> Priority -> Resources): the
+    reason ``describe`` shows is stored, and the jobs stay quiet (no row loaded)."""
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    exp_id, refs = experiment(store, tmp_path, 5)
+    infos = infos_for(refs, set())
+    relabelled = sorted(refs)[:3]
+    for tid in relabelled:
+        infos[refs[tid]] = replace(infos[refs[tid]], reason="Resources")
+    with store.session() as s:
+        exp = s.get(Experiment, exp_id)
+        assert exp is not None
+        rec = ExperimentReconciler(s, exp, infos, 1000.0)
+        assert set(rec.quiet) == set(refs) and not rec.trials and not rec.jobs
+    with store.session() as s:
+        reasons = {j.trial_id: j.reason for j in s.exec(select(Job)).all()}
+    assert reasons == {tid: "Resources" if tid in relabelled else "" for tid in refs}
 
 
 def test_a_searcher_stop_of_a_quiet_trial_loads_and_cancels_its_job(tmp_path: Path) -> None:
