@@ -16,6 +16,7 @@ from dethpc.cli.admin_cmd import admin_app
 from dethpc.cli.common import ENV, err_console
 from dethpc.cli.daemon_cmd import daemon_app
 from dethpc.cli.experiment_cmd import create, experiment_app
+from dethpc.cli.interactive_cmd import cmd_app, notebook_app, shell_app
 from dethpc.cli.task_cmd import task_app, tensorboard_app
 from dethpc.cli.trial_cmd import checkpoint_app, render, trial_app
 from dethpc.errors import DethpcError
@@ -31,6 +32,9 @@ app.add_typer(daemon_app, name="daemon")
 app.add_typer(admin_app, name="admin")
 app.add_typer(tensorboard_app, name="tensorboard")
 app.add_typer(task_app, name="task")
+app.add_typer(shell_app, name="shell")
+app.add_typer(notebook_app, name="notebook")
+app.add_typer(cmd_app, name="cmd")
 app.command("submit", help="Alias of `experiment create`.")(create)
 app.command("render")(render)
 

@@ -1,5 +1,5 @@
-"""``dethpc tensorboard start|list|stop`` and ``dethpc task list|kill`` (the task model,
-``dethpc.tasks``; notebooks, shells and commands join ``task`` later)."""
+"""``dethpc tensorboard start|list|stop`` and ``dethpc task list|logs|kill`` (the task
+model, ``dethpc.tasks``: TensorBoard, notebooks, shells, commands)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from dethpc.tasks import registry
 
 tensorboard_app = typer.Typer(help="TensorBoard over experiments' metrics.",
                               no_args_is_help=True)
-task_app = typer.Typer(help="Tasks: TensorBoard (and later notebooks, shells, commands).",
+task_app = typer.Typer(help="Tasks: TensorBoard, notebooks, shells, commands.",
                        no_args_is_help=True)
 
 
@@ -110,3 +110,31 @@ def task_kill(task_ids: list[int] = typer.Argument(..., metavar="TASK...")) -> N
     for task_id in task_ids:
         registry.kill(ENV.store, task_id)
         say(f"task {task_id} stopped")
+
+
+@task_app.command("logs")
+def task_logs(task_id: int = typer.Argument(..., metavar="TASK"),
+              follow: bool = typer.Option(False, "--follow", "-f", help=(
+                  "keep printing until the task's job or process has ended"))) -> None:
+    """A task's log: its job's output (TensorBoard: its server's log)."""
+    import sys
+
+    from dethpc.tasks.logs import follow as follow_log
+    from dethpc.tasks.logs import log_path
+
+    task = registry.get(ENV.store, task_id)
+    path = log_path(task)
+    if not task.work_dir or not (path.exists() or follow):
+        raise DethpcError(f"TASK: task {task_id} has no log yet ({path})")
+
+    def write(chunk: bytes) -> None:
+        sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
+
+    def running() -> bool:
+        return not task.state.is_terminal and registry.alive(task) is True
+
+    try:
+        follow_log(path, running, write, follow=follow)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None

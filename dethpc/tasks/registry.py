@@ -4,8 +4,9 @@ Owns: ``Task`` rows (``dethpc.store.models.Task``), each task's owner-only direc
 and how a task's liveness is read: a local task is alive while its pid runs on its
 host with the task's directory in its command line (a reused pid is not mistaken for
 it); a ``--slurm`` task is alive while Slurm lists its job. A task found dead is marked
-``ended`` when listed. Kinds (notebook, shell, command: issue 18) add their own start;
-list and kill are these.
+``ended`` when listed (a notebook, shell or command job ``failed`` when the exit code
+its script wrote is not 0: ``dethpc.tasks.interactive.finish``). Kinds add their own
+start; list and kill are these.
 """
 
 from __future__ import annotations
@@ -129,8 +130,13 @@ def tasks(store: Store, *, kind: TaskKind | None = None, include_ended: bool = F
     out = []
     for task in rows:
         if not task.state.is_terminal and alive(task) is False and task.id is not None:
-            task = update(store, task.id, state=TaskState.ENDED,
-                          message=task.message or "its process is gone")
+            if task.kind in (TaskKind.COMMAND, TaskKind.NOTEBOOK, TaskKind.SHELL):
+                from dethpc.tasks.interactive import finish
+
+                task = finish(store, task)   # ENDED, or FAILED by its exit code
+            else:
+                task = update(store, task.id or 0, state=TaskState.ENDED,
+                              message=task.message or "its process is gone")
         if include_ended or not task.state.is_terminal:
             out.append(task)
     return out
