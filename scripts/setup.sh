@@ -26,6 +26,6 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # torch exactly 2.13.0 (a CPU wheel is available locally; any other spec pulls CUDA wheels)
   .venv/bin/pip install -q "torch==2.13.0"
   # deepspeed with no prebuilt ops (DS_BUILD_OPS=0): keeps torch 2.13.0, installs in ~15 s
-  DS_BUILD_OPS=0 .venv/bin/pip install -q -e ".[torch,dev,mpi,deepspeed,postgres,dashboard,browser-test,plots,tensorboard]"
+  DS_BUILD_OPS=0 .venv/bin/pip install -q -e ".[torch,dev,mpi,deepspeed,postgres,dashboard,browser-test,plots,tensorboard,notebook]"
   echo "$want" > "$stamp"
 fi
