@@ -28,6 +28,7 @@ from typing import Any
 from dethpc import __version__
 from dethpc.config import parse_experiment_config
 from dethpc.config._yaml import load_yaml_text
+from dethpc.config.experiment import check_supported
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
 from dethpc.context import snapshot_context
 from dethpc.directives import _placement, check_directive, job_time, layer, shape_directives
@@ -99,7 +100,9 @@ def task_config(raw: Any, source: str = "task config") -> ExperimentConfig:
     if isinstance(res, dict) and "slots" in res:
         slots = res.pop("slots")
         res.setdefault("slots_per_trial", slots)
-    return parse_experiment_config({**_SYNTHETIC, **kept}, source)
+    cfg = parse_experiment_config({**_SYNTHETIC, **kept}, source)
+    check_supported(cfg)     # what `submit` refuses (a managed sbatch option, ...)
+    return cfg
 
 
 def task_directives(cfg: ExperimentConfig, pool: ResourcePool, *, kind: TaskKind,
