@@ -13,7 +13,7 @@ from pathlib import Path
 from dethpc.config.model import ClusterConfig, ExperimentConfig
 from dethpc.errors import DethpcError
 from dethpc.store import Store
-from dethpc.store.models import Task, TaskKind
+from dethpc.store.models import Task, TaskKind, TaskState
 from dethpc.tasks import interactive, logs, registry
 
 
@@ -33,7 +33,17 @@ def follow(store: Store, task: Task, write: Callable[[bytes], None],
            poll_s: float = 0.5) -> tuple[Task, int]:
     """Copy the job's log until the job ends; (the task, recorded), and the exit code the
     CLI returns (the command's; 1 when the job ended without one)."""
-    logs.follow(logs.log_path(task), lambda: registry.job_alive(task), write, poll_s=poll_s)
+    def running() -> bool:
+        nonlocal task
+        state, nodes, _ = interactive.job_state(task.job_ref)
+        if state == "RUNNING" and not task.host and task.id is not None:
+            from dethpc.hostlist import expand_hostlist
+
+            task = registry.update(store, task.id, state=TaskState.RUNNING,
+                                   host=expand_hostlist(nodes)[0] if nodes else "")
+        return bool(state)
+
+    logs.follow(logs.log_path(task), running, write, poll_s=poll_s)
     task = interactive.finish(store, task)
     code = interactive.exit_code(task)
     return task, 1 if code is None else code

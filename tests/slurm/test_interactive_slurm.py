@@ -3,8 +3,8 @@
 ``shell start`` under a real pseudo-terminal runs what is typed in the allocation and
 ends it; a kept shell is attached again and ``task kill`` leaves nothing in ``squeue``;
 a notebook's JupyterLab answers with its token (403 without) on the node it reports,
-and its idle timeout ends the job. The CLI runs as a subprocess (its own exit code),
-on partition ``debug``."""
+and its idle timeout ends the job, as a kept shell's ends its allocation. The CLI runs
+as a subprocess (its own exit code), on partition ``debug``."""
 
 from __future__ import annotations
 
@@ -156,11 +156,15 @@ def test_a_kept_shell_is_attached_again_and_task_kill_ends_it(env: dict[str, str
     assert tasks(env)[shell["id"]]["state"] == "ended"
 
 
-def test_a_notebook_answers_with_its_token_and_its_idle_timeout_ends_it(
+def test_idle_timeouts_end_a_notebook_and_a_kept_shell(
         env: dict[str, str], ctx: Path) -> None:
     pytest.importorskip("jupyterlab")
     from dethpc.tasks.notebook import status
 
+    # meanwhile, a kept shell with nothing attached ends at its holder's first check
+    cli(env, "shell", "start", "--keep", "--idle-timeout", "0.05", "--", "true")
+    idle_shell = max((t for t in tasks(env).values() if t["kind"] == "shell"),
+                     key=lambda t: t["id"])
     start = time.monotonic()
     out = json.loads(cli(env, "notebook", "start", ctx, "--idle-timeout", "0.25",
                          "--json").stdout)
@@ -183,4 +187,9 @@ def test_a_notebook_answers_with_its_token_and_its_idle_timeout_ends_it(
     assert not in_squeue(job), f"still in squeue {time.monotonic() - start:.0f} s on"
     row = tasks(env)[out["id"]]
     assert row["state"] == "ended", row
+    while in_squeue(idle_shell["job"]) and time.monotonic() < deadline:
+        time.sleep(2)
+    assert not in_squeue(idle_shell["job"])
+    assert "no shell attached for 3 s" in cli(env, "task", "logs", idle_shell["id"]).stdout
+    assert tasks(env)[idle_shell["id"]]["state"] == "ended"
     assert "shutting down" in cli(env, "task", "logs", out["id"]).stdout
