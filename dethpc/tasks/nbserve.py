@@ -87,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     args = jupyter_argv(sys.executable, address=address, port=port, root=Path.cwd(),
                         idle_timeout_s=a.idle_timeout)
     os.environ["JUPYTER_TOKEN_FILE"] = str(token)
+    # its server file (which holds the token) and cookie secret stay in the task's 0700
+    # directory, not in ~/.local/share/jupyter/runtime
+    os.environ["JUPYTER_RUNTIME_DIR"] = str(a.task_dir / "jupyter-runtime")
     os.environ.pop("JUPYTER_TOKEN", None)
     write_endpoint(a.task_dir, node, address, port)
     print(f"nbserve: JupyterLab on {node} ({address}:{port})", file=sys.stderr, flush=True)
