@@ -22,4 +22,5 @@ elif [ "${CI:-}" = true ]; then
 fi
 echo "set-up: venv ${t_setup} s, dev cluster and PostgreSQL $((SECONDS - t0 - t_setup)) s" \
   "(CI budget for all of .ci/run: 45 min, see docs/testing.md)"
-python -m pytest "$@"
+# the 25 slowest tests are listed before the summary: where the budget goes
+python -m pytest --durations=25 "$@"
