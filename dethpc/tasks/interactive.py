@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dethpc import __version__
+from dethpc.backends.traits import BackendKind, traits_of
 from dethpc.config import parse_experiment_config
 from dethpc.config._yaml import load_yaml_text
 from dethpc.config.experiment import check_supported
@@ -241,7 +242,7 @@ def prepare(store: Store, cluster: ClusterConfig, kind: TaskKind, *,
             warn: Callable[[str], None] = lambda _: None) -> Prepared:
     """Record the task, make its 0700 directory, copy the context, build its job
     (``command``: its argv, or a function of the task directory that returns it)."""
-    if cluster.backend != "slurm":
+    if traits_of(cluster.backend).kind is not BackendKind.SLURM:
         raise DethpcError(f"`dethpc {kind.value}` runs a Slurm job; the cluster config "
                           f"({cluster.source}) has backend {cluster.backend!r}")
     name = pool_name or config.resources.resource_pool
