@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import select
 import shlex
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import BinaryIO
 
 import paramiko
@@ -40,7 +44,11 @@ def command_line(prefix: str, args: list[str]) -> str:
 def run(transport: paramiko.Transport, line: str, *, out: BinaryIO | None = None,
         err: BinaryIO | None = None) -> int:
     """Run ``line`` on the far side; copy its output as it comes; its exit status (130
-    after Ctrl-C here, which ends the far command)."""
+    after Ctrl-C here, which ends the far command).
+
+    Ctrl-C only sets a flag that the copying loop reads between reads (at least every
+    0.1 s): a KeyboardInterrupt raised inside paramiko, between a lock's acquire and its
+    release, could leave the channel locked and the CLI hanging after Ctrl-C."""
     out = out or sys.stdout.buffer
     err = err or sys.stderr.buffer
     try:
@@ -49,20 +57,40 @@ def run(transport: paramiko.Transport, line: str, *, out: BinaryIO | None = None
     except (paramiko.SSHException, OSError, EOFError) as exc:
         raise RemoteError(f"could not start the command on the login node ({exc})") from None
     try:
-        return _pump(ch, out, err)
-    except KeyboardInterrupt:
+        with _interrupt_flag() as interrupted:
+            code = _pump(ch, out, err, interrupted)
+        if code is not None:
+            return code
         ch.shutdown_write()  # the far watcher sees EOF and ends the command
         deadline = time.monotonic() + 5
         while not ch.exit_status_ready() and time.monotonic() < deadline:
             time.sleep(0.05)
-        ch.close()
         return 130
     finally:
         ch.close()
 
 
-def _pump(ch: paramiko.Channel, out: BinaryIO, err: BinaryIO) -> int:
+@contextmanager
+def _interrupt_flag() -> Iterator[threading.Event]:
+    """An event set by SIGINT while the block runs (the handler is only replaced in the
+    main thread, where Python delivers signals; elsewhere the event stays unset)."""
+    flag = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+    previous = signal.signal(signal.SIGINT, lambda *_: flag.set())
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _pump(ch: paramiko.Channel, out: BinaryIO, err: BinaryIO,
+          interrupted: threading.Event) -> int | None:
+    """Copy until the far command exits (its status) or ``interrupted`` is set (None)."""
     while True:
+        if interrupted.is_set():
+            return None
         moved = False
         if ch.recv_ready():
             out.write(ch.recv(65536))

@@ -213,3 +213,23 @@ def test_far_side_builds_the_tree_from_objects(tmp_path: Path) -> None:
         upload.build_tree(area, bad_sha)
     with pytest.raises(RemoteError, match="missing or unreadable"):
         upload.build_tree(area, "0" * 64)
+
+
+def test_ctrl_c_only_sets_a_flag_while_output_is_copied() -> None:
+    """SIGINT during `forward.run` raises nothing (a KeyboardInterrupt inside paramiko
+    could leave a channel lock held); it sets the flag the copy loop reads, and the
+    previous handler is back afterwards."""
+    import os
+    import signal
+
+    from dethpc.remote.forward import _interrupt_flag
+
+    before = signal.getsignal(signal.SIGINT)
+    with _interrupt_flag() as interrupted:
+        assert not interrupted.is_set()
+        os.kill(os.getpid(), signal.SIGINT)
+        deadline = time.monotonic() + 10
+        while not interrupted.is_set() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert interrupted.is_set()
+    assert signal.getsignal(signal.SIGINT) is before
