@@ -22,5 +22,7 @@ elif [ "${CI:-}" = true ]; then
 fi
 echo "set-up: venv ${t_setup} s, dev cluster and PostgreSQL $((SECONDS - t0 - t_setup)) s" \
   "(CI budget for all of .ci/run: 45 min, see docs/testing.md)"
-# the 25 slowest tests are listed before the summary: where the budget goes
-python -m pytest --durations=25 "$@"
+# Two pytest workers (pytest-xdist): one runs the Slurm tier, in order, from the start
+# (the xdist group "slurm", tests/conftest.py); the other runs the unit, local and
+# PostgreSQL tiers beside it. The 25 slowest tests are listed before the summary.
+python -m pytest -n 2 --dist loadgroup --durations=25 "$@"
