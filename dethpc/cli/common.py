@@ -26,7 +26,8 @@ from dethpc.config.model import ClusterConfig
 from dethpc.store import Store
 
 console = Console()
-err_console = Console(stderr=True)
+#: errors are never hard-wrapped: a path or a command to copy from them stays one line
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 @dataclass
