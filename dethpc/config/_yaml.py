@@ -1,6 +1,6 @@
 """YAML reading and writing for configs, with YAML-1.2-like number rules.
 
-Owns: ``load_yaml_text`` / ``dump_yaml`` and the loader/dumper classes.
+Owns: ``load_yaml_text`` / ``load_yaml_file`` / ``dump_yaml`` and the loader/dumper classes.
 Must not: validate configs (that is ``dethpc.config.experiment`` / ``cluster``).
 
 Why a custom loader: PyYAML follows YAML 1.1, where an unquoted ``01:00:00`` is
@@ -15,6 +15,7 @@ error (YAML 1.2) instead of PyYAML's silent last-one-wins.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -107,3 +108,16 @@ def dump_yaml(data: Any) -> str:
         default_flow_style=False,
         allow_unicode=True,
     )
+
+
+def load_yaml_file(path: str | Path) -> Any:
+    """``load_yaml_text`` of a file; a missing or unreadable file is a ``ConfigError``
+    naming it, as a bad value in it is."""
+    source = str(path)
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([FieldError("", "file not found")], source) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([FieldError("", f"cannot read the file: {exc}")], source) from None
+    return load_yaml_text(text, source)

@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from dethpc.config._check import Checker, join, sbatch_args, sbatch_time, show
-from dethpc.config._yaml import dump_yaml, load_yaml_text
+from dethpc.config._yaml import dump_yaml, load_yaml_file
 from dethpc.config.expconf import Verdict, verdict
 from dethpc.config.hparams import parse_hparams
 from dethpc.config.model import (
@@ -210,13 +210,7 @@ def load_experiment_config(path: str | Path,
                            overrides: Sequence[str] = ()) -> ExperimentConfig:
     """Read a YAML file, apply ``--config key=value`` overrides, then validate."""
     source = str(path)
-    try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError([FieldError("", "file not found")], source) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError([FieldError("", f"cannot read the file: {exc}")], source) from None
-    raw = load_yaml_text(text, source)
+    raw = load_yaml_file(path)
     if overrides:
         if not isinstance(raw, dict):
             parse_experiment_config(raw, source)  # raises the "expected a mapping" error

@@ -34,7 +34,7 @@ import jinja2
 from dethpc.backends.base import Backend
 from dethpc.backends.traits import BackendKind
 from dethpc.config._check import Checker, allowed_list, did_you_mean, join, show
-from dethpc.config._yaml import load_yaml_text
+from dethpc.config._yaml import load_yaml_file
 from dethpc.config.experiment import _IGNORED_TOP, parse_experiment_config
 from dethpc.config.hparams import flatten_hparams
 from dethpc.config.model import AshaVariant, ClusterConfig, ExperimentConfig, ResourcePool
@@ -129,13 +129,7 @@ def load_search_config(path: str | Path, script: Path, args: Sequence[str] = (),
                        overrides: Sequence[str] = ()) -> ExperimentConfig:
     """Read a search file, apply ``--config key=value`` overrides, validate."""
     source = str(path)
-    try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError([FieldError("", "file not found")], source) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError([FieldError("", f"cannot read the file: {exc}")], source) from None
-    raw = load_yaml_text(text, source)
+    raw = load_yaml_file(path)
     if overrides and isinstance(raw, dict):
         raw = apply_overrides(raw, overrides)
     return parse_search_config(raw, script, args, source)

@@ -28,7 +28,7 @@ from typing import Any
 from dethpc import __version__
 from dethpc.backends.traits import BackendKind, traits_of
 from dethpc.config import parse_experiment_config
-from dethpc.config._yaml import load_yaml_text
+from dethpc.config._yaml import load_yaml_file
 from dethpc.config.experiment import check_supported
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
 from dethpc.context import snapshot_context
@@ -72,13 +72,7 @@ def load_task_config(path: str | Path | None) -> ExperimentConfig:
     if path is None:
         return task_config({})
     source = str(path)
-    try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError([FieldError("", "file not found")], source) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError([FieldError("", f"cannot read the file: {exc}")], source) from None
-    return task_config(load_yaml_text(text, source), source)
+    return task_config(load_yaml_file(path), source)
 
 
 def task_config(raw: Any, source: str = "task config") -> ExperimentConfig:
