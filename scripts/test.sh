@@ -23,6 +23,7 @@ fi
 echo "set-up: venv ${t_setup} s, dev cluster and PostgreSQL $((SECONDS - t0 - t_setup)) s" \
   "(CI budget for all of .ci/run: 45 min, see docs/testing.md)"
 # Two pytest workers (pytest-xdist): one runs the Slurm tier, in order, from the start
-# (the xdist group "slurm", tests/conftest.py); the other runs the unit, local and
+# (every test under tests/slurm/ is one xdist work unit: pytest_xdist_make_scheduler in
+# tests/conftest.py); the other runs the unit, local and
 # PostgreSQL tiers beside it. The 25 slowest tests are listed before the summary.
 python -m pytest -n 2 --dist loadgroup --durations=25 "$@"

@@ -63,6 +63,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     slurm, rest = [], []
     for item in items:
         if is_slurm_test(item):
+            if SLURM_DIR not in Path(str(item.path)).resolve().parents:
+                # the xdist lane is chosen by path (slurm_lane_scope): elsewhere this
+                # test would run beside the Slurm tier on the shared cluster
+                raise pytest.UsageError(f"{item.nodeid} needs the Slurm cluster; Slurm "
+                                        "tests live under tests/slurm/")
             item.add_marker(pytest.mark.slurm)
             slurm.append(item)
         else:
