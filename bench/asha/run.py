@@ -14,6 +14,17 @@ the validation that caused it. Two execution modes (``--exec``):
   job_start_s`` once (the preload of torch is inside ``job_start_s``); then every
   item pays ``warm_start_s`` (a fork) and a ``Continue`` also ``restore_s``.
 
+A job start is CPU work (python and ``import torch``). ``start_cores`` says how many
+cores the starts of fresh jobs share: ``inf`` (the default, a real cluster: each job
+on its own cores) charges every start ``job_start_s``; a finite number shares them
+(processor sharing): ``n`` starts in progress each advance at ``min(1, cores / n)``
+seconds of start per second, so K workers starting together on ``c < K`` cores are up
+after ``job_start_s * K / c``. The dev cluster's 4 nodes share this machine's cores;
+``costs.py --burst`` measures what that gives (``e2e.py`` uses it). ``submit_s``
+delays everything (a daemon's boot and first tick before its first ``sbatch``);
+``release_s`` holds a slot after its run's last validation (the trial's exit and the
+daemon seeing it) before the searcher hears of the exit.
+
 The costs default to the measured ones in ``bench/results/asha_pool_costs.json``
 (``costs.py``). Worker utilisation = time workers hold an item / (K x the time the
 searcher has work: from the workers' start to the last item handed out). Writes
@@ -32,6 +43,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -72,6 +84,20 @@ class Costs:
     warm_start_s: float = 0.0
     restore_s: float = 0.0
     queue_wait_s: float = 0.0
+    #: cores the starts of fresh jobs share (processor sharing); inf: one job, own cores
+    start_cores: float = math.inf
+    #: from the search's start to the first submission (a daemon's boot and first tick)
+    submit_s: float = 0.0
+    #: from a run's last validation (or the one that stopped it) until its slot is free
+    #: and the searcher knows it exited: the trial's exit, the job's end, the daemon
+    #: seeing it
+    release_s: float = 0.0
+
+
+#: internal event kinds (in the ``length`` slot of an event; lengths are >= 1)
+_START_DONE = -1          # the earliest start in progress may have finished (gen: epoch)
+_QUEUED = -2              # a job's queue wait is over, its start begins (gen: generation)
+_RELEASED = -3            # a run that ended has freed its slot (gen: generation)
 
 
 def measured_costs(path: Path = COSTS) -> Costs:
@@ -107,20 +133,43 @@ class Sim:
     ready: float = 0.0                       # when the workers (or slots) can start work
     last_dispatch: float = 0.0
     held: list[tuple[float, float]] = field(default_factory=list)
+    # processor sharing of fresh-job starts (per-job mode, finite ``start_cores``)
+    starting: dict[int, float] = field(default_factory=dict)   # rid -> start s left
+    launches: dict[int, tuple[Create | Continue, float]] = field(default_factory=dict)
+    ps_at: float = 0.0
+    ps_epoch: int = 0
+    ending: dict[int, str] = field(default_factory=dict)      # rid -> how its run ended
 
     def run(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode: {self.mode!r} is not one of {', '.join(MODES)}")
+        if not self.costs.start_cores > 0:
+            raise ValueError(f"start_cores: {self.costs.start_cores!r} must be > 0")
+        self.now = self.ready = self.ps_at = self.costs.submit_s
         if self.mode == "pool":
-            self.ready = self.costs.queue_wait_s + self.costs.job_start_s
+            # the K workers start together: on fewer cores than workers they share them
+            share = max(1.0, self.workers / self.costs.start_cores)
+            self.ready += self.costs.queue_wait_s + self.costs.job_start_s * share
             self.now = self.ready            # nothing happens before a worker is up
         self._take(self.searcher.initial())
         self._dispatch()
         while self.events:
             time, _, rid, gen, length, last = heapq.heappop(self.events)
+            if length == _START_DONE:
+                if gen == self.ps_epoch:
+                    self.now = time
+                    self._starts_done()
+                continue
             if self.generation.get(rid) != gen:
                 continue                                  # job was stopped earlier
             self.now = time
+            if length == _QUEUED:
+                self._begin_start(rid)
+                continue
+            if length == _RELEASED:
+                self._release(rid)
+                self._dispatch()
+                continue
             self._validation(rid, length, last)
             self._dispatch()
 
@@ -139,11 +188,20 @@ class Sim:
             self._finish(rid, "completed")
 
     def _finish(self, rid: int, reason: str) -> None:
-        self.generation[rid] = self.generation.get(rid, 0) + 1    # drop pending events
+        self.generation[rid] = gen = self.generation.get(rid, 0) + 1   # drop pending events
+        self.ending[rid] = reason
+        if self.costs.release_s > 0:
+            self.seq += 1
+            heapq.heappush(self.events, (self.now + self.costs.release_s, self.seq, rid, gen,
+                                         _RELEASED, False))
+        else:
+            self._release(rid)
+
+    def _release(self, rid: int) -> None:
         self.busy -= 1
         self.held.append((self.since.pop(rid), self.now))
         self.end = self.now
-        self._take(self.searcher.on_exited(rid, reason))
+        self._take(self.searcher.on_exited(rid, self.ending.pop(rid)))
 
     def _take(self, actions: list[Action]) -> None:
         for a in actions:
@@ -166,17 +224,64 @@ class Sim:
         self.since[rid] = self.now
         self.last_dispatch = self.now
         gen = self.generation.setdefault(rid, 0)
+        c = self.costs
+        restore = c.restore_s if self.trained[rid] > 0 else 0.0
+        if self.mode == "pool":
+            self._schedule_run(rid, action, self.now + c.warm_start_s + restore)
+        elif math.isinf(c.start_cores):
+            self._schedule_run(rid, action,
+                               self.now + c.queue_wait_s + c.job_start_s + restore)
+        else:                                     # the start shares the cores
+            self.launches[rid] = (action, restore)
+            if c.queue_wait_s > 0:
+                self.seq += 1
+                heapq.heappush(self.events, (self.now + c.queue_wait_s, self.seq, rid, gen,
+                                             _QUEUED, False))
+            else:
+                self._begin_start(rid)
+
+    def _ps_advance(self) -> None:
+        """Bring every start in progress to ``now`` (each at ``min(1, cores / n)``)."""
+        if self.starting:
+            rate = min(1.0, self.costs.start_cores / len(self.starting))
+            done = (self.now - self.ps_at) * rate
+            for r in self.starting:
+                self.starting[r] -= done
+        self.ps_at = self.now
+
+    def _ps_schedule(self) -> None:
+        """One event at the earliest finish of the starts in progress (older ones void)."""
+        self.ps_epoch += 1
+        if self.starting:
+            rate = min(1.0, self.costs.start_cores / len(self.starting))
+            left = max(0.0, min(self.starting.values()))
+            self.seq += 1
+            heapq.heappush(self.events, (self.now + left / rate, self.seq, -1,
+                                         self.ps_epoch, _START_DONE, False))
+
+    def _begin_start(self, rid: int) -> None:
+        self._ps_advance()
+        self.starting[rid] = self.costs.job_start_s
+        self._ps_schedule()
+
+    def _starts_done(self) -> None:
+        self._ps_advance()
+        for rid in [r for r, left in self.starting.items() if left <= 1e-9]:
+            del self.starting[rid]
+            action, restore = self.launches.pop(rid)
+            self._schedule_run(rid, action, self.now + restore)
+        self._ps_schedule()
+
+    def _schedule_run(self, rid: int, action: Create | Continue, t0: float) -> None:
+        """The run's validations, its user code starting at ``t0``."""
+        gen = self.generation[rid]
         curve = self.curves[self.curve_of[rid]]
         start = self.trained[rid]
-        c = self.costs
-        cost = c.restore_s if start > 0 else 0.0
-        cost += c.warm_start_s if self.mode == "pool" else c.queue_wait_s + c.job_start_s
         points = {v for v in action.validate_at if start < v <= action.length}
         if self.period:
             periodic = range(self.period, action.length + 1, self.period)
             points |= {v for v in periodic if v > start}
         points.add(action.length)
-        t0 = self.now + cost
         _, base_s = curve.at(start)
         for n, length in enumerate(sorted(points), start=1):
             _, train_s = curve.at(length)
@@ -206,7 +311,10 @@ def simulate(config: SearcherConfig, curves: list[Curve], seed: int,
              args: argparse.Namespace, target: float) -> dict[str, Any]:
     tree: HParamTree = {"curve": IntHP(0, len(curves) - 1)}
     costs = Costs(job_start_s=args.job_start_s, warm_start_s=args.warm_start_s,
-                  restore_s=args.restore_s, queue_wait_s=args.queue_wait_s)
+                  restore_s=args.restore_s, queue_wait_s=args.queue_wait_s,
+                  start_cores=getattr(args, "start_cores", math.inf),
+                  submit_s=getattr(args, "submit_s", 0.0),
+                  release_s=getattr(args, "release_s", 0.0))
     sim = Sim(make_searcher(config, tree, seed), curves, args.workers, costs,
               args.validation_period, mode=args.exec)
     sim.run()
@@ -317,6 +425,10 @@ def main() -> None:
                     help="checkpoint restore paid by every Continue (default: measured)")
     ap.add_argument("--queue-wait-s", type=float, default=0.0,
                     help="queue wait paid by every new job (pool: once per worker)")
+    ap.add_argument("--start-cores", type=float, default=math.inf,
+                    help="cores the starts of fresh jobs share (default inf: each job its "
+                         "own; the dev cluster's nodes share this machine's: costs.py "
+                         "--burst measures it)")
     ap.add_argument("--validation-period", type=int, default=None,
                     help="every searcher's trials also validate every N units (0: only "
                          "at the searcher's validate_at; default: max_length / 16); "

@@ -106,3 +106,75 @@ def test_utilisation_counts_held_time_while_the_searcher_has_work(
 def test_unknown_mode_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="mode: 'batch' is not one of per-job, pool"):
         _sim("random", "batch", COSTS, trials=1, length=2)
+
+
+@pytest.mark.parametrize(("cores", "end"), [
+    (float("inf"), 5.0 + 2),      # each start on its own cores
+    (2.0, 5.0 + 2),               # two starts, two cores: no sharing
+    (1.0, 10.0 + 2),              # two starts share one core: both up at 10 s
+    (0.5, 20.0 + 2),
+])
+def test_simultaneous_job_starts_share_the_start_cores(cores: float, end: float) -> None:
+    costs = run.Costs(job_start_s=5.0, start_cores=cores)
+    sim = _sim("random", "per-job", costs, trials=2, length=2, workers=2)
+    assert sim.end == pytest.approx(end)  # type: ignore[attr-defined]
+
+
+def test_a_start_alone_runs_at_full_speed_after_the_others_finish() -> None:
+    # three trials, two slots, one core: trials 1 and 2 start together (up at 10 s,
+    # run 2 s); trial 3 starts at 12 s alone: up at 17 s, done at 19 s
+    costs = run.Costs(job_start_s=5.0, start_cores=1.0)
+    sim = _sim("random", "per-job", costs, trials=3, length=2, workers=2)
+    assert sim.end == pytest.approx(19.0)  # type: ignore[attr-defined]
+
+
+def test_the_queue_wait_comes_before_the_shared_start() -> None:
+    # one core, start 4 s, queue wait 1 s: two jobs wait 1 s, then share the core
+    # (each 0.5 s of start per second): both up at 1 + 8 s, done 2 s later
+    costs = run.Costs(job_start_s=4.0, start_cores=1.0, queue_wait_s=1.0)
+    sim = _sim("random", "per-job", costs, trials=2, length=2, workers=2)
+    assert sim.end == pytest.approx(1.0 + 8.0 + 2)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("cores", "ready"), [(float("inf"), 5.0), (4.0, 5.0), (2.0, 10.0),
+                                              (1.0, 20.0)])
+def test_pool_workers_starting_together_share_the_start_cores(cores: float,
+                                                              ready: float) -> None:
+    costs = run.Costs(job_start_s=5.0, start_cores=cores)
+    sim = _sim("random", "pool", costs, trials=1, length=2, workers=4)
+    assert sim.ready == pytest.approx(ready)  # type: ignore[attr-defined]
+    assert sim.end == pytest.approx(ready + 2)  # type: ignore[attr-defined]
+
+
+def test_start_cores_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="start_cores: 0.0 must be > 0"):
+        _sim("random", "per-job", run.Costs(job_start_s=1.0, start_cores=0.0), trials=1,
+             length=2)
+
+
+@pytest.mark.parametrize("mode", ["per-job", "pool"])
+def test_the_first_submission_delays_the_whole_search(mode: str) -> None:
+    late = _sim("random", mode, run.Costs(job_start_s=5.0, submit_s=3.0), trials=2, length=2)
+    now = _sim("random", mode, run.Costs(job_start_s=5.0), trials=2, length=2)
+    assert late.end == pytest.approx(now.end + 3.0)  # type: ignore[attr-defined]
+    assert late.ready == pytest.approx(now.ready + 3.0)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("mode", ["per-job", "pool"])
+def test_a_slot_is_free_only_after_the_release(mode: str) -> None:
+    # one worker, two trials of 2 s: each run holds the slot 1.5 s past its last
+    # validation, so the second trial starts 1.5 s later and the search ends 3 s later
+    costs = run.Costs(job_start_s=5.0, release_s=1.5)
+    held = _sim("random", mode, costs, trials=2, length=2)
+    free = _sim("random", mode, run.Costs(job_start_s=5.0), trials=2, length=2)
+    assert held.end == pytest.approx(free.end + 3.0)  # type: ignore[attr-defined]
+    assert held.jobs == free.jobs == 2  # type: ignore[attr-defined]
+
+
+def test_a_stop_frees_its_slot_after_the_release_and_drops_later_validations() -> None:
+    costs = run.Costs(job_start_s=0.0, release_s=0.5)
+    sim = _sim("stopping", "pool", costs, trials=8, length=16)
+    free = _sim("stopping", "pool", run.Costs(job_start_s=0.0), trials=8, length=16)
+    # the same decisions (the same units trained), later
+    assert sim.units == free.units  # type: ignore[attr-defined]
+    assert sim.end > free.end  # type: ignore[attr-defined]
