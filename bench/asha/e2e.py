@@ -9,7 +9,16 @@ real stops), in ``--exec pool`` (``slurm.workers``: K workers preloading torch) 
 daemon is started then, as an already running one would pick it up at its next tick)
 to the first validation whose loss reaches the target (the trials' own wall-clock
 stamps), and the experiment's whole wall time; then ``run.py``'s simulation of the
-same searcher, seed, curves, workers and measured costs. Writes
+same searcher, seed, curves and workers, with the costs measured **in the same run**
+just before the experiments (``costs.measure``: a fresh job's start alone, a restore,
+and bursts of K jobs at once, from which the cores the dev cluster's starts share):
+K workers or K trials importing torch together on this machine's cores start slower
+than one alone, and the simulation shares ``start_cores`` among the starts in progress
+(``run.py``'s processor-sharing start). Two latencies of the daemon are taken from the
+real runs (medians over all seeds, the same for every seed's simulation), never the
+time to target itself: its first ``sbatch`` after it starts (``submit_s``: boot, first
+tick) and each run's exit path (``release_s``: from the run's last validation until the
+daemon records its end and the slot is free). Writes
 ``bench/results/asha_pool_e2e_<exec>.json`` (per seed, real and simulated, and the
 ratio of medians; goal: within 25%).
 Must not: be imported by dethpc; leave jobs behind (its arrays are cancelled at the end).
@@ -27,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -45,10 +55,11 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
-from run import configs, load, measured_costs, simulate  # noqa: E402
+from costs import measure  # noqa: E402
+from run import configs, load, simulate  # noqa: E402
 
 from dethpc.store import Store  # noqa: E402
-from dethpc.store.models import Batch, Experiment  # noqa: E402
+from dethpc.store.models import Batch, Experiment, Job  # noqa: E402
 
 CURVE_SETS = {"digits": HERE / "curves.json", "cancer": HERE / "curves_cancer.json"}
 TERMINAL = ("COMPLETED", "ERROR", "CANCELED")
@@ -119,13 +130,27 @@ def real_run(args: argparse.Namespace, seed: int, n_curves: int, max_length: int
     if state != "COMPLETED":
         raise SystemExit(f"e2e.py: seed {seed}: experiment {exp_id} ended {state or 'never'}"
                          f"; see {home / 'daemon.log'}")
+    with store.session() as s:
+        created = [b.created_at for b in s.exec(select(Batch))]
+        ended = [(j.trial_id, j.ended_at) for j in s.exec(select(Job)) if j.ended_at]
     stamps = []
+    by_trial: dict[int, list[float]] = {}
     for f in sorted((run_dir / "trials").glob("*/e2e.jsonl")):
-        stamps += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+        mine = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+        stamps += mine
+        by_trial[int(f.parent.name)] = [r["t"] for r in mine]
+    # per run: its last validation to the daemon recording its end (the slot is free)
+    releases = []
+    for trial_id, end in ended:
+        before = [t for t in by_trial.get(trial_id, []) if t <= end]
+        if before:
+            releases.append(end - max(before))
     hits = sorted(r["t"] - t0 for r in stamps if r["loss"] <= target)
     return {"time_to_target_s": hits[0] if hits else None, "total_time_s": end - t0,
             "first_validation_s": min((r["t"] - t0 for r in stamps), default=None),
-            "validations": len(stamps), "submit_cli_s": t0 - t_submit, "home": str(home)}
+            "validations": len(stamps), "submit_cli_s": t0 - t_submit,
+            "first_sbatch_s": min(created) - t0 if created else None,
+            "releases_s": releases, "home": str(home)}
 
 
 def main() -> int:
@@ -138,6 +163,9 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--target-quantile", type=float, default=0.10)
     ap.add_argument("--timeout-s", type=float, default=480.0)
+    ap.add_argument("--cost-jobs", type=int, default=4,
+                    help="fresh jobs measured alone before the runs (and 2 bursts of "
+                         "--workers jobs)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--keep", action="store_true", help="keep the runs' homes (logs)")
     args = ap.parse_args()
@@ -154,22 +182,41 @@ def main() -> int:
     meta, curves = load(CURVE_SETS[args.curves])
     finals = sorted(c.loss[-1] for c in curves)
     target = finals[int(args.target_quantile * (len(finals) - 1))]
-    costs = measured_costs()
-    ns = argparse.Namespace(trials=args.trials, workers=args.workers, exec=args.exec,
-                            concurrency=args.workers, job_start_s=costs.job_start_s,
-                            warm_start_s=costs.warm_start_s, restore_s=costs.restore_s,
-                            queue_wait_s=0.0, validation_period=meta["max_length"] // 16,
-                            mode="standard", divisor=4, max_rungs=5)
-    config = configs(ns, meta["max_length"])[f"asha_{args.variant}"]
     root = Path(tempfile.mkdtemp(prefix="asha-e2e-"))
+    cost_dir = root / "costs"
+    cost_dir.mkdir()
+    measured = measure(cost_dir, args.cost_jobs, args.workers, 2, 120.0)
+    warm = json.loads((REPO / "bench" / "results" / "pool_warm_start.json").read_text())
+    costs = {"job_start_s": measured["fresh_job"]["job_start"]["p50_s"],
+             "warm_start_s": warm["node"]["warm_fork"]["p50_s"],
+             "restore_s": measured["restore"]["p50_s"],
+             "start_cores": measured["burst"]["start_cores"] if "burst" in measured
+             else math.inf}
+    print(f"costs measured now: {costs}", flush=True)
+    ns = argparse.Namespace(trials=args.trials, workers=args.workers, exec=args.exec,
+                            concurrency=args.workers, queue_wait_s=0.0,
+                            validation_period=meta["max_length"] // 16,
+                            mode="standard", divisor=4, max_rungs=5, **costs)
+    config = configs(ns, meta["max_length"])[f"asha_{args.variant}"]
+    reals = [real_run(args, seed, len(curves), meta["max_length"], target, root)
+             for seed in range(args.seeds)]
+    # the daemon's boot and first tick before its first sbatch: measured in these runs
+    # (the median over the seeds, the same for every seed's simulation)
+    firsts = [r["first_sbatch_s"] for r in reals if r["first_sbatch_s"] is not None]
+    ns.submit_s = costs["submit_s"] = statistics.median(firsts) if firsts else 0.0
+    # and each run's exit path: last validation -> the daemon records its end
+    releases = [x for r in reals for x in r["releases_s"]]
+    ns.release_s = costs["release_s"] = statistics.median(releases) if releases else 0.0
     rows: list[dict[str, Any]] = []
-    for seed in range(args.seeds):
-        real = real_run(args, seed, len(curves), meta["max_length"], target, root)
+    for seed, real in enumerate(reals):
         sim = simulate(config, curves, seed, ns, target)
         # the start this run saw: its first validation less the simulated work before it
-        seen = (real["first_validation_s"] or 0.0) - (sim["first_validation_s"]
-                                                      - costs.job_start_s)
-        ns_seen = argparse.Namespace(**{**vars(ns), "job_start_s": max(0.0, seen)})
+        flat = simulate(config, curves, seed,
+                        argparse.Namespace(**{**vars(ns), "start_cores": math.inf}), target)
+        seen = (real["first_validation_s"] or 0.0) - (flat["first_validation_s"]
+                                                      - costs["job_start_s"])
+        ns_seen = argparse.Namespace(**{**vars(ns), "job_start_s": max(0.0, seen),
+                                        "start_cores": math.inf})
         cal = simulate(config, curves, seed, ns_seen, target)
         keys = ("time_to_target_s", "total_time_s", "first_validation_s", "jobs_started",
                 "trials")
@@ -193,14 +240,15 @@ def main() -> int:
                         "sim_start_as_seen_over_real":
                             None if r is None or c is None or r == 0 else c / r}
     summary["job_start_seen_s"] = {"median": med("real", "job_start_seen_s"),
-                                   "measured_alone": costs.job_start_s}
+                                   "measured_alone": costs["job_start_s"],
+                                   "start_cores": costs["start_cores"]}
     result = {"what": "real ASHA experiment on the dev cluster vs the simulation of the same "
                       "configuration (goal: sim within 25% of the real median)",
               "exec": args.exec, "variant": args.variant, "curves": args.curves,
               "trials": args.trials, "workers": args.workers, "target_loss": target,
               "target_quantile": args.target_quantile,
-              "costs": {"job_start_s": costs.job_start_s, "warm_start_s": costs.warm_start_s,
-                        "restore_s": costs.restore_s},
+              "costs": {**costs, "measured_in_this_run": measured,
+                        "load_avg_1m_after": round(os.getloadavg()[0], 2)},
               "summary": summary, "runs": rows}
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(summary, indent=1))
