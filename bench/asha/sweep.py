@@ -2,7 +2,8 @@
 
 Owns: running ``run.py``'s simulation (same searchers, same metric) for every cell of
 curve set (digits MLPs, breast-cancer transformers) x trial budget (32, 128) x queue
-wait (0, 30, 300 s) x execution mode (per-job, pool) x ASHA variant (stopping,
+wait (0, 30, 300 s) x execution mode (per-job, pool) x ASHA ``mode`` (standard, the
+default, and aggressive: one bracket, the most early stopping) x ASHA variant (stopping,
 promotion), with random search run in the same mode as the ASHA it is compared with,
 and writing ``bench/results/asha_pool.json``. Start costs are the measured ones
 (``bench/results/asha_pool_costs.json``, ``costs.py``). The target is fixed before the
@@ -11,7 +12,7 @@ runs: a quantile of all final losses of the curve set, tighter for the larger bu
 (items wait for a free worker), per-job mode allows K (one job per slot).
 Must not: be imported by dethpc.
 
-Run: ``python bench/asha/sweep.py`` (about a minute).
+Run: ``python bench/asha/sweep.py`` (a few minutes).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,8 @@ HERE = Path(__file__).resolve().parent
 BUDGETS = {32: 0.10, 128: 0.025}
 QUEUE_WAITS = (0.0, 30.0, 300.0)
 MODES = ("per-job", "pool")
+#: adaptive_asha ``mode``s compared (Determined's default first)
+ASHA_MODES = ("standard", "aggressive")
 CURVE_SETS = {"digits": HERE / "curves.json", "cancer": HERE / "curves_cancer.json"}
 #: searcher concurrency in pool mode, as a multiple of the workers
 POOL_CONCURRENCY = 2
@@ -41,19 +45,28 @@ def _x(v: float | None) -> str:
 
 
 def table(result: dict[str, Any]) -> str:
-    """The README's markdown table of every cell of a written ``asha_pool.json``."""
-    lines = ["| curves | trials | queue wait | mode | variant | speedup mean (median) "
-             "| after workers up: mean (median) | reached (ASHA/random) "
-             "| utilisation mean (min) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    """The README's markdown table of every cell of a written ``asha_pool.json``: one row
+    per curve set x budget x queue wait x execution mode, one column per ASHA mode and
+    variant (speedup mean (median)), and the lowest utilisation among those four."""
+    cols = [(m, v) for m in ASHA_MODES for v in ("stopping", "promotion")]
+    lines = ["| curves | trials | queue wait | mode | "
+             + " | ".join(f"{m} {v}" for m, v in cols)
+             + " | reached (ASHA/random) | utilisation mean, lowest |",
+             "| --- | --- | --- | --- | " + " | ".join("---" for _ in cols) + " | --- | --- |"]
+    rows: dict[tuple[Any, ...], dict[tuple[str, str], dict[str, Any]]] = {}
     for c in result["cells"]:
-        lines.append(
-            f"| {c['curves']} | {c['trials']} | {c['queue_wait_s']:.0f} s | {c['mode']} "
-            f"| {c['variant']} | {_x(c['speedup_time_to_target_mean'])}x "
-            f"({_x(c['speedup_time_to_target_median'])}x) "
-            f"| {_x(c['speedup_after_ready_mean'])}x ({_x(c['speedup_after_ready_median'])}x) "
-            f"| {c['runs_reaching_target']}/{c['random_runs_reaching_target']} "
-            f"| {_x(c['utilisation_mean'])} ({_x(c['utilisation_min'])}) |")
+        key = (c["curves"], c["trials"], c["queue_wait_s"], c["mode"])
+        rows.setdefault(key, {})[(c.get("asha_mode", "standard"), c["variant"])] = c
+    for (curves, trials, wait, mode), cells in rows.items():
+        got = [cells[k] for k in cols if k in cells]
+        speed = [f"{_x(cells[k]['speedup_time_to_target_mean'])}x "
+                 f"({_x(cells[k]['speedup_time_to_target_median'])}x)" if k in cells else "-"
+                 for k in cols]
+        reached = min(c["runs_reaching_target"] for c in got)
+        util = min((c["utilisation_mean"] for c in got if c["utilisation_mean"] is not None),
+                   default=None)
+        lines.append(f"| {curves} | {trials} | {wait:.0f} s | {mode} | " + " | ".join(speed)
+                     + f" | {reached}/{got[0]['random_runs_reaching_target']} | {_x(util)} |")
     return "\n".join(lines)
 
 
@@ -62,6 +75,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=HERE.parent / "results" / "asha_pool.json")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--job-start-s", type=float, default=None,
+                    help="charge this fresh-job start instead of the measured one (a "
+                         "sensitivity run; the measured one is the default)")
     ap.add_argument("--table", action="store_true",
                     help="print the markdown table of --out (already written) and exit")
     args = ap.parse_args()
@@ -71,6 +87,8 @@ def main() -> None:
     if args.seeds < 1 or args.workers < 1:
         raise SystemExit("sweep.py: --seeds and --workers must be >= 1")
     costs = measured_costs()
+    if args.job_start_s is not None:
+        costs = replace(costs, job_start_s=args.job_start_s)
     cells: list[dict[str, Any]] = []
     metas: dict[str, Any] = {}
     for set_name, path in CURVE_SETS.items():
@@ -80,14 +98,14 @@ def main() -> None:
         for budget, quantile in BUDGETS.items():
             target = finals[int(quantile * (len(finals) - 1))]
             for wait in QUEUE_WAITS:
-                for mode in MODES:
+                for mode, asha_mode in ((m, a) for m in MODES for a in ASHA_MODES):
                     ns = argparse.Namespace(
                         trials=budget, workers=args.workers, exec=mode,
                         concurrency=args.workers * (POOL_CONCURRENCY if mode == "pool" else 1),
                         job_start_s=costs.job_start_s, warm_start_s=costs.warm_start_s,
                         restore_s=costs.restore_s, queue_wait_s=wait,
                         validation_period=meta["max_length"] // 16,
-                        mode="standard", divisor=4, max_rungs=5)
+                        mode=asha_mode, divisor=4, max_rungs=5)
                     runs = []
                     for seed in range(args.seeds):
                         row: dict[str, Any] = {"seed": seed}
@@ -97,10 +115,12 @@ def main() -> None:
                     for name, s in summarize(runs).items():
                         cells.append({
                             "curves": set_name, "trials": budget, "queue_wait_s": wait,
-                            "mode": mode, "variant": name.removeprefix("asha_"),
+                            "mode": mode, "asha_mode": asha_mode,
+                            "variant": name.removeprefix("asha_"),
                             "workers": args.workers, "searcher_concurrency": ns.concurrency,
                             "target_quantile": quantile, "target_loss": target, **s})
                         print(f"{set_name:6s} {budget:4d} wait {wait:5.0f}s {mode:7s} "
+                              f"{asha_mode:10s} "
                               f"{name:15s} speedup "
                               f"{s['speedup_time_to_target_mean'] or float('nan'):.2f}x "
                               f"(median {s['speedup_time_to_target_median'] or float('nan'):.2f})"
@@ -110,7 +130,8 @@ def main() -> None:
         "what": "ASHA vs random search (same execution mode), time until the best validation "
                 "loss reaches the target (mean and median of per-seed ratios random/ASHA), "
                 "and worker utilisation, per cell",
-        "costs": {"from": str(COSTS.relative_to(HERE.parents[1])),
+        "costs": {"from": str(COSTS.relative_to(HERE.parents[1]))
+                  + (" (job_start_s overridden)" if args.job_start_s is not None else ""),
                   "job_start_s": costs.job_start_s, "warm_start_s": costs.warm_start_s,
                   "restore_s": costs.restore_s},
         "curves_meta": metas, "seeds": args.seeds, "cells": cells}, indent=1) + "\n")
