@@ -176,10 +176,21 @@ def trial_script(cfg: ExperimentConfig, cluster: ClusterConfig, *, backend: Back
 
 def instance_tag(database_url: str) -> str:
     """A short tag of the database: two dethpc installations (or test databases) of one
-    user never share job names, so adoption by name can never take another's job."""
+    user never share job names, so adoption by name can never take another's job.
+
+    The password is left out of what is hashed: rotating a PostgreSQL password must not
+    rename the daemon's next jobs (the URL is parsed as SQLAlchemy does; a URL it cannot
+    parse is hashed as given, so a SQLite path keeps the tag it always had)."""
     import hashlib
 
-    return hashlib.sha256(database_url.encode()).hexdigest()[:6]
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        key = make_url(database_url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        key = database_url
+    return hashlib.sha256(key.encode()).hexdigest()[:6]
 
 
 def batch_name(exp_id: int, batch_id: int, tag: str = "") -> str:
