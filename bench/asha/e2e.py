@@ -109,6 +109,7 @@ def real_run(args: argparse.Namespace, seed: int, n_curves: int, max_length: int
     daemon = subprocess.Popen([sys.executable, "-m", "dethpc.cli.main", "daemon", "run"],
                               stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
     state = ""
+    seen_states: list[tuple[float, str]] = []
     try:
         deadline = time.monotonic() + args.timeout_s
         while time.monotonic() < deadline:
@@ -116,6 +117,8 @@ def real_run(args: argparse.Namespace, seed: int, n_curves: int, max_length: int
                 row = s.get(Experiment, exp_id)
                 state = str(row.state) if row else ""
                 run_dir = Path(row.run_dir) if row else home
+            if not seen_states or seen_states[-1][1] != state:
+                seen_states.append((time.time() - t0, state))
             if state in TERMINAL:
                 break
             time.sleep(0.5)
@@ -141,16 +144,16 @@ def real_run(args: argparse.Namespace, seed: int, n_curves: int, max_length: int
         by_trial[int(f.parent.name)] = [r["t"] for r in mine]
     # per run: its last validation to the daemon recording its end (the slot is free)
     releases = []
-    for trial_id, end in ended:
-        before = [t for t in by_trial.get(trial_id, []) if t <= end]
+    for trial_id, job_end in ended:
+        before = [t for t in by_trial.get(trial_id, []) if t <= job_end]
         if before:
-            releases.append(end - max(before))
+            releases.append(job_end - max(before))
     hits = sorted(r["t"] - t0 for r in stamps if r["loss"] <= target)
     return {"time_to_target_s": hits[0] if hits else None, "total_time_s": end - t0,
             "first_validation_s": min((r["t"] - t0 for r in stamps), default=None),
             "validations": len(stamps), "submit_cli_s": t0 - t_submit,
             "first_sbatch_s": min(created) - t0 if created else None,
-            "releases_s": releases, "home": str(home)}
+            "releases_s": releases, "states": seen_states, "home": str(home)}
 
 
 def main() -> int:
@@ -161,6 +164,7 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=16)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--target-quantile", type=float, default=0.10)
     ap.add_argument("--timeout-s", type=float, default=480.0)
     ap.add_argument("--cost-jobs", type=int, default=4,
@@ -199,7 +203,7 @@ def main() -> int:
                             mode="standard", divisor=4, max_rungs=5, **costs)
     config = configs(ns, meta["max_length"])[f"asha_{args.variant}"]
     reals = [real_run(args, seed, len(curves), meta["max_length"], target, root)
-             for seed in range(args.seeds)]
+             for seed in range(args.first_seed, args.first_seed + args.seeds)]
     # the daemon's boot and first tick before its first sbatch: measured in these runs
     # (the median over the seeds, the same for every seed's simulation)
     firsts = [r["first_sbatch_s"] for r in reals if r["first_sbatch_s"] is not None]
@@ -208,7 +212,7 @@ def main() -> int:
     releases = [x for r in reals for x in r["releases_s"]]
     ns.release_s = costs["release_s"] = statistics.median(releases) if releases else 0.0
     rows: list[dict[str, Any]] = []
-    for seed, real in enumerate(reals):
+    for seed, real in enumerate(reals, start=args.first_seed):
         sim = simulate(config, curves, seed, ns, target)
         # the start this run saw: its first validation less the simulated work before it
         flat = simulate(config, curves, seed,
