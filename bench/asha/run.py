@@ -100,11 +100,19 @@ _QUEUED = -2              # a job's queue wait is over, its start begins (gen: g
 _RELEASED = -3            # a run that ended has freed its slot (gen: generation)
 
 
-def measured_costs(path: Path = COSTS) -> Costs:
-    """The simulation's defaults: the costs measured by ``costs.py``."""
+def measured_costs(path: Path = COSTS, mode: str | None = None) -> Costs:
+    """The simulation's defaults: the start costs measured by ``costs.py`` and, for an
+    execution ``mode``, the daemon's latencies its real runs showed (``e2e.py``:
+    ``submit_s``, ``release_s``; 0 where no such run was recorded)."""
     d = json.loads(path.read_text())["sim_defaults"]
+    submit_s = release_s = 0.0
+    e2e = path.parent / f"asha_pool_e2e_{mode}.json"
+    if mode is not None and e2e.is_file():
+        measured = json.loads(e2e.read_text())["costs"]
+        submit_s = float(measured.get("submit_s", 0.0))
+        release_s = float(measured.get("release_s", 0.0))
     return Costs(job_start_s=d["job_start_s"], warm_start_s=d["warm_start_s"],
-                 restore_s=d["restore_s"])
+                 restore_s=d["restore_s"], submit_s=submit_s, release_s=release_s)
 
 
 @dataclass
@@ -425,6 +433,12 @@ def main() -> None:
                     help="checkpoint restore paid by every Continue (default: measured)")
     ap.add_argument("--queue-wait-s", type=float, default=0.0,
                     help="queue wait paid by every new job (pool: once per worker)")
+    ap.add_argument("--submit-s", type=float, default=None,
+                    help="the daemon's first sbatch after the search starts (default: "
+                         "measured by e2e.py in this --exec mode)")
+    ap.add_argument("--release-s", type=float, default=None,
+                    help="a run's exit path: last validation until its slot is free "
+                         "(default: measured by e2e.py in this --exec mode)")
     ap.add_argument("--start-cores", type=float, default=math.inf,
                     help="cores the starts of fresh jobs share (default inf: each job its "
                          "own; the dev cluster's nodes share this machine's: costs.py "
@@ -439,6 +453,11 @@ def main() -> None:
     ap.add_argument("--divisor", type=int, default=4)
     ap.add_argument("--max-rungs", type=int, default=5)
     args = ap.parse_args()
+    latencies = measured_costs(mode=args.exec)
+    if args.submit_s is None:
+        args.submit_s = latencies.submit_s
+    if args.release_s is None:
+        args.release_s = latencies.release_s
 
     meta, curves = load(args.curves)
     if args.validation_period is None:

@@ -9,7 +9,9 @@ and writing ``bench/results/asha_pool.json``. Start costs are the measured ones
 (``bench/results/asha_pool_costs.json``, ``costs.py``). The target is fixed before the
 runs: a quantile of all final losses of the curve set, tighter for the larger budget
 (``BUDGETS``). In pool mode the searchers may hand out ``POOL_CONCURRENCY`` x K trials
-(items wait for a free worker), per-job mode allows K (one job per slot).
+(items wait for a free worker), per-job mode allows K (one job per slot). The daemon's
+latencies (first ``sbatch``, a run's exit path) are the ones ``e2e.py``'s real runs
+showed in each mode.
 Must not: be imported by dethpc.
 
 Run: ``python bench/asha/sweep.py`` (a few minutes).
@@ -86,9 +88,10 @@ def main() -> None:
         return
     if args.seeds < 1 or args.workers < 1:
         raise SystemExit("sweep.py: --seeds and --workers must be >= 1")
-    costs = measured_costs()
+    per_mode = {m: measured_costs(mode=m) for m in MODES}
     if args.job_start_s is not None:
-        costs = replace(costs, job_start_s=args.job_start_s)
+        per_mode = {m: replace(c, job_start_s=args.job_start_s) for m, c in per_mode.items()}
+    costs = per_mode["pool"]
     cells: list[dict[str, Any]] = []
     metas: dict[str, Any] = {}
     for set_name, path in CURVE_SETS.items():
@@ -102,8 +105,11 @@ def main() -> None:
                     ns = argparse.Namespace(
                         trials=budget, workers=args.workers, exec=mode,
                         concurrency=args.workers * (POOL_CONCURRENCY if mode == "pool" else 1),
-                        job_start_s=costs.job_start_s, warm_start_s=costs.warm_start_s,
-                        restore_s=costs.restore_s, queue_wait_s=wait,
+                        job_start_s=per_mode[mode].job_start_s,
+                        warm_start_s=per_mode[mode].warm_start_s,
+                        restore_s=per_mode[mode].restore_s, queue_wait_s=wait,
+                        submit_s=per_mode[mode].submit_s,
+                        release_s=per_mode[mode].release_s,
                         validation_period=meta["max_length"] // 16,
                         mode=asha_mode, divisor=4, max_rungs=5)
                     runs = []
@@ -133,7 +139,10 @@ def main() -> None:
         "costs": {"from": str(COSTS.relative_to(HERE.parents[1]))
                   + (" (job_start_s overridden)" if args.job_start_s is not None else ""),
                   "job_start_s": costs.job_start_s, "warm_start_s": costs.warm_start_s,
-                  "restore_s": costs.restore_s},
+                  "restore_s": costs.restore_s,
+                  "daemon_latencies": {m: {"submit_s": c.submit_s, "release_s": c.release_s,
+                                           "from": f"bench/results/asha_pool_e2e_{m}.json"}
+                                       for m, c in per_mode.items()}},
         "curves_meta": metas, "seeds": args.seeds, "cells": cells}, indent=1) + "\n")
     print(f"wrote {args.out}")
 
