@@ -22,8 +22,11 @@ seconds of start per second, so K workers starting together on ``c < K`` cores a
 after ``job_start_s * K / c``. The dev cluster's 4 nodes share this machine's cores;
 ``costs.py --burst`` measures what that gives (``e2e.py`` uses it). ``submit_s``
 delays everything (a daemon's boot and first tick before its first ``sbatch``);
-``release_s`` holds a slot after its run's last validation (the trial's exit and the
-daemon seeing it) before the searcher hears of the exit.
+``release_s`` is the time from a run's last validation until the searcher hears of its
+exit (the trial's exit and the daemon seeing it); in per-job mode the slot is held until
+then (the next job is submitted by the daemon), in pool mode the worker takes its next
+queued item at once (a worker claims from the queue itself; with no item queued it
+waits for the searcher's next decision, which comes after the release).
 
 The costs default to the measured ones in ``bench/results/asha_pool_costs.json``
 (``costs.py``). Worker utilisation = time workers hold an item / (K x the time the
@@ -198,6 +201,10 @@ class Sim:
     def _finish(self, rid: int, reason: str) -> None:
         self.generation[rid] = gen = self.generation.get(rid, 0) + 1   # drop pending events
         self.ending[rid] = reason
+        if self.mode == "pool":
+            # a pool worker takes its next queued item itself at once; only the searcher
+            # hears of the exit after the daemon's release latency
+            self._free_worker(rid)
         if self.costs.release_s > 0:
             self.seq += 1
             heapq.heappush(self.events, (self.now + self.costs.release_s, self.seq, rid, gen,
@@ -205,9 +212,13 @@ class Sim:
         else:
             self._release(rid)
 
-    def _release(self, rid: int) -> None:
+    def _free_worker(self, rid: int) -> None:
         self.busy -= 1
         self.held.append((self.since.pop(rid), self.now))
+
+    def _release(self, rid: int) -> None:
+        if self.mode != "pool":
+            self._free_worker(rid)      # per-job: the next job waits for the daemon
         self.end = self.now
         self._take(self.searcher.on_exited(rid, self.ending.pop(rid)))
 

@@ -39,7 +39,7 @@ MODES = ("per-job", "pool")
 ASHA_MODES = ("standard", "aggressive")
 CURVE_SETS = {"digits": HERE / "curves.json", "cancer": HERE / "curves_cancer.json"}
 #: searcher concurrency in pool mode, as a multiple of the workers
-POOL_CONCURRENCY = 2
+POOL_CONCURRENCY = 4
 
 
 def _x(v: float | None) -> str:

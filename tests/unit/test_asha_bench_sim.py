@@ -161,14 +161,30 @@ def test_the_first_submission_delays_the_whole_search(mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", ["per-job", "pool"])
-def test_a_slot_is_free_only_after_the_release(mode: str) -> None:
-    # one worker, two trials of 2 s: each run holds the slot 1.5 s past its last
-    # validation, so the second trial starts 1.5 s later and the search ends 3 s later
+def test_the_next_trial_waits_for_the_searcher_to_hear_of_the_exit(mode: str) -> None:
+    # one worker, one trial at a time, two trials of 2 s: the searcher creates the second
+    # only 1.5 s after the first one's last validation, and ends 1.5 s after the second's
     costs = run.Costs(job_start_s=5.0, release_s=1.5)
     held = _sim("random", mode, costs, trials=2, length=2)
     free = _sim("random", mode, run.Costs(job_start_s=5.0), trials=2, length=2)
     assert held.end == pytest.approx(free.end + 3.0)  # type: ignore[attr-defined]
     assert held.jobs == free.jobs == 2  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("mode", "end"), [
+    # two trials handed out at once, one worker, 2 s each, release 1.5 s
+    ("per-job", 2 * (5.0 + 2 + 1.5)),     # the second job waits for the daemon
+    ("pool", 5.0 + 2 + 2 + 1.5),          # the worker claims the queued one at once
+])
+def test_a_pool_worker_claims_a_queued_item_without_waiting_for_the_release(
+        mode: str, end: float) -> None:
+    config = SearcherConfig(name="random", metric="validation_loss",
+                            max_length=Length(Unit.BATCHES, 2), max_trials=2,
+                            max_concurrent_trials=2)
+    sim = run.Sim(make_searcher(config, {"curve": IntHP(0, 1)}, 0), _curves(2, 2), 1,
+                  run.Costs(job_start_s=5.0, release_s=1.5), 0, mode=mode)
+    sim.run()
+    assert sim.end == pytest.approx(end)
 
 
 def test_a_stop_frees_its_slot_after_the_release_and_drops_later_validations() -> None:
