@@ -96,8 +96,18 @@ def _append_exit(trial_dir: Path, reason: ExitReason, code: int, item: queue.Wor
     rec = {"reason": str(reason), "code": code, "restart": item.attempt,
            "job": item.ref or ref, "worker_job": ref,
            "signal": sig, "time": int(time.time()), "worker": True}
-    with open(trial_dir / "exits.jsonl", "a") as fh:
-        fh.write(json.dumps(rec) + "\n")
+    append_record(trial_dir / "exits.jsonl", rec)
+
+
+def append_record(path: Path, rec: dict[str, object]) -> None:
+    """Append one JSON line; a last line cut by a kill mid-write (no newline) is closed
+    first, so it cannot swallow this record (the reader skips the cut line alone)."""
+    with open(path, "ab+") as fh:
+        if fh.seek(0, os.SEEK_END) > 0:
+            fh.seek(-1, os.SEEK_END)
+            if fh.read(1) != b"\n":
+                fh.write(b"\n")
+        fh.write((json.dumps(rec) + "\n").encode())
 
 
 @dataclass(frozen=True)

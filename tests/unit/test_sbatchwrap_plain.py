@@ -12,6 +12,7 @@ import pytest
 
 from dethpc.config.model import ClusterConfig, ResourcePool
 from dethpc.errors import DethpcError
+from dethpc.ingest import read_new_lines
 from dethpc.paths import ExperimentPaths
 from dethpc.sbatchwrap import plain
 from dethpc.sbatchwrap.arrays import ArraySpecError, parse_array
@@ -234,3 +235,29 @@ def test_recorded_config_is_a_valid_experiment_config(tmp_path: Path) -> None:
     cfg = parse_experiment_config(yaml.safe_load(plain.config_yaml(plan(["job.sh", "x"],
                                                                         tmp=tmp_path))))
     assert (cfg.name, cfg.max_restarts, cfg.searcher.name) == ("my job", 5, "single")
+
+
+def test_a_cut_exit_record_does_not_swallow_the_next_one(tmp_path: Path) -> None:
+    """A run killed mid-write left half a record without its newline: the next run's
+    record starts on a line of its own, so the daemon reads it (and skips the cut one)."""
+    text = "#!/bin/sh\n#SBATCH -t 1\necho ran\n"
+    write(tmp_path, text)
+    job = plan(["job.sh"], text, tmp=tmp_path)
+    paths = ExperimentPaths(tmp_path / "run")
+    paths.trial(11).root.mkdir(parents=True)
+    paths.context.mkdir(parents=True)
+    paths.script.write_text(text)
+    paths.script.chmod(0o700)
+    exits = paths.trial(11).root / "exits.jsonl"
+    exits.write_text('{"reason": "completed", "code": 0, "restart": 0, "job": "70"}\n'
+                     '{"reason": "canc')
+    wrapper = plain.wrapper_script(job, experiment_id=5, paths=paths, trials=[(0, 11)],
+                                   python="python3")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(PATH="/usr/bin:/bin", SLURM_JOB_ID="77")
+    (tmp_path / "w.sh").write_text(wrapper)
+    res = subprocess.run(["bash", str(tmp_path / "w.sh")], env=env, capture_output=True,
+                         text=True, timeout=60, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    records = read_new_lines(exits, 0).records
+    assert [r["job"] for r in records] == ["70", "77"]
