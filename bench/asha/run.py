@@ -346,9 +346,15 @@ def simulate(config: SearcherConfig, curves: list[Curve], seed: int,
             "trials": len(sim.curve_of), "utilisation": sim.utilisation()}
 
 
-def load(path: Path) -> tuple[dict[str, Any], list[Curve]]:
+def load(path: Path, time_scale: float = 1.0) -> tuple[dict[str, Any], list[Curve]]:
+    """The curves of ``path``; ``time_scale`` multiplies their recorded training and
+    validation seconds (a sensitivity: the same losses as if every batch took that many
+    times longer, e.g. a bigger model; 1.0 = as recorded)."""
+    if not time_scale > 0:
+        raise ValueError(f"time_scale: {time_scale!r} must be > 0")
     raw = json.loads(path.read_text())
-    curves = [Curve(c["lengths"], c["val_loss"], c["train_seconds"], c["val_seconds"])
+    curves = [Curve(c["lengths"], c["val_loss"], [t * time_scale for t in c["train_seconds"]],
+                    c["val_seconds"] * time_scale)
               for c in raw["curves"]]
     return raw["meta"], curves
 
@@ -460,6 +466,9 @@ def main() -> None:
                          "best-so-far is tracked on these")
     ap.add_argument("--target-quantile", type=float, default=0.10,
                     help="target loss = this quantile of the final losses of all curves")
+    ap.add_argument("--time-scale", type=float, default=1.0,
+                    help="multiply the curves' recorded seconds (a sensitivity: trials "
+                         "that many times longer, the same losses)")
     ap.add_argument("--mode", default="standard")
     ap.add_argument("--divisor", type=int, default=4)
     ap.add_argument("--max-rungs", type=int, default=5)
@@ -470,7 +479,7 @@ def main() -> None:
     if args.release_s is None:
         args.release_s = latencies.release_s
 
-    meta, curves = load(args.curves)
+    meta, curves = load(args.curves, args.time_scale)
     if args.validation_period is None:
         args.validation_period = meta["max_length"] // 16
     finals = sorted(c.loss[-1] for c in curves)

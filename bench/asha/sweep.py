@@ -80,6 +80,9 @@ def main() -> None:
     ap.add_argument("--job-start-s", type=float, default=None,
                     help="charge this fresh-job start instead of the measured one (a "
                          "sensitivity run; the measured one is the default)")
+    ap.add_argument("--time-scale", type=float, default=1.0,
+                    help="multiply the curves' recorded seconds (a sensitivity: trials "
+                         "that many times longer than recorded, the same losses)")
     ap.add_argument("--table", action="store_true",
                     help="print the markdown table of --out (already written) and exit")
     args = ap.parse_args()
@@ -95,7 +98,7 @@ def main() -> None:
     cells: list[dict[str, Any]] = []
     metas: dict[str, Any] = {}
     for set_name, path in CURVE_SETS.items():
-        meta, curves = load(path)
+        meta, curves = load(path, args.time_scale)
         metas[set_name] = meta
         finals = sorted(c.loss[-1] for c in curves)
         for budget, quantile in BUDGETS.items():
@@ -143,7 +146,8 @@ def main() -> None:
                   "daemon_latencies": {m: {"submit_s": c.submit_s, "release_s": c.release_s,
                                            "from": f"bench/results/asha_pool_e2e_{m}.json"}
                                        for m, c in per_mode.items()}},
-        "curves_meta": metas, "seeds": args.seeds, "cells": cells}, indent=1) + "\n")
+        "curves_meta": metas, "time_scale": args.time_scale, "seeds": args.seeds,
+        "cells": cells}, indent=1) + "\n")
     print(f"wrote {args.out}")
 
 

@@ -9,6 +9,7 @@ pool pays them once per worker and a warm start per item, a Continue pays a rest
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -194,3 +195,16 @@ def test_a_stop_frees_its_slot_after_the_release_and_drops_later_validations() -
     # the same decisions (the same units trained), later
     assert sim.units == free.units  # type: ignore[attr-defined]
     assert sim.end > free.end  # type: ignore[attr-defined]
+
+
+def test_time_scale_stretches_the_recorded_seconds_only(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"meta": {"max_length": 2}, "curves": [
+        {"lengths": [1, 2], "val_loss": [0.5, 0.25], "train_seconds": [1.0, 3.0],
+         "val_seconds": 0.5}]}))
+    _, (plain,) = run.load(path)
+    _, (slow,) = run.load(path, 10.0)
+    assert slow.loss == plain.loss == [0.5, 0.25]
+    assert slow.train_s == [10.0, 30.0] and slow.val_s == 5.0
+    with pytest.raises(ValueError, match="time_scale: 0.0 must be > 0"):
+        run.load(path, 0.0)
