@@ -83,7 +83,8 @@ def real_run(args: argparse.Namespace, seed: int, n_curves: int, max_length: int
     shutil.copy(CURVE_SETS[args.curves], ctx / "curves.json")
     (home / "cluster.yaml").write_text(yaml.safe_dump({
         "backend": "slurm", "runs_root": str(home / "runs"), "default_pool": "debug",
-        "python": sys.executable, "tick_min_s": 0.2, "tick_max_s": 1.0,
+        "python": sys.executable, "tick_min_s": args.tick_min_s,
+        "tick_max_s": args.tick_max_s,
         "pools": {"debug": {"partition": "debug", "cpus_per_slot": 1}}}))
     exp: dict[str, Any] = {
         "name": f"asha-e2e-{args.exec}-{seed}", "entrypoint": "python3 train.py",
@@ -165,6 +166,10 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--first-seed", type=int, default=0)
+    ap.add_argument("--tick-min-s", type=float, default=0.2,
+                    help="the private daemon's tick_min_s (dethpc's default: 0.5)")
+    ap.add_argument("--tick-max-s", type=float, default=1.0,
+                    help="the private daemon's tick_max_s (dethpc's default: 10)")
     ap.add_argument("--target-quantile", type=float, default=0.10)
     ap.add_argument("--timeout-s", type=float, default=480.0)
     ap.add_argument("--cost-jobs", type=int, default=4,
@@ -250,6 +255,7 @@ def main() -> int:
                       "configuration (goal: sim within 25% of the real median)",
               "exec": args.exec, "variant": args.variant, "curves": args.curves,
               "trials": args.trials, "workers": args.workers, "target_loss": target,
+              "daemon_ticks": {"tick_min_s": args.tick_min_s, "tick_max_s": args.tick_max_s},
               "target_quantile": args.target_quantile,
               "costs": {**costs, "measured_in_this_run": measured,
                         "load_avg_1m_after": round(os.getloadavg()[0], 2)},
