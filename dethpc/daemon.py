@@ -12,7 +12,8 @@ listing of the user's jobs leaves, the other trials wait in the store for a
 later tick, and an sbatch refused over a limit is waited out, not an error.
 Between ticks, ``Daemon.wait`` stats the live trials' metrics files and ingests those
 that grew (``fast_tick``: no backend call), so a searcher's stop lands within about
-``metrics_poll_s``.
+``metrics_poll_s``; a run that ends in a worker pool (its ``results/`` changes) brings
+the next tick forward to ``tick_min_s`` after the last one.
 Must not: hold state outside the store and the run directories (a killed
 daemon loses nothing), or call the backend per job.
 """
@@ -26,7 +27,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -75,6 +76,7 @@ from dethpc.store.models import (
     Trial,
     TrialState,
 )
+from dethpc.worker.queue import PoolPaths
 from dethpc.worker.tend import PoolTender
 from dethpc.worker.view import is_item_ref
 
@@ -192,6 +194,11 @@ class Daemon:
         self.pull_watch: dict[str, tuple[str, set[int]]] = {}
         #: live trials' metrics files, watched between ticks (``wait``): trial id -> file
         self.watch: dict[int, Watched] = {}
+        #: the worker pools' ``results/`` directories of the experiments with running
+        #: jobs (from ``refresh_watch``) and their mtimes when the last tick began: a
+        #: run that ends in a pool changes its directory, and the wait ends early
+        self.pool_results: list[Path] = []
+        self.pool_marks: dict[Path, int] = {}
         #: experiments run by a worker pool (``slurm.workers``): items and workers
         self.pools = PoolTender(
             store, cluster, backend, python=self.python, tag=self.tag, room=self.room,
@@ -218,6 +225,8 @@ class Daemon:
 
     def tick(self) -> TickStats:
         self.holds()
+        # before anything is polled: a result written during this tick ends the next wait
+        self.pool_marks = _mtimes(self.pool_results)
         stats = TickStats()
         stats.changed = self.adopter.scan() > 0   # one listdir of <spool>/detached
         with self.store.session() as s:
@@ -795,12 +804,18 @@ class Daemon:
             _sleep(seconds, should_stop)
             return False
         self.refresh_watch()
-        end, changed = time.monotonic() + seconds, False
+        started = time.monotonic()
+        end, changed, ended_run = started + seconds, False, False
         while not should_stop():
             left = end - time.monotonic()
             if left <= 0:
                 break
             _sleep(min(poll, left), should_stop)
+            if not ended_run and self.pool_run_ended():
+                # a run ended in a worker pool: the searcher hears of it at the next
+                # tick, which comes now, but never sooner than tick_min_s after the last
+                ended_run = changed = True
+                end = min(end, started + self.cluster.tick_min_s)
             grown = grown_files(self.watch)
             if not grown:
                 continue
@@ -824,7 +839,7 @@ class Daemon:
                 Job.experiment_id)))
             trial_exp = {j.trial_id: j.experiment_id for j in jobs}
             if not trial_exp:
-                self.watch = {}
+                self.watch, self.pool_results = {}, []
                 return
             run_dirs = {e.id: e.run_dir for e in s.exec(select(Experiment).where(
                 col(Experiment.id).in_(set(trial_exp.values()))))}
@@ -835,6 +850,17 @@ class Daemon:
             trial_id: Watched(exp_id, ExperimentPaths(Path(run_dirs[exp_id]))
                               .trial(trial_id).metrics, offsets.get(trial_id, 0))
             for trial_id, exp_id in trial_exp.items() if exp_id in run_dirs}
+        self.pool_results = [r for r in (PoolPaths.of_run_dir(Path(d)).results
+                                         for d in run_dirs.values()) if r.is_dir()]
+        for r, mtime in _mtimes(r for r in self.pool_results
+                                if r not in self.pool_marks).items():
+            self.pool_marks[r] = mtime       # a pool first seen now: from now on
+
+    def pool_run_ended(self) -> bool:
+        """Whether a watched pool's ``results/`` changed since the last tick began (a
+        worker wrote a run's result: one stat per pool, no backend call)."""
+        now = _mtimes(self.pool_results)
+        return any(self.pool_marks.get(r) != m for r, m in now.items())
 
     def fast_tick(self, grown: dict[int, set[int]]) -> bool:
         """Ingest the metrics files that grew and feed the searcher, experiment by
@@ -865,6 +891,16 @@ class Daemon:
             except DethpcError as exc:
                 log.error("cancel between ticks failed: %s", exc)
         return changed
+
+
+def _mtimes(dirs: Iterable[Path]) -> dict[Path, int]:
+    out: dict[Path, int] = {}
+    for d in dirs:
+        try:
+            out[d] = os.stat(d).st_mtime_ns
+        except OSError:
+            continue
+    return out
 
 
 def _sleep(seconds: float, should_stop: Callable[[], bool]) -> None:

@@ -169,3 +169,34 @@ def test_only_running_jobs_are_watched(tmp_path) -> None:
     daemon.tick()
     daemon.refresh_watch()
     assert daemon.watch == {}
+
+
+def test_a_run_ending_in_a_worker_pool_brings_the_next_tick_forward(tmp_path) -> None:
+    """A pool worker writes a run's result: the wait ends about ``tick_min_s`` after the
+    last tick instead of sleeping its whole delay (the searcher hears of the exit at
+    the next tick), still without a backend call between ticks."""
+    store, daemon, backend, exp_id = start(tmp_path)
+    run_dir, ids = trials_of(store, exp_id)
+    results = run_dir / "pool" / "results"
+    results.mkdir(parents=True)
+    daemon.refresh_watch()
+    daemon.tick()                           # marks the pool's results/ as it is now
+    before = Counter(backend.calls)
+    calls = 0
+
+    def a_result_arrives() -> bool:
+        nonlocal calls
+        calls += 1
+        if calls == 3:                      # during the wait, after it began
+            (results / "t1-s0.json").write_text("{}")
+        return False
+
+    t0 = time.monotonic()
+    assert daemon.wait(60.0, should_stop=a_result_arrives) is True
+    assert time.monotonic() - t0 < 30.0, "the wait slept its whole delay"
+    assert backend.calls == before
+    # no result since the tick began: the wait lasts its delay and reports no change
+    daemon.tick()
+    t0 = time.monotonic()
+    assert daemon.wait(0.6, should_stop=lambda: False) is False
+    assert time.monotonic() - t0 >= 0.6
