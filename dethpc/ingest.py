@@ -2,14 +2,16 @@
 
 Owns: reading complete lines from a stored byte offset (a last line without its
 newline is still being written and is left for the next tick), and parsing
-them into records. Must not: touch the store (the daemon stores offsets and
-records in one transaction, so a crash re-reads, never skips).
+them into records; ``ends_mid_line``, which the writers ask before appending.
+Must not: touch the store (the daemon stores offsets and records in one transaction,
+so a crash re-reads, never skips).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,20 @@ MAX_CHUNK = 4 * 1024 * 1024
 class Chunk:
     records: list[dict[str, Any]]
     new_offset: int
+
+
+def ends_mid_line(path: Path) -> bool:
+    """Whether ``path`` ends inside a line (a writer killed mid-write cut it short).
+    Writers append a newline first then, so their record starts on a line of its own
+    and ``read_new_lines`` skips the cut line alone."""
+    try:
+        with open(path, "rb") as f:
+            if f.seek(0, os.SEEK_END) == 0:
+                return False
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) != b"\n"
+    except FileNotFoundError:
+        return False
 
 
 def read_new_lines(path: Path, offset: int, max_bytes: int = MAX_CHUNK) -> Chunk:

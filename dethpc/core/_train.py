@@ -22,6 +22,7 @@ from typing import Any
 
 from dethpc.core._distributed import DistributedContext
 from dethpc.errors import DethpcError
+from dethpc.ingest import ends_mid_line
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +73,8 @@ class MetricsWriter:
         if self._fh is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fh = open(self.path, "ab")  # noqa: SIM115 - kept open for the run
-            if fh.tell() > 0:
-                with open(self.path, "rb") as rd:
-                    rd.seek(-1, os.SEEK_END)
-                    if rd.read(1) != b"\n":
-                        fh.write(b"\n")
+            if ends_mid_line(self.path):
+                fh.write(b"\n")
             self._fh = fh
         return self._fh
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from types import FrameType
 
 from dethpc.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED, LOCAL_REQUEUE_EXIT, ExitReason
+from dethpc.ingest import ends_mid_line
 from dethpc.worker import forkserver, queue
 
 
@@ -102,11 +103,9 @@ def _append_exit(trial_dir: Path, reason: ExitReason, code: int, item: queue.Wor
 def append_record(path: Path, rec: dict[str, object]) -> None:
     """Append one JSON line; a last line cut by a kill mid-write (no newline) is closed
     first, so it cannot swallow this record (the reader skips the cut line alone)."""
-    with open(path, "ab+") as fh:
-        if fh.seek(0, os.SEEK_END) > 0:
-            fh.seek(-1, os.SEEK_END)
-            if fh.read(1) != b"\n":
-                fh.write(b"\n")
+    with open(path, "ab") as fh:
+        if ends_mid_line(path):
+            fh.write(b"\n")
         fh.write((json.dumps(rec) + "\n").encode())
 
 
