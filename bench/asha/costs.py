@@ -156,6 +156,20 @@ def measure(tmp: Path, n: int, k: int, rounds: int, timeout_s: float) -> dict[st
     return out
 
 
+def sim_costs(measured: dict[str, Any]) -> dict[str, float]:
+    """What ``run.py`` charges, from ``measure``'s result: the fresh-job start alone and
+    the restore (medians), a pool worker's warm start (``pool_warm_start.json``) and, when
+    bursts were measured, the cores the dev cluster's starts share."""
+    warm = json.loads((RESULTS / "pool_warm_start.json").read_text())
+    jobs = measured["jobs"]
+    out = {"job_start_s": round(statistics.median(j["job_start_s"] for j in jobs), 3),
+           "warm_start_s": warm["node"]["warm_fork"]["p50_s"],
+           "restore_s": round(statistics.median(j["restore_s"] for j in jobs), 4)}
+    if "burst" in measured:
+        out["start_cores"] = measured["burst"]["start_cores"]
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=8, help="fresh jobs, one at a time")
@@ -176,6 +190,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="asha-costs-", dir=str(REPO / ".devcluster")
                                 if (REPO / ".devcluster").is_dir() else None))
     m = measure(tmp, args.n, args.burst, args.rounds, args.timeout_s)
+    sim = sim_costs(m)
     jobs = m.pop("jobs")
     warm = json.loads((RESULTS / "pool_warm_start.json").read_text())
     result = {
@@ -189,12 +204,8 @@ def main() -> int:
             **warm["node"]["warm_fork"],
             "preload_once_s": warm["node"]["preload_once_s"],
         },
-        "sim_defaults": {
-            "job_start_s": round(statistics.median(j["job_start_s"] for j in jobs), 3),
-            "warm_start_s": warm["node"]["warm_fork"]["p50_s"],
-            "restore_s": round(statistics.median(j["restore_s"] for j in jobs), 4),
-        },
-        "dev_cluster_start_cores": m["burst"]["start_cores"] if "burst" in m else None,
+        "sim_defaults": {k: sim[k] for k in ("job_start_s", "warm_start_s", "restore_s")},
+        "dev_cluster_start_cores": sim.get("start_cores"),
         "jobs": jobs,
     }
     args.out.write_text(json.dumps(result, indent=1) + "\n")

@@ -55,7 +55,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
-from costs import measure  # noqa: E402
+from costs import measure, sim_costs  # noqa: E402
 from run import configs, load, simulate  # noqa: E402
 
 from dethpc.store import Store  # noqa: E402
@@ -195,12 +195,7 @@ def main() -> int:
     cost_dir = root / "costs"
     cost_dir.mkdir()
     measured = measure(cost_dir, args.cost_jobs, args.workers, 2, 120.0)
-    warm = json.loads((REPO / "bench" / "results" / "pool_warm_start.json").read_text())
-    costs = {"job_start_s": measured["fresh_job"]["job_start"]["p50_s"],
-             "warm_start_s": warm["node"]["warm_fork"]["p50_s"],
-             "restore_s": measured["restore"]["p50_s"],
-             "start_cores": measured["burst"]["start_cores"] if "burst" in measured
-             else math.inf}
+    costs = {"start_cores": math.inf, **sim_costs(measured)}
     print(f"costs measured now: {costs}", flush=True)
     ns = argparse.Namespace(trials=args.trials, workers=args.workers, exec=args.exec,
                             concurrency=args.workers, queue_wait_s=0.0,

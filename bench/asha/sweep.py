@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -108,11 +108,7 @@ def main() -> None:
                     ns = argparse.Namespace(
                         trials=budget, workers=args.workers, exec=mode,
                         concurrency=args.workers * (POOL_CONCURRENCY if mode == "pool" else 1),
-                        job_start_s=per_mode[mode].job_start_s,
-                        warm_start_s=per_mode[mode].warm_start_s,
-                        restore_s=per_mode[mode].restore_s, queue_wait_s=wait,
-                        submit_s=per_mode[mode].submit_s,
-                        release_s=per_mode[mode].release_s,
+                        **asdict(replace(per_mode[mode], queue_wait_s=wait)),
                         validation_period=meta["max_length"] // 16,
                         mode=asha_mode, divisor=4, max_rungs=5)
                     runs = []
