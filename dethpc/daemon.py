@@ -229,6 +229,7 @@ class Daemon:
         self.pool_marks = _mtimes(self.pool_results)
         stats = TickStats()
         stats.changed = self.adopter.scan() > 0   # one listdir of <spool>/detached
+        self.retry_cancels(stats)
         with self.store.session() as s:
             exp_ids = [e.id for e in s.exec(self.mine(select(Experiment).where(
                 Experiment.state.in_(OPEN_STATES))))  # type: ignore[attr-defined]
@@ -257,7 +258,8 @@ class Daemon:
         if cancel:
             self.holds()
             self.cancel(sorted(set(cancel)))
-            stats.cancelled = len(set(cancel))
+            self.cancels_done(sorted(set(cancel)))
+            stats.cancelled += len(set(cancel))
         for exp_id in exp_ids:
             self.holds()
             try:
@@ -332,6 +334,35 @@ class Daemon:
         jobs = [r for r in refs if not is_item_ref(r)]
         if jobs:
             self.backend.cancel(jobs)
+
+    def retry_cancels(self, stats: TickStats) -> None:
+        """Jobs the reconciler closed whose ``scancel`` has not gone through
+        (``Job.cancel_due``: it failed in an earlier tick, e.g. slurmctld was away) are
+        cancelled again, also when their experiment has ended since. One indexed query
+        and, only when there are such jobs, one ``scancel``; a failure is this tick's
+        error and the next tick tries again."""
+        with self.store.session() as s:
+            due = sorted({r for r in s.exec(self.mine(select(Job.ref).where(
+                Job.cancel_due == True), Job.experiment_id)) if r})  # noqa: E712
+        if not due:
+            return
+        self.holds()
+        try:
+            self.cancel(due)
+        except DethpcError as exc:
+            stats.errors.append(f"cancelling {len(due)} closed job(s) again: {exc}")
+            return
+        self.cancels_done(due)
+        stats.cancelled += len(due)
+        log.info("cancelled %d closed job(s) whose earlier scancel had failed", len(due))
+
+    def cancels_done(self, refs: list[str]) -> None:
+        """``refs`` were cancelled: none of them is due any more."""
+        with self.store.session() as s:
+            for job in s.exec(select(Job).where(col(Job.ref).in_(refs),
+                                                Job.cancel_due == True)):  # noqa: E712
+                job.cancel_due = False
+                s.add(job)
 
     def adopt(self, stats: TickStats) -> None:
         """Batches recorded but never confirmed: the daemon died around sbatch.
@@ -888,6 +919,7 @@ class Daemon:
             self.holds()
             try:
                 self.cancel(sorted(set(cancel)))
+                self.cancels_done(sorted(set(cancel)))
             except DethpcError as exc:
                 log.error("cancel between ticks failed: %s", exc)
         return changed

@@ -678,6 +678,7 @@ class ExperimentReconciler:
             self.trial_stopped(trial)
         elif self.seen_pending(trial, job):
             self.out.cancel.append(job.ref or "")
+            job.cancel_due = True   # the daemon clears it once scancel has gone through
             self.close_job(job)
             self.trial_stopped(trial)
         elif trial.stop_requested_at is None:

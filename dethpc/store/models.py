@@ -228,6 +228,10 @@ class Job(SQLModel, table=True):
     #: ("Priority", "QOSMaxJobsPerUserLimit", ...) or failure reason; "" none
     reason: str = ""
     live: bool = True             # False once its end has been handled
+    #: closed by the daemon (a pending job of a stopped trial) but its ``scancel`` has
+    #: not gone through yet: cancelled again on every tick until it does, so a failed
+    #: scancel never leaves a job in Slurm's queue that nothing watches
+    cancel_due: bool = Field(default=False, index=True)
     submitted_at: float = Field(default_factory=now)
     ended_at: float | None = None
 
