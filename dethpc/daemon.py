@@ -12,7 +12,8 @@ listing of the user's jobs leaves, the other trials wait in the store for a
 later tick, and an sbatch refused over a limit is waited out, not an error.
 Between ticks, ``Daemon.wait`` stats the live trials' metrics files and ingests those
 that grew (``fast_tick``: no backend call), so a searcher's stop lands within about
-``metrics_poll_s``; a run that ends in a worker pool (its ``results/`` changes) brings
+``metrics_poll_s``; a run that ends in a worker pool (its ``results/`` changes) or a
+client's change to an experiment (``service.wake``: a submit, pause, cancel, ...) brings
 the next tick forward to ``tick_min_s`` after the last one.
 Must not: hold state outside the store and the run directories (a killed
 daemon loses nothing), or call the backend per job.
@@ -160,8 +161,12 @@ class LeaseLost(DethpcError):
 class Daemon:
     def __init__(self, store: Store, cluster: ClusterConfig, backend: Backend,
                  *, clock: Callable[[], float] = time.time, lease: Lease | None = None,
-                 owner: str | None = None) -> None:
+                 owner: str | None = None, wake: Path | None = None) -> None:
         self.store, self.cluster, self.backend, self.clock = store, cluster, backend, clock
+        #: the file clients touch after changing an experiment (``service.wake``) and its
+        #: mtime when the last tick began: a change ends the wait between ticks; None:
+        #: not watched (tests, ``dethpc daemon tick``)
+        self.wake, self.wake_mark = wake, None if wake is None else _mtime(wake)
         #: on a database several users share: act on this user's experiments only (an
         #: admin's role sees everyone's rows); None: every experiment the store shows
         self.owner = owner
@@ -227,6 +232,8 @@ class Daemon:
         self.holds()
         # before anything is polled: a result written during this tick ends the next wait
         self.pool_marks = _mtimes(self.pool_results)
+        if self.wake is not None:
+            self.wake_mark = _mtime(self.wake)
         stats = TickStats()
         stats.changed = self.adopter.scan() > 0   # one listdir of <spool>/detached
         self.retry_cancels(stats)
@@ -828,24 +835,28 @@ class Daemon:
         ``metrics_poll_s`` instead of a tick's sleep. The fast path makes no backend
         call (except cancelling a still-pending job that a stop removes), so slurmctld
         RPCs stay per tick. It takes at most half the daemon's time: after a fast tick
-        of T seconds the next stat waits T more. Returns whether a fast tick changed
-        anything (the next tick then comes within ``tick_min_s``)."""
+        of T seconds the next stat waits T more. The same polls stat the wake file
+        (``service.wake``: a client changed an experiment) and the worker pools'
+        ``results/`` (a run ended): either brings the next tick to ``tick_min_s`` after
+        the last. ``metrics_poll_s: 0`` turns all of this off: the daemon sleeps. Returns
+        whether anything changed (the next tick then comes within ``tick_min_s``)."""
         poll = self.cluster.metrics_poll_s
         if poll <= 0:
             _sleep(seconds, should_stop)
             return False
         self.refresh_watch()
         started = time.monotonic()
-        end, changed, ended_run = started + seconds, False, False
+        end, changed, hurried = started + seconds, False, False
         while not should_stop():
             left = end - time.monotonic()
             if left <= 0:
                 break
             _sleep(min(poll, left), should_stop)
-            if not ended_run and self.pool_run_ended():
-                # a run ended in a worker pool: the searcher hears of it at the next
-                # tick, which comes now, but never sooner than tick_min_s after the last
-                ended_run = changed = True
+            if not hurried and (self.woken() or self.pool_run_ended()):
+                # a client changed an experiment, or a run ended in a worker pool (the
+                # searcher hears of it at the next tick): the next tick comes now, but
+                # never sooner than tick_min_s after the last
+                hurried = changed = True
                 end = min(end, started + self.cluster.tick_min_s)
             grown = grown_files(self.watch)
             if not grown:
@@ -887,6 +898,10 @@ class Daemon:
                                 if r not in self.pool_marks).items():
             self.pool_marks[r] = mtime       # a pool first seen now: from now on
 
+    def woken(self) -> bool:
+        """Whether a client touched the wake file since the last tick began (one stat)."""
+        return self.wake is not None and _mtime(self.wake) != self.wake_mark
+
     def pool_run_ended(self) -> bool:
         """Whether a watched pool's ``results/`` changed since the last tick began (a
         worker wrote a run's result: one stat per pool, no backend call)."""
@@ -923,6 +938,13 @@ class Daemon:
             except DethpcError as exc:
                 log.error("cancel between ticks failed: %s", exc)
         return changed
+
+
+def _mtime(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
 
 
 def _mtimes(dirs: Iterable[Path]) -> dict[Path, int]:

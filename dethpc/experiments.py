@@ -2,7 +2,8 @@
 
 Owns: creating an experiment (config validated by the caller, context
 snapshotted, config.yaml written, rows inserted) and the state requests
-pause / activate / cancel / kill / labels. The daemon carries requests out.
+pause / activate / cancel / kill / labels. The daemon carries requests out; each
+change wakes it (``service.wake``).
 Must not: talk to a backend (except the submit-time checks: config values dethpc
 cannot honour, the pool check and the scheduler's verdict on the first trial's job)
 or loop.
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from sqlmodel import select
 
+from dethpc import service
 from dethpc.backends.base import Backend, JobRequest
 from dethpc.config import dump_config
 from dethpc.config.experiment import check_supported
@@ -175,6 +177,7 @@ def create_experiment(store: Store, cluster: ClusterConfig, cfg: ExperimentConfi
         if renamed is not None:
             shutil.rmtree(renamed, ignore_errors=True)
         raise
+    service.wake()
     return exp_id
 
 
@@ -228,7 +231,8 @@ def request_state(store: Store, exp_id: int, action: str) -> str:
         exp.state = target
         s.add(exp)
         s.add(Event(experiment_id=exp_id, kind=action, message=f"{action} requested"))
-        return target.value
+    service.wake()
+    return target.value
 
 
 def set_concurrency(store: Store, exp_id: int, limit: int) -> int:
@@ -256,7 +260,8 @@ def set_concurrency(store: Store, exp_id: int, limit: int) -> int:
         s.add(exp)
         s.add(Event(experiment_id=exp_id, kind="concurrency",
                     message=f"max_concurrent_trials {old} -> {limit}"))
-        return old
+    service.wake()
+    return old
 
 
 def set_labels(store: Store, exp_id: int, add: list[str], remove: list[str]) -> list[str]:

@@ -3,7 +3,8 @@
 Owns: the single-daemon lock (an fcntl lock on ``$DETHPC_HOME/daemon.lock``,
 held for the daemon's life, so two daemons never tick the same database), the
 pidfile, ``start`` (detached ``dethpc daemon run`` with its log in
-``$DETHPC_HOME/daemon.log``), ``stop`` and ``status``.
+``$DETHPC_HOME/daemon.log``), ``stop`` and ``status``, and ``wake`` (the file a client
+touches after it changed an experiment, so that an idle daemon ticks now).
 Must not: tick (``dethpc.daemon`` does).
 """
 
@@ -34,6 +35,24 @@ def pid_path() -> Path:
 
 def log_path() -> Path:
     return dethpc_home() / "daemon.log"
+
+
+def wake_path() -> Path:
+    return dethpc_home() / "daemon.wake"
+
+
+def wake() -> None:
+    """Tell this user's daemon that what it should do changed (an experiment submitted,
+    paused, activated, cancelled, killed, its concurrency set): a touch of
+    ``daemon.wake``, which the daemon stats between ticks, so it ticks within
+    ``tick_min_s`` instead of after its idle back-off (up to ``tick_max_s``). Nothing
+    when the home does not exist (no daemon of it runs); never fails: the daemon's
+    next regular tick does the same work."""
+    path = wake_path()
+    if not path.parent.is_dir():
+        return
+    with contextlib.suppress(OSError):
+        path.touch()
 
 
 @contextlib.contextmanager

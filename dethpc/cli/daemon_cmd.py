@@ -23,7 +23,8 @@ def _daemon(lease: Lease | None = None) -> Daemon:
     from dethpc.experiments import current_user
 
     owner = current_user() if ENV.store.role.shared else None
-    return Daemon(ENV.store, ENV.cluster, ENV.backend, lease=lease, owner=owner)
+    return Daemon(ENV.store, ENV.cluster, ENV.backend, lease=lease, owner=owner,
+                  wake=service.wake_path())
 
 
 def _lease() -> Lease:

@@ -200,3 +200,34 @@ def test_a_run_ending_in_a_worker_pool_brings_the_next_tick_forward(tmp_path) ->
     t0 = time.monotonic()
     assert daemon.wait(0.6, should_stop=lambda: False) is False
     assert time.monotonic() - t0 >= 0.6
+
+
+def test_a_client_change_wakes_a_backed_off_daemon(tmp_path, monkeypatch) -> None:
+    """A daemon idle long enough to wait tick_max_s between ticks ticks within
+    tick_min_s of a submit, pause, cancel or set-concurrency (``service.wake``)."""
+    from dethpc import experiments, service
+
+    monkeypatch.setenv("DETHPC_HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    store, daemon, _backend, exp_id = start(tmp_path)
+    daemon.wake = service.wake_path()
+    daemon.tick()                                 # the mark: no wake file yet
+    t0 = time.monotonic()
+    assert daemon.wait(0.5, should_stop=lambda: False) is False   # nothing: sleeps it all
+    assert time.monotonic() - t0 >= 0.5
+    experiments.request_state(store, exp_id, "pause")  # touches the wake file
+    t0 = time.monotonic()
+    assert daemon.wait(60.0, should_stop=lambda: False) is True
+    assert time.monotonic() - t0 < 30.0, "the wake must end a 60 s wait"
+    daemon.tick()                                 # takes the new mark
+    assert not daemon.woken()
+    experiments.request_state(store, exp_id, "activate")
+    assert daemon.woken()
+
+
+def test_wake_does_nothing_without_a_home(tmp_path, monkeypatch) -> None:
+    from dethpc import service
+
+    monkeypatch.setenv("DETHPC_HOME", str(tmp_path / "absent"))
+    service.wake()
+    assert not (tmp_path / "absent").exists()
