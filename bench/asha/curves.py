@@ -9,12 +9,18 @@ validation pass. Two independent curve sets (``--set``):
   ``bench/asha/curves.json``;
 * ``cancer``: small feature-tokenizer transformers (each of the 30 features is a
   token; self-attention, then a classifier on the mean token) on scikit-learn's
-  bundled breast-cancer table (569 rows, 2 classes) -> ``bench/asha/curves_cancer.json``.
+  bundled breast-cancer table (569 rows, 2 classes) -> ``bench/asha/curves_cancer.json``;
+* ``cnn``: small convolutional nets (1-2 conv layers of 8-64 channels, a dense layer)
+  on the digits images as 1x8x8 -> ``bench/asha/curves_cnn.json``. The same data as
+  ``digits`` but a model family whose batches cost 2-60 ms instead of ~1 ms, so a whole
+  trial is several times the measured job start (the set recorded for issue 16's
+  "trial length realistic relative to start cost").
 
 Must not: be imported by dethpc (bench-only code).
 
 Run: ``python bench/asha/curves.py --trials 160 --max-length 256 --every 4`` (digits),
-``python bench/asha/curves.py --set cancer --trials 48 --max-length 512 --every 8``.
+``python bench/asha/curves.py --set cancer --trials 48 --max-length 512 --every 8``,
+``python bench/asha/curves.py --set cnn --trials 128 --max-length 1024 --every 16 --jobs 2``.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import random
 import time
 from pathlib import Path
@@ -59,6 +66,22 @@ def sample_cancer(rng: random.Random) -> dict[str, Any]:
     }
 
 
+def sample_cnn(rng: random.Random) -> dict[str, Any]:
+    return {
+        "lr": 10 ** rng.uniform(-4.0, -0.5),
+        "channels": rng.choice([8, 16, 32, 64]),
+        "conv_layers": rng.randint(1, 2),
+        "dense": rng.choice([32, 64, 128, 256]),
+        "batch_size": rng.choice([16, 32, 64, 128]),
+        "optimizer": rng.choice(["sgd", "adam"]),
+        "dropout": rng.uniform(0.0, 0.5),
+        "weight_decay": 10 ** rng.uniform(-6.0, -2.0),
+    }
+
+
+SAMPLERS = {"digits": sample_hparams, "cancer": sample_cancer, "cnn": sample_cnn}
+
+
 class TabTransformer(nn.Module):
     """Each feature becomes a token (value x learned vector + feature embedding)."""
 
@@ -77,9 +100,25 @@ class TabTransformer(nn.Module):
         return self.head(self.encoder(tokens).mean(dim=1))
 
 
+def build_cnn(hp: dict[str, Any]) -> nn.Module:
+    """Conv layers (3x3, same padding, ReLU; the channels double per layer), one 2x2
+    max-pool, a dense layer with dropout, 10 classes; input 1x8x8."""
+    layers: list[nn.Module] = [nn.Unflatten(1, (1, 8, 8))]
+    width = 1
+    for i in range(hp["conv_layers"]):
+        out = hp["channels"] * 2 ** i
+        layers += [nn.Conv2d(width, out, 3, padding=1), nn.ReLU()]
+        width = out
+    layers += [nn.MaxPool2d(2), nn.Flatten(), nn.Linear(width * 16, hp["dense"]), nn.ReLU(),
+               nn.Dropout(hp["dropout"]), nn.Linear(hp["dense"], 10)]
+    return nn.Sequential(*layers)
+
+
 def build(hp: dict[str, Any]) -> nn.Module:
     if "d_model" in hp:
         return TabTransformer(hp, 30, 2)
+    if "channels" in hp:
+        return build_cnn(hp)
     layers: list[nn.Module] = []
     width = 64
     for _ in range(hp["layers"]):
@@ -142,33 +181,49 @@ def load_data(seed: int, which: str = "digits") -> tuple[torch.Tensor, ...]:
             torch.from_numpy(xva), torch.from_numpy(yva).long())
 
 
+def _worker_init() -> None:
+    torch.set_num_threads(1)
+
+
+def _train_one(job: tuple[dict[str, Any], str, int, int, int, int]) -> dict[str, Any]:
+    hp, which, data_seed, max_length, every, seed = job
+    return train_curve(hp, load_data(data_seed, which), max_length, every, seed)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--trials", type=int, default=160)
     ap.add_argument("--max-length", type=int, default=256)
     ap.add_argument("--every", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--set", choices=["digits", "cancer"], default="digits")
+    ap.add_argument("--set", choices=sorted(SAMPLERS), default="digits")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="train this many curves at once, one process (one thread) each; "
+                         "the same curves as --jobs 1, each timed in its own process")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     out = args.out or Path(__file__).with_name(
         "curves.json" if args.set == "digits" else f"curves_{args.set}.json")
     torch.set_num_threads(1)
     rng = random.Random(args.seed)
-    data = load_data(args.seed, args.set)
-    sample = sample_cancer if args.set == "cancer" else sample_hparams
+    sample = SAMPLERS[args.set]
+    jobs = [(sample(rng), args.set, args.seed, args.max_length, args.every,
+             args.seed * 100003 + i)
+            for i in range(args.trials)]
     curves = []
-    for i in range(args.trials):
-        curves.append(train_curve(sample(rng), data, args.max_length, args.every,
-                                  args.seed * 100003 + i))
-        if (i + 1) % 10 == 0:
-            print(f"{i + 1}/{args.trials} curves", flush=True)
-    dataset = ("sklearn digits (1797 images, 70/30 split), MLPs" if args.set == "digits" else
-               "sklearn breast_cancer (569 rows, 30 features, standardized, 70/30 split), "
-               "feature-tokenizer transformers")
+    with multiprocessing.get_context("spawn").Pool(max(1, args.jobs), _worker_init) as pool:
+        for i, curve in enumerate(pool.imap(_train_one, jobs)):
+            curves.append(curve)
+            if (i + 1) % 10 == 0:
+                print(f"{i + 1}/{args.trials} curves", flush=True)
+    dataset = {
+        "digits": "sklearn digits (1797 images, 70/30 split), MLPs",
+        "cancer": "sklearn breast_cancer (569 rows, 30 features, standardized, 70/30 split), "
+                  "feature-tokenizer transformers",
+        "cnn": "sklearn digits (1797 images as 1x8x8, 70/30 split), small CNNs"}[args.set]
     meta = {"set": args.set, "dataset": dataset, "unit": "batches",
             "max_length": args.max_length, "every": args.every, "seed": args.seed,
-            "torch": torch.__version__, "threads": 1}
+            "torch": torch.__version__, "threads": 1, "jobs": args.jobs}
     out.write_text(json.dumps({"meta": meta, "curves": curves}))
     print(f"wrote {len(curves)} curves to {out}")
 

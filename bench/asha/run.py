@@ -3,10 +3,10 @@
 Owns: a discrete-event simulation of K workers driving the *real* dethpc
 searchers (``make_searcher``) over learning curves recorded by ``curves.py``
 (``curves.json``: torch MLPs on digits; ``curves_cancer.json``: transformers on
-breast cancer), each replayed at its measured durations: training from length a
-to b costs the recorded ``train_seconds[b] - train_seconds[a]``, each validation
-costs the recorded ``val_seconds``. A ``Stop`` frees the worker at the moment of
-the validation that caused it. Two execution modes (``--exec``):
+breast cancer; ``curves_cnn.json``: CNNs on digits), each replayed at its measured
+durations: training from length a to b costs the recorded ``train_seconds[b] -
+train_seconds[a]``, each validation costs the recorded ``val_seconds``. A ``Stop``
+frees the worker at the moment of the validation that caused it. Two execution modes (``--exec``):
 
 * ``per-job``: every ``Create`` and every ``Continue`` (a promotion) is a new job:
   it pays ``queue_wait_s + job_start_s`` (a ``Continue`` also ``restore_s``);
@@ -130,6 +130,9 @@ class Sim:
     seq: int = 0
     events: list[tuple[float, int, int, int, int, bool]] = field(default_factory=list)
     queue: list[Create | Continue] = field(default_factory=list)
+    #: rid -> the order of its Create: a pool hands out the oldest trial's item first
+    #: (``dethpc.worker.queue.pending``), so a promotion goes ahead of newer trials
+    created: dict[int, int] = field(default_factory=dict)
     busy: int = 0
     since: dict[int, float] = field(default_factory=dict)     # rid -> item handed out at
     generation: dict[int, int] = field(default_factory=dict)   # rid -> current job number
@@ -225,13 +228,21 @@ class Sim:
     def _take(self, actions: list[Action]) -> None:
         for a in actions:
             if isinstance(a, (Create, Continue)):
+                self.created.setdefault(a.request_id, len(self.created))
                 self.queue.append(a)
             elif isinstance(a, Shutdown):
                 self.end = self.now
 
     def _dispatch(self) -> None:
+        """Hand queued items to free workers: per-job in the order the searcher asked
+        (the daemon submits them so), in a pool the oldest trial's item first (what a
+        worker's ``claim`` takes: items sort by trial id, which follows the Creates)."""
         while self.queue and self.busy < self.workers:
-            self._start(self.queue.pop(0))
+            i = 0
+            if self.mode == "pool":
+                i = min(range(len(self.queue)),
+                        key=lambda j: self.created[self.queue[j].request_id])
+            self._start(self.queue.pop(i))
 
     def _start(self, action: Create | Continue) -> None:
         rid = action.request_id

@@ -1,7 +1,7 @@
 """ASHA vs random search per execution mode: the same replay as ``run.py`` over a grid.
 
 Owns: running ``run.py``'s simulation (same searchers, same metric) for every cell of
-curve set (digits MLPs, breast-cancer transformers) x trial budget (32, 128) x queue
+curve set (digits MLPs, breast-cancer transformers, digits CNNs) x trial budget (32, 128) x queue
 wait (0, 30, 300 s) x execution mode (per-job, pool) x ASHA ``mode`` (standard, the
 default, and aggressive: one bracket, the most early stopping) x ASHA variant (stopping,
 promotion), with random search run in the same mode as the ASHA it is compared with,
@@ -37,7 +37,8 @@ QUEUE_WAITS = (0.0, 30.0, 300.0)
 MODES = ("per-job", "pool")
 #: adaptive_asha ``mode``s compared (Determined's default first)
 ASHA_MODES = ("standard", "aggressive")
-CURVE_SETS = {"digits": HERE / "curves.json", "cancer": HERE / "curves_cancer.json"}
+CURVE_SETS = {"digits": HERE / "curves.json", "cancer": HERE / "curves_cancer.json",
+              "cnn": HERE / "curves_cnn.json"}
 #: searcher concurrency in pool mode, as a multiple of the workers
 POOL_CONCURRENCY = 4
 
@@ -83,6 +84,8 @@ def main() -> None:
     ap.add_argument("--time-scale", type=float, default=1.0,
                     help="multiply the curves' recorded seconds (a sensitivity: trials "
                          "that many times longer than recorded, the same losses)")
+    ap.add_argument("--sets", nargs="+", choices=sorted(CURVE_SETS), default=list(CURVE_SETS),
+                    help="the curve sets to run (all by default)")
     ap.add_argument("--table", action="store_true",
                     help="print the markdown table of --out (already written) and exit")
     args = ap.parse_args()
@@ -97,8 +100,8 @@ def main() -> None:
     costs = per_mode["pool"]
     cells: list[dict[str, Any]] = []
     metas: dict[str, Any] = {}
-    for set_name, path in CURVE_SETS.items():
-        meta, curves = load(path, args.time_scale)
+    for set_name in args.sets:
+        meta, curves = load(CURVE_SETS[set_name], args.time_scale)
         metas[set_name] = meta
         finals = sorted(c.loss[-1] for c in curves)
         for budget, quantile in BUDGETS.items():

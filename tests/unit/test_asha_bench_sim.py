@@ -208,3 +208,24 @@ def test_time_scale_stretches_the_recorded_seconds_only(tmp_path: Path) -> None:
     assert slow.train_s == [10.0, 30.0] and slow.val_s == 5.0
     with pytest.raises(ValueError, match="time_scale: 0.0 must be > 0"):
         run.load(path, 0.0)
+
+
+@pytest.mark.parametrize(("mode", "order"), [
+    ("per-job", [1, 2, 0]),   # the daemon submits in the order the searcher asked
+    ("pool", [0, 1, 2]),      # a worker claims the oldest trial's item first
+])
+def test_a_pool_hands_out_the_oldest_trials_item_first(mode: str, order: list[int]) -> None:
+    from dethpc.searchers.base import Continue, Create
+
+    sim = run.Sim(make_searcher(SearcherConfig(
+        name="random", metric="validation_loss", max_length=Length(Unit.BATCHES, 2),
+        max_trials=3, max_concurrent_trials=3), {"curve": IntHP(0, 2)}, 0),
+        _curves(3, 2), 1, run.Costs(job_start_s=0.0), 0, mode=mode)
+    started: list[int] = []
+    sim._start = lambda a: started.append(a.request_id)  # a free worker for every item
+    sim._take([Create(0, {"curve": 0}, 1)])
+    sim._dispatch()                       # trial 0 runs to its first rung
+    # then two new trials are queued, and after them trial 0's promotion
+    sim._take([Create(1, {"curve": 1}, 2), Create(2, {"curve": 2}, 2), Continue(0, 2)])
+    sim._dispatch()
+    assert started == [0, *order]
