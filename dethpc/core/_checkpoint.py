@@ -159,18 +159,35 @@ def read_metadata(path: Path) -> CheckpointInfo:
             from exc
 
 
-def verify(info: CheckpointInfo) -> None:
-    """Check every recorded file against its sha256; ``CheckpointError`` on mismatch."""
-    for rel, expected in info.files.items():
-        file = info.path / rel
-        if not file.is_file():
+def verify(info: CheckpointInfo, selector: Callable[[str], bool] | None = None) -> None:
+    """Check that every recorded file is there and that those ``selector`` picks (all
+    by default) match their sha256; ``CheckpointError`` otherwise."""
+    for rel in info.files:
+        if not (info.path / rel).is_file():
             raise CheckpointError(f"checkpoint {info.path} is corrupt: file {rel} is missing")
+    for rel, expected in info.files.items():
+        if selector is not None and not selector(rel):
+            continue
+        file = info.path / rel
         actual = sha256_file(file)
         if actual != expected:
             raise CheckpointError(
                 f"checkpoint {info.path} is corrupt: {rel} has sha256 {actual[:12]}..., "
                 f"metadata.json recorded {expected[:12]}...; it will not be loaded "
                 "(resume from an older checkpoint or delete this one)")
+
+
+def _signature(info: CheckpointInfo) -> tuple[tuple[str, int, int], ...] | None:
+    """Each recorded file's size and mtime (None when one is missing): what a verified
+    checkpoint must still show to be taken as verified again without hashing."""
+    out = []
+    for rel in sorted(info.files):
+        try:
+            st = os.stat(info.path / rel)
+        except OSError:
+            return None
+        out.append((rel, st.st_size, st.st_mtime_ns))
+    return tuple(out)
 
 
 class CheckpointContext:
@@ -181,6 +198,18 @@ class CheckpointContext:
         self.directory = directory
         self._dist = dist
         self._train = train
+        #: uuid -> the files' signature when this process hashed them all: ``latest``
+        #: then ``restore_path`` of the same checkpoint hashes it once, not twice
+        self._verified: dict[str, tuple[tuple[str, int, int], ...]] = {}
+
+    def _verify(self, info: CheckpointInfo,
+                selector: Callable[[str], bool] | None = None) -> None:
+        sig = _signature(info)
+        if sig is not None and self._verified.get(info.uuid) == sig:
+            return
+        verify(info, selector)
+        if selector is None and sig is not None:
+            self._verified[info.uuid] = sig
 
     # ------------------------------------------------------------------ store
     @contextlib.contextmanager
@@ -398,13 +427,17 @@ class CheckpointContext:
         """Yield the directory of a complete, checksum-verified checkpoint.
 
         Any rank may call it, alone or together (no collective). The checkpoint is
-        read in place on the shared filesystem: ``download_mode`` and ``selector``
-        (Determined's) change nothing, every file is there.
+        read in place on the shared filesystem: ``download_mode`` (Determined's)
+        changes nothing, every file is there. ``selector`` (Determined's: the files
+        this rank will read) limits the checksums to those files, so ranks that read
+        only their own shard do not each hash the whole checkpoint; every recorded
+        file must still be present. A checkpoint this process already verified whole
+        (``latest`` does) is not hashed again while its files' sizes and mtimes are
+        unchanged.
         """
         DownloadMode(download_mode)
-        del selector
         info = read_metadata(self._path_of(uuid))
-        verify(info)
+        self._verify(info, selector)
         yield info.path
 
     def list(self) -> list[CheckpointInfo]:
@@ -430,7 +463,7 @@ class CheckpointContext:
         if self._dist.rank == 0:
             for info in reversed(self.list()):
                 try:
-                    verify(info)
+                    self._verify(info)
                 except CheckpointError as exc:
                     log.warning("skipping checkpoint %s: %s", info.uuid, exc)
                     continue

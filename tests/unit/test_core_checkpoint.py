@@ -124,3 +124,51 @@ def test_unknown_uuid(tmp_path: Path) -> None:
     for bad in ("nope", "../x", ".tmp-x", ""):
         with pytest.raises(CheckpointError), ctx.restore_path(bad):
             pass
+
+
+def _count_hashes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    import dethpc.core._checkpoint as ck
+
+    hashed: list[str] = []
+    real = ck.sha256_file
+
+    def counting(path: Path, **kw: bool) -> str:
+        hashed.append(path.name)
+        return real(path, **kw)
+
+    monkeypatch.setattr(ck, "sha256_file", counting)
+    return hashed
+
+
+def test_latest_then_restore_hashes_the_checkpoint_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = _ctx(tmp_path)
+    uuid = _store(ctx, 5)
+    hashed = _count_hashes(monkeypatch)
+    assert ctx.latest() == uuid
+    with ctx.restore_path(uuid) as path:
+        assert (path / "model.bin").read_bytes() == b"w"
+    assert sorted(hashed) == ["model.bin", "opt.bin"]
+    # a file changed since (its mtime moves): verified again, and refused
+    (ctx.directory / uuid / "model.bin").write_bytes(b"x")
+    with pytest.raises(CheckpointError, match="corrupt.*model.bin"), ctx.restore_path(uuid):
+        pass
+
+
+def test_a_selector_limits_the_checksums_to_the_files_it_picks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    uuid = _store(_ctx(tmp_path), 5)
+    ctx = _ctx(tmp_path)                       # another rank's process: nothing verified
+    hashed = _count_hashes(monkeypatch)
+    with ctx.restore_path(uuid, selector=lambda rel: rel == "model.bin"):
+        pass
+    assert hashed == ["model.bin"]
+    # the picked file is still checked, and every file must be there
+    (ctx.directory / uuid / "model.bin").write_bytes(b"tampered")
+    with pytest.raises(CheckpointError, match="corrupt.*model.bin"), \
+            ctx.restore_path(uuid, selector=lambda rel: rel == "model.bin"):
+        pass
+    os.remove(ctx.directory / uuid / "sub" / "opt.bin")
+    with pytest.raises(CheckpointError, match="sub/opt.bin is missing"), \
+            ctx.restore_path(uuid, selector=lambda rel: rel == "sub/nothing"):
+        pass
