@@ -7,9 +7,9 @@ commands whatever the number of refs: ``submit`` one ``sbatch``, ``poll`` one
 that left the queue), ``cancel`` one ``scancel``, ``requeue``
 one ``scontrol requeue``; cluster facts (``scontrol show config``, ``sinfo``,
 QoS list, the user's per-user limits: two ``sacctmgr``) are fetched once per
-instance and cached. With a ``user``, the poll's one squeue lists all of that
-user's jobs (``--user``, not ``--jobs``): the same one RPC, and what per-user
-limits count (``user_jobs``).
+instance and cached (the limits read again a minute after sacctmgr failed). With
+a ``user``, the poll's one squeue lists all of that user's jobs (``--user``, not
+``--jobs``): the same one RPC, and what per-user limits count (``user_jobs``).
 Must not: parse text itself (``slurm_parse`` does), run commands except
 through the ``CommandRunner`` it was given, or loop per job.
 """
@@ -43,6 +43,8 @@ _HARMLESS = (*_GONE, "already completing or completed", "Job is pending executio
 _NO_ACCOUNTING = ("accounting storage is disabled",)
 #: how far back ``find`` looks in accounting
 FIND_WINDOW = "now-14days"
+#: seconds between reads of the user's limits while sacctmgr fails (slurmdbd away)
+LIMITS_RETRY_S = 60.0
 #: how long ``judge`` asks again while nodes have not registered with slurmctld
 REGISTER_WAIT_S = 15.0
 #: seconds after sacct last failed, or slurmctld last held unsent accounting records,
@@ -71,7 +73,11 @@ class SlurmBackend:
         self._query_chosen = False
         self._assocs: sl.UserAssocs | None = None
         self._qos_limits: dict[str, sl.QosLimits] = {}
+        #: the user's limits were read (or there are none to read): kept for the
+        #: daemon's life; until then, read again at most every ``limits_retry_s``
         self._limits_read = False
+        self._limits_tried_at: float | None = None
+        self.limits_retry_s = LIMITS_RETRY_S
         self._user_jobs: list[JobInfo] | None = None
         #: until when (monotonic) a job missing from sacct is no news (``_ended``)
         self._unsettled_until = 0.0
@@ -135,9 +141,13 @@ class SlurmBackend:
     def job_limits(self, partition: str | None, qos: str | None, account: str | None,
                    extra_args: Sequence[str] = ()) -> PoolLimits:
         """The user's per-user limits for jobs of this partition/QoS/account: two
-        sacctmgr commands on the first call, none after. No user, no accounting, or
-        sacctmgr failing: no limits (sbatch refusals are still waited out)."""
-        if not self._limits_read:
+        sacctmgr commands on the first call, none after. No user or no accounting: no
+        limits. sacctmgr failing (slurmdbd away): no limits for now (sbatch refusals
+        are still waited out), and the two commands again ``limits_retry_s`` later."""
+        now = time.monotonic()
+        if not self._limits_read and (self._limits_tried_at is None
+                                      or now - self._limits_tried_at >= self.limits_retry_s):
+            self._limits_tried_at = now
             self._limits_read = True
             if self.user is not None and self.accounting_enabled():
                 try:
@@ -147,8 +157,10 @@ class SlurmBackend:
                         self.runner.run(sl.QOS_ARGV).stdout)
                 except CommandError as exc:
                     log.warning("cannot read %s's job limits (%s): submitting without "
-                                "counting; Slurm's refusals are waited out", self.user, exc)
-                    self._assocs = None
+                                "counting for now (Slurm's refusals are waited out); "
+                                "reading them again in %.0f s", self.user, exc,
+                                self.limits_retry_s)
+                    self._assocs, self._limits_read = None, False
         if self._assocs is None:
             return UNLIMITED
         return sl.pool_limits(self._assocs, self._qos_limits, partition=partition, qos=qos,

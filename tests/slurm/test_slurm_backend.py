@@ -227,3 +227,20 @@ def test_poll_is_at_most_two_commands(slurm_cluster: Any, tmp_path: Path, n: int
         assert all(i.state is not JobState.UNKNOWN for i in infos.values())
     finally:
         backend.cancel(refs)
+
+
+def test_limits_are_read_again_after_a_slurmdbd_outage(slurm_cluster: Any,
+                                                        cluster_user: Any) -> None:
+    """A daemon that started while slurmdbd was away counts no limits; once slurmdbd is
+    back it reads them (``limits_retry_s`` after the failed read), not never again."""
+    from dethpc.devcluster.faults import ClusterFaults
+    from dethpc.limits import UNLIMITED
+
+    backend = SlurmBackend(CommandRunner(timeout=30.0, retries=0), user=cluster_user.name)
+    assert backend.accounting_enabled()       # known before the outage (cached)
+    with ClusterFaults().slurmdbd_down():
+        assert backend.job_limits("debug", None, None) == UNLIMITED
+    assert backend.job_limits("debug", None, None) == UNLIMITED   # not retried at once
+    backend.limits_retry_s = 0.0                # "a minute later"
+    limits = backend.job_limits("debug", None, None)
+    assert limits.qos == "limited" and limits.max_submit == 2, limits
