@@ -6,8 +6,9 @@ whose trials are ``e2e_trial.py`` (a real job: ``import torch``, then the record
 curve ``curve`` of a curve set replayed at its recorded durations, real checkpoints,
 real stops), in ``--exec pool`` (``slurm.workers``: K workers preloading torch) or
 ``per-job`` mode; the time from ``submit``'s return (the experiment exists; the
-daemon is started then, as an already running one would pick it up at its next tick)
-to the first validation whose loss reaches the target (the trials' own wall-clock
+daemon is started then, or with ``--warm-daemon`` it was started before and has backed
+off, as one already running on a login node, and the submit wakes it) to the first
+validation whose loss reaches the target (the trials' own wall-clock
 stamps), and the experiment's whole wall time; then ``run.py``'s simulation of the
 same searcher, seed, curves and workers, with the costs measured **in the same run**
 just before the experiments (``costs.measure``: a fresh job's start alone, a restore,
@@ -38,6 +39,7 @@ import argparse
 import json
 import math
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -98,6 +100,21 @@ def real_run(args: argparse.Namespace, seed: int, n_curves: int, max_length: int
     env = {**os.environ, "DETHPC_HOME": str(home),
            "DETHPC_CLUSTER_CONFIG": str(home / "cluster.yaml")}
     store = Store(f"sqlite:///{home / 'dethpc.db'}")
+    log = (home / "daemon.log").open("wb")
+
+    def start_daemon() -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, "-m", "dethpc.cli.main", "daemon", "run"],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
+
+    daemon = None
+    if args.warm_daemon:
+        # a daemon already running with nothing to do: backed off to tick_max_s, and at
+        # a random point of that sleep; the submit wakes it (dethpc.service.wake)
+        daemon = start_daemon()
+        idle, delay = 0.0, args.tick_min_s
+        while delay < args.tick_max_s:
+            idle, delay = idle + delay, delay * 2
+        time.sleep(idle + 1.0 + random.Random(seed).uniform(0.0, args.tick_max_s))
     t_submit = time.time()
     out = subprocess.run([sys.executable, "-m", "dethpc.cli.main", "submit",
                           str(home / "experiment.yaml"), str(ctx), "--no-daemon", "--json"],
@@ -106,9 +123,8 @@ def real_run(args: argparse.Namespace, seed: int, n_curves: int, max_length: int
         raise SystemExit(f"e2e.py: submit failed: {out.stderr.strip()[-2000:]}")
     exp_id = int(json.loads(out.stdout)["id"])
     t0 = time.time()                     # the experiment exists; a daemon starts working
-    log = (home / "daemon.log").open("wb")
-    daemon = subprocess.Popen([sys.executable, "-m", "dethpc.cli.main", "daemon", "run"],
-                              stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
+    if daemon is None:
+        daemon = start_daemon()
     state = ""
     seen_states: list[tuple[float, str]] = []
     try:
@@ -177,6 +193,10 @@ def main() -> int:
                          "--workers jobs)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--keep", action="store_true", help="keep the runs' homes (logs)")
+    ap.add_argument("--warm-daemon", action="store_true",
+                    help="start each run's daemon before the submit and let it back off "
+                         "to --tick-max-s (a daemon already running on the login node); "
+                         "without it the daemon starts with the submit")
     args = ap.parse_args()
     for name in ("trials", "workers", "seeds"):
         if getattr(args, name) < 1:
@@ -207,7 +227,8 @@ def main() -> int:
     # the daemon's boot and first tick before its first sbatch: measured in these runs
     # (the median over the seeds, the same for every seed's simulation)
     firsts = [r["first_sbatch_s"] for r in reals if r["first_sbatch_s"] is not None]
-    ns.submit_s = costs["submit_s"] = statistics.median(firsts) if firsts else 0.0
+    # (a woken daemon may submit before the CLI has returned: never below 0)
+    ns.submit_s = costs["submit_s"] = max(0.0, statistics.median(firsts)) if firsts else 0.0
     # and each run's exit path: last validation -> the daemon records its end
     releases = [x for r in reals for x in r["releases_s"]]
     ns.release_s = costs["release_s"] = statistics.median(releases) if releases else 0.0
@@ -251,6 +272,7 @@ def main() -> int:
               "exec": args.exec, "variant": args.variant, "curves": args.curves,
               "trials": args.trials, "workers": args.workers, "target_loss": target,
               "daemon_ticks": {"tick_min_s": args.tick_min_s, "tick_max_s": args.tick_max_s},
+              "warm_daemon": args.warm_daemon,
               "target_quantile": args.target_quantile,
               "costs": {**costs, "measured_in_this_run": measured,
                         "load_avg_1m_after": round(os.getloadavg()[0], 2)},
