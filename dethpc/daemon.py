@@ -265,7 +265,6 @@ class Daemon:
         if cancel:
             self.holds()
             self.cancel(sorted(set(cancel)))
-            self.cancels_done(sorted(set(cancel)))
             stats.cancelled += len(set(cancel))
         for exp_id in exp_ids:
             self.holds()
@@ -334,13 +333,15 @@ class Daemon:
         return infos
 
     def cancel(self, refs: list[str]) -> None:
-        """``scancel`` the jobs in one call; a worker pool's items through its directory."""
+        """``scancel`` the jobs in one call; a worker pool's items through its directory.
+        Once that went through, none of them is due a cancel any more (``cancel_due``)."""
         items = [r for r in refs if is_item_ref(r)]
         if items:
             self.pools.cancel_items(items)
         jobs = [r for r in refs if not is_item_ref(r)]
         if jobs:
             self.backend.cancel(jobs)
+        self.cancels_done(refs)
 
     def retry_cancels(self, stats: TickStats) -> None:
         """Jobs the reconciler closed whose ``scancel`` has not gone through
@@ -359,17 +360,18 @@ class Daemon:
         except DethpcError as exc:
             stats.errors.append(f"cancelling {len(due)} closed job(s) again: {exc}")
             return
-        self.cancels_done(due)
         stats.cancelled += len(due)
         log.info("cancelled %d closed job(s) whose earlier scancel had failed", len(due))
 
     def cancels_done(self, refs: list[str]) -> None:
-        """``refs`` were cancelled: none of them is due any more."""
+        """``refs`` were cancelled: none of them is due any more. The due jobs are few
+        (read through their index), the refs of a kill may be thousands."""
+        done = set(refs)
         with self.store.session() as s:
-            for job in s.exec(select(Job).where(col(Job.ref).in_(refs),
-                                                Job.cancel_due == True)):  # noqa: E712
-                job.cancel_due = False
-                s.add(job)
+            for job in s.exec(select(Job).where(Job.cancel_due == True)):  # noqa: E712
+                if job.ref in done:
+                    job.cancel_due = False
+                    s.add(job)
 
     def adopt(self, stats: TickStats) -> None:
         """Batches recorded but never confirmed: the daemon died around sbatch.
@@ -934,7 +936,6 @@ class Daemon:
             self.holds()
             try:
                 self.cancel(sorted(set(cancel)))
-                self.cancels_done(sorted(set(cancel)))
             except DethpcError as exc:
                 log.error("cancel between ticks failed: %s", exc)
         return changed
@@ -947,14 +948,9 @@ def _mtime(path: Path) -> int | None:
         return None
 
 
-def _mtimes(dirs: Iterable[Path]) -> dict[Path, int]:
-    out: dict[Path, int] = {}
-    for d in dirs:
-        try:
-            out[d] = os.stat(d).st_mtime_ns
-        except OSError:
-            continue
-    return out
+def _mtimes(paths: Iterable[Path]) -> dict[Path, int]:
+    """The mtime of each of ``paths`` that exists."""
+    return {p: m for p in paths if (m := _mtime(p)) is not None}
 
 
 def _sleep(seconds: float, should_stop: Callable[[], bool]) -> None:
