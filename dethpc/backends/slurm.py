@@ -148,19 +148,21 @@ class SlurmBackend:
         if not self._limits_read and (self._limits_tried_at is None
                                       or now - self._limits_tried_at >= self.limits_retry_s):
             self._limits_tried_at = now
-            self._limits_read = True
-            if self.user is not None and self.accounting_enabled():
+            if self.user is None or not self.accounting_enabled():
+                self._limits_read = True          # nothing to read
+            else:
                 try:
                     self._assocs = sl.parse_user_assocs(
                         self.runner.run(sl.user_argv(self.user)).stdout, self.user)
                     self._qos_limits = sl.parse_qos_limits(
                         self.runner.run(sl.QOS_ARGV).stdout)
+                    self._limits_read = True
                 except CommandError as exc:
                     log.warning("cannot read %s's job limits (%s): submitting without "
                                 "counting for now (Slurm's refusals are waited out); "
                                 "reading them again in %.0f s", self.user, exc,
                                 self.limits_retry_s)
-                    self._assocs, self._limits_read = None, False
+                    self._assocs = None
         if self._assocs is None:
             return UNLIMITED
         return sl.pool_limits(self._assocs, self._qos_limits, partition=partition, qos=qos,
