@@ -3,7 +3,7 @@
 Owns: training N small torch models with random hyperparameters for
 ``max_length`` batches each, recording the validation loss every ``every``
 batches together with the measured wall-clock seconds of training and of one
-validation pass. Two independent curve sets (``--set``):
+validation pass. Three curve sets (``--set``):
 
 * ``digits``: MLPs on scikit-learn's digits (8x8 images, 10 classes) ->
   ``bench/asha/curves.json``;
@@ -20,7 +20,7 @@ Must not: be imported by dethpc (bench-only code).
 
 Run: ``python bench/asha/curves.py --trials 160 --max-length 256 --every 4`` (digits),
 ``python bench/asha/curves.py --set cancer --trials 48 --max-length 512 --every 8``,
-``python bench/asha/curves.py --set cnn --trials 128 --max-length 1024 --every 16 --jobs 2``.
+``python bench/asha/curves.py --set cnn --trials 128 --max-length 2048 --every 32 --jobs 2``.
 """
 
 from __future__ import annotations

@@ -58,12 +58,11 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
 from costs import measure, sim_costs  # noqa: E402
-from run import configs, load, simulate  # noqa: E402
+from run import CURVE_SETS, configs, load, simulate  # noqa: E402
 
 from dethpc.store import Store  # noqa: E402
 from dethpc.store.models import Batch, Experiment, Job  # noqa: E402
 
-CURVE_SETS = {"digits": HERE / "curves.json", "cancer": HERE / "curves_cancer.json"}
 TERMINAL = ("COMPLETED", "ERROR", "CANCELED")
 
 

@@ -58,6 +58,9 @@ from dethpc.searchers.base import Action, Continue, Create, Searcher, Shutdown, 
 from dethpc.searchers.factory import make_searcher
 
 HERE = Path(__file__).resolve().parent
+#: the recorded curve sets (``curves.py --set NAME``) by name
+CURVE_SETS = {"digits": HERE / "curves.json", "cancer": HERE / "curves_cancer.json",
+              "cnn": HERE / "curves_cnn.json"}
 
 
 @dataclass

@@ -28,7 +28,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run import COSTS, configs, load, measured_costs, simulate, summarize  # noqa: E402
+from run import (  # noqa: E402
+    COSTS,
+    CURVE_SETS,
+    configs,
+    load,
+    measured_costs,
+    simulate,
+    summarize,
+)
 
 HERE = Path(__file__).resolve().parent
 #: trial budget -> quantile of all curves' final losses used as the target
@@ -37,8 +45,6 @@ QUEUE_WAITS = (0.0, 30.0, 300.0)
 MODES = ("per-job", "pool")
 #: adaptive_asha ``mode``s compared (Determined's default first)
 ASHA_MODES = ("standard", "aggressive")
-CURVE_SETS = {"digits": HERE / "curves.json", "cancer": HERE / "curves_cancer.json",
-              "cnn": HERE / "curves_cnn.json"}
 #: searcher concurrency in pool mode, as a multiple of the workers
 POOL_CONCURRENCY = 4
 
