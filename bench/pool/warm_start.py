@@ -11,6 +11,11 @@ A "trial" here is ``trial.py``: it imports what a torch training script imports
   new allocation and step, then the fresh process (no queue wait: see bench/asha).
 * ``--slurm`` also runs the first two modes inside an ``srun`` step on a dev-cluster
   node (``node_fresh_process``, ``node_warm_fork``).
+* ``--image DIR`` (a Charliecloud image directory, e.g. the dev cluster's, whose python
+  has torch and dethpc): ``image.runtime_fresh_process`` is ``ch-run DIR -- python
+  trial.py`` per trial (what a pool item in an image paid while the worker ran on the
+  host and exec-ed the runtime for each trial); ``image.in_image`` runs the first two
+  modes inside one ``ch-run`` (what a worker running in the image pays).
 
 Writes bench/results/pool_warm_start.json (p50/p95/min/max per mode, and the
 one-time preload cost).
@@ -19,9 +24,11 @@ one-time preload cost).
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -97,10 +104,34 @@ def local_cells(script: Path, n: int) -> dict[str, Any]:
             "speedup_p50": round(statistics.median(fresh) / statistics.median(warm), 1)}
 
 
+def image_cells(image: Path, python: str, script: Path, n: int) -> dict[str, Any]:
+    """Cold (the runtime, python and torch per trial) vs inside one container."""
+    run = ["ch-run", f"--cd={script.parent}", str(image), "--", python]
+    env = {**os.environ, "USER": os.environ.get("USER") or getpass.getuser()}
+    cold = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        subprocess.run([*run, str(script)], check=True, env=env)
+        cold.append(time.perf_counter() - t0)
+    inner_script = script.parent / "warm_start.py"    # /tmp is shared with the container
+    shutil.copy(__file__, inner_script)
+    inner = subprocess.run([*run, str(inner_script), "--inner", "-n", str(n)], check=True,
+                           capture_output=True, text=True, env=env)
+    cells = json.loads(inner.stdout.strip().splitlines()[-1])
+    return {"image": str(image), "python": python, "runtime_fresh_process": _summary(cold),
+            "in_image": cells,
+            "speedup_runtime_fresh_vs_in_image_warm_fork_p50": round(
+                statistics.median(cold) / cells["warm_fork"]["p50_s"], 1)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=10, help="trials per mode")
     ap.add_argument("--slurm", action="store_true", help="also measure on the dev cluster")
+    ap.add_argument("--image", type=Path, default=None,
+                    help="also measure in this Charliecloud image directory")
+    ap.add_argument("--image-python", default="/opt/dethpc-venv/bin/python",
+                    help="the image's python (the dev cluster image's by default)")
     ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "pool_warm_start.json")
     args = ap.parse_args()
@@ -123,6 +154,8 @@ def main() -> int:
             result["node"] = node
             result["speedup_fresh_srun_vs_node_warm_fork_p50"] = round(
                 result["fresh_srun"]["p50_s"] / node["warm_fork"]["p50_s"], 1)
+        if args.image is not None:
+            result["image"] = image_cells(args.image, args.image_python, script, args.n)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

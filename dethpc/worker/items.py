@@ -35,14 +35,15 @@ def pool_problem(cfg: ExperimentConfig, python: str) -> str:
 def work_item(cfg: ExperimentConfig, cluster: ClusterConfig, *, backend: BackendKind | str,
               python: str, run_dir: Path, exp_id: int, trial_id: int, seq: int) -> WorkItem:
     """Run trial ``trial_id`` (its ``seq``-th item) as its job script would, minus the
-    batch shell: the worker is the job, so no ``srun`` step."""
+    batch shell: the worker is the job, so no ``srun`` step. With an image the worker
+    itself runs inside it (``worker_array_script``), so the item is the command as it
+    runs in the image, without the runtime's prefix: the image's python runs it warm."""
     paths = ExperimentPaths(run_dir)
     tp = paths.trial(trial_id)
     env = run_env(cfg, cluster, backend=backend, run_dir=run_dir, exp_id=exp_id,
                   trial_id=trial_id)
     argv = entrypoint_argv(cfg.entrypoint, python)
-    prefix = container_prefix(cfg, cluster, cfg.resources.resource_pool, run_dir)
-    if prefix is not None:
-        argv = [*prefix, *inside(cluster, argv)]
+    if container_prefix(cfg, cluster, cfg.resources.resource_pool, run_dir) is not None:
+        argv = inside(cluster, argv)
     return WorkItem(trial_id=trial_id, seq=seq, argv=argv, env=dict(env),
                     cwd=str(paths.context), trial_dir=str(tp.root))

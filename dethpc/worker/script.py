@@ -5,7 +5,11 @@ the pool's preemption signal (Slurm sends it to the batch shell, ``--signal=B:``
 and TERM to the worker, and requeues the task (``scontrol requeue``) when the
 worker exits 85 after handing its lease back (on the local backend, the 85 itself
 asks for the requeue). The directives are a trial's (``trial_directives``): the
-same partition, shape, time limit and signal as a per-trial job.
+same partition, shape, time limit and signal as a per-trial job. When the experiment
+runs in an image, the worker itself runs inside it (the same runtime command, binds and
+passed environment as a trial's job, ``dethpc.jobscript.container_prefix``) under the
+image's python (``containers.python``), so its trials start warm in the image; the
+batch shell, the signal forwarding and the requeue stay on the host.
 
 Owns: ``worker_array_script`` and the worker's job name/comment.
 Must not: write or submit the script (the daemon side does).
@@ -20,7 +24,7 @@ from dethpc.backends.traits import BackendKind, traits_of
 from dethpc.config.model import ClusterConfig, ExperimentConfig
 from dethpc.directives import trial_directives
 from dethpc.exitcodes import LOCAL_REQUEUE_EXIT
-from dethpc.jobscript import batch_comment, batch_name
+from dethpc.jobscript import batch_comment, batch_name, container_prefix
 from dethpc.render import shjoin
 from dethpc.worker.queue import PoolPaths
 
@@ -44,12 +48,16 @@ def worker_array_script(cfg: ExperimentConfig, cluster: ClusterConfig, *,
     directives = trial_directives(cfg, pool, name=pool_name(exp_id, batch_id, tag),
                                   comment=pool_comment(exp_id, batch_id, tag),
                                   output=str(paths.root / "slurm-%A_%a.out"))
-    worker = [python, "-m", "dethpc.worker", "--run-dir", str(run_dir),
-              "--heartbeat-s", f"{heartbeat_s:g}", "--preempt-signal", pool.signal]
+    prefix = container_prefix(cfg, cluster, cfg.resources.resource_pool, run_dir)
+    worker = [python if prefix is None else cluster.containers.python, "-m", "dethpc.worker",
+              "--run-dir", str(run_dir), "--heartbeat-s", f"{heartbeat_s:g}",
+              "--preempt-signal", pool.signal]
     if idle_exit_s > 0:
         worker += ["--max-idle-s", f"{idle_exit_s:g}"]
     if preload:
         worker += ["--preload", ",".join(preload)]
+    if prefix is not None:
+        worker = [*prefix, *worker]
     requeue = traits_of(backend).requeue_in_place
     lines = ["#!/bin/bash", *(f"#SBATCH {d}" for d in directives),
              f"# dethpc: pool worker array of experiment {exp_id} (docs/searchers.md)",

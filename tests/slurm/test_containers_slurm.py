@@ -11,13 +11,18 @@ and the real sbatch, with ``containers.cleanenv`` (the default):
   uninterrupted run on the host;
 - a 2-node ``dethpc.launch.torch_distributed`` launch (srun and torchrun modes) runs
   each rank inside the image, the config's bind_mounts in place;
-- a missing image and a missing runtime are refused at submit, nothing recorded.
+- a missing image and a missing runtime are refused at submit, nothing recorded;
+- a pool worker runs inside the image (the image's python runs ``dethpc.worker``), its
+  trial runs are forked warm from it, and a worker preempted mid-trial (``scancel
+  --signal=USR2 --batch``, what ``--signal=B:`` sends) hands its lease back through the
+  runtime, requeues, and the trial resumes from its checkpoint, warm again.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +31,7 @@ import pytest
 from sqlmodel import select
 
 from dethpc.errors import SubmitError
-from dethpc.store.models import Experiment
+from dethpc.store.models import Batch, BatchKind, Experiment
 from tests.slurm.fixtures.harness import (
     DaemonHarness,
     assert_bit_identical,
@@ -171,3 +176,44 @@ def test_digits_example_runs_in_the_container(harness: DaemonHarness, image: Pat
     assert done.state == "COMPLETED", harness.events(exp)
     assert "ch-run" in script and trial.steps_completed == 300
     assert trial.best_validation is not None and trial.best_validation < 1.0
+
+
+def test_pool_worker_runs_in_the_image_and_forks_its_trials_warm(
+        harness: DaemonHarness, image: Path) -> None:
+    from dethpc.devcluster.image import IMAGE_PYTHON
+
+    raw = in_image(experiment_yaml(batches=120, pool="low", hparams={"step_time": 0.05}),
+                   image)
+    raw["slurm"] = {"workers": {"count": 1, "preload": ["torch", "dethpc.core"],
+                                "heartbeat_s": 1}}
+    exp = harness.submit(raw)
+
+    def workers() -> str | None:
+        with harness.store.session() as s:
+            b = s.exec(select(Batch).where(Batch.experiment_id == exp,
+                                           Batch.kind == BatchKind.WORKERS)).first()
+            return b.array_job_id if b is not None and b.array_job_id else None
+
+    job = harness.wait("the pool's worker array", workers)
+    try:
+        trial_dir = harness.trial_dir(exp)
+        harness.wait("the trial to train past its second checkpoint",
+                     lambda: max_step(trial_dir) >= 25, timeout=300)
+        subprocess.run(["scancel", "--signal=USR2", "--batch", f"{job}_0"], check=True,
+                       capture_output=True, timeout=60)
+        done = harness.wait_done(exp, timeout=300)
+    finally:
+        subprocess.run(["scancel", job], capture_output=True, check=False)
+    scripts = list((Path(harness.experiment(exp).run_dir) / "pool").glob("workers-*.sbatch"))
+    script = scripts[0].read_text()
+    runs = read_jsonl(trial_dir / "runs.jsonl")
+    print(f"pool in the image: {done.state}, runs "
+          f"{[(r['preempted'], r['batches_done'], r['process']) for r in runs]}")
+    assert done.state == "COMPLETED", harness.events(exp)
+    assert "ch-run" in script and f"{IMAGE_PYTHON} -m dethpc.worker" in script, script
+    assert len(runs) == 2 and runs[0]["preempted"] and not runs[1]["preempted"], runs
+    for r in runs:   # the image's python, forked from the worker: a warm start
+        assert r["python"] == IMAGE_PYTHON, r
+        assert r["process"] == [IMAGE_PYTHON, "-m", "dethpc.worker"], r
+    assert runs[1]["first_batch"] <= runs[0]["batches_done"] + 1, runs
+    assert harness.trial(exp).steps_completed == 120

@@ -212,6 +212,46 @@ def test_worker_array_script(tmp_path: Path) -> None:
     assert "launcher" in pool_problem(launcher, "python3")
 
 
+@pytest.mark.parametrize("runtime", ["apptainer", "charliecloud"])
+def test_with_an_image_the_worker_runs_inside_it_and_its_items_run_warm(
+        tmp_path: Path, runtime: str) -> None:
+    """The worker array's command is the trial job's container command around the
+    image's python running ``dethpc.worker``; an item is the entrypoint as it runs in
+    the image, without the runtime (which the fork server would have to exec fresh)."""
+    import shlex
+
+    from dethpc.config import parse_experiment_config
+    from dethpc.config.model import ClusterConfig, ContainerSettings, ResourcePool
+    from dethpc.jobscript import container_prefix
+    from dethpc.worker.items import work_item
+    from dethpc.worker.script import worker_array_script
+
+    image = tmp_path / "image dir"
+    cfg = parse_experiment_config({
+        "name": "p", "entrypoint": "python3 train.py --x 1",
+        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 10}},
+        "environment": {"image": str(image)}})
+    cluster = ClusterConfig(
+        pools={"default": ResourcePool(name="default", partition="debug", signal="USR2")},
+        containers=ContainerSettings(runtime=runtime,  # type: ignore[arg-type]
+                                     python="/opt/venv/bin/python", sif_cache=tmp_path))
+    run_dir = tmp_path / "run"
+    text = worker_array_script(cfg, cluster, backend="slurm", run_dir=run_dir, exp_id=3,
+                               python="/usr/bin/python3", preload=["torch"])
+    # the command (PASS_ENV spans lines) between the signal's export and ` &`
+    command = text.split("export DETHPC_PREEMPT_SIGNAL=USR2\n", 1)[1].split(" &\nchild=", 1)[0]
+    argv = shlex.split(command)
+    prefix = container_prefix(cfg, cluster, None, run_dir)
+    assert prefix is not None
+    assert argv[:len(prefix)] == prefix
+    assert argv[len(prefix):len(prefix) + 3] == ["/opt/venv/bin/python", "-m", "dethpc.worker"]
+    assert "/usr/bin/python3" not in argv
+    item = work_item(cfg, cluster, backend="slurm", python="/usr/bin/python3",
+                     run_dir=run_dir, exp_id=3, trial_id=1, seq=1)
+    assert item.argv == ["/opt/venv/bin/python", "train.py", "--x", "1"]
+    assert forkserver.python_entry(item.argv).kind is forkserver.EntryKind.SCRIPT
+
+
 def test_withdraw_takes_only_unclaimed_items_of_the_trial(tmp_path: Path) -> None:
     paths = queue.PoolPaths(tmp_path / "pool").create()
     queue.enqueue(paths, _item(tmp_path, 1, seq=1))
