@@ -199,8 +199,12 @@ def local_layout(nproc: int, env: Mapping[str, str]) -> JobLayout:
 
 
 def local_nproc(env: Mapping[str, str], override: str | None = None) -> int:
-    """How many processes a local (off-Slurm) launch starts."""
-    for value in (override, env.get("DETHPC_NPROC"), env.get("SLURM_NTASKS")):
+    """How many processes a local (off-Slurm) launch starts: the launcher's own
+    ``--nproc-per-node``, ``DETHPC_NPROC``, the trial's ``resources.slots_per_trial``
+    (``DETHPC_SLOTS_PER_TRIAL``, set by every trial's job script: on the local backend
+    one process per slot, as on Slurm), ``SLURM_NTASKS``, else 1."""
+    for value in (override, env.get("DETHPC_NPROC"), env.get("DETHPC_SLOTS_PER_TRIAL"),
+                  env.get("SLURM_NTASKS")):
         if value and value.isdigit() and int(value) > 0:
             return int(value)
     return 1

@@ -76,6 +76,11 @@ def test_srun_mode_inside_step_is_one_rank() -> None:
     ({}, ["train.py"], 1),
     ({"DETHPC_NPROC": "3"}, ["train.py"], 3),
     ({**BATCH, "DETHPC_BACKEND": "local"}, ["train.py"], 4),  # local backend sets SLURM_NTASKS
+    # the local backend's job sets SLURM_NTASKS=1 and the trial's slots (found on a GPU
+    # machine: slots_per_trial 2 started one rank)
+    ({"SLURM_NTASKS": "1", "DETHPC_BACKEND": "local", "DETHPC_SLOTS_PER_TRIAL": "2"},
+     ["train.py"], 2),
+    ({"DETHPC_NPROC": "3", "DETHPC_SLOTS_PER_TRIAL": "2"}, ["train.py"], 3),
     ({}, ["--nproc-per-node=2", "--", "train.py"], 2),
 ])
 def test_local_launch(env, argv, nproc) -> None:
