@@ -49,6 +49,8 @@ from dethpc.store.models import Batch, Event, Experiment  # noqa: E402
 RESULTS = REPO / "bench" / "results" / "wake.json"
 TOY = REPO / "tests" / "fixtures" / "toy"
 TERMINAL = ("COMPLETED", "ERROR", "CANCELED")
+#: the private daemon's tick_min_s: dethpc's default
+TICK_MIN_S = 0.5
 
 
 def _cli(env: dict[str, str], *args: str) -> str:
@@ -86,7 +88,7 @@ def cell(name: str, samples: int, seed: int, idle_s: float, tick_max_s: float) -
     cluster.write_text(yaml.safe_dump({
         "backend": "local", "runs_root": str(root / "runs"), "python": sys.executable,
         "database_url": f"sqlite:///{root / 'dethpc.db'}",
-        "tick_min_s": 0.5, "tick_max_s": tick_max_s}))
+        "tick_min_s": TICK_MIN_S, "tick_max_s": tick_max_s}))
     exp_yaml = root / "experiment.yaml"
     exp_yaml.write_text(yaml.safe_dump({
         "name": "wake", "entrypoint": "python3 train.py",
@@ -141,6 +143,15 @@ def cell(name: str, samples: int, seed: int, idle_s: float, tick_max_s: float) -
             "kill_to_end_s": stats("kill_to_end_s"), "rows": rows}
 
 
+def backoff_s(tick_min_s: float, tick_max_s: float) -> float:
+    """How long an idle daemon takes to back off to ``tick_max_s`` sleeps: its sleeps
+    double from ``tick_min_s`` (0.5 + 1 + 2 + 4 + 8 s for dethpc's defaults)."""
+    idle, delay = 0.0, tick_min_s
+    while delay < tick_max_s:
+        idle, delay = idle + delay, delay * 2
+    return idle
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=8)
@@ -150,7 +161,7 @@ def main() -> None:
     ap.add_argument("--tick-max-s", type=float, default=10.0)
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
-    idle_s = 0.5 + 1 + 2 + 4 + 8 + 2.0        # the back-off doublings, and a margin
+    idle_s = backoff_s(TICK_MIN_S, args.tick_max_s) + 2.0     # and a margin
     result = json.loads(args.out.read_text()) if args.out.exists() else {"cells": {}}
     result["what"] = ("an idle (backed-off) daemon: seconds from an experiment's row to the "
                       "daemon's first batch, and from a kill request to the experiment's end; "
