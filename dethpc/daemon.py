@@ -136,7 +136,7 @@ def fault_point(name: str) -> None:
 def slurm_unreachable(exc: DethpcError) -> bool:
     """A command failed because the controller did not answer (restarting, overloaded):
     what it was asked may or may not have happened, and asking again later is right."""
-    return isinstance(exc, CommandError) and is_transient(exc.stderr)
+    return isinstance(exc, CommandError) and is_transient(exc.stderr, exc.stdout)
 
 
 def pull_failed(pj: PullJob, image: str, job_id: str, info: JobInfo) -> str:

@@ -40,8 +40,15 @@ class CommandResult:
     stderr: str
 
 
-def is_transient(stderr: str) -> bool:
-    return any(m in stderr for m in TRANSIENT_MARKERS)
+#: what ``scontrol show config``/``scontrol ping`` print on stdout (exit 1) when the
+#: controller they ping is down: the rest of their output is the local slurm.conf
+#: (seen on the dev cluster during a slurmctld restart)
+CONTROLLER_DOWN = "RESTORE SLURMCTLD DAEMON TO SERVICE"
+
+
+def is_transient(stderr: str, stdout: str = "") -> bool:
+    """The command failed because the controller did not answer: ask again later."""
+    return any(m in stderr for m in TRANSIENT_MARKERS) or CONTROLLER_DOWN in stdout
 
 
 @dataclass
@@ -99,7 +106,7 @@ class CommandRunner:
             self._record(last)
             if proc.returncode == 0 or not check:
                 return last
-            if is_transient(proc.stderr) and attempt + 1 < attempts:
+            if is_transient(proc.stderr, proc.stdout) and attempt + 1 < attempts:
                 log.warning("`%s` failed transiently (%s), retrying in %.1fs",
                             " ".join(args), proc.stderr.strip()[:200], delay)
                 time.sleep(delay)

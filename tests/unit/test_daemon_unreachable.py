@@ -1,8 +1,9 @@
-"""sbatch failing because slurmctld does not answer (restarting) is a wait, not the
-experiment's failure: the batch recorded before sbatch stays SUBMITTING for the next
-tick's adoption (found by name, or submitted again); any other sbatch error still fails
-the experiment. Real SQLite, the local backend with its submit answering as Slurm's
-sbatch does when the controller is down."""
+"""sbatch (or the ``scontrol show config`` before it) failing because slurmctld does
+not answer (restarting) is a wait, not the experiment's failure: the batch recorded
+before sbatch stays SUBMITTING for the next tick's adoption (found by name, or
+submitted again); any other sbatch error still fails the experiment. Real SQLite, the
+local backend with its submit answering as Slurm's sbatch does when the controller is
+down."""
 
 from __future__ import annotations
 
@@ -54,8 +55,19 @@ def start(tmp_path: Path, error: Exception) -> tuple[Store, Daemon, int]:
     return store, Daemon(store, cluster, backend), exp_id
 
 
+#: the end of what ``scontrol show config`` printed on stdout, exit 1, while slurmctld
+#: restarted (the dev cluster, stop 27's fresh run: the multi-fault test's experiment
+#: was failed by it, "submission failed", before this was read as a wait)
+SHOW_CONFIG_DOWN = ("SLURM_VERSION           = 22.05.8\nWaitTime                = 0 sec\n\n"
+                    "Slurmctld(primary) at vm is DOWN\n"
+                    "*****************************************\n"
+                    "** RESTORE SLURMCTLD DAEMON TO SERVICE **\n"
+                    "*****************************************\n")
+
+
 @pytest.mark.parametrize("error", [
     CommandError(["sbatch"], 1, "", DOWN),
+    CommandError(["scontrol", "show", "config"], 1, SHOW_CONFIG_DOWN, ""),
     CommandError(["sbatch"], 1, "", "sbatch: error: Socket timed out on send/recv operation"),
 ])
 def test_unreachable_controller_leaves_the_batch_for_adoption(tmp_path, error) -> None:
