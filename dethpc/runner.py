@@ -108,7 +108,8 @@ class CommandRunner:
                 return last
             if is_transient(proc.stderr, proc.stdout) and attempt + 1 < attempts:
                 log.warning("`%s` failed transiently (%s), retrying in %.1fs",
-                            " ".join(args), proc.stderr.strip()[:200], delay)
+                            " ".join(args), (proc.stderr.strip() or proc.stdout.strip())[-200:],
+                            delay)
                 time.sleep(delay)
                 delay *= 2
                 continue
