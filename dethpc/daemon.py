@@ -139,6 +139,21 @@ def slurm_unreachable(exc: DethpcError) -> bool:
     return isinstance(exc, CommandError) and is_transient(exc.stderr, exc.stdout)
 
 
+def next_delay(delay: float, busy: bool, tick_min_s: float, tick_max_s: float) -> float:
+    """The daemon's sleep after a tick: ``tick_min_s`` after a busy one, else the last
+    sleep doubled, up to ``tick_max_s``."""
+    return tick_min_s if busy else min(delay * 2, tick_max_s)
+
+
+def backoff_s(tick_min_s: float, tick_max_s: float) -> float:
+    """How long an idle daemon sleeps before its sleeps reach ``tick_max_s`` (1 + 2 + 4 +
+    8 s for the defaults): what a benchmark waits out for a backed-off daemon."""
+    idle, delay = 0.0, tick_min_s
+    while (delay := next_delay(delay, False, tick_min_s, tick_max_s)) < tick_max_s:
+        idle += delay
+    return idle
+
+
 def pull_failed(pj: PullJob, image: str, job_id: str, info: JobInfo) -> str:
     """A pre-pull job that ended without the image: forget it (a later experiment tries
     again) and say why, with the runtime's last words."""
@@ -819,8 +834,8 @@ class Daemon:
                 break
             if max_ticks is not None and ticks >= max_ticks:
                 break
-            delay = (self.cluster.tick_min_s if stats.busy
-                     else min(delay * 2, self.cluster.tick_max_s))
+            delay = next_delay(delay, stats.busy, self.cluster.tick_min_s,
+                               self.cluster.tick_max_s)
             try:
                 if self.wait(delay, should_stop):
                     delay = self.cluster.tick_min_s

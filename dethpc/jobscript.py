@@ -61,6 +61,11 @@ def _binds(cfg: ExperimentConfig, run_dir: Path) -> list[str]:
     return binds
 
 
+def in_image(cfg: ExperimentConfig, cluster: ClusterConfig, pool_name: str | None) -> bool:
+    """Whether the experiment's trials run in a container (an image and a runtime)."""
+    return _image(cfg, cluster, pool_name) is not None
+
+
 def container_prefix(cfg: ExperimentConfig, cluster: ClusterConfig, pool_name: str | None,
                      run_dir: Path) -> list[str] | None:
     """What goes before a command to run it in the experiment's image (None: none)."""

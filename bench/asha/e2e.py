@@ -60,6 +60,7 @@ sys.path.insert(0, str(REPO))
 from costs import measure, sim_costs  # noqa: E402
 from run import CURVE_SETS, configs, load, simulate  # noqa: E402
 
+from dethpc.daemon import backoff_s  # noqa: E402
 from dethpc.store import Store  # noqa: E402
 from dethpc.store.models import Batch, Experiment, Job  # noqa: E402
 
@@ -110,10 +111,8 @@ def real_run(args: argparse.Namespace, seed: int, n_curves: int, max_length: int
         # a daemon already running with nothing to do: backed off to tick_max_s, and at
         # a random point of that sleep; the submit wakes it (dethpc.service.wake)
         daemon = start_daemon()
-        idle, delay = 0.0, args.tick_min_s
-        while delay < args.tick_max_s:
-            idle, delay = idle + delay, delay * 2
-        time.sleep(idle + 1.0 + random.Random(seed).uniform(0.0, args.tick_max_s))
+        time.sleep(backoff_s(args.tick_min_s, args.tick_max_s) + 1.0
+                   + random.Random(seed).uniform(0.0, args.tick_max_s))
     t_submit = time.time()
     out = subprocess.run([sys.executable, "-m", "dethpc.cli.main", "submit",
                           str(home / "experiment.yaml"), str(ctx), "--no-daemon", "--json"],

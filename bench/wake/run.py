@@ -43,6 +43,7 @@ sys.path.insert(0, str(REPO))
 
 from sqlmodel import select  # noqa: E402
 
+from dethpc.daemon import backoff_s  # noqa: E402
 from dethpc.store import Store  # noqa: E402
 from dethpc.store.models import Batch, Event, Experiment  # noqa: E402
 
@@ -106,8 +107,8 @@ def cell(name: str, samples: int, seed: int, idle_s: float, tick_max_s: float) -
     rows: list[dict[str, Any]] = []
     try:
         for i in range(samples):
-            # fully backed off (0.5+1+2+4+8 s idle, then tick_max_s sleeps), at a random
-            # point of a tick_max_s sleep
+            # fully backed off (1+2+4+8 s idle for the defaults, then tick_max_s
+            # sleeps), at a random point of a tick_max_s sleep
             time.sleep(idle_s + rng.uniform(0.0, tick_max_s))
             exp_id = int(json.loads(_cli(client_env, "submit", str(exp_yaml), str(TOY),
                                          "--no-daemon", "--json"))["id"])
@@ -143,15 +144,6 @@ def cell(name: str, samples: int, seed: int, idle_s: float, tick_max_s: float) -
             "kill_to_end_s": stats("kill_to_end_s"), "rows": rows}
 
 
-def backoff_s(tick_min_s: float, tick_max_s: float) -> float:
-    """How long an idle daemon takes to back off to ``tick_max_s`` sleeps: its sleeps
-    double from ``tick_min_s`` (0.5 + 1 + 2 + 4 + 8 s for dethpc's defaults)."""
-    idle, delay = 0.0, tick_min_s
-    while delay < tick_max_s:
-        idle, delay = idle + delay, delay * 2
-    return idle
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=8)
@@ -161,7 +153,7 @@ def main() -> None:
     ap.add_argument("--tick-max-s", type=float, default=10.0)
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
-    idle_s = backoff_s(TICK_MIN_S, args.tick_max_s) + 2.0     # and a margin
+    idle_s = backoff_s(TICK_MIN_S, args.tick_max_s) + 2.0     # (dethpc.daemon's) and a margin
     result = json.loads(args.out.read_text()) if args.out.exists() else {"cells": {}}
     result["what"] = ("an idle (backed-off) daemon: seconds from an experiment's row to the "
                       "daemon's first batch, and from a kill request to the experiment's end; "

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from dethpc.backends.traits import BackendKind
 from dethpc.config.model import ClusterConfig, ExperimentConfig
-from dethpc.jobscript import container_prefix, inside, run_env
+from dethpc.jobscript import in_image, inside, run_env
 from dethpc.paths import ExperimentPaths
 from dethpc.render import entrypoint_argv, is_launcher
 from dethpc.worker.queue import WorkItem
@@ -43,7 +43,7 @@ def work_item(cfg: ExperimentConfig, cluster: ClusterConfig, *, backend: Backend
     env = run_env(cfg, cluster, backend=backend, run_dir=run_dir, exp_id=exp_id,
                   trial_id=trial_id)
     argv = entrypoint_argv(cfg.entrypoint, python)
-    if container_prefix(cfg, cluster, cfg.resources.resource_pool, run_dir) is not None:
+    if in_image(cfg, cluster, cfg.resources.resource_pool):
         argv = inside(cluster, argv)
     return WorkItem(trial_id=trial_id, seq=seq, argv=argv, env=dict(env),
                     cwd=str(paths.context), trial_dir=str(tp.root))
