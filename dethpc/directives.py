@@ -4,8 +4,10 @@ Owns: sbatch's option vocabulary (long options, short forms, getopt prefixes:
 ``canonical_option``), the options dethpc manages itself (``MANAGED_SBATCH_OPTIONS``),
 the directives of a trial job, an array job and a het-job component
 (``trial_directives``, ``component_directives``), the layering of a site's and a
-user's ``sbatch_args`` over dethpc's defaults (``layer``), and sbatch's own
-refusals of a directive list (``sbatch_conflicts``, for checks and tests).
+user's ``sbatch_args`` over dethpc's defaults (``layer``), sbatch's own
+refusals of a directive list (``sbatch_conflicts``, for checks and tests), a script's
+``#SBATCH`` lines as sbatch reads them (``script_header``) and the number of tasks a
+job's options ask for (``task_count``, what the local backend counts against its slots).
 
 The layering rule (docs/config.md): dethpc's defaults, then the pool's
 ``sbatch_args``, then the experiment's ``slurm.sbatch_args``. An argument that sets
@@ -22,6 +24,7 @@ Must not: run commands, write files or know the templates.
 from __future__ import annotations
 
 import enum
+import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -58,6 +61,14 @@ SBATCH_SHORT_OPTIONS: dict[str, str] = {
     "-S": "--core-spec", "-t": "--time", "-W": "--wait", "-w": "--nodelist",
     "-x": "--exclude",
 }
+#: sbatch long options that never take a value (sbatch 22.05 ``--help``)
+SBATCH_FLAGS: frozenset[str] = frozenset(f"--{o}" for o in (
+    "contiguous hold ignore-pbs no-requeue overcommit oversubscribe parsable quiet reboot "
+    "requeue spread-job test-only usage use-min-nodes verbose version wait help").split())
+#: long options whose value is optional (only ``--opt=value`` gives one)
+SBATCH_OPTIONAL_VALUE = frozenset({"--exclusive", "--no-kill", "--get-user-env", "--propagate"})
+#: short options that never take a value
+SBATCH_SHORT_FLAGS = frozenset({"-H", "-k", "-O", "-Q", "-s", "-v", "-W", "-h", "-V", "-I"})
 
 #: sbatch options dethpc sets itself, with the reason a user may not set them
 MANAGED_SBATCH_OPTIONS: dict[str, str] = {
@@ -239,6 +250,35 @@ def sbatch_conflicts(directives: Sequence[str]) -> list[str]:
     return problems
 
 
+def _count(value: str | None) -> int | None:
+    """The first whole number of ``2``, ``2-4`` (a range: its minimum) or ``1,4,8``
+    (a size list); None when there is none (sbatch refuses such a value itself)."""
+    head = (value or "").replace(",", "-").split("-", 1)[0].strip()
+    return int(head) if head.isdigit() and int(head) > 0 else None
+
+
+def task_count(options: Sequence[str]) -> int:
+    """How many tasks sbatch gives a job with these options, in the order sbatch reads
+    them (the script's ``#SBATCH`` lines, then the command line; the last of each option
+    wins): ``--ntasks``; else ``--nodes`` x ``--ntasks-per-node``; else one per node. A
+    heterogeneous job (components split by ``hetjob``) has the sum of its components'."""
+    total = 0
+    ntasks = nodes = per_node = None
+    for arg in [*options, "hetjob"]:
+        if arg.strip() == "hetjob":
+            total += ntasks if ntasks is not None else (nodes or 1) * (per_node or 1)
+            ntasks = nodes = per_node = None
+            continue
+        match canonical_option(arg):
+            case "--ntasks":
+                ntasks = _count(option_value(arg))
+            case "--nodes":
+                nodes = _count(option_value(arg))
+            case "--ntasks-per-node":
+                per_node = _count(option_value(arg))
+    return total
+
+
 # --------------------------------------------------------------- what a job asks for
 def job_time(cfg: ExperimentConfig, pool: ResourcePool) -> str | None:
     return cfg.slurm.time or pool.default_time
@@ -293,3 +333,34 @@ def component_directives(comp: HetComponent, pool: ResourcePool,
         own.append(f"--mem={mem_mb}M")
     out = layer(own, pool.sbatch_args)
     return ["hetjob", *(check_directive(d) for d in out)]
+
+
+def script_header(text: str) -> list[tuple[str, str]]:
+    """The script's ``#SBATCH`` options with their line numbers, as sbatch reads them:
+    from the top, until the first line that is neither a comment nor blank; the words
+    of one line split as a shell would (sbatch honours quotes there)."""
+    out: list[tuple[str, str]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            break
+        if not stripped.startswith("#SBATCH"):
+            continue
+        rest = stripped[len("#SBATCH"):]
+        if rest and not rest[0].isspace():
+            continue                      # '#SBATCHX' is a comment
+        words = shlex.split(rest, comments=True)
+        j = 0
+        while j < len(words):
+            word = words[j]
+            takes = (word.startswith("--") and "=" not in word
+                     and canonical_option(word) not in SBATCH_FLAGS | SBATCH_OPTIONAL_VALUE
+                     ) or (word[:2] in SBATCH_SHORT_OPTIONS and len(word) == 2)
+            if takes and j + 1 < len(words):
+                sep = "=" if word.startswith("--") else " "
+                out.append((f"{word}{sep}{words[j + 1]}", f"script line {number}"))
+                j += 2
+            else:
+                out.append((word, f"script line {number}"))
+                j += 1
+    return out

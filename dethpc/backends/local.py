@@ -8,7 +8,9 @@ find). Every bit of state lives in files under the spool (layout in
 SIGKILLed sees and keeps managing the same jobs; no job is lost or run twice.
 
 Slurm semantics emulated: array tasks with their own ``SLURM_JOB_ID``, the
-``%K`` throttle (changeable live), a global concurrency limit, the time-limit
+``%K`` throttle (changeable live), a global concurrency limit counted in tasks (a
+job's ``--ntasks``, or ``--nodes`` x ``--ntasks-per-node``, from its ``#SBATCH`` lines
+and extra arguments, as sbatch reads them), the time-limit
 signal to the batch shell ``signal_lead_s`` before the limit then
 TERM/KILL (TIMEOUT), requeue by exit code ``LOCAL_REQUEUE_EXIT`` or by
 ``requeue()``, and a dead supervisor reported as NODE_FAIL.
@@ -43,6 +45,7 @@ from dethpc.backends.local_spool import (
 )
 from dethpc.backends.local_supervisor import kill_group, signal_number
 from dethpc.backends.traits import LOCAL, BackendTraits
+from dethpc.directives import script_header, task_count
 from dethpc.errors import NotFoundError, SubmitError
 from dethpc.limits import UNLIMITED, PoolLimits
 
@@ -100,6 +103,12 @@ class LocalBackend:
             raise SubmitError(f"array index out of range 0..{LOCAL_MAX_ARRAY_SIZE - 1}")
         if not Path(request.script).is_file():
             raise SubmitError(f"job script {request.script} does not exist; render it first")
+        try:
+            header = script_header(Path(request.script).read_text(errors="replace"))
+        except ValueError as exc:  # shlex: an unbalanced quote in an #SBATCH line
+            raise SubmitError(f"job script {request.script}: its #SBATCH lines cannot be "
+                              f"read: {exc}") from exc
+        tasks = task_count([*(option for option, _ in header), *request.extra_args])
         first = self.spool.allocate_ids(len(indices))
         job = str(first)
         if request.array_indices:
@@ -109,7 +118,7 @@ class LocalBackend:
         for pos, index in enumerate(indices):
             ref = request.task_ref(job, index) if index is not None else job
             self._create_task(ref, request, first + pos, job, index,
-                              refs[-1] if refs else None)
+                              refs[-1] if refs else None, tasks)
             refs.append(ref)
         return refs
 
@@ -143,7 +152,7 @@ class LocalBackend:
 
     # ---------------------------------------------------------------- tasks
     def _create_task(self, ref: str, request: JobRequest, job_id: int, array_job: str,
-                     index: int | None, prev_ref: str | None) -> None:
+                     index: int | None, prev_ref: str | None, tasks: int) -> None:
         paths = self.spool.task(ref)
         paths.root.mkdir(parents=True)
         lock_fd = try_lock(paths.supervisor_lock)
@@ -160,7 +169,7 @@ class LocalBackend:
                 "time_limit_s": request.time_limit_s, "signal": request.signal,
                 "signal_lead_s": request.signal_lead_s,
                 "array_count": len(idx), "array_min": min(idx, default=0),
-                "array_max": max(idx, default=0),
+                "array_max": max(idx, default=0), "tasks": tasks,
             })
             write_json_atomic(paths.state, {"state": "pending", "restart_count": 0,
                                             "submit_time": time.time(), "reason": ""})

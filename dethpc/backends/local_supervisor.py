@@ -93,17 +93,25 @@ class Supervisor:
 
     # ---------------------------------------------------------------- slots
     def acquire_slots(self) -> bool:
-        """Wait for a throttle slot (arrays) and a global slot; False when cancelled."""
+        """Wait for a throttle slot (arrays) and the task's global slots; False when
+        cancelled. While it waits, ``state.json`` says why, in Slurm's words."""
         while True:
             if self.paths.cancel.exists():
                 return False
             with contextlib.suppress(FileNotFoundError):
                 self.paths.requeue.unlink()  # a pending task has nothing to requeue
-            fds = self._try_slots()
+            fds, why = self._try_slots()
             if fds is not None:
                 self.slot_fds = fds
                 return True
+            if why and self.state.get("reason") != why:
+                self.save(reason=why)
             time.sleep(SLOT_POLL_S * (0.5 + random.random()))  # noqa: S311 - jitter
+
+    @property
+    def tasks(self) -> int:
+        """The job's task count (``request.json``; 1 for a spool written before it)."""
+        return max(1, int(self.req.get("tasks") or 1))
 
     def _behind_predecessor(self) -> bool:
         """Array tasks start in index order: wait while an earlier task of the same
@@ -121,9 +129,12 @@ class Supervisor:
             prev = (read_json(paths.request) or {}).get("prev_ref")
         return False
 
-    def _try_slots(self) -> list[int] | None:
+    def _try_slots(self) -> tuple[list[int] | None, str]:
+        """The slot locks this task runs under, or None and Slurm's pending reason: one
+        throttle slot of its array, and one global slot per task (all of them for a job
+        with more tasks than there are slots, which would otherwise never start)."""
         if self._behind_predecessor():
-            return None
+            return None, "Priority"
         held: list[int] = []
         array_id = self.req.get("array_job_id")
         if self.req.get("is_array") and array_id:
@@ -132,15 +143,18 @@ class Supervisor:
                 fd = self._first_free([self.spool.array_slot(str(array_id), k)
                                        for k in range(limit)])
                 if fd is None:
-                    return None
+                    return None, "JobArrayTaskLimit"
                 held.append(fd)
         n = self.spool.max_concurrent(os.cpu_count() or 1)
-        fd = self._first_free([self.spool.slot(k) for k in range(n)])
-        if fd is None:
-            for h in held:
-                unlock(h)
-            return None
-        return [*held, fd]
+        free = [self.spool.slot(k) for k in range(n)]
+        for _ in range(min(self.tasks, n)):
+            fd = self._first_free(free)
+            if fd is None:
+                for h in held:
+                    unlock(h)
+                return None, "Resources"
+            held.append(fd)
+        return held, ""
 
     @staticmethod
     def _first_free(paths: list[Path]) -> int | None:
@@ -164,10 +178,11 @@ class Supervisor:
         env.update({
             "SLURM_JOB_ID": str(req["job_id"]), "SLURM_JOBID": str(req["job_id"]),
             "SLURM_JOB_NAME": str(req["name"]), "SLURM_PROCID": "0",
-            "SLURM_NTASKS": "1", "SLURM_NPROCS": "1", "SLURM_NNODES": "1",
+            "SLURM_NTASKS": str(self.tasks), "SLURM_NPROCS": str(self.tasks),
+            "SLURM_NNODES": "1",
             "SLURM_JOB_NUM_NODES": "1", "SLURM_NODEID": "0", "SLURM_LOCALID": "0",
             "SLURM_NODELIST": NODENAME, "SLURM_JOB_NODELIST": NODENAME,
-            "SLURMD_NODENAME": NODENAME, "SLURM_TASKS_PER_NODE": "1",
+            "SLURMD_NODENAME": NODENAME, "SLURM_TASKS_PER_NODE": str(self.tasks),
             "SLURM_RESTART_COUNT": str(restart), "SLURM_SUBMIT_DIR": str(req["workdir"]),
             "SLURM_SUBMIT_HOST": socket.gethostname(), "SLURM_CPUS_ON_NODE": ncpu,
             "SLURM_JOB_CPUS_PER_NODE": ncpu, "DETHPC_BACKEND": BackendKind.LOCAL.value,

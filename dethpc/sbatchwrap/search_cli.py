@@ -2,8 +2,9 @@
 
 Owns: splitting the command line into dethpc's own options (``--search``,
 ``--parsable``, ``--config key=value``), the sbatch options before the script and the
-script's arguments; reading the script's ``#SBATCH`` lines and the ``SBATCH_*``
-variables as sbatch would; calling ``search.submit_search`` and printing its line.
+script's arguments; reading the ``SBATCH_*`` variables as sbatch would (the script's
+``#SBATCH`` lines: ``dethpc.directives.script_header``); calling
+``search.submit_search`` and printing its line.
 Interim: ``dethpc sbatch`` without ``--search`` (issue 13 item 1) and a shared
 argv/``#SBATCH`` parser belong to ``dethpc.sbatchwrap.options``; once it lands, this
 module should take its parsed options instead of ``parse_command``/``script_header``.
@@ -12,22 +13,20 @@ Must not: decide anything about the search (``search`` does) or submit jobs.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dethpc.directives import SBATCH_SHORT_OPTIONS, canonical_option
+from dethpc.directives import (
+    SBATCH_FLAGS,
+    SBATCH_OPTIONAL_VALUE,
+    SBATCH_SHORT_FLAGS,
+    SBATCH_SHORT_OPTIONS,
+    canonical_option,
+    script_header,
+)
 from dethpc.errors import DethpcError
 
-#: sbatch long options that never take a value (sbatch 22.05 ``--help``)
-_FLAGS = frozenset(f"--{o}" for o in (
-    "contiguous hold ignore-pbs no-requeue overcommit oversubscribe parsable quiet reboot "
-    "requeue spread-job test-only usage use-min-nodes verbose version wait help").split())
-#: long options whose value is optional (only ``--opt=value`` gives one)
-_OPTIONAL = frozenset({"--exclusive", "--no-kill", "--get-user-env", "--propagate"})
-#: short options that never take a value
-_SHORT_FLAGS = frozenset({"-H", "-k", "-O", "-Q", "-s", "-v", "-W", "-h", "-V", "-I"})
 #: sbatch's input environment variables and the option each stands for (man sbatch,
 #: INPUT ENVIRONMENT VARIABLES; a command-line option beats them, they beat #SBATCH)
 SBATCH_ENV = {
@@ -97,7 +96,7 @@ def parse_command(argv: Sequence[str]) -> SearchCommand:
             if option is None:
                 raise UsageError(f"unknown sbatch option {arg!r} (sbatch 22.05's long options "
                                  "and their unique prefixes are accepted)")
-            if eq or option in _FLAGS or option in _OPTIONAL:
+            if eq or option in SBATCH_FLAGS or option in SBATCH_OPTIONAL_VALUE:
                 cmd.options.append(arg)
             elif i + 1 < len(argv):
                 cmd.options.append(f"{arg}={argv[i + 1]}")
@@ -106,9 +105,9 @@ def parse_command(argv: Sequence[str]) -> SearchCommand:
                 raise UsageError(f"{arg} needs a value")
         else:
             short = arg[:2]
-            if short not in SBATCH_SHORT_OPTIONS and short not in _SHORT_FLAGS:
+            if short not in SBATCH_SHORT_OPTIONS and short not in SBATCH_SHORT_FLAGS:
                 raise UsageError(f"unknown sbatch option {arg!r}")
-            if short in _SHORT_FLAGS or len(arg) > 2:
+            if short in SBATCH_SHORT_FLAGS or len(arg) > 2:
                 cmd.options.append(arg)
             elif i + 1 < len(argv):
                 cmd.options.append(f"{arg} {argv[i + 1]}")
@@ -117,37 +116,6 @@ def parse_command(argv: Sequence[str]) -> SearchCommand:
                 raise UsageError(f"{arg} needs a value")
         i += 1
     return cmd
-
-
-def script_header(text: str) -> list[tuple[str, str]]:
-    """The script's ``#SBATCH`` options with their line numbers, as sbatch reads them:
-    from the top, until the first line that is neither a comment nor blank; the words
-    of one line split as a shell would (sbatch honours quotes there)."""
-    out: list[tuple[str, str]] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        stripped = line.strip()
-        if stripped and not stripped.startswith("#"):
-            break
-        if not stripped.startswith("#SBATCH"):
-            continue
-        rest = stripped[len("#SBATCH"):]
-        if rest and not rest[0].isspace():
-            continue                      # '#SBATCHX' is a comment
-        words = shlex.split(rest, comments=True)
-        j = 0
-        while j < len(words):
-            word = words[j]
-            takes = (word.startswith("--") and "=" not in word
-                     and canonical_option(word) not in _FLAGS | _OPTIONAL) or (
-                word[:2] in SBATCH_SHORT_OPTIONS and len(word) == 2)
-            if takes and j + 1 < len(words):
-                sep = "=" if word.startswith("--") else " "
-                out.append((f"{word}{sep}{words[j + 1]}", f"script line {number}"))
-                j += 2
-            else:
-                out.append((word, f"script line {number}"))
-                j += 1
-    return out
 
 
 def env_options(environ: Mapping[str, str]) -> list[tuple[str, str]]:

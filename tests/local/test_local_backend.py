@@ -161,6 +161,40 @@ def test_concurrency_limit(spool: Path, work: Path) -> None:
     assert max_overlap(spans) <= 2
 
 
+def test_a_job_takes_one_slot_per_task(spool: Path, work: Path) -> None:
+    """``#SBATCH --ntasks=2`` holds 2 of the 2 slots, so a 1-task job waits for it
+    ("Resources") instead of running beside it; the job sees its task count."""
+    backend = LocalBackend(spool, max_concurrent=2)
+    two = script(work, """
+        echo "$SLURM_NTASKS $SLURM_TASKS_PER_NODE" > two-env
+        date +%s.%N > two-start
+        while [ ! -e release ]; do sleep 0.05; done
+        date +%s.%N > two-end
+    """, "two.sh")
+    two.write_text(two.read_text().replace("#!/bin/bash\n", "#!/bin/bash\n#SBATCH --ntasks=2\n"))
+    (ref_two,) = backend.submit(request(work, two))
+    wait_file(work / "two-start")
+    one = script(work, "date +%s.%N > one-start\n", "one.sh")
+    (ref_one,) = backend.submit(request(work, one, name="dethpc-e1-b2"))
+    infos = wait_for(backend, [ref_one], lambda i: i[ref_one].reason != ""
+                     or i[ref_one].state is not JobState.PENDING, "the 1-task job's verdict")
+    assert infos[ref_one].state is JobState.PENDING, "it ran beside a job holding every slot"
+    assert infos[ref_one].reason == "Resources"
+    (work / "release").touch()
+    infos = wait_terminal(backend, [ref_two, ref_one])
+    assert all(i.state is JobState.COMPLETED for i in infos.values())
+    assert float((work / "one-start").read_text()) >= float((work / "two-end").read_text())
+    assert (work / "two-env").read_text().split() == ["2", "2"]
+
+
+def test_a_job_with_more_tasks_than_slots_takes_them_all(spool: Path, work: Path) -> None:
+    backend = LocalBackend(spool, max_concurrent=2)
+    path = script(work, 'echo "$SLURM_NTASKS" > n\n')
+    (ref,) = backend.submit(request(work, path, extra_args=("--nodes=2", "-n 5")))
+    assert wait_terminal(backend, [ref])[ref].state is JobState.COMPLETED
+    assert (work / "n").read_text().strip() == "5"
+
+
 def test_throttle(spool: Path, work: Path) -> None:
     backend = LocalBackend(spool, max_concurrent=8)
     path = script(work, TIMED.format(p="t"))
@@ -175,10 +209,12 @@ def test_set_throttle_is_honoured_live(spool: Path, work: Path) -> None:
     path = script(work, "while [ ! -e release ]; do sleep 0.05; done\n")
     refs = backend.submit(request(work, path, array_indices=(0, 1, 2), throttle=1))
     running = lambda i: sum(x.state is JobState.RUNNING for x in i.values())  # noqa: E731
-    wait_for(backend, refs, lambda i: running(i) == 1, "one running task")
-    time.sleep(0.5)  # give the other supervisors the chance to (wrongly) start
-    infos = backend.poll(refs)
-    assert running(infos) == 1
+    # the others wait, saying why as Slurm does: the second for the throttle, the third
+    # behind it (array tasks start in index order)
+    why = ["JobArrayTaskLimit", "Priority"]
+    infos = wait_for(backend, refs, lambda i: running(i) == 1
+                     and [i[r].reason for r in refs[1:]] == why, "waits with reasons")
+    assert infos[refs[0]].state is JobState.RUNNING
     assert sum(x.state is JobState.PENDING for x in infos.values()) == 2
     backend.set_throttle(refs[0].split("_")[0], 3)
     wait_for(backend, refs, lambda i: running(i) == 3, "three running tasks")

@@ -15,6 +15,7 @@ from dethpc.directives import (
     layer,
     managed_option,
     sbatch_conflicts,
+    task_count,
     trial_directives,
 )
 
@@ -145,3 +146,27 @@ def test_component_directives_take_the_pool_args_not_the_experiment_ones() -> No
     got = component_directives(comp, GPU_POOL, "00:10:00")
     assert got == ["hetjob", "--nodes=2", "--ntasks-per-node=2", "--cpus-per-task=1",
                    "--partition=low", "--time=00:10:00", "--mem=6144M", "--exclude=n3"]
+
+
+@pytest.mark.parametrize(("options", "tasks"), [
+    ([], 1),
+    (["--ntasks=4"], 4),
+    (["-n 3"], 3),
+    (["-n3"], 3),
+    (["--ntasks 2"], 2),
+    (["--nodes=2"], 2),                                  # one task per node by default
+    (["--nodes=2", "--ntasks-per-node=4"], 8),           # dethpc's own shape directives
+    (["-N 2-4", "--ntasks-per-node=2"], 4),              # a range: its minimum
+    (["--nodes=1,4,8"], 1),                              # a size list: its first
+    (["--ntasks-per-node=2"], 2),
+    (["--ntasks=6", "--nodes=2", "--ntasks-per-node=2"], 6),   # --ntasks wins
+    (["--ntasks=2", "--ntasks=5"], 5),                   # the last one wins (command line)
+    (["--ntasks=x"], 1),                                 # sbatch refuses it; not a count
+    (["--ntasks=0"], 1),
+    (["--ntasks-per-n=3"], 3),                           # a unique prefix, as getopt takes it
+    (["--cpus-per-task=8", "--mem=1G"], 1),
+    (["--nodes=1", "--ntasks-per-node=2", "hetjob", "--ntasks=3"], 5),   # het: the sum
+    (["--ntasks=2", "hetjob", "--cpus-per-task=4"], 3),
+])
+def test_task_count(options: list[str], tasks: int) -> None:
+    assert task_count(options) == tasks
