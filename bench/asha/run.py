@@ -60,7 +60,9 @@ from dethpc.searchers.factory import make_searcher
 HERE = Path(__file__).resolve().parent
 #: the recorded curve sets (``curves.py --set NAME``) by name
 CURVE_SETS = {"digits": HERE / "curves.json", "cancer": HERE / "curves_cancer.json",
-              "cnn": HERE / "curves_cnn.json"}
+              "cnn": HERE / "curves_cnn.json",
+              # the same 128 CNNs trained 4x as long (8192 batches), recorded 2026-11-28
+              "cnn-long": HERE / "curves_cnn_long.json"}
 
 
 @dataclass

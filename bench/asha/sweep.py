@@ -1,7 +1,8 @@
 """ASHA vs random search per execution mode: the same replay as ``run.py`` over a grid.
 
 Owns: running ``run.py``'s simulation (same searchers, same metric) for every cell of
-curve set (digits MLPs, breast-cancer transformers, digits CNNs) x trial budget (32, 128) x queue
+curve set (digits MLPs, breast-cancer transformers, digits CNNs, the same CNNs trained
+4x as long) x trial budget (32, 128) x queue
 wait (0, 30, 300 s) x execution mode (per-job, pool) x ASHA ``mode`` (standard, the
 default, and aggressive: one bracket, the most early stopping) x ASHA variant (stopping,
 promotion), with random search run in the same mode as the ASHA it is compared with,
