@@ -19,7 +19,7 @@ from dethpc.store import Store
 from dethpc.store.models import Batch, BatchKind, Job
 from dethpc.worker import queue
 from dethpc.worker.view import parse_item_ref
-from tests.local.conftest import TOY, cli, wait_for, write_config
+from tests.local.conftest import REPO, TOY, cli, wait_for, write_config
 
 
 def _workers_alive(run_dir: Path) -> list[int]:
@@ -104,3 +104,36 @@ def test_set_concurrency_retires_surplus_workers_after_their_run(home, tmp_path)
     assert not survivor or {r.worker for r in later} == survivor
     d = json.loads(cli("experiment", "describe", exp, "--json").stdout)
     assert d["state"] == "COMPLETED" and len(d["trials"]) == 10
+
+
+def test_the_core_api_tutorials_search_runs_in_a_pool(home, tmp_path):
+    """``examples/core_api/adaptive.yaml``, stage 4 of Determined 0.38's Core API
+    tutorial (the length lives in the training code: ``time_metric: batches``,
+    ``max_time``; the script asks ``preempt.should_preempt()``), unchanged but for
+    ``slurm.workers=2`` given as a user would: every trial runs as an item in one array
+    of 2 workers, each run's record says so, and the search completes."""
+    core_api = REPO / "examples" / "core_api"
+    out = cli("submit", core_api / "adaptive.yaml", core_api, "--json",
+              "--config", "slurm.workers=2")
+    exp = json.loads(out.stdout)["id"]
+    cli("experiment", "wait", exp, "--timeout", "240", timeout=260, check=False)
+    d = json.loads(cli("experiment", "describe", exp, "--json").stdout)
+    run_dir = Path(d["run_dir"])
+    assert d["state"] == "COMPLETED", (d["state"], _logs(run_dir))
+    assert len(d["trials"]) == 8
+    assert all(t["best_validation"] is not None for t in d["trials"]), d["trials"]
+    store = Store(f"sqlite:///{home / 'dethpc.db'}")
+    with store.session() as s:
+        jobs = list(s.exec(select(Job).where(Job.experiment_id == exp)))
+        batches = list(s.exec(select(Batch).where(Batch.experiment_id == exp)))
+    assert [b.size for b in batches if b.kind == BatchKind.WORKERS] == [2], batches
+    assert not [b for b in batches if b.kind == BatchKind.TRIALS]   # no job per trial
+    assert jobs and all(parse_item_ref(j.ref or "") for j in jobs)
+    for job in jobs:
+        recs = [json.loads(line) for line in (run_dir / "trials" / str(job.trial_id)
+                                              / "exits.jsonl").read_text().splitlines()]
+        assert [r["worker"] for r in recs if r["job"] == job.ref] == [True], (job.ref, recs)
+
+
+def _logs(run_dir: Path) -> str:
+    return "".join(p.read_text(errors="replace") for p in run_dir.rglob("*.out"))[-3000:]
