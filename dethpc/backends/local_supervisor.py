@@ -140,29 +140,35 @@ class Supervisor:
         if self.req.get("is_array") and array_id:
             limit = self.spool.array_throttle(str(array_id))
             if limit:
-                fd = self._first_free([self.spool.array_slot(str(array_id), k)
-                                       for k in range(limit)])
-                if fd is None:
+                fds = self._take([self.spool.array_slot(str(array_id), k)
+                                  for k in range(limit)], 1)
+                if fds is None:
                     return None, "JobArrayTaskLimit"
-                held.append(fd)
+                held += fds
         n = self.spool.max_concurrent(os.cpu_count() or 1)
-        free = [self.spool.slot(k) for k in range(n)]
-        for _ in range(min(self.tasks, n)):
-            fd = self._first_free(free)
-            if fd is None:
-                for h in held:
-                    unlock(h)
-                return None, "Resources"
-            held.append(fd)
-        return held, ""
+        fds = self._take([self.spool.slot(k) for k in range(n)], min(self.tasks, n))
+        if fds is None:
+            for h in held:
+                unlock(h)
+            return None, "Resources"
+        return [*held, *fds], ""
 
     @staticmethod
-    def _first_free(paths: list[Path]) -> int | None:
+    def _take(paths: list[Path], count: int) -> list[int] | None:
+        """Locks on ``count`` of ``paths`` (the first free ones, one pass), or None and
+        none held."""
+        fds: list[int] = []
         for p in paths:
+            if len(fds) == count:
+                break
             fd = try_lock(p)
             if fd is not None:
-                return fd
-        return None
+                fds.append(fd)
+        if len(fds) < count:
+            for fd in fds:
+                unlock(fd)
+            return None
+        return fds
 
     def release_slots(self) -> None:
         for fd in self.slot_fds:

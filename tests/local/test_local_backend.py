@@ -62,9 +62,10 @@ def work(tmp_path: Path) -> Path:
     return d
 
 
-def script(work: Path, body: str, name: str = "job.sh") -> Path:
+def script(work: Path, body: str, name: str = "job.sh", sbatch: tuple[str, ...] = ()) -> Path:
     path = work / name
-    path.write_text("#!/bin/bash\nset -u\n" + textwrap.dedent(body))
+    header = "".join(f"#SBATCH {option}\n" for option in sbatch)
+    path.write_text("#!/bin/bash\n" + header + "set -u\n" + textwrap.dedent(body))
     return path
 
 
@@ -170,8 +171,7 @@ def test_a_job_takes_one_slot_per_task(spool: Path, work: Path) -> None:
         date +%s.%N > two-start
         while [ ! -e release ]; do sleep 0.05; done
         date +%s.%N > two-end
-    """, "two.sh")
-    two.write_text(two.read_text().replace("#!/bin/bash\n", "#!/bin/bash\n#SBATCH --ntasks=2\n"))
+    """, "two.sh", sbatch=("--ntasks=2",))
     (ref_two,) = backend.submit(request(work, two))
     wait_file(work / "two-start")
     one = script(work, "date +%s.%N > one-start\n", "one.sh")
