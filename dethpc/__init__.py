@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from dethpc import core, pytorch
     from dethpc.core import LOG_FORMAT, ClusterInfo, TrialInfo, get_cluster_info
 
-__version__ = "0.1.0"
+from dethpc.common.version import __version__
 
 _SUBMODULES = ("core", "pytorch")
 _FROM_CORE = ("LOG_FORMAT", "ClusterInfo", "TrialInfo", "get_cluster_info")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dethpc.backends.base import Backend, JobInfo
-from dethpc.runner import RecordingRunner
+from dethpc.common.runner import RecordingRunner
 
 
 def wait_for(backend: Backend, refs: list[str], pred: Callable[[dict[str, JobInfo]], bool],

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from dethpc.experiments import current_user
+from dethpc.control.experiments import current_user
 from dethpc.store import Store
 from dethpc.store.models import (
     Batch,
@@ -161,7 +161,7 @@ class Dashboard:
     def in_thread(cls, home: Path, timeout: float = 60.0) -> Dashboard:
         """The same app and uvicorn server, served from a thread of this process (no
         second interpreter to start: the unit tests' variant)."""
-        from dethpc.dashboard.serve import prepare
+        from dethpc.surfaces.dashboard.serve import prepare
 
         running = prepare(Store(f"sqlite:///{home / 'dethpc.db'}"), current_user())
         thread = threading.Thread(target=running.server.run,
@@ -186,7 +186,7 @@ class Dashboard:
         (home / "cluster.yaml").write_text(yaml.safe_dump(
             {"backend": "local", "runs_root": str(home / "runs")}))
         env["DETHPC_CLUSTER_CONFIG"] = str(home / "cluster.yaml")
-        return subprocess.Popen([sys.executable, "-m", "dethpc.cli.main", "dashboard"],
+        return subprocess.Popen([sys.executable, "-m", "dethpc.surfaces.cli.main", "dashboard"],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, env=env)
 

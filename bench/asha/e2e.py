@@ -60,7 +60,7 @@ sys.path.insert(0, str(REPO))
 from costs import measure, sim_costs  # noqa: E402
 from run import CURVE_SETS, configs, load, simulate  # noqa: E402
 
-from dethpc.daemon import backoff_s  # noqa: E402
+from dethpc.control.daemon import backoff_s  # noqa: E402
 from dethpc.store import Store  # noqa: E402
 from dethpc.store.models import Batch, Experiment, Job  # noqa: E402
 
@@ -103,18 +103,18 @@ def real_run(args: argparse.Namespace, seed: int, n_curves: int, max_length: int
     log = (home / "daemon.log").open("wb")
 
     def start_daemon() -> subprocess.Popen[bytes]:
-        return subprocess.Popen([sys.executable, "-m", "dethpc.cli.main", "daemon", "run"],
+        return subprocess.Popen([sys.executable, "-m", "dethpc.surfaces.cli.main", "daemon", "run"],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
 
     daemon = None
     if args.warm_daemon:
         # a daemon already running with nothing to do: backed off to tick_max_s, and at
-        # a random point of that sleep; the submit wakes it (dethpc.service.wake)
+        # a random point of that sleep; the submit wakes it (dethpc.control.service.wake)
         daemon = start_daemon()
         time.sleep(backoff_s(args.tick_min_s, args.tick_max_s) + 1.0
                    + random.Random(seed).uniform(0.0, args.tick_max_s))
     t_submit = time.time()
-    out = subprocess.run([sys.executable, "-m", "dethpc.cli.main", "submit",
+    out = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "submit",
                           str(home / "experiment.yaml"), str(ctx), "--no-daemon", "--json"],
                          capture_output=True, text=True, env=env, timeout=300)
     if out.returncode != 0:

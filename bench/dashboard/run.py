@@ -74,9 +74,9 @@ def build(n: int) -> Path:
 def serve_thread(work: Path) -> tuple[Any, str, str]:
     """The real dashboard over ``work``'s store, served from a thread: (running, base,
     token)."""
-    from dethpc.dashboard.serve import prepare
-    from dethpc.experiments import current_user
+    from dethpc.control.experiments import current_user
     from dethpc.store import Store
+    from dethpc.surfaces.dashboard.serve import prepare
 
     # tick_scale's experiments are owned by this Unix user: the dashboard shows them
     running = prepare(Store(f"sqlite:///{work}/db.sqlite"), current_user())
@@ -116,9 +116,9 @@ def experiment_id(work: Path) -> int:
 
 # ------------------------------------------------------------------ page
 def page_cell(n: int, work: Path) -> dict[str, Any]:
-    from dethpc.dashboard import data
-    from dethpc.experiments import current_user
+    from dethpc.control.experiments import current_user
     from dethpc.store import Store
+    from dethpc.surfaces.dashboard import data
 
     exp_id = experiment_id(work)
     _, base, token = serve_thread(work)
@@ -164,8 +164,8 @@ def tick_cell(n: int, work: Path, ticks: int) -> dict[str, Any]:
     from sqlmodel import select
 
     from dethpc.backends.slurm import SlurmBackend
-    from dethpc.daemon import Daemon
-    from dethpc.paths import ExperimentPaths
+    from dethpc.common.paths import ExperimentPaths
+    from dethpc.control.daemon import Daemon
     from dethpc.store.models import Experiment
 
     runner = ts.ReplayRunner(timeout=120, model=ts.Model.load(work / "model.json"))

@@ -6,7 +6,7 @@ written to ``--out`` as JSON (``bench/results/gpu_check.json``):
 * ``info``: torch, CUDA, the GPU.
 * ``fork``: the pool's warm start with CUDA. A process preloads ``torch`` and
   ``dethpc.core`` as a pool worker does (no CUDA initialised), then forks two trials
-  with ``dethpc.worker.forkserver.spawn`` that each run a matrix product on the GPU;
+  with ``dethpc.launch.worker.forkserver.spawn`` that each run a matrix product on the GPU;
   then the parent initialises CUDA itself and forks a third (what docs/worker-pool.md
   warns against: it must fail).
 * ``asha_per_job`` / ``asha_pool``: ``examples/digits/adaptive.yaml`` (unchanged, and
@@ -57,7 +57,7 @@ def info() -> dict[str, Any]:
 
 
 def fork(tmp: Path) -> dict[str, Any]:
-    from dethpc.worker import forkserver
+    from dethpc.launch.worker import forkserver
 
     t0 = time.perf_counter()
     took, missing = forkserver.preload(["torch", "dethpc.core"])
@@ -88,7 +88,7 @@ def fork(tmp: Path) -> dict[str, Any]:
 
 
 def _cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dethpc.cli.main", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", *args], env=env,
                           capture_output=True, text=True, timeout=timeout, cwd=REPO)
 
 

@@ -5,7 +5,7 @@ A "trial" here is ``trial.py``: it imports what a torch training script imports
 (torch, dethpc.core), builds a tiny model, and exits: its wall time is the start cost.
 
 * ``fresh_process``: ``python trial.py`` in a new process (what every job pays today).
-* ``warm_fork``: ``dethpc.worker.forkserver.spawn`` from a process that preloaded
+* ``warm_fork``: ``dethpc.launch.worker.forkserver.spawn`` from a process that preloaded
   torch and dethpc.core (what a pool worker pays per trial), fork to child exit.
 * ``fresh_srun`` (``--slurm``): ``srun -N1 -n1 python trial.py`` on the dev cluster: a
   new allocation and step, then the fresh process (no queue wait: see bench/asha).
@@ -40,7 +40,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from dethpc.worker import forkserver  # noqa: E402
+from dethpc.launch.worker import forkserver  # noqa: E402
 
 TRIAL = """\
 import torch

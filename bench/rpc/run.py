@@ -33,12 +33,12 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from dethpc import experiments  # noqa: E402
 from dethpc.backends.slurm import SlurmBackend  # noqa: E402
+from dethpc.common.runner import CommandRunner, RecordingRunner  # noqa: E402
 from dethpc.config import load_experiment_config  # noqa: E402
 from dethpc.config.model import ClusterConfig, ResourcePool  # noqa: E402
-from dethpc.daemon import Daemon  # noqa: E402
-from dethpc.runner import CommandRunner, RecordingRunner  # noqa: E402
+from dethpc.control import experiments  # noqa: E402
+from dethpc.control.daemon import Daemon  # noqa: E402
 from dethpc.store import Store  # noqa: E402
 from dethpc.store.models import ExperimentState  # noqa: E402
 

@@ -9,7 +9,7 @@ the whole process from fork to exit with ``time.perf_counter``:
 - ``python_pass``: ``python -c pass`` (the floor of starting this Python)
 - ``cli_version``: ``dethpc --version`` (the full typer CLI)
 - ``should_stop``: ``dethpc should-stop`` (answers no; nothing written)
-- ``should_stop_shim``: ``python -m dethpc.entry should-stop`` (what the run's
+- ``should_stop_shim``: ``python -m dethpc.surfaces.entry should-stop`` (what the run's
   ``bin/dethpc`` shim runs in a wrapped job)
 - ``report_metrics``: ``dethpc report metrics --step 1 loss=0.5``
 - ``hparams_env``: ``dethpc hparams --env`` (three hyperparameters)
@@ -86,7 +86,7 @@ def main() -> None:
             "python_pass": [sys.executable, "-c", "pass"],
             "cli_version": [dethpc, "--version"],
             "should_stop": [dethpc, "should-stop"],
-            "should_stop_shim": [sys.executable, "-m", "dethpc.entry", "should-stop"],
+            "should_stop_shim": [sys.executable, "-m", "dethpc.surfaces.entry", "should-stop"],
             "report_metrics": [dethpc, "report", "metrics", "--step", "1", "loss=0.5"],
             "hparams_env": [dethpc, "hparams", "--env"],
             "report_checkpoint": [dethpc, "report", "checkpoint", str(blob)],

@@ -31,14 +31,14 @@ sys.path.insert(0, str(REPO))
 
 from sqlmodel import select  # noqa: E402
 
-from dethpc import experiments  # noqa: E402
 from dethpc.backends.factory import make_backend  # noqa: E402
-from dethpc.cli.views import describe_experiment  # noqa: E402
 from dethpc.config import parse_experiment_config  # noqa: E402
 from dethpc.config.model import ClusterConfig, ResourcePool  # noqa: E402
-from dethpc.daemon import Daemon  # noqa: E402
+from dethpc.control import experiments  # noqa: E402
+from dethpc.control.daemon import Daemon  # noqa: E402
 from dethpc.store import Store  # noqa: E402
 from dethpc.store.models import Event, Job  # noqa: E402
+from dethpc.surfaces.views import describe_experiment  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = REPO / "bench" / "results" / "stop_latency.json"

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dethpc.runner import CommandResult, CommandRunner
+from dethpc.common.runner import CommandResult, CommandRunner
 
 SYNTHETIC = ("squeue", "sacct", "sbatch", "scancel", "sdiag")
 

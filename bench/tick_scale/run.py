@@ -48,13 +48,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from replay import Model, ReplayRunner  # noqa: E402
 from sqlmodel import select  # noqa: E402
 
-from dethpc import experiments  # noqa: E402
 from dethpc.backends.slurm import SlurmBackend  # noqa: E402
+from dethpc.common.paths import ExperimentPaths  # noqa: E402
+from dethpc.common.runner import CommandRunner, RecordingRunner  # noqa: E402
 from dethpc.config import load_experiment_config  # noqa: E402
 from dethpc.config.model import ClusterConfig, ResourcePool  # noqa: E402
-from dethpc.daemon import Daemon  # noqa: E402
-from dethpc.paths import ExperimentPaths  # noqa: E402
-from dethpc.runner import CommandRunner, RecordingRunner  # noqa: E402
+from dethpc.control import experiments  # noqa: E402
+from dethpc.control.daemon import Daemon  # noqa: E402
 from dethpc.store import Store  # noqa: E402
 from dethpc.store.models import Experiment, ExperimentState, Job, Trial  # noqa: E402
 

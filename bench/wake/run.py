@@ -11,7 +11,7 @@ daemon backs off again), ``dethpc experiment kill`` it and record the time from 
 to the experiment's end. Two cells:
 
 * ``wake``: the submitting CLI shares the daemon's ``$DETHPC_HOME``: its change touches
-  ``daemon.wake`` (``dethpc.service.wake``), which the daemon stats between ticks;
+  ``daemon.wake`` (``dethpc.control.service.wake``), which the daemon stats between ticks;
 * ``no-wake``: the CLI runs with another ``$DETHPC_HOME`` (the same database and
   cluster config), so the daemon never sees a wake: what every request paid before.
 
@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO))
 
 from sqlmodel import select  # noqa: E402
 
-from dethpc.daemon import backoff_s  # noqa: E402
+from dethpc.control.daemon import backoff_s  # noqa: E402
 from dethpc.store import Store  # noqa: E402
 from dethpc.store.models import Batch, Event, Experiment  # noqa: E402
 
@@ -55,7 +55,7 @@ TICK_MIN_S = 0.5
 
 
 def _cli(env: dict[str, str], *args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "dethpc.cli.main", *args],
+    out = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", *args],
                          capture_output=True, text=True, env=env, timeout=120)
     if out.returncode != 0:
         raise SystemExit(f"wake bench: dethpc {' '.join(args)}: {out.stderr.strip()[-1500:]}")
@@ -101,7 +101,7 @@ def cell(name: str, samples: int, seed: int, idle_s: float, tick_max_s: float) -
     client_env = dict(daemon_env) if name == "wake" else {**daemon_env, "DETHPC_HOME": str(other)}
     store = Store(f"sqlite:///{root / 'dethpc.db'}")
     log = (root / "daemon.log").open("wb")
-    daemon = subprocess.Popen([sys.executable, "-m", "dethpc.cli.main", "daemon", "run"],
+    daemon = subprocess.Popen([sys.executable, "-m", "dethpc.surfaces.cli.main", "daemon", "run"],
                               stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=daemon_env)
     rng = random.Random(seed)
     rows: list[dict[str, Any]] = []
@@ -153,7 +153,7 @@ def main() -> None:
     ap.add_argument("--tick-max-s", type=float, default=10.0)
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
-    idle_s = backoff_s(TICK_MIN_S, args.tick_max_s) + 2.0     # (dethpc.daemon's) and a margin
+    idle_s = backoff_s(TICK_MIN_S, args.tick_max_s) + 2.0     # (dethpc.control.daemon's) and a margin
     result = json.loads(args.out.read_text()) if args.out.exists() else {"cells": {}}
     result["what"] = ("an idle (backed-off) daemon: seconds from an experiment's row to the "
                       "daemon's first batch, and from a kill request to the experiment's end; "

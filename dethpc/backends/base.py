@@ -17,10 +17,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from dethpc.backends.traits import BackendTraits
+from dethpc.common.traits import BackendTraits
 
 if TYPE_CHECKING:
-    from dethpc.limits import PoolLimits
+    from dethpc.backends.limits import PoolLimits
 
 
 class JobState(StrEnum):
@@ -87,7 +87,7 @@ class Backend(Protocol):
     """Where jobs run. Every method makes O(1) backend calls, whatever the number of refs."""
 
     name: str
-    #: what this backend can do (``dethpc.backends.traits``): the one place backends differ
+    #: what this backend can do (``dethpc.common.traits``): the one place backends differ
     traits: BackendTraits
 
     def available(self) -> bool:

@@ -13,11 +13,11 @@ import getpass
 from pathlib import Path
 
 from dethpc.backends.base import Backend
-from dethpc.backends.traits import BackendKind
+from dethpc.common.errors import ConfigError, FieldError
+from dethpc.common.paths import dethpc_home
+from dethpc.common.runner import CommandRunner
+from dethpc.common.traits import BackendKind
 from dethpc.config.model import ClusterConfig
-from dethpc.errors import ConfigError, FieldError
-from dethpc.paths import dethpc_home
-from dethpc.runner import CommandRunner
 
 
 def local_spool_dir() -> Path:

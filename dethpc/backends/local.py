@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from dethpc.backends.base import JobInfo, JobRequest, JobState
+from dethpc.backends.limits import UNLIMITED, PoolLimits
 from dethpc.backends.local_spool import (
     TERMINAL,
     Spool,
@@ -44,10 +45,9 @@ from dethpc.backends.local_spool import (
     write_text_atomic,
 )
 from dethpc.backends.local_supervisor import kill_group, signal_number
-from dethpc.backends.traits import LOCAL, BackendTraits
-from dethpc.directives import script_header, task_count
-from dethpc.errors import NotFoundError, SubmitError
-from dethpc.limits import UNLIMITED, PoolLimits
+from dethpc.common.errors import NotFoundError, SubmitError
+from dethpc.common.traits import LOCAL, BackendTraits
+from dethpc.jobs.directives import script_header, task_count
 
 log = logging.getLogger(__name__)
 

@@ -36,8 +36,8 @@ from dethpc.backends.local_spool import (
     unlock,
     write_json_atomic,
 )
-from dethpc.backends.traits import BackendKind
-from dethpc.exitcodes import LOCAL_REQUEUE_EXIT
+from dethpc.common.exitcodes import LOCAL_REQUEUE_EXIT
+from dethpc.common.traits import BackendKind
 
 #: seconds between SIGTERM and SIGKILL (Slurm's KillWait)
 KILL_WAIT_S = 5.0

@@ -30,7 +30,7 @@ from typing import Any
 
 from dethpc.backends.base import JobInfo
 from dethpc.backends.slurm_parse import base_job_id, map_state, parse_array_spec, parse_version
-from dethpc.errors import DethpcError
+from dethpc.common.errors import DethpcError
 
 log = logging.getLogger(__name__)
 

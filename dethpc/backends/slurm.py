@@ -26,11 +26,11 @@ from pathlib import Path
 from dethpc.backends import slurm_limits as sl
 from dethpc.backends import slurm_parse as sp
 from dethpc.backends.base import JobInfo, JobRequest, JobState
+from dethpc.backends.limits import UNLIMITED, PoolLimits, limit_refusal
 from dethpc.backends.pyslurm_query import PyslurmQuery, load_query, pyslurm_importable
-from dethpc.backends.traits import SLURM, BackendTraits
-from dethpc.errors import CommandError, SubmitError, SubmitLimitError
-from dethpc.limits import UNLIMITED, PoolLimits, limit_refusal
-from dethpc.runner import CommandResult, CommandRunner
+from dethpc.common.errors import CommandError, SubmitError, SubmitLimitError
+from dethpc.common.runner import CommandResult, CommandRunner
+from dethpc.common.traits import SLURM, BackendTraits
 
 log = logging.getLogger(__name__)
 

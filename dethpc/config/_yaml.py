@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from dethpc.errors import ConfigError, FieldError
+from dethpc.common.errors import ConfigError, FieldError
 
 _INT_TAG = "tag:yaml.org,2002:int"
 _FLOAT_TAG = "tag:yaml.org,2002:float"

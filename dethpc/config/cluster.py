@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dethpc.common.errors import ConfigError, FieldError
+from dethpc.common.paths import dethpc_home
 from dethpc.config._check import (
     Checker,
     allowed_list,
@@ -31,8 +33,6 @@ from dethpc.config._check import (
 from dethpc.config._yaml import load_yaml_text
 from dethpc.config.model import ClusterConfig, ContainerSettings, ResourcePool, WorkerPool
 from dethpc.config.workers import parse_workers
-from dethpc.errors import ConfigError, FieldError
-from dethpc.paths import dethpc_home
 
 ENV_VAR = "DETHPC_CLUSTER_CONFIG"
 SYSTEM_PATH = Path("/etc/dethpc/cluster.yaml")

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dethpc.common.errors import FieldError
 from dethpc.config._check import is_number, join
 from dethpc.config._rules import (
     All,
@@ -51,7 +52,6 @@ from dethpc.config._rules import (
     is_type,
     never,
 )
-from dethpc.errors import FieldError
 
 SOURCE_COMMIT = "6bcda5dd3426ce682ea54e2b55115aa9478dbe0e"  # tag v0.38.1
 UNITS = ("batches", "records", "epochs")
@@ -151,14 +151,14 @@ def grid_counts(tree: Any, path: str) -> list[tuple[str, str]]:
 
 # ----------------------------------------------------------------------- searcher
 def _dethpc_searcher_keys() -> Iterable[str]:
-    from dethpc.searchers import registry
+    from dethpc.config import searcher_registry as registry
 
     return [k for k in (*registry.COMMON_KEYS, *registry.option_keys())
             if k not in SEARCHER_PROPS]
 
 
 def _dethpc_searcher_names() -> Iterable[str]:
-    from dethpc.searchers import registry
+    from dethpc.config import searcher_registry as registry
 
     return registry.names()
 

@@ -26,6 +26,7 @@ from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from dethpc.common.errors import ConfigError, FieldError
 from dethpc.config._check import Checker, join, sbatch_args, sbatch_time, show
 from dethpc.config._yaml import dump_yaml, load_yaml_file
 from dethpc.config.expconf import Verdict, verdict
@@ -43,7 +44,6 @@ from dethpc.config.model import (
 from dethpc.config.overrides import apply_overrides
 from dethpc.config.searcher import parse_length, parse_searcher
 from dethpc.config.workers import parse_workers
-from dethpc.errors import ConfigError, FieldError
 
 _TOP_LEVEL = (
     "name", "description", "labels", "entrypoint", "hyperparameters", "searcher",

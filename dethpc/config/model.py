@@ -13,7 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
-from dethpc.errors import FieldError
+from dethpc.common.errors import FieldError
 
 
 class Unit(StrEnum):
@@ -74,7 +74,7 @@ HParamTree: TypeAlias = dict[str, "HParam | HParamTree"]
 
 
 # ------------------------------------------------------------------------ searcher
-#: the name of a searcher in ``dethpc.searchers.registry`` (single, random, grid,
+#: the name of a searcher in ``dethpc.config.searcher_registry`` (single, random, grid,
 #: adaptive_asha, ...); the registry, not a type, lists the allowed names
 SearcherName: TypeAlias = str
 
@@ -306,7 +306,7 @@ class ClusterConfig:
     #: ingests those that grew (no backend call), so a searcher stop lands fast; 0: off
     metrics_poll_s: float = 0.2
     #: how long the daemon's lease lasts unrenewed: a dead daemon's experiments are taken
-    #: over by another login node's daemon that long after it died (dethpc.lease)
+    #: over by another login node's daemon that long after it died (dethpc.control.lease)
     daemon_lease_s: float = 60.0
     #: who may read an experiment's run directory under a shared runs_root: ``private``
     #: (the owner only, 0700) or ``group`` (the owner's group too, 2770)
@@ -326,7 +326,7 @@ class ClusterConfig:
         key = name or self.default_pool
         if key in self.pools:
             return self.pools[key]
-        from dethpc.errors import ConfigError, FieldError
+        from dethpc.common.errors import ConfigError, FieldError
 
         allowed = ", ".join(sorted(self.pools)) or "(none defined)"
         raise ConfigError(

@@ -13,9 +13,9 @@ import copy
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from dethpc.common.errors import ConfigError, FieldError
 from dethpc.config._check import show
 from dethpc.config._yaml import load_yaml_text
-from dethpc.errors import ConfigError, FieldError
 
 SOURCE = "--config overrides"
 

@@ -1,13 +1,13 @@
 """The ``searcher`` section and training lengths: validation into ``SearcherConfig``.
 
 Owns: ``parse_searcher`` -- the keys every searcher shares
-(``dethpc.searchers.registry.COMMON_KEYS``: Determined's field names,
+(``dethpc.config.searcher_registry.COMMON_KEYS``: Determined's field names,
 ``max_length`` or Determined 0.38's ``time_metric`` + ``max_time``), Determined
 fields that are ignored or searchers that are not supported, and the warnings
 for keys of another searcher -- and ``parse_length`` (``{batches: N}``,
 ``{records: N}``, ``{epochs: N}``, a bare int = batches).
 Must not: list searchers, their keys, modes or per-searcher rules: it asks
-``dethpc.searchers.registry`` (each searcher's ``SPEC``); make search decisions;
+``dethpc.config.searcher_registry`` (each searcher's ``SPEC``); make search decisions;
 read files.
 
 Defaults: ``smaller_is_better`` true, ``max_concurrent_trials`` 16 (0 = no
@@ -24,12 +24,11 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from dethpc.config._check import Checker, allowed_list, did_you_mean, is_int, join, show
-from dethpc.config.model import HParamTree, Length, SearcherConfig, Unit
-
 # The module, not its names: the registry imports dethpc.config._check, whose package
 # import may be what is importing this module right now (a partly initialized registry).
-from dethpc.searchers import registry
+from dethpc.config import searcher_registry as registry
+from dethpc.config._check import Checker, allowed_list, did_you_mean, is_int, join, show
+from dethpc.config.model import HParamTree, Length, SearcherConfig, Unit
 
 UNITS = tuple(u.value for u in Unit)
 _LENGTH_FORMS = "{batches: N}, {records: N} or {epochs: N} with N >= 1 (a bare integer = batches)"

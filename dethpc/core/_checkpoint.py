@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dethpc.common.errors import DethpcError
 from dethpc.core._distributed import DistributedContext
 from dethpc.core._train import TrainContext, sanitize
-from dethpc.errors import DethpcError
 
 log = logging.getLogger(__name__)
 

@@ -60,7 +60,7 @@ class DistributedContext:
         self._star: Any = None
         self._star_args: tuple[str | None, int, Mapping[str, str] | None] | None = None
         if not 0 <= rank < max(1, size):
-            from dethpc.errors import DethpcError
+            from dethpc.common.errors import DethpcError
 
             raise DethpcError(f"rank {rank} is not within size {size}")
         if size > 1 and type(self)._uses_star():
@@ -226,7 +226,7 @@ def _env_ranks(env: Mapping[str, str], what: str, *, local_size: str, cross_rank
             out["cross_rank"] = out["rank"] // out["local_size"]
             missing.remove(cross_rank)
     if missing:
-        from dethpc.errors import DethpcError
+        from dethpc.common.errors import DethpcError
 
         raise DethpcError(f"cannot build a {what} DistributedContext: environment variable(s) "
                           f"{', '.join(missing)} not set; start the script through "
@@ -252,7 +252,7 @@ class TorchDistributedContext(DistributedContext):
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         import torch.distributed as dist
 
-        from dethpc.errors import DethpcError
+        from dethpc.common.errors import DethpcError
 
         if not (dist.is_available() and dist.is_initialized()):
             raise DethpcError("torch.distributed is not initialized; call "

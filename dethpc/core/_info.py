@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dethpc.errors import DethpcError
-from dethpc.paths import TrialPaths
+from dethpc.common.errors import DethpcError
+from dethpc.common.paths import TrialPaths
 
 ENV_TRIAL_DIR = "DETHPC_TRIAL_DIR"
 ENV_CHECKPOINT_DIR = "DETHPC_CHECKPOINT_DIR"
@@ -182,7 +182,7 @@ class ClusterInfo:
     @property
     def container_addrs(self) -> list[str]:
         """The trial's nodes (``$SLURM_JOB_NODELIST`` expanded), first node first."""
-        from dethpc.hostlist import expand_hostlist
+        from dethpc.common.hostlist import expand_hostlist
 
         spec = self._env.get("SLURM_JOB_NODELIST") or self._env.get("SLURM_NODELIST") or ""
         return expand_hostlist(spec) if spec else ["127.0.0.1"]

@@ -27,7 +27,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from dethpc.errors import DethpcError
+from dethpc.common.errors import DethpcError
 
 #: first port of the range the launchers use (``dethpc.launch._common.PORT_BASE``)
 PORT_BASE = 15000

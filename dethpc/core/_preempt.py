@@ -19,9 +19,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from dethpc.common.errors import DethpcError
+from dethpc.common.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED
 from dethpc.core._distributed import DistributedContext
-from dethpc.errors import DethpcError
-from dethpc.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dethpc.common.errors import DethpcError
 from dethpc.core._distributed import DistributedContext
 from dethpc.core._info import read_json_object
-from dethpc.errors import DethpcError
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dethpc.common.errors import DethpcError
+from dethpc.common.jsonlines import ends_mid_line
 from dethpc.core._distributed import DistributedContext
-from dethpc.errors import DethpcError
-from dethpc.ingest import ends_mid_line
 
 log = logging.getLogger(__name__)
 

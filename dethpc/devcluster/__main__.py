@@ -38,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _image(*, rebuild: bool) -> int:
+    from dethpc.common.errors import CommandError
     from dethpc.devcluster.image import ImageError, ensure_image
-    from dethpc.errors import CommandError
 
     try:
         info = ensure_image(rebuild=rebuild)

@@ -28,6 +28,8 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dethpc.common.errors import CommandError, DethpcError
+from dethpc.common.runner import CommandRunner
 from dethpc.devcluster import procs
 from dethpc.devcluster.layout import MARKER, OWNER_ENV, DevClusterLayout, render_configs
 from dethpc.devcluster.site import (
@@ -39,8 +41,6 @@ from dethpc.devcluster.site import (
     parse_qos,
     plan_accounting,
 )
-from dethpc.errors import CommandError, DethpcError
-from dethpc.runner import CommandRunner
 
 PACKAGES: tuple[str, ...] = (
     "slurm-wlm", "slurmdbd", "munge", "mariadb-server", "openmpi-bin", "libopenmpi-dev",

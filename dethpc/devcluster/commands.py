@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
+from dethpc.common.errors import DethpcError
 from dethpc.devcluster.cluster import DevCluster
-from dethpc.errors import DethpcError
 
 
 def _say(msg: str) -> None:

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dethpc.backends.slurm_parse import nodes_registering
+from dethpc.common.errors import DethpcError
 from dethpc.devcluster import procs
 from dethpc.devcluster.cluster import DevCluster
-from dethpc.errors import DethpcError
 
 #: the copy of slurm.conf a shortened MinJobAge runs on (beside slurm.conf: slurmctld
 #: finds gres.conf and plugstack.conf in the directory of the file it was given)

@@ -35,8 +35,8 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 import dethpc
+from dethpc.common.runner import CommandRunner
 from dethpc.devcluster.layout import DevClusterLayout
-from dethpc.runner import CommandRunner
 
 IMAGE_NAME = "dethpc-bookworm"
 #: the venv install-dethpc.sh creates in the image

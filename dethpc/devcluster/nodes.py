@@ -21,9 +21,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dethpc.common.errors import DethpcError
 from dethpc.devcluster import procs
 from dethpc.devcluster.cluster import RESUMABLE_STATES, USABLE_STATES, DevCluster
-from dethpc.errors import DethpcError
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import shutil
 
-from dethpc.errors import CommandError, DethpcError
-from dethpc.runner import CommandRunner
+from dethpc.common.errors import CommandError, DethpcError
+from dethpc.common.runner import CommandRunner
 
 USABLE = frozenset({"idle", "mixed", "allocated", "completing"})
 START_ENV = "DETHPC_TEST_START_CLUSTER"

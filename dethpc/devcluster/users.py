@@ -18,9 +18,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from dethpc.common.errors import CommandError, DethpcError
+from dethpc.common.runner import CommandRunner
 from dethpc.devcluster.cluster import DevCluster
-from dethpc.errors import CommandError, DethpcError
-from dethpc.runner import CommandRunner
 
 
 @dataclass(frozen=True)

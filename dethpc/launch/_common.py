@@ -19,9 +19,9 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from dethpc.backends.traits import BackendKind, traits_of
-from dethpc.errors import DethpcError
-from dethpc.hostlist import expand_hostlist
+from dethpc.common.errors import DethpcError
+from dethpc.common.hostlist import expand_hostlist
+from dethpc.common.traits import BackendKind, traits_of
 from dethpc.launch._run_main import guarded_argv
 
 #: ports are PORT_BASE + job_id % PORT_SPAN: 15000..31999, below Linux's ephemeral
@@ -174,7 +174,7 @@ def slurm_layout(senv: SlurmEnv, env: Mapping[str, str]) -> JobLayout:
     if len(set(senv.tasks_per_node)) > 1:
         raise LaunchError(
             f"tasks per node differ across nodes {senv.tasks_per_node}; ask Slurm for "
-            f"--ntasks-per-node (dethpc.allocation always does) so every node is the same"
+            f"--ntasks-per-node (dethpc.jobs.allocation always does) so every node is the same"
         )
     return JobLayout(
         hosts=senv.hosts,
@@ -465,7 +465,7 @@ def srun_workers_plan(
 def container_of(env: Mapping[str, str]) -> tuple[list[str], str | None]:
     """The command prefix that starts a task in the experiment's image and the image's
     python, when the job script set them (``DETHPC_CONTAINER_EXEC``, a JSON argv, and
-    ``DETHPC_CONTAINER_PYTHON``; dethpc.jobscript.launcher_env); else ``([], None)``.
+    ``DETHPC_CONTAINER_PYTHON``; dethpc.jobs.jobscript.launcher_env); else ``([], None)``.
     Read only by a launcher outside any step: a task already in the image ignores them."""
     raw = env.get("DETHPC_CONTAINER_EXEC")
     if not raw or env.get("SLURM_STEP_ID"):

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from dethpc.errors import SubmitError
+from dethpc.common.errors import SubmitError
 
 PREFIX = "determined.launch."
 

@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import BinaryIO
 
-from dethpc.errors import DethpcError
-from dethpc.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED
+from dethpc.common.errors import DethpcError
+from dethpc.common.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED
 from dethpc.launch._common import LaunchPlan, WorkerSpec
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)

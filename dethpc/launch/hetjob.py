@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dethpc.hostlist import expand_hostlist
+from dethpc.common.hostlist import expand_hostlist
 from dethpc.launch._common import PORT_SPAN, LaunchError, derive_port
 from dethpc.launch._procs import launcher_main, log, run_one
 

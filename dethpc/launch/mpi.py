@@ -18,7 +18,8 @@ import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
-from dethpc.errors import CommandError
+from dethpc.common.errors import CommandError
+from dethpc.common.runner import CommandRunner
 from dethpc.launch._common import (
     JobLayout,
     LaunchError,
@@ -34,7 +35,6 @@ from dethpc.launch._common import (
     use_slurm,
 )
 from dethpc.launch._procs import execute, launcher_main
-from dethpc.runner import CommandRunner
 
 PLUGIN_PREFERENCE = ("pmix", "pmi2")
 OPTIONS = ("--nproc",)

@@ -28,7 +28,7 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
-from dethpc.errors import DethpcError
+from dethpc.common.errors import DethpcError
 
 log = logging.getLogger(__name__)
 

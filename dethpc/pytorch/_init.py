@@ -18,9 +18,9 @@ import torch
 import torch.distributed as dist
 
 from dethpc import core
+from dethpc.common.errors import DethpcError
+from dethpc.common.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED
 from dethpc.core import DistributedContext, PreemptMode
-from dethpc.errors import DethpcError
-from dethpc.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED
 from dethpc.pytorch._trial import PyTorchTrialContext
 
 log = logging.getLogger(__name__)

@@ -21,14 +21,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dethpc.common.errors import DethpcError
+from dethpc.common.paths import TrialPaths
 from dethpc.core._info import (
     ENV_CONTEXT_DIR,
     ENV_EXPERIMENT_CONFIG,
     ENV_TEST_MODE,
     ENV_TRIAL_DIR,
 )
-from dethpc.errors import DethpcError
-from dethpc.paths import TrialPaths
 
 log = logging.getLogger(__name__)
 

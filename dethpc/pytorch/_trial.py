@@ -22,8 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from dethpc.common.errors import DethpcError
 from dethpc.core import Context, DistributedContext
-from dethpc.errors import DethpcError
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dethpc.errors import DethpcError
+from dethpc.common.errors import DethpcError
 
 
 @dataclass(frozen=True)

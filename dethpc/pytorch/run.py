@@ -16,8 +16,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from dethpc.common.errors import DethpcError
 from dethpc.core._info import ENV_CONTEXT_DIR
-from dethpc.errors import DethpcError
 
 
 def load_trial_class(spec: str) -> type:

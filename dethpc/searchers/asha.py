@@ -25,8 +25,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from dethpc.common.errors import ConfigError, FieldError
 from dethpc.config.model import AshaMode, AshaVariant, HParamTree, SearcherConfig
-from dethpc.errors import ConfigError, FieldError
+from dethpc.config.searcher_registry import SearcherSpec, enum_option, int_list_option, int_option
 from dethpc.searchers import sampling
 from dethpc.searchers.base import (
     Action,
@@ -42,7 +43,6 @@ from dethpc.searchers.base import (
     record_to_json,
     target_length,
 )
-from dethpc.searchers.registry import SearcherSpec, enum_option, int_list_option, int_option
 
 #: the value recorded for a trial that left a rung without a metric (worst possible)
 EXITED = sys.float_info.max

@@ -19,8 +19,8 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any
 
+from dethpc.common.errors import ConfigError, FieldError
 from dethpc.config.model import SearcherConfig
-from dethpc.errors import ConfigError, FieldError
 
 #: exit reasons a searcher accepts in ``on_exited``
 EXIT_REASONS = ("completed", "stopped", "errored", "cancelled")

@@ -1,6 +1,6 @@
 """Build the searcher an experiment config asks for.
 
-Owns: ``make_searcher``, which asks ``dethpc.searchers.registry`` for the spec
+Owns: ``make_searcher``, which asks ``dethpc.config.searcher_registry`` for the spec
 named by ``searcher.name`` and calls its factory.
 Must not: do I/O or keep state; list searchers (the registry does); restoring a
 snapshot is the caller's job (``make_searcher(...).restore(saved)``).
@@ -8,9 +8,9 @@ snapshot is the caller's job (``make_searcher(...).restore(saved)``).
 
 from __future__ import annotations
 
+from dethpc.common.errors import ConfigError, FieldError
+from dethpc.config import searcher_registry as registry
 from dethpc.config.model import HParamTree, SearcherConfig
-from dethpc.errors import ConfigError, FieldError
-from dethpc.searchers import registry
 from dethpc.searchers.base import Searcher
 
 

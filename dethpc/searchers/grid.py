@@ -19,9 +19,9 @@ from typing import Any
 from dethpc.config._check import Checker
 from dethpc.config.hparams import flatten_hparams, grid_points, grid_size
 from dethpc.config.model import CategoricalHP, ConstHP, HParamTree, SearcherConfig
+from dethpc.config.searcher_registry import SearcherSpec
 from dethpc.searchers import sampling
 from dethpc.searchers.pool import PoolSearcher
-from dethpc.searchers.registry import SearcherSpec
 
 
 class GridSearcher(PoolSearcher):

@@ -9,10 +9,10 @@ Must not: do I/O, read the clock or use the global RNG; early-stop anything.
 
 from __future__ import annotations
 
+from dethpc.common.errors import ConfigError, FieldError
 from dethpc.config.model import HParamTree, SearcherConfig
-from dethpc.errors import ConfigError, FieldError
+from dethpc.config.searcher_registry import SearcherSpec
 from dethpc.searchers.pool import PoolSearcher
-from dethpc.searchers.registry import SearcherSpec
 
 
 class RandomSearcher(PoolSearcher):

@@ -20,6 +20,7 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
+from dethpc.common.errors import ConfigError, FieldError
 from dethpc.config.hparams import flatten_hparams
 from dethpc.config.model import (
     CategoricalHP,
@@ -30,7 +31,6 @@ from dethpc.config.model import (
     IntHP,
     LogHP,
 )
-from dethpc.errors import ConfigError, FieldError
 
 
 def flatten(tree: HParamTree) -> list[tuple[tuple[str, ...], HParam]]:

@@ -14,8 +14,8 @@ from typing import Any
 
 from dethpc.config._check import Checker, show
 from dethpc.config.model import HParamTree, SearcherConfig
+from dethpc.config.searcher_registry import SearcherSpec
 from dethpc.searchers.pool import PoolSearcher
-from dethpc.searchers.registry import SearcherSpec
 
 
 class SingleSearcher(PoolSearcher):

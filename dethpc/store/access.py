@@ -9,7 +9,7 @@ shows a member of ``dethpc_users`` only the rows of its own experiments; a membe
 Owns: ``Scope`` and ``DatabaseRole`` (what the connected role may see, read once per
 ``Store``), ``role_of(engine)``, the rule that a normal role's name is the Unix user's
 (``check_identity``), and redacting a database URL for messages (``safe_url``).
-Must not: grant, create roles or decide what a command prints (``dethpc.admin.dbusers``
+Must not: grant, create roles or decide what a command prints (``dethpc.surfaces.admin.dbusers``
 and the CLI do).
 """
 
@@ -22,7 +22,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError
 
-from dethpc.errors import DethpcError
+from dethpc.common.errors import DethpcError
 
 #: the group role whose members see and may change every user's rows (migration 0006)
 ADMIN_ROLE = "dethpc_admin"

@@ -23,8 +23,8 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from dethpc.common.errors import ConfigError, FieldError
 from dethpc.config.model import ClusterConfig
-from dethpc.errors import ConfigError, FieldError
 
 ENV_VAR = "DETHPC_DATABASE_URL_FILE"
 

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlmodel import JSON, Column, Field, SQLModel
 
 from dethpc.backends.base import JobState
-from dethpc.exitcodes import ExitReason
+from dethpc.common.exitcodes import ExitReason
 
 
 def now() -> float:
@@ -296,7 +296,7 @@ class TaskState(StrEnum):
 
 
 class Task(SQLModel, table=True):
-    """A non-trial process or job a user starts, lists and stops (``dethpc.tasks``):
+    """A non-trial process or job a user starts, lists and stops (``dethpc.surfaces.tasks``):
     TensorBoard now, notebooks, shells and commands later; one model for all of them."""
 
     id: int | None = Field(default=None, primary_key=True)
@@ -321,7 +321,7 @@ class Task(SQLModel, table=True):
 
 
 class DaemonLease(SQLModel, table=True):
-    """The right to act as the daemon of one user's experiments (``dethpc.lease``): held
+    """The right to act as the daemon of one user's experiments (``dethpc.control.lease``): held
     by one process on one host until ``expires_at``, renewed every tick; in the database,
     so it holds across login nodes sharing a home, where ``fcntl`` locks over NFS do not."""
 

@@ -24,7 +24,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
 
-from dethpc.paths import dethpc_home, make_private_dir
+from dethpc.common.paths import dethpc_home, make_private_dir
 from dethpc.store.access import DatabaseRole, role_of
 from dethpc.store.migrations import Migration, upgrade_to_head
 

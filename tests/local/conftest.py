@@ -24,7 +24,7 @@ def home(tmp_path, monkeypatch):
     monkeypatch.setenv("DETHPC_CLUSTER_CONFIG", str(h / "cluster.yaml"))
     monkeypatch.delenv("DETHPC_FAULT_POINT", raising=False)
     yield h
-    subprocess.run([sys.executable, "-m", "dethpc.cli.main", "daemon", "stop"],
+    subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "daemon", "stop"],
                    capture_output=True, timeout=60)
 
 
@@ -45,7 +45,7 @@ def write_config(path: Path, **overrides) -> Path:
 
 
 def cli(*args, check=True, env=None, timeout=120):
-    proc = subprocess.run([sys.executable, "-m", "dethpc.cli.main", *map(str, args)],
+    proc = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", *map(str, args)],
                           capture_output=True, text=True, env=env, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"dethpc {' '.join(map(str, args))} -> {proc.returncode}\n"

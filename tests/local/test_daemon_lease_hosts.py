@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dethpc.lease import Holder, Lease
+from dethpc.control.lease import Holder, Lease
 from dethpc.store import Store
 from tests.slurm.fixtures.harness import wait_until
 
@@ -58,7 +58,7 @@ def daemon(root: Path, host: str, *args: str) -> subprocess.Popen[bytes]:
     log = open(root / f"{host}.log", "wb")  # noqa: SIM115 - the child's output
     return subprocess.Popen(
         ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host,
-         sys.executable, "-m", "dethpc.cli.main", "daemon", "run", *args],
+         sys.executable, "-m", "dethpc.surfaces.cli.main", "daemon", "run", *args],
         env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -67,7 +67,7 @@ def holder(store: Store) -> Holder | None:
 
 
 def _user() -> str:
-    from dethpc.experiments import current_user
+    from dethpc.control.experiments import current_user
 
     return current_user()
 

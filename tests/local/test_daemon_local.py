@@ -58,7 +58,7 @@ def test_sigkill_daemon_mid_experiment_loses_and_duplicates_nothing(home, tmp_pa
         "x": {"type": "double", "minval": 0, "maxval": 6}, "step_time": 0.3})
     exp = submit(cfg, "--no-daemon")
     trials = Path(describe(exp)["run_dir"]) / "trials"
-    daemon = subprocess.Popen([sys.executable, "-m", "dethpc.cli.main", "daemon", "run"],
+    daemon = subprocess.Popen([sys.executable, "-m", "dethpc.surfaces.cli.main", "daemon", "run"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # kill it while a trial is training (its metrics file appears at the first step;
     # a file check, not a CLI call, so a loaded machine cannot miss the moment)
@@ -84,7 +84,7 @@ def test_fault_between_sbatch_and_commit_adopts_instead_of_resubmitting(home, tm
     cfg = write_config(tmp_path / "c.yaml")
     exp = submit(cfg, "--no-daemon")
     env = dict(os.environ, DETHPC_FAULT_POINT="after_sbatch")
-    crashed = subprocess.run([sys.executable, "-m", "dethpc.cli.main", "daemon", "run"],
+    crashed = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "daemon", "run"],
                              env=env, capture_output=True, timeout=120)
     assert crashed.returncode == -signal.SIGKILL
     spool = Path(home) / "local-spool"

@@ -17,11 +17,11 @@ import pytest
 from sqlmodel import select
 
 from dethpc.backends.local import LocalBackend
+from dethpc.common.errors import SubmitError
 from dethpc.config import parse_experiment_config
 from dethpc.config.model import ClusterConfig, ContainerSettings, ResourcePool
-from dethpc.daemon import Daemon
-from dethpc.errors import SubmitError
-from dethpc.experiments import create_experiment
+from dethpc.control.daemon import Daemon
+from dethpc.control.experiments import create_experiment
 from dethpc.store import Store
 from dethpc.store.models import Event, Experiment, ExperimentState, Job
 from tests.slurm.fixtures.harness import wait_until

@@ -20,7 +20,7 @@ FIXTURES = REPO / "tests" / "slurm" / "fixtures" / "existing_scripts"
 
 
 def cli(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run([sys.executable, "-m", "dethpc.cli.main", *args], cwd=cwd,
+    proc = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
     assert proc.returncode == 0, f"{args}: {proc.stdout}\n{proc.stderr}"
@@ -51,7 +51,7 @@ def test_a_bash_loop_reports_metrics_and_a_checkpoint(home: Path, tmp_path: Path
     assert (ck["steps"], (stored / "step").read_text()) == (5, "5\n")
     assert not (tdir / "stop-acks.jsonl").exists()
     # the next run would resume from it
-    latest = subprocess.run([sys.executable, "-m", "dethpc.entry", "latest-checkpoint"],
+    latest = subprocess.run([sys.executable, "-m", "dethpc.surfaces.entry", "latest-checkpoint"],
                             capture_output=True, text=True, timeout=60,
                             env={**os.environ, "PYTHONPATH": str(REPO),
                                  "DETHPC_TRIAL_DIR": str(tdir)})

@@ -27,12 +27,12 @@ from pathlib import Path
 
 import pytest
 
+from dethpc.common.exitcodes import EXIT_PREEMPTED, LOCAL_REQUEUE_EXIT
+from dethpc.common.paths import ExperimentPaths
 from dethpc.config import parse_experiment_config
 from dethpc.config.model import ClusterConfig, ResourcePool
-from dethpc.exitcodes import EXIT_PREEMPTED, LOCAL_REQUEUE_EXIT
-from dethpc.jobscript import trial_script
-from dethpc.paths import ExperimentPaths
-from dethpc.render import make_env
+from dethpc.jobs.jobscript import trial_script
+from dethpc.jobs.render import make_env
 
 CLUSTER = ClusterConfig(pools={"default": ResourcePool(
     name="default", partition="debug", default_time="00:10:00", signal="USR2",

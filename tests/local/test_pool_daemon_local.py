@@ -15,10 +15,10 @@ from pathlib import Path
 
 from sqlmodel import select
 
+from dethpc.control.pool_view import parse_item_ref
+from dethpc.launch.worker import queue
 from dethpc.store import Store
 from dethpc.store.models import Batch, BatchKind, Job
-from dethpc.worker import queue
-from dethpc.worker.view import parse_item_ref
 from tests.local.conftest import REPO, TOY, cli, wait_for, write_config
 
 
@@ -32,7 +32,7 @@ def _workers_alive(run_dir: Path) -> list[int]:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"dethpc.worker" in argv and str(run_dir).encode() in argv:
+        if b"dethpc.launch.worker" in argv and str(run_dir).encode() in argv:
             found.append(int(pid))
     return found
 

@@ -27,8 +27,8 @@ from sqlmodel import select
 
 from dethpc.backends.local import LocalBackend
 from dethpc.config import load_cluster_config, load_experiment_config
-from dethpc.daemon import Daemon
-from dethpc.experiments import create_experiment
+from dethpc.control.daemon import Daemon
+from dethpc.control.experiments import create_experiment
 from dethpc.store import Store
 from dethpc.store.models import Event, Experiment, Job
 from tests.local.conftest import TOY, cli, write_config
@@ -122,19 +122,19 @@ def test_checkpoint_on_a_full_fs_keeps_the_previous_one(tmp_path: Path,
     first = tmp_path / "step-1"
     first.mkdir()
     (first / "w").write_bytes(b"1" * 1000)
-    ok = subprocess.run([sys.executable, "-m", "dethpc.entry", "report", "checkpoint",
+    ok = subprocess.run([sys.executable, "-m", "dethpc.surfaces.entry", "report", "checkpoint",
                          str(first), "--step", "1", "--copy"], env=env, capture_output=True,
                         text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
     big = tmp_path / "step-2"
     big.mkdir()
     (big / "w").write_bytes(b"2" * 4 * 1024 * 1024)           # more than the 2 MB fs
-    bad = subprocess.run([sys.executable, "-m", "dethpc.entry", "report", "checkpoint",
+    bad = subprocess.run([sys.executable, "-m", "dethpc.surfaces.entry", "report", "checkpoint",
                           str(big), "--step", "2", "--copy"], env=env, capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode != 0 and "Traceback" not in bad.stderr, bad.stderr
     assert "No space left" in bad.stderr, bad.stderr
-    latest = subprocess.run([sys.executable, "-m", "dethpc.entry", "latest-checkpoint"],
+    latest = subprocess.run([sys.executable, "-m", "dethpc.surfaces.entry", "latest-checkpoint"],
                             env=env, capture_output=True, text=True, timeout=120)
     assert latest.returncode == 0 and latest.stdout.strip().endswith("step-1"), latest
     assert (Path(latest.stdout.strip()) / "w").read_bytes() == b"1" * 1000

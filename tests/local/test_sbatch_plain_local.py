@@ -19,18 +19,18 @@ from sqlmodel import select
 
 from dethpc.backends.local import LocalBackend
 from dethpc.config import load_cluster_config
-from dethpc.daemon import Daemon, TickStats
-from dethpc.sbatchwrap import plain
-from dethpc.sbatchwrap.search_cli import parse_command
+from dethpc.control.daemon import Daemon, TickStats
 from dethpc.store import Store
 from dethpc.store.models import Batch, BatchState, Experiment, ExperimentState, Trial, TrialState
+from dethpc.surfaces.sbatchwrap import plain
+from dethpc.surfaces.sbatchwrap.search_cli import parse_command
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_local_backend_refuses_plain_sbatch(home: Path, tmp_path: Path) -> None:
     (tmp_path / "job.sh").write_text("#!/bin/bash\n#SBATCH -t 1\necho hi\n")
-    proc = subprocess.run([sys.executable, "-m", "dethpc.cli.main", "sbatch", "job.sh"],
+    proc = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "sbatch", "job.sh"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode != 0

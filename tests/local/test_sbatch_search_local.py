@@ -20,7 +20,7 @@ PLAIN = REPO / "tests" / "slurm" / "fixtures" / "existing_scripts" / "search_pla
 
 
 def cli(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run([sys.executable, "-m", "dethpc.cli.main", *args], cwd=cwd,
+    proc = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
     assert proc.returncode == 0, f"{args}: {proc.stdout}\n{proc.stderr}"

@@ -95,11 +95,11 @@ def test_signal_during_the_hook_is_forwarded_and_the_entrypoint_never_starts(
     import subprocess
     import sys
 
+    from dethpc.common.exitcodes import LOCAL_REQUEUE_EXIT
+    from dethpc.common.paths import ExperimentPaths
     from dethpc.config import parse_experiment_config
     from dethpc.config.model import ClusterConfig, ResourcePool
-    from dethpc.exitcodes import LOCAL_REQUEUE_EXIT
-    from dethpc.jobscript import trial_script
-    from dethpc.paths import ExperimentPaths
+    from dethpc.jobs.jobscript import trial_script
 
     cluster = ClusterConfig(pools={"default": ResourcePool(
         name="default", partition="debug", default_time="00:10:00", signal="USR2")})

@@ -22,12 +22,12 @@ from urllib.parse import quote
 import pytest
 import yaml
 
-from dethpc.cli.common import ENV
-from dethpc.cli.main import main
 from dethpc.store import Store
 from dethpc.store.models import Experiment, Trial
-from dethpc.tasks import registry
-from dethpc.tasks.tensorboard import get
+from dethpc.surfaces.cli.common import ENV
+from dethpc.surfaces.cli.main import main
+from dethpc.surfaces.tasks import registry
+from dethpc.surfaces.tasks.tensorboard import get
 from tests.local.conftest import wait_for
 
 pytest.importorskip("tensorboard")
@@ -179,8 +179,8 @@ def test_scalars_through_tensorboard_one_curve_per_trial_refreshed_and_stopped(w
 
 
 def _other_user():  # type: ignore[no-untyped-def]
+    from dethpc.common.errors import DethpcError
     from dethpc.devcluster.users import ensure_user
-    from dethpc.errors import DethpcError
 
     try:
         return ensure_user()

@@ -22,8 +22,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
+from dethpc.common.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED  # noqa: E402
 from dethpc.core import CheckpointContext, DistributedContext  # noqa: E402
-from dethpc.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 DIGITS = REPO / "examples" / "digits"

@@ -1,7 +1,7 @@
-"""Pool workers end to end on this machine (dethpc.worker), real processes, no mocks.
+"""Pool workers end to end on this machine (dethpc.launch.worker), real processes, no mocks.
 
 The test plays the daemon side: it writes trials' hparams/target files, enqueues work
-items built by ``dethpc.worker.items.work_item`` (the job contract's environment),
+items built by ``dethpc.jobs.pool_items.work_item`` (the job contract's environment),
 reads results, and returns expired leases. Proves: promotions continue in the same
 live workers (K worker processes for trials + promotions; the promoted trial resumes
 from its checkpoint); a preempted worker hands its lease back and the trial resumes
@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pytest
 
+from dethpc.common.paths import ExperimentPaths
 from dethpc.config import parse_experiment_config
 from dethpc.config.model import ClusterConfig, ResourcePool
-from dethpc.paths import ExperimentPaths
-from dethpc.worker import queue
-from dethpc.worker.items import pool_problem, work_item
+from dethpc.jobs.pool_items import pool_problem, work_item
+from dethpc.launch.worker import queue
 
 TOY = Path(__file__).parents[1] / "fixtures" / "toy" / "train.py"
 CLUSTER = ClusterConfig(pools={"default": ResourcePool(
@@ -55,7 +55,7 @@ class Pool:
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
         env.pop("SLURM_ARRAY_TASK_ID", None)
         self.workers[name] = subprocess.Popen(
-            [sys.executable, "-m", "dethpc.worker", "--run-dir", str(self.run_dir),
+            [sys.executable, "-m", "dethpc.launch.worker", "--run-dir", str(self.run_dir),
              "--worker-id", name, "--preload", preload, "--heartbeat-s", "0.3",
              "--task", task],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -14,10 +14,10 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from dethpc.dashboard import data
-from dethpc.experiments import current_user
+from dethpc.control.experiments import current_user
 from dethpc.store import Store
 from dethpc.store.access import Scope
+from dethpc.surfaces.dashboard import data
 from tests.dashboard_seed import LOG_LINES, seed
 
 

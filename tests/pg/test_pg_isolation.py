@@ -28,7 +28,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlmodel import Session, select
 
-from dethpc.errors import StoreError
+from dethpc.common.errors import StoreError
 from dethpc.store import Store, migrations
 from dethpc.store.access import DatabaseRole, Scope
 from dethpc.store.models import (
@@ -90,7 +90,7 @@ def _drop_roles(engine: Engine) -> None:
 
 
 def _cli(world: World, user: str, *args: object, **env: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "dethpc.cli.main", *map(str, args)],
+    return subprocess.Popen([sys.executable, "-m", "dethpc.surfaces.cli.main", *map(str, args)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=world.env(user, **env))
 

@@ -15,7 +15,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import SQLModel
 
 import dethpc.store.models  # noqa: F401  (the tables SQLModel.metadata must hold)
-from dethpc.errors import StoreError
+from dethpc.common.errors import StoreError
 from dethpc.store import Store, migrations
 from tests.fixtures.store.v1_rows import (
     current_rows,

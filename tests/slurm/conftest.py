@@ -25,8 +25,8 @@ from typing import TypeVar
 
 import pytest
 
+from dethpc.common.runner import CommandResult, CommandRunner
 from dethpc.devcluster.users import ClusterUser, ensure_user, user_dir
-from dethpc.runner import CommandResult, CommandRunner
 
 HERE = Path(__file__).parent.resolve()
 T = TypeVar("T")
@@ -126,7 +126,7 @@ def user_python(cluster_user: ClusterUser) -> list[str]:
     prefix = ["env", f"PYTHONPATH={os.pathsep.join(paths)}"]
     minor = f"python{sys.version_info.major}.{sys.version_info.minor}"
     for python in (sys.executable, f"/usr/bin/{minor}", f"/usr/local/bin/{minor}"):
-        probe = cluster_user.as_user([*prefix, python, "-c", "import dethpc.cli.main"])
+        probe = cluster_user.as_user([*prefix, python, "-c", "import dethpc.surfaces.cli.main"])
         if subprocess.run(probe, capture_output=True, timeout=60).returncode == 0:
             return [*prefix, python]
     pytest.fail(f"no {minor} that {cluster_user.name} may run imports dethpc "

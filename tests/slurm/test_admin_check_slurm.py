@@ -26,11 +26,11 @@ from typing import Any
 import pytest
 import yaml
 
-from dethpc.admin import Severity, check_cluster, gather_facts
+from dethpc.common.runner import CommandRunner, RecordingRunner
 from dethpc.config.cluster import load_cluster_config
 from dethpc.devcluster.site import SiteSpec
 from dethpc.devcluster.users import ClusterUser
-from dethpc.runner import CommandRunner, RecordingRunner
+from dethpc.surfaces.admin import Severity, check_cluster, gather_facts
 
 SITE = SiteSpec()
 GPU_TYPE = SITE.gres.type
@@ -39,7 +39,7 @@ GPUS = SITE.gres.count
 
 def _dethpc() -> list[str]:
     script = Path(sys.executable).parent / "dethpc"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "dethpc.cli.main"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "dethpc.surfaces.cli.main"]
 
 
 def write_config(tmp_path: Path, **pool_changes: dict[str, Any]) -> Path:

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 from sqlmodel import select
 
-from dethpc import experiments
-from dethpc.cli.views import describe_experiment
+from dethpc.common.runner import CommandRunner
 from dethpc.config import load_experiment_config
-from dethpc.daemon import Daemon
-from dethpc.runner import CommandRunner
+from dethpc.control import experiments
+from dethpc.control.daemon import Daemon
 from dethpc.store.models import Batch
+from dethpc.surfaces.views import describe_experiment
 from tests.backend_polling import submits
 
 from .test_daemon_slurm import (  # noqa: F401 - env: fixture

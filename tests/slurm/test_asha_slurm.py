@@ -29,15 +29,15 @@ from typing import Any
 
 import pytest
 
-from dethpc import experiments
 from dethpc.backends.slurm import SlurmBackend
-from dethpc.cli.views import describe_experiment, trial_detail
+from dethpc.common.runner import RecordingRunner
 from dethpc.config import load_experiment_config
 from dethpc.config.model import ClusterConfig, ResourcePool
-from dethpc.daemon import Daemon
-from dethpc.runner import RecordingRunner
+from dethpc.control import experiments
+from dethpc.control.daemon import Daemon
 from dethpc.store import Store
 from dethpc.store.models import ExperimentState
+from dethpc.surfaces.views import describe_experiment, trial_detail
 from tests.backend_polling import submits
 from tests.slurm.fixtures.harness import read_jsonl, scancel_store_jobs
 

@@ -12,7 +12,7 @@ and the real sbatch, with ``containers.cleanenv`` (the default):
 - a 2-node ``dethpc.launch.torch_distributed`` launch (srun and torchrun modes) runs
   each rank inside the image, the config's bind_mounts in place;
 - a missing image and a missing runtime are refused at submit, nothing recorded;
-- a pool worker runs inside the image (the image's python runs ``dethpc.worker``), its
+- a pool worker runs inside the image (the image's python runs ``dethpc.launch.worker``), its
   trial runs are forked warm from it, and a worker preempted mid-trial (``scancel
   --signal=USR2 --batch``, what ``--signal=B:`` sends) hands its lease back through the
   runtime, requeues, and the trial resumes from its checkpoint, warm again.
@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 from sqlmodel import select
 
-from dethpc.errors import SubmitError
+from dethpc.common.errors import SubmitError
 from dethpc.store.models import Batch, BatchKind, Experiment
 from tests.slurm.fixtures.harness import (
     DaemonHarness,
@@ -159,7 +159,7 @@ def test_digits_example_runs_in_the_container(harness: DaemonHarness, image: Pat
     import yaml
 
     from dethpc.config import load_experiment_config
-    from dethpc.experiments import create_experiment
+    from dethpc.control.experiments import create_experiment
 
     digits = Path(__file__).resolve().parents[2] / "examples" / "digits"
     raw = yaml.safe_load((digits / "const.yaml").read_text())
@@ -210,10 +210,10 @@ def test_pool_worker_runs_in_the_image_and_forks_its_trials_warm(
     print(f"pool in the image: {done.state}, runs "
           f"{[(r['preempted'], r['batches_done'], r['process']) for r in runs]}")
     assert done.state == "COMPLETED", harness.events(exp)
-    assert "ch-run" in script and f"{IMAGE_PYTHON} -m dethpc.worker" in script, script
+    assert "ch-run" in script and f"{IMAGE_PYTHON} -m dethpc.launch.worker" in script, script
     assert len(runs) == 2 and runs[0]["preempted"] and not runs[1]["preempted"], runs
     for r in runs:   # the image's python, forked from the worker: a warm start
         assert r["python"] == IMAGE_PYTHON, r
-        assert r["process"] == [IMAGE_PYTHON, "-m", "dethpc.worker"], r
+        assert r["process"] == [IMAGE_PYTHON, "-m", "dethpc.launch.worker"], r
     assert runs[1]["first_batch"] <= runs[0]["batches_done"] + 1, runs
     assert harness.trial(exp).steps_completed == 120

@@ -20,17 +20,17 @@ from typing import Any
 import pytest
 from sqlmodel import select
 
-from dethpc import experiments
 from dethpc.backends.slurm import SlurmBackend
-from dethpc.cli.views import describe_experiment, trial_detail
+from dethpc.common.hostlist import expand_hostlist
+from dethpc.common.paths import ExperimentPaths
+from dethpc.common.runner import RecordingRunner
 from dethpc.config import load_experiment_config
 from dethpc.config.model import ClusterConfig, ResourcePool
-from dethpc.daemon import Daemon
-from dethpc.hostlist import expand_hostlist
-from dethpc.paths import ExperimentPaths
-from dethpc.runner import RecordingRunner
+from dethpc.control import experiments
+from dethpc.control.daemon import Daemon
 from dethpc.store import Store
 from dethpc.store.models import Checkpoint, ExperimentState, Metric
+from dethpc.surfaces.views import describe_experiment, trial_detail
 from tests.slurm.fixtures.harness import scancel_store_jobs
 
 REPO = Path(__file__).resolve().parents[2]

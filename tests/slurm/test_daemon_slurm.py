@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dethpc import experiments
 from dethpc.backends.slurm import SlurmBackend
-from dethpc.cli.views import describe_experiment
+from dethpc.common.runner import CommandRunner, RecordingRunner
 from dethpc.config import load_experiment_config
 from dethpc.config.model import ClusterConfig, ResourcePool
-from dethpc.daemon import Daemon
-from dethpc.runner import CommandRunner, RecordingRunner
+from dethpc.control import experiments
+from dethpc.control.daemon import Daemon
 from dethpc.store import Store
 from dethpc.store.models import ExperimentState
+from dethpc.surfaces.views import describe_experiment
 from tests.backend_polling import submits
 from tests.slurm.fixtures.harness import scancel_store_jobs
 
@@ -91,7 +91,7 @@ def test_toy_experiment_runs_to_completion_across_nodes(env, tmp_path):
     assert len(d["trials"]) == 6
     assert all(t["state"] == "COMPLETED" and t["best_checkpoint"] for t in d["trials"])
     assert submits(runner) == 1  # one array for the six trials
-    from dethpc.cli.views import trial_detail
+    from dethpc.surfaces.views import trial_detail
 
     nodes = {trial_detail(store, t["id"])["jobs"][0]["nodes"] for t in d["trials"]}
     assert len(nodes - {""}) >= 2, nodes
@@ -149,7 +149,7 @@ def test_outside_scancel_is_handled_per_max_restarts(env, tmp_path, max_restarts
     daemon = Daemon(store, cluster, backend)
     drive(daemon, store, exp, until=lambda d: d["trials"] and
           d["trials"][0]["steps_completed"] >= 3)
-    from dethpc.cli.views import trial_detail
+    from dethpc.surfaces.views import trial_detail
 
     trial = describe_experiment(store, exp)["trials"][0]
     ref = trial_detail(store, trial["id"])["jobs"][0]["ref"]

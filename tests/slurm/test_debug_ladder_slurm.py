@@ -27,7 +27,7 @@ HOOK = 'echo "hook $SLURMD_NODENAME" >>"$DETHPC_TRIAL_DIR/hooks.log"\n'
 
 def cli(env: dict[str, str], *args: Any, check: bool = True,
         timeout: float = 400) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "dethpc.cli.main", *map(str, args)],
+    proc = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", *map(str, args)],
                           capture_output=True, text=True, env=env, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"{args}: {proc.returncode}\n{proc.stdout}\n{proc.stderr}")

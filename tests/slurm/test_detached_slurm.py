@@ -24,9 +24,9 @@ import yaml
 from sqlmodel import select
 
 from dethpc.backends.slurm import SlurmBackend
+from dethpc.common.runner import RecordingRunner
 from dethpc.config.model import ClusterConfig
-from dethpc.daemon import Daemon
-from dethpc.runner import RecordingRunner
+from dethpc.control.daemon import Daemon
 from dethpc.store import Store
 from dethpc.store.models import Experiment, ExperimentKind, Metric, Trial
 from tests.slurm.fixtures.harness import scancel_store_jobs
@@ -93,7 +93,7 @@ def home(tmp_path: Path, slurm_cluster: Any,
 def cli(home: Path, *args: Any) -> str:
     env = {**os.environ, "DETHPC_HOME": str(home),
            "DETHPC_CLUSTER_CONFIG": str(home / "cluster.yaml")}
-    proc = subprocess.run([sys.executable, "-m", "dethpc.cli.main", *map(str, args)],
+    proc = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", *map(str, args)],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, f"{args}: {proc.stdout}\n{proc.stderr}"
     return proc.stdout

@@ -17,7 +17,7 @@ TOY = REPO / "tests" / "fixtures" / "toy"
 
 
 def cli(env, *args, check=True, timeout=300):
-    proc = subprocess.run([sys.executable, "-m", "dethpc.cli.main", *map(str, args)],
+    proc = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", *map(str, args)],
                           capture_output=True, text=True, env=env, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"{args}: {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
@@ -40,7 +40,7 @@ def test_sigkill_between_sbatch_and_commit_submits_nothing_twice(tmp_path, slurm
         "searcher": {"name": "random", "metric": "validation_loss", "max_trials": 4,
                      "max_concurrent_trials": 4, "max_length": {"batches": 10}}}))
     exp = json.loads(cli(env, "submit", cfg, TOY, "--no-daemon", "--json").stdout)["id"]
-    crashed = subprocess.run([sys.executable, "-m", "dethpc.cli.main", "daemon", "run"],
+    crashed = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "daemon", "run"],
                              env={**env, "DETHPC_FAULT_POINT": "after_sbatch"},
                              capture_output=True, timeout=120)
     assert crashed.returncode == -signal.SIGKILL

@@ -9,12 +9,12 @@ from pathlib import Path
 import yaml
 from sqlmodel import select
 
-from dethpc import experiments
-from dethpc.cli.views import describe_experiment
+from dethpc.common.paths import ExperimentPaths
 from dethpc.config import load_experiment_config
-from dethpc.daemon import Daemon
-from dethpc.paths import ExperimentPaths
+from dethpc.control import experiments
+from dethpc.control.daemon import Daemon
 from dethpc.store.models import Job
+from dethpc.surfaces.views import describe_experiment
 from tests.backend_polling import submits
 
 from .test_daemon_slurm import drive, env  # noqa: F401 - env is a fixture
@@ -68,8 +68,8 @@ def test_component_that_cannot_fit_is_refused_at_submit(env, tmp_path):  # noqa:
 
     import pytest
 
+    from dethpc.common.errors import SubmitError
     from dethpc.config.model import ResourcePool
-    from dethpc.errors import SubmitError
 
     cluster, store, runner, backend = env
     cluster = dataclasses.replace(cluster, pools={

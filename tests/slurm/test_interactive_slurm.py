@@ -49,7 +49,7 @@ def ctx(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def cli(env: dict[str, str], *args: object, check: bool = True,
         timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "dethpc.cli.main", *map(str, args)],
+    proc = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", *map(str, args)],
                           capture_output=True, text=True, env=env, timeout=timeout,
                           stdin=subprocess.DEVNULL)
     if check and proc.returncode != 0:
@@ -128,7 +128,7 @@ def _pty_run(argv: list[str], env: dict[str, str], typed: bytes, after: bytes,
 
 def test_a_shell_runs_what_is_typed_in_its_allocation_and_ends_it(
         env: dict[str, str], ctx: Path) -> None:
-    rc, out = _pty_run([sys.executable, "-m", "dethpc.cli.main", "shell", "start", "-c",
+    rc, out = _pty_run([sys.executable, "-m", "dethpc.surfaces.cli.main", "shell", "start", "-c",
                         str(ctx)], env,
                        b'echo "JOB=$SLURM_JOB_ID NODE=$SLURMD_NODENAME HOOK=$HOOKED"; '
                        b'cat data.txt; exit\n', b" on n")
@@ -159,7 +159,7 @@ def test_a_kept_shell_is_attached_again_and_task_kill_ends_it(env: dict[str, str
 def test_idle_timeouts_end_a_notebook_and_a_kept_shell(
         env: dict[str, str], ctx: Path) -> None:
     pytest.importorskip("jupyterlab")
-    from dethpc.tasks.notebook import status
+    from dethpc.surfaces.tasks.notebook import status
 
     # meanwhile, a kept shell with nothing attached ends at its holder's first check
     cli(env, "shell", "start", "--keep", "--idle-timeout", "0.05", "--", "true")

@@ -49,7 +49,7 @@ def submit(user: ClusterUser, python: list[str], home: Path, runs: Path, work: P
         shutil.chown(p, user.uid, user.gid)
     argv = user.as_user(["env", f"DETHPC_HOME={home}", f"DETHPC_CLUSTER_CONFIG={config}",
                          "sh", "-c", 'umask 022 && exec "$@"', "sh", *python, "-m",
-                         "dethpc.cli.main", "submit", str(exp), str(ctx), "--no-daemon"])
+                         "dethpc.surfaces.cli.main", "submit", str(exp), str(ctx), "--no-daemon"])
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=work)
 
 
@@ -73,7 +73,7 @@ def test_another_user_cannot_read_or_act_on_an_experiment(
                  ["ls", str(home)], ["cat", str(home / "dethpc.db")]):
         tried = as_other(argv)
         assert tried.returncode != 0 and "Permission denied" in tried.stderr, (argv, tried)
-    cancel = as_other([*user_python, "-m", "dethpc.cli.main", "experiment", "cancel", "1"],
+    cancel = as_other([*user_python, "-m", "dethpc.surfaces.cli.main", "experiment", "cancel", "1"],
                       DETHPC_HOME=str(home), DETHPC_CLUSTER_CONFIG=str(user_tmp / "cluster.yaml"))
     assert cancel.returncode != 0 and "Traceback" not in cancel.stderr, cancel.stderr
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dethpc import experiments
-from dethpc.cli.views import describe_experiment
 from dethpc.config import load_experiment_config
-from dethpc.daemon import Daemon
+from dethpc.control import experiments
+from dethpc.control.daemon import Daemon
+from dethpc.surfaces.views import describe_experiment
 from tests.slurm.test_daemon_slurm import TOY, drive, env, toy_config  # noqa: F401
 
 

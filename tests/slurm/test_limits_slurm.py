@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 import yaml
 
+from dethpc.common.runner import CommandRunner
 from dethpc.devcluster.site import SiteSpec
 from dethpc.devcluster.users import ClusterUser
-from dethpc.runner import CommandRunner
 
 REPO = Path(__file__).resolve().parents[2]
 TOY = REPO / "tests" / "fixtures" / "toy"

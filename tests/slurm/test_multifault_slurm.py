@@ -34,9 +34,9 @@ import time
 from dethpc.backends.base import JobRequest
 from dethpc.backends.slurm import SlurmBackend
 from dethpc.backends.slurm_parse import nodes_registering
+from dethpc.common.runner import CommandRunner
+from dethpc.control.job_end import UNKNOWN_TICKS
 from dethpc.devcluster.faults import ClusterFaults
-from dethpc.job_end import UNKNOWN_TICKS
-from dethpc.runner import CommandRunner
 from tests.slurm.fixtures.multifault import MultiFaultRun, schedule
 
 SEED = 15

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import yaml
 
-from dethpc import experiments
-from dethpc.cli.views import describe_experiment
+from dethpc.common.paths import ExperimentPaths
 from dethpc.config import load_experiment_config
-from dethpc.daemon import Daemon
-from dethpc.paths import ExperimentPaths
+from dethpc.control import experiments
+from dethpc.control.daemon import Daemon
+from dethpc.surfaces.views import describe_experiment
 
 from .test_daemon_slurm import drive, env  # noqa: F401 - env is a fixture
 

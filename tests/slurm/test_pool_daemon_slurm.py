@@ -35,10 +35,10 @@ from typing import Any
 import yaml
 from sqlmodel import select
 
+from dethpc.control.pool_view import parse_item_ref
+from dethpc.launch.worker import queue
 from dethpc.store import Store
 from dethpc.store.models import Batch, BatchKind, Experiment, Job, Trial
-from dethpc.worker import queue
-from dethpc.worker.view import parse_item_ref
 from tests.slurm.fixtures.harness import (
     GRACE_S,
     crash_node,
@@ -73,7 +73,7 @@ class PoolRun:
         self.exp_id = 0
 
     def cli(self, *args: str) -> str:
-        proc = subprocess.run([sys.executable, "-m", "dethpc.cli.main", *args],
+        proc = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", *args],
                               capture_output=True, text=True, env=self.env, timeout=300)
         assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
         return proc.stdout
@@ -98,7 +98,7 @@ class PoolRun:
 
     def start_daemon(self) -> None:
         log = (self.home / f"daemon-{self.starts}.log").open("wb")
-        self.daemon = subprocess.Popen([sys.executable, "-m", "dethpc.cli.main", "daemon",
+        self.daemon = subprocess.Popen([sys.executable, "-m", "dethpc.surfaces.cli.main", "daemon",
                                         "run"], stdin=subprocess.DEVNULL, stdout=log,
                                        stderr=log, env=self.env)
         self.starts += 1

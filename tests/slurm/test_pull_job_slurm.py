@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from dethpc.imagepull import pull_job
+from dethpc.jobs.imagepull import pull_job
 from tests.slurm.fixtures.harness import DaemonHarness, wait_until
 from tests.unit.test_containers import STANDIN
 

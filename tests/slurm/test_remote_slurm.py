@@ -30,10 +30,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dethpc.context import list_context
+from dethpc.control.snapshot import list_context
 from dethpc.devcluster.users import ClusterUser, user_dir
-from dethpc.remote import ssh, upload
-from dethpc.remote.target import RemoteTarget, load_file
+from dethpc.surfaces.remote import ssh, upload
+from dethpc.surfaces.remote.target import RemoteTarget, load_file
 from tests.local.conftest import TOY, write_config
 from tests.slurm.conftest import SlurmCluster
 from tests.slurm.fixtures.sshd import SSHD, Sshd, ssh_keygen
@@ -58,7 +58,7 @@ class Remote:
 
     def cli(self, *args: str, timeout: float = 120, **extra: str
             ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "dethpc.cli.main", *args],
+        return subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", *args],
                               capture_output=True, text=True, timeout=timeout,
                               env=self.env(**extra), cwd=self.root)
 
@@ -94,7 +94,7 @@ def remote(slurm_cluster: SlurmCluster, cluster_user: ClusterUser,
     shutil.chown(cluster, cluster_user.uid, cluster_user.gid)
     far = [user_python[0], f"HOME={work}", f"DETHPC_HOME={work}/home",
            f"DETHPC_CLUSTER_CONFIG={cluster}", "PATH=/usr/local/bin:/usr/bin:/bin",
-           *user_python[1:], "-m", "dethpc.cli.main"]
+           *user_python[1:], "-m", "dethpc.surfaces.cli.main"]
     (root / "remote.yaml").write_text(yaml.safe_dump({"remote": {
         "host": f"{cluster_user.name}@127.0.0.1", "port": login.port,
         "command": shlex.join(far), "area": f"{work}/area",
@@ -140,7 +140,7 @@ def test_submit_follow_kill_describe_over_ssh(remote: Remote, slurm_cluster: Slu
     assert (run_dir / "model" / "train.py").exists() or any(run_dir.rglob("train.py"))
     assert not any(run_dir.rglob("data.bin"))
 
-    follow = subprocess.Popen([sys.executable, "-m", "dethpc.cli.main", "experiment", "logs",
+    follow = subprocess.Popen([sys.executable, "-m", "dethpc.surfaces.cli.main", "experiment", "logs",
                                str(exp_id), "--follow"], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, env=remote.env(), cwd=remote.root)
     try:

@@ -36,12 +36,12 @@ import yaml
 from sqlmodel import select
 
 from dethpc.backends.slurm import SlurmBackend
-from dethpc.cli.views import describe_experiment
+from dethpc.common.runner import RecordingRunner
 from dethpc.config.model import ClusterConfig, ResourcePool
-from dethpc.daemon import Daemon
-from dethpc.runner import RecordingRunner
+from dethpc.control.daemon import Daemon
 from dethpc.store import Store
 from dethpc.store.models import Experiment, ExperimentKind, Job
+from dethpc.surfaces.views import describe_experiment
 from tests.backend_polling import submits
 from tests.slurm.fixtures.harness import read_jsonl, scancel_store_jobs, wait_until
 
@@ -85,7 +85,7 @@ def dethpc(home: Path, cwd: Path, *args: str,
     env = {**os.environ, "DETHPC_HOME": str(home),
            "DETHPC_CLUSTER_CONFIG": str(home / "cluster.yaml"), "PYTHONPATH": str(REPO),
            "STEP_PAUSE_S": "0.5", **(extra_env or {})}
-    return subprocess.run([sys.executable, "-m", "dethpc.cli.main", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -157,9 +157,9 @@ def test_grid_over_a_script_that_knows_nothing_of_dethpc(
     assert all(r.split("|", 1)[1] == "debug|00:03:00" for r in rows), rows
 
 
-@pytest.mark.skipif(importlib.util.find_spec("dethpc.jobapi") is None,
+@pytest.mark.skipif(importlib.util.find_spec("dethpc.core.jobapi") is None,
                     reason="needs the shell-level job API (dethpc report/should-stop, "
-                           "issue 13 item 3: dethpc.jobapi)")
+                           "issue 13 item 3: dethpc.core.jobapi)")
 def test_asha_over_an_unchanged_bash_script(
         home: tuple[Path, Store, Daemon, RecordingRunner], tmp_path: Path) -> None:
     root, store, daemon, runner = home

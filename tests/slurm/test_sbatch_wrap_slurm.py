@@ -32,13 +32,13 @@ import yaml
 from sqlmodel import select
 
 from dethpc.backends.slurm import SlurmBackend
-from dethpc.cli.views import describe_experiment
+from dethpc.common.exitcodes import ExitReason
+from dethpc.common.runner import RecordingRunner
 from dethpc.config import load_cluster_config
-from dethpc.daemon import Daemon
-from dethpc.exitcodes import ExitReason
-from dethpc.runner import RecordingRunner
+from dethpc.control.daemon import Daemon
 from dethpc.store import Store
 from dethpc.store.models import Experiment, ExperimentKind, Job
+from dethpc.surfaces.views import describe_experiment
 from tests.slurm.fixtures.harness import (
     cluster_yaml,
     preempt,
@@ -73,7 +73,7 @@ def env_for(home: Path, **extra: str) -> dict[str, str]:
 
 def dethpc_sbatch(home: Path, cwd: Path, *args: str, stdin: str | None = None,
                   **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dethpc.cli.main", "sbatch", *args],
+    return subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "sbatch", *args],
                           cwd=cwd, env=env_for(home, **extra), input=stdin,
                           capture_output=True, text=True, timeout=120)
 
@@ -157,7 +157,7 @@ def test_existing_array_script_preempted_resumes_from_its_own_checkpoint(
     exits = read_jsonl(trial_dir / "exits.jsonl")
     assert exits[0]["reason"] == "preempted" and exits[-1]["reason"] == "completed", exits
     assert "resuming after step" in (work / f"train-{jid}_0.out").read_text()
-    logs = subprocess.run([sys.executable, "-m", "dethpc.cli.main", "trial", "logs",
+    logs = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "trial", "logs",
                            str(d["trials"][0]["id"])], env=env_for(root), capture_output=True,
                           text=True, timeout=120)
     assert logs.returncode == 0 and "resuming after step" in logs.stdout, logs  # its --output
@@ -296,7 +296,7 @@ def test_cancel_reaches_an_unchanged_script(home: tuple[Path, Store, Daemon],
     jid = proc.stdout.strip()
     exp_id = experiment_of_job(store, jid)
     tick_until(store, daemon, exp_id, 120, lambda d: d["trials"][0]["state"] == "RUNNING")
-    cancel = subprocess.run([sys.executable, "-m", "dethpc.cli.main", "experiment", "cancel",
+    cancel = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "experiment", "cancel",
                              str(exp_id)], env=env_for(root), capture_output=True, text=True,
                             timeout=120)
     assert cancel.returncode == 0, cancel.stderr

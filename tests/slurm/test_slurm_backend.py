@@ -16,8 +16,8 @@ import pytest
 
 from dethpc.backends.base import Backend, JobInfo, JobRequest, JobState
 from dethpc.backends.slurm import SlurmBackend
-from dethpc.errors import CommandError, SubmitError
-from dethpc.runner import CommandRunner, RecordingRunner
+from dethpc.common.errors import CommandError, SubmitError
+from dethpc.common.runner import CommandRunner, RecordingRunner
 from tests import backend_polling as polling
 
 DEADLINE_S = 240.0
@@ -233,8 +233,8 @@ def test_limits_are_read_again_after_a_slurmdbd_outage(slurm_cluster: Any,
                                                         cluster_user: Any) -> None:
     """A daemon that started while slurmdbd was away counts no limits; once slurmdbd is
     back it reads them (``limits_retry_s`` after the failed read), not never again."""
+    from dethpc.backends.limits import UNLIMITED
     from dethpc.devcluster.faults import ClusterFaults
-    from dethpc.limits import UNLIMITED
 
     backend = SlurmBackend(CommandRunner(timeout=30.0, retries=0), user=cluster_user.name)
     assert backend.accounting_enabled()       # known before the outage (cached)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from dethpc.hostlist import expand_hostlist
+from dethpc.common.hostlist import expand_hostlist
 from tests.slurm.fixtures.harness import DaemonHarness, experiment_yaml, job_log, read_jsonl
 
 TOY = Path(__file__).resolve().parents[1] / "fixtures" / "toy"

@@ -23,11 +23,11 @@ import yaml
 
 from dethpc.backends.base import JobRequest
 from dethpc.backends.slurm import SlurmBackend
+from dethpc.common.runner import CommandRunner
 from dethpc.config import load_cluster_config, load_experiment_config
+from dethpc.control.experiments import check_with_scheduler
 from dethpc.devcluster.users import ClusterUser
-from dethpc.experiments import check_with_scheduler
-from dethpc.jobscript import array_script, trial_script
-from dethpc.runner import CommandRunner
+from dethpc.jobs.jobscript import array_script, trial_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "examples" / "cluster" / "slurm-devcluster.yaml"
@@ -51,10 +51,10 @@ def submit(cluster: Path, home: Path, *overrides: str, user: ClusterUser | None 
             str(DIGITS), *overrides]
     env = {**os.environ, "DETHPC_HOME": str(home), "COLUMNS": "200"}
     if user is None:
-        argv = [sys.executable, "-m", "dethpc.cli.main", *args]
+        argv = [sys.executable, "-m", "dethpc.surfaces.cli.main", *args]
     else:
         argv = user.as_user(["env", f"DETHPC_HOME={home}", "COLUMNS=200", *(python or []),
-                             "-m", "dethpc.cli.main", *args])
+                             "-m", "dethpc.surfaces.cli.main", *args])
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
 
 

@@ -28,7 +28,7 @@ def test_tensorboard_as_a_slurm_job_answers_and_stops(world: dict[str, Any],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from dethpc.cli.main import main
+    from dethpc.surfaces.cli.main import main
 
     def cli(*args: object) -> str:
         monkeypatch.setattr(sys, "argv", ["dethpc", *map(str, args)])

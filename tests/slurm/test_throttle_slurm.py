@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from sqlmodel import select
 
-from dethpc import experiments
+from dethpc.common.runner import CommandRunner
 from dethpc.config import load_experiment_config
-from dethpc.daemon import Daemon
-from dethpc.runner import CommandRunner
+from dethpc.control import experiments
+from dethpc.control.daemon import Daemon
 from dethpc.store.models import Batch, Event
 
 from .test_daemon_slurm import TOY, drive, env, toy_config  # noqa: F401 - env is a fixture

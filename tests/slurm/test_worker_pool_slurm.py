@@ -1,4 +1,4 @@
-"""The worker pool on the dev cluster (dethpc.worker, first cut): one array of 2
+"""The worker pool on the dev cluster (dethpc.launch.worker, first cut): one array of 2
 worker tasks rendered by ``worker_array_script`` runs 3 trials and a promotion
 without a new job (the promoted trial resumes from its checkpoint in a live worker);
 a worker preempted mid-trial (``scancel --signal=USR2 --batch``, what Slurm's
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dethpc.config.model import ClusterConfig, ResourcePool
-from dethpc.worker.script import worker_array_script
+from dethpc.jobs.pool_script import worker_array_script
 from tests.local.test_worker_pool_local import CFG, Pool
 
 CLUSTER = ClusterConfig(pools={"default": ResourcePool(

@@ -61,7 +61,7 @@ def test_a_job_left_out_of_many_polls_gets_no_verdict(tmp_path) -> None:
     same polls answering UNKNOWN would have counted a restart and resubmitted it."""
     from sqlmodel import select
 
-    from dethpc.job_end import UNKNOWN_TICKS
+    from dethpc.control.job_end import UNKNOWN_TICKS
     from dethpc.store import Store
     from dethpc.store.models import Job, Trial
     from tests.unit.test_reconcile_store import new_experiment, tick

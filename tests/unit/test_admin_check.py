@@ -14,8 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from dethpc.admin.checks import Finding, Severity, check_cluster, check_pool, exit_code
-from dethpc.admin.facts import (
+from dethpc.backends.slurm_parse import parse_key_values
+from dethpc.config.cluster import parse_cluster_config
+from dethpc.config.model import ResourcePool
+from dethpc.surfaces.admin.checks import Finding, Severity, check_cluster, check_pool, exit_code
+from dethpc.surfaces.admin.facts import (
     ClusterFacts,
     Gres,
     NodeFacts,
@@ -27,10 +30,7 @@ from dethpc.admin.facts import (
     parse_qos,
     parse_record,
 )
-from dethpc.admin.probe import ProbeOutcome, judge_probe, probe_argv
-from dethpc.backends.slurm_parse import parse_key_values
-from dethpc.config.cluster import parse_cluster_config
-from dethpc.config.model import ResourcePool
+from dethpc.surfaces.admin.probe import ProbeOutcome, judge_probe, probe_argv
 
 # ------------------------------------------------------------- captured text
 CONFIG = """\
@@ -588,7 +588,7 @@ def _judged(outcome: ProbeOutcome, expected: list[tuple[Severity, str, str]]) ->
 def _cli(tmp_path: Path, config: str, *args: str) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "cluster.yaml"
     path.write_text(config, encoding="utf-8")
-    return subprocess.run([sys.executable, "-m", "dethpc.cli.main", "--cluster-config",
+    return subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "--cluster-config",
                            str(path), "admin", "check", *args],
                           capture_output=True, text=True, timeout=120)
 

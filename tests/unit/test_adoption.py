@@ -1,5 +1,5 @@
-"""``dethpc.adoption``: the daemon adopts jobs that registered themselves in the spool
-(``dethpc.detached``) into the real store, idempotently, and only its own user's; the
+"""``dethpc.control.adoption``: the daemon adopts jobs that registered themselves in the spool
+(``dethpc.core.detached``) into the real store, idempotently, and only its own user's; the
 reconciler then ingests their files through the trial link and ends them.
 """
 
@@ -14,14 +14,14 @@ import yaml
 from sqlmodel import select
 
 from dethpc import core
-from dethpc.adoption import Adopter, detached_config, parse_registration
 from dethpc.backends.base import JobInfo, JobState
 from dethpc.backends.local import LocalBackend
+from dethpc.common.errors import DethpcError
 from dethpc.config import parse_experiment_config
 from dethpc.config.model import ClusterConfig
-from dethpc.daemon import Daemon
-from dethpc.detached import trial_dir
-from dethpc.errors import DethpcError
+from dethpc.control.adoption import Adopter, detached_config, parse_registration
+from dethpc.control.daemon import Daemon
+from dethpc.core.detached import trial_dir
 from dethpc.store import Store
 from dethpc.store.models import (
     Batch,
@@ -198,8 +198,8 @@ def test_daemon_tick_adopts_without_any_open_experiment(store: Store, tmp_path: 
 def test_list_and_describe_show_the_kind(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
-    from dethpc.cli.common import ENV
-    from dethpc.cli.main import app
+    from dethpc.surfaces.cli.common import ENV
+    from dethpc.surfaces.cli.main import app
 
     monkeypatch.setenv("COLUMNS", "200")
     trial_dir(JOB)   # the spool is $DETHPC_HOME/spool

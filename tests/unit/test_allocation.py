@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from dethpc.allocation import Allocation, plan_allocation
+from dethpc.common.errors import SubmitError
 from dethpc.config.model import ResourcePool, SlurmSection
-from dethpc.directives import shape_directives
-from dethpc.errors import SubmitError
+from dethpc.jobs.allocation import Allocation, plan_allocation
+from dethpc.jobs.directives import shape_directives
 
 CPU4 = ResourcePool(name="cpu", slots_per_node=4, cpus_per_slot=2)
 GPU4 = ResourcePool(name="gpu", slots_per_node=4, gres="gpu", gpu_type="a100")

@@ -1,4 +1,4 @@
-"""One JSON line appended to a jobs' record file (dethpc.worker.main.append_record)."""
+"""One JSON line appended to a jobs' record file (dethpc.launch.worker.main.append_record)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dethpc.ingest import read_new_lines
-from dethpc.worker.main import append_record
+from dethpc.common.jsonlines import read_new_lines
+from dethpc.launch.worker.main import append_record
 
 
 @pytest.mark.parametrize(("before", "jobs"), [

@@ -1,4 +1,4 @@
-"""Backends differ through ``dethpc.backends.traits``, not through name comparisons."""
+"""Backends differ through ``dethpc.common.traits``, not through name comparisons."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 
 from dethpc.backends.local import LocalBackend
 from dethpc.backends.slurm import SlurmBackend
-from dethpc.backends.traits import LOCAL, SLURM, BackendKind, traits_of
+from dethpc.common.traits import LOCAL, SLURM, BackendKind, traits_of
 from dethpc.config import parse_experiment_config
 from dethpc.config.model import ClusterConfig, ResourcePool
-from dethpc.jobscript import trial_command, trial_script
+from dethpc.jobs.jobscript import trial_command, trial_script
 from dethpc.launch._common import use_slurm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,7 +62,7 @@ def test_what_each_trait_changes(traits, tmp_path) -> None:
 
 #: where a backend name may still be spelled out: the traits themselves, the config
 #: checker's list of allowed values, and the dev cluster (which is Slurm by definition)
-ALLOWED = {"dethpc/backends/traits.py", "dethpc/config/cluster.py", "dethpc/config/model.py"}
+ALLOWED = {"dethpc/common/traits.py", "dethpc/config/cluster.py", "dethpc/config/model.py"}
 COMPARISON = re.compile(r"""(==|!=)\s*["'](slurm|local)["']|["'](slurm|local)["']\s*(==|!=)""")
 
 

@@ -15,11 +15,11 @@ import yaml
 from sqlmodel import select
 
 from dethpc.backends.local import LocalBackend
+from dethpc.common.errors import CommandError
 from dethpc.config import load_experiment_config
 from dethpc.config.model import ClusterConfig, ResourcePool
-from dethpc.daemon import Daemon
-from dethpc.errors import CommandError
-from dethpc.experiments import create_experiment, request_state
+from dethpc.control.daemon import Daemon
+from dethpc.control.experiments import create_experiment, request_state
 from dethpc.store import Store
 from dethpc.store.models import Experiment, ExperimentState, Job
 from tests.unit.test_fast_stop import TOY, RunningForever

@@ -20,12 +20,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from dethpc.cli.common import ENV
-from dethpc.cli.main import app, main
 from dethpc.config import parse_experiment_config
 from dethpc.config.testrun import make_test_config
-from dethpc.experiments import current_user
+from dethpc.control.experiments import current_user
 from dethpc.store.models import Checkpoint, CheckpointState, Experiment, Trial
+from dethpc.surfaces.cli.common import ENV
+from dethpc.surfaces.cli.main import app, main
 
 CONFIG = {
     "name": "habits", "entrypoint": "python3 train.py",

@@ -1,6 +1,6 @@
 """The pure table layout and progress logic behind the CLI's output (issue 17 item 4):
-``dethpc.cli.layout`` (widths, cutting, wrapping, hyperparameters) and
-``dethpc.cli.progress`` (counts and the plain line), table-driven."""
+``dethpc.surfaces.layout`` (widths, cutting, wrapping, hyperparameters) and
+``dethpc.surfaces.cli.progress`` (counts and the plain line), table-driven."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from dethpc.cli.layout import (
+from dethpc.surfaces.cli.progress import Snapshot, plain_line, summarize
+from dethpc.surfaces.layout import (
     Col,
     Layout,
     cell_lines,
@@ -19,7 +20,6 @@ from dethpc.cli.layout import (
     truncate,
     wrap_words,
 )
-from dethpc.cli.progress import Snapshot, plain_line, summarize
 
 
 @pytest.mark.parametrize(("text", "width", "want"), [

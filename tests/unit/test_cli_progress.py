@@ -27,10 +27,10 @@ import pytest
 import yaml
 from sqlmodel import select as sql_select
 
-from dethpc.cli.common import ENV
-from dethpc.experiments import current_user
-from dethpc.paths import ExperimentPaths
+from dethpc.common.paths import ExperimentPaths
+from dethpc.control.experiments import current_user
 from dethpc.store.models import Experiment, ExperimentState, Trial, TrialState
+from dethpc.surfaces.cli.common import ENV
 
 CONFIG = {"name": "progress", "entrypoint": "python3 train.py",
           "hyperparameters": {"lr": 0.1},
@@ -85,7 +85,7 @@ def next_line(q: queue.Queue[str | None], timeout: float = 60.0) -> str:
 
 
 def dethpc(*args: str) -> list[str]:
-    return [sys.executable, "-c", "from dethpc.cli.main import main; main()", *args]
+    return [sys.executable, "-c", "from dethpc.surfaces.cli.main import main; main()", *args]
 
 
 Q, R, C = TrialState.QUEUED, TrialState.RUNNING, TrialState.COMPLETED
@@ -167,7 +167,7 @@ def test_wait_shows_richs_progress_display_on_a_terminal(home: Path) -> None:
 
 def test_follow_streams_the_log_to_stdout_and_progress_to_stderr(
         home: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from dethpc.cli.experiment_cmd import _follow
+    from dethpc.surfaces.cli.experiment_cmd import _follow
 
     run_dir = home / "runs" / "1"
     exp = seed(run_dir, ExperimentState.COMPLETED)
@@ -189,7 +189,7 @@ def test_follow_on_a_terminal_prints_the_log_above_the_display(home: Path) -> No
     tp = ExperimentPaths(run_dir).trial(1)
     tp.root.mkdir(parents=True)
     (tp.root / "slurm-1.out").write_text("epoch 1\nepoch 2\n")
-    proc, text = on_terminal([sys.executable, "-c", "from dethpc.cli.experiment_cmd import "
+    proc, text = on_terminal([sys.executable, "-c", "from dethpc.surfaces.cli.experiment_cmd import "
                               f"_follow; print('->', _follow({exp}))"], stdout=True)
     assert proc.returncode == 0, text
     assert "\x1b[" in text and "━" in text  # the live display

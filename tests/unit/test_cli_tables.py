@@ -19,9 +19,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from dethpc.cli.common import ENV
-from dethpc.cli.main import app
-from dethpc.experiments import current_user
+from dethpc.control.experiments import current_user
 from dethpc.store.models import (
     Batch,
     Checkpoint,
@@ -34,6 +32,8 @@ from dethpc.store.models import (
     Trial,
     TrialState,
 )
+from dethpc.surfaces.cli.common import ENV
+from dethpc.surfaces.cli.main import app
 from tests.fixtures.cli_home import private_home
 
 #: the long words planted in the store; each starts and ends with "zq", so a piece

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dethpc.cli.config_cmd import config_app
+from dethpc.surfaces.cli.config_cmd import config_app
 
 GOOD = """\
 name: digits

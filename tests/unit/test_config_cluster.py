@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from dethpc.common.errors import ConfigError
 from dethpc.config import cluster as cluster_mod
 from dethpc.config import (
     cluster_to_dict,
@@ -15,7 +16,6 @@ from dethpc.config import (
     parse_cluster_config,
 )
 from dethpc.config.model import ResourcePool
-from dethpc.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from dethpc.common.errors import ConfigError
 from dethpc.config import (
     dump_config,
     flatten_hparams,
@@ -25,7 +26,6 @@ from dethpc.config.model import (
     LogHP,
     Unit,
 )
-from dethpc.errors import ConfigError
 
 _DELETE = object()
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from dethpc.common.errors import ConfigError
 from dethpc.config import apply_overrides
 from dethpc.config.overrides import parse_override
-from dethpc.errors import ConfigError
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Container wrapping (dethpc/containers.py): the ``exec`` argv, its shell quoting in a
+"""Container wrapping (dethpc/jobs/containers.py): the ``exec`` argv, its shell quoting in a
 rendered job script, and the SIF cache's pull-once-under-a-lock rule.
 
 No Apptainer/Singularity runtime is installable on this project's machines, so the
@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 
+from dethpc.common.errors import DethpcError, SubmitError
+from dethpc.common.paths import ExperimentPaths
+from dethpc.common.runner import CommandRunner
 from dethpc.config import parse_experiment_config
 from dethpc.config.model import BindMount, ClusterConfig, ContainerSettings, ResourcePool
-from dethpc.containers import ensure_sif, exec_argv, sif_path
-from dethpc.errors import DethpcError, SubmitError
-from dethpc.jobscript import trial_script
-from dethpc.paths import ExperimentPaths
-from dethpc.runner import CommandRunner
+from dethpc.jobs.containers import ensure_sif, exec_argv, sif_path
+from dethpc.jobs.jobscript import trial_script
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -391,8 +391,8 @@ CALLER = """
 import sys
 from pathlib import Path
 from dethpc.config.model import ContainerSettings
-from dethpc.containers import ensure_sif
-from dethpc.runner import CommandRunner
+from dethpc.jobs.containers import ensure_sif
+from dethpc.common.runner import CommandRunner
 s = ContainerSettings(runtime="apptainer", sif_cache=Path(sys.argv[1]))
 print(ensure_sif(s, sys.argv[2], CommandRunner(retries=0)))
 """

@@ -2,8 +2,8 @@
 
 import pytest
 
-from dethpc.context import list_context, snapshot_context
-from dethpc.errors import ContextError
+from dethpc.common.errors import ContextError
+from dethpc.control.snapshot import list_context, snapshot_context
 
 
 def make_tree(root, files):

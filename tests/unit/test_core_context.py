@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import dethpc.core as core
+from dethpc.common.errors import DethpcError
 from dethpc.core import (
     DummyCheckpointContext,
     DummyPreemptContext,
@@ -17,7 +18,6 @@ from dethpc.core import (
     DummyTrainContext,
 )
 from dethpc.core._train import MetricsWriter, sanitize
-from dethpc.errors import DethpcError
 
 
 def _trial(tmp_path: Path, *, target: dict | None = None, hparams: dict | None = None) -> Path:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import dethpc.core as core
+from dethpc.common.errors import DethpcError
+from dethpc.common.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED
 from dethpc.core._preempt import parse_signal
-from dethpc.errors import DethpcError
-from dethpc.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dethpc.daemon import backoff_s, next_delay
+from dethpc.control.daemon import backoff_s, next_delay
 
 
 @pytest.mark.parametrize(("delay", "busy", "expected"), [

@@ -15,11 +15,11 @@ from sqlmodel import select
 
 from dethpc.backends.base import JobRequest
 from dethpc.backends.local import LocalBackend
+from dethpc.common.errors import CommandError, SubmitError
 from dethpc.config import load_experiment_config
 from dethpc.config.model import ClusterConfig, ResourcePool
-from dethpc.daemon import Daemon, slurm_unreachable
-from dethpc.errors import CommandError, SubmitError
-from dethpc.experiments import create_experiment
+from dethpc.control.daemon import Daemon, slurm_unreachable
+from dethpc.control.experiments import create_experiment
 from dethpc.store import Store
 from dethpc.store.models import Batch, BatchState, Event, Experiment, ExperimentState, Trial
 

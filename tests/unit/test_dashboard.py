@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from dethpc.dashboard.data import MAX_PER_PAGE, PER_PAGE, Page, log_tail, visible_owner
-from dethpc.dashboard.serve import Address
-from dethpc.errors import DethpcError
+from dethpc.common.errors import DethpcError
 from dethpc.store.access import DatabaseRole, Scope
+from dethpc.surfaces.dashboard.data import MAX_PER_PAGE, PER_PAGE, Page, log_tail, visible_owner
+from dethpc.surfaces.dashboard.serve import Address
 from tests.dashboard_seed import LOG_LINES, Dashboard, seed
 
 pytest.importorskip("starlette", reason="needs the dashboard extra: pip install -e '.[dashboard]'")
@@ -86,7 +86,7 @@ def test_log_tail(tmp_path: Path, files: list[str], max_bytes: int, lines: int,
     ("NaN", "NaN"), (None, None),
 ])
 def test_json_has_no_nan(value: Any, want: Any) -> None:
-    from dethpc.dashboard.app import json_response
+    from dethpc.surfaces.dashboard.app import json_response
 
     assert json.loads(bytes(json_response(value).body)) == want
 
@@ -213,8 +213,8 @@ def test_rungs_pending_reason_log_and_nan(served: tuple[Dashboard, dict[str, Any
 def test_cli_says_what_is_wrong(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                 capsys: pytest.CaptureFixture[str], args: list[str],
                                 block: str | None, words: str) -> None:
-    from dethpc.cli.common import ENV
-    from dethpc.cli.main import main
+    from dethpc.surfaces.cli.common import ENV
+    from dethpc.surfaces.cli.main import main
 
     monkeypatch.setenv("DETHPC_HOME", str(tmp_path))
     monkeypatch.delenv("DETHPC_CLUSTER_CONFIG", raising=False)
@@ -237,7 +237,7 @@ def test_cli_says_what_is_wrong(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 
 def test_a_snapshot_the_searcher_does_not_take_draws_no_rungs() -> None:
     from dethpc.config import parse_experiment_config
-    from dethpc.dashboard.data import _rungs
+    from dethpc.surfaces.dashboard.data import _rungs
     from tests.dashboard_seed import ASHA
 
     cfg = parse_experiment_config(ASHA, "asha")

@@ -12,19 +12,19 @@ import pytest
 import yaml
 from sqlmodel import select
 
-from dethpc.admin.dbusers import _exclusive_file, add_user, check_user_name
 from dethpc.backends.base import JobRequest
 from dethpc.backends.local import LocalBackend
+from dethpc.common.errors import CommandError, ConfigError, DethpcError
 from dethpc.config import load_experiment_config
 from dethpc.config.cluster import parse_cluster_config
 from dethpc.config.model import ClusterConfig, ResourcePool
-from dethpc.daemon import Daemon
-from dethpc.errors import CommandError, ConfigError, DethpcError
-from dethpc.experiments import create_experiment, current_user
+from dethpc.control.daemon import Daemon
+from dethpc.control.experiments import create_experiment, current_user
 from dethpc.store import Store, migrations
 from dethpc.store.access import DatabaseRole, Scope, check_identity, safe_url
 from dethpc.store.credentials import ENV_VAR, database_url, read_url_file
 from dethpc.store.models import Batch, Experiment
+from dethpc.surfaces.admin.dbusers import _exclusive_file, add_user, check_user_name
 
 TOY = Path(__file__).resolve().parents[1] / "fixtures" / "toy"
 URL = "postgresql+psycopg://alice:s3cret-Pw@db.example:5432/dethpc"

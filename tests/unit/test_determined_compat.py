@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 import dethpc.core as core
+from dethpc.common.errors import DethpcError, SubmitError
 from dethpc.core import CheckpointContext, DistributedContext, TrainContext
 from dethpc.core._train import MetricsWriter
-from dethpc.errors import DethpcError, SubmitError
+from dethpc.jobs.render import entrypoint_argv
 from dethpc.launch._common import Target, parse_launcher_args
 from dethpc.launch._determined import from_determined
-from dethpc.render import entrypoint_argv
 
 PY = "/venv/bin/python"
 
@@ -313,7 +313,7 @@ def test_submit_refuses_a_determined_launcher_without_counterpart(
     """On the local backend too (no sbatch --test-only renders the script there)."""
     import yaml
 
-    from dethpc.cli import main as cli_main
+    from dethpc.surfaces.cli import main as cli_main
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump({

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
+from dethpc.common.errors import ConfigError
 from dethpc.config import parse_experiment_config
 from dethpc.config.expconf import SCHEMAS, check_schema
 from dethpc.config.experiment import check_supported
-from dethpc.errors import ConfigError
 
 DATA = Path(__file__).parent / "data" / "determined"
 _MODES = (("sane_as", False, True), ("complete_as", True, True),

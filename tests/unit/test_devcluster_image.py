@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from dethpc.common.runner import RecordingRunner
 from dethpc.devcluster import image
 from dethpc.devcluster.layout import DevClusterLayout
-from dethpc.runner import RecordingRunner
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "singularity" / "install-dethpc.sh"

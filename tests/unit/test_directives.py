@@ -1,4 +1,4 @@
-"""Table tests for ``dethpc.directives``: sbatch's option vocabulary, the layering of a
+"""Table tests for ``dethpc.jobs.directives``: sbatch's option vocabulary, the layering of a
 site's and a user's ``sbatch_args`` over dethpc's defaults (replace in place, ``!`` to
 drop), the refusals at config time and sbatch's own conflicts."""
 
@@ -8,7 +8,7 @@ import pytest
 
 from dethpc.config import parse_experiment_config
 from dethpc.config.model import HetComponent, ResourcePool
-from dethpc.directives import (
+from dethpc.jobs.directives import (
     canonical_option,
     check_args,
     component_directives,

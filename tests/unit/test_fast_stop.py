@@ -16,12 +16,12 @@ from sqlmodel import select
 
 from dethpc.backends.base import JobInfo, JobRequest, JobState
 from dethpc.backends.local import LocalBackend
+from dethpc.common.paths import ExperimentPaths
 from dethpc.config import load_experiment_config
 from dethpc.config.model import ClusterConfig, ResourcePool
+from dethpc.control.daemon import Daemon, Watched, grown_files
+from dethpc.control.experiments import create_experiment
 from dethpc.core._preempt import STOP_CHECK_INTERVAL_S
-from dethpc.daemon import Daemon, Watched, grown_files
-from dethpc.experiments import create_experiment
-from dethpc.paths import ExperimentPaths
 from dethpc.store import Store
 from dethpc.store.models import Event, Experiment, Trial
 
@@ -205,7 +205,7 @@ def test_a_run_ending_in_a_worker_pool_brings_the_next_tick_forward(tmp_path) ->
 def test_a_client_change_wakes_a_backed_off_daemon(tmp_path, monkeypatch) -> None:
     """A daemon idle long enough to wait tick_max_s between ticks ticks within
     tick_min_s of a submit, pause, cancel or set-concurrency (``service.wake``)."""
-    from dethpc import experiments, service
+    from dethpc.control import experiments, service
 
     monkeypatch.setenv("DETHPC_HOME", str(tmp_path / "home"))
     (tmp_path / "home").mkdir()
@@ -226,7 +226,7 @@ def test_a_client_change_wakes_a_backed_off_daemon(tmp_path, monkeypatch) -> Non
 
 
 def test_wake_does_nothing_without_a_home(tmp_path, monkeypatch) -> None:
-    from dethpc import service
+    from dethpc.control import service
 
     monkeypatch.setenv("DETHPC_HOME", str(tmp_path / "absent"))
     service.wake()

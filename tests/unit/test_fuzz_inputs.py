@@ -24,12 +24,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dethpc.common.errors import ConfigError, DethpcError
+from dethpc.common.paths import ExperimentPaths
 from dethpc.config import load_experiment_config, parse_experiment_config
 from dethpc.config.experiment import check_supported
 from dethpc.config.model import ClusterConfig, ResourcePool
-from dethpc.errors import ConfigError, DethpcError
-from dethpc.jobscript import trial_script
-from dethpc.paths import ExperimentPaths
+from dethpc.jobs.jobscript import trial_script
 
 VALID: dict[str, Any] = {
     "name": "fuzz", "entrypoint": "python3 train.py",

@@ -2,8 +2,8 @@
 
 import pytest
 
-from dethpc.gc import CkptInfo, to_delete
-from dethpc.ingest import metric_value, read_new_lines
+from dethpc.common.jsonlines import metric_value, read_new_lines
+from dethpc.control.checkpoint_gc import CkptInfo, to_delete
 
 
 def C(uuid, trial, steps, metric, live=False):

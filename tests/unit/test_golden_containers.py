@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from dethpc import __version__
+from dethpc.common.version import __version__
 from dethpc.config import parse_experiment_config
 from dethpc.config.cluster import parse_cluster_config
-from dethpc.jobscript import trial_script
+from dethpc.jobs.jobscript import trial_script
 from dethpc.launch import torch_distributed as td
 
 GOLDEN = Path(__file__).parent / "golden" / "containers"

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from dethpc import __version__
+from dethpc.common.version import __version__
 from dethpc.config import parse_experiment_config
 from dethpc.config.cluster import parse_cluster_config
-from dethpc.directives import sbatch_conflicts
-from dethpc.jobscript import array_script, trial_script
+from dethpc.jobs.directives import sbatch_conflicts
+from dethpc.jobs.jobscript import array_script, trial_script
 
 GOLDEN = Path(__file__).parent / "golden"
 RUN = Path("/shared/runs/exp-7")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from dethpc.errors import CommandError, DethpcError
-from dethpc.hostlist import HostlistSyntaxError, compress_hostlist, expand_hostlist
-from dethpc.runner import CommandResult, CommandRunner
+from dethpc.common.errors import CommandError, DethpcError
+from dethpc.common.hostlist import HostlistSyntaxError, compress_hostlist, expand_hostlist
+from dethpc.common.runner import CommandResult, CommandRunner
 
 EXPAND = [
     ("n1", ["n1"]),

@@ -10,7 +10,7 @@ import pytest
 
 from dethpc.config import parse_experiment_config
 from dethpc.config.model import ClusterConfig, ContainerSettings, ResourcePool
-from dethpc.imagepull import images_of, main, pull_env, pull_job, pull_job_script
+from dethpc.jobs.imagepull import images_of, main, pull_env, pull_job, pull_job_script
 
 POOLS = {"cpu": ResourcePool(name="cpu"), "gpu": ResourcePool(name="gpu", gres="gpu")}
 
@@ -48,7 +48,7 @@ def test_pull_job_script_and_files() -> None:
     settings = ContainerSettings(runtime="singularity", sif_cache=Path("/shared/sif"))
     text = pull_job_script(settings, "docker://org/it's:1", "/venv/bin/python")
     line = text.splitlines()[-1]
-    assert shlex.split(line) == ["/venv/bin/python", "-m", "dethpc.imagepull", "singularity",
+    assert shlex.split(line) == ["/venv/bin/python", "-m", "dethpc.jobs.imagepull", "singularity",
                                  "/shared/sif", "-", "-", "docker://org/it's:1"]
     pj = pull_job(Path("/runs"), settings, "docker://org/it's:1")
     assert pj.root == Path("/runs/.dethpc-pulls")

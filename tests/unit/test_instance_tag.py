@@ -1,4 +1,4 @@
-"""The daemon's job-name tag of its database (dethpc.jobscript.instance_tag)."""
+"""The daemon's job-name tag of its database (dethpc.jobs.jobscript.instance_tag)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from dethpc.jobscript import instance_tag
+from dethpc.jobs.jobscript import instance_tag
 
 
 def _old(url: str) -> str:

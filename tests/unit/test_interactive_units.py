@@ -1,4 +1,4 @@
-"""Shells, notebooks and commands as Slurm jobs (``dethpc.tasks.interactive`` and its
+"""Shells, notebooks and commands as Slurm jobs (``dethpc.surfaces.tasks.interactive`` and its
 kinds), without Slurm: the config a task reads, its directives, the job script (run
 with bash here, with a command full of quotes), the container wrapper, the notebook
 wrapper's argv and endpoint file, the shell's srun line, ``task logs``' follow, and the
@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 
+from dethpc.common.errors import ConfigError, DethpcError
 from dethpc.config import parse_cluster_config
 from dethpc.config.model import ClusterConfig, ResourcePool
-from dethpc.errors import ConfigError, DethpcError
 from dethpc.store import Store
 from dethpc.store.models import TaskKind, TaskState
-from dethpc.tasks import interactive, nbserve, registry, shell
-from dethpc.tasks.interactive import Job, render_script, task_config, task_directives
-from dethpc.tasks.logs import follow
+from dethpc.surfaces.tasks import interactive, nbserve, registry, shell
+from dethpc.surfaces.tasks.interactive import Job, render_script, task_config, task_directives
+from dethpc.surfaces.tasks.logs import follow
 
 
 # ------------------------------------------------------------------------- config
@@ -109,7 +109,7 @@ def _job(tmp_path: Path, command: list[str], env: list[tuple[str, str]],
     work.mkdir()
     ctx = work / "context"
     ctx.mkdir()
-    from dethpc.render import startup_hook_argv
+    from dethpc.jobs.render import startup_hook_argv
 
     return Job(kind=kind, task_id=3, work_dir=work, cwd=ctx,
                directives=["--job-name=dethpc-command-3"], env=env, command=command,
@@ -323,7 +323,7 @@ def test_follow_copies_until_the_task_ends(tmp_path: Path) -> None:
 def test_the_cli_refuses_bad_input_in_one_line(home: Path, args: list[str], words: str,
                                                monkeypatch: pytest.MonkeyPatch,
                                                capsys: pytest.CaptureFixture[str]) -> None:
-    from dethpc.cli.main import main
+    from dethpc.surfaces.cli.main import main
 
     monkeypatch.setattr(sys, "argv", ["dethpc", *args])
     with pytest.raises(SystemExit) as exc:

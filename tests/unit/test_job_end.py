@@ -1,4 +1,4 @@
-"""``dethpc.job_end.judge``: why a job ended and what its trial does, one row per case.
+"""``dethpc.control.job_end.judge``: why a job ended and what its trial does, one row per case.
 
 Each row: the job's facts in the store, the trial's, what one poll says, and the
 decision expected (kind, verdict, exit reason, runs counted against max_restarts,
@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from dethpc.backends.base import JobInfo, JobState
-from dethpc.exitcodes import ExitReason as R
-from dethpc.job_end import (
+from dethpc.common.exitcodes import ExitReason as R
+from dethpc.control.job_end import (
     UNKNOWN_TICKS,
     ExitRecord,
     JobFacts,

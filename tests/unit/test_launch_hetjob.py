@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from dethpc.common.errors import ConfigError
 from dethpc.config import parse_experiment_config
 from dethpc.config.model import ClusterConfig, HetComponent, ResourcePool
-from dethpc.errors import ConfigError
-from dethpc.jobscript import trial_script
+from dethpc.jobs.jobscript import trial_script
 from dethpc.launch._common import PORT_BASE, PORT_SPAN, LaunchError
 from dethpc.launch.hetjob import (
     COMPONENT_PORT_OFFSET,
@@ -211,8 +211,8 @@ def test_wait_ready_file_and_none(tmp_path: Path) -> None:
 
 def test_submit_refuses_components_on_the_local_backend(tmp_path: Path) -> None:
     from dethpc.backends.local import LocalBackend
-    from dethpc.errors import DethpcError
-    from dethpc.experiments import check_resources
+    from dethpc.common.errors import DethpcError
+    from dethpc.control.experiments import check_resources
 
     cfg = cfg_with([{"name": "server", "entrypoint": "x"}])
     with pytest.raises(DethpcError, match="heterogeneous job, which the local backend cannot"):

@@ -67,7 +67,7 @@ def test_mpi_plugin_from_env_skips_detection() -> None:
 
 
 def test_detect_plugin_is_cached() -> None:
-    from dethpc.runner import CommandResult, CommandRunner
+    from dethpc.common.runner import CommandResult, CommandRunner
 
     class Fake(CommandRunner):
         calls = 0

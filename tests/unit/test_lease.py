@@ -1,4 +1,4 @@
-"""The daemon's lease (dethpc.lease) on a real SQLite store with a clock the test moves:
+"""The daemon's lease (dethpc.control.lease) on a real SQLite store with a clock the test moves:
 one holder at a time, renewal, release, take-over after the deadline, a lost lease
 noticed before acting, and two first-time takers at once (threads) of which one wins."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dethpc.lease import Lease
+from dethpc.control.lease import Lease
 from dethpc.store import Store
 
 
@@ -89,7 +89,7 @@ def test_two_first_takers_at_once_one_wins(store: Store) -> None:
 def test_a_daemon_that_lost_its_lease_stops_before_acting(store: Store, tmp_path: Path) -> None:
     from dethpc.backends.local import LocalBackend
     from dethpc.config.model import ClusterConfig
-    from dethpc.daemon import Daemon, LeaseLost
+    from dethpc.control.daemon import Daemon, LeaseLost
 
     clock = Clock()
     a, b = lease(store, clock, "login1"), lease(store, clock, "login2")

@@ -7,16 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dethpc.backends.base import JobInfo, JobState
-from dethpc.backends.slurm_limits import (
-    Assoc,
-    QosLimits,
-    UserAssocs,
-    job_qos,
-    parse_qos_limits,
-    parse_user_assocs,
-    pool_limits,
-)
-from dethpc.limits import (
+from dethpc.backends.limits import (
     UNLIMITED,
     Limit,
     PoolLimits,
@@ -28,6 +19,15 @@ from dethpc.limits import (
     headroom,
     limit_refusal,
     refusal_is_final,
+)
+from dethpc.backends.slurm_limits import (
+    Assoc,
+    QosLimits,
+    UserAssocs,
+    job_qos,
+    parse_qos_limits,
+    parse_user_assocs,
+    pool_limits,
 )
 
 S = JobState

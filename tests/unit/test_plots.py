@@ -29,12 +29,13 @@ from sqlalchemy import insert as sa_insert
 from sqlmodel import select
 from typer.testing import CliRunner
 
-from dethpc.cli.common import ENV
-from dethpc.cli.main import app
 from dethpc.config.model import CategoricalHP, ConstHP, DoubleHP, IntHP, LogHP
-from dethpc.experiments import current_user
-from dethpc.plots import draw
-from dethpc.plots.data import (
+from dethpc.control.experiments import current_user
+from dethpc.store.models import Experiment, Metric, SearcherState, Trial, TrialState
+from dethpc.surfaces.cli.common import ENV
+from dethpc.surfaces.cli.main import app
+from dethpc.surfaces.plots import draw
+from dethpc.surfaces.plots.data import (
     AxisKind,
     Outcome,
     TrialPoint,
@@ -44,7 +45,6 @@ from dethpc.plots.data import (
     rung_outcome,
     top_trials,
 )
-from dethpc.store.models import Experiment, Metric, SearcherState, Trial, TrialState
 from tests.fixtures.cli_home import private_home
 
 HPARAMS: dict[str, Any] = {
@@ -302,12 +302,12 @@ def test_without_matplotlib_the_cli_says_how_to_install_it(
         store_ids: dict[str, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No matplotlib module can be imported (``None`` in ``sys.modules`` is how Python
     spells that) and the drawing module is imported afresh."""
-    import dethpc.plots
+    import dethpc.surfaces.plots
 
     for name in [m for m in sys.modules if m.split(".")[0] in ("matplotlib", "mpl_toolkits")]:
         monkeypatch.setitem(sys.modules, name, None)
-    monkeypatch.delitem(sys.modules, "dethpc.plots.draw")
-    monkeypatch.delattr(dethpc.plots, "draw")
+    monkeypatch.delitem(sys.modules, "dethpc.surfaces.plots.draw")
+    monkeypatch.delattr(dethpc.surfaces.plots, "draw")
     result = invoke("experiment", "plot", str(store_ids["ten"]), "-o", str(tmp_path / "x.png"))
     assert result.exit_code == 1
     message = str(result.exception)

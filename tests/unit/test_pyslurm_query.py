@@ -27,7 +27,7 @@ from dethpc.backends.pyslurm_query import (
     pyslurm_importable,
 )
 from dethpc.backends.slurm_parse import parse_squeue
-from dethpc.errors import DethpcError
+from dethpc.common.errors import DethpcError
 
 
 def rec(**fields: Any) -> SimpleNamespace:

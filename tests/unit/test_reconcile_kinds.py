@@ -15,7 +15,7 @@ from sqlmodel import select
 from dethpc.backends.base import JobInfo, JobState
 from dethpc.backends.local import LocalBackend
 from dethpc.config.model import ClusterConfig
-from dethpc.daemon import Daemon
+from dethpc.control.daemon import Daemon
 from dethpc.store import Store
 from dethpc.store.models import (
     Batch,

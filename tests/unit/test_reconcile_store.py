@@ -18,11 +18,11 @@ import pytest
 from sqlmodel import select
 
 from dethpc.backends.base import JobInfo, JobState
+from dethpc.common.paths import ExperimentPaths
 from dethpc.config.model import ClusterConfig
-from dethpc.daemon import Daemon
-from dethpc.job_end import UNKNOWN_TICKS
-from dethpc.paths import ExperimentPaths
-from dethpc.reconcile import ExperimentReconciler
+from dethpc.control.daemon import Daemon
+from dethpc.control.job_end import UNKNOWN_TICKS
+from dethpc.control.reconcile import ExperimentReconciler
 from dethpc.store import Store
 from dethpc.store.models import (
     Batch,
@@ -178,7 +178,7 @@ def test_gc_deletes_after_commit_and_finishes_after_a_crash(store, tmp_path):
 
 
 def test_the_polled_pending_reason_is_stored_and_describe_shows_it(store, tmp_path):
-    from dethpc.cli.views import describe_experiment
+    from dethpc.surfaces.views import describe_experiment
 
     def waiting() -> str | None:
         return describe_experiment(store, exp_id)["trials"][0]["pending_reason"]
@@ -204,7 +204,7 @@ def test_the_polled_pending_reason_is_stored_and_describe_shows_it(store, tmp_pa
 
 
 def test_describe_says_a_trial_dethpc_holds_back_is_not_submitted_yet(store, tmp_path):
-    from dethpc.cli.views import describe_experiment
+    from dethpc.surfaces.views import describe_experiment
 
     exp_id = bare_experiment(store, tmp_path)  # the searcher creates the trial; no job yet
     assert describe_experiment(store, exp_id)["trials"][0]["pending_reason"] == \

@@ -16,9 +16,15 @@ from typing import Any
 
 import pytest
 
-from dethpc.remote import forward, upload, versions
-from dethpc.remote.cli import remote_tree, split_remote, submit_positions
-from dethpc.remote.target import RemoteError, RemoteTarget, parse_block, parse_destination, resolve
+from dethpc.surfaces.remote import forward, upload, versions
+from dethpc.surfaces.remote.cli import remote_tree, split_remote, submit_positions
+from dethpc.surfaces.remote.target import (
+    RemoteError,
+    RemoteTarget,
+    parse_block,
+    parse_destination,
+    resolve,
+)
 
 
 @pytest.mark.parametrize(("wanted", "present", "expected"), [
@@ -222,7 +228,7 @@ def test_ctrl_c_only_sets_a_flag_while_output_is_copied() -> None:
     import os
     import signal
 
-    from dethpc.remote.forward import _interrupt_flag
+    from dethpc.surfaces.remote.forward import _interrupt_flag
 
     before = signal.getsignal(signal.SIGINT)
     with _interrupt_flag() as interrupted:

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
+from dethpc.common.errors import SubmitError
 from dethpc.config import parse_experiment_config
 from dethpc.config.model import ClusterConfig, ResourcePool
-from dethpc.errors import SubmitError
-from dethpc.jobscript import array_script, trial_script
-from dethpc.render import entrypoint_argv, is_launcher, parse_slurm_time, shjoin
+from dethpc.jobs.jobscript import array_script, trial_script
+from dethpc.jobs.render import entrypoint_argv, is_launcher, parse_slurm_time, shjoin
 
 
 @pytest.mark.parametrize("value,seconds", [

@@ -4,7 +4,7 @@ sbatch refuses a script whose directives combine ``--mem``, ``--mem-per-cpu`` an
 ``--mem-per-gpu`` ("mutually exclusive", measured on 22.05), and a script that gives
 one option twice takes the last value silently. Every pool of every example cluster
 config is rendered with every example experiment config, as a trial script and as an
-array script, and must pass ``dethpc.directives.sbatch_conflicts``. The Slurm tier asks
+array script, and must pass ``dethpc.jobs.directives.sbatch_conflicts``. The Slurm tier asks
 ``sbatch --test-only`` about ``examples/cluster/slurm-devcluster.yaml``, the dev-cluster
 copy of the site example (tests/slurm/test_submit_verdict_slurm.py).
 """
@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from dethpc.config import load_cluster_config, load_experiment_config
-from dethpc.directives import sbatch_conflicts
-from dethpc.jobscript import array_script, trial_script
-from dethpc.render import make_env
+from dethpc.jobs.directives import sbatch_conflicts
+from dethpc.jobs.jobscript import array_script, trial_script
+from dethpc.jobs.render import make_env
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = sorted((ROOT / "examples" / "cluster").glob("*.yaml"))
@@ -62,7 +62,7 @@ def test_example_site_configs_render_one_memory_option_and_no_duplicates(
         assert len(MEMORY & set(opts)) <= 1, opts
         dup = {o: n for o, n in Counter(opts).items() if n > 1 and o not in REPEATABLE}
         assert not dup, dup
-        # the checks dethpc.directives applies (the Slurm tier asks sbatch --test-only
+        # the checks dethpc.jobs.directives applies (the Slurm tier asks sbatch --test-only
         # the same of examples/cluster/slurm-devcluster.yaml)
         lines = [m.group(1) for m in re.finditer(r"^#SBATCH\s+(.+)$", script, re.MULTILINE)]
         assert sbatch_conflicts(lines) == [], lines

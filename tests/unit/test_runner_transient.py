@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dethpc.errors import CommandError
-from dethpc.runner import CommandRunner, is_transient
+from dethpc.common.errors import CommandError
+from dethpc.common.runner import CommandRunner, is_transient
 from tests.unit.test_daemon_unreachable import SHOW_CONFIG_DOWN
 
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from dethpc.common.errors import DethpcError
+from dethpc.common.jsonlines import read_new_lines
+from dethpc.common.paths import ExperimentPaths
 from dethpc.config.model import ClusterConfig, ResourcePool
-from dethpc.errors import DethpcError
-from dethpc.ingest import read_new_lines
-from dethpc.paths import ExperimentPaths
-from dethpc.sbatchwrap import plain
-from dethpc.sbatchwrap.arrays import ArraySpecError, parse_array
-from dethpc.sbatchwrap.search_cli import parse_command
+from dethpc.surfaces.sbatchwrap import plain
+from dethpc.surfaces.sbatchwrap.arrays import ArraySpecError, parse_array
+from dethpc.surfaces.sbatchwrap.search_cli import parse_command
 
 ARRAYS = [
     ("0-3", (0, 1, 2, 3), 0),

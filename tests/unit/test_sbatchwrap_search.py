@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
+from dethpc.common.errors import ConfigError
 from dethpc.config.model import AshaVariant
-from dethpc.errors import ConfigError
-from dethpc.sbatchwrap.search import (
+from dethpc.surfaces.sbatchwrap.search import (
     REFUSED_OPTIONS,
     SearchOptionError,
     parse_search_config,
@@ -177,7 +177,7 @@ JOB = {"PATH": "/usr/bin", "SLURM_JOB_ID": "99", "CUDA_VISIBLE_DEVICES": "3",
 
 @pytest.mark.parametrize(("export", "taken"), MERGE, ids=[str(m[0]) for m in MERGE])
 def test_submit_env_merge(export: str | None, taken: dict[str, str]) -> None:
-    from dethpc.sbatchwrap.submitenv import merge
+    from dethpc.surfaces.sbatchwrap.submitenv import merge
 
     out = merge(JOB, SUBMITTED, export)
     assert out == {**JOB, **taken}
@@ -192,7 +192,7 @@ def test_submit_env_roundtrip_and_exec(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from dethpc.sbatchwrap import submitenv
+    from dethpc.surfaces.sbatchwrap import submitenv
 
     env = {"A": "x=y\nz", "B": "", "C": "\udcff caf\u00e9 $HOME 'q' \"d\""}
     f = tmp_path / "submit-env"
@@ -211,8 +211,8 @@ def record(tmp_path: Path, options: list[tuple[str, str]], search_raw: dict[str,
            env: dict[str, str] | None = None) -> tuple[Any, int, Any]:
     from dethpc.backends.local import LocalBackend
     from dethpc.config.model import ClusterConfig, ResourcePool
-    from dethpc.sbatchwrap.search import submit_search
     from dethpc.store import Store
+    from dethpc.surfaces.sbatchwrap.search import submit_search
 
     script = tmp_path / "train.sh"
     script.write_text("#!/bin/bash\n#SBATCH --time=5\necho hi\n")
@@ -232,11 +232,11 @@ def record(tmp_path: Path, options: list[tuple[str, str]], search_raw: dict[str,
 
 
 def test_recorded_as_script_experiment(tmp_path: Path) -> None:
-    from dethpc.experiments import get_experiment
-    from dethpc.paths import ExperimentPaths
-    from dethpc.sbatchwrap.search import SearchSubmission
-    from dethpc.sbatchwrap.submitenv import load
+    from dethpc.common.paths import ExperimentPaths
+    from dethpc.control.experiments import get_experiment
     from dethpc.store.models import ExperimentKind
+    from dethpc.surfaces.sbatchwrap.search import SearchSubmission
+    from dethpc.surfaces.sbatchwrap.submitenv import load
 
     store, exp_id, _ = record(tmp_path, [("--time=5", "script line 2"),
                                          ("-p high", "command line")],
@@ -276,7 +276,7 @@ def test_bad_search_file_records_nothing(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("chdir", "expected"), [
     (None, "sub"), ("-D elsewhere", "sub/elsewhere"), ("--chdir=/abs/dir", "/abs/dir")])
 def test_jobs_start_in_the_submit_dir_or_chdir(chdir: str | None, expected: str) -> None:
-    from dethpc.sbatchwrap.search import SearchSubmission
+    from dethpc.surfaces.sbatchwrap.search import SearchSubmission
 
     sub = SearchSubmission(script_name="t.sh", script_path="/x/t.sh", args=(),
                            submit_dir="/home/u/sub", directives=(
@@ -300,14 +300,14 @@ def test_array_script_directives(tmp_path: Path, extra: dict[str, Any], user: li
                                  expected: list[str]) -> None:
     """The pool's placement (when named) first, the user's lines in their order (the
     later wins in sbatch), dethpc's --requeue and early signal unless the user set them."""
-    from dethpc.experiments import get_experiment
-    from dethpc.kindjobs import jobs_for
+    from dethpc.control.experiments import get_experiment
+    from dethpc.jobs.kinds import jobs_for
     from dethpc.store.models import ExperimentKind
 
     store, exp_id, cluster = record(tmp_path, [(d, "command line") for d in user],
                                     search(**extra))
     exp = get_experiment(store, exp_id)
-    from dethpc.reconcile import load_config
+    from dethpc.control.reconcile import load_config
 
     jobs = jobs_for(ExperimentKind.SCRIPT, Path(exp.run_dir))
     text = jobs.array_script(load_config(exp), cluster, run_dir=Path(exp.run_dir),
@@ -343,10 +343,10 @@ def run_wrapper(tmp_path: Path, env: dict[str, str] | None = None) -> tuple[dict
     import subprocess
     import sys
 
+    from dethpc.common.paths import ExperimentPaths
     from dethpc.config.model import ClusterConfig, ResourcePool
-    from dethpc.kindjobs import TrialJob
-    from dethpc.paths import ExperimentPaths
-    from dethpc.sbatchwrap.search import ScriptJobs, SearchSubmission
+    from dethpc.jobs.kinds import TrialJob
+    from dethpc.surfaces.sbatchwrap.search import ScriptJobs, SearchSubmission
 
     paths = ExperimentPaths(tmp_path / "run").ensure()
     paths.context.mkdir()
@@ -402,7 +402,7 @@ def test_wrapper_exit_records(tmp_path: Path, env: dict[str, str], reason: str) 
 
 # ------------------------------------------------------------------ the command
 def test_command_line_parsing() -> None:
-    from dethpc.sbatchwrap.search_cli import parse_command
+    from dethpc.surfaces.sbatchwrap.search_cli import parse_command
 
     cmd = parse_command(["--search", "s.yaml", "-p", "high", "--time", "5", "--parsable",
                          "--requeue", "-N2", "--config", "searcher.max_trials=2",
@@ -414,7 +414,7 @@ def test_command_line_parsing() -> None:
 
 
 def test_script_header_and_env_precedence() -> None:
-    from dethpc.sbatchwrap.search_cli import SearchCommand, submission_options
+    from dethpc.surfaces.sbatchwrap.search_cli import SearchCommand, submission_options
 
     text = ("#!/bin/bash\n#SBATCH --time=5 -p low\n# plain comment\n\n"
             "#SBATCH --job-name \"a b\"  # trailing comment\n#SBATCHX --nope\n"
@@ -432,7 +432,7 @@ def cli_search(home: Path, tmp_path: Path, *args: str, script: str = "#!/bin/bas
 
     from typer.testing import CliRunner
 
-    from dethpc.cli.main import app
+    from dethpc.surfaces.cli.main import app
 
     (tmp_path / "train.sh").write_text(script)
     (tmp_path / "search.yaml").write_text(yaml.safe_dump(raw or search()))
@@ -465,7 +465,7 @@ def test_cli_refuses_before_recording(home: Path, tmp_path: Path, args: list[str
     """Through ``main()`` (the console script): exit 2, the option, where it came from."""
     import sys
 
-    from dethpc.cli.main import main
+    from dethpc.surfaces.cli.main import main
 
     (tmp_path / "train.sh").write_text(script)
     (tmp_path / "search.yaml").write_text(yaml.safe_dump(search()))

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from dethpc.common.errors import ConfigError
 from dethpc.config.model import AshaMode, AshaVariant, Length, LogHP, SearcherConfig, Unit
-from dethpc.errors import ConfigError
 from dethpc.searchers import asha
 from dethpc.searchers.base import Action, Continue, Create, Shutdown, Stop
 from dethpc.searchers.factory import make_searcher

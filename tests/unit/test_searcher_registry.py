@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
+from dethpc.common.errors import ConfigError
 from dethpc.config import parse_experiment_config
+from dethpc.config import searcher_registry as registry
 from dethpc.config.model import (
     AshaMode,
     AshaVariant,
@@ -25,12 +27,10 @@ from dethpc.config.model import (
     SearcherConfig,
     Unit,
 )
-from dethpc.errors import ConfigError
-from dethpc.searchers import registry
+from dethpc.config.searcher_registry import SearcherSpec, enum_option, int_option
 from dethpc.searchers.base import Create, Shutdown
 from dethpc.searchers.factory import make_searcher
 from dethpc.searchers.pool import PoolSearcher
-from dethpc.searchers.registry import SearcherSpec, enum_option, int_option
 
 LR = {"type": "log", "minval": -4, "maxval": -1, "base": 10}
 LR_GRID = {**LR, "count": 3}
@@ -161,12 +161,12 @@ def test_spec_refuses_reserved_and_repeated_keys() -> None:
 
 
 @pytest.mark.parametrize("module", ["dethpc.config", "dethpc.config.searcher",
-                                    "dethpc.searchers.registry", "dethpc.searchers.factory",
+                                    "dethpc.config.searcher_registry", "dethpc.searchers.factory",
                                     "dethpc.searchers.asha", "dethpc.searchers.pool"])
 def test_any_import_order_works_and_stays_light(module: str) -> None:
     """config -> registry -> searcher modules -> config: no cycle, whichever comes first."""
     code = (f"import sys, {module}\n"
-            "from dethpc.searchers import registry\n"
+            "from dethpc.config import searcher_registry as registry\n"
             "print(','.join(registry.names()), 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True).stdout.split()

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
+from dethpc.common.errors import ConfigError
 from dethpc.config.model import CategoricalHP, ConstHP, DoubleHP, HParamTree, IntHP, LogHP
-from dethpc.errors import ConfigError
 from dethpc.searchers import sampling
 
 TREE: HParamTree = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from dethpc.common.errors import ConfigError
 from dethpc.config.model import (
     CategoricalHP,
     DoubleHP,
@@ -14,7 +15,6 @@ from dethpc.config.model import (
     SearcherName,
     Unit,
 )
-from dethpc.errors import ConfigError
 from dethpc.searchers.base import Action, Create, Searcher, Shutdown
 from dethpc.searchers.factory import make_searcher
 

@@ -23,7 +23,7 @@ from sqlalchemy import create_engine, event
 from sqlmodel import SQLModel
 
 import dethpc.store.models  # noqa: F401  (the tables SQLModel.metadata must hold)
-from dethpc.errors import StoreError
+from dethpc.common.errors import StoreError
 from dethpc.store import Store, migrations
 from tests.fixtures.store.v1_rows import (
     V1_SQLITE,
@@ -195,7 +195,7 @@ def test_database_of_a_newer_dethpc_is_refused_with_both_revisions(tmp_path):
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(yaml.safe_dump({"backend": "local", "runs_root": str(tmp_path / "runs"),
                                        "database_url": _url(db)}))
-    proc = subprocess.run([sys.executable, "-m", "dethpc.cli.main", "experiment", "list"],
+    proc = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "experiment", "list"],
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "DETHPC_HOME": str(tmp_path),
                                "DETHPC_CLUSTER_CONFIG": str(cluster)})

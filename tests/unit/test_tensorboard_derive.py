@@ -1,4 +1,4 @@
-"""TensorBoard's derivation, pure parts (``dethpc.tasks.derive``, ``dethpc.tasks``):
+"""TensorBoard's derivation, pure parts (``dethpc.surfaces.tasks.derive``, ``dethpc.surfaces.tasks``):
 records to one series per metric (first write per step wins), the serving process's
 source argument, the socket path's fallback, the ``--slurm`` job script."""
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dethpc.tasks.derive import Source, read_records, series
-from dethpc.tasks.registry import MAX_SOCKET_PATH, socket_path
-from dethpc.tasks.tensorboard import job_script
+from dethpc.surfaces.tasks.derive import Source, read_records, series
+from dethpc.surfaces.tasks.registry import MAX_SOCKET_PATH, socket_path
+from dethpc.surfaces.tasks.tensorboard import job_script
 
 
 def rec(kind: str, steps: object, t: float = 0.0, **metrics: object) -> dict[str, object]:
@@ -77,9 +77,9 @@ def test_socket_path_falls_back_to_a_short_private_dir(tmp_path: Path, length: i
 
 
 def test_job_script_runs_the_server_with_a_private_umask(tmp_path: Path) -> None:
-    text = job_script(["python", "-m", "dethpc.tasks.tbserve", "--socket", "/a b/s"],
+    text = job_script(["python", "-m", "dethpc.surfaces.tasks.tbserve", "--socket", "/a b/s"],
                       tmp_path, "debug")
     assert text.startswith("#!/bin/bash\n")
     assert "#SBATCH --partition=debug" in text and "#SBATCH --output=" in text
     assert "umask 077" in text
-    assert text.rstrip().endswith("exec python -m dethpc.tasks.tbserve --socket '/a b/s'")
+    assert text.rstrip().endswith("exec python -m dethpc.surfaces.tasks.tbserve --socket '/a b/s'")

@@ -24,10 +24,10 @@ from sqlalchemy import event
 from sqlmodel import select
 
 from dethpc.backends.base import JobInfo, JobState
-from dethpc.exitcodes import ExitReason
-from dethpc.job_end import ExitRecord, JobFacts, Kind, TrialFacts, judge, nothing_to_judge
-from dethpc.paths import ExperimentPaths
-from dethpc.reconcile import ExperimentReconciler, nothing_written_yet
+from dethpc.common.exitcodes import ExitReason
+from dethpc.common.paths import ExperimentPaths
+from dethpc.control.job_end import ExitRecord, JobFacts, Kind, TrialFacts, judge, nothing_to_judge
+from dethpc.control.reconcile import ExperimentReconciler, nothing_written_yet
 from dethpc.searchers.base import Create, Stop
 from dethpc.store import Store
 from dethpc.store.models import (
@@ -236,7 +236,7 @@ QUIET_ROWS = [
 
 @pytest.mark.parametrize("facts,quiet", QUIET_ROWS)
 def test_quiet_job_only_when_the_tick_cannot_change_it(facts, quiet) -> None:
-    from dethpc.reconcile import quiet_job
+    from dethpc.control.reconcile import quiet_job
 
     (state, rc, unknown, tstate, steps, restarts, runs, stop, pstate, prc, reason) = facts
     row = (1, 2, "7_0", state, rc, unknown, "", "", tstate, steps, restarts, runs, stop)

@@ -7,8 +7,8 @@ import pytest
 
 pytest.importorskip("torch")
 
+from dethpc.common.errors import DethpcError  # noqa: E402
 from dethpc.core import DistributedContext  # noqa: E402
-from dethpc.errors import DethpcError  # noqa: E402
 from dethpc.pytorch._trial import check_world  # noqa: E402
 
 

@@ -7,7 +7,7 @@ import pytest
 from dethpc.backends.slurm_parse import sbatch_refusal
 from dethpc.config import parse_experiment_config
 from dethpc.config.cluster import parse_cluster_config
-from dethpc.verdict import refusal_message, suspects
+from dethpc.jobs.verdict import refusal_message, suspects
 
 CLUSTER = parse_cluster_config({"backend": "slurm", "default_pool": "gpu", "pools": {
     "gpu": {"partition": "low", "qos": "normal", "slots_per_node": 2, "gres": "gpu",

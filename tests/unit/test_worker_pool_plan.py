@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 
 from dethpc.backends.base import JobState
+from dethpc.common.errors import ConfigError, SubmitError
 from dethpc.config import parse_experiment_config
 from dethpc.config.model import ClusterConfig, ResourcePool, WorkerPool
-from dethpc.errors import ConfigError, SubmitError
+from dethpc.control import pool_view as view
+from dethpc.control.pool_tend import PoolMode, check_worker_pool, pool_mode
+from dethpc.launch.worker import queue
 from dethpc.store.models import ExperimentKind
-from dethpc.worker import queue, view
-from dethpc.worker.tend import PoolMode, check_worker_pool, pool_mode
 
 P, R, D = JobState.PENDING, JobState.RUNNING, JobState.COMPLETED
 

@@ -1,4 +1,4 @@
-"""The pool's lease protocol and the fork server (dethpc.worker): exactly one of N
+"""The pool's lease protocol and the fork server (dethpc.launch.worker): exactly one of N
 concurrent claimers wins each item; an expired lease returns to the queue and its
 worker's next heartbeat fails; a finished item is never re-queued; a preloaded module
 is imported once per worker, not once per trial; exit codes map as in the job wrapper."""
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from dethpc.exitcodes import ExitReason
-from dethpc.worker import forkserver, queue
-from dethpc.worker.main import exit_reason
+from dethpc.common.exitcodes import ExitReason
+from dethpc.launch.worker import forkserver, queue
+from dethpc.launch.worker.main import exit_reason
 
 
 def _item(tmp: Path, trial: int, seq: int = 1) -> queue.WorkItem:
@@ -182,8 +182,8 @@ def test_worker_array_script(tmp_path: Path) -> None:
 
     from dethpc.config import parse_experiment_config
     from dethpc.config.model import ClusterConfig, ResourcePool
-    from dethpc.worker.items import pool_problem
-    from dethpc.worker.script import worker_array_script
+    from dethpc.jobs.pool_items import pool_problem
+    from dethpc.jobs.pool_script import worker_array_script
 
     cfg = parse_experiment_config({
         "name": "p", "entrypoint": "python3 train.py",
@@ -216,15 +216,15 @@ def test_worker_array_script(tmp_path: Path) -> None:
 def test_with_an_image_the_worker_runs_inside_it_and_its_items_run_warm(
         tmp_path: Path, runtime: str) -> None:
     """The worker array's command is the trial job's container command around the
-    image's python running ``dethpc.worker``; an item is the entrypoint as it runs in
+    image's python running ``dethpc.launch.worker``; an item is the entrypoint as it runs in
     the image, without the runtime (which the fork server would have to exec fresh)."""
     import shlex
 
     from dethpc.config import parse_experiment_config
     from dethpc.config.model import ClusterConfig, ContainerSettings, ResourcePool
-    from dethpc.jobscript import container_prefix
-    from dethpc.worker.items import work_item
-    from dethpc.worker.script import worker_array_script
+    from dethpc.jobs.jobscript import container_prefix
+    from dethpc.jobs.pool_items import work_item
+    from dethpc.jobs.pool_script import worker_array_script
 
     image = tmp_path / "image dir"
     cfg = parse_experiment_config({
@@ -244,7 +244,7 @@ def test_with_an_image_the_worker_runs_inside_it_and_its_items_run_warm(
     prefix = container_prefix(cfg, cluster, None, run_dir)
     assert prefix is not None
     assert argv[:len(prefix)] == prefix
-    assert argv[len(prefix):len(prefix) + 3] == ["/opt/venv/bin/python", "-m", "dethpc.worker"]
+    assert argv[len(prefix):len(prefix) + 3] == ["/opt/venv/bin/python", "-m", "dethpc.launch.worker"]
     assert "/usr/bin/python3" not in argv
     item = work_item(cfg, cluster, backend="slurm", python="/usr/bin/python3",
                      run_dir=run_dir, exp_id=3, trial_id=1, seq=1)

@@ -31,7 +31,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
-from dethpc.errors import StoreError
+from dethpc.common.errors import StoreError
 
 if TYPE_CHECKING:
     from alembic.config import Config

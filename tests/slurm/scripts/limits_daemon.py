@@ -18,16 +18,16 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from dethpc import experiments
+from dethpc.backends.limits import UNLIMITED, PoolLimits
 from dethpc.backends.slurm import SlurmBackend
-from dethpc.cli.views import describe_experiment, events_of
+from dethpc.common.runner import CommandRunner, RecordingRunner
 from dethpc.config import load_experiment_config
 from dethpc.config.model import ClusterConfig, ResourcePool
-from dethpc.daemon import Daemon
-from dethpc.limits import UNLIMITED, PoolLimits
-from dethpc.runner import CommandRunner, RecordingRunner
+from dethpc.control import experiments
+from dethpc.control.daemon import Daemon
 from dethpc.store import Store
 from dethpc.store.models import ExperimentState
+from dethpc.surfaces.views import describe_experiment, events_of
 
 
 class BlindBackend(SlurmBackend):

@@ -4,7 +4,7 @@ Revision ID: 0005
 Revises: 0004
 
 - ``daemonlease`` (``owner`` primary key, ``holder``, ``acquired_at``, ``expires_at``):
-  dethpc.lease takes, renews and releases it.
+  dethpc.control.lease takes, renews and releases it.
 """
 
 from __future__ import annotations

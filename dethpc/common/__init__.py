@@ -1,0 +1,11 @@
+"""The vocabulary both sides of the job boundary share: the bottom layer.
+
+Owns: the one error family (``errors``), the exit codes agreed between training code,
+job wrapper and backends (``exitcodes``), the run-directory layout (``paths``), the
+JSON-lines files jobs write and the daemon reads (``jsonlines``), Slurm's hostlist and
+sbatch option syntax (``hostlist``, ``sbatch_options``), what a backend can do
+(``traits``), an experiment's kind (``kinds``), the subprocess seam (``runner``) and the
+version string (``version``).
+Must not: import any other part of dethpc, or anything a compute node lacks (no
+database, no CLI libraries): the job side imports these modules on every rank.
+"""

@@ -1,0 +1,975 @@
+"""The daemon: one reconcile loop of idempotent ticks.
+
+Owns: ``Daemon.tick()`` — adopt jobs dethpc did not submit that registered
+themselves (``dethpc.control.adoption``), adopt batches a crash left half-submitted, poll every
+live job with one batched backend call, reconcile each experiment in its own
+transaction (``dethpc.control.reconcile``), submit the trials that need a job as one
+array per experiment and pool, cancel everything that must go in one call — and
+``Daemon.run()``, the loop with backoff. Backend calls per tick do not grow
+with the number of trials. Submissions stay within the user's per-user job
+limits (``dethpc.backends.limits``): an array is cut to the headroom the poll's own
+listing of the user's jobs leaves, the other trials wait in the store for a
+later tick, and an sbatch refused over a limit is waited out, not an error.
+Between ticks, ``Daemon.wait`` stats the live trials' metrics files and ingests those
+that grew (``fast_tick``: no backend call), so a searcher's stop lands within about
+``metrics_poll_s``; a run that ends in a worker pool (its ``results/`` changes) or a
+client's change to an experiment (``service.wake``: a submit, pause, cancel, ...) brings
+the next tick forward to ``tick_min_s`` after the last one.
+Must not: hold state outside the store and the run directories (a killed
+daemon loses nothing), or call the backend per job.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlmodel import Session, col, select
+from sqlmodel.sql.expression import SelectOfScalar
+
+from dethpc.backends.base import Backend, JobInfo, JobRequest, JobState
+from dethpc.backends.limits import (
+    PoolLimits,
+    cap_after_refusal,
+    cap_after_success,
+    counted_live,
+    headroom,
+    refusal_is_final,
+)
+from dethpc.common.errors import CommandError, DethpcError, SubmitError, SubmitLimitError
+from dethpc.common.paths import ExperimentPaths
+from dethpc.common.runner import is_transient
+from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
+from dethpc.control.adoption import Adopter
+from dethpc.control.lease import Lease
+from dethpc.control.pool_tend import PoolTender
+from dethpc.control.pool_view import is_item_ref
+from dethpc.control.reconcile import ExperimentReconciler, load_config
+from dethpc.jobs.imagepull import (
+    Puller,
+    PullJob,
+    PullState,
+    images_of,
+    pull_job,
+    pull_job_script,
+)
+from dethpc.jobs.jobscript import batch_comment, batch_name, checkpoint_dir, instance_tag
+from dethpc.jobs.kinds import TrialJob, jobs_for
+from dethpc.jobs.render import make_env, parse_slurm_time
+from dethpc.launch.worker.queue import PoolPaths
+from dethpc.store import Store
+from dethpc.store.models import (
+    Batch,
+    BatchState,
+    Checkpoint,
+    CheckpointState,
+    Event,
+    Experiment,
+    ExperimentState,
+    IngestOffset,
+    Job,
+    Trial,
+    TrialState,
+)
+
+log = logging.getLogger(__name__)
+_Q = TypeVar("_Q", bound=SelectOfScalar[Any])
+OPEN_STATES = [s for s in ExperimentState if not s.is_terminal]
+
+
+@dataclass
+class TickStats:
+    experiments: int = 0
+    polled: int = 0
+    submitted: int = 0
+    cancelled: int = 0
+    changed: bool = False
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def busy(self) -> bool:
+        return self.changed or self.submitted > 0 or self.cancelled > 0
+
+
+@dataclass
+class Watched:
+    """A live trial's metrics.jsonl, watched between ticks (``Daemon.wait``): the size
+    the daemon has ingested or seen. Memory only: a restarted daemon rebuilds it from
+    the store's ingest offsets."""
+
+    exp_id: int
+    path: Path
+    size: int
+
+
+def grown_files(watch: dict[int, Watched]) -> dict[int, set[int]]:
+    """Experiment id -> trials whose metrics file grew past its watched size (one stat
+    each; no backend call); the new sizes are remembered."""
+    out: dict[int, set[int]] = {}
+    for trial_id, w in watch.items():
+        try:
+            size = os.stat(w.path).st_size
+        except OSError:
+            continue
+        if size > w.size:
+            w.size = size
+            out.setdefault(w.exp_id, set()).add(trial_id)
+    return out
+
+
+def fault_point(name: str) -> None:
+    """Fault injection for tests: ``DETHPC_FAULT_POINT=<name>`` SIGKILLs the daemon there."""
+    if os.environ.get("DETHPC_FAULT_POINT") == name:
+        log.warning("fault injection: SIGKILL at %s", name)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def slurm_unreachable(exc: DethpcError) -> bool:
+    """A command failed because the controller did not answer (restarting, overloaded):
+    what it was asked may or may not have happened, and asking again later is right."""
+    return isinstance(exc, CommandError) and is_transient(exc.stderr, exc.stdout)
+
+
+def next_delay(delay: float, busy: bool, tick_min_s: float, tick_max_s: float) -> float:
+    """The daemon's sleep after a tick: ``tick_min_s`` after a busy one, else the last
+    sleep doubled, up to ``tick_max_s``."""
+    return tick_min_s if busy else min(delay * 2, tick_max_s)
+
+
+def backoff_s(tick_min_s: float, tick_max_s: float) -> float:
+    """How long an idle daemon sleeps before its sleeps reach ``tick_max_s`` (1 + 2 + 4 +
+    8 s for the defaults): what a benchmark waits out for a backed-off daemon."""
+    idle, delay = 0.0, tick_min_s
+    while (delay := next_delay(delay, False, tick_min_s, tick_max_s)) < tick_max_s:
+        idle += delay
+    return idle
+
+
+def pull_failed(pj: PullJob, image: str, job_id: str, info: JobInfo) -> str:
+    """A pre-pull job that ended without the image: forget it (a later experiment tries
+    again) and say why, with the runtime's last words."""
+    pj.record.unlink(missing_ok=True)
+    return (f"the image {image!r} could not be pulled (job {job_id} ended "
+            f"{info.raw_state or info.state.value}): {pj.tail()}")
+
+
+class LeaseLost(DethpcError):
+    """Another daemon took this one's lease over (it stalled past its deadline)."""
+
+    def __init__(self, lease: Lease) -> None:
+        now = lease.current()
+        who = f"{now.host} (pid {now.pid})" if now else "nobody now"
+        super().__init__(f"this daemon ({lease.holder}) lost its lease to {who}; it stops "
+                         "before acting (a daemon must tick within the lease's "
+                         f"{lease.ttl_s:.0f} s)")
+
+
+class Daemon:
+    def __init__(self, store: Store, cluster: ClusterConfig, backend: Backend,
+                 *, clock: Callable[[], float] = time.time, lease: Lease | None = None,
+                 owner: str | None = None, wake: Path | None = None) -> None:
+        self.store, self.cluster, self.backend, self.clock = store, cluster, backend, clock
+        #: the file clients touch after changing an experiment (``service.wake``) and its
+        #: mtime when the last tick began: a change ends the wait between ticks; None:
+        #: not watched (tests, ``dethpc daemon tick``)
+        self.wake, self.wake_mark = wake, None if wake is None else _mtime(wake)
+        #: on a database several users share: act on this user's experiments only (an
+        #: admin's role sees everyone's rows); None: every experiment the store shows
+        self.owner = owner
+        #: the right to act across login nodes (``dethpc.control.lease``); None: the caller's
+        #: own lock decides (tests, ``dethpc daemon tick`` under cron)
+        self.lease = lease
+        self.jenv = make_env()
+        self.python = cluster.python or sys.executable
+        self.tag = instance_tag(store.url)
+        #: this tick's view of the user's jobs (the poll's listing plus what this tick
+        #: submitted since), None when the backend does not list them; and whether
+        #: sbatch refused a submission over a limit this tick (no more tries until the
+        #: next). Rebuilt every tick.
+        self.queue: list[JobInfo] | None = None
+        self.refused = False
+        #: most trials per submission after sbatch refused one over a limit dethpc
+        #: cannot see (halved on each refusal, doubled on each success, None again once
+        #: it is back above the refused size): a hint, lost harmlessly on restart
+        self.cap: int | None = None
+        self.refused_size = 0
+        #: jobs dethpc did not submit that registered themselves in the spool
+        self.adopter = Adopter(store, cluster.runs_root, cluster.backend,
+                               runs_mode=cluster.runs_mode)
+        #: image pulls into the SIF cache, in the background (containers.pull: login)
+        self.puller: Puller | None = None
+        #: sbatch arguments that make this experiment's trials wait for its pre-pull jobs
+        #: (``containers.pull: job``), set by ``images_ready`` for this submission
+        self.dependencies: tuple[str, ...] = ()
+        #: pre-pull jobs some experiment's trials depend on: job id -> (image, experiments)
+        self.pull_watch: dict[str, tuple[str, set[int]]] = {}
+        #: live trials' metrics files, watched between ticks (``wait``): trial id -> file
+        self.watch: dict[int, Watched] = {}
+        #: the worker pools' ``results/`` directories of the experiments with running
+        #: jobs (from ``refresh_watch``) and their mtimes when the last tick began: a
+        #: run that ends in a pool changes its directory, and the wait ends early
+        self.pool_results: list[Path] = []
+        self.pool_marks: dict[Path, int] = {}
+        #: experiments run by a worker pool (``slurm.workers``): items and workers
+        self.pools = PoolTender(
+            store, cluster, backend, python=self.python, tag=self.tag, room=self.room,
+            count_submitted=lambda cfg, n: self.count_submitted(
+                self.cluster.pool(cfg.resources.resource_pool), n),
+            write_trial=self.write_trial)
+
+    # ------------------------------------------------------------------ tick
+    def mine(self, query: _Q, experiment_id: Any = None) -> _Q:
+        """``query`` limited to this daemon's owner's experiments (``experiment_id``: the
+        column that names the experiment; None: ``query`` selects experiments)."""
+        if self.owner is None:
+            return query
+        if experiment_id is None:
+            return query.where(Experiment.owner == self.owner)
+        return query.where(col(experiment_id).in_(
+            select(Experiment.id).where(Experiment.owner == self.owner)))
+
+    def holds(self) -> None:
+        """Raise ``LeaseLost`` unless this daemon still holds its lease (renewed when
+        little of it is left): checked before every poll, sbatch and scancel phase."""
+        if self.lease is not None and not self.lease.ensure(margin_s=self.lease.ttl_s / 2):
+            raise LeaseLost(self.lease)
+
+    def tick(self) -> TickStats:
+        self.holds()
+        # before anything is polled: a result written during this tick ends the next wait
+        self.pool_marks = _mtimes(self.pool_results)
+        if self.wake is not None:
+            self.wake_mark = _mtime(self.wake)
+        stats = TickStats()
+        stats.changed = self.adopter.scan() > 0   # one listdir of <spool>/detached
+        self.retry_cancels(stats)
+        with self.store.session() as s:
+            exp_ids = [e.id for e in s.exec(self.mine(select(Experiment).where(
+                Experiment.state.in_(OPEN_STATES))))  # type: ignore[attr-defined]
+                if e.id is not None]
+        stats.experiments = len(exp_ids)
+        if not exp_ids:
+            return stats
+        self.adopt(stats)
+        self.check_pulls()
+        infos = self.poll(stats, exp_ids)
+        seen = self.backend.user_jobs()
+        self.queue, self.refused = (list(seen) if seen is not None else None), False
+        cancel: list[str] = []
+        for exp_id in exp_ids:
+            try:
+                with self.store.session() as s:
+                    exp = s.get(Experiment, exp_id)
+                    assert exp is not None
+                    out = ExperimentReconciler(s, exp, infos, self.clock()).run()
+                cancel += out.cancel
+                stats.changed |= out.changed
+                self.delete_checkpoints(out.delete)
+            except DethpcError as exc:
+                stats.errors.append(f"experiment {exp_id}: {exc}")
+                self.fail_experiment(exp_id, str(exc))
+        if cancel:
+            self.holds()
+            self.cancel(sorted(set(cancel)))
+            stats.cancelled += len(set(cancel))
+        for exp_id in exp_ids:
+            self.holds()
+            try:
+                self.sync_throttles(exp_id)
+                stats.submitted += self.submit_experiment(exp_id)
+                self.pools.tend(exp_id, infos)
+            except DethpcError as exc:
+                stats.errors.append(f"experiment {exp_id}: {exc}")
+                if slurm_unreachable(exc):
+                    # slurmctld restarting: the batch recorded before sbatch stays
+                    # SUBMITTING, and the next tick's ``adopt`` finds it by name or
+                    # submits it again; nothing is failed for a moment's silence
+                    self.warn_once(exp_id, f"Slurm did not answer; the trials wait for the "
+                                           f"next tick ({exc})")
+                else:
+                    self.fail_experiment(exp_id, f"submission failed: {exc}")
+            except OSError as exc:
+                # a full or unwritable runs_root: the batch recorded before the write is
+                # retried (``adopt``) once there is room; the daemon goes on and says why
+                message = (f"cannot write the job scripts under {self.cluster.runs_root}: "
+                           f"{exc.strerror or exc} (errno {exc.errno}); the trials wait")
+                stats.errors.append(f"experiment {exp_id}: {message}")
+                self.warn_once(exp_id, message)
+        return stats
+
+    def delete_checkpoints(self, doomed: dict[str, str]) -> None:
+        """Remove checkpoint directories that GC marked DELETING in a transaction that
+        has committed, then mark them DELETED. A daemon killed in between leaves them
+        DELETING; the next tick hands them out again."""
+        if not doomed:
+            return
+        gone = []
+        for uuid, path in doomed.items():
+            shutil.rmtree(path, ignore_errors=True)
+            if not Path(path).exists():
+                gone.append(uuid)
+            else:
+                log.warning("checkpoint %s: could not delete %s; will retry", uuid, path)
+        fault_point("after_gc_rmtree")
+        with self.store.session() as s:
+            for uuid in gone:
+                ck = s.get(Checkpoint, uuid)
+                if ck is not None and ck.state == CheckpointState.DELETING:
+                    ck.state = CheckpointState.DELETED
+                    s.add(ck)
+
+    def poll(self, stats: TickStats, exp_ids: list[int] | None = None) -> dict[str, JobInfo]:
+        """Every live job's state in one backend call; a worker pool's items from its
+        directory (``dethpc.control.pool_view``); the open experiments' pool workers with the
+        jobs."""
+        with self.store.session() as s:
+            # the refs alone: no Job objects built for a list of strings
+            refs = [ref for ref in s.exec(self.mine(select(Job.ref).where(
+                Job.live == True), Job.experiment_id))  # noqa: E712
+                    if ref]
+        items = [r for r in refs if is_item_ref(r)]
+        jobs = [r for r in refs if not is_item_ref(r)] if items else refs
+        jobs += list(self.pools.worker_refs(exp_ids or []))
+        stats.polled = len(refs)
+        # even without refs: a backend that lists the user's jobs (to count them
+        # against per-user limits) does it in this one query
+        infos = self.backend.poll(jobs)
+        if items:
+            infos.update(self.pools.poll_items(items))
+        return infos
+
+    def cancel(self, refs: list[str]) -> None:
+        """``scancel`` the jobs in one call; a worker pool's items through its directory.
+        Once that went through, none of them is due a cancel any more (``cancel_due``)."""
+        items = [r for r in refs if is_item_ref(r)]
+        if items:
+            self.pools.cancel_items(items)
+        jobs = [r for r in refs if not is_item_ref(r)]
+        if jobs:
+            self.backend.cancel(jobs)
+        self.cancels_done(refs)
+
+    def retry_cancels(self, stats: TickStats) -> None:
+        """Jobs the reconciler closed whose ``scancel`` has not gone through
+        (``Job.cancel_due``: it failed in an earlier tick, e.g. slurmctld was away) are
+        cancelled again, also when their experiment has ended since. One indexed query
+        and, only when there are such jobs, one ``scancel``; a failure is this tick's
+        error and the next tick tries again."""
+        with self.store.session() as s:
+            due = sorted({r for r in s.exec(self.mine(select(Job.ref).where(
+                Job.cancel_due == True), Job.experiment_id)) if r})  # noqa: E712
+        if not due:
+            return
+        self.holds()
+        try:
+            self.cancel(due)
+        except DethpcError as exc:
+            stats.errors.append(f"cancelling {len(due)} closed job(s) again: {exc}")
+            return
+        stats.cancelled += len(due)
+        log.info("cancelled %d closed job(s) whose earlier scancel had failed", len(due))
+
+    def cancels_done(self, refs: list[str]) -> None:
+        """``refs`` were cancelled: none of them is due any more. The due jobs are few
+        (read through their index), the refs of a kill may be thousands."""
+        done = set(refs)
+        with self.store.session() as s:
+            for job in s.exec(select(Job).where(Job.cancel_due == True)):  # noqa: E712
+                if job.ref in done:
+                    job.cancel_due = False
+                    s.add(job)
+
+    def adopt(self, stats: TickStats) -> None:
+        """Batches recorded but never confirmed: the daemon died around sbatch.
+        A job found under the batch's name is adopted; otherwise the batch is retried."""
+        with self.store.session() as s:
+            pending = list(s.exec(self.mine(select(Batch).where(
+                Batch.state == BatchState.SUBMITTING), Batch.experiment_id)))
+            if not pending:
+                return
+            theirs = self.unconfirmed_of_submitters(s, pending)
+            pending = [b for b in pending if b.id not in theirs]
+            if not pending:
+                return
+            found = self.backend.find([b.name for b in pending])
+            for batch in pending:
+                tasks = [i for i in found if i.name == batch.name]
+                jobs = list(s.exec(select(Job).where(Job.batch_id == batch.id)))
+                if tasks:
+                    # "123_4" (array task) or "123" / "123+0" (one job, het components)
+                    base = tasks[0].ref.split("+", 1)[0].rsplit("_", 1)[0]
+                    is_array = "_" in tasks[0].ref
+                    batch.state, batch.array_job_id = BatchState.SUBMITTED, base
+                    for job in jobs:
+                        job.ref = f"{base}_{job.array_index}" if is_array else base
+                        s.add(job)
+                    s.add(Event(experiment_id=batch.experiment_id, kind="adopted",
+                                message=f"adopted job {base} of batch {batch.id} after restart"))
+                else:
+                    batch.state = BatchState.FAILED
+                    for job in jobs:
+                        job.live = False
+                        trial = s.get(Trial, job.trial_id)
+                        if trial is not None and not trial.state.is_terminal:
+                            trial.needs_job = True
+                            s.add(trial)
+                        s.add(job)
+                s.add(batch)
+        stats.changed = True
+
+    def unconfirmed_of_submitters(self, s: Session, pending: list[Batch]) -> set[int]:
+        """The SUBMITTING batches of kinds the daemon does not submit (``dethpc sbatch``):
+        left alone while their submitter holds its lock; failed when it died before it
+        recorded the job id. Returns their ids."""
+        from dethpc.surfaces.sbatchwrap.plain import fail_unconfirmed, submitter_alive
+
+        out: set[int] = set()
+        for batch in pending:
+            exp = s.get(Experiment, batch.experiment_id)
+            if exp is None or exp.kind.daemon_submits or batch.id is None:
+                continue
+            out.add(batch.id)
+            if not submitter_alive(Path(self.cluster.runs_root), batch.name):
+                fail_unconfirmed(s, batch)
+        return out
+
+    # ------------------------------------------------------------------ submit
+    def sync_throttles(self, exp_id: int) -> int:
+        """Arrays still running whose ``%K`` differs from ``max_concurrent_trials``
+        (changed by ``set-concurrency``) get the new limit: one ``scontrol update
+        ArrayTaskThrottle`` per such array, none in a steady tick."""
+        with self.store.session() as s:
+            exp = s.get(Experiment, exp_id)
+            if exp is None or exp.state != ExperimentState.ACTIVE \
+                    or not exp.kind.daemon_submits:
+                return 0  # the throttle of a job someone else submitted is theirs
+            cfg = load_config(exp)
+            if cfg.slurm.components and self.backend.traits.het_jobs:
+                return 0  # heterogeneous trials are single jobs, no arrays to throttle
+            k = cfg.searcher.max_concurrent_trials
+            live = set(s.exec(select(Job.batch_id).where(
+                Job.experiment_id == exp_id, Job.live == True)))  # noqa: E712
+            changed = 0
+            for batch in s.exec(select(Batch).where(
+                    Batch.experiment_id == exp_id, Batch.state == BatchState.SUBMITTED)):
+                if batch.id not in live or not batch.array_job_id:
+                    continue
+                want = min(k, batch.size) if k > 0 else 0
+                if want == batch.throttle:
+                    continue
+                self.backend.set_throttle(batch.array_job_id, want)
+                s.add(Event(experiment_id=exp_id, kind="throttle",
+                            message=f"job {batch.array_job_id}: ArrayTaskThrottle "
+                                    f"{batch.throttle} -> {want}"))
+                batch.throttle = want
+                s.add(batch)
+                changed += 1
+            return changed
+
+    def submit_experiment(self, exp_id: int) -> int:
+        with self.store.session() as s:
+            exp = s.get(Experiment, exp_id)
+            if exp is None or exp.state != ExperimentState.ACTIVE:
+                return 0
+            if not exp.kind.daemon_submits:
+                return 0  # `dethpc sbatch` and detached jobs: never a job from the daemon
+            trials = list(s.exec(select(Trial).where(
+                Trial.experiment_id == exp_id, Trial.needs_job == True)  # noqa: E712
+                .order_by(Trial.id)))  # type: ignore[arg-type]
+        trials = [t for t in trials if not t.state.is_terminal]
+        if not trials:
+            return 0
+        cfg = load_config(exp)
+        if not self.images_ready(exp_id, cfg):
+            return 0
+        if self.pools.enabled(cfg, exp.kind):
+            return self.pools.submit_items(exp, cfg, trials)
+        if cfg.slurm.components and self.backend.traits.het_jobs:
+            return self.submit_het(exp, cfg, trials)
+        room = self.room(exp, cfg, len(trials))
+        trials = trials[:room]
+        limit = max(1, self.backend.max_array_size())
+        submitted = 0
+        for start in range(0, len(trials), limit):
+            if self.refused:
+                break
+            submitted += self.submit_batch(exp, cfg, trials[start:start + limit])
+        return submitted
+
+    # ------------------------------------------------------------------ limits
+    def pool_limits(self, pool: ResourcePool) -> PoolLimits:
+        return self.backend.job_limits(pool.partition, pool.qos, pool.account,
+                                       pool.sbatch_args)
+
+    def room(self, exp: Experiment, cfg: ExperimentConfig, wanted: int,
+             per_trial: int = 1) -> int:
+        """How many of ``wanted`` trials (``per_trial`` jobs each) may be submitted now
+        under the user's per-user submit limits; records a ``limit`` event (once while
+        it lasts) when some must wait."""
+        if self.refused:
+            return 0
+        capped = wanted if self.cap is None else min(wanted, self.cap)
+        if self.queue is None:
+            return capped
+        pool = self.cluster.pool(cfg.resources.resource_pool)
+        limits = self.pool_limits(pool)
+        free = headroom(limits, self.queue)
+        if free is None:
+            return capped
+        fits = min(capped, free // max(1, per_trial))
+        if fits < wanted:
+            assert exp.id is not None
+            self.limit_event(exp.id, f"{wanted - fits} trial(s) wait: pool {pool.name!r} "
+                             f"is at the user's job limit ({'; '.join(map(str, limits.limits))})"
+                             "; they are submitted as the user's jobs end")
+        return fits
+
+    def count_submitted(self, pool: ResourcePool, jobs: int) -> None:
+        """Jobs this tick submitted count against the limits until the next poll sees them."""
+        if self.queue is not None:
+            self.queue += [self.pool_limits(pool).tag()] * jobs
+
+    def limit_event(self, exp_id: int, message: str) -> None:
+        """A ``limit`` event, unless the experiment's newest one already says the same
+        (a wait that lasts many ticks is one event, and one more when it changes)."""
+        with self.store.session() as s:
+            last = s.exec(select(Event).where(Event.experiment_id == exp_id,
+                                              Event.kind == "limit")
+                          .order_by(Event.id.desc())).first()  # type: ignore[union-attr]
+            if last is not None and last.message == message:
+                return
+            s.add(Event(experiment_id=exp_id, kind="limit", message=message))
+
+    def refusal(self, exp_id: int, batch_id: int, size: int, exc: SubmitLimitError) -> None:
+        """sbatch refused batch ``batch_id`` over a limit: nothing was submitted. The
+        batch is dropped (FAILED, no jobs), its trials need a job again, and nothing
+        more is submitted this tick, and later submissions are capped (halved) in case
+        the limit is one dethpc cannot see. Final (an error) only for a single trial
+        while none of the user's jobs is live: then nothing will make room."""
+        with self.store.session() as s:
+            for job in s.exec(select(Job).where(Job.batch_id == batch_id)):
+                t = s.get(Trial, job.trial_id)
+                if t is not None and not t.state.is_terminal:
+                    t.needs_job = True
+                    s.add(t)
+                s.delete(job)
+            b = s.get(Batch, batch_id)
+            assert b is not None
+            b.state = BatchState.FAILED
+            s.add(b)
+            live = (counted_live(self.queue) if self.queue is not None else
+                    len(list(s.exec(self.mine(select(Job.id).where(
+                        Job.live == True), Job.experiment_id)))))  # noqa: E712
+        if refusal_is_final(exc.word, live, size):
+            raise SubmitError(f"{exc} (and none of the user's jobs is queued or running, "
+                              "so waiting would not help)")
+        self.refused = True
+        self.refused_size = size
+        self.cap = cap_after_refusal(size)
+        self.limit_event(exp_id, f"sbatch refused the submission over a limit ({exc.word}); "
+                         "the trials wait and are submitted again on a later tick")
+
+    def submit_het(self, exp: Experiment, cfg: ExperimentConfig, trials: list[Trial]) -> int:
+        """Trials with ``slurm.components`` are heterogeneous jobs, which Slurm cannot put
+        in an array: one sbatch each, at most ``max_concurrent_trials`` live at once."""
+        k = cfg.searcher.max_concurrent_trials
+        with self.store.session() as s:
+            live = len(list(s.exec(select(Job.id).where(
+                Job.experiment_id == exp.id, Job.live == True))))  # noqa: E712
+        room = len(trials) if k <= 0 else max(0, k - live)
+        room = self.room(exp, cfg, min(room, len(trials)), per_trial=len(cfg.slurm.components))
+        submitted = 0
+        for t in trials[:room]:
+            if self.refused:
+                break
+            submitted += self.submit_batch(exp, cfg, [t], array=False)
+        return submitted
+
+    def submit_batch(self, exp: Experiment, cfg: ExperimentConfig, trials: list[Trial],
+                     array: bool = True) -> int:
+        """One sbatch: an array with one task per trial, or (``array=False``, one trial)
+        the trial's own job script."""
+        assert exp.id is not None
+        pool = self.cluster.pool(cfg.resources.resource_pool)
+        paths = ExperimentPaths(Path(exp.run_dir)).ensure()
+        with self.store.session() as s:
+            batch = Batch(experiment_id=exp.id, pool=pool.name, size=len(trials))
+            s.add(batch)
+            s.flush()
+            assert batch.id is not None
+            batch.name = batch_name(exp.id, batch.id, self.tag)
+            k = cfg.searcher.max_concurrent_trials
+            batch.throttle = min(k, len(trials)) if k > 0 and array else 0
+            for index, trial in enumerate(trials):
+                t = s.get(Trial, trial.id)
+                assert t is not None and t.id is not None
+                t.needs_job = False
+                s.add(t)
+                s.add(Job(experiment_id=exp.id, trial_id=t.id, batch_id=batch.id,
+                          array_index=index))
+            s.add(batch)
+            batch_id, name, throttle = batch.id, batch.name, batch.throttle
+        tasks = [(i, self.write_trial(exp, cfg, t)) for i, t in enumerate(trials)]
+        comment = batch_comment(exp.id, batch_id, self.tag)
+        jobs = jobs_for(exp.kind, paths.root)
+        if array:
+            script = paths.array_script(batch_id)
+            script.write_text(jobs.array_script(cfg, self.cluster, run_dir=paths.root,
+                                                exp_id=exp.id, batch_id=batch_id, tasks=tasks,
+                                                tag=self.tag, jenv=self.jenv))
+        else:
+            script = tasks[0][1]
+        request = JobRequest(
+            name=name, comment=comment, script=script, workdir=jobs.workdir(paths.root),
+            array_indices=tuple(range(len(trials))) if array else (),
+            throttle=throttle or None,
+            time_limit_s=parse_slurm_time(cfg.slurm.time or pool.default_time),
+            signal=pool.signal, signal_lead_s=pool.signal_grace_s,
+            extra_args=self.dependencies)
+        try:
+            refs = self.backend.submit(request)
+        except SubmitLimitError as exc:
+            self.refusal(exp.id, batch_id, len(trials), exc)
+            return 0
+        fault_point("after_sbatch")
+        self.cap = cap_after_success(self.cap, self.refused_size)
+        self.count_submitted(pool, len(refs) * max(1, len(cfg.slurm.components)))
+        with self.store.session() as s:
+            b = s.get(Batch, batch_id)
+            assert b is not None
+            b.state, b.array_job_id = BatchState.SUBMITTED, refs[0].rsplit("_", 1)[0]
+            s.add(b)
+            for job in s.exec(select(Job).where(Job.batch_id == batch_id)):
+                job.ref = refs[job.array_index]
+                s.add(job)
+            s.add(Event(experiment_id=exp.id, kind="submitted",
+                        message=f"batch {batch_id}: {len(refs)} trial(s) as job "
+                        f"{b.array_job_id}"))
+        return len(refs)
+
+    def write_trial(self, exp: Experiment, cfg: ExperimentConfig, trial: Trial) -> Path:
+        """hparams.json, target.json and job.sbatch of one trial (idempotent)."""
+        assert exp.id is not None and trial.id is not None
+        run_dir = Path(exp.run_dir)
+        tp = ExperimentPaths(run_dir).trial(trial.id).ensure()
+        checkpoint_dir(cfg, run_dir, exp.id, trial.id).mkdir(parents=True, exist_ok=True)
+        tp.hparams.write_text(json.dumps(trial.hparams, indent=2))
+        unit = cfg.searcher.max_length.unit.value if cfg.searcher.max_length else "batches"
+        if trial.target_length > 0:
+            tp.target.write_text(json.dumps({"unit": unit, "length": trial.target_length,
+                                             "validate_at": list(trial.validate_at)}))
+        else:   # no searcher length (Determined 0.38): the training code decides
+            tp.target.unlink(missing_ok=True)
+        tp.stop.unlink(missing_ok=True)
+        tp.job_script.write_text(jobs_for(exp.kind, run_dir).trial_script(
+            cfg, self.cluster, backend=self.backend.traits.kind, python=self.python,
+            run_dir=run_dir, trial=TrialJob(exp_id=exp.id, trial_id=trial.id,
+                                            hparams=dict(trial.hparams),
+                                            target_length=trial.target_length, unit=unit),
+            jenv=self.jenv))
+        return tp.job_script
+
+    def images_ready(self, exp_id: int, cfg: ExperimentConfig) -> bool:
+        """The experiment's images are SIFs in the cache, or being pulled by a job its
+        trials can depend on. ``containers.pull: login``: a pull not done yet is started
+        or waited for in the background, and this experiment's trials wait (no other
+        experiment does). ``job`` (a backend with job dependencies): one pre-pull job per
+        image, and the trials are submitted at once with ``--dependency=afterok`` on it
+        (``self.dependencies``). A failed pull fails the experiment with the runtime's
+        words."""
+        settings = self.cluster.containers
+        self.dependencies = ()
+        images = images_of(cfg, self.cluster)
+        if not images:
+            return True
+        if settings.pull == "job" and self.backend.traits.job_dependencies:
+            return self.pulled_by_jobs(exp_id, cfg, images)
+        if self.puller is None:
+            self.puller = Puller(settings)
+        for image in images:
+            status = self.puller.state(image)
+            if status.state == PullState.FAILED:
+                self.fail_unstarted(exp_id, f"the image {image!r} could not be pulled: "
+                                            f"{status.message}")
+                return False
+            if status.state == PullState.PULLING:
+                return False
+        return True
+
+    def pulled_by_jobs(self, exp_id: int, cfg: ExperimentConfig, images: list[str]) -> bool:
+        """``containers.pull: job``: each image's pre-pull job (submitted once, recorded
+        under ``runs_root``), polled only while it has not left the queue."""
+        from dethpc.jobs.containers import image_path
+
+        settings = self.cluster.containers
+        deps: list[str] = []
+        for image in images:
+            if image_path(settings, image).is_file():
+                continue
+            pj = pull_job(Path(self.cluster.runs_root), settings, image)
+            job_id = pj.job_id()
+            if job_id is None:
+                pj.root.mkdir(parents=True, exist_ok=True)
+                pj.script.write_text(pull_job_script(settings, image, self.python))
+                pool = self.cluster.pool(cfg.resources.resource_pool)
+                placement = [f"{flag}={value}" for flag, value in (
+                    ("--partition", pool.partition), ("--qos", pool.qos),
+                    ("--account", pool.account)) if value]
+                try:
+                    (job_id,) = self.backend.submit(JobRequest(
+                        name=f"dethpc-pull-{self.tag}", comment=f"dethpc:pull={image}",
+                        script=pj.script, workdir=pj.root, time_limit_s=3600,
+                        extra_args=(*placement, f"--output={pj.output}", "--ntasks=1")))
+                except DethpcError as exc:
+                    self.fail_unstarted(exp_id, f"the pre-pull job of {image!r} was refused: "
+                                                f"{exc}")
+                    return False
+                pj.record.write_text(job_id + "\n")
+                self.event(exp_id, "pull", f"pre-pull job {job_id} for {image}")
+            info = self.backend.poll([job_id]).get(job_id)
+            if info is not None and info.state.is_terminal:
+                if info.state == JobState.COMPLETED and image_path(settings, image).is_file():
+                    continue
+                self.fail_unstarted(exp_id, pull_failed(pj, image, job_id, info))
+                return False
+            deps.append(job_id)
+            self.pull_watch.setdefault(job_id, (image, set()))[1].add(exp_id)
+        if deps:
+            self.dependencies = (f"--dependency=afterok:{':'.join(deps)}",
+                                 "--kill-on-invalid-dep=yes")
+        return True
+
+    def check_pulls(self) -> None:
+        """Pre-pull jobs that trials wait on: a failed one fails their experiments with
+        the runtime's words before the reconciler sees Slurm kill the dependent jobs
+        (one squeue, only while such a job is watched; the watch is in memory, so after
+        a daemon restart a failed pull shows as the trials' cancelled jobs)."""
+        if not self.pull_watch:
+            return
+        infos = self.backend.poll(sorted(self.pull_watch))
+        settings = self.cluster.containers
+        for job_id, (image, exp_ids) in list(self.pull_watch.items()):
+            info = infos.get(job_id)
+            if info is None or not info.state.is_terminal:
+                continue
+            del self.pull_watch[job_id]
+            pj = pull_job(Path(self.cluster.runs_root), settings, image)
+            if info.state == JobState.COMPLETED and pj.job_id() == job_id:
+                continue
+            message = pull_failed(pj, image, job_id, info)
+            for exp_id in sorted(exp_ids):
+                self.fail_experiment(exp_id, message)
+
+    def warn_once(self, exp_id: int, message: str) -> None:
+        """An event on the experiment, unless its latest event says the same already."""
+        log.error("experiment %s: %s", exp_id, message)
+        with self.store.session() as s:
+            last = s.exec(select(Event).where(Event.experiment_id == exp_id)
+                          .order_by(col(Event.id).desc())).first()
+            if last is None or last.message != message:
+                s.add(Event(experiment_id=exp_id, kind="warning", message=message))
+
+    def event(self, exp_id: int, kind: str, message: str) -> None:
+        with self.store.session() as s:
+            s.add(Event(experiment_id=exp_id, kind=kind, message=message))
+
+    def fail_unstarted(self, exp_id: int, message: str) -> None:
+        """An experiment none of whose trials ever got a job ends ERROR at once (its
+        trials too); one with jobs is stopped (``fail_experiment``)."""
+        with self.store.session() as s:
+            started = s.exec(select(Job.id).where(Job.experiment_id == exp_id)).first()
+            exp = s.get(Experiment, exp_id)
+            if started is None and exp is not None and exp.state == ExperimentState.ACTIVE:
+                log.error("experiment %s: %s", exp_id, message)
+                for trial in s.exec(select(Trial).where(Trial.experiment_id == exp_id)):
+                    if not trial.state.is_terminal:
+                        trial.state, trial.needs_job = TrialState.ERROR, False
+                        trial.exit_reason = message
+                        s.add(trial)
+                exp.state, exp.message, exp.ended_at = ExperimentState.ERROR, message, \
+                    self.clock()
+                s.add(exp)
+                s.add(Event(experiment_id=exp_id, kind="error", message=message))
+                return
+        self.fail_experiment(exp_id, message)
+
+    def fail_experiment(self, exp_id: int, message: str) -> None:
+        log.error("experiment %s: %s", exp_id, message)
+        with self.store.session() as s:
+            exp = s.get(Experiment, exp_id)
+            if exp is None:
+                return
+            s.add(Event(experiment_id=exp_id, kind="error", message=message))
+            if exp.state == ExperimentState.ACTIVE:
+                exp.state = ExperimentState.STOPPING_KILLED
+                exp.message = message
+                s.add(exp)
+
+    # ------------------------------------------------------------------ loop
+    def run(self, *, until_idle: bool = False, max_ticks: int | None = None,
+            should_stop: Callable[[], bool] = lambda: False) -> int:
+        """Tick until told to stop; sleep ``tick_min_s`` after a busy tick, doubling up
+        to ``tick_max_s`` while idle. ``until_idle`` returns once no experiment is open."""
+        delay, ticks = self.cluster.tick_min_s, 0
+        while not should_stop():
+            try:
+                stats = self.tick()
+            except LeaseLost as exc:
+                log.error("%s", exc)
+                break
+            except DethpcError as exc:
+                log.error("tick failed: %s", exc)
+                stats = TickStats(experiments=1)
+            ticks += 1
+            if until_idle and stats.experiments == 0:
+                break
+            if max_ticks is not None and ticks >= max_ticks:
+                break
+            delay = next_delay(delay, stats.busy, self.cluster.tick_min_s,
+                               self.cluster.tick_max_s)
+            try:
+                if self.wait(delay, should_stop):
+                    delay = self.cluster.tick_min_s
+            except LeaseLost as exc:
+                log.error("%s", exc)
+                break
+        return ticks
+
+    # ------------------------------------------------------------------ between ticks
+    def wait(self, seconds: float, should_stop: Callable[[], bool]) -> bool:
+        """Sleep until the next tick; meanwhile (``metrics_poll_s`` > 0) stat the live
+        trials' metrics files that often and run ``fast_tick`` for those that grew, so
+        a rung's validation reaches the searcher, and its stop the trial, within about
+        ``metrics_poll_s`` instead of a tick's sleep. The fast path makes no backend
+        call (except cancelling a still-pending job that a stop removes), so slurmctld
+        RPCs stay per tick. It takes at most half the daemon's time: after a fast tick
+        of T seconds the next stat waits T more. The same polls stat the wake file
+        (``service.wake``: a client changed an experiment) and the worker pools'
+        ``results/`` (a run ended): either brings the next tick to ``tick_min_s`` after
+        the last. ``metrics_poll_s: 0`` turns all of this off: the daemon sleeps. Returns
+        whether anything changed (the next tick then comes within ``tick_min_s``)."""
+        poll = self.cluster.metrics_poll_s
+        if poll <= 0:
+            _sleep(seconds, should_stop)
+            return False
+        self.refresh_watch()
+        started = time.monotonic()
+        end, changed, hurried = started + seconds, False, False
+        while not should_stop():
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            _sleep(min(poll, left), should_stop)
+            if not hurried and (self.woken() or self.pool_run_ended()):
+                # a client changed an experiment, or a run ended in a worker pool (the
+                # searcher hears of it at the next tick): the next tick comes now, but
+                # never sooner than tick_min_s after the last
+                hurried = changed = True
+                end = min(end, started + self.cluster.tick_min_s)
+            grown = grown_files(self.watch)
+            if not grown:
+                continue
+            start = time.monotonic()
+            if self.fast_tick(grown):
+                changed = True
+                end = min(end, time.monotonic() + self.cluster.tick_min_s)
+            spent = time.monotonic() - start
+            _sleep(min(spent, max(0.0, end - time.monotonic())), should_stop)
+        return changed
+
+    def refresh_watch(self) -> None:
+        """Watch the metrics file of every trial whose job the last poll saw running
+        (pending jobs write nothing: at 10,000 queued trials the stats stay as many as
+        the jobs running), from the offset the store has ingested (so a record written
+        during the tick is seen at once). A job that started since is watched from the
+        tick that sees it running; until then its records wait for the tick."""
+        with self.store.session() as s:
+            jobs = list(s.exec(self.mine(select(Job).where(
+                Job.live == True, Job.state == JobState.RUNNING),  # noqa: E712
+                Job.experiment_id)))
+            trial_exp = {j.trial_id: j.experiment_id for j in jobs}
+            if not trial_exp:
+                self.watch, self.pool_results = {}, []
+                return
+            run_dirs = {e.id: e.run_dir for e in s.exec(select(Experiment).where(
+                col(Experiment.id).in_(set(trial_exp.values()))))}
+            offsets = {o.trial_id: o.offset for o in s.exec(select(IngestOffset).where(
+                IngestOffset.file == "metrics.jsonl",
+                col(IngestOffset.trial_id).in_(list(trial_exp))))}
+        self.watch = {
+            trial_id: Watched(exp_id, ExperimentPaths(Path(run_dirs[exp_id]))
+                              .trial(trial_id).metrics, offsets.get(trial_id, 0))
+            for trial_id, exp_id in trial_exp.items() if exp_id in run_dirs}
+        self.pool_results = [r for r in (PoolPaths.of_run_dir(Path(d)).results
+                                         for d in run_dirs.values()) if r.is_dir()]
+        for r, mtime in _mtimes(r for r in self.pool_results
+                                if r not in self.pool_marks).items():
+            self.pool_marks[r] = mtime       # a pool first seen now: from now on
+
+    def woken(self) -> bool:
+        """Whether a client touched the wake file since the last tick began (one stat)."""
+        return self.wake is not None and _mtime(self.wake) != self.wake_mark
+
+    def pool_run_ended(self) -> bool:
+        """Whether a watched pool's ``results/`` changed since the last tick began (a
+        worker wrote a run's result: one stat per pool, no backend call)."""
+        now = _mtimes(self.pool_results)
+        return any(self.pool_marks.get(r) != m for r, m in now.items())
+
+    def fast_tick(self, grown: dict[int, set[int]]) -> bool:
+        """Ingest the metrics files that grew and feed the searcher, experiment by
+        experiment (``ExperimentReconciler.run_fast``): a searcher ``Stop`` writes the
+        trial's stop file now, not at the next tick. Returns whether anything changed.
+        Errors are logged and left to the next tick, which does the same work."""
+        self.holds()
+        cancel: list[str] = []
+        changed = False
+        for exp_id, trial_ids in sorted(grown.items()):
+            try:
+                with self.store.session() as s:
+                    exp = s.get(Experiment, exp_id)
+                    if exp is None:
+                        continue
+                    out = ExperimentReconciler(s, exp, {}, self.clock(),
+                                               fast=True).run_fast(trial_ids)
+                cancel += out.cancel
+                changed |= out.changed
+                self.delete_checkpoints(out.delete)
+            except DethpcError as exc:
+                log.error("experiment %s: between ticks: %s (the next tick retries)",
+                          exp_id, exc)
+        if cancel:
+            self.holds()
+            try:
+                self.cancel(sorted(set(cancel)))
+            except DethpcError as exc:
+                log.error("cancel between ticks failed: %s", exc)
+        return changed
+
+
+def _mtime(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
+def _mtimes(paths: Iterable[Path]) -> dict[Path, int]:
+    """The mtime of each of ``paths`` that exists."""
+    return {p: m for p in paths if (m := _mtime(p)) is not None}
+
+
+def _sleep(seconds: float, should_stop: Callable[[], bool]) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not should_stop():
+        time.sleep(min(0.1, max(0.0, end - time.monotonic())))
+

@@ -1,0 +1,307 @@
+"""The daemon's side of the worker pool: put trials' runs in the pool's queue, keep the
+right number of workers, and end the pool with its experiment.
+
+An experiment whose worker-pool setting is enabled (``ClusterConfig.worker_pool``:
+``slurm.workers``, or its resource pool's default) gets, instead of one array task per
+trial run, one work item per run (a ``Job`` row of a ``BatchKind.ITEMS`` batch whose
+ref is the item, ``dethpc.control.pool_view``) and one or more arrays of long-lived workers
+(``BatchKind.WORKERS`` batches, no Job rows). Each tick, per such experiment:
+expire the leases whose worker stopped renewing them (its node died), then
+``plan_workers``: submit workers while items wait (never more than live items, at most
+the pool's size), cancel surplus workers that have not started, retire running ones
+the pool no longer wants (``set-concurrency``), drain when no work will come.
+
+Idempotency: an item is put only if it was never put (``queue.known``) and its Job
+row commits after, under the name the next tick would compute again (the trial's
+count of Job rows), so a daemon killed in between neither loses nor doubles a run. A
+worker array is recorded SUBMITTING before sbatch and adopted by name like a trial
+batch (``Daemon.adopt``).
+
+Owns: ``PoolTender``. Must not: judge a run's end (the reconciler does, from
+``view.poll_items``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from enum import Enum
+from pathlib import Path
+
+from sqlmodel import col, select
+
+from dethpc.backends.base import Backend, JobInfo, JobRequest
+from dethpc.common.errors import SubmitError, SubmitLimitError
+from dethpc.config.model import ClusterConfig, ExperimentConfig, WorkerPool
+from dethpc.control import pool_view as view
+from dethpc.control.reconcile import load_config
+from dethpc.jobs.pool_items import pool_problem, work_item
+from dethpc.jobs.pool_script import pool_comment, pool_name, worker_array_script
+from dethpc.jobs.render import parse_slurm_time
+from dethpc.launch.worker import queue
+from dethpc.store import Store
+from dethpc.store.models import (
+    Batch,
+    BatchKind,
+    BatchState,
+    Event,
+    Experiment,
+    ExperimentKind,
+    ExperimentState,
+    Job,
+    Trial,
+)
+
+log = logging.getLogger(__name__)
+
+
+class PoolMode(Enum):
+    OFF = "off"            # one job per trial run
+    ON = "on"              # work items and long-lived workers
+    REFUSED = "refused"    # the experiment asks for a pool it cannot run in
+
+
+def pool_mode(cfg: ExperimentConfig, cluster: ClusterConfig, kind: ExperimentKind,
+              python: str) -> PoolMode:
+    """Whether an experiment runs in a worker pool. A site default (its resource pool's
+    ``workers``) applies only to experiments of ``dethpc submit`` that a worker can run
+    (``pool_problem``), the others run one job per trial; an experiment's own
+    ``slurm.workers`` that cannot be honoured is REFUSED (``check_worker_pool``)."""
+    if not cluster.worker_pool(cfg).enabled:
+        return PoolMode.OFF
+    fits = kind == ExperimentKind.MANAGED and not pool_problem(cfg, python)
+    if fits:
+        return PoolMode.ON
+    return PoolMode.REFUSED if cfg.slurm.workers is not None else PoolMode.OFF
+
+
+def check_worker_pool(cfg: ExperimentConfig, cluster: ClusterConfig, kind: ExperimentKind,
+                      python: str) -> None:
+    """``submit``'s check: an experiment's own ``slurm.workers`` it cannot run in."""
+    if pool_mode(cfg, cluster, kind, python) is not PoolMode.REFUSED:
+        return
+    why = (pool_problem(cfg, python) if kind == ExperimentKind.MANAGED else
+           "only experiments of `dethpc submit` run in a pool (this one's jobs are the "
+           "user's own scripts)")
+    raise SubmitError(f"slurm.workers: the worker pool cannot run this experiment: {why}; "
+                      "remove slurm.workers (or set it to false) to run one job per trial")
+
+
+def pool_size(wp: WorkerPool, cfg: ExperimentConfig, live_items: int) -> int:
+    """Workers the pool may hold: its ``count``, else ``max_concurrent_trials``, else
+    one per live item."""
+    return wp.count or cfg.searcher.max_concurrent_trials or max(1, live_items)
+
+
+class PoolTender:
+    def __init__(self, store: Store, cluster: ClusterConfig, backend: Backend, *,
+                 python: str, tag: str,
+                 room: Callable[[Experiment, ExperimentConfig, int], int],
+                 count_submitted: Callable[[ExperimentConfig, int], None],
+                 write_trial: Callable[[Experiment, ExperimentConfig, Trial], Path]) -> None:
+        self.store, self.cluster, self.backend = store, cluster, backend
+        self.python, self.tag = python, tag
+        self.room, self.count_submitted, self.write_trial = room, count_submitted, write_trial
+
+    def enabled(self, cfg: ExperimentConfig, kind: ExperimentKind) -> bool:
+        return pool_mode(cfg, self.cluster, kind, self.python) is PoolMode.ON
+
+    # ------------------------------------------------------------------ poll
+    def worker_refs(self, exp_ids: list[int]) -> dict[str, int]:
+        """The worker tasks to poll this tick (ref -> experiment): every task of each
+        submitted worker array of the open experiments."""
+        if not exp_ids:
+            return {}
+        with self.store.session() as s:
+            batches = list(s.exec(select(Batch).where(
+                col(Batch.experiment_id).in_(exp_ids), Batch.kind == BatchKind.WORKERS,
+                Batch.state == BatchState.SUBMITTED)))
+        return {f"{b.array_job_id}_{i}": b.experiment_id for b in batches
+                if b.array_job_id for i in range(b.size)}
+
+    def poll_items(self, refs: list[str]) -> dict[str, JobInfo]:
+        """``view.poll_items`` for every experiment's item refs."""
+        by_exp: dict[int, list[str]] = {}
+        for ref in refs:
+            parsed = view.parse_item_ref(ref)
+            if parsed is not None:
+                by_exp.setdefault(parsed[0], []).append(ref)
+        out: dict[str, JobInfo] = {}
+        for exp_id, paths in self.pool_paths(list(by_exp)).items():
+            out.update(view.poll_items(paths, by_exp[exp_id]))
+        return out
+
+    def cancel_items(self, refs: list[str]) -> None:
+        by_exp: dict[int, list[str]] = {}
+        for ref in refs:
+            parsed = view.parse_item_ref(ref)
+            if parsed is not None:
+                by_exp.setdefault(parsed[0], []).append(ref)
+        for exp_id, paths in self.pool_paths(list(by_exp)).items():
+            view.cancel_items(paths, by_exp[exp_id])
+
+    def pool_paths(self, exp_ids: list[int]) -> dict[int, queue.PoolPaths]:
+        if not exp_ids:
+            return {}
+        with self.store.session() as s:
+            return {e.id: queue.PoolPaths.of_run_dir(Path(e.run_dir)) for e in s.exec(
+                select(Experiment).where(col(Experiment.id).in_(exp_ids))) if e.id is not None}
+
+    # ------------------------------------------------------------------ items
+    def submit_items(self, exp: Experiment, cfg: ExperimentConfig, trials: list[Trial]) -> int:
+        """One item per trial that needs a run; their Job rows in one ITEMS batch."""
+        assert exp.id is not None
+        run_dir = Path(exp.run_dir)
+        paths = queue.PoolPaths.of_run_dir(run_dir).create()
+        pool = self.cluster.pool(cfg.resources.resource_pool)
+        with self.store.session() as s:
+            batch = Batch(experiment_id=exp.id, pool=pool.name, size=len(trials),
+                          kind=BatchKind.ITEMS, state=BatchState.SUBMITTED)
+            s.add(batch)
+            s.flush()
+            assert batch.id is not None
+            batch.name = f"items-{batch.id}"
+            ids = [t.id for t in trials]
+            runs: dict[int, int] = {}
+            for trial_id in s.exec(select(Job.trial_id).where(col(Job.trial_id).in_(ids))):
+                runs[trial_id] = runs.get(trial_id, 0) + 1
+            for index, trial in enumerate(trials):
+                t = s.get(Trial, trial.id)
+                assert t is not None and t.id is not None
+                seq = int(runs.get(t.id, 0))
+                name = queue.item_name(t.id, seq)
+                ref = view.item_ref(exp.id, name)
+                self.write_trial(exp, cfg, t)
+                if not queue.known(paths, name):
+                    item = work_item(cfg, self.cluster, backend=self.backend.traits.kind,
+                                     python=self.python, run_dir=run_dir, exp_id=exp.id,
+                                     trial_id=t.id, seq=seq)
+                    queue.enqueue(paths, replace(item, ref=ref))
+                t.needs_job = False
+                s.add(t)
+                s.add(Job(experiment_id=exp.id, trial_id=t.id, batch_id=batch.id,
+                          array_index=index, ref=ref))
+            s.add(batch)
+            s.add(Event(experiment_id=exp.id, kind="submitted",
+                        message=f"batch {batch.id}: {len(trials)} trial run(s) put in the "
+                                "worker pool's queue"))
+        return len(trials)
+
+    # ------------------------------------------------------------------ workers
+    def tend(self, exp_id: int, infos: dict[str, JobInfo]) -> int:
+        """Expire stale leases and apply ``plan_workers``; the workers submitted."""
+        with self.store.session() as s:
+            exp = s.get(Experiment, exp_id)
+            if exp is None or not exp.kind.daemon_submits:
+                return 0
+            paths = queue.PoolPaths.of_run_dir(Path(exp.run_dir))
+            if not paths.root.is_dir():    # no pool was ever set up: nothing to parse
+                return 0
+            cfg = load_config(exp)
+            wp = self.cluster.worker_pool(cfg)
+            if not self.enabled(cfg, exp.kind):
+                return 0
+            batches = list(s.exec(select(Batch).where(
+                Batch.experiment_id == exp_id, Batch.kind == BatchKind.WORKERS,
+                Batch.state == BatchState.SUBMITTED)))
+            workers: list[view.Worker] = []
+            for b in batches:
+                refs = [f"{b.array_job_id}_{i}" for i in range(b.size)]
+                if any(r not in infos for r in refs):
+                    return 0    # the poll could not tell: decide nothing on a guess
+                states = [infos[r].state for r in refs]
+                if all(st.is_terminal for st in states):
+                    b.state = BatchState.ENDED
+                    s.add(b)
+                workers += [view.Worker(r, st) for r, st in zip(refs, states, strict=True)]
+            live_items = len(list(s.exec(select(Job.id).join(
+                Batch, col(Batch.id) == Job.batch_id).where(
+                Job.experiment_id == exp_id, Job.live == True,   # noqa: E712
+                Batch.kind == BatchKind.ITEMS))))
+            active = exp.state == ExperimentState.ACTIVE
+        back = queue.expire(paths, wp.lease_timeout_s)
+        if back:
+            log.warning("experiment %s: lease(s) of %s expired; handed back", exp_id,
+                        ", ".join(i.name for i in back))
+        waiting = len(queue.pending(paths))
+        retired = _listdir(paths.retire)
+        plan = view.plan_workers(pool_size(wp, cfg, live_items), workers, waiting=waiting,
+                                 live_items=live_items, active=active, retired=retired)
+        if plan.drain:
+            paths.drain.touch()
+        elif plan.undrain:
+            paths.drain.unlink(missing_ok=True)
+        if plan.retire or plan.keep:
+            queue.retire(paths, plan.retire, keep=plan.keep)
+        if plan.cancel:
+            self.backend.cancel(list(plan.cancel))
+        if plan.retire or plan.cancel:
+            self.event(exp_id, "workers", f"pool shrinks: cancelled {list(plan.cancel)}, "
+                       f"retiring {list(plan.retire)} after their run")
+        if plan.submit and active:
+            return self.submit_workers(exp, cfg, wp, plan.submit)
+        return 0
+
+    def submit_workers(self, exp: Experiment, cfg: ExperimentConfig, wp: WorkerPool,
+                       n: int) -> int:
+        assert exp.id is not None
+        n = self.room(exp, cfg, n)
+        if n <= 0:
+            return 0
+        pool = self.cluster.pool(cfg.resources.resource_pool)
+        run_dir = Path(exp.run_dir)
+        paths = queue.PoolPaths.of_run_dir(run_dir).create()
+        with self.store.session() as s:
+            batch = Batch(experiment_id=exp.id, pool=pool.name, size=n,
+                          kind=BatchKind.WORKERS)
+            s.add(batch)
+            s.flush()
+            assert batch.id is not None
+            batch.name = pool_name(exp.id, batch.id, self.tag)
+            s.add(batch)
+            batch_id, name = batch.id, batch.name
+        script = paths.root / f"workers-b{batch_id}.sbatch"
+        script.write_text(worker_array_script(
+            cfg, self.cluster, backend=self.backend.traits.kind, run_dir=run_dir,
+            exp_id=exp.id, python=self.python, preload=wp.preload,
+            heartbeat_s=wp.heartbeat_s, idle_exit_s=wp.idle_exit_s, batch_id=batch_id,
+            tag=self.tag))
+        request = JobRequest(
+            name=name, comment=pool_comment(exp.id, batch_id, self.tag), script=script,
+            workdir=paths.root, array_indices=tuple(range(n)),
+            time_limit_s=parse_slurm_time(cfg.slurm.time or pool.default_time),
+            signal=pool.signal, signal_lead_s=pool.signal_grace_s)
+        try:
+            refs = self.backend.submit(request)
+        except SubmitLimitError as exc:
+            with self.store.session() as s:
+                b = s.get(Batch, batch_id)
+                assert b is not None
+                b.state = BatchState.FAILED
+                s.add(b)
+            self.event(exp.id, "limit", f"sbatch refused the pool's workers over a limit "
+                       f"({exc.word}); they are submitted again on a later tick")
+            return 0
+        self.count_submitted(cfg, len(refs))
+        with self.store.session() as s:
+            b = s.get(Batch, batch_id)
+            assert b is not None
+            b.state, b.array_job_id = BatchState.SUBMITTED, refs[0].rsplit("_", 1)[0]
+            s.add(b)
+            s.add(Event(experiment_id=exp.id, kind="workers",
+                        message=f"batch {batch_id}: {n} pool worker(s) as job "
+                                f"{b.array_job_id}"))
+        return 0    # workers run trials; the trials were counted when their items were put
+
+    def event(self, exp_id: int, kind: str, message: str) -> None:
+        with self.store.session() as s:
+            s.add(Event(experiment_id=exp_id, kind=kind, message=message))
+
+
+def _listdir(path: Path) -> list[str]:
+    try:
+        return [p.name for p in path.iterdir()]
+    except FileNotFoundError:
+        return []
+

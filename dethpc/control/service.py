@@ -1,0 +1,131 @@
+"""Running the daemon as a background service on a login node.
+
+Owns: the single-daemon lock (an fcntl lock on ``$DETHPC_HOME/daemon.lock``,
+held for the daemon's life, so two daemons never tick the same database), the
+pidfile, ``start`` (detached ``dethpc daemon run`` with its log in
+``$DETHPC_HOME/daemon.log``), ``stop`` and ``status``, and ``wake`` (the file a client
+touches after it changed an experiment, so that an idle daemon ticks now).
+Must not: tick (``dethpc.control.daemon`` does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from dethpc.common.errors import DethpcError
+from dethpc.common.paths import dethpc_home, make_private_dir
+
+
+def lock_path() -> Path:
+    return dethpc_home() / "daemon.lock"
+
+
+def pid_path() -> Path:
+    return dethpc_home() / "daemon.pid"
+
+
+def log_path() -> Path:
+    return dethpc_home() / "daemon.log"
+
+
+def wake_path() -> Path:
+    return dethpc_home() / "daemon.wake"
+
+
+def wake() -> None:
+    """Tell this user's daemon that what it should do changed (an experiment submitted,
+    paused, activated, cancelled, killed, its concurrency set): a touch of
+    ``daemon.wake``, which the daemon stats between ticks, so it ticks within
+    ``tick_min_s`` instead of after its idle back-off (up to ``tick_max_s``). Nothing
+    when the home does not exist (no daemon of it runs); never fails: the daemon's
+    next regular tick does the same work."""
+    path = wake_path()
+    if not path.parent.is_dir():
+        return
+    with contextlib.suppress(OSError):
+        path.touch()
+
+
+@contextlib.contextmanager
+def daemon_lock(block: bool = False) -> Iterator[bool]:
+    """Yields True when this process holds the daemon lock (False: another daemon runs)."""
+    make_private_dir(dethpc_home())
+    f: IO[str] = open(lock_path(), "a+")  # noqa: SIM115 - held for the context
+    try:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        pid_path().write_text(str(os.getpid()))
+        try:
+            yield True
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                if pid_path().read_text().strip() == str(os.getpid()):
+                    pid_path().unlink()
+    finally:
+        f.close()
+
+
+def running_pid() -> int | None:
+    """The pid of the running daemon, or None (the lock, not the pidfile, is the truth)."""
+    if not lock_path().exists():
+        return None
+    with open(lock_path(), "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                return int(pid_path().read_text().strip())
+            except (FileNotFoundError, ValueError):
+                return -1
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return None
+
+
+def start(extra_env: dict[str, str] | None = None, wait_s: float = 10.0) -> int:
+    """Start ``dethpc daemon run`` in the background unless one runs; returns its pid."""
+    pid = running_pid()
+    if pid is not None:
+        return pid
+    make_private_dir(dethpc_home())
+    env = {**os.environ, **(extra_env or {})}
+    with open(log_path(), "ab") as log:
+        proc = subprocess.Popen(  # noqa: S603
+            [sys.executable, "-m", "dethpc.surfaces.cli.main", "daemon", "run"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+            start_new_session=True, close_fds=True)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        pid = running_pid()
+        if pid is not None:
+            return pid
+        if proc.poll() is not None:
+            raise DethpcError(f"the daemon exited at once (code {proc.returncode}); "
+                              f"see {log_path()}")
+        time.sleep(0.05)
+    raise DethpcError(f"the daemon did not take its lock within {wait_s:.0f}s; see {log_path()}")
+
+
+def stop(timeout_s: float = 30.0) -> int | None:
+    """SIGTERM the daemon (it finishes its tick) and wait; returns the pid stopped."""
+    pid = running_pid()
+    if pid is None or pid <= 0:
+        return None
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if running_pid() is None:
+            return pid
+        time.sleep(0.1)
+    raise DethpcError(f"daemon {pid} did not stop within {timeout_s:.0f}s")

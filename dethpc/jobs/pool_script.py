@@ -1,0 +1,83 @@
+"""The batch script of a pool's worker array: K long-lived workers, one per task.
+
+Each task runs ``python -m dethpc.launch.worker`` under a small batch shell that forwards
+the pool's preemption signal (Slurm sends it to the batch shell, ``--signal=B:``)
+and TERM to the worker, and requeues the task (``scontrol requeue``) when the
+worker exits 85 after handing its lease back (on the local backend, the 85 itself
+asks for the requeue). The directives are a trial's (``trial_directives``): the
+same partition, shape, time limit and signal as a per-trial job. When the experiment
+runs in an image, the worker itself runs inside it (the same runtime command, binds and
+passed environment as a trial's job, ``dethpc.jobs.jobscript.container_prefix``) under the
+image's python (``containers.python``), so its trials start warm in the image; the
+batch shell, the signal forwarding and the requeue stay on the host.
+
+Owns: ``worker_array_script`` and the worker's job name/comment.
+Must not: write or submit the script (the daemon side does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from dethpc.common.exitcodes import LOCAL_REQUEUE_EXIT
+from dethpc.common.traits import BackendKind, traits_of
+from dethpc.config.model import ClusterConfig, ExperimentConfig
+from dethpc.jobs.directives import trial_directives
+from dethpc.jobs.jobscript import batch_comment, batch_name, container_prefix
+from dethpc.jobs.render import shjoin
+from dethpc.launch.worker.queue import PoolPaths
+
+
+def pool_name(exp_id: int, batch_id: int = 0, tag: str = "") -> str:
+    """The worker array's job name: its batch's name with ``-pool`` (adoption finds a
+    worker array a crash left unrecorded by it)."""
+    return f"{batch_name(exp_id, batch_id, tag)}-pool"
+
+
+def pool_comment(exp_id: int, batch_id: int = 0, tag: str = "") -> str:
+    return f"{batch_comment(exp_id, batch_id, tag)}:pool"
+
+
+def worker_array_script(cfg: ExperimentConfig, cluster: ClusterConfig, *,
+                        backend: BackendKind | str, run_dir: Path, exp_id: int, python: str,
+                        preload: Sequence[str] = (), heartbeat_s: float = 5.0,
+                        idle_exit_s: float = 0.0, batch_id: int = 0, tag: str = "") -> str:
+    pool = cluster.pool(cfg.resources.resource_pool)
+    paths = PoolPaths.of_run_dir(run_dir)
+    directives = trial_directives(cfg, pool, name=pool_name(exp_id, batch_id, tag),
+                                  comment=pool_comment(exp_id, batch_id, tag),
+                                  output=str(paths.root / "slurm-%A_%a.out"))
+    prefix = container_prefix(cfg, cluster, cfg.resources.resource_pool, run_dir)
+    worker = [python if prefix is None else cluster.containers.python, "-m", "dethpc.launch.worker",
+              "--run-dir", str(run_dir), "--heartbeat-s", f"{heartbeat_s:g}",
+              "--preempt-signal", pool.signal]
+    if idle_exit_s > 0:
+        worker += ["--max-idle-s", f"{idle_exit_s:g}"]
+    if preload:
+        worker += ["--preload", ",".join(preload)]
+    if prefix is not None:
+        worker = [*prefix, *worker]
+    requeue = traits_of(backend).requeue_in_place
+    lines = ["#!/bin/bash", *(f"#SBATCH {d}" for d in directives),
+             f"# dethpc: pool worker array of experiment {exp_id} (docs/searchers.md)",
+             f"export DETHPC_PREEMPT_SIGNAL={pool.signal}",
+             f"{shjoin(worker)} &",
+             "child=$!",
+             f"trap 'kill -s {pool.signal} \"$child\" 2>/dev/null' {pool.signal}",
+             "trap 'kill -s TERM \"$child\" 2>/dev/null' TERM",
+             "while :; do",
+             '  wait "$child"; rc=$?',
+             '  if [ "$rc" -gt 128 ] && kill -0 "$child" 2>/dev/null; then continue; fi',
+             "  break",
+             "done"]
+    if requeue:
+        # this task only: the task whose SLURM_JOB_ID is the array's id would requeue
+        # every task of the array with `scontrol requeue $SLURM_JOB_ID` (seen here)
+        lines += [f'if [ "$rc" -eq {LOCAL_REQUEUE_EXIT} ]; then',
+                  '  me="${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}"',
+                  '  scontrol requeue "${me:-$SLURM_JOB_ID}" || echo "dethpc: requeue failed" >&2',
+                  "  exit 0",
+                  "fi"]
+    lines.append('exit "$rc"')
+    return "\n".join(lines) + "\n"

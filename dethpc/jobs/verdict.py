@@ -1,0 +1,126 @@
+"""Slurm's verdict at submit: which config fields are behind a refusal.
+
+Owns: ``suspects`` (a pure function from Slurm's words to the cluster-config and
+experiment-config fields, with their values, that decide what Slurm refused) and
+``refusal_message`` (the text ``dethpc submit`` prints: Slurm's own words, the pool,
+the fields, the fix). ``experiments.check_with_scheduler`` runs the one
+``sbatch --test-only`` and calls these.
+Must not: run commands or read files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
+from dethpc.jobs.directives import managed_option
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """A config field that decides what Slurm judged, and its value (None: unset)."""
+
+    field: str
+    value: object
+
+    def __str__(self) -> str:
+        return f"{self.field} = {'(unset)' if self.value is None else repr(self.value)}"
+
+
+@dataclass(frozen=True)
+class _Rule:
+    #: lower-case fragments of Slurm's words that select this rule
+    words: tuple[str, ...]
+    #: pool fields (``pools.<pool>.<key>``) and experiment fields behind it
+    pool_keys: tuple[str, ...]
+    experiment_keys: tuple[str, ...]
+    fix: str
+
+
+RULES: tuple[_Rule, ...] = (
+    _Rule(("invalid partition",), ("partition",), (),
+          "name a partition that exists (`sinfo -s`)"),
+    _Rule(("invalid qos",), ("qos", "account"), (),
+          "name a QoS that exists and that the account allows (`sacctmgr show assoc "
+          "user=$USER format=account,qos`)"),
+    _Rule(("invalid account",), ("account", "partition"), (),
+          "name an account you have an association with (`sacctmgr show assoc user=$USER "
+          "format=account,partition`), or ask the admins to add one"),
+    _Rule(("time limit",), ("default_time", "partition"), ("slurm.time",),
+          "ask for at most the partition's MaxTime (`scontrol show partition`)"),
+    _Rule(("node count specification",), ("slots_per_node", "partition"),
+          ("resources.slots_per_trial", "slurm.slots_per_node"),
+          "ask for at most as many nodes as the partition has"),
+    _Rule(("generic resource", "gres"), ("gres", "gpu_type"), ("slurm.gpu_type",),
+          "name a GRES type the nodes have (`sinfo -o '%P %G'`)"),
+    _Rule(("node configuration is not available", "memory required", "more processors",
+           "cpu count"),
+          ("slots_per_node", "cpus_per_slot", "mem_per_slot", "gres", "gpu_type",
+           "partition"),
+          ("resources.slots_per_trial", "slurm.slots_per_node", "slurm.gpu_type"),
+          "fit one node: slots per node x cpus_per_slot CPUs, x mem_per_slot memory and "
+          "that many GPUs of gpu_type (`sinfo -N -o '%N %c %m %G'`)"),
+    _Rule(("policy", "qosmax", "assocmax", "grp"), ("qos", "account"), (),
+          "stay within the QoS's and the association's limits (`sacctmgr show qos`)"),
+)
+
+
+def _pool_value(pool: ResourcePool, key: str) -> object:
+    return getattr(pool, key)
+
+
+def _experiment_value(cfg: ExperimentConfig, key: str) -> object:
+    section, _, name = key.partition(".")
+    return getattr(getattr(cfg, section), name)
+
+
+def suspects(words: str, cfg: ExperimentConfig, cluster: ClusterConfig) -> list[Suspect]:
+    """The fields behind Slurm's ``words`` about the trials' job of ``cfg``: the trial's
+    pool (and het components' pools), set experiment fields, then any ``sbatch_args``
+    (they can replace or drop every directive). Empty when no rule knows the words."""
+    low = words.lower()
+    rules = [r for r in RULES if any(w in low for w in r.words)]
+    if not rules:
+        return []
+    pools = [cluster.pool(cfg.resources.resource_pool)]
+    pools += [cluster.pool(c.resource_pool) for c in cfg.slurm.components
+              if c.resource_pool and cluster.pool(c.resource_pool) not in pools]
+    out: list[Suspect] = []
+    for rule in rules:
+        for pool in pools:
+            for key in rule.pool_keys:
+                value = _pool_value(pool, key)
+                if value is not None or key in rule.pool_keys[:1]:
+                    out.append(Suspect(f"pools.{pool.name}.{key}", value))
+        for key in rule.experiment_keys:
+            value = _experiment_value(cfg, key)
+            if value is not None and (key != "resources.slots_per_trial" or value != 1):
+                out.append(Suspect(key, value))
+    for pool in pools:
+        if pool.sbatch_args:
+            out.append(Suspect(f"pools.{pool.name}.sbatch_args", list(pool.sbatch_args)))
+    if cfg.slurm.sbatch_args:
+        out.append(Suspect("slurm.sbatch_args", list(cfg.slurm.sbatch_args)))
+    unique: list[Suspect] = []
+    for s in out:
+        if s.field not in (u.field for u in unique):
+            unique.append(s)
+    return unique
+
+
+def refusal_message(words: str, cfg: ExperimentConfig, cluster: ClusterConfig,
+                    directives: list[str]) -> str:
+    """What ``dethpc submit`` says when Slurm refuses the trials' job."""
+    pool = cluster.pool(cfg.resources.resource_pool)
+    lines = [f"Slurm refuses the trials' job (sbatch --test-only): {words}",
+             f"  resource pool {pool.name!r} of the cluster config {cluster.source}"]
+    found = suspects(words, cfg, cluster)
+    if found:
+        lines.append("  the fields behind it:")
+        lines += [f"    {s}" for s in found]
+        fixes = [r.fix for r in RULES if any(w in words.lower() for w in r.words)]
+        lines.append(f"  fix: {fixes[0]}; or choose another pool with "
+                     "resources.resource_pool")
+    asked = [d for d in directives if managed_option(d) is None]
+    lines.append(f"  the job asked for: {' '.join(asked)}")
+    return "\n".join(lines)

@@ -1,0 +1,279 @@
+"""``python -m dethpc.launch.worker``: one pool worker's loop.
+
+Claims a work item (``dethpc.launch.worker.queue``), runs the trial as the job script
+would (same environment, working directory, entrypoint, stop file, exit codes
+80/81, one ``exits.jsonl`` record per run, output appended to the trial's
+``slurm-<job>.out``), heartbeats its lease while the trial runs, records the
+result, and takes the next item. A preemption signal (the pool's, or TERM) is
+forwarded to the trial's process group; when the trial has exited the lease is
+handed back (the trial resumes from its checkpoint on any worker) and the worker
+exits with ``LOCAL_REQUEUE_EXIT`` (85). A lease taken away (expired) kills the
+trial at once: another worker owns it now. With ``pool/drain`` present and
+nothing to claim, the worker exits 0; with ``pool/retire/<its job ref>`` present
+it exits 0 after its current run (the pool shrank). ``pool/kill/<item>`` kills the
+trial of the item it holds (a cancel), recorded ``cancelled``.
+
+Owns: the loop, the mapping of a trial's exit code to an exit record.
+Must not: touch the store, submit jobs, or pick the next trial.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+from dethpc.common.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED, LOCAL_REQUEUE_EXIT, ExitReason
+from dethpc.common.jsonlines import ends_mid_line
+from dethpc.launch.worker import forkserver, queue
+
+
+@dataclass
+class Flags:
+    """What the worker's signal handlers saw (handlers only set these)."""
+
+    preempt: str = ""
+    forwarded_to: int = 0
+    seen: list[str] = field(default_factory=list)
+
+
+def job_ref(env: dict[str, str] | os._Environ[str]) -> str:
+    array = env.get("SLURM_ARRAY_JOB_ID")
+    if array:
+        return f"{array}_{env.get('SLURM_ARRAY_TASK_ID', '0')}"
+    return env.get("SLURM_JOB_ID", "0")
+
+
+def default_worker_id() -> str:
+    ref = job_ref(os.environ)
+    return f"{socket.gethostname()}.{os.getpid()}" if ref == "0" else f"j{ref}.{os.getpid()}"
+
+
+def exit_reason(code: int, preempted: bool) -> ExitReason:
+    """A trial's exit code (as the job wrapper reads it) -> the exit record's reason."""
+    if code == EXIT_PREEMPTED or (preempted and code != 0 and code != EXIT_STOPPED):
+        return ExitReason.PREEMPTED
+    if code == EXIT_STOPPED:
+        return ExitReason.STOPPED
+    if code == 0:
+        return ExitReason.COMPLETED
+    return ExitReason.ERROR
+
+
+def _latest_checkpoint(trial_dir: Path, env: dict[str, str]) -> str:
+    from dethpc.core.jobapi._files import latest_checkpoint
+
+    try:
+        found = latest_checkpoint(trial_dir, env)
+    except Exception:  # a broken checkpoint directory: the trial starts fresh, as in a job
+        return ""
+    return "" if found is None else str(found)
+
+
+def trial_env(item: queue.WorkItem) -> dict[str, str]:
+    """The worker's own environment (SLURM_*, PATH) with the item's contract on top."""
+    env = dict(os.environ)
+    env.update(item.env)
+    env["DETHPC_RUN_ID"] = str(item.attempt)
+    latest = _latest_checkpoint(Path(item.trial_dir), env)
+    if latest:
+        env["DETHPC_LATEST_CHECKPOINT"] = latest
+    else:
+        env.pop("DETHPC_LATEST_CHECKPOINT", None)
+    return env
+
+
+def _append_exit(trial_dir: Path, reason: ExitReason, code: int, item: queue.WorkItem,
+                 ref: str, sig: str) -> None:
+    """One exit record per run; its ``job`` is the item's ref (the daemon's Job row)
+    when the daemon put the item, else the worker's own job."""
+    rec = {"reason": str(reason), "code": code, "restart": item.attempt,
+           "job": item.ref or ref, "worker_job": ref,
+           "signal": sig, "time": int(time.time()), "worker": True}
+    append_record(trial_dir / "exits.jsonl", rec)
+
+
+def append_record(path: Path, rec: dict[str, object]) -> None:
+    """Append one JSON line; a last line cut by a kill mid-write (no newline) is closed
+    first, so it cannot swallow this record (the reader skips the cut line alone)."""
+    with open(path, "ab") as fh:
+        if ends_mid_line(path):
+            fh.write(b"\n")
+        fh.write((json.dumps(rec) + "\n").encode())
+
+
+@dataclass(frozen=True)
+class Settings:
+    paths: queue.PoolPaths
+    worker: str
+    heartbeat_s: float
+    poll_s: float
+    max_idle_s: float     # exit after this long with nothing to claim (0: never)
+    task: str = ""        # the array task index (``retire/<task>``); "" outside an array
+
+
+def run_one(s: Settings, lease: queue.Lease, flags: Flags) -> tuple[queue.RunResult | None, int]:
+    """Run a claimed item to its end; (its result or None when the lease was lost, the
+    trial's exit code)."""
+    item = lease.item
+    trial_dir = Path(item.trial_dir)
+    ref = job_ref(os.environ)
+    t0 = time.time()
+    if not trial_dir.is_dir():     # nothing to run it in: an error, never a worker crash
+        result = queue.RunResult(trial_id=item.trial_id, seq=item.seq,
+                                 reason=str(ExitReason.ERROR), code=2, worker=s.worker,
+                                 start_s=0.0, wall_s=0.0,
+                                 extra={"attempt": item.attempt, "job": ref,
+                                        "error": f"trial directory {trial_dir} is missing"})
+        queue.finish(s.paths, lease, result)
+        return result, 2
+    pid, started = forkserver.spawn(item.argv, trial_env(item), item.cwd,
+                                    trial_dir / f"slurm-{ref}.out")
+    flags.forwarded_to = pid
+    if flags.preempt:      # the signal came between claim and fork
+        _signal_group(pid, flags.preempt)
+    next_beat = time.monotonic() + s.heartbeat_s
+    code = -1
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            code = os.waitstatus_to_exitcode(status)
+            break
+        if queue.killed(s.paths, item.name):     # cancelled: the trial ends now
+            _signal_group(pid, "KILL")
+            os.waitpid(pid, 0)
+            flags.forwarded_to = 0
+            _append_exit(trial_dir, ExitReason.CANCELLED, 137, item, ref, "KILL")
+            result = queue.RunResult(trial_id=item.trial_id, seq=item.seq,
+                                     reason=str(ExitReason.CANCELLED), code=137,
+                                     worker=s.worker, start_s=started,
+                                     wall_s=time.time() - t0,
+                                     extra={"attempt": item.attempt, "job": ref})
+            queue.finish(s.paths, lease, result)
+            return result, 137
+        if time.monotonic() >= next_beat:
+            next_beat = time.monotonic() + s.heartbeat_s
+            if not queue.heartbeat(lease):
+                _signal_group(pid, "KILL")
+                os.waitpid(pid, 0)
+                flags.forwarded_to = 0
+                _append_exit(trial_dir, ExitReason.CANCELLED, -9, item, ref, "")
+                return None, -9
+        time.sleep(s.poll_s)
+    flags.forwarded_to = 0
+    _signal_group(pid, "KILL")     # what the trial left behind ends with it, as with a job
+    code = 128 - code if code < 0 else code    # killed by a signal: as a shell reports it
+    reason = exit_reason(code, bool(flags.preempt))
+    _append_exit(trial_dir, reason, code, item, ref, flags.preempt)
+    result = queue.RunResult(trial_id=item.trial_id, seq=item.seq, reason=str(reason),
+                             code=code, worker=s.worker, start_s=started,
+                             wall_s=time.time() - t0,
+                             extra={"attempt": item.attempt, "job": ref})
+    if reason is ExitReason.PREEMPTED:
+        queue.give_back(s.paths, lease)
+    else:
+        queue.finish(s.paths, lease, result)
+    return result, code
+
+
+def _signal_group(pid: int, name: str) -> None:
+    try:
+        os.killpg(pid, signal.Signals[f"SIG{name}"])
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def install_handlers(flags: Flags, preempt_signal: str) -> None:
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name.removeprefix("SIG")
+        flags.preempt = flags.preempt or name
+        flags.seen.append(name)
+        if flags.forwarded_to:
+            fwd = preempt_signal if name == "TERM" else name
+            _signal_group(flags.forwarded_to, fwd)
+
+    for name in {preempt_signal, "TERM"}:
+        signal.signal(signal.Signals[f"SIG{name}"], on_signal)
+
+
+def serve(s: Settings, flags: Flags) -> int:
+    """Claim and run items until drained or preempted; the worker's exit code."""
+    idle_since = time.monotonic()
+    while not flags.preempt:
+        if queue.retired(s.paths, s.task):
+            return 0
+        lease = queue.claim(s.paths, s.worker)
+        if lease is None:
+            if s.paths.drain.exists():
+                return 0
+            if s.max_idle_s and time.monotonic() - idle_since > s.max_idle_s:
+                return 0
+            time.sleep(s.poll_s)
+            continue
+        run_one(s, lease, flags)
+        idle_since = time.monotonic()
+    return LOCAL_REQUEUE_EXIT
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m dethpc.launch.worker",
+                                description="run trials from an experiment's pool directory")
+    p.add_argument("--run-dir", required=True, type=Path,
+                   help="the experiment's run directory (its pool/ holds the work)")
+    p.add_argument("--worker-id", default="", help="default: job ref or host.pid")
+    p.add_argument("--preload", default="",
+                   help="comma-separated modules imported once (e.g. torch)")
+    p.add_argument("--heartbeat-s", type=float, default=5.0)
+    p.add_argument("--poll-s", type=float, default=0.1)
+    p.add_argument("--max-idle-s", type=float, default=0.0)
+    p.add_argument("--task", default="",
+                   help="this worker's name in pool/retire/ (default: its job ref, "
+                        "<array>_<task>, when it runs as a job)")
+    p.add_argument("--preempt-signal", default=os.environ.get("DETHPC_PREEMPT_SIGNAL", "USR2"))
+    return p
+
+
+def _check(args: argparse.Namespace) -> str:
+    """'' when the arguments are usable, else a one-line error."""
+    if not (args.run_dir / "pool").is_dir():
+        return f"--run-dir: {args.run_dir}/pool is not a directory (no pool was set up)"
+    if f"SIG{args.preempt_signal}" not in signal.Signals.__members__:
+        return f"--preempt-signal: {args.preempt_signal!r} is not a signal name (e.g. USR2)"
+    if args.heartbeat_s <= 0 or args.poll_s <= 0 or args.max_idle_s < 0:
+        return "--heartbeat-s/--poll-s must be > 0 and --max-idle-s >= 0"
+    if args.task and not args.task.replace("_", "").isdigit():
+        return f"--task: {args.task!r} is not a job ref (<array>_<task>) or a task index"
+    if args.worker_id and (queue.LEASE_SEP in args.worker_id or "/" in args.worker_id):
+        return f"--worker-id: {args.worker_id!r} must not contain '{queue.LEASE_SEP}' or '/'"
+    return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    problem = _check(args)
+    if problem:
+        print(f"dethpc worker: {problem}", file=sys.stderr)
+        return 2
+    modules = [m.strip() for m in args.preload.split(",") if m.strip()]
+    took, missing = forkserver.preload(modules)
+    for name, why in missing.items():   # the trials import it themselves: no warm start
+        print(f"dethpc worker: --preload: cannot import {name!r} ({why}); trials import "
+              "it themselves", file=sys.stderr)
+    flags = Flags()
+    ref = job_ref(os.environ)
+    install_handlers(flags, args.preempt_signal)
+    s = Settings(paths=queue.PoolPaths.of_run_dir(args.run_dir),
+                 worker=args.worker_id or default_worker_id(),
+                 heartbeat_s=args.heartbeat_s, poll_s=args.poll_s, max_idle_s=args.max_idle_s,
+                 task=args.task or ("" if ref == "0" else ref))
+    if took:
+        print(f"dethpc worker {s.worker}: preloaded "
+              + ", ".join(f"{k} {v:.2f} s" for k, v in took.items()), file=sys.stderr)
+    return serve(s, flags)

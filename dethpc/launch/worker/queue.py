@@ -1,0 +1,358 @@
+"""The pool directory of one experiment and its lease protocol.
+
+Layout under ``<run_dir>/pool/``::
+
+    work/<item>.json            a trial to run to a length (written by the daemon side)
+    leases/<worker>--<item>.json  claimed by a worker; its mtime is the heartbeat
+    returning/<item>.json       a lease being handed back (expired or preempted)
+    results/<item>.json         how the run ended (written by the worker)
+    drain                       no new work will come: idle workers exit
+    retire/<task>               worker <task> (its job ref) exits after its current run
+    kill/<item>                 the worker holding <item> kills its trial now
+
+Every state change is one ``os.rename`` (atomic on a local or shared POSIX disk): two
+workers renaming the same ``work/<item>.json`` cannot both succeed, so exactly one
+claims it. A lease is expired by renaming it away (``returning/``) before it is
+re-queued, so a worker that comes back late finds its lease gone on its next
+heartbeat and stops its trial. Item names are ``t<trial>-s<seq>``: a promotion or a
+continuation of trial T is a new item with a higher ``seq``.
+
+Owns: ``PoolPaths``, ``WorkItem``, ``Lease``, ``RunResult`` and the functions that
+move items between states (enqueue, claim, heartbeat, finish, give_back, expire,
+withdraw, kill, known) and the pool's size (``retire``, ``retired``).
+Must not: start processes, read the store, or decide what to enqueue.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+LEASE_SEP = "--"
+
+
+@dataclass(frozen=True)
+class PoolPaths:
+    """The files of one experiment's pool (``<run_dir>/pool``)."""
+
+    root: Path
+
+    @classmethod
+    def of_run_dir(cls, run_dir: Path) -> PoolPaths:
+        return cls(Path(run_dir) / "pool")
+
+    @property
+    def work(self) -> Path:
+        return self.root / "work"
+
+    @property
+    def leases(self) -> Path:
+        return self.root / "leases"
+
+    @property
+    def returning(self) -> Path:
+        return self.root / "returning"
+
+    @property
+    def results(self) -> Path:
+        return self.root / "results"
+
+    @property
+    def drain(self) -> Path:
+        return self.root / "drain"
+
+    @property
+    def kill(self) -> Path:
+        return self.root / "kill"
+
+    @property
+    def retire(self) -> Path:
+        """``retire/<task>``: the worker whose job ref is ``<task>`` exits after its
+        current run (the pool shrinks: ``set-concurrency``)."""
+        return self.root / "retire"
+
+    def create(self) -> PoolPaths:
+        for d in (self.work, self.leases, self.returning, self.results, self.retire):
+            d.mkdir(parents=True, exist_ok=True)
+        return self
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """Run trial ``trial_id`` (its ``seq``-th item) with this command and environment.
+
+    ``argv``/``env``/``cwd`` are exactly what the trial's job script would run (the
+    job contract's environment); ``attempt`` grows each time the item is handed back
+    (``DETHPC_RUN_ID`` of the run)."""
+
+    trial_id: int
+    seq: int
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    trial_dir: str
+    attempt: int = 0
+    #: the daemon's name for this item (``dethpc.control.pool_view.item_ref``): the ``job`` of
+    #: its runs' exit records; "" outside a daemon (the worker's own job ref is used)
+    ref: str = ""
+
+    @property
+    def name(self) -> str:
+        return item_name(self.trial_id, self.seq)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> WorkItem:
+        raw = json.loads(text)
+        return cls(trial_id=int(raw["trial_id"]), seq=int(raw["seq"]),
+                   argv=[str(a) for a in raw["argv"]],
+                   env={str(k): str(v) for k, v in raw["env"].items()},
+                   cwd=str(raw["cwd"]), trial_dir=str(raw["trial_dir"]),
+                   attempt=int(raw.get("attempt", 0)), ref=str(raw.get("ref", "")))
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A worker's claim on one item: the file whose mtime is the heartbeat."""
+
+    worker: str
+    item: WorkItem
+    path: Path
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How one run of an item ended (``results/<item>.json``)."""
+
+    trial_id: int
+    seq: int
+    reason: str          # dethpc.common.exitcodes.ExitReason value
+    code: int
+    worker: str
+    start_s: float       # fork to the child running user code (the warm start)
+    wall_s: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunResult:
+        raw = json.loads(text)
+        return cls(**raw)
+
+
+def item_name(trial_id: int, seq: int) -> str:
+    return f"t{trial_id}-s{seq}"
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def enqueue(paths: PoolPaths, item: WorkItem) -> Path:
+    """Make ``item`` claimable (atomically: a worker never reads half a file)."""
+    target = paths.work / f"{item.name}.json"
+    _write_atomic(target, item.to_json())
+    return target
+
+
+def _sort_key(name: str) -> tuple[int, int]:
+    stem = name.removesuffix(".json")
+    try:
+        t, s = stem.split("-")
+        return int(t[1:]), int(s[1:])
+    except ValueError:
+        return (1 << 62, 0)
+
+
+def pending(paths: PoolPaths) -> list[str]:
+    """Item names waiting in ``work/`` (oldest trial first)."""
+    try:
+        names = [n for n in os.listdir(paths.work) if n.endswith(".json")
+                 and not n.startswith(".")]
+    except FileNotFoundError:
+        return []
+    return sorted(names, key=_sort_key)
+
+
+def claim(paths: PoolPaths, worker: str) -> Lease | None:
+    """Take the first item nobody else took; None when ``work/`` is empty.
+
+    The item is touched first (its mtime becomes the lease's first heartbeat; a
+    rename keeps the mtime), then renamed into ``leases/``: one rename wins."""
+    for name in pending(paths):
+        src = paths.work / name
+        dst = paths.leases / f"{worker}{LEASE_SEP}{name}"
+        try:
+            os.utime(src)
+            os.rename(src, dst)
+        except FileNotFoundError:
+            continue      # another worker was first
+        return Lease(worker=worker, item=WorkItem.from_json(dst.read_text()), path=dst)
+    return None
+
+
+def heartbeat(lease: Lease) -> bool:
+    """Renew the lease; False when it is gone (expired and handed back: stop the run)."""
+    try:
+        os.utime(lease.path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def finish(paths: PoolPaths, lease: Lease, result: RunResult) -> None:
+    """Record the result, then drop the lease (a crash in between leaves a result
+    and a lease; ``expire`` drops such a lease instead of re-queueing it)."""
+    write_result(paths, result)
+    try:
+        os.unlink(lease.path)
+    except FileNotFoundError:
+        pass
+
+
+def write_result(paths: PoolPaths, result: RunResult) -> None:
+    _write_atomic(paths.results / f"{item_name(result.trial_id, result.seq)}.json",
+                  result.to_json())
+
+
+def _requeue_from(paths: PoolPaths, held: Path, item_file: str) -> WorkItem | None:
+    """``held`` was renamed out of ``leases/`` by us: put it back in ``work/``."""
+    if (paths.results / item_file).exists() or (paths.results / "taken" / item_file).exists():
+        held.unlink(missing_ok=True)
+        return None
+    item = WorkItem.from_json(held.read_text())
+    again = replace(item, attempt=item.attempt + 1)
+    enqueue(paths, again)
+    held.unlink(missing_ok=True)
+    return again
+
+
+def give_back(paths: PoolPaths, lease: Lease) -> WorkItem | None:
+    """Hand a lease back at once (the run was preempted: any worker resumes it from
+    its checkpoint). None when it was already taken away."""
+    held = paths.returning / f"{lease.item.name}.json"
+    try:
+        os.rename(lease.path, held)
+    except FileNotFoundError:
+        return None
+    return _requeue_from(paths, held, f"{lease.item.name}.json")
+
+
+def expire(paths: PoolPaths, timeout_s: float, now: float | None = None) -> list[WorkItem]:
+    """Hand back every lease whose heartbeat is older than ``timeout_s`` (its worker's
+    node died, or it hangs); also finishes hand-backs a crash left in ``returning/``."""
+    now = time.time() if now is None else now
+    back: list[WorkItem] = []
+    try:
+        leases = os.listdir(paths.leases)
+    except FileNotFoundError:
+        leases = []
+    for name in leases:
+        if LEASE_SEP not in name or name.startswith("."):
+            continue
+        path = paths.leases / name
+        try:
+            if now - path.stat().st_mtime <= timeout_s:
+                continue
+            item_file = name.split(LEASE_SEP, 1)[1]
+            held = paths.returning / item_file
+            os.rename(path, held)
+        except FileNotFoundError:
+            continue
+        again = _requeue_from(paths, held, item_file)
+        if again is not None:
+            back.append(again)
+    for name in os.listdir(paths.returning) if paths.returning.exists() else []:
+        if name.endswith(".json") and not name.startswith("."):
+            again = _requeue_from(paths, paths.returning / name, name)
+            if again is not None:
+                back.append(again)
+    return back
+
+
+def take_results(paths: PoolPaths) -> list[RunResult]:
+    """Results not yet taken, removed as they are read (the daemon side stores them)."""
+    out: list[RunResult] = []
+    try:
+        names = sorted(n for n in os.listdir(paths.results)
+                       if n.endswith(".json") and not n.startswith("."))
+    except FileNotFoundError:
+        return out
+    for name in names:
+        path = paths.results / name
+        try:
+            out.append(RunResult.from_json(path.read_text()))
+        except FileNotFoundError:
+            continue
+        done = paths.results / "taken"
+        done.mkdir(exist_ok=True)
+        os.replace(path, done / name)
+    return out
+
+
+def active_leases(paths: PoolPaths) -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(paths.leases) if LEASE_SEP in n)
+    except FileNotFoundError:
+        return []
+
+
+def withdraw(paths: PoolPaths, trial_id: int) -> list[str]:
+    """Take trial ``trial_id``'s unclaimed items out of ``work/`` (a searcher stop of
+    a trial no worker runs yet); the names taken. A claimed item is not touched: its
+    trial reads the ``stop`` file as in a job."""
+    taken = []
+    for name in pending(paths):
+        if name.startswith(f"t{trial_id}-s"):
+            try:
+                os.unlink(paths.work / name)
+            except FileNotFoundError:
+                continue      # claimed meanwhile
+            taken.append(name.removesuffix(".json"))
+    return taken
+
+
+def retire(paths: PoolPaths, tasks: Iterable[str], keep: Iterable[str] = ()) -> None:
+    """Workers ``tasks`` (their job refs, ``<array>_<task>``) exit after their current
+    run; workers ``keep`` no longer do (the pool grew back while they still live)."""
+    paths.retire.mkdir(parents=True, exist_ok=True)
+    for task in tasks:
+        (paths.retire / task).touch()
+    for task in keep:
+        (paths.retire / task).unlink(missing_ok=True)
+
+
+def retired(paths: PoolPaths, task: str) -> bool:
+    return bool(task) and (paths.retire / task).exists()
+
+
+def kill(paths: PoolPaths, name: str) -> None:
+    """Ask whichever worker holds item ``name`` to kill its trial now (a cancel or a stop
+    past its grace): the worker records the run ``cancelled``."""
+    paths.kill.mkdir(parents=True, exist_ok=True)
+    (paths.kill / name).touch()
+
+
+def killed(paths: PoolPaths, name: str) -> bool:
+    return (paths.kill / name).exists()
+
+
+def known(paths: PoolPaths, name: str) -> bool:
+    """Item ``name`` was put in the queue once (waiting, held, being handed back, or
+    ended): putting it again would run it twice."""
+    file = f"{name}.json"
+    if any((d / file).exists() for d in (paths.work, paths.returning, paths.results,
+                                          paths.results / "taken")):
+        return True
+    return any(n.endswith(f"{LEASE_SEP}{file}") for n in active_leases(paths))

@@ -1,0 +1,117 @@
+"""What every CLI command shares: the cluster config, the store, the backend, output.
+
+Owns: lazy construction of those (so ``config validate`` needs no database),
+JSON/rich printing helpers. Must not: hold logic the library lacks.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from dethpc.backends.base import Backend
+from dethpc.config import load_cluster_config
+from dethpc.config.model import ClusterConfig
+from dethpc.store import Store
+from dethpc.surfaces.layout import GAP, Col, cell_lines, fit, one_line, terminal_width, wrap_words
+
+console = Console()
+#: errors are never hard-wrapped: a path or a command to copy from them stays one line
+err_console = Console(stderr=True, soft_wrap=True)
+
+
+@dataclass
+class Env:
+    cluster_path: str | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def cluster(self) -> ClusterConfig:
+        return load_cluster_config(self.cluster_path)
+
+    @cached_property
+    def store(self) -> Store:
+        """The state database: the user's own credentials file when there is one
+        (``dethpc.store.credentials``); on a shared database, a normal role must be the
+        Unix user's (``dethpc.store.access.check_identity``)."""
+        from dethpc.control.experiments import current_user
+        from dethpc.store.access import check_identity
+        from dethpc.store.credentials import database_url
+
+        store = Store(database_url(self.cluster) or None)
+        m = store.migration
+        if m is not None and m.start is not None:  # an existing database was upgraded
+            err_console.print(f"dethpc: upgraded database {store.safe_url} from schema "
+                              f"revision {m.start} to {m.head} (docs/store.md)")
+        check_identity(store.role, current_user(), store.safe_url)
+        return store
+
+    @cached_property
+    def backend(self) -> Backend:
+        from dethpc.backends.factory import make_backend
+
+        return make_backend(self.cluster)
+
+
+ENV = Env()
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def table(title: str, columns: Sequence[str | Col], rows: Sequence[Sequence[Any]], *,
+          wide: bool = False) -> None:
+    """Print a table that fits the terminal (``dethpc.surfaces.layout``): shrinkable columns
+    cut with ``…``, columns that cannot fit left out with a note; ``wide``: every column
+    at full width, whatever the terminal."""
+    cols = [c if isinstance(c, Col) else Col(c) for c in columns]
+    cells = [[one_line(v) for v in r] for r in rows]
+    width = terminal_width()
+    layout = fit(cols, cells, None if wide else width)
+    headers, shown = cell_lines(cols, cells, layout)
+    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+              padding=(0, GAP - 1, 0, 0))
+    for h, w in zip(headers, layout.widths, strict=True):
+        t.add_column(Text(h), width=w, no_wrap=True, overflow="ellipsis")
+    for r in shown:
+        t.add_row(*[Text(v) for v in r])
+    # a console as wide as the table: rich never draws wider than its console's width
+    drawn = max(layout.total, len(title))
+    Console(file=console.file, width=drawn if wide else min(drawn, width),
+            force_terminal=console.is_terminal or None).print(t, crop=False)
+    if layout.dropped and rows:  # an empty table hides nothing
+        names = ", ".join(cols[i].header for i in layout.dropped)
+        note = f"({names} left out to fit {width} columns; --wide shows them)"
+        for line in wrap_words(note, width):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def say(text: str, *, wide: bool = False, hang: int = 0) -> None:
+    """A line of prose (no markup), wrapped at spaces to the terminal's width (lines
+    after the first indented ``hang`` spaces); a word longer than the width is cut with
+    ``…``; ``wide``: one line, nothing cut."""
+    if wide:
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+        return
+    for line in wrap_words(text, terminal_width(), hang):  # already fits: rich must not wrap
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+WideOpt = typer.Option(False, "--wide", "-w", help="full values, however wide (no "
+                       "column cut or left out to fit the terminal)")
+JsonOpt = typer.Option(False, "--json", help="print JSON instead of a table")
+
+
+def fmt_metric(value: float | None) -> str:
+    return "" if value is None else f"{value:.6g}"

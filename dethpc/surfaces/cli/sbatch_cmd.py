@@ -1,0 +1,122 @@
+"""``dethpc sbatch``: a drop-in for ``sbatch``, and ``dethpc sbatch --search``.
+
+Owns: the typer command: hands the raw words to ``dethpc.surfaces.sbatchwrap`` (``plain`` for a
+job, ``search`` for a search) and prints what it returns with sbatch's exit code.
+Must not: hold logic the library lacks.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import typer
+
+from dethpc.surfaces.cli.common import ENV
+
+
+def run_search(argv: Sequence[str], environ: Mapping[str, str], cwd: Path) -> str:
+    """Parse, record the search, return the line to print."""
+    from dethpc.common.errors import DethpcError
+    from dethpc.jobs.directives import canonical_option
+    from dethpc.surfaces.sbatchwrap.search import announce, refuse_options, submit_search
+    from dethpc.surfaces.sbatchwrap.search_cli import UsageError, parse_command, submission_options
+
+    cmd = parse_command(argv)
+    if cmd.forward_signal:
+        raise UsageError("--forward-signal cannot be used with --search: a search's trials "
+                         "learn of the signal through `dethpc should-stop`")
+    refuse_options([(canonical_option(o) or o, "command line") for o in cmd.options])
+    if cmd.script is None:
+        raise UsageError("no script given: dethpc sbatch --search search.yaml [sbatch "
+                         "options] script.sh [args...]")
+    script = cmd.script if cmd.script.is_absolute() else cwd / cmd.script
+    try:
+        text = script.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise DethpcError(f"cannot read the script {cmd.script}: {exc}") from None
+    options = submission_options(cmd, text, environ)
+    assert cmd.search_file is not None  # the caller saw --search
+    exp_id = submit_search(ENV.store, ENV.cluster, ENV.backend, search_file=cwd / cmd.search_file,
+                           script=script, args=cmd.args, options=options, submit_dir=cwd,
+                           environ=environ, overrides=cmd.overrides)
+    return announce(exp_id, cmd.parsable)
+
+
+def run_plain(argv: Sequence[str], environ: Mapping[str, str], cwd: Path,
+              stdin_text: str | None) -> tuple[str, str, int]:
+    """Submit one job (or array) through the real sbatch: (stdout, stderr, exit code)."""
+    from dethpc.common.errors import DethpcError
+    from dethpc.common.runner import CommandRunner
+    from dethpc.control.experiments import current_user
+    from dethpc.surfaces.sbatchwrap import plain
+    from dethpc.surfaces.sbatchwrap.search_cli import parse_command
+
+    runner = CommandRunner(env=dict(environ), cwd=str(cwd))
+    if plain.wants_info(argv):
+        out = plain.passthrough(argv, runner)
+        return out.stdout, out.stderr, out.code
+    backend = ENV.backend
+    if not backend.traits.user_sbatch:
+        raise DethpcError(f"dethpc sbatch submits through Slurm's sbatch; this cluster's "
+                          f"backend is {backend.traits.name} (cluster.yaml: backend). Use "
+                          "`dethpc submit` with an experiment config on the local backend")
+    cmd = parse_command(argv)
+    if cmd.overrides:
+        raise DethpcError("--config is for searches (dethpc sbatch --search FILE ...)")
+    job = plain.plan(cmd, ENV.cluster, cwd=cwd, environ=environ, stdin_text=stdin_text,
+                     max_array_size=max(1, backend.max_array_size()))
+    out = plain.submit(ENV.store, ENV.cluster, job, runner, owner=current_user())
+    return out.stdout, out.stderr, out.code
+
+
+USAGE = """Usage: dethpc sbatch [--forward-signal] [sbatch options] SCRIPT [ARGS...]
+       dethpc sbatch --search SEARCH.yaml [--parsable] [--config KEY=VALUE]
+                     [sbatch options] SCRIPT [ARGS...]
+
+The first form is sbatch itself: the same options and #SBATCH lines, the same output
+('Submitted batch job N', N alone under --parsable), the same exit code. dethpc adds
+--requeue and the pool's early --signal=B:SIG@GRACE unless set, records the job (one
+trial per array task) and tracks it: `dethpc experiment list`, `dethpc trial logs`.
+The early signal is recorded for `dethpc should-stop`, forwarded to the script only
+with --forward-signal (or a '#DETHPC --forward-signal' line in its header).
+
+The second runs a searcher over an unchanged script: each trial runs SCRIPT with its
+hyperparameters as $DETHPC_HP_<NAME> and in the JSON file $DETHPC_HPARAMS, and prints
+'Submitted experiment N'. See docs/existing-scripts.md. `sbatch --help` lists sbatch's
+options (also `dethpc sbatch --help-sbatch`)."""
+
+
+def sbatch(ctx: typer.Context) -> None:
+    """sbatch, tracked by dethpc; --search runs a searcher over the script
+    (docs/existing-scripts.md)."""
+    args = list(ctx.args)
+    head = args[:next((i for i, a in enumerate(args) if not a.startswith("-")), len(args))]
+    if "--help" in head or "-h" in head:
+        typer.echo(USAGE)
+        return
+    if "--help-sbatch" in head:
+        args = ["--help"]
+    environ, cwd = dict(os.environ), Path.cwd()
+    if any(a == "--search" or a.startswith("--search=") for a in head):
+        typer.echo(run_search(args, environ, cwd))
+        return
+    from dethpc.jobs.directives import canonical_option
+    from dethpc.surfaces.sbatchwrap.search_cli import parse_command
+
+    cmd = parse_command(args)
+    no_script = cmd.script is None and not any(canonical_option(o) == "--wrap"
+                                               for o in cmd.options)
+    stdin_text = None
+    if no_script and not sys.stdin.isatty():
+        stdin_text = sys.stdin.read()
+    elif not args:
+        typer.echo(USAGE)
+        return
+    out, err, code = run_plain(args, environ, cwd, stdin_text)
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    if code:
+        raise typer.Exit(code)

@@ -1,0 +1,481 @@
+"""``dethpc sbatch [sbatch options] script.sh [args...]``: a drop-in for ``sbatch``.
+
+Owns: what the plain command submits (``PlainJob``: the user's script, its header
+re-emitted in dethpc's wrapper, the additions, the array's task ids), the wrapper's text
+(``wrapper_script``, sbatch_templates/sbatch_wrapper.sbatch.j2), the records of an
+experiment of kind SBATCH (``record``/``unrecord``/``confirm``: written before sbatch
+runs, removed when sbatch refuses, the job ids added after), and what is printed
+(``announce``: exactly sbatch's line). See docs/existing-scripts.md.
+
+How the user's options reach Slurm unchanged: the command-line options go to the real
+``sbatch`` as given (dethpc adds ``--parsable`` to read the job id and prints sbatch's own
+line itself); the script's header (every line up to the first command) is re-emitted at
+the top of the wrapper, so sbatch parses the user's ``#SBATCH`` lines by its own rules;
+``SBATCH_*`` variables reach sbatch in the environment it runs in. dethpc's additions
+(``--requeue``, ``--signal=B:<sig>@<grace>``) follow the header, each only when the user
+set neither it nor its opposite anywhere. The wrapper is named as the script, so the
+default job name is the script's, as with sbatch.
+
+Must not: run sbatch itself (``submit`` takes a ``CommandRunner``), or decide the
+trial's end (the daemon does, from the wrapper's exit records and Slurm).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import sys
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from sqlmodel import Session, select
+
+from dethpc.common.errors import DethpcError
+from dethpc.common.paths import ExperimentPaths, make_run_dir
+from dethpc.common.runner import CommandResult, CommandRunner
+from dethpc.config.model import ClusterConfig, ResourcePool
+from dethpc.jobs.directives import canonical_option, option_value
+from dethpc.jobs.render import make_env
+from dethpc.store import Store
+from dethpc.store.models import (
+    Batch,
+    BatchState,
+    Event,
+    Experiment,
+    ExperimentKind,
+    ExperimentState,
+    Job,
+    SearcherState,
+    Trial,
+    TrialState,
+)
+from dethpc.surfaces.sbatchwrap.arrays import ArraySpec, parse_array
+from dethpc.surfaces.sbatchwrap.search import dethpc_directives, write_shim
+from dethpc.surfaces.sbatchwrap.search_cli import SearchCommand, UsageError, submission_options
+
+TEMPLATE = "sbatch_wrapper.sbatch.j2"
+#: ``#DETHPC --forward-signal`` in the script's header, or ``--forward-signal`` before it
+FORWARD_OPTION = "--forward-signal"
+#: the header line that opts a script in from the inside
+FORWARD_LINE = "#DETHPC --forward-signal"
+#: options that make sbatch print and exit without a job: passed straight through
+INFO_OPTIONS = frozenset({"--help", "--usage", "--version"})
+INFO_SHORT = frozenset({"-h", "-V"})
+#: Slurm's requeues after failures a job may take (Determined's default max_restarts)
+MAX_RESTARTS = 5
+#: the batch name prefix of a ``dethpc sbatch`` experiment
+MARKER = "sbatch:"
+#: sbatch's own refusal of a file without an interpreter line (sbatch 22.05)
+NOT_A_SCRIPT = ("sbatch: error: This does not look like a batch script.  The first\n"
+                "sbatch: error: line must start with #! followed by the path to an "
+                "interpreter.\nsbatch: error: For instance: #!/bin/sh")
+
+
+class NotABatchScript(DethpcError):
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class ScriptSource:
+    """The batch script as sbatch would read it: its job-name-giving file name, its text."""
+
+    name: str
+    text: str
+    path: Path | None = None
+    from_stdin: bool = False
+
+
+def script_source(cmd: SearchCommand, cwd: Path, stdin_text: str | None) -> ScriptSource:
+    """The script file, ``--wrap``'s command as sbatch makes it a script, or stdin."""
+    wrap = next((option_value(o) for o in cmd.options if canonical_option(o) == "--wrap"),
+                None)
+    if wrap is not None:
+        if cmd.script is not None:
+            raise UsageError("--wrap and a script file cannot both be given (as with sbatch)")
+        return ScriptSource("wrap", "#!/bin/sh\n# This script was created by sbatch "
+                                    f"--wrap.\n\n{wrap}\n")
+    if cmd.script is None or str(cmd.script) == "-":
+        if stdin_text is None:
+            raise UsageError("no script given: dethpc sbatch [sbatch options] script.sh "
+                             "[args...] (or the script on standard input)")
+        return ScriptSource("sbatch", stdin_text, from_stdin=True)
+    path = cmd.script if cmd.script.is_absolute() else cwd / cmd.script
+    try:
+        return ScriptSource(cmd.script.name, path.read_text(encoding="utf-8",
+                                                            errors="surrogateescape"), path)
+    except OSError as exc:
+        raise DethpcError(f"sbatch: error: Unable to open file {cmd.script}: "
+                          f"{exc.strerror or exc}") from None
+
+
+def header_of(text: str) -> str:
+    """The script's header as sbatch reads its ``#SBATCH`` lines (from the top to the
+    first line that is neither blank nor a comment), its interpreter line replaced by
+    ``#!/bin/bash`` (the wrapper's shell; the script keeps its own when it runs)."""
+    lines = text.splitlines()
+    out = ["#!/bin/bash"]
+    for line in lines[1:]:
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            break
+        out.append(line)
+    while len(out) > 1 and not out[-1].strip():
+        out.pop()
+    return "\n".join(out)
+
+
+def check_batch_script(source: ScriptSource) -> None:
+    if not source.text.startswith("#!"):
+        raise NotABatchScript(NOT_A_SCRIPT)
+
+
+def forward_requested(cmd: SearchCommand, text: str) -> bool:
+    return cmd.forward_signal or any(line.strip() == FORWARD_LINE
+                                     for line in header_of(text).splitlines())
+
+
+def pool_for(cluster: ClusterConfig, partition: str | None) -> ResourcePool:
+    """The pool whose partition the job asked for (its signal and grace), else the
+    cluster's default pool, else the defaults of a pool."""
+    if partition:
+        for pool in cluster.pools.values():
+            if pool.partition in partition.split(","):
+                return pool
+    try:
+        return cluster.pool(None)
+    except DethpcError:
+        return ResourcePool(name="default")
+
+
+@dataclass(frozen=True)
+class PlainJob:
+    """Everything ``dethpc sbatch`` submits, decided before anything is written."""
+
+    source: ScriptSource
+    args: tuple[str, ...]
+    #: the user's command-line options, as words for the real sbatch
+    sbatch_words: tuple[str, ...]
+    #: every option the job gets (script lines, SBATCH_*, command line), sbatch's order
+    directives: tuple[str, ...]
+    additions: tuple[str, ...]
+    #: the array's task ids, or None for a single job
+    array: ArraySpec | None
+    pool: ResourcePool
+    forward: bool
+    parsable: bool
+    quiet: bool
+    wait: bool
+    test_only: bool
+    submit_dir: Path
+
+    @property
+    def name(self) -> str:
+        """The job's name: ``--job-name`` wherever the user set it, else the script's."""
+        found = None
+        for d in self.directives:
+            if canonical_option(d) == "--job-name":
+                found = option_value(d)
+        return found or self.source.name
+
+    @property
+    def indices(self) -> tuple[int, ...]:
+        return self.array.indices if self.array is not None else (0,)
+
+
+def plan(cmd: SearchCommand, cluster: ClusterConfig, *, cwd: Path,
+         environ: Mapping[str, str], stdin_text: str | None,
+         max_array_size: int = 1001) -> PlainJob:
+    """What to submit (pure but for reading the script): refuses what cannot be
+    honoured before anything is recorded."""
+    source = script_source(cmd, cwd, stdin_text)
+    check_batch_script(source)
+    options = submission_options(cmd, source.text, environ)
+    directives = tuple(d for d, _ in options)
+    last: dict[str, str] = {}
+    for d in directives:
+        last[canonical_option(d) or d] = option_value(d) or ""
+    array = parse_array(last["--array"], max_array_size) if "--array" in last else None
+    pool = pool_for(cluster, last.get("--partition"))
+    words: list[str] = []
+    for o in cmd.options:
+        canon = canonical_option(o)
+        if canon in ("--wrap", "--quiet"):
+            continue            # --wrap became the script; dethpc prints sbatch's line
+        words.extend(o.split(" ", 1) if o.startswith("-") and not o.startswith("--")
+                     and " " in o else [o])
+    return PlainJob(source=source, args=tuple(cmd.args), sbatch_words=tuple(words),
+                    directives=directives, additions=tuple(dethpc_directives(directives, pool)),
+                    array=array, pool=pool, forward=forward_requested(cmd, source.text),
+                    parsable=cmd.parsable, quiet="--quiet" in last, wait="--wait" in last,
+                    test_only="--test-only" in last, submit_dir=cwd)
+
+
+# ------------------------------------------------------------------ the wrapper
+def wrapper_script(job: PlainJob, *, experiment_id: int, paths: ExperimentPaths,
+                   trials: Sequence[tuple[int, int]], python: str) -> str:
+    """The script Slurm receives. ``trials``: (array task id, trial id)."""
+    from dethpc.common.version import __version__
+
+    patterns = [(str(i) if job.array is not None else '""', tid,
+                 str(paths.trial(tid).root)) for i, tid in trials]
+    return make_env().get_template(TEMPLATE).render(
+        version=__version__, experiment_id=experiment_id, script_name=job.source.name,
+        header=header_of(job.source.text), additions=list(job.additions), tasks=patterns,
+        script=str(paths.script), signal=job.pool.signal,
+        signal_grace_s=job.pool.signal_grace_s, python=python, bin_dir=str(paths.bin),
+        forward=job.forward, config=str(paths.config))
+
+
+def wrapper_path(paths: ExperimentPaths, job: PlainJob) -> Path:
+    """Named as the script, so that sbatch's default job name is the script's."""
+    return paths.root / "sbatch" / job.source.name
+
+
+def config_yaml(job: PlainJob) -> str:
+    """The experiment config of a ``dethpc sbatch`` job: valid, minimal, honest (the
+    ``single`` searcher, no length). A job's end is its trial's end (dethpc never
+    submits it again); Slurm's own requeues after a failure (a node failure) count
+    against ``max_restarts``, Determined's default of 5."""
+    what = "an array job" if job.array is not None else "a job"
+    cfg = {
+        "name": job.name,
+        "description": f"{what} submitted with `dethpc sbatch {job.source.name}` from "
+                       f"{job.submit_dir}",
+        "entrypoint": f"# run by Slurm: {job.source.name} {' '.join(job.args)}".rstrip(),
+        "max_restarts": MAX_RESTARTS,
+        "searcher": {"name": "single", "metric": "loss", "smaller_is_better": True},
+    }
+    return yaml.safe_dump(cfg, sort_keys=False)
+
+
+# ------------------------------------------------------------------ records
+@dataclass
+class Recorded:
+    experiment_id: int
+    batch_id: int
+    paths: ExperimentPaths
+    #: (array task id, trial id)
+    trials: list[tuple[int, int]] = field(default_factory=list)
+
+
+def lock_path(runs_root: Path, token: str) -> Path:
+    """Held by ``dethpc sbatch`` from its records until the job id is in them: a batch
+    still SUBMITTING whose lock is free was left by a submitter that died."""
+    return Path(runs_root).expanduser() / f".sbatch-{token}.lock"
+
+
+@contextmanager
+def submitting(runs_root: Path) -> Iterator[str]:
+    """A token (the batch's name after ``MARKER``) whose lock is held in the block."""
+    token = uuid.uuid4().hex
+    path = lock_path(runs_root, token)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield token
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+
+
+def submitter_alive(runs_root: Path, batch_name: str) -> bool:
+    """Whether the ``dethpc sbatch`` that recorded ``batch_name`` still holds its lock."""
+    path = lock_path(runs_root, batch_name.removeprefix(MARKER))
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    path.unlink(missing_ok=True)
+    return False
+
+
+def record(store: Store, cluster: ClusterConfig, job: PlainJob, *, token: str,
+           owner: str, python: str) -> Recorded:
+    """The experiment (kind SBATCH), its trials (one per task, no job wanted from the
+    daemon) and a batch SUBMITTING; then its run directory: the config, the script's
+    copy, the ``dethpc`` shim and the wrapper."""
+    from dethpc.control.experiments import claim_run_dir
+
+    runs_root = Path(cluster.runs_root).expanduser()
+    config = config_yaml(job)
+    with store.session() as s:
+        exp = Experiment(name=job.name, config_yaml=config, run_dir="",
+                         owner=owner, backend=cluster.backend, kind=ExperimentKind.SBATCH,
+                         description=f"dethpc sbatch {job.source.name}")
+        s.add(exp)
+        s.flush()
+        assert exp.id is not None
+        paths = claim_run_dir(exp, runs_root)
+        s.add(exp)
+        s.add(SearcherState(experiment_id=exp.id, initialized=True, shutdown=True))
+        batch = Batch(experiment_id=exp.id, name=MARKER + token, state=BatchState.SUBMITTING,
+                      pool=job.pool.name, size=len(job.indices),
+                      throttle=job.array.throttle if job.array else 0)
+        s.add(batch)
+        s.flush()
+        assert batch.id is not None
+        rec = Recorded(exp.id, batch.id, paths)
+        for index in job.indices:
+            trial = Trial(experiment_id=exp.id, request_id=index, needs_job=False)
+            s.add(trial)
+            s.flush()
+            assert trial.id is not None
+            rec.trials.append((index, trial.id))
+        s.add(Event(experiment_id=exp.id, kind="created",
+                    message=f"dethpc sbatch {job.source.name}: {len(rec.trials)} trial(s)"))
+    try:
+        make_run_dir(paths.root, cluster.runs_mode)
+        paths.ensure()
+        paths.config.write_text(config)
+        paths.context.mkdir(parents=True, exist_ok=True)
+        paths.script.write_text(job.source.text, encoding="utf-8", errors="surrogateescape")
+        paths.script.chmod(0o700)
+        for _, tid in rec.trials:
+            paths.trial(tid).root.mkdir(parents=True, exist_ok=True)
+        write_shim(paths, python)
+        wrapper = wrapper_path(paths, job)
+        wrapper.parent.mkdir(parents=True, exist_ok=True)
+        wrapper.write_text(wrapper_script(job, experiment_id=rec.experiment_id, paths=paths,
+                                          trials=rec.trials, python=python))
+    except OSError as exc:
+        unrecord(store, rec)
+        raise DethpcError(f"cannot write the run directory {paths.root}: {exc}") from None
+    return rec
+
+
+def unrecord(store: Store, rec: Recorded) -> None:
+    """Remove every row and file of ``rec``: sbatch refused the job (or it was a test)."""
+    with store.session() as s:
+        for model in (Event, Trial, Batch, SearcherState):
+            for row in s.exec(select(model).where(
+                    model.experiment_id == rec.experiment_id)):  # type: ignore[attr-defined]
+                s.delete(row)
+        s.flush()
+        exp = s.get(Experiment, rec.experiment_id)
+        if exp is not None:
+            s.delete(exp)
+    shutil.rmtree(rec.paths.root, ignore_errors=True)
+
+
+def confirm(store: Store, rec: Recorded, job: PlainJob, job_id: str) -> None:
+    """The job ids Slurm gave: one job row per trial, the batch SUBMITTED."""
+    with store.session() as s:
+        batch = s.get(Batch, rec.batch_id)
+        assert batch is not None
+        batch.state, batch.array_job_id = BatchState.SUBMITTED, job_id
+        s.add(batch)
+        for index, tid in rec.trials:
+            ref = f"{job_id}_{index}" if job.array is not None else job_id
+            s.add(Job(experiment_id=rec.experiment_id, trial_id=tid, batch_id=rec.batch_id,
+                      array_index=index, ref=ref))
+        s.add(Event(experiment_id=rec.experiment_id, kind="submitted",
+                    message=f"Slurm job {job_id} submitted by dethpc sbatch"))
+
+
+def fail_unconfirmed(s: Session, batch: Batch) -> None:
+    """A batch whose submitter died before it recorded the job id: its trials end in
+    ERROR (the job, if sbatch made one, is not tracked; the daemon never submits it)."""
+    if batch.state != BatchState.SUBMITTING:
+        return
+    batch.state = BatchState.FAILED
+    s.add(batch)
+    for trial in s.exec(select(Trial).where(Trial.experiment_id == batch.experiment_id)):
+        if not trial.state.is_terminal:
+            trial.state, trial.exit_reason = TrialState.ERROR, "submitter died"
+            s.add(trial)
+    exp = s.get(Experiment, batch.experiment_id)
+    if exp is not None and exp.state == ExperimentState.ACTIVE:
+        exp.state = ExperimentState.ERROR
+        exp.message = ("`dethpc sbatch` ended before it recorded the Slurm job id; if a "
+                       "job was submitted, it runs untracked (squeue --me)")
+        s.add(exp)
+    s.add(Event(experiment_id=batch.experiment_id, kind="error",
+                message="dethpc sbatch ended before it recorded the job id"))
+
+
+# ------------------------------------------------------------------ sbatch
+def sbatch_argv(job: PlainJob, wrapper: Path) -> list[str]:
+    """The real sbatch's words; a script that came on standard input goes there again
+    (sbatch treats it differently: no ``SLURM_JOB_NAME`` in the job)."""
+    if job.source.from_stdin:
+        return ["sbatch", "--parsable", *job.sbatch_words]
+    return ["sbatch", "--parsable", *job.sbatch_words, str(wrapper), *job.args]
+
+
+def job_id_of(stdout: str) -> tuple[str, str | None]:
+    """``N`` or ``N;cluster`` (sbatch ``--parsable``) -> (N, cluster)."""
+    line = stdout.strip().splitlines()[0] if stdout.strip() else ""
+    jid, _, cluster = line.partition(";")
+    if not jid.isdigit():
+        raise DethpcError(f"sbatch answered {stdout.strip()!r}; expected a job id")
+    return jid, cluster or None
+
+
+def announce(job: PlainJob, job_id: str, cluster: str | None) -> str:
+    """What sbatch itself prints for the job (nothing under ``--quiet``)."""
+    if job.quiet:
+        return ""
+    if job.parsable:
+        return f"{job_id};{cluster}" if cluster else job_id
+    return f"Submitted batch job {job_id}" + (f" on cluster {cluster}" if cluster else "")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    stdout: str
+    stderr: str
+    code: int
+    experiment_id: int | None = None
+
+
+def submit(store: Store, cluster: ClusterConfig, job: PlainJob, runner: CommandRunner, *,
+           owner: str, python: str | None = None) -> Outcome:
+    """Record, run the real sbatch in the user's directory and environment, confirm or
+    remove the records; returns what to print and the exit code (sbatch's)."""
+    python = python or cluster.python or sys.executable
+    with submitting(Path(cluster.runs_root)) as token:
+        rec = record(store, cluster, job, token=token, owner=owner, python=python)
+        try:
+            wrapper = wrapper_path(rec.paths, job)
+            res: CommandResult = runner.run(
+                sbatch_argv(job, wrapper), check=False, retry=False,
+                input=wrapper.read_text() if job.source.from_stdin else None,
+                timeout=10 * 86400 if job.wait else None)
+        except BaseException:
+            unrecord(store, rec)
+            raise
+        if res.returncode != 0 and not job.wait or job.test_only or not res.stdout.strip():
+            unrecord(store, rec)
+            return Outcome(res.stdout, res.stderr, res.returncode)
+        jid, on = job_id_of(res.stdout)
+        confirm(store, rec, job, jid)
+    line = announce(job, jid, on)
+    return Outcome(line + "\n" if line else "", res.stderr, res.returncode, rec.experiment_id)
+
+
+def passthrough(argv: Sequence[str], runner: CommandRunner) -> Outcome:
+    """``--help``, ``--usage``, ``--version``: sbatch's own answer."""
+    res = runner.run(["sbatch", *argv], check=False, retry=False)
+    return Outcome(res.stdout, res.stderr, res.returncode)
+
+
+def wants_info(argv: Sequence[str]) -> bool:
+    head = []
+    for a in argv:
+        if not a.startswith("-"):
+            break
+        head.append(a)
+    return any(canonical_option(a) in INFO_OPTIONS or a in INFO_SHORT for a in head)
+

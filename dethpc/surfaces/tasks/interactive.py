@@ -1,0 +1,380 @@
+"""Shells, notebooks and one-off commands as Slurm jobs: the shared job builder.
+
+Owns: reading a task's config (an experiment YAML or a Determined command/notebook/
+shell config: only ``resources``, ``environment``, ``bind_mounts`` and ``slurm`` are
+used; ``task_config``), the directives of a task's job (``task_directives``: exactly a
+trial's placement and shape, but named ``dethpc-<kind>-<id>``, written to the task's
+``job.log``, never requeued, no signal), its environment (``task_env``), the job script
+(``render_script``: every value shell-quoted), submitting it (``submit``: the script
+0600 in the 0700 task directory), waiting until it runs (``wait_running``) and reading
+how it ended (``exit_code``). The per-kind parts (what the job runs, how the CLI
+attaches) are in ``dethpc.surfaces.cli.interactive_cmd`` and ``dethpc.surfaces.tasks.nbserve``.
+Must not: print (the CLI does) or open the store beyond ``dethpc.surfaces.tasks.registry``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dethpc.common.errors import ConfigError, DethpcError, FieldError
+from dethpc.common.traits import BackendKind, traits_of
+from dethpc.common.version import __version__
+from dethpc.config import parse_experiment_config
+from dethpc.config._yaml import load_yaml_file
+from dethpc.config.experiment import check_supported
+from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
+from dethpc.control.snapshot import snapshot_context
+from dethpc.jobs.directives import _placement, check_directive, job_time, layer, shape_directives
+from dethpc.jobs.jobscript import container_prefix, inside
+from dethpc.jobs.render import STARTUP_HOOK, shjoin, shquote, startup_hook_argv
+from dethpc.store import Store
+from dethpc.store.models import Task, TaskKind, TaskState
+from dethpc.surfaces.tasks import registry
+
+#: the config sections a task uses
+KEPT = ("resources", "environment", "bind_mounts", "slurm")
+#: Determined command/notebook/shell fields (and an experiment's) a task ignores
+IGNORED = (
+    "entrypoint", "searcher", "hyperparameters", "idle_timeout", "notebook_idle_type",
+    "work_dir", "description", "name", "labels", "checkpoint_storage", "max_restarts",
+    "min_validation_period", "min_checkpoint_period", "records_per_epoch",
+    "reproducibility", "data", "workspace", "project", "scheduling_unit",
+    "perform_initial_validation", "profiling", "optimizations", "debug", "integrations",
+    "log_policies", "retention_policy", "checkpoint_policy", "internal",
+    "preemption_timeout", "tensorboard_storage", "data_layer", "security", "pbs",
+    "tensorboard_args", "notebook_args",
+)
+#: the placeholder a task's synthetic experiment gets (validation only; never run)
+_SYNTHETIC = {"entrypoint": "true",
+              "searcher": {"name": "single", "metric": "loss",
+                           "max_length": {"batches": 1}}}
+#: files in the task directory
+JOB_LOG = "job.log"
+EXIT_FILE = "exit-code"
+READY_FILE = "ready"
+HOOK_ENV = "hook-env"
+#: how often a shell's holder job looks for an attached step (seconds)
+HOLDER_CHECK_S = 30
+
+
+def load_task_config(path: str | Path | None) -> ExperimentConfig:
+    """The task's config from a YAML file (None: the defaults: one slot, the default
+    pool); file errors are reported as the experiment config's are."""
+    if path is None:
+        return task_config({})
+    source = str(path)
+    return task_config(load_yaml_file(path), source)
+
+
+def task_config(raw: Any, source: str = "task config") -> ExperimentConfig:
+    """Validate a task's config: ``KEPT`` sections are checked as an experiment's (same
+    field paths), ``IGNORED`` ones dropped, anything else refused. Determined's command
+    ``resources.slots`` is read as ``slots_per_trial`` when that is not set."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError([FieldError("", f"expected a mapping, got {type(raw).__name__}")],
+                          source)
+    unknown = [k for k in raw if k not in KEPT and k not in IGNORED]
+    if unknown:
+        allowed = ", ".join(KEPT)
+        raise ConfigError([FieldError(str(k), f"unknown field; a task uses {allowed} "
+                                              "(experiment fields are ignored)")
+                           for k in unknown], source)
+    kept = {k: copy.deepcopy(raw[k]) for k in KEPT if k in raw}
+    res = kept.get("resources")
+    if isinstance(res, dict) and "slots" in res:
+        slots = res.pop("slots")
+        res.setdefault("slots_per_trial", slots)
+    cfg = parse_experiment_config({**_SYNTHETIC, **kept}, source)
+    check_supported(cfg)     # what `submit` refuses (a managed sbatch option, ...)
+    return cfg
+
+
+def task_directives(cfg: ExperimentConfig, pool: ResourcePool, *, kind: TaskKind,
+                    task_id: int, output: Path) -> list[str]:
+    """Every ``#SBATCH`` argument of a task's job: a trial's placement and shape with the
+    pool's and the config's ``sbatch_args`` layered over them, but the task's own name and
+    log, no requeue (a preempted interactive job just ends) and no signal."""
+    from dethpc.jobs.allocation import plan_allocation
+
+    alloc = plan_allocation(cfg.resources.slots_per_trial, pool, cfg.slurm)
+    own = [f"--job-name=dethpc-{kind.value}-{task_id}", f"--comment=dethpc:task={task_id}",
+           f"--output={output}", "--open-mode=append", "--no-requeue"]
+    out = layer([*own, *_placement(pool, job_time(cfg, pool)), *shape_directives(alloc)],
+                pool.sbatch_args, cfg.slurm.sbatch_args)
+    return [check_directive(d) for d in out]
+
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def task_env(cfg: ExperimentConfig, pool: ResourcePool, *, task_id: int, kind: TaskKind,
+             work_dir: Path, context_dir: Path | None) -> list[tuple[str, str]]:
+    """What a task's job exports: dethpc's (``DETHPC_TASK_ID``, ``DETHPC_CONTEXT_DIR``
+    when there is a context, ...) then the config's ``environment_variables`` (the GPU
+    ones on a GPU pool), names checked as a trial's are."""
+    env = [("DETHPC_TASK_ID", str(task_id)), ("DETHPC_TASK_KIND", kind.value),
+           ("DETHPC_TASK_DIR", str(work_dir)), ("DETHPC_BACKEND", "slurm"),
+           ("DETHPC_SLOTS_PER_TRIAL", str(cfg.resources.slots_per_trial))]
+    if context_dir is not None:
+        env.append(("DETHPC_CONTEXT_DIR", str(context_dir)))
+    if pool.socket_ifname:
+        env.append(("DETHPC_SOCKET_IFNAME", pool.socket_ifname))
+    user_env = cfg.environment.environment_variables
+    if pool.gres and cfg.environment.environment_variables_gpu is not None:
+        user_env = cfg.environment.environment_variables_gpu
+    env += list(user_env.items())
+    for key, _ in env:
+        if not _NAME.match(key):
+            raise DethpcError(f"environment.environment_variables: {key!r} is not a valid "
+                              "variable name; allowed: letters, digits and _, not first a digit")
+    return env
+
+
+@dataclass(frozen=True)
+class Job:
+    """One task's job: where it lives and what it runs."""
+
+    kind: TaskKind
+    task_id: int
+    work_dir: Path
+    #: the job's working directory: the context copy, else the submitting directory
+    cwd: Path
+    directives: list[str]
+    env: list[tuple[str, str]]
+    #: the job's main command (a shell's holder: empty; the script waits instead)
+    command: list[str]
+    #: how the startup hook runs (inside the image when there is one); empty: no hook
+    hook_command: list[str]
+    python_bin: str
+    idle_timeout_s: int = 0
+
+
+def render_script(job: Job) -> str:
+    """The job script: directives, environment, cwd, the startup hook (its exports kept
+    for the job and written to ``hook-env.0`` for a shell's steps), then the command (its
+    exit code written to ``exit-code``) or, for a shell, the holder loop."""
+    w = job.work_dir
+    lines = ["#!/bin/bash", *(f"#SBATCH {d}" for d in job.directives),
+             f"# dethpc {__version__}: {job.kind.value} task {job.task_id}; every value "
+             "below is shell-quoted", "set -u", "umask 077",
+             f"TASK_DIR={shquote(w)}"]
+    lines += [f"export {k}={shquote(v)}" for k, v in job.env]
+    lines += [f"export PATH={shquote(job.python_bin)}:\"$PATH\"",
+              f"cd {shquote(job.cwd)} || {{ echo \"dethpc: cannot enter {job.cwd}\" >&2; "
+              "exit 1; }"]
+    if job.hook_command:
+        env_file = shquote(w / HOOK_ENV)
+        lines += [
+            f"if [ -f {STARTUP_HOOK} ]; then",
+            f"  rm -f {env_file}.*",
+            f"  {shjoin(job.hook_command)} || {{ rc=$?; echo \"dethpc: {STARTUP_HOOK} "
+            "failed (exit code $rc)\" >&2; printf '%d\\n' \"$rc\" >\"$TASK_DIR/"
+            f"{EXIT_FILE}\"; exit \"$rc\"; }}",
+            f"  if [ -f {env_file}.0 ]; then",
+            f"    while IFS= read -r -d '' kv; do export \"$kv\"; done <{env_file}.0",
+            "  fi",
+            "fi"]
+    if job.kind == TaskKind.SHELL:
+        lines += [
+            f": >\"$TASK_DIR/{READY_FILE}\"",
+            f"idle={job.idle_timeout_s}",
+            "last=$(date +%s)",
+            "trap 'exit 0' TERM",
+            "while :; do",
+            f"  sleep {HOLDER_CHECK_S} & wait $!",
+            "  now=$(date +%s)",
+            "  if squeue -h -s -j \"$SLURM_JOB_ID\" -o %i 2>/dev/null "
+            "| grep -qv -e '\\.batch$' -e '\\.extern$'; then",
+            "    last=$now",
+            "  elif [ \"$idle\" -gt 0 ] && [ $((now - last)) -ge \"$idle\" ]; then",
+            "    echo \"dethpc: no shell attached for $idle s; ending the allocation\"",
+            "    exit 0",
+            "  fi",
+            "done", ""]
+        return "\n".join(lines)
+    lines += [
+        f"{shjoin(job.command)} &",
+        "child=$!",
+        "trap 'kill -TERM \"$child\" 2>/dev/null' TERM",
+        "while :; do",
+        "  wait \"$child\"; rc=$?",
+        "  if [ \"$rc\" -gt 128 ] && kill -0 \"$child\" 2>/dev/null; then continue; fi",
+        "  break",
+        "done",
+        f"printf '%d\\n' \"$rc\" >\"$TASK_DIR/{EXIT_FILE}.tmp\" "
+        f"&& mv -f \"$TASK_DIR/{EXIT_FILE}.tmp\" \"$TASK_DIR/{EXIT_FILE}\"",
+        "exit \"$rc\"", ""]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A recorded task and its job, not yet submitted."""
+
+    task: Task
+    job: Job
+    cfg: ExperimentConfig
+    pool: ResourcePool
+    prefix: list[str] | None
+
+
+def prepare(store: Store, cluster: ClusterConfig, kind: TaskKind, *,
+            config: ExperimentConfig, pool_name: str | None, context: Path | None,
+            command: Sequence[str] | Callable[[Path], Sequence[str]],
+            idle_timeout_s: float = 0.0,
+            warn: Callable[[str], None] = lambda _: None) -> Prepared:
+    """Record the task, make its 0700 directory, copy the context, build its job
+    (``command``: its argv, or a function of the task directory that returns it)."""
+    if traits_of(cluster.backend).kind is not BackendKind.SLURM:
+        raise DethpcError(f"`dethpc {kind.value}` runs a Slurm job; the cluster config "
+                          f"({cluster.source}) has backend {cluster.backend!r}")
+    name = pool_name or config.resources.resource_pool
+    pool = cluster.pool(name)
+    if pool.preemptible:
+        warn(f"pool {pool.name!r} is preemptible: this {kind.value} may be preempted, and "
+             "is then not requeued (it just ends)")
+    if context is not None and not Path(context).is_dir():
+        raise DethpcError(f"--context: {context} is not a directory")
+    task = registry.create(store, kind, [], idle_timeout_s)
+    assert task.id is not None
+    work_dir = registry.task_dir(task.id)
+    for stale in (JOB_LOG, EXIT_FILE, READY_FILE, "endpoint.json", "token"):
+        (work_dir / stale).unlink(missing_ok=True)
+    ctx_dir = None
+    try:
+        if context is not None:
+            ctx_dir = work_dir / "context"
+            if ctx_dir.exists():
+                import shutil
+
+                shutil.rmtree(ctx_dir)
+            snapshot_context(Path(context), ctx_dir)
+        prefix = container_prefix(config, cluster, pool.name, run_dir=work_dir)
+        env = task_env(config, pool, task_id=task.id, kind=kind, work_dir=work_dir,
+                       context_dir=ctx_dir)
+        hook = startup_hook_argv(work_dir / HOOK_ENV)
+        argv = list(command(work_dir) if callable(command) else command)
+        if prefix is not None:
+            hook = [*prefix, *hook]
+            argv = [*prefix, *inside(cluster, argv)] if argv else []
+        python = cluster.python or sys.executable
+        job = Job(kind=kind, task_id=task.id, work_dir=work_dir,
+                  cwd=ctx_dir if ctx_dir is not None else Path.cwd(),
+                  directives=task_directives(config, pool, kind=kind, task_id=task.id,
+                                             output=work_dir / JOB_LOG),
+                  env=env, command=argv, hook_command=hook,
+                  python_bin=str(Path(python).parent), idle_timeout_s=int(idle_timeout_s))
+    except Exception as exc:
+        registry.update(store, task.id, state=TaskState.FAILED, work_dir=str(work_dir),
+                        message=str(exc)[:500])
+        raise
+    task = registry.update(store, task.id, work_dir=str(work_dir), host="")
+    return Prepared(task, job, config, pool, prefix)
+
+
+def submit(store: Store, prep: Prepared, extra_env: Mapping[str, str] | None = None) -> Task:
+    """Write the script (0600) and submit it; the task records its job id."""
+    task_id = prep.job.task_id
+    script = prep.job.work_dir / f"{prep.job.kind.value}.sbatch"
+    script.unlink(missing_ok=True)
+    fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(render_script(prep.job))
+    res = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True,
+                         text=True, timeout=60, check=False,
+                         env={**os.environ, **(extra_env or {})})
+    if res.returncode != 0:
+        registry.update(store, task_id, state=TaskState.FAILED,
+                        message=f"sbatch: {res.stderr.strip()}"[:500])
+        raise DethpcError(f"sbatch refused the {prep.job.kind.value} job: "
+                          f"{res.stderr.strip()}")
+    job_ref = res.stdout.strip().split(";")[0]
+    return registry.update(store, task_id, job_ref=job_ref)
+
+
+def job_state(job_ref: str) -> tuple[str, str, str]:
+    """(state, node list, pending reason) as squeue says; ("", "", "") when gone."""
+    res = subprocess.run(["squeue", "-h", "-j", job_ref, "-o", "%T|%N|%r"],
+                         capture_output=True, text=True, timeout=30, check=False)
+    parts = res.stdout.strip().split("|") if res.returncode == 0 else []
+    if len(parts) != 3:
+        return "", "", ""
+    return parts[0], parts[1], parts[2]
+
+
+def wait_running(task: Task, *, until: Callable[[], bool] = lambda: True,
+                 on_pending: Callable[[str], None] = lambda _: None,
+                 timeout_s: float | None = None, poll_s: float = 0.5) -> str:
+    """Wait until the job runs and ``until()`` holds; its first node. Raises when the
+    job ends first, or after ``timeout_s``."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    said = ""
+    while True:
+        state, nodes, reason = job_state(task.job_ref)
+        if not state:
+            raise DethpcError(f"job {task.job_ref} ended before it was ready: "
+                              f"{log_tail(Path(task.work_dir) / JOB_LOG)}")
+        if state == "RUNNING" and until():
+            from dethpc.common.hostlist import expand_hostlist
+
+            return expand_hostlist(nodes)[0] if nodes else ""
+        if state == "PENDING" and reason != said and reason != "None":
+            said = reason
+            on_pending(reason)
+        if deadline is not None and time.monotonic() > deadline:
+            raise DethpcError(f"job {task.job_ref} was not ready within {timeout_s:g} s "
+                              f"(state {state}, {reason})")
+        time.sleep(poll_s)
+
+
+def exit_code(task: Task) -> int | None:
+    """The command's exit code the job wrote, or None (cancelled, killed, not ended)."""
+    try:
+        return int((Path(task.work_dir) / EXIT_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def finish(store: Store, task: Task, *, message: str = "") -> Task:
+    """Record how a task's job ended: ENDED when its exit code is 0 (or it has none and
+    was not a command), FAILED otherwise."""
+    assert task.id is not None
+    code = exit_code(task)
+    if code is None and task.kind == TaskKind.COMMAND:
+        return registry.update(store, task.id, state=TaskState.FAILED,
+                               message=message or "the job ended without an exit code "
+                               "(cancelled, or out of time?)")
+    if code:
+        return registry.update(store, task.id, state=TaskState.FAILED,
+                               message=message or f"exit code {code}")
+    return registry.update(store, task.id, state=TaskState.ENDED,
+                           message=message or ("exit code 0" if code == 0 else "ended"))
+
+
+def cancel(store: Store, task: Task, message: str) -> Task:
+    """scancel the task's job and wait until squeue no longer lists it."""
+    subprocess.run(["scancel", task.job_ref], capture_output=True, timeout=30, check=False)
+    deadline = time.monotonic() + 60
+    while registry.job_alive(task) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert task.id is not None
+    return registry.update(store, task.id, state=TaskState.ENDED, message=message)
+
+
+def log_tail(log: Path, lines: int = 5) -> str:
+    try:
+        return " | ".join(log.read_text(errors="replace").strip().splitlines()[-lines:]) \
+            or "(empty log)"
+    except OSError:
+        return "(no log)"

@@ -1,0 +1,184 @@
+"""The task model's operations shared by every kind: record, list (with liveness), kill.
+
+Owns: ``Task`` rows (``dethpc.store.models.Task``), each task's owner-only directory,
+and how a task's liveness is read: a local task is alive while its pid runs on its
+host with the task's directory in its command line (a reused pid is not mistaken for
+it); a ``--slurm`` task is alive while Slurm lists its job. A task found dead is marked
+``ended`` when listed (a notebook, shell or command job ``failed`` when the exit code
+its script wrote is not 0: ``dethpc.surfaces.tasks.interactive.finish``). Kinds add their own
+start; list and kill are these.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from sqlmodel import col, select
+
+from dethpc.common.errors import DethpcError, NotFoundError
+from dethpc.common.paths import dethpc_home
+from dethpc.control.experiments import current_user
+from dethpc.store import Store
+from dethpc.store.models import Task, TaskKind, TaskState, now
+
+#: the longest socket path AF_UNIX takes (108 bytes on Linux, less a margin)
+MAX_SOCKET_PATH = 100
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` created (with parents) and made 0700; refused when another user owns it."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = path.stat()
+    if st.st_uid != os.getuid():
+        raise DethpcError(f"{path} belongs to uid {st.st_uid}, not to you: refusing to "
+                          "serve from it")
+    path.chmod(0o700)
+    return path
+
+
+def task_dir(task_id: int) -> Path:
+    """The task's own directory under ``DETHPC_HOME/tasks`` (0700)."""
+    private_dir(dethpc_home() / "tasks")
+    return private_dir(dethpc_home() / "tasks" / str(task_id))
+
+
+def socket_path(task_id: int, work_dir: Path, name: str) -> Path:
+    """``work_dir/name``, or, when that path is too long for AF_UNIX, the same name in a
+    0700 ``/tmp/dethpc-<uid>/task-<id>`` directory."""
+    path = work_dir / name
+    if len(str(path)) <= MAX_SOCKET_PATH:
+        return path
+    short = private_dir(Path("/tmp") / f"dethpc-{os.getuid()}")
+    return private_dir(short / f"task-{task_id}") / name
+
+
+def create(store: Store, kind: TaskKind, experiment_ids: list[int],
+           idle_timeout_s: float) -> Task:
+    with store.session() as s:
+        task = Task(kind=kind, owner=current_user(), host=socket.gethostname(),
+                    experiment_ids=list(experiment_ids), idle_timeout_s=idle_timeout_s)
+        s.add(task)
+        s.flush()
+        s.refresh(task)
+        return task
+
+
+def update(store: Store, task_id: int, **fields: object) -> Task:
+    with store.session() as s:
+        task = s.get(Task, task_id)
+        if task is None:
+            raise NotFoundError(f"task {task_id} does not exist (see `dethpc task list`)")
+        for key, value in fields.items():
+            setattr(task, key, value)
+        if fields.get("state") in (TaskState.ENDED, TaskState.FAILED) and not task.ended_at:
+            task.ended_at = now()
+        s.add(task)
+        return task
+
+
+def get(store: Store, task_id: int) -> Task:
+    with store.session() as s:
+        task = s.get(Task, task_id)
+        if task is None:
+            raise NotFoundError(f"task {task_id} does not exist (see `dethpc task list`)")
+        return task
+
+
+def pid_alive(task: Task) -> bool:
+    """The task's process runs here (its command line names the task's directory)."""
+    if task.pid <= 0 or task.host != socket.gethostname():
+        return False
+    try:
+        cmdline = Path(f"/proc/{task.pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+    return bool(task.work_dir) and task.work_dir in cmdline
+
+
+def job_alive(task: Task) -> bool:
+    """Slurm still lists the task's job (pending or running)."""
+    res = subprocess.run(["squeue", "-h", "-j", task.job_ref, "-o", "%T"],
+                         capture_output=True, text=True, timeout=30, check=False)
+    return res.returncode == 0 and bool(res.stdout.strip())
+
+
+def alive(task: Task) -> bool | None:
+    """True/False, or None when it cannot be told from here (another host)."""
+    if task.job_ref:
+        return job_alive(task)
+    if task.host != socket.gethostname():
+        return None
+    return pid_alive(task)
+
+
+def tasks(store: Store, *, kind: TaskKind | None = None, include_ended: bool = False,
+          everyone: bool = False) -> list[Task]:
+    """The user's tasks, oldest first; live ones found dead are marked ended."""
+    with store.session() as s:
+        q = select(Task).order_by(col(Task.id))
+        if kind is not None:
+            q = q.where(Task.kind == kind)
+        if not everyone:
+            q = q.where(Task.owner == current_user())
+        rows = list(s.exec(q).all())
+    out = []
+    for task in rows:
+        if not task.state.is_terminal and alive(task) is False and task.id is not None:
+            if task.kind in (TaskKind.COMMAND, TaskKind.NOTEBOOK, TaskKind.SHELL):
+                from dethpc.surfaces.tasks.interactive import finish
+
+                task = finish(store, task)   # ENDED, or FAILED by its exit code
+            else:
+                task = update(store, task.id or 0, state=TaskState.ENDED,
+                              message=task.message or "its process is gone")
+        if include_ended or not task.state.is_terminal:
+            out.append(task)
+    return out
+
+
+def kill(store: Store, task_id: int, *, grace_s: float = 20.0) -> Task:
+    """Stop a task: SIGTERM to its process (SIGKILL after ``grace_s``) or scancel of its
+    job; waits until it is gone. Stopping an ended task is a no-op."""
+    task = get(store, task_id)
+    if task.owner != current_user():
+        raise DethpcError(f"task {task_id} belongs to {task.owner!r}, not to you")
+    if task.job_ref:
+        subprocess.run(["scancel", task.job_ref], capture_output=True, timeout=30,
+                       check=False)
+        deadline = time.monotonic() + grace_s * 3
+        while job_alive(task) and time.monotonic() < deadline:
+            time.sleep(0.5)
+    elif task.host != socket.gethostname() and not task.state.is_terminal:
+        raise DethpcError(f"task {task_id} runs on {task.host}: run `dethpc task kill "
+                          f"{task_id}` there")
+    elif pid_alive(task):
+        _terminate(task.pid, grace_s, lambda: pid_alive(task))
+    assert task.id is not None
+    return update(store, task.id, state=TaskState.ENDED,
+                  message=task.message or "stopped by `task kill`")
+
+
+def _terminate(pid: int, grace_s: float, running: Callable[[], bool]) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``, until ``running()`` says it is gone."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                # our own child (started by this process) must be reaped to disappear
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    return
+            except ChildProcessError:
+                pass
+            if not running():
+                return
+            time.sleep(0.1)

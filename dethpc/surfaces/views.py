@@ -1,0 +1,174 @@
+"""Read-only views of the store for the CLI (describe, list, logs), as plain dicts.
+
+Owns: turning rows into the dicts that ``--json`` prints and the tables show.
+Must not: change state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlmodel import select
+
+from dethpc.backends.base import JobState
+from dethpc.common.errors import NotFoundError
+from dethpc.store import Store
+from dethpc.store.models import (
+    Checkpoint,
+    CheckpointState,
+    Event,
+    Experiment,
+    Job,
+    Metric,
+    SearcherState,
+    Trial,
+)
+
+
+def experiment_dict(e: Experiment) -> dict[str, Any]:
+    return {"id": e.id, "name": e.name, "state": e.state, "description": e.description,
+            "labels": list(e.labels), "owner": e.owner, "backend": e.backend,
+            "kind": e.kind.value,
+            "progress": round(e.progress, 3), "run_dir": e.run_dir,
+            "created_at": e.created_at, "ended_at": e.ended_at, "message": e.message}
+
+
+def trial_dict(t: Trial) -> dict[str, Any]:
+    return {"id": t.id, "experiment_id": t.experiment_id, "request_id": t.request_id,
+            "state": t.state, "hparams": t.hparams,
+            "steps_completed": t.steps_completed, "target_length": t.target_length,
+            "best_validation": t.best_validation, "latest_validation": t.latest_validation,
+            "latest_checkpoint": t.latest_checkpoint, "restarts": t.restarts,
+            "runs": t.runs, "exit_reason": t.exit_reason}
+
+
+def checkpoint_dict(c: Checkpoint) -> dict[str, Any]:
+    return {"uuid": c.uuid, "experiment_id": c.experiment_id, "trial_id": c.trial_id,
+            "steps_completed": c.steps_completed, "state": c.state, "path": c.path,
+            "validation_metric": c.validation_metric, "created_at": c.created_at,
+            "metadata": c.meta}
+
+
+def list_experiments(store: Store, include_ended: bool = True,
+                     owner: str | None = None) -> list[dict[str, Any]]:
+    """Experiments by id; only ``owner``'s when given (None: everyone's)."""
+    with store.session() as s:
+        rows = s.exec(select(Experiment).order_by(Experiment.id))  # type: ignore[arg-type]
+        return [experiment_dict(e) for e in rows
+                if (include_ended or e.ended_at is None)
+                and (owner is None or e.owner == owner)]
+
+
+def describe_experiment(store: Store, exp_id: int) -> dict[str, Any]:
+    from dethpc.control.reconcile import load_config
+    from dethpc.searchers.factory import make_searcher
+
+    with store.session() as s:
+        exp = s.get(Experiment, exp_id)
+        if exp is None:
+            raise NotFoundError(f"experiment {exp_id} does not exist")
+        trials = list(s.exec(select(Trial).where(Trial.experiment_id == exp_id)
+                             .order_by(Trial.id)))  # type: ignore[arg-type]
+        ckpts = {c.uuid: c for c in s.exec(select(Checkpoint).where(
+            Checkpoint.experiment_id == exp_id))}
+        ss = s.get(SearcherState, exp_id)
+        live = {j.trial_id: j for j in s.exec(select(Job).where(
+            Job.experiment_id == exp_id, Job.live == True)  # noqa: E712
+            .order_by(Job.id))}  # type: ignore[arg-type]
+    cfg = load_config(exp)
+    sib = cfg.searcher.smaller_is_better
+    out = experiment_dict(exp)
+    out["searcher"] = {"name": cfg.searcher.name, "metric": cfg.searcher.metric,
+                       "smaller_is_better": sib}
+    out["trials"] = []
+    for t in trials:
+        d = trial_dict(t)
+        d["pending_reason"] = pending_reason(t, live.get(t.id or 0))
+        best = [c for c in ckpts.values()
+                if c.trial_id == t.id and c.state == CheckpointState.COMPLETED]
+        scored = [c for c in best if c.validation_metric is not None]
+        if scored:
+            pick = min(scored, key=lambda c: c.validation_metric if sib  # type: ignore[arg-type,return-value]
+                       else -c.validation_metric)  # type: ignore[operator]
+            d["best_checkpoint"] = pick.uuid
+        elif best:
+            d["best_checkpoint"] = max(best, key=lambda c: c.steps_completed).uuid
+        else:
+            d["best_checkpoint"] = None
+        out["trials"].append(d)
+    scored_trials = [d for d in out["trials"] if d["best_validation"] is not None]
+    out["best_trial"] = (min(scored_trials, key=lambda d: d["best_validation"] if sib
+                             else -d["best_validation"]) if scored_trials else None)
+    out["rungs"], searcher_trials = [], {}
+    if ss is not None and ss.snapshot:
+        searcher = make_searcher(cfg.searcher, cfg.hyperparameters, cfg.experiment_seed)
+        searcher.restore(ss.snapshot)
+        out["rungs"] = searcher.rungs()
+        searcher_trials = {r.request_id: r for r in searcher.trials()}
+    for d in out["trials"]:
+        rec = searcher_trials.get(d["request_id"])
+        d["rung"] = rec.rung if rec else None
+        d["searcher_status"] = rec.status if rec else None
+    return out
+
+
+def pending_reason(t: Trial, job: Job | None) -> str | None:
+    """Why a trial that waits is waiting: its job's pending reason as Slurm gives it
+    (``Priority``, ``Resources``, ``QOSMaxJobsPerUserLimit``, ...), or that dethpc has
+    not submitted it yet (e.g. held back under the user's submit limit); None when the
+    trial is not waiting for a job."""
+    if t.state.is_terminal:
+        return None
+    if job is not None:
+        return (job.reason or "pending") if job.state == JobState.PENDING else None
+    return "not submitted yet" if t.needs_job else None
+
+
+def trial_detail(store: Store, trial_id: int) -> dict[str, Any]:
+    with store.session() as s:
+        t = s.get(Trial, trial_id)
+        if t is None:
+            raise NotFoundError(f"trial {trial_id} does not exist")
+        d = trial_dict(t)
+        d["validations"] = [
+            {"steps": m.steps, "metrics": m.metrics}
+            for m in s.exec(select(Metric).where(Metric.trial_id == trial_id,
+                                                 Metric.kind == "validation")
+                            .order_by(Metric.steps))]  # type: ignore[arg-type]
+        d["checkpoints"] = [checkpoint_dict(c) for c in s.exec(
+            select(Checkpoint).where(Checkpoint.trial_id == trial_id)
+            .order_by(Checkpoint.steps_completed))]  # type: ignore[arg-type]
+        d["jobs"] = [{"ref": j.ref, "state": j.state, "restart_count": j.restart_count,
+                      "exit_reason": j.exit_reason, "exit_code": j.exit_code, "nodes": j.nodes,
+                      "reason": j.reason}
+                     for j in s.exec(select(Job).where(Job.trial_id == trial_id))]
+        d["events"] = [{"time": e.time, "kind": e.kind, "message": e.message}
+                       for e in s.exec(select(Event).where(Event.trial_id == trial_id)
+                                       .order_by(Event.id))]  # type: ignore[arg-type]
+        return d
+
+
+def checkpoints_of(store: Store, exp_id: int) -> list[dict[str, Any]]:
+    with store.session() as s:
+        return [checkpoint_dict(c) for c in s.exec(
+            select(Checkpoint).where(Checkpoint.experiment_id == exp_id)
+            .order_by(Checkpoint.trial_id, Checkpoint.steps_completed))]  # type: ignore[arg-type]
+
+
+def checkpoint_detail(store: Store, uuid: str) -> dict[str, Any]:
+    with store.session() as s:
+        c = s.get(Checkpoint, uuid)
+        if c is None:
+            raise NotFoundError(f"checkpoint {uuid} does not exist")
+        return checkpoint_dict(c)
+
+
+def events_of(store: Store, exp_id: int) -> list[dict[str, Any]]:
+    """The experiment's events; ``NotFoundError`` for an experiment this user cannot see
+    (none, or another user's in a shared database), rather than an empty log."""
+    with store.session() as s:
+        if s.get(Experiment, exp_id) is None:
+            raise NotFoundError(f"experiment {exp_id} does not exist")
+        return [{"time": e.time, "trial_id": e.trial_id, "kind": e.kind, "message": e.message}
+                for e in s.exec(select(Event).where(Event.experiment_id == exp_id)
+                                .order_by(Event.id))]  # type: ignore[arg-type]

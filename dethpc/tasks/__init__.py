@@ -1,3 +1,0 @@
-"""Tasks: the non-trial processes and jobs a user starts, lists and stops (one model,
-``dethpc.store.models.Task``): TensorBoard (``dethpc.tasks.tensorboard``) now; notebooks,
-shells and commands (issue 18) later, through ``dethpc.tasks.registry``."""
