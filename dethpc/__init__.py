@@ -1,12 +1,13 @@
 """dethpc: Determined-style deep-learning experiments on Slurm clusters.
 
-The package root owns the version string and Determined's top-level names, so
-that training code written for Determined runs with one changed line,
-``import dethpc as det``: ``det.core``, ``det.pytorch``, ``det.get_cluster_info``,
-``det.ClusterInfo``, ``det.TrialInfo`` and ``det.LOG_FORMAT`` (docs/core-api.md).
-They are loaded lazily (PEP 562): importing ``dethpc`` alone, as the daemon and
-the CLI do, loads none of them. Everything else lives in the sub-packages
-described in docs/architecture.md.
+Owns: the version string and Determined's top-level names, so that training code
+written for Determined runs with one changed line, ``import dethpc as det``:
+``det.core``, ``det.pytorch``, ``det.get_cluster_info``, ``det.ClusterInfo``,
+``det.TrialInfo`` and ``det.LOG_FORMAT`` (docs/core-api.md). They are loaded lazily
+(PEP 562): importing ``dethpc`` alone, as the daemon and the CLI do, loads none of them.
+Everything else lives in the layered sub-packages of docs/architecture.md.
+Must not: be imported by its own sub-packages (the version is
+``dethpc.common.version``), or import anything eagerly.
 """
 
 from __future__ import annotations

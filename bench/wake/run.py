@@ -153,7 +153,8 @@ def main() -> None:
     ap.add_argument("--tick-max-s", type=float, default=10.0)
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
-    idle_s = backoff_s(TICK_MIN_S, args.tick_max_s) + 2.0     # (dethpc.control.daemon's) and a margin
+    # dethpc.control.daemon's back-off, and a margin
+    idle_s = backoff_s(TICK_MIN_S, args.tick_max_s) + 2.0
     result = json.loads(args.out.read_text()) if args.out.exists() else {"cells": {}}
     result["what"] = ("an idle (backed-off) daemon: seconds from an experiment's row to the "
                       "daemon's first batch, and from a kill request to the experiment's end; "

@@ -1,1 +1,10 @@
-"""Backends: where job scripts run (Slurm, or local processes with Slurm semantics)."""
+"""Backends: where job scripts run (Slurm, or local processes with Slurm semantics).
+
+Owns: the ``Backend`` protocol and the values it speaks (``base``), the Slurm backend
+(``slurm``: the CLI, ``slurm_parse`` for its output, ``slurm_limits`` for sacctmgr,
+``pyslurm_query`` where pyslurm matches), the local backend (``local``, its spool and
+per-task supervisor), per-user job limits (``limits``) and the factory that picks one
+from the cluster config (``factory``).
+Must not: open the store, render scripts or decide what to submit (the control plane
+does); import the job side. A login node without Slurm still imports this package.
+"""

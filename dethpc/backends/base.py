@@ -2,7 +2,9 @@
 
 Owns: ``JobState`` (dethpc's own job states), ``JobRequest`` (one submission,
 an array of tasks, one per trial), ``JobInfo`` (what one batched poll says of
-one task) and the ``Backend`` protocol.
+one task), the per-user limits a pool's jobs fall under (``Limit``, ``PoolLimits``,
+``UNLIMITED``: what ``Backend.job_limits`` answers; ``dethpc.backends.limits`` counts
+and plans with them) and the ``Backend`` protocol.
 Must not: run commands or touch the store.
 
 Job references are strings: ``"<array_job_id>_<task>"`` for array tasks (the
@@ -15,12 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from dethpc.common.traits import BackendTraits
-
-if TYPE_CHECKING:
-    from dethpc.backends.limits import PoolLimits
 
 
 class JobState(StrEnum):
@@ -126,7 +125,7 @@ class Backend(Protocol):
     def job_limits(self, partition: str | None, qos: str | None, account: str | None,
                    extra_args: Sequence[str] = ()) -> PoolLimits:
         """The user's per-user job limits for jobs in this partition/QoS/account
-        (discovered once, cached); ``limits.UNLIMITED`` where there are none."""
+        (discovered once, cached); ``UNLIMITED`` where there are none."""
         ...
 
     def user_jobs(self) -> list[JobInfo] | None:
@@ -144,3 +143,52 @@ class Backend(Protocol):
         """Raise ``SubmitError`` when the partition/QoS do not exist or the allocation
         cannot fit; a no-op on backends without partitions."""
         ...
+
+
+# ------------------------------------------------------------- per-user job limits
+@dataclass(frozen=True)
+class Limit:
+    """One per-user limit: on a QoS (``MaxSubmitJobsPerUser``/``MaxJobsPerUser``) or
+    on the user's association with an account (``MaxSubmitJobs``/``MaxJobs``)."""
+
+    scope: str                      # "qos" or "assoc"
+    name: str                       # the QoS name or the account name
+    max_submit: int | None = None   # pending + running jobs (tasks) the user may have
+    max_jobs: int | None = None     # running jobs the user may have
+
+    def applies_to(self, job: JobInfo) -> bool:
+        """True when Slurm counts ``job`` against this limit. A job whose QoS or
+        account the poll did not report counts (erring on the side of fewer jobs)."""
+        value = job.qos if self.scope == "qos" else job.account
+        return not value or value == self.name
+
+    def __str__(self) -> str:
+        what = "QoS" if self.scope == "qos" else "association with account"
+        parts = [f"{k}={v}" for k, v in (("MaxSubmitJobs", self.max_submit),
+                                         ("MaxJobs", self.max_jobs)) if v is not None]
+        return f"{what} {self.name!r} ({', '.join(parts) or 'no per-user limit'})"
+
+
+@dataclass(frozen=True)
+class PoolLimits:
+    """The per-user limits a pool's jobs fall under: the QoS and account they run in
+    (the pool's own, else the user's defaults; ``None`` when unknown) and the limits."""
+
+    qos: str | None = None
+    account: str | None = None
+    limits: tuple[Limit, ...] = ()
+
+    @property
+    def max_submit(self) -> int | None:
+        """The tightest submit limit, ``None`` when there is none."""
+        values = [lim.max_submit for lim in self.limits if lim.max_submit is not None]
+        return min(values) if values else None
+
+    def tag(self) -> JobInfo:
+        """A stand-in for one job this pool just submitted (not yet seen by a poll)."""
+        return JobInfo(ref="", state=JobState.PENDING, qos=self.qos or "",
+                       account=self.account or "")
+
+
+#: no limits at all (the local backend, or a site without per-user limits)
+UNLIMITED = PoolLimits()

@@ -1,12 +1,13 @@
 """Per-user job limits: how many more jobs the user may submit, and Slurm's refusals.
 
-Owns: the value types of a site's per-user limits as they apply to one resource
-pool (``Limit``, ``PoolLimits``), counting the user's jobs the way Slurm counts
+Owns: counting the user's jobs the way Slurm counts
 them against those limits (``counted``), the submit headroom that follows
 (``headroom``), the classification of an ``sbatch`` refusal as "over a
 limit: wait and retry" (``limit_refusal``, ``refusal_is_final``) and the size cap
 after refusals over a limit dethpc cannot see (``cap_after_refusal``,
 ``cap_after_success``).
+The value types (``Limit``, ``PoolLimits``) are ``dethpc.backends.base``'s: every backend
+answers with them.
 Must not: run commands, read the store or know where the numbers come from
 (``dethpc.backends.slurm_limits`` parses sacctmgr; the daemon applies the result).
 
@@ -23,60 +24,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 
-from dethpc.backends.base import JobInfo, JobState
+from dethpc.backends.base import JobInfo, JobState, Limit, PoolLimits
 
 #: states a job counts against a submit limit in (pending, running, suspended)
 _LIVE = (JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED)
-
-
-@dataclass(frozen=True)
-class Limit:
-    """One per-user limit: on a QoS (``MaxSubmitJobsPerUser``/``MaxJobsPerUser``) or
-    on the user's association with an account (``MaxSubmitJobs``/``MaxJobs``)."""
-
-    scope: str                      # "qos" or "assoc"
-    name: str                       # the QoS name or the account name
-    max_submit: int | None = None   # pending + running jobs (tasks) the user may have
-    max_jobs: int | None = None     # running jobs the user may have
-
-    def applies_to(self, job: JobInfo) -> bool:
-        """True when Slurm counts ``job`` against this limit. A job whose QoS or
-        account the poll did not report counts (erring on the side of fewer jobs)."""
-        value = job.qos if self.scope == "qos" else job.account
-        return not value or value == self.name
-
-    def __str__(self) -> str:
-        what = "QoS" if self.scope == "qos" else "association with account"
-        parts = [f"{k}={v}" for k, v in (("MaxSubmitJobs", self.max_submit),
-                                         ("MaxJobs", self.max_jobs)) if v is not None]
-        return f"{what} {self.name!r} ({', '.join(parts) or 'no per-user limit'})"
-
-
-@dataclass(frozen=True)
-class PoolLimits:
-    """The per-user limits a pool's jobs fall under: the QoS and account they run in
-    (the pool's own, else the user's defaults; ``None`` when unknown) and the limits."""
-
-    qos: str | None = None
-    account: str | None = None
-    limits: tuple[Limit, ...] = ()
-
-    @property
-    def max_submit(self) -> int | None:
-        """The tightest submit limit, ``None`` when there is none."""
-        values = [lim.max_submit for lim in self.limits if lim.max_submit is not None]
-        return min(values) if values else None
-
-    def tag(self) -> JobInfo:
-        """A stand-in for one job this pool just submitted (not yet seen by a poll)."""
-        return JobInfo(ref="", state=JobState.PENDING, qos=self.qos or "",
-                       account=self.account or "")
-
-
-#: no limits at all (the local backend, or a site without per-user limits)
-UNLIMITED = PoolLimits()
 
 
 def counted(jobs: Iterable[JobInfo], limit: Limit) -> int:

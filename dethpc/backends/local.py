@@ -31,8 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dethpc.backends.base import JobInfo, JobRequest, JobState
-from dethpc.backends.limits import UNLIMITED, PoolLimits
+from dethpc.backends.base import UNLIMITED, JobInfo, JobRequest, JobState, PoolLimits
 from dethpc.backends.local_spool import (
     TERMINAL,
     Spool,
@@ -46,8 +45,8 @@ from dethpc.backends.local_spool import (
 )
 from dethpc.backends.local_supervisor import kill_group, signal_number
 from dethpc.common.errors import NotFoundError, SubmitError
+from dethpc.common.sbatch_options import script_header, task_count
 from dethpc.common.traits import LOCAL, BackendTraits
-from dethpc.jobs.directives import script_header, task_count
 
 log = logging.getLogger(__name__)
 

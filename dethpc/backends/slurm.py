@@ -25,8 +25,8 @@ from pathlib import Path
 
 from dethpc.backends import slurm_limits as sl
 from dethpc.backends import slurm_parse as sp
-from dethpc.backends.base import JobInfo, JobRequest, JobState
-from dethpc.backends.limits import UNLIMITED, PoolLimits, limit_refusal
+from dethpc.backends.base import UNLIMITED, JobInfo, JobRequest, JobState, PoolLimits
+from dethpc.backends.limits import limit_refusal
 from dethpc.backends.pyslurm_query import PyslurmQuery, load_query, pyslurm_importable
 from dethpc.common.errors import CommandError, SubmitError, SubmitLimitError
 from dethpc.common.runner import CommandResult, CommandRunner

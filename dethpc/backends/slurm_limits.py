@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dethpc.backends.limits import Limit, PoolLimits
+from dethpc.backends.base import Limit, PoolLimits
 
 #: ``sacctmgr -n -P show user <user> withassoc format=USER_FORMAT`` (in this order)
 USER_FORMAT = "user,defaultaccount,account,partition,qos,defaultqos,maxsubmit,maxjobs"

@@ -186,7 +186,7 @@ class ExperimentPaths:
     @property
     def submission(self) -> Path:
         """A search over a script (``dethpc sbatch --search``): the user's sbatch options
-        and submit directory (``dethpc.surfaces.sbatchwrap.search.SearchSubmission``)."""
+        and submit directory (``dethpc.jobs.script_jobs.SearchSubmission``)."""
         return self.context / "submission.json"
 
     @property
@@ -196,7 +196,7 @@ class ExperimentPaths:
 
     @property
     def submit_env(self) -> Path:
-        """A search's submitting environment (``dethpc.surfaces.sbatchwrap.submitenv``)."""
+        """A search's submitting environment (``dethpc.launch.submitenv``)."""
         return self.context / "submit-env"
 
     def array_script(self, batch_id: int) -> Path:

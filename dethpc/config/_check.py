@@ -20,7 +20,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 from dethpc.common.errors import ConfigError, FieldError
-from dethpc.jobs.directives import check_args
+from dethpc.common.sbatch_options import check_args
 
 T = TypeVar("T")
 _REPR_MAX = 80
@@ -268,7 +268,7 @@ def sbatch_time(ck: Checker, value: Any, path: str) -> str | None:
 
 
 def sbatch_args(ck: Checker, value: Any, path: str) -> tuple[str, ...]:
-    """Site/user sbatch options (``dethpc.jobs.directives.check_args``): strings starting
+    """Site/user sbatch options (``dethpc.common.sbatch_options.check_args``): strings starting
     with '-' that dethpc does not manage, or ``!--option`` to drop one of dethpc's."""
     args = ck.string_list(value, path)
     problems = {p.index: p.message for p in check_args(args)}

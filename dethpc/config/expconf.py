@@ -151,14 +151,14 @@ def grid_counts(tree: Any, path: str) -> list[tuple[str, str]]:
 
 # ----------------------------------------------------------------------- searcher
 def _dethpc_searcher_keys() -> Iterable[str]:
-    from dethpc.config import searcher_registry as registry
+    import dethpc.config.searcher_registry as registry
 
     return [k for k in (*registry.COMMON_KEYS, *registry.option_keys())
             if k not in SEARCHER_PROPS]
 
 
 def _dethpc_searcher_names() -> Iterable[str]:
-    from dethpc.config import searcher_registry as registry
+    import dethpc.config.searcher_registry as registry
 
     return registry.names()
 

@@ -26,7 +26,7 @@ from typing import Any
 
 # The module, not its names: the registry imports dethpc.config._check, whose package
 # import may be what is importing this module right now (a partly initialized registry).
-from dethpc.config import searcher_registry as registry
+import dethpc.config.searcher_registry as registry
 from dethpc.config._check import Checker, allowed_list, did_you_mean, is_int, join, show
 from dethpc.config.model import HParamTree, Length, SearcherConfig, Unit
 

@@ -15,10 +15,13 @@ Adding a searcher: write ``dethpc/searchers/<module>.py`` with the ``Searcher``
 subclass and ``SPEC = SearcherSpec(...)``, then add the module to
 ``BUILTIN_MODULES`` (docs/searchers.md, "Adding a searcher").
 
-Imports: the built-in modules load on the first lookup, not with this module:
-they import ``dethpc.config.model``, whose package imports
-``dethpc.config.searcher``, which imports this module. Nothing here imports
-torch or does I/O.
+Imports: this module is the seam between the config layer and ``dethpc.searchers``
+above it: the config checker asks it for names and keys, and the searcher modules
+declare their ``SPEC`` with its builders. The built-in modules load by name on the
+first lookup (``importlib``), never through an import statement, so the config layer
+imports nothing above it; they import ``dethpc.config.model``, whose package imports
+``dethpc.config.searcher``, which imports this module. Nothing here imports torch or
+does I/O.
 """
 
 from __future__ import annotations
@@ -34,7 +37,6 @@ from dethpc.config._check import Checker, join
 
 if TYPE_CHECKING:
     from dethpc.config.model import HParamTree, SearcherConfig
-    from dethpc.searchers.base import Searcher
 
 #: keys every searcher accepts; ``dethpc.config.searcher`` parses them itself
 COMMON_KEYS = ("name", "metric", "smaller_is_better", "max_length", "time_metric", "max_time",
@@ -56,8 +58,10 @@ Parse = Callable[[Checker, Any, str], Any]
 MaxTrialsRule = Callable[[Checker, Any, str, "HParamTree"], int]
 #: ``(checker, searcher mapping, its path, hparams)``: records problems across keys
 Check = Callable[[Checker, Mapping[str, Any], str, "HParamTree"], None]
-#: builds the searcher (a ``Searcher`` subclass is one): ``(config, hparams, seed)``
-Factory = Callable[["SearcherConfig", "HParamTree", int], "Searcher"]
+#: builds the searcher (a ``Searcher`` subclass is one): ``(config, hparams, seed)``;
+#: typed ``Any`` here because the config layer never imports ``dethpc.searchers``
+#: (``dethpc.searchers.factory.make_searcher`` gives the result its type)
+Factory = Callable[["SearcherConfig", "HParamTree", int], Any]
 
 
 @dataclass(frozen=True)

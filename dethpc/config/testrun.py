@@ -20,7 +20,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from dethpc.core._info import ENV_TEST_MODE
+from dethpc.common.jobenv import ENV_TEST_MODE
 
 TEST_LABEL = "test-mode"
 _DEVICE_KEYS = ("cpu", "cuda", "gpu", "rocm")

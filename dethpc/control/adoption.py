@@ -30,6 +30,7 @@ from sqlmodel import Session, select
 
 from dethpc.backends.base import JobState
 from dethpc.common.errors import DethpcError
+from dethpc.common.kinds import ExperimentKind
 from dethpc.common.paths import ExperimentPaths, TrialPaths, make_run_dir, spool_dir
 from dethpc.store import Store
 from dethpc.store.models import (
@@ -37,7 +38,6 @@ from dethpc.store.models import (
     BatchState,
     Event,
     Experiment,
-    ExperimentKind,
     ExperimentState,
     Job,
     SearcherState,

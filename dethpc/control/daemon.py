@@ -36,9 +36,8 @@ from typing import Any, TypeVar
 from sqlmodel import Session, col, select
 from sqlmodel.sql.expression import SelectOfScalar
 
-from dethpc.backends.base import Backend, JobInfo, JobRequest, JobState
+from dethpc.backends.base import Backend, JobInfo, JobRequest, JobState, PoolLimits
 from dethpc.backends.limits import (
-    PoolLimits,
     cap_after_refusal,
     cap_after_success,
     counted_live,
@@ -63,7 +62,8 @@ from dethpc.jobs.imagepull import (
     pull_job_script,
 )
 from dethpc.jobs.jobscript import batch_comment, batch_name, checkpoint_dir, instance_tag
-from dethpc.jobs.kinds import TrialJob, jobs_for
+from dethpc.jobs.kinds import jobs_for
+from dethpc.jobs.protocol import TrialJob
 from dethpc.jobs.render import make_env, parse_slurm_time
 from dethpc.launch.worker.queue import PoolPaths
 from dethpc.store import Store
@@ -430,7 +430,7 @@ class Daemon:
         """The SUBMITTING batches of kinds the daemon does not submit (``dethpc sbatch``):
         left alone while their submitter holds its lock; failed when it died before it
         recorded the job id. Returns their ids."""
-        from dethpc.surfaces.sbatchwrap.plain import fail_unconfirmed, submitter_alive
+        from dethpc.control.submitters import fail_unconfirmed, submitter_alive
 
         out: set[int] = set()
         for batch in pending:

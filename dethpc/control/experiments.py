@@ -22,22 +22,17 @@ from sqlmodel import select
 
 from dethpc.backends.base import Backend, JobRequest
 from dethpc.common.errors import DethpcError, NotFoundError, SubmitError
+from dethpc.common.kinds import ExperimentKind
 from dethpc.common.paths import ExperimentPaths, make_run_dir
 from dethpc.config import dump_config
 from dethpc.config.experiment import check_supported
 from dethpc.config.model import ClusterConfig, ExperimentConfig
 from dethpc.control import service
 from dethpc.control.snapshot import snapshot_context
-from dethpc.jobs.kinds import KindJobs, ManagedJobs
+from dethpc.jobs.kinds import ManagedJobs
+from dethpc.jobs.protocol import KindJobs
 from dethpc.store import Store
-from dethpc.store.models import (
-    Event,
-    Experiment,
-    ExperimentKind,
-    ExperimentState,
-    SearcherState,
-    Trial,
-)
+from dethpc.store.models import Event, Experiment, ExperimentState, SearcherState, Trial
 
 
 def check_resources(cfg: ExperimentConfig, cluster: ClusterConfig, backend: Backend) -> None:

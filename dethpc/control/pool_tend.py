@@ -33,6 +33,7 @@ from sqlmodel import col, select
 
 from dethpc.backends.base import Backend, JobInfo, JobRequest
 from dethpc.common.errors import SubmitError, SubmitLimitError
+from dethpc.common.kinds import ExperimentKind
 from dethpc.config.model import ClusterConfig, ExperimentConfig, WorkerPool
 from dethpc.control import pool_view as view
 from dethpc.control.reconcile import load_config
@@ -47,7 +48,6 @@ from dethpc.store.models import (
     BatchState,
     Event,
     Experiment,
-    ExperimentKind,
     ExperimentState,
     Job,
     Trial,

@@ -31,6 +31,7 @@ from sqlmodel import Session, col, select
 from dethpc.backends.base import JobInfo, JobState
 from dethpc.common.exitcodes import ExitReason
 from dethpc.common.jsonlines import metric_value, read_new_lines
+from dethpc.common.kinds import ExperimentKind
 from dethpc.common.paths import ExperimentPaths, TrialPaths
 from dethpc.config import parse_experiment_config
 from dethpc.config.model import ExperimentConfig
@@ -55,7 +56,6 @@ from dethpc.store.models import (
     CheckpointState,
     Event,
     Experiment,
-    ExperimentKind,
     ExperimentState,
     IngestOffset,
     Job,

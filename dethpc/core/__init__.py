@@ -18,6 +18,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from dethpc.common.jobenv import ENV_CHECKPOINT_DIR, ENV_TRIAL_DIR
 from dethpc.core._checkpoint import (
     CheckpointContext,
     CheckpointError,
@@ -31,7 +32,7 @@ from dethpc.core._distributed import (
     DummyDistributedContext,
     TorchDistributedContext,
 )
-from dethpc.core._info import ENV_CHECKPOINT_DIR, ENV_TRIAL_DIR, LOG_FORMAT, ClusterInfo, TrialInfo
+from dethpc.core._info import LOG_FORMAT, ClusterInfo, TrialInfo
 from dethpc.core._preempt import (
     STOP_CHECK_INTERVAL_S,
     DummyPreemptContext,

@@ -21,17 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dethpc.common.jobenv import ENV_CHECKPOINT_DIR, ENV_PREEMPT_SIGNAL, ENV_TRIAL_DIR
 from dethpc.common.paths import TrialPaths
 from dethpc.core._checkpoint import CheckpointContext, DummyCheckpointContext
 from dethpc.core._distributed import DistributedContext
-from dethpc.core._info import (
-    ENV_CHECKPOINT_DIR,
-    ENV_PREEMPT_SIGNAL,
-    ENV_TRIAL_DIR,
-    ClusterInfo,
-    checkpoint_dir,
-    read_hparams,
-)
+from dethpc.core._info import ClusterInfo, checkpoint_dir, read_hparams
 from dethpc.core._preempt import (
     STOP_CHECK_INTERVAL_S,
     DummyPreemptContext,

@@ -69,7 +69,7 @@ class DistributedContext:
     def _connect(self) -> Any:
         """The TCP star, connected at the first collective (every rank meets there)."""
         if self._star is None and self._star_args is not None:
-            from dethpc.core import _ipc
+            import dethpc.core._ipc as _ipc
 
             chief_ip, port_offset, given = self._star_args
             env = os.environ if given is None else given

@@ -1,6 +1,6 @@
 """What the job knows about itself: environment variables and run-directory files.
 
-Owns: the names of the ``DETHPC_*`` variables the in-job API reads, ``ClusterInfo``
+Owns: ``ClusterInfo``
 (trial/experiment ids, run id, trial seed, directories, the experiment config, and
 Determined's spellings: ``.trial`` -> ``TrialInfo``, ``.user_data``, ``.task_type``,
 ``.container_addrs``, ...) and the readers of ``hparams.json`` and the experiment's
@@ -18,19 +18,18 @@ from pathlib import Path
 from typing import Any
 
 from dethpc.common.errors import DethpcError
+from dethpc.common.jobenv import (
+    ENV_CHECKPOINT_DIR,
+    ENV_CONTEXT_DIR,
+    ENV_EXPERIMENT_CONFIG,
+    ENV_EXPERIMENT_ID,
+    ENV_HPARAMS_FILE,
+    ENV_RUN_ID,
+    ENV_TRIAL_DIR,
+    ENV_TRIAL_ID,
+    ENV_TRIAL_SEED,
+)
 from dethpc.common.paths import TrialPaths
-
-ENV_TRIAL_DIR = "DETHPC_TRIAL_DIR"
-ENV_CHECKPOINT_DIR = "DETHPC_CHECKPOINT_DIR"
-ENV_CONTEXT_DIR = "DETHPC_CONTEXT_DIR"
-ENV_EXPERIMENT_ID = "DETHPC_EXPERIMENT_ID"
-ENV_TRIAL_ID = "DETHPC_TRIAL_ID"
-ENV_RUN_ID = "DETHPC_RUN_ID"
-ENV_PREEMPT_SIGNAL = "DETHPC_PREEMPT_SIGNAL"
-ENV_HPARAMS_FILE = "DETHPC_HPARAMS_FILE"
-ENV_EXPERIMENT_CONFIG = "DETHPC_EXPERIMENT_CONFIG"
-ENV_TRIAL_SEED = "DETHPC_TRIAL_SEED"
-ENV_TEST_MODE = "DETHPC_TEST_MODE"
 
 #: Determined's ``det.LOG_FORMAT``, the same string: ``logging.basicConfig(format=...)``
 LOG_FORMAT = "%(levelname)s: [%(process)s] %(name)s: %(message)s"

@@ -11,7 +11,8 @@ stderr and no tracking: the job itself runs on, with the Dummy contexts. The job
 (same id) finds its own directory, metrics and checkpoints again. The daemon adopts the
 registration (``dethpc.control.adoption``, docs/detached.md).
 Must not: touch the database or import anything beyond the standard library,
-``dethpc.common.paths`` and ``dethpc.common.errors``: the shell API calls it on every ``dethpc report``.
+``dethpc.common.paths`` and ``dethpc.common.errors``: the shell API calls it on every
+``dethpc report``.
 A spool entry another user owns is refused, never written into.
 
 Several ranks of one job may call it at once: the directory is created with

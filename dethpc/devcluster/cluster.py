@@ -28,9 +28,9 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import dethpc.devcluster.procs as procs
 from dethpc.common.errors import CommandError, DethpcError
 from dethpc.common.runner import CommandRunner
-from dethpc.devcluster import procs
 from dethpc.devcluster.layout import MARKER, OWNER_ENV, DevClusterLayout, render_configs
 from dethpc.devcluster.site import (
     ASSOC_FORMAT,

@@ -1,10 +1,9 @@
 """What the daemon submits for an experiment's trials, by experiment kind.
 
-Owns: the ``KindJobs`` protocol (a trial's job script, a batch's array script, the
-directory the jobs start in, and the script ``sbatch --test-only`` judges at submit)
-and ``jobs_for(kind)``, the one table from ``ExperimentKind`` to its implementation:
+Owns: ``ManagedJobs`` and ``jobs_for(kind)``, the one table from ``ExperimentKind`` to
+its implementation of ``dethpc.jobs.protocol.KindJobs``:
 MANAGED -> ``ManagedJobs`` (sbatch_templates/trial.sbatch.j2 through
-``dethpc.jobs.jobscript``), SCRIPT -> ``dethpc.surfaces.sbatchwrap.search.ScriptJobs`` (the user's
+``dethpc.jobs.jobscript``), SCRIPT -> ``dethpc.jobs.script_jobs.ScriptJobs`` (the user's
 unchanged script in dethpc's wrapper, the user's own directives on the array).
 The daemon and ``experiments.check_with_scheduler`` ask this table instead of
 branching on the kind.
@@ -14,52 +13,16 @@ submit (SBATCH and DETACHED jobs are submitted by their owners).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
 
 import jinja2
 
 from dethpc.common.errors import DethpcError
+from dethpc.common.kinds import ExperimentKind
 from dethpc.common.traits import BackendKind
 from dethpc.config.model import ClusterConfig, ExperimentConfig
-from dethpc.store.models import ExperimentKind
-
-
-@dataclass(frozen=True)
-class TrialJob:
-    """One trial as its job script needs it."""
-
-    exp_id: int
-    trial_id: int
-    hparams: dict[str, Any] = field(default_factory=dict)
-    #: the searcher's target length (0: none, the training code decides) and its unit
-    target_length: int = 0
-    unit: str = "batches"
-
-
-class KindJobs(Protocol):
-    def trial_script(self, cfg: ExperimentConfig, cluster: ClusterConfig, *,
-                     backend: BackendKind | str, python: str, run_dir: Path,
-                     trial: TrialJob, jenv: jinja2.Environment | None = None) -> str:
-        """The text of ``trials/<id>/job.sbatch``."""
-        ...
-
-    def array_script(self, cfg: ExperimentConfig, cluster: ClusterConfig, *, run_dir: Path,
-                     exp_id: int, batch_id: int, tasks: list[tuple[int, Path]], tag: str = "",
-                     jenv: jinja2.Environment | None = None) -> str:
-        """The text of ``arrays/batch-<id>.sbatch``: one task per trial script."""
-        ...
-
-    def workdir(self, run_dir: Path) -> Path:
-        """Where the submitted jobs start (sbatch ``--chdir``)."""
-        ...
-
-    def verdict_script(self, cfg: ExperimentConfig, cluster: ClusterConfig, *,
-                       backend: BackendKind | str, python: str, run_dir: Path) -> str:
-        """The script whose directives ``sbatch --test-only`` judges before the experiment
-        is recorded (``run_dir`` is a scratch directory)."""
-        ...
+from dethpc.jobs.protocol import KindJobs, TrialJob
+from dethpc.jobs.script_jobs import ScriptJobs
 
 
 class ManagedJobs:
@@ -96,8 +59,6 @@ def jobs_for(kind: ExperimentKind, run_dir: Path | None = None) -> KindJobs:
     if kind == ExperimentKind.MANAGED:
         return ManagedJobs()
     if kind == ExperimentKind.SCRIPT:
-        from dethpc.surfaces.sbatchwrap.search import ScriptJobs
-
         if run_dir is None:
             raise DethpcError("a script experiment's jobs need its run directory")
         return ScriptJobs.load(run_dir)

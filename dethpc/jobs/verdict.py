@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dethpc.common.sbatch_options import managed_option
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
-from dethpc.jobs.directives import managed_option
 
 
 @dataclass(frozen=True)

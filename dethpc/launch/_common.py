@@ -2,7 +2,8 @@
 
 Owns: reading the Slurm environment (``read_slurm_env``), the job layout
 (hosts, tasks per node, master address and port), the per-job port rule
-(``derive_port``), the torch-style rank variables (``rank_env``), socket
+(``derive_port``), the torch-style rank variables (``rank_env``, and a rank's whole
+environment: ``worker_env``), socket
 interface variables, GPU isolation per local rank, the launcher command line
 (``parse_launcher_args`` -> ``Target``) and the ``srun`` argv prefix.
 Everything here is pure: it takes an ``env`` mapping and returns values.
@@ -418,8 +419,6 @@ def in_step_worker_plan(
     target_argv: Sequence[str], layout: JobLayout, env: Mapping[str, str]
 ) -> LaunchPlan:
     """Inside an ``srun`` step this process is one rank: run the target as that rank."""
-    from dethpc.launch._worker import worker_env
-
     wenv = worker_env({**env, **rendezvous_env(layout), **socket_env(env)})
     spec = WorkerSpec(tuple(target_argv), wenv, int(wenv["RANK"]))
     return LaunchPlan("workers", workers=(spec,))
@@ -519,3 +518,31 @@ def _first(env: Mapping[str, str], *names: str) -> str:
 
 def _int(value: str | None, default: int) -> int:
     return int(value) if value and value.strip().isdigit() else default
+
+
+def worker_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The full environment of the child: ``env`` plus the rank variables it lacks.
+
+    Variables already set (by torchrun, or by the user) win over Slurm's.
+    """
+    senv = read_slurm_env(env)
+    local_world = int(env.get("LOCAL_WORLD_SIZE") or senv.local_world_size)
+    derived = {
+        "RANK": str(senv.procid),
+        "LOCAL_RANK": str(senv.localid),
+        "WORLD_SIZE": str(senv.ntasks),
+        "LOCAL_WORLD_SIZE": str(local_world),
+        "GROUP_RANK": str(senv.nodeid),
+        "GROUP_WORLD_SIZE": str(senv.nnodes),
+        "NODE_RANK": str(senv.nodeid),
+        # DeepSpeed's spellings (Determined's DistributedContext.from_deepspeed reads them)
+        "LOCAL_SIZE": str(local_world),
+        "CROSS_RANK": str(senv.nodeid),
+        "CROSS_SIZE": str(senv.nnodes),
+    }
+    out = dict(env)
+    for key, value in derived.items():
+        out.setdefault(key, value)
+    out.update(gpu_env(env, int(out["LOCAL_RANK"]), local_world))
+    out.setdefault("PYTHONUNBUFFERED", "1")
+    return out

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dethpc import core
+import dethpc.core as core
 from dethpc.common.errors import DethpcError
 from dethpc.common.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED
 from dethpc.core import DistributedContext, PreemptMode

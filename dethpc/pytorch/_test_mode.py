@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from dethpc.common.errors import DethpcError
-from dethpc.common.paths import TrialPaths
-from dethpc.core._info import (
+from dethpc.common.jobenv import (
     ENV_CONTEXT_DIR,
     ENV_EXPERIMENT_CONFIG,
     ENV_TEST_MODE,
     ENV_TRIAL_DIR,
 )
+from dethpc.common.paths import TrialPaths
 
 log = logging.getLogger(__name__)
 

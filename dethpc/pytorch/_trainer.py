@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from dethpc.common.errors import DethpcError
-from dethpc.core._info import ENV_TEST_MODE
+from dethpc.common.jobenv import ENV_TEST_MODE
 from dethpc.pytorch._data import EpochLoaders
 from dethpc.pytorch._state import capture_rng, preserved_rng, restore_rng
 from dethpc.pytorch._trial import PyTorchTrial, PyTorchTrialContext, StepMode

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from dethpc.common.errors import DethpcError
-from dethpc.core._info import ENV_CONTEXT_DIR
+from dethpc.common.jobenv import ENV_CONTEXT_DIR
 
 
 def load_trial_class(spec: str) -> type:

@@ -24,4 +24,5 @@ def make_searcher(config: SearcherConfig, hparams: HParamTree, seed: int) -> Sea
                                          f"allowed: {', '.join(registry.names())}")],
             source="experiment config",
         )
-    return spec.factory(config, hparams, seed)
+    searcher: Searcher = spec.factory(config, hparams, seed)
+    return searcher

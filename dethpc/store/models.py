@@ -23,6 +23,7 @@ from sqlmodel import JSON, Column, Field, SQLModel
 
 from dethpc.backends.base import JobState
 from dethpc.common.exitcodes import ExitReason
+from dethpc.common.kinds import ExperimentKind
 
 
 def now() -> float:
@@ -96,30 +97,6 @@ class StopReason(StrEnum):
     STOP = "stop"       # the searcher stopped it
     PAUSE = "pause"     # experiment paused: resumes on activate
     CANCEL = "cancel"   # experiment cancelled
-
-
-class ExperimentKind(StrEnum):
-    """Who submits an experiment's jobs and what wraps them (docs/existing-scripts.md)."""
-
-    #: ``dethpc submit``: the daemon submits trial scripts (sbatch_templates/trial.sbatch.j2)
-    MANAGED = "managed"
-    #: ``dethpc sbatch --search``: the daemon submits the user's unchanged script, wrapped
-    SCRIPT = "script"
-    #: ``dethpc sbatch``: submitted at once by the CLI, wrapped; the daemon only tracks it
-    SBATCH = "sbatch"
-    #: a job dethpc did not submit that registered itself (``core.init()``, shell API)
-    DETACHED = "detached"
-
-    @property
-    def daemon_submits(self) -> bool:
-        """The daemon (re)submits its trials' jobs; otherwise Slurm's requeue is the only
-        second run a job gets, and a job's end is its trial's end."""
-        return self in (ExperimentKind.MANAGED, ExperimentKind.SCRIPT)
-
-    @property
-    def wrapped(self) -> bool:
-        """A dethpc job script runs the work and writes ``exits.jsonl`` per run."""
-        return self != ExperimentKind.DETACHED
 
 
 def _enum(cls: type[StrEnum], *, nullable: bool = False, index: bool = False) -> Any:

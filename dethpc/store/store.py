@@ -15,7 +15,6 @@ memory and is unsafe on NFS, where a login node's home often lives.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
@@ -27,6 +26,7 @@ from sqlmodel import Session, create_engine
 from dethpc.common.paths import dethpc_home, make_private_dir
 from dethpc.store.access import DatabaseRole, role_of
 from dethpc.store.migrations import Migration, upgrade_to_head
+from dethpc.store.sqlite import busy_timeout_s, sqlite_pragmas
 
 
 def default_url() -> str:
@@ -43,7 +43,7 @@ class Store:
             self.engine: Engine = create_engine(
                 self.url, connect_args={"timeout": busy_timeout_s(),
                                         "check_same_thread": False})
-            event.listen(self.engine, "connect", _sqlite_pragmas)
+            event.listen(self.engine, "connect", sqlite_pragmas)
         else:
             self.engine = create_engine(self.url, pool_pre_ping=True)
         #: what opening did to the schema; None when it was current already
@@ -71,17 +71,3 @@ class Store:
                 raise
 
 
-def busy_timeout_s() -> float:
-    """How long a writer waits for another process's lock on an SQLite database before it
-    reports (``DETHPC_DB_BUSY_TIMEOUT_S``, default 30 s)."""
-    try:
-        return max(0.1, float(os.environ.get("DETHPC_DB_BUSY_TIMEOUT_S", "30")))
-    except ValueError:
-        return 30.0
-
-
-def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA foreign_keys=ON")
-    cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s() * 1000)}")
-    cur.close()

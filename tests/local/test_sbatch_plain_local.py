@@ -19,6 +19,7 @@ from sqlmodel import select
 
 from dethpc.backends.local import LocalBackend
 from dethpc.config import load_cluster_config
+from dethpc.control import submitters
 from dethpc.control.daemon import Daemon, TickStats
 from dethpc.store import Store
 from dethpc.store.models import Batch, BatchState, Experiment, ExperimentState, Trial, TrialState
@@ -53,7 +54,7 @@ def test_daemon_leaves_a_submission_in_flight_and_fails_an_abandoned_one(
             (exp,) = s.exec(select(Experiment))
             return batch.state, [t.state for t in s.exec(select(Trial))], exp.state
 
-    with plain.submitting(Path(cluster.runs_root)) as token:
+    with submitters.submitting(Path(cluster.runs_root)) as token:
         rec = plain.record(store, cluster, job, token=token, owner="me",
                            python=sys.executable)
         assert len(rec.trials) == 3

@@ -24,11 +24,12 @@ import yaml
 from sqlmodel import select
 
 from dethpc.backends.slurm import SlurmBackend
+from dethpc.common.kinds import ExperimentKind
 from dethpc.common.runner import RecordingRunner
 from dethpc.config.model import ClusterConfig
 from dethpc.control.daemon import Daemon
 from dethpc.store import Store
-from dethpc.store.models import Experiment, ExperimentKind, Metric, Trial
+from dethpc.store.models import Experiment, Metric, Trial
 from tests.slurm.fixtures.harness import scancel_store_jobs
 
 REPO = Path(__file__).resolve().parents[2]

@@ -140,8 +140,8 @@ def test_submit_follow_kill_describe_over_ssh(remote: Remote, slurm_cluster: Slu
     assert (run_dir / "model" / "train.py").exists() or any(run_dir.rglob("train.py"))
     assert not any(run_dir.rglob("data.bin"))
 
-    follow = subprocess.Popen([sys.executable, "-m", "dethpc.surfaces.cli.main", "experiment", "logs",
-                               str(exp_id), "--follow"], stdout=subprocess.PIPE,
+    follow = subprocess.Popen([sys.executable, "-m", "dethpc.surfaces.cli.main", "experiment",
+                               "logs", str(exp_id), "--follow"], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, env=remote.env(), cwd=remote.root)
     try:
         assert follow.stdout is not None

@@ -36,11 +36,12 @@ import yaml
 from sqlmodel import select
 
 from dethpc.backends.slurm import SlurmBackend
+from dethpc.common.kinds import ExperimentKind
 from dethpc.common.runner import RecordingRunner
 from dethpc.config.model import ClusterConfig, ResourcePool
 from dethpc.control.daemon import Daemon
 from dethpc.store import Store
-from dethpc.store.models import Experiment, ExperimentKind, Job
+from dethpc.store.models import Experiment, Job
 from dethpc.surfaces.views import describe_experiment
 from tests.backend_polling import submits
 from tests.slurm.fixtures.harness import read_jsonl, scancel_store_jobs, wait_until
@@ -85,8 +86,8 @@ def dethpc(home: Path, cwd: Path, *args: str,
     env = {**os.environ, "DETHPC_HOME": str(home),
            "DETHPC_CLUSTER_CONFIG": str(home / "cluster.yaml"), "PYTHONPATH": str(REPO),
            "STEP_PAUSE_S": "0.5", **(extra_env or {})}
-    return subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", *args], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=120)
 
 
 def drive(store: Store, daemon: Daemon, exp_id: int, timeout: float) -> float:

@@ -33,11 +33,12 @@ from sqlmodel import select
 
 from dethpc.backends.slurm import SlurmBackend
 from dethpc.common.exitcodes import ExitReason
+from dethpc.common.kinds import ExperimentKind
 from dethpc.common.runner import RecordingRunner
 from dethpc.config import load_cluster_config
 from dethpc.control.daemon import Daemon
 from dethpc.store import Store
-from dethpc.store.models import Experiment, ExperimentKind, Job
+from dethpc.store.models import Experiment, Job
 from dethpc.surfaces.views import describe_experiment
 from tests.slurm.fixtures.harness import (
     cluster_yaml,
@@ -296,9 +297,9 @@ def test_cancel_reaches_an_unchanged_script(home: tuple[Path, Store, Daemon],
     jid = proc.stdout.strip()
     exp_id = experiment_of_job(store, jid)
     tick_until(store, daemon, exp_id, 120, lambda d: d["trials"][0]["state"] == "RUNNING")
-    cancel = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "experiment", "cancel",
-                             str(exp_id)], env=env_for(root), capture_output=True, text=True,
-                            timeout=120)
+    cancel = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "experiment",
+                             "cancel", str(exp_id)], env=env_for(root), capture_output=True,
+                            text=True, timeout=120)
     assert cancel.returncode == 0, cancel.stderr
     d = tick_until(store, daemon, exp_id, 240)
     print(f"cancelled: {d['state']}, trial {d['trials'][0]['state']}")

@@ -233,7 +233,7 @@ def test_limits_are_read_again_after_a_slurmdbd_outage(slurm_cluster: Any,
                                                         cluster_user: Any) -> None:
     """A daemon that started while slurmdbd was away counts no limits; once slurmdbd is
     back it reads them (``limits_retry_s`` after the failed read), not never again."""
-    from dethpc.backends.limits import UNLIMITED
+    from dethpc.backends.base import UNLIMITED
     from dethpc.devcluster.faults import ClusterFaults
 
     backend = SlurmBackend(CommandRunner(timeout=30.0, retries=0), user=cluster_user.name)

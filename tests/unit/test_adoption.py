@@ -17,6 +17,7 @@ from dethpc import core
 from dethpc.backends.base import JobInfo, JobState
 from dethpc.backends.local import LocalBackend
 from dethpc.common.errors import DethpcError
+from dethpc.common.kinds import ExperimentKind
 from dethpc.config import parse_experiment_config
 from dethpc.config.model import ClusterConfig
 from dethpc.control.adoption import Adopter, detached_config, parse_registration
@@ -27,7 +28,6 @@ from dethpc.store.models import (
     Batch,
     Checkpoint,
     Experiment,
-    ExperimentKind,
     ExperimentState,
     Job,
     Metric,

@@ -189,7 +189,8 @@ def test_follow_on_a_terminal_prints_the_log_above_the_display(home: Path) -> No
     tp = ExperimentPaths(run_dir).trial(1)
     tp.root.mkdir(parents=True)
     (tp.root / "slurm-1.out").write_text("epoch 1\nepoch 2\n")
-    proc, text = on_terminal([sys.executable, "-c", "from dethpc.surfaces.cli.experiment_cmd import "
+    proc, text = on_terminal([sys.executable, "-c",
+                              "from dethpc.surfaces.cli.experiment_cmd import "
                               f"_follow; print('->', _follow({exp}))"], stdout=True)
     assert proc.returncode == 0, text
     assert "\x1b[" in text and "━" in text  # the live display

@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-from dethpc.config import parse_experiment_config
-from dethpc.config.model import HetComponent, ResourcePool
-from dethpc.jobs.directives import (
+from dethpc.common.sbatch_options import (
     canonical_option,
     check_args,
-    component_directives,
     layer,
     managed_option,
     sbatch_conflicts,
     task_count,
-    trial_directives,
 )
+from dethpc.config import parse_experiment_config
+from dethpc.config.model import HetComponent, ResourcePool
+from dethpc.jobs.directives import component_directives, trial_directives
 
 
 @pytest.mark.parametrize(("arg", "option"), [

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from dethpc.common.sbatch_options import sbatch_conflicts
 from dethpc.common.version import __version__
 from dethpc.config import parse_experiment_config
 from dethpc.config.cluster import parse_cluster_config
-from dethpc.jobs.directives import sbatch_conflicts
 from dethpc.jobs.jobscript import array_script, trial_script
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -138,7 +138,7 @@ def test_the_script_runs_the_command_literally_and_writes_its_exit_code(
     assert weird == "a'b $X `c` \"d\""
     assert hooked == "hooked 2"
     assert cwd == str(job.cwd)
-    assert (job.work_dir / interactive.EXIT_FILE).read_text().strip() == "7"
+    assert (job.work_dir / registry.EXIT_FILE).read_text().strip() == "7"
 
 
 def test_a_failing_startup_hook_is_the_commands_failure(tmp_path: Path) -> None:
@@ -150,7 +150,7 @@ def test_a_failing_startup_hook_is_the_commands_failure(tmp_path: Path) -> None:
                          check=False)
     assert res.returncode == 1 and "ran" not in res.stdout
     assert "startup-hook.sh failed" in res.stderr
-    assert (job.work_dir / interactive.EXIT_FILE).read_text().strip() == "1"
+    assert (job.work_dir / registry.EXIT_FILE).read_text().strip() == "1"
 
 
 def test_the_shells_holder_waits_for_steps_and_writes_ready(tmp_path: Path) -> None:
@@ -232,9 +232,9 @@ def test_finish_reads_the_exit_code(home: Path, tmp_path: Path) -> None:
         task = registry.create(store, kind, [], 0)
         work = registry.task_dir(task.id or 0)
         if code is not None:
-            (work / interactive.EXIT_FILE).write_text(code + "\n")
+            (work / registry.EXIT_FILE).write_text(code + "\n")
         task = registry.update(store, task.id or 0, work_dir=str(work))
-        rows.append(interactive.finish(store, task))
+        rows.append(registry.finish(store, task))
     assert [(t.state, t.message) for t in rows] == [
         (TaskState.ENDED, "exit code 0"), (TaskState.FAILED, "exit code 3"),
         (TaskState.FAILED, "the job ended without an exit code (cancelled, or out of "

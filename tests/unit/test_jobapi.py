@@ -26,9 +26,9 @@ from dethpc.core.jobapi._values import (
     parse_value,
     stop_reason,
 )
+from dethpc.jobs.script_jobs import hparam_exports as search_hparam_env
 from dethpc.store import Store
 from dethpc.store.models import Checkpoint, Experiment, Metric, Trial
-from dethpc.surfaces.sbatchwrap.search import hparam_exports as search_hparam_env
 from tests.unit.test_reconcile_store import new_experiment, tick
 
 # ------------------------------------------------------------------ pure pieces

@@ -20,8 +20,8 @@ from dethpc.launch._common import (
     socket_env,
     srun_argv,
     use_slurm,
+    worker_env,
 )
-from dethpc.launch._worker import worker_env
 
 BATCH = {"SLURM_JOB_ID": "1234", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_NNODES": "2",
          "SLURM_NTASKS": "4", "SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_PROCID": "0",

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from dethpc.backends.base import JobInfo, JobState
+from dethpc.backends.base import UNLIMITED, JobInfo, JobState, Limit, PoolLimits
 from dethpc.backends.limits import (
-    UNLIMITED,
-    Limit,
-    PoolLimits,
     at_submit_limit,
     cap_after_refusal,
     cap_after_success,

@@ -14,6 +14,7 @@ from sqlmodel import select
 
 from dethpc.backends.base import JobInfo, JobState
 from dethpc.backends.local import LocalBackend
+from dethpc.common.kinds import ExperimentKind
 from dethpc.config.model import ClusterConfig
 from dethpc.control.daemon import Daemon
 from dethpc.store import Store
@@ -22,7 +23,6 @@ from dethpc.store.models import (
     BatchState,
     Event,
     Experiment,
-    ExperimentKind,
     ExperimentState,
     Job,
     SearcherState,

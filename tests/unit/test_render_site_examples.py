@@ -4,7 +4,7 @@ sbatch refuses a script whose directives combine ``--mem``, ``--mem-per-cpu`` an
 ``--mem-per-gpu`` ("mutually exclusive", measured on 22.05), and a script that gives
 one option twice takes the last value silently. Every pool of every example cluster
 config is rendered with every example experiment config, as a trial script and as an
-array script, and must pass ``dethpc.jobs.directives.sbatch_conflicts``. The Slurm tier asks
+array script, and must pass ``dethpc.common.sbatch_options.sbatch_conflicts``. The Slurm tier asks
 ``sbatch --test-only`` about ``examples/cluster/slurm-devcluster.yaml``, the dev-cluster
 copy of the site example (tests/slurm/test_submit_verdict_slurm.py).
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from dethpc.common.sbatch_options import sbatch_conflicts
 from dethpc.config import load_cluster_config, load_experiment_config
-from dethpc.jobs.directives import sbatch_conflicts
 from dethpc.jobs.jobscript import array_script, trial_script
 from dethpc.jobs.render import make_env
 

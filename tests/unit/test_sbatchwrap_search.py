@@ -177,7 +177,7 @@ JOB = {"PATH": "/usr/bin", "SLURM_JOB_ID": "99", "CUDA_VISIBLE_DEVICES": "3",
 
 @pytest.mark.parametrize(("export", "taken"), MERGE, ids=[str(m[0]) for m in MERGE])
 def test_submit_env_merge(export: str | None, taken: dict[str, str]) -> None:
-    from dethpc.surfaces.sbatchwrap.submitenv import merge
+    from dethpc.launch.submitenv import merge
 
     out = merge(JOB, SUBMITTED, export)
     assert out == {**JOB, **taken}
@@ -192,7 +192,7 @@ def test_submit_env_roundtrip_and_exec(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from dethpc.surfaces.sbatchwrap import submitenv
+    from dethpc.launch import submitenv
 
     env = {"A": "x=y\nz", "B": "", "C": "\udcff caf\u00e9 $HOME 'q' \"d\""}
     f = tmp_path / "submit-env"
@@ -232,11 +232,11 @@ def record(tmp_path: Path, options: list[tuple[str, str]], search_raw: dict[str,
 
 
 def test_recorded_as_script_experiment(tmp_path: Path) -> None:
+    from dethpc.common.kinds import ExperimentKind
     from dethpc.common.paths import ExperimentPaths
     from dethpc.control.experiments import get_experiment
-    from dethpc.store.models import ExperimentKind
-    from dethpc.surfaces.sbatchwrap.search import SearchSubmission
-    from dethpc.surfaces.sbatchwrap.submitenv import load
+    from dethpc.jobs.script_jobs import SearchSubmission
+    from dethpc.launch.submitenv import load
 
     store, exp_id, _ = record(tmp_path, [("--time=5", "script line 2"),
                                          ("-p high", "command line")],
@@ -276,7 +276,7 @@ def test_bad_search_file_records_nothing(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("chdir", "expected"), [
     (None, "sub"), ("-D elsewhere", "sub/elsewhere"), ("--chdir=/abs/dir", "/abs/dir")])
 def test_jobs_start_in_the_submit_dir_or_chdir(chdir: str | None, expected: str) -> None:
-    from dethpc.surfaces.sbatchwrap.search import SearchSubmission
+    from dethpc.jobs.script_jobs import SearchSubmission
 
     sub = SearchSubmission(script_name="t.sh", script_path="/x/t.sh", args=(),
                            submit_dir="/home/u/sub", directives=(
@@ -300,9 +300,9 @@ def test_array_script_directives(tmp_path: Path, extra: dict[str, Any], user: li
                                  expected: list[str]) -> None:
     """The pool's placement (when named) first, the user's lines in their order (the
     later wins in sbatch), dethpc's --requeue and early signal unless the user set them."""
+    from dethpc.common.kinds import ExperimentKind
     from dethpc.control.experiments import get_experiment
     from dethpc.jobs.kinds import jobs_for
-    from dethpc.store.models import ExperimentKind
 
     store, exp_id, cluster = record(tmp_path, [(d, "command line") for d in user],
                                     search(**extra))
@@ -345,8 +345,8 @@ def run_wrapper(tmp_path: Path, env: dict[str, str] | None = None) -> tuple[dict
 
     from dethpc.common.paths import ExperimentPaths
     from dethpc.config.model import ClusterConfig, ResourcePool
-    from dethpc.jobs.kinds import TrialJob
-    from dethpc.surfaces.sbatchwrap.search import ScriptJobs, SearchSubmission
+    from dethpc.jobs.protocol import TrialJob
+    from dethpc.jobs.script_jobs import ScriptJobs, SearchSubmission
 
     paths = ExperimentPaths(tmp_path / "run").ensure()
     paths.context.mkdir()

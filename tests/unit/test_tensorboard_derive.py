@@ -1,4 +1,5 @@
-"""TensorBoard's derivation, pure parts (``dethpc.surfaces.tasks.derive``, ``dethpc.surfaces.tasks``):
+"""TensorBoard's derivation, pure parts (``dethpc.surfaces.tasks.derive``,
+``dethpc.surfaces.tasks``):
 records to one series per metric (first write per step wins), the serving process's
 source argument, the socket path's fallback, the ``--slurm`` job script."""
 

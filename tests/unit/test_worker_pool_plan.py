@@ -9,12 +9,12 @@ import pytest
 
 from dethpc.backends.base import JobState
 from dethpc.common.errors import ConfigError, SubmitError
+from dethpc.common.kinds import ExperimentKind
 from dethpc.config import parse_experiment_config
 from dethpc.config.model import ClusterConfig, ResourcePool, WorkerPool
 from dethpc.control import pool_view as view
 from dethpc.control.pool_tend import PoolMode, check_worker_pool, pool_mode
 from dethpc.launch.worker import queue
-from dethpc.store.models import ExperimentKind
 
 P, R, D = JobState.PENDING, JobState.RUNNING, JobState.COMPLETED
 

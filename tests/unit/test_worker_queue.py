@@ -244,7 +244,8 @@ def test_with_an_image_the_worker_runs_inside_it_and_its_items_run_warm(
     prefix = container_prefix(cfg, cluster, None, run_dir)
     assert prefix is not None
     assert argv[:len(prefix)] == prefix
-    assert argv[len(prefix):len(prefix) + 3] == ["/opt/venv/bin/python", "-m", "dethpc.launch.worker"]
+    assert argv[len(prefix):len(prefix) + 3] == ["/opt/venv/bin/python", "-m",
+                                                 "dethpc.launch.worker"]
     assert "/usr/bin/python3" not in argv
     item = work_item(cfg, cluster, backend="slurm", python="/usr/bin/python3",
                      run_dir=run_dir, exp_id=3, trial_id=1, seq=1)

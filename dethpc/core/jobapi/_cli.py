@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
+import dethpc.core.jobapi._files as _files
 from dethpc.common.errors import DethpcError
-from dethpc.core.jobapi import _files
 from dethpc.core.jobapi._values import JobApiError, hparam_env, parse_pairs
 
 NOT_IN_TRIAL = ("not inside a dethpc trial or a Slurm job (DETHPC_TRIAL_DIR is unset and "

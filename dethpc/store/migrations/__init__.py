@@ -142,7 +142,7 @@ def _upgrade_locked_unchecked(engine: Engine, head: str, where: str) -> Migratio
         # Own connection: foreign keys OFF (a batch migration drops and re-creates tables
         # that others reference; SQLite ignores this pragma inside a transaction, so it
         # comes first), then the write lock for the whole check + migration.
-        from dethpc.store.store import busy_timeout_s
+        from dethpc.store.sqlite import busy_timeout_s
 
         lock_engine = create_engine(engine.url, poolclass=NullPool,
                                     connect_args={"timeout": busy_timeout_s()})

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
-from dethpc.backends.limits import PoolLimits
+from dethpc.backends.base import PoolLimits
 from dethpc.backends.slurm_limits import Assoc, QosLimits, UserAssocs, pool_limits
 from dethpc.backends.slurm_parse import parse_slurm_time
 from dethpc.common.errors import SubmitError

@@ -1,11 +1,15 @@
 """``dethpc dev ...``: developer commands; ``dethpc dev cluster up|down|status``.
 
 Owns: the typer apps ``dev_app`` and ``cluster_app`` (the main CLI mounts
-``dev_app`` under the name ``dev``). Thin: the work is in
-``dethpc.devcluster``.
+``dev_app`` under the name ``dev``). Thin: each command runs
+``python -m dethpc.devcluster`` (same output, same exit code), because product code
+never imports the dev cluster, a tool beside it (the import contract, docs/architecture.md).
 """
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import typer
 
@@ -28,22 +32,23 @@ def up(
     ),
 ) -> None:
     """Install, start or repair the cluster; idempotent; waits until 4 nodes are usable."""
-    from dethpc.devcluster import commands
-
-    raise typer.Exit(commands.up(force=force, users=user))
+    words = ["up", *(["--force"] if force else []), *(w for u in user for w in ("--user", u))]
+    raise typer.Exit(_devcluster(words))
 
 
 @cluster_app.command("down")
 def down() -> None:
     """Stop the daemons (and leftover job steps) that `up` started, nothing else."""
-    from dethpc.devcluster import commands
-
-    raise typer.Exit(commands.down())
+    raise typer.Exit(_devcluster(["down"]))
 
 
 @cluster_app.command("status")
 def status() -> None:
     """Show the daemons and sinfo; exit 0 when the cluster is up, 1 otherwise."""
-    from dethpc.devcluster import commands
+    raise typer.Exit(_devcluster(["status"]))
 
-    raise typer.Exit(commands.status())
+
+def _devcluster(words: list[str]) -> int:
+    """``python -m dethpc.devcluster WORDS`` with this interpreter; its exit code."""
+    return subprocess.run([sys.executable, "-m", "dethpc.devcluster", *words],
+                          check=False).returncode

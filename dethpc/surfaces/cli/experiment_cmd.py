@@ -27,6 +27,7 @@ from dethpc.surfaces.cli.common import (
     say,
     table,
 )
+from dethpc.surfaces.cli.shared import print_checkpoints, stream_trial_log
 from dethpc.surfaces.layout import (
     Col,
     fit,
@@ -322,23 +323,13 @@ def list_trials(exp_id: int, json_out: bool = JsonOpt, wide: bool = WideOpt) -> 
 @experiment_app.command("list-checkpoints")
 def list_checkpoints(exp_id: int, json_out: bool = JsonOpt, wide: bool = WideOpt) -> None:
     """Checkpoints of an experiment (deleted ones included, marked)."""
-    rows = views.checkpoints_of(ENV.store, exp_id)
-    if json_out:
-        return print_json(rows)
-    table(f"Checkpoints of experiment {exp_id}",
-          [Col("uuid", shrink=True, min_width=36, keep=100), Col("trial", keep=90),
-           Col("steps", keep=80), Col("metric", keep=70), Col("state", keep=85),
-           Col("path", shrink=True, min_width=12, keep=20)],
-          [[c["uuid"], c["trial_id"], c["steps_completed"], fmt_metric(c["validation_metric"]),
-            c["state"], c["path"]] for c in rows], wide=wide)
+    print_checkpoints(exp_id, json_out=json_out, wide=wide)
 
 
 @experiment_app.command("logs")
 def logs(exp_id: int, follow: bool = typer.Option(False, "--follow", "-f"),
          tail: int = typer.Option(0, help="only the last N lines")) -> None:
     """The first trial's log, as Determined's ``det e logs`` (events: ``experiment events``)."""
-    from dethpc.surfaces.cli.trial_cmd import stream_trial_log
-
     experiments.get_experiment(ENV.store, exp_id)  # a clear error for an unknown experiment
     while True:
         trials = experiments.trials_of(ENV.store, exp_id)

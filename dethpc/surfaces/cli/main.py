@@ -136,7 +136,7 @@ def main() -> None:
 
         if not (isinstance(exc, OperationalError) or _refused_by_policy(exc)):
             raise
-        from dethpc.store.store import busy_timeout_s
+        from dethpc.store.sqlite import busy_timeout_s
 
         err_console.print("[red]error:[/]", end=" ")
         err_console.print(_database_message(exc, busy_timeout_s()), markup=False,

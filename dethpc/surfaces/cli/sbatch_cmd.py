@@ -20,7 +20,7 @@ from dethpc.surfaces.cli.common import ENV
 def run_search(argv: Sequence[str], environ: Mapping[str, str], cwd: Path) -> str:
     """Parse, record the search, return the line to print."""
     from dethpc.common.errors import DethpcError
-    from dethpc.jobs.directives import canonical_option
+    from dethpc.common.sbatch_options import canonical_option
     from dethpc.surfaces.sbatchwrap.search import announce, refuse_options, submit_search
     from dethpc.surfaces.sbatchwrap.search_cli import UsageError, parse_command, submission_options
 
@@ -103,7 +103,7 @@ def sbatch(ctx: typer.Context) -> None:
     if any(a == "--search" or a.startswith("--search=") for a in head):
         typer.echo(run_search(args, environ, cwd))
         return
-    from dethpc.jobs.directives import canonical_option
+    from dethpc.common.sbatch_options import canonical_option
     from dethpc.surfaces.sbatchwrap.search_cli import parse_command
 
     cmd = parse_command(args)

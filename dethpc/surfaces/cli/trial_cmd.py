@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import typer
@@ -11,8 +10,6 @@ import typer
 from dethpc.common.errors import DethpcError
 from dethpc.common.paths import ExperimentPaths
 from dethpc.config import load_experiment_config
-from dethpc.control import experiments
-from dethpc.store.models import TrialState
 from dethpc.surfaces import views
 from dethpc.surfaces.cli.common import (
     ENV,
@@ -24,6 +21,7 @@ from dethpc.surfaces.cli.common import (
     say,
     table,
 )
+from dethpc.surfaces.cli.shared import print_checkpoints, stream_trial_log
 from dethpc.surfaces.layout import Col, kv_text
 
 trial_app = typer.Typer(help="Inspect trials.", no_args_is_help=True)
@@ -60,35 +58,6 @@ def logs(trial_id: int, follow: bool = typer.Option(False, "--follow", "-f"),
     """The trial's job output (all runs, requeues appended)."""
     views.trial_detail(ENV.store, trial_id)  # a clear error for an unknown trial
     stream_trial_log(trial_id, follow=follow, tail=tail)
-
-
-def stream_trial_log(trial_id: int, *, follow: bool, tail: int) -> None:
-    """Print a trial's job output; with ``follow``, keep printing until the trial ends."""
-    d = views.trial_detail(ENV.store, trial_id)
-    exp = experiments.get_experiment(ENV.store, d["experiment_id"])
-    tp = ExperimentPaths(Path(exp.run_dir)).trial(trial_id)
-    text = b"".join(p.read_bytes() for p in tp.logs()).decode(errors="replace")
-    if tail:
-        text = "\n".join(text.splitlines()[-tail:]) + "\n"
-    sys.stdout.write(text)
-    sys.stdout.flush()
-    if not follow:
-        return
-    sizes = {p: p.stat().st_size for p in tp.logs()}
-    while True:
-        # one last read after the trial ended: its final lines may land just before
-        done = TrialState(views.trial_detail(ENV.store, trial_id)["state"]).is_terminal
-        for p in tp.logs():
-            size = p.stat().st_size
-            if size > sizes.get(p, 0):
-                with open(p, "rb") as f:
-                    f.seek(sizes.get(p, 0))
-                    sys.stdout.write(f.read().decode(errors="replace"))
-                    sys.stdout.flush()
-                sizes[p] = size
-        if done:
-            return
-        time.sleep(0.5)
 
 
 @checkpoint_app.command("describe")
@@ -132,9 +101,7 @@ def render(config_file: Path = typer.Argument(..., help="experiment config (YAML
 @checkpoint_app.command("list")
 def checkpoint_list(exp_id: int, json_out: bool = JsonOpt, wide: bool = WideOpt) -> None:
     """Checkpoints of an experiment (Determined's ``det checkpoint list EXPERIMENT_ID``)."""
-    from dethpc.surfaces.cli.experiment_cmd import list_checkpoints
-
-    list_checkpoints(exp_id, json_out, wide)
+    print_checkpoints(exp_id, json_out=json_out, wide=wide)
 
 
 @checkpoint_app.command("download")

@@ -4,6 +4,7 @@ Owns: ``write_plot`` (check the output path, gather, draw, save) and the plain e
 of the command: an unsupported suffix, a missing directory, matplotlib not installed
 (the ``plots`` extra). ``dethpc.surfaces.plots.data`` gathers from the store (no matplotlib);
 ``dethpc.surfaces.plots.draw`` draws (matplotlib, imported only here, only when drawing).
+Must not: write to the store.
 """
 
 from __future__ import annotations

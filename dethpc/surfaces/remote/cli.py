@@ -137,9 +137,10 @@ def _upload_for_submit(conn: ssh.Connection, target: RemoteTarget, argv: list[st
 
 
 def remote_tree(area: str, manifest_sha: str, rest: list[str],
-                app: Callable[..., Any] | None = None) -> None:
+                app: Callable[..., Any]) -> None:
     """The far side of an upload (hidden command): build the tree; with ``rest``
-    (``CONFIG_POS CONTEXT_POS ARGV...``) run ``ARGV`` with the tree's config and context
+    (``CONFIG_POS CONTEXT_POS ARGV...``) run ``ARGV`` through ``app`` (the CLI's typer
+    app, handed in by ``dethpc.surfaces.cli.main``) with the tree's config and context
     at those positions, else print the tree's paths as JSON."""
     from dethpc.surfaces.remote import upload
 
@@ -154,8 +155,4 @@ def remote_tree(area: str, manifest_sha: str, rest: list[str],
     except (ValueError, IndexError):
         raise RemoteError(f"remote-tree: expected CONFIG_POS CONTEXT_POS ARGV..., got "
                           f"{rest[:3]}") from None
-    if app is None:
-        from dethpc.surfaces.cli.main import app as main_app
-
-        app = main_app
     app(args=argv, prog_name="dethpc")

@@ -22,40 +22,28 @@ trial's end (the daemon does, from the wrapper's exit records and Slurm).
 
 from __future__ import annotations
 
-import fcntl
-import os
 import shutil
 import sys
-import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from sqlmodel import Session, select
+from sqlmodel import select
 
 from dethpc.common.errors import DethpcError
+from dethpc.common.kinds import ExperimentKind
 from dethpc.common.paths import ExperimentPaths, make_run_dir
 from dethpc.common.runner import CommandResult, CommandRunner
+from dethpc.common.sbatch_options import canonical_option, option_value
 from dethpc.config.model import ClusterConfig, ResourcePool
-from dethpc.jobs.directives import canonical_option, option_value
+from dethpc.control.submitters import MARKER, submitting
 from dethpc.jobs.render import make_env
+from dethpc.jobs.script_jobs import dethpc_directives
 from dethpc.store import Store
-from dethpc.store.models import (
-    Batch,
-    BatchState,
-    Event,
-    Experiment,
-    ExperimentKind,
-    ExperimentState,
-    Job,
-    SearcherState,
-    Trial,
-    TrialState,
-)
+from dethpc.store.models import Batch, BatchState, Event, Experiment, Job, SearcherState, Trial
 from dethpc.surfaces.sbatchwrap.arrays import ArraySpec, parse_array
-from dethpc.surfaces.sbatchwrap.search import dethpc_directives, write_shim
+from dethpc.surfaces.sbatchwrap.search import write_shim
 from dethpc.surfaces.sbatchwrap.search_cli import SearchCommand, UsageError, submission_options
 
 TEMPLATE = "sbatch_wrapper.sbatch.j2"
@@ -69,7 +57,6 @@ INFO_SHORT = frozenset({"-h", "-V"})
 #: Slurm's requeues after failures a job may take (Determined's default max_restarts)
 MAX_RESTARTS = 5
 #: the batch name prefix of a ``dethpc sbatch`` experiment
-MARKER = "sbatch:"
 #: sbatch's own refusal of a file without an interpreter line (sbatch 22.05)
 NOT_A_SCRIPT = ("sbatch: error: This does not look like a batch script.  The first\n"
                 "sbatch: error: line must start with #! followed by the path to an "
@@ -263,44 +250,6 @@ class Recorded:
     trials: list[tuple[int, int]] = field(default_factory=list)
 
 
-def lock_path(runs_root: Path, token: str) -> Path:
-    """Held by ``dethpc sbatch`` from its records until the job id is in them: a batch
-    still SUBMITTING whose lock is free was left by a submitter that died."""
-    return Path(runs_root).expanduser() / f".sbatch-{token}.lock"
-
-
-@contextmanager
-def submitting(runs_root: Path) -> Iterator[str]:
-    """A token (the batch's name after ``MARKER``) whose lock is held in the block."""
-    token = uuid.uuid4().hex
-    path = lock_path(runs_root, token)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield token
-    finally:
-        os.close(fd)
-        path.unlink(missing_ok=True)
-
-
-def submitter_alive(runs_root: Path, batch_name: str) -> bool:
-    """Whether the ``dethpc sbatch`` that recorded ``batch_name`` still holds its lock."""
-    path = lock_path(runs_root, batch_name.removeprefix(MARKER))
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    path.unlink(missing_ok=True)
-    return False
-
-
 def record(store: Store, cluster: ClusterConfig, job: PlainJob, *, token: str,
            owner: str, python: str) -> Recorded:
     """The experiment (kind SBATCH), its trials (one per task, no job wanted from the
@@ -382,27 +331,6 @@ def confirm(store: Store, rec: Recorded, job: PlainJob, job_id: str) -> None:
                       array_index=index, ref=ref))
         s.add(Event(experiment_id=rec.experiment_id, kind="submitted",
                     message=f"Slurm job {job_id} submitted by dethpc sbatch"))
-
-
-def fail_unconfirmed(s: Session, batch: Batch) -> None:
-    """A batch whose submitter died before it recorded the job id: its trials end in
-    ERROR (the job, if sbatch made one, is not tracked; the daemon never submits it)."""
-    if batch.state != BatchState.SUBMITTING:
-        return
-    batch.state = BatchState.FAILED
-    s.add(batch)
-    for trial in s.exec(select(Trial).where(Trial.experiment_id == batch.experiment_id)):
-        if not trial.state.is_terminal:
-            trial.state, trial.exit_reason = TrialState.ERROR, "submitter died"
-            s.add(trial)
-    exp = s.get(Experiment, batch.experiment_id)
-    if exp is not None and exp.state == ExperimentState.ACTIVE:
-        exp.state = ExperimentState.ERROR
-        exp.message = ("`dethpc sbatch` ended before it recorded the Slurm job id; if a "
-                       "job was submitted, it runs untracked (squeue --me)")
-        s.add(exp)
-    s.add(Event(experiment_id=batch.experiment_id, kind="error",
-                message="dethpc sbatch ended before it recorded the job id"))
 
 
 # ------------------------------------------------------------------ sbatch

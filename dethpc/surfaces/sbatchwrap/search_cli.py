@@ -3,7 +3,7 @@
 Owns: splitting the command line into dethpc's own options (``--search``,
 ``--parsable``, ``--config key=value``), the sbatch options before the script and the
 script's arguments; reading the ``SBATCH_*`` variables as sbatch would (the script's
-``#SBATCH`` lines: ``dethpc.jobs.directives.script_header``); calling
+``#SBATCH`` lines: ``dethpc.common.sbatch_options.script_header``); calling
 ``search.submit_search`` and printing its line.
 Interim: ``dethpc sbatch`` without ``--search`` (issue 13 item 1) and a shared
 argv/``#SBATCH`` parser belong to ``dethpc.surfaces.sbatchwrap.options``; once it lands, this
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dethpc.common.errors import DethpcError
-from dethpc.jobs.directives import (
+from dethpc.common.sbatch_options import (
     SBATCH_FLAGS,
     SBATCH_OPTIONAL_VALUE,
     SBATCH_SHORT_FLAGS,

@@ -44,6 +44,6 @@ def follow(store: Store, task: Task, write: Callable[[bytes], None],
         return bool(state)
 
     logs.follow(logs.log_path(task), running, write, poll_s=poll_s)
-    task = interactive.finish(store, task)
-    code = interactive.exit_code(task)
+    task = registry.finish(store, task)
+    code = registry.exit_code(task)
     return task, 1 if code is None else code

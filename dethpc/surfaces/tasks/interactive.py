@@ -5,10 +5,11 @@ shell config: only ``resources``, ``environment``, ``bind_mounts`` and ``slurm``
 used; ``task_config``), the directives of a task's job (``task_directives``: exactly a
 trial's placement and shape, but named ``dethpc-<kind>-<id>``, written to the task's
 ``job.log``, never requeued, no signal), its environment (``task_env``), the job script
-(``render_script``: every value shell-quoted), submitting it (``submit``: the script
-0600 in the 0700 task directory), waiting until it runs (``wait_running``) and reading
-how it ended (``exit_code``). The per-kind parts (what the job runs, how the CLI
-attaches) are in ``dethpc.surfaces.cli.interactive_cmd`` and ``dethpc.surfaces.tasks.nbserve``.
+(``render_script``: every value shell-quoted; it writes its command's exit code to
+``registry.EXIT_FILE``), submitting it (``submit``: the script 0600 in the 0700 task
+directory) and waiting until it runs (``wait_running``). How it ended is
+``registry.finish``. The per-kind parts (what the job runs, how the CLI attaches) are
+in ``dethpc.surfaces.cli.interactive_cmd`` and ``dethpc.surfaces.tasks.nbserve``.
 Must not: print (the CLI does) or open the store beyond ``dethpc.surfaces.tasks.registry``.
 """
 
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from dethpc.common.errors import ConfigError, DethpcError, FieldError
+from dethpc.common.sbatch_options import layer
 from dethpc.common.traits import BackendKind, traits_of
 from dethpc.common.version import __version__
 from dethpc.config import parse_experiment_config
@@ -33,7 +35,7 @@ from dethpc.config._yaml import load_yaml_file
 from dethpc.config.experiment import check_supported
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
 from dethpc.control.snapshot import snapshot_context
-from dethpc.jobs.directives import _placement, check_directive, job_time, layer, shape_directives
+from dethpc.jobs.directives import check_directive, job_time, placement_directives, shape_directives
 from dethpc.jobs.jobscript import container_prefix, inside
 from dethpc.jobs.render import STARTUP_HOOK, shjoin, shquote, startup_hook_argv
 from dethpc.store import Store
@@ -59,7 +61,6 @@ _SYNTHETIC = {"entrypoint": "true",
                            "max_length": {"batches": 1}}}
 #: files in the task directory
 JOB_LOG = "job.log"
-EXIT_FILE = "exit-code"
 READY_FILE = "ready"
 HOOK_ENV = "hook-env"
 #: how often a shell's holder job looks for an attached step (seconds)
@@ -110,7 +111,7 @@ def task_directives(cfg: ExperimentConfig, pool: ResourcePool, *, kind: TaskKind
     alloc = plan_allocation(cfg.resources.slots_per_trial, pool, cfg.slurm)
     own = [f"--job-name=dethpc-{kind.value}-{task_id}", f"--comment=dethpc:task={task_id}",
            f"--output={output}", "--open-mode=append", "--no-requeue"]
-    out = layer([*own, *_placement(pool, job_time(cfg, pool)), *shape_directives(alloc)],
+    out = layer([*own, *placement_directives(pool, job_time(cfg, pool)), *shape_directives(alloc)],
                 pool.sbatch_args, cfg.slurm.sbatch_args)
     return [check_directive(d) for d in out]
 
@@ -180,7 +181,7 @@ def render_script(job: Job) -> str:
             f"  rm -f {env_file}.*",
             f"  {shjoin(job.hook_command)} || {{ rc=$?; echo \"dethpc: {STARTUP_HOOK} "
             "failed (exit code $rc)\" >&2; printf '%d\\n' \"$rc\" >\"$TASK_DIR/"
-            f"{EXIT_FILE}\"; exit \"$rc\"; }}",
+            f"{registry.EXIT_FILE}\"; exit \"$rc\"; }}",
             f"  if [ -f {env_file}.0 ]; then",
             f"    while IFS= read -r -d '' kv; do export \"$kv\"; done <{env_file}.0",
             "  fi",
@@ -212,8 +213,8 @@ def render_script(job: Job) -> str:
         "  if [ \"$rc\" -gt 128 ] && kill -0 \"$child\" 2>/dev/null; then continue; fi",
         "  break",
         "done",
-        f"printf '%d\\n' \"$rc\" >\"$TASK_DIR/{EXIT_FILE}.tmp\" "
-        f"&& mv -f \"$TASK_DIR/{EXIT_FILE}.tmp\" \"$TASK_DIR/{EXIT_FILE}\"",
+        f"printf '%d\\n' \"$rc\" >\"$TASK_DIR/{registry.EXIT_FILE}.tmp\" "
+        f"&& mv -f \"$TASK_DIR/{registry.EXIT_FILE}.tmp\" \"$TASK_DIR/{registry.EXIT_FILE}\"",
         "exit \"$rc\"", ""]
     return "\n".join(lines)
 
@@ -249,7 +250,7 @@ def prepare(store: Store, cluster: ClusterConfig, kind: TaskKind, *,
     task = registry.create(store, kind, [], idle_timeout_s)
     assert task.id is not None
     work_dir = registry.task_dir(task.id)
-    for stale in (JOB_LOG, EXIT_FILE, READY_FILE, "endpoint.json", "token"):
+    for stale in (JOB_LOG, registry.EXIT_FILE, READY_FILE, "endpoint.json", "token"):
         (work_dir / stale).unlink(missing_ok=True)
     ctx_dir = None
     try:
@@ -336,30 +337,6 @@ def wait_running(task: Task, *, until: Callable[[], bool] = lambda: True,
             raise DethpcError(f"job {task.job_ref} was not ready within {timeout_s:g} s "
                               f"(state {state}, {reason})")
         time.sleep(poll_s)
-
-
-def exit_code(task: Task) -> int | None:
-    """The command's exit code the job wrote, or None (cancelled, killed, not ended)."""
-    try:
-        return int((Path(task.work_dir) / EXIT_FILE).read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def finish(store: Store, task: Task, *, message: str = "") -> Task:
-    """Record how a task's job ended: ENDED when its exit code is 0 (or it has none and
-    was not a command), FAILED otherwise."""
-    assert task.id is not None
-    code = exit_code(task)
-    if code is None and task.kind == TaskKind.COMMAND:
-        return registry.update(store, task.id, state=TaskState.FAILED,
-                               message=message or "the job ended without an exit code "
-                               "(cancelled, or out of time?)")
-    if code:
-        return registry.update(store, task.id, state=TaskState.FAILED,
-                               message=message or f"exit code {code}")
-    return registry.update(store, task.id, state=TaskState.ENDED,
-                           message=message or ("exit code 0" if code == 0 else "ended"))
 
 
 def cancel(store: Store, task: Task, message: str) -> Task:

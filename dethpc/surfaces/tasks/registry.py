@@ -5,8 +5,8 @@ and how a task's liveness is read: a local task is alive while its pid runs on i
 host with the task's directory in its command line (a reused pid is not mistaken for
 it); a ``--slurm`` task is alive while Slurm lists its job. A task found dead is marked
 ``ended`` when listed (a notebook, shell or command job ``failed`` when the exit code
-its script wrote is not 0: ``dethpc.surfaces.tasks.interactive.finish``). Kinds add their own
-start; list and kill are these.
+its script wrote to ``EXIT_FILE`` is not 0: ``finish``, ``exit_code``). Kinds add
+their own start; list, finish and kill are these.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ from dethpc.store.models import Task, TaskKind, TaskState, now
 
 #: the longest socket path AF_UNIX takes (108 bytes on Linux, less a margin)
 MAX_SOCKET_PATH = 100
+
+#: the file a task's job writes its command's exit code to (``finish`` reads it)
+EXIT_FILE = "exit-code"
 
 
 def private_dir(path: Path) -> Path:
@@ -131,8 +134,6 @@ def tasks(store: Store, *, kind: TaskKind | None = None, include_ended: bool = F
     for task in rows:
         if not task.state.is_terminal and alive(task) is False and task.id is not None:
             if task.kind in (TaskKind.COMMAND, TaskKind.NOTEBOOK, TaskKind.SHELL):
-                from dethpc.surfaces.tasks.interactive import finish
-
                 task = finish(store, task)   # ENDED, or FAILED by its exit code
             else:
                 task = update(store, task.id or 0, state=TaskState.ENDED,
@@ -182,3 +183,27 @@ def _terminate(pid: int, grace_s: float, running: Callable[[], bool]) -> None:
             if not running():
                 return
             time.sleep(0.1)
+
+
+def exit_code(task: Task) -> int | None:
+    """The command's exit code the job wrote, or None (cancelled, killed, not ended)."""
+    try:
+        return int((Path(task.work_dir) / EXIT_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def finish(store: Store, task: Task, *, message: str = "") -> Task:
+    """Record how a task's job ended: ENDED when its exit code is 0 (or it has none and
+    was not a command), FAILED otherwise."""
+    assert task.id is not None
+    code = exit_code(task)
+    if code is None and task.kind == TaskKind.COMMAND:
+        return update(store, task.id, state=TaskState.FAILED,
+                               message=message or "the job ended without an exit code "
+                               "(cancelled, or out of time?)")
+    if code:
+        return update(store, task.id, state=TaskState.FAILED,
+                               message=message or f"exit code {code}")
+    return update(store, task.id, state=TaskState.ENDED,
+                           message=message or ("exit code 0" if code == 0 else "ended"))

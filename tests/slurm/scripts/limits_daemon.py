@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from dethpc.backends.limits import UNLIMITED, PoolLimits
+from dethpc.backends.base import UNLIMITED, PoolLimits
 from dethpc.backends.slurm import SlurmBackend
 from dethpc.common.runner import CommandRunner, RecordingRunner
 from dethpc.config import load_experiment_config
