@@ -7,7 +7,7 @@ Slurm job state (long names and squeue's abbreviations) to ``JobState``, the
 ``ExitCode`` ("2:0"), ``scontrol show config`` and version strings, the
 accounting backlog ``sdiag`` reports, GRES GPU counts and Slurm time strings.
 Must not: run commands, log, or touch files. Every function here is a pure
-function of its arguments, tested by tables in tests/unit/test_slurm_parse.py.
+function of its arguments, tested by tables in tests/unit/backends/test_slurm_parse.py.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ login``), in the background: the experiment's trials wait, other experiments are
 submitted in the same tick, two experiments of one image cause one pull, and a failed
 pull fails the experiment once with the runtime's own words.
 
-The runtime is the stand-in of tests/unit/test_containers.py (Apptainer cannot be
+The runtime is the stand-in of tests/unit/jobs/test_containers.py (Apptainer cannot be
 installed here): it proves dethpc's logic around the pull, not that Apptainer pulls.
 Real store, real daemon, real local backend, real threads and locks.
 """
@@ -25,7 +25,7 @@ from dethpc.control.experiments import create_experiment
 from dethpc.store import Store
 from dethpc.store.models import Event, Experiment, ExperimentState, Job
 from tests.slurm.fixtures.harness import wait_until
-from tests.unit.test_containers import STANDIN
+from tests.unit.jobs.test_containers import STANDIN
 
 
 @pytest.fixture

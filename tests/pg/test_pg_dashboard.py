@@ -3,7 +3,7 @@
 The same store as the SQLite tests (``tests/dashboard_seed.py``) in a database of its
 own on the tier's throwaway server: the admin's dashboard lists every user's experiments
 (another user's included, which a user's dashboard never shows, see
-tests/unit/test_dashboard.py), and an experiment page, ASHA's rungs and a trial with its
+tests/unit/surfaces/test_dashboard.py), and an experiment page, ASHA's rungs and a trial with its
 pending reason and log come back as on SQLite.
 """
 

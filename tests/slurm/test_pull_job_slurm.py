@@ -3,7 +3,7 @@ image and the trials at once with ``--dependency=afterok`` on it; a trial starts
 after the pull succeeded, and a failed pull fails the experiment with the runtime's
 words (its dependent jobs are killed by Slurm, ``--kill-on-invalid-dep``).
 
-The runtime is the stand-in ``apptainer`` of tests/unit/test_containers.py, on the
+The runtime is the stand-in ``apptainer`` of tests/unit/jobs/test_containers.py, on the
 PATH the jobs inherit (Apptainer cannot be installed here): this proves dethpc's pull
 jobs, dependencies and failure handling on real Slurm, not that Apptainer pulls.
 """
@@ -20,7 +20,7 @@ import pytest
 
 from dethpc.jobs.imagepull import pull_job
 from tests.slurm.fixtures.harness import DaemonHarness, wait_until
-from tests.unit.test_containers import STANDIN
+from tests.unit.jobs.test_containers import STANDIN
 
 
 @pytest.fixture

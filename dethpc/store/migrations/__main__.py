@@ -2,7 +2,7 @@
 
 Owns: the developer's helper that numbers the next revision (``0002``, ``0003``, ...) and
 writes ``versions/NNNN_what_changes.py`` from ``script.py.mako``; fill in ``upgrade()`` by
-hand, then run ``pytest tests/unit/test_store_migrations.py``.
+hand, then run ``pytest tests/unit/store/test_store_migrations.py``.
 """
 
 from __future__ import annotations

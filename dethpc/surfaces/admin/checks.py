@@ -6,7 +6,7 @@ for the cluster as a whole, each finding with the fix) and ``exit_code``
 said where it is made; docs/admin.md lists them for admins.
 Must not: run commands or read files (``dethpc.surfaces.admin.facts`` gathers the facts):
 every function here is a pure function of its arguments, tested by tables in
-tests/unit/test_admin_check.py.
+tests/unit/surfaces/test_admin_check.py.
 """
 
 from __future__ import annotations
