@@ -4,8 +4,10 @@ Owns: the one error family (``errors``), the exit codes agreed between training 
 job wrapper and backends (``exitcodes``), the run-directory layout (``paths``), the
 JSON-lines files jobs write and the daemon reads (``jsonlines``), Slurm's hostlist and
 sbatch option syntax (``hostlist``, ``sbatch_options``), what a backend can do
-(``traits``), an experiment's kind (``kinds``), the subprocess seam (``runner``) and the
-version string (``version``).
+(``traits``), an experiment's kind (``kinds``), the job side of self-registration
+(``detached``: the spool entry a job dethpc did not submit writes, and the daemon
+adopts), the ``DETHPC_*`` variable names (``jobenv``), the subprocess seam
+(``runner``) and the version string (``version``).
 Must not: import any other part of dethpc, or anything a compute node lacks (no
 database, no CLI libraries): the job side imports these modules on every rank.
 """

@@ -108,7 +108,7 @@ class TrialPaths:
 
     @property
     def registration(self) -> Path:
-        """A detached job's registration (``dethpc.core.detached``): who, where, which job."""
+        """A detached job's registration (``dethpc.common.detached``): who, where, which job."""
         return self.root / "register.json"
 
     @property

@@ -1,7 +1,7 @@
 """Adopting jobs dethpc did not submit: the daemon side of detached registration.
 
 Owns: ``Adopter.scan()`` — one listdir of ``<spool>/detached`` per tick; each new
-registration (``register.json``, written by ``dethpc.core.detached``) of a job this daemon's
+registration (``register.json``, written by ``dethpc.common.detached``) of a job this daemon's
 user owns becomes an experiment of kind DETACHED (one per job, or per array job with a
 trial per task) with a trial, a batch and a job row, so the reconciler polls it by its
 ref, ingests its metrics and checkpoints and ends it like any experiment. The trial's

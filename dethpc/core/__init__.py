@@ -95,7 +95,7 @@ def init(*, distributed: DistributedContext | None = None,
     """Build the trial's ``Context`` (Dummy twins outside a trial and any Slurm job).
 
     In a Slurm job dethpc did not submit, the job registers itself in the spool
-    (``dethpc.core.detached``; ``DETHPC_DETACHED=0`` turns that off) and gets the real
+    (``dethpc.common.detached``; ``DETHPC_DETACHED=0`` turns that off) and gets the real
     contexts over that directory; the daemon adopts it (docs/detached.md).
 
     Determined's ``core.init()`` keywords are accepted: ``distributed``,

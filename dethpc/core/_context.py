@@ -3,7 +3,7 @@
 Owns: ``Context`` (the sub-contexts in one object) and ``build_context()``, which
 picks the real sub-contexts when the job has a trial directory and the Dummy twins
 otherwise. The trial directory is ``DETHPC_TRIAL_DIR`` (a job dethpc submitted) or,
-in a Slurm job dethpc did not submit, the one ``dethpc.core.detached`` registers in the
+in a Slurm job dethpc did not submit, the one ``dethpc.common.detached`` registers in the
 spool (``with_trial_dir``): metrics, checkpoints and ``latest_checkpoint`` work there
 too, and a requeued job (same id) resumes from its own checkpoint.
 It also owns ``get_cluster_info()`` (Determined's ``det.get_cluster_info()``):
@@ -59,7 +59,7 @@ def with_trial_dir(env: Mapping[str, str]) -> Mapping[str, str]:
     is a Slurm job dethpc did not submit (registering it); unchanged otherwise."""
     if env.get(ENV_TRIAL_DIR):
         return env
-    from dethpc.core.detached import trial_dir
+    from dethpc.common.detached import trial_dir
 
     found = trial_dir(env)
     return env if found is None else {**env, ENV_TRIAL_DIR: str(found)}

@@ -26,9 +26,9 @@ from dethpc.common.paths import ExperimentPaths
 from dethpc.common.sbatch_options import canonical_option, option_value
 from dethpc.common.traits import BackendKind
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
-from dethpc.core.jobapi import hparam_env
 from dethpc.jobs.protocol import TrialJob
 from dethpc.jobs.render import make_env
+from dethpc.launch.jobapi import hparam_env
 
 ARRAY_TEMPLATE = "search_array.sbatch.j2"
 
@@ -50,7 +50,7 @@ def hparam_var(name: str) -> str:
 
 def hparam_exports(hparams: Mapping[str, Any]) -> dict[str, str]:
     """The ``DETHPC_HP_<NAME>`` variables of a trial's hyperparameters: the job API's
-    ``dethpc.core.jobapi.hparam_env``, the one rule shared with ``dethpc hparams --env``
+    ``dethpc.launch.jobapi.hparam_env``, the one rule shared with ``dethpc hparams --env``
     (nested groups joined with ``_``, upper case, any character outside
     ``[A-Za-z0-9_]`` as ``_``; strings as they are, other values as JSON)."""
     return dict(hparam_env(dict(hparams)))

@@ -158,9 +158,9 @@ def test_grid_over_a_script_that_knows_nothing_of_dethpc(
     assert all(r.split("|", 1)[1] == "debug|00:03:00" for r in rows), rows
 
 
-@pytest.mark.skipif(importlib.util.find_spec("dethpc.core.jobapi") is None,
+@pytest.mark.skipif(importlib.util.find_spec("dethpc.launch.jobapi") is None,
                     reason="needs the shell-level job API (dethpc report/should-stop, "
-                           "issue 13 item 3: dethpc.core.jobapi)")
+                           "issue 13 item 3: dethpc.launch.jobapi)")
 def test_asha_over_an_unchanged_bash_script(
         home: tuple[Path, Store, Daemon, RecordingRunner], tmp_path: Path) -> None:
     root, store, daemon, runner = home

@@ -68,7 +68,7 @@ def exit_reason(code: int, preempted: bool) -> ExitReason:
 
 
 def _latest_checkpoint(trial_dir: Path, env: dict[str, str]) -> str:
-    from dethpc.core.jobapi._files import latest_checkpoint
+    from dethpc.launch.jobapi._files import latest_checkpoint
 
     try:
         found = latest_checkpoint(trial_dir, env)

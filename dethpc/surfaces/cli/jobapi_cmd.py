@@ -1,10 +1,10 @@
 """The job API's verbs in the typer app, so ``dethpc --help`` lists them.
 
 Owns: thin pass-through commands (``report``, ``should-stop``, ``hparams``,
-``latest-checkpoint``) that hand their raw words to ``dethpc.core.jobapi.main``.
+``latest-checkpoint``) that hand their raw words to ``dethpc.launch.jobapi.main``.
 The console script (``dethpc.surfaces.entry``) normally runs these verbs without this app;
 these commands serve ``python -m dethpc.surfaces.cli.main`` and the help text.
-Must not: parse or check anything itself (``dethpc.core.jobapi`` does).
+Must not: parse or check anything itself (``dethpc.launch.jobapi`` does).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ VERBS = {
 
 def _command(verb: str) -> Callable[[typer.Context], None]:
     def run(ctx: typer.Context) -> None:
-        from dethpc.core.jobapi import main
+        from dethpc.launch.jobapi import main
 
         raise typer.Exit(main([verb, *ctx.args]))
 

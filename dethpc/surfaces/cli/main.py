@@ -70,7 +70,7 @@ _sbatch_command()
 
 
 def _job_api() -> None:
-    """The job API's verbs (``dethpc.core.jobapi``; the console script runs them without
+    """The job API's verbs (``dethpc.launch.jobapi``; the console script runs them without
     this app, see ``dethpc.surfaces.entry``)."""
     from dethpc.surfaces.cli.jobapi_cmd import register
 

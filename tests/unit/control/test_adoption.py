@@ -1,5 +1,5 @@
 """``dethpc.control.adoption``: the daemon adopts jobs that registered themselves in the spool
-(``dethpc.core.detached``) into the real store, idempotently, and only its own user's; the
+(``dethpc.common.detached``) into the real store, idempotently, and only its own user's; the
 reconciler then ingests their files through the trial link and ends them.
 """
 
@@ -16,13 +16,13 @@ from sqlmodel import select
 from dethpc import core
 from dethpc.backends.base import JobInfo, JobState
 from dethpc.backends.local import LocalBackend
+from dethpc.common.detached import trial_dir
 from dethpc.common.errors import DethpcError
 from dethpc.common.kinds import ExperimentKind
 from dethpc.config import parse_experiment_config
 from dethpc.config.model import ClusterConfig
 from dethpc.control.adoption import Adopter, detached_config, parse_registration
 from dethpc.control.daemon import Daemon
-from dethpc.core.detached import trial_dir
 from dethpc.store import Store
 from dethpc.store.models import (
     Batch,

@@ -1,4 +1,4 @@
-"""``dethpc.core.detached``: a Slurm job dethpc did not submit registers itself in the spool,
+"""``dethpc.common.detached``: a Slurm job dethpc did not submit registers itself in the spool,
 and ``dethpc.core`` works over that directory (metrics, checkpoints, resume after a
 requeue); outside Slurm jobs nothing is written and the Dummy twins stay.
 """
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from dethpc import core
+from dethpc.common.detached import job_ref, register, trial_dir, write_once
 from dethpc.common.errors import DethpcError
 from dethpc.core import DummyTrainContext, TrainContext
-from dethpc.core.detached import job_ref, register, trial_dir, write_once
 
 JOB = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "SLURM_JOB_USER": "alice",
        "SLURM_SUBMIT_DIR": "/home/alice", "SLURM_CLUSTER_NAME": "dev",

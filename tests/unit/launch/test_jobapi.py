@@ -1,4 +1,4 @@
-"""The shell-level job API (dethpc.core.jobapi, issue 13 item 3): pure pieces by tables,
+"""The shell-level job API (dethpc.launch.jobapi, issue 13 item 3): pure pieces by tables,
 every verb over a temporary trial directory, and what the verbs write read back by
 the daemon's reconciler (metrics and checkpoints in the store)."""
 
@@ -16,9 +16,10 @@ import pytest
 from sqlmodel import select
 
 from dethpc.common.paths import ExperimentPaths
-from dethpc.core.jobapi import hparam_env
-from dethpc.core.jobapi._cli import run
-from dethpc.core.jobapi._values import (
+from dethpc.jobs.script_jobs import hparam_exports as search_hparam_env
+from dethpc.launch.jobapi import hparam_env
+from dethpc.launch.jobapi._cli import run
+from dethpc.launch.jobapi._values import (
     JobApiError,
     StopWhy,
     current_run,
@@ -26,7 +27,6 @@ from dethpc.core.jobapi._values import (
     parse_value,
     stop_reason,
 )
-from dethpc.jobs.script_jobs import hparam_exports as search_hparam_env
 from dethpc.store import Store
 from dethpc.store.models import Checkpoint, Experiment, Metric, Trial
 from tests.unit.control.test_reconcile_store import new_experiment, tick
@@ -195,7 +195,7 @@ def test_bad_input_is_one_line_and_exit_2(trial: Path, argv: list[str], says: st
 ])
 def test_outside_any_trial(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                            argv: list[str], code: int, out: str) -> None:
-    from dethpc.core.jobapi import main
+    from dethpc.launch.jobapi import main
 
     for name in list(os.environ):
         if name.startswith(("DETHPC_", "SLURM_")):
@@ -374,7 +374,7 @@ def test_the_console_script_runs_the_job_api_without_the_cli(tmp_path: Path) -> 
     assert (done.returncode, done.stdout) == (0, "stop\n")
     loaded = {line.split("|")[-1].strip() for line in done.stderr.splitlines()
               if line.startswith("import time:")}
-    assert "dethpc.core.jobapi" in loaded
+    assert "dethpc.launch.jobapi" in loaded
     heavy = {m for m in loaded
              if m.split(".")[0] in {"typer", "rich", "sqlalchemy", "sqlmodel", "jinja2", "yaml",
                                     "click", "pydantic"} or m.startswith("dethpc.surfaces.cli")}

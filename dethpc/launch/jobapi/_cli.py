@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-import dethpc.core.jobapi._files as _files
+import dethpc.launch.jobapi._files as _files
 from dethpc.common.errors import DethpcError
-from dethpc.core.jobapi._values import JobApiError, hparam_env, parse_pairs
+from dethpc.launch.jobapi._values import JobApiError, hparam_env, parse_pairs
 
 NOT_IN_TRIAL = ("not inside a dethpc trial or a Slurm job (DETHPC_TRIAL_DIR is unset and "
                 "this is no Slurm job that could register itself)")
@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _trial(env: Mapping[str, str]) -> Path | None:
-    from dethpc.core.detached import trial_dir
+    from dethpc.common.detached import trial_dir
 
     return trial_dir(env)
 

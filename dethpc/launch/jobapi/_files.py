@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dethpc.common.paths import TrialPaths
-from dethpc.core.jobapi._values import JobApiError, StopWhy, current_run, stop_reason
+from dethpc.launch.jobapi._values import JobApiError, StopWhy, current_run, stop_reason
 
 #: key of a checkpoint's metadata naming the file or directory ``report checkpoint``
 #: stored (the uuid directory holds it under this name)

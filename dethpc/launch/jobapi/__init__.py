@@ -10,7 +10,7 @@ its imports; ``dethpc.surfaces.entry`` runs it without the CLI), or touch the st
 
 from __future__ import annotations
 
-from dethpc.core.jobapi._cli import main
-from dethpc.core.jobapi._values import hparam_env
+from dethpc.launch.jobapi._cli import main
+from dethpc.launch.jobapi._values import hparam_env
 
 __all__ = ["hparam_env", "main"]
