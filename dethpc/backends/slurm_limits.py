@@ -1,12 +1,13 @@
 """Pure reading of a user's per-user job limits from what ``sacctmgr`` prints.
 
-Owns: the two sacctmgr queries dethpc makes once per backend (``USER_ARGV`` the
+Owns: the QoS names query (``QOS_NAMES_ARGV``, ``parse_qos_names``: does a pool's QoS
+exist), the two sacctmgr queries dethpc makes once per backend (``USER_ARGV`` the
 user's associations with their default account, default QoS and
 ``MaxSubmitJobs``/``MaxJobs``; ``QOS_ARGV`` every QoS with its
 ``MaxSubmitJobsPerUser``/``MaxJobsPerUser``), their parsers, and ``pool_limits``:
 which association and QoS a pool's jobs land in (the pool's ``account``/``qos``,
 else the user's defaults, as Slurm picks them) and the limits that follow.
-Must not: run commands (``SlurmBackend.job_limits`` does), or guess limits it
+Must not: run commands (``SlurmSite`` in ``slurm_site`` does), or guess limits it
 was not shown: an unknown QoS or account simply contributes no limit (an sbatch
 refusal is still handled, as "wait and retry", by the daemon).
 
@@ -37,6 +38,13 @@ def user_argv(user: str) -> list[str]:
 
 
 QOS_ARGV = ["sacctmgr", "-n", "-P", "show", "qos", f"format={QOS_FORMAT}"]
+#: every QoS name, one a line
+QOS_NAMES_ARGV = ["sacctmgr", "-n", "-P", "show", "qos", "format=name"]
+
+
+def parse_qos_names(text: str) -> set[str]:
+    """``sacctmgr -n -P show qos format=name`` -> the QoS names (blank lines skipped)."""
+    return {line.strip() for line in text.splitlines() if line.strip()}
 
 
 @dataclass(frozen=True)

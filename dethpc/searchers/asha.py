@@ -3,7 +3,10 @@
 Owns: the bracket plan (how many brackets, rungs, trials and concurrency each
 gets -- Determined's ``adaptive_asha.go`` formulas, as small pure functions),
 the rung rules (Determined's ``asha_stopping.go`` stop rule; the ASHA paper's
-promotion rule), ``AshaSearcher``, the state machine that applies them, and
+promotion rule), each bracket's bookkeeping (``Bracket``: its rungs, queue and
+running trials, snapshot form, next promotion), the rung view ``Searcher.rungs``
+shows (``rung_keep``, ``describe_bracket``), ``AshaSearcher``, the state machine
+that applies the rules, and
 its ``SPEC``: the keys it owns (``mode``, ``divisor``, ``max_rungs``,
 ``bracket_rungs``, ``variant``; the mode and variant enums live in
 ``dethpc.config.model``).
@@ -191,7 +194,7 @@ def promotable(rung: list[Entry], promoted: set[int], divisor: int) -> list[int]
 
 # ================================================================ bracket state
 @dataclass
-class _Bracket:
+class Bracket:
     plan: BracketPlan
     concurrency: int
     rungs: list[list[Entry]]
@@ -203,7 +206,7 @@ class _Bracket:
     created: int = 0
 
     @classmethod
-    def new(cls, plan: BracketPlan, divisor: int) -> _Bracket:
+    def new(cls, plan: BracketPlan, divisor: int) -> Bracket:
         return cls(plan, initial_concurrency(plan, divisor),
                    [[] for _ in range(plan.num_rungs)], [set() for _ in range(plan.num_rungs)])
 
@@ -226,6 +229,54 @@ class _Bracket:
     def done(self) -> bool:
         return self.created >= self.plan.max_trials and not self.running
 
+    def next_promotion(self) -> int | None:
+        """The queued trial with the highest rung whose job has exited (ties: first queued)."""
+        ready = [rid for rid in self.queue if rid not in self.running]
+        if not ready:
+            return None
+        return max(ready, key=lambda rid: (self.trial_rung[rid], -self.queue.index(rid)))
+
+    def resume(self, rid: int) -> Continue:
+        """Take queued ``rid`` one rung up: it trains on to that rung's length."""
+        self.queue.remove(rid)
+        r = self.trial_rung[rid] + 1
+        self.trial_rung[rid] = r
+        self.reported.discard(rid)
+        self.running.add(rid)
+        length = self.plan.lengths[r]
+        return Continue(request_id=rid, length=length, validate_at=(length,))
+
+
+# ================================================================== rung view
+def rung_keep(recorded: int, divisor: int, variant: AshaVariant) -> int:
+    """How many of a rung's ``recorded`` trials go on: the stopping rule's
+    ``keep_count`` (0 for an empty rung); promotion: the top ``int(n / d)``."""
+    if variant is AshaVariant.PROMOTION:
+        return int(recorded / divisor)
+    return keep_count(recorded, divisor) if recorded else 0
+
+
+def describe_bracket(index: int, b: Bracket, divisor: int, variant: AshaVariant,
+                     smaller_is_better: bool) -> dict[str, Any]:
+    """One bracket as ``Searcher.rungs`` shows it: per rung its length, the metrics
+    recorded there (user's sign; ``None`` for a trial that exited without one), how
+    many go on and the cutoff value."""
+    sign = 1.0 if smaller_is_better else -1.0
+    rungs = []
+    for r, rung in enumerate(b.rungs):
+        keep = rung_keep(len(rung), divisor, variant)
+        cutoff = rung[keep - 1][0] if 0 < keep <= len(rung) else None
+        rungs.append({
+            "length": b.plan.lengths[r],
+            "metrics": [{"request_id": rid, "metric": None if v == EXITED else sign * v}
+                        for v, rid in rung],
+            "keep": keep,
+            "cutoff": None if cutoff is None or cutoff == EXITED else sign * cutoff,
+        })
+    return {"bracket": index, "num_rungs": b.plan.num_rungs,
+            "max_trials": b.plan.max_trials, "max_concurrent_trials": b.concurrency,
+            "created": b.created, "rungs": rungs}
+
 
 # ===================================================================== searcher
 class AshaSearcher(Searcher):
@@ -239,7 +290,7 @@ class AshaSearcher(Searcher):
         self.plans = plan_brackets(config)
         self.variant = AshaVariant(config.variant)
         self.divisor = config.divisor
-        self.brackets = [_Bracket.new(p, self.divisor) for p in self.plans]
+        self.brackets = [Bracket.new(p, self.divisor) for p in self.plans]
         self.rng = random.Random(seed)
         self.next_id = 1
         self.owner: dict[int, int] = {}
@@ -285,7 +336,8 @@ class AshaSearcher(Searcher):
         return [self.records[k] for k in sorted(self.records)]
 
     def rungs(self) -> list[dict[str, Any]]:
-        return [self._describe_bracket(i) for i in range(len(self.brackets))]
+        return [describe_bracket(i, b, self.divisor, self.variant, self.config.smaller_is_better)
+                for i, b in enumerate(self.brackets)]
 
     # ------------------------------------------------------------- stopping
     def _stop_rule(self, index: int, rid: int, value: float, length: int) -> list[Action]:
@@ -357,22 +409,6 @@ class AshaSearcher(Searcher):
             self._record(index, rid, r + 1, EXITED)
         rec.status = exit_status(reason)
 
-    def _next_promotion(self, b: _Bracket) -> int | None:
-        """The queued trial with the highest rung whose job has exited (ties: first queued)."""
-        ready = [rid for rid in b.queue if rid not in b.running]
-        if not ready:
-            return None
-        return max(ready, key=lambda rid: (b.trial_rung[rid], -b.queue.index(rid)))
-
-    def _continue(self, b: _Bracket, rid: int) -> Continue:
-        b.queue.remove(rid)
-        r = b.trial_rung[rid] + 1
-        b.trial_rung[rid] = r
-        b.reported.discard(rid)
-        b.running.add(rid)
-        length = b.plan.lengths[r]
-        return Continue(request_id=rid, length=length, validate_at=(length,))
-
     # --------------------------------------------------------------- common
     def top_up(self) -> list[Action]:
         if not self.records:
@@ -383,9 +419,9 @@ class AshaSearcher(Searcher):
         b = self.brackets[index]
         actions: list[Action] = []
         while len(b.running) < b.concurrency:
-            pid = self._next_promotion(b) if self.variant is AshaVariant.PROMOTION else None
+            pid = b.next_promotion() if self.variant is AshaVariant.PROMOTION else None
             if pid is not None:
-                actions.append(self._continue(b, pid))
+                actions.append(b.resume(pid))
             elif b.created < b.plan.max_trials:
                 actions.append(self._create(index))
             else:
@@ -414,26 +450,6 @@ class AshaSearcher(Searcher):
             if rec.status in ("active", "promoted"):
                 rec.status = "stopped"      # waited at a rung, never promoted
         return [Shutdown()]
-
-    def _describe_bracket(self, index: int) -> dict[str, Any]:
-        b = self.brackets[index]
-        sign = 1.0 if self.config.smaller_is_better else -1.0
-        rungs = []
-        for r, rung in enumerate(b.rungs):
-            keep = keep_count(len(rung), self.divisor) if rung else 0
-            if self.variant is AshaVariant.PROMOTION:
-                keep = int(len(rung) / self.divisor)
-            cutoff = rung[keep - 1][0] if 0 < keep <= len(rung) else None
-            rungs.append({
-                "length": b.plan.lengths[r],
-                "metrics": [{"request_id": rid, "metric": None if v == EXITED else sign * v}
-                            for v, rid in rung],
-                "keep": keep,
-                "cutoff": None if cutoff is None or cutoff == EXITED else sign * cutoff,
-            })
-        return {"bracket": index, "num_rungs": b.plan.num_rungs,
-                "max_trials": b.plan.max_trials, "max_concurrent_trials": b.concurrency,
-                "created": b.created, "rungs": rungs}
 
     # -------------------------------------------------------------- snapshot
     def snapshot(self) -> dict[str, Any]:

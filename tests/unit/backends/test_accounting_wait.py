@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from dethpc.backends.base import JobInfo, JobState
-from dethpc.backends.slurm import settle
 from dethpc.backends.slurm_parse import nodes_registering, parse_dbd_backlog
+from dethpc.backends.slurm_poll import settle
 
 SDIAG = """*******************************************************
 sdiag output at Wed Nov 25 04:23:29 2026 (1795580609)

@@ -1,0 +1,192 @@
+"""What a Slurm site is like, asked once per backend: its config, partitions, QoS and
+the user's per-user job limits.
+
+Owns: ``SlurmSite`` — ``scontrol show config`` (``MaxArraySize``,
+``AccountingStorageType``), ``sinfo``'s partitions, the QoS names (one ``sacctmgr``)
+and the user's per-user limits (two ``sacctmgr``), each fetched on first use and
+cached for the instance's life; the limits are read again ``limits_retry_s`` after
+sacctmgr failed. Whether accounting is on: the config's word, or sacct's
+(``no_accounting``, learnt by the poll). ``check_pool``: the pool's partition and
+QoS exist and its allocation fits. Pure pieces with table tests: ``array_limit``,
+``accounting_on``, ``check_partition``, ``check_qos``, ``limits_due``; and
+``slurm_up`` (``available``).
+Must not: parse Slurm's text itself (``slurm_parse``, ``slurm_limits`` do), run
+commands except through the ``CommandRunner`` it was given, or submit, poll or act
+on jobs.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+
+from dethpc.backends import slurm_limits as sl
+from dethpc.backends import slurm_parse as sp
+from dethpc.backends.base import UNLIMITED, PoolLimits
+from dethpc.common.errors import CommandError, SubmitError
+from dethpc.common.runner import CommandRunner
+
+log = logging.getLogger(__name__)
+
+#: Slurm's own default ``MaxArraySize`` (used when the config does not give a number)
+DEFAULT_MAX_ARRAY_SIZE = 1001
+#: seconds between reads of the user's limits while sacctmgr fails (slurmdbd away)
+LIMITS_RETRY_S = 60.0
+
+
+# ------------------------------------------------------------------- pure pieces
+def array_limit(config: Mapping[str, str]) -> int:
+    """Largest array index + 1 the site accepts (``MaxArraySize``; Slurm's default
+    when the config has none or not a number)."""
+    value = config.get("MaxArraySize", str(DEFAULT_MAX_ARRAY_SIZE))
+    return int(value) if value.isdigit() else DEFAULT_MAX_ARRAY_SIZE
+
+
+def accounting_on(config: Mapping[str, str]) -> bool:
+    """True unless ``AccountingStorageType`` is missing or ``.../none``."""
+    kind = config.get("AccountingStorageType", "")
+    return bool(kind) and not kind.endswith("/none")
+
+
+def check_partition(parts: Mapping[str, sp.Partition], partition: str, nodes: int,
+                    tasks_per_node: int, gpus_per_node: int) -> None:
+    """Raise ``SubmitError`` when ``partition`` is not one of ``parts`` or cannot fit
+    ``nodes`` nodes each offering ``tasks_per_node`` CPUs and ``gpus_per_node`` GPUs."""
+    if partition not in parts:
+        raise SubmitError(
+            f"partition {partition!r} does not exist on this cluster; existing "
+            f"partitions: {', '.join(sorted(parts)) or '(none)'}. Fix the resource "
+            "pool's `partition` in the cluster config.")
+    part = parts[partition]
+    if part.nodes_fitting(cpus=tasks_per_node, gpus=gpus_per_node) >= nodes:
+        return
+    shape = ", ".join(f"{g.count}x({g.cpus} CPUs, {g.gpus} GPUs)" for g in part.groups)
+    raise SubmitError(
+        f"partition {part.name!r} cannot fit {nodes} node(s) x {tasks_per_node} task(s) "
+        f"with {gpus_per_node} GPU(s) each: it has {shape or 'no nodes'}. Ask for fewer "
+        "slots per trial, or use a pool on a bigger partition.")
+
+
+def check_qos(qos: str, known: set[str]) -> None:
+    """Raise ``SubmitError`` when ``qos`` is not one of the site's QoS."""
+    if qos not in known:
+        raise SubmitError(f"QoS {qos!r} does not exist; existing QoS: "
+                          f"{', '.join(sorted(known))}. Fix the pool's `qos`.")
+
+
+def limits_due(read: bool, tried_at: float | None, now: float, retry_s: float) -> bool:
+    """Whether to run the limit queries now: never once read; else on the first call
+    and then at most every ``retry_s`` seconds."""
+    return not read and (tried_at is None or now - tried_at >= retry_s)
+
+
+def slurm_up(runner: CommandRunner) -> bool:
+    """``sbatch`` is on PATH and ``scontrol ping`` says the controller is UP."""
+    if shutil.which("sbatch") is None:
+        return False
+    try:
+        out = runner.run(["scontrol", "ping"], check=False, retry=False)
+    except CommandError:
+        return False
+    return " is UP" in out.stdout
+
+
+# ------------------------------------------------------------------------ the site
+class SlurmSite:
+    """The facts of one Slurm site, each asked once; see the module docstring."""
+
+    def __init__(self, runner: CommandRunner, user: str | None,
+                 limits_retry_s: float = LIMITS_RETRY_S) -> None:
+        self.runner = runner
+        self.user = user
+        self.limits_retry_s = limits_retry_s
+        self._config: dict[str, str] | None = None
+        self._partitions: dict[str, sp.Partition] | None = None
+        self._qos: set[str] | None = None
+        self._accounting: bool | None = None
+        self._assocs: sl.UserAssocs | None = None
+        self._qos_limits: dict[str, sl.QosLimits] = {}
+        #: the user's limits were read (or there are none to read): kept for the
+        #: instance's life; until then, read again at most every ``limits_retry_s``
+        self._limits_read = False
+        self._limits_tried_at: float | None = None
+
+    def config(self) -> dict[str, str]:
+        """``scontrol show config`` as a dict, fetched once."""
+        if self._config is None:
+            self._config = sp.parse_key_values(
+                self.runner.run(["scontrol", "show", "config"]).stdout)
+        return self._config
+
+    def max_array_size(self) -> int:
+        return array_limit(self.config())
+
+    def accounting_enabled(self) -> bool:
+        """True unless ``AccountingStorageType`` is none (or sacct said so)."""
+        if self._accounting is None:
+            self._accounting = accounting_on(self.config())
+        return self._accounting
+
+    @property
+    def accounting_known_off(self) -> bool:
+        """Accounting is known to be off (the config said so when asked, or sacct did):
+        knowing it costs no command."""
+        return self._accounting is False
+
+    def no_accounting(self) -> None:
+        """sacct said accounting storage is disabled: believe it from now on."""
+        self._accounting = False
+
+    def partitions(self) -> dict[str, sp.Partition]:
+        if self._partitions is None:
+            out = self.runner.run(["sinfo", "-h", "-o", sp.SINFO_FORMAT]).stdout
+            self._partitions = sp.parse_sinfo(out)
+        return self._partitions
+
+    def qos_names(self) -> set[str]:
+        if self._qos is None:
+            self._qos = sl.parse_qos_names(self.runner.run(sl.QOS_NAMES_ARGV).stdout)
+        return self._qos
+
+    def check_pool(self, partition: str | None, qos: str | None, nodes: int,
+                   tasks_per_node: int, gpus_per_node: int) -> None:
+        """``Backend.check_pool``: one sinfo (cached), and the QoS list (cached) when a
+        QoS is named and accounting is on."""
+        parts = self.partitions()
+        if partition is not None:
+            check_partition(parts, partition, nodes, tasks_per_node, gpus_per_node)
+        if qos is not None and self.accounting_enabled():
+            check_qos(qos, self.qos_names())
+
+    def job_limits(self, partition: str | None, qos: str | None, account: str | None,
+                   extra_args: Sequence[str] = ()) -> PoolLimits:
+        """The user's per-user limits for jobs of this partition/QoS/account: two
+        sacctmgr commands on the first call, none after. No user or no accounting: no
+        limits. sacctmgr failing (slurmdbd away): no limits for now (sbatch refusals
+        are still waited out), and the two commands again ``limits_retry_s`` later."""
+        now = time.monotonic()
+        if limits_due(self._limits_read, self._limits_tried_at, now, self.limits_retry_s):
+            self._limits_tried_at = now
+            self._read_limits()
+        if self._assocs is None:
+            return UNLIMITED
+        return sl.pool_limits(self._assocs, self._qos_limits, partition=partition, qos=qos,
+                              account=account, extra_args=extra_args)
+
+    def _read_limits(self) -> None:
+        if self.user is None or not self.accounting_enabled():
+            self._limits_read = True          # nothing to read
+            return
+        try:
+            self._assocs = sl.parse_user_assocs(
+                self.runner.run(sl.user_argv(self.user)).stdout, self.user)
+            self._qos_limits = sl.parse_qos_limits(self.runner.run(sl.QOS_ARGV).stdout)
+            self._limits_read = True
+        except CommandError as exc:
+            log.warning("cannot read %s's job limits (%s): submitting without "
+                        "counting for now (Slurm's refusals are waited out); "
+                        "reading them again in %.0f s", self.user, exc,
+                        self.limits_retry_s)
+            self._assocs = None

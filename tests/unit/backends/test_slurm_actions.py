@@ -1,0 +1,55 @@
+"""Pure pieces of ``dethpc.backends.slurm_actions``: the argv of cancel, requeue and
+throttle, and which stderr lines of a failed action are harmless."""
+
+from __future__ import annotations
+
+import pytest
+
+from dethpc.backends.slurm_actions import (
+    cancel_argv,
+    harmless_errors,
+    requeue_argv,
+    throttle_argv,
+)
+
+
+@pytest.mark.parametrize(("refs", "signal", "flags", "argv"), [
+    (["1_0", "2"], None, (), ["scancel", "1_0", "2"]),
+    (["1_0", "2"], None, ("--batch",), ["scancel", "1_0", "2"]),   # flags only with a signal
+    (["3"], "USR2", (), ["scancel", "--signal=USR2", "3"]),
+    (["3", "4_1"], "USR2", ("--batch",), ["scancel", "--signal=USR2", "--batch", "3", "4_1"]),
+    (["3"], "TERM", ("--full",), ["scancel", "--signal=TERM", "--full", "3"]),
+])
+def test_cancel_argv(refs: list[str], signal: str | None, flags: tuple[str, ...],
+                     argv: list[str]) -> None:
+    assert cancel_argv(refs, signal, flags) == argv
+
+
+@pytest.mark.parametrize(("refs", "argv"), [
+    (["4_1"], ["scontrol", "requeue", "4_1"]),
+    (["4_1", "5"], ["scontrol", "requeue", "4_1,5"]),
+])
+def test_requeue_argv(refs: list[str], argv: list[str]) -> None:
+    assert requeue_argv(refs) == argv
+
+
+@pytest.mark.parametrize(("limit", "arg"), [(3, "ArrayTaskThrottle=3"), (0, "ArrayTaskThrottle=0"),
+                                            (-2, "ArrayTaskThrottle=0")])
+def test_throttle_argv(limit: int, arg: str) -> None:
+    assert throttle_argv("6", limit) == ["scontrol", "update", "JobId=6", arg]
+
+
+@pytest.mark.parametrize(("stderr", "errors"), [
+    ("scancel: error: Kill job error on job id 1: Job/step already completing or completed\n",
+     ["scancel: error: Kill job error on job id 1: Job/step already completing or completed"]),
+    ("scancel: error: Invalid job id specified\n\n  \nscontrol: Job is pending execution\n",
+     ["scancel: error: Invalid job id specified", "scontrol: Job is pending execution"]),
+    ("Job has already finished", ["Job has already finished"]),
+    ("Requested operation is presently disabled", ["Requested operation is presently disabled"]),
+    # one real error among harmless ones: a failure
+    ("scancel: error: Invalid job id specified\nscancel: error: Access/permission denied\n", None),
+    ("", None),                                   # failed without saying why: a failure
+    ("   \n", None),
+])
+def test_harmless_errors(stderr: str, errors: list[str] | None) -> None:
+    assert harmless_errors(stderr) == errors
