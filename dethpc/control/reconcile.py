@@ -33,7 +33,7 @@ from dethpc.common.exitcodes import ExitReason
 from dethpc.common.jsonlines import metric_value, read_new_lines
 from dethpc.common.kinds import ExperimentKind
 from dethpc.common.paths import ExperimentPaths, TrialPaths
-from dethpc.config import parse_experiment_config
+from dethpc.config import parse_stored
 from dethpc.config.model import ExperimentConfig
 from dethpc.control.checkpoint_gc import CkptInfo, to_delete
 from dethpc.control.job_end import (
@@ -150,9 +150,7 @@ def _chunks(ids: list[int], size: int = 900) -> list[list[int]]:
 
 
 def load_config(exp: Experiment) -> ExperimentConfig:
-    import yaml
-
-    return parse_experiment_config(yaml.safe_load(exp.config_yaml) or {})
+    return parse_stored(exp.config_yaml)
 
 
 class ExperimentReconciler:
