@@ -29,9 +29,7 @@ from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
 from dethpc.backends.base import JobInfo, JobState
-from dethpc.common.exitcodes import ExitReason
 from dethpc.common.jsonlines import metric_value, read_new_lines
-from dethpc.common.kinds import ExperimentKind
 from dethpc.common.paths import ExperimentPaths, TrialPaths
 from dethpc.config import parse_stored
 from dethpc.config.model import ExperimentConfig
@@ -46,6 +44,14 @@ from dethpc.control.job_end import (
     Verdict,
     judge,
     nothing_to_judge,
+)
+from dethpc.control.reconcile.ingest_rules import parse_exit_record
+from dethpc.control.reconcile.job_rules import NOT_RESUBMITTED
+from dethpc.control.reconcile.skip_rules import (
+    LiveRow,
+    new_reasons,
+    nothing_written_yet,
+    quiet_job,
 )
 from dethpc.jobs.jobscript import checkpoint_dir
 from dethpc.searchers import replay
@@ -77,71 +83,10 @@ class Outcome:
     changed: bool = False
 
 
-def parse_exit_record(rec: dict[str, Any]) -> ExitRecord:
-    """An ``exits.jsonl`` line; a reason this dethpc does not know reads as an error."""
-    try:
-        reason = ExitReason(str(rec.get("reason", "")))
-    except ValueError:
-        reason = ExitReason.ERROR
-    return ExitRecord(reason=reason, code=int(rec.get("code", 0) or 0),
-                      run=int(rec.get("restart", 0) or 0), signal=str(rec.get("signal") or ""))
-
-
-#: why a failed trial of a kind the daemon does not submit gets no new job
-NOT_RESUBMITTED = {
-    ExperimentKind.SBATCH: "jobs of `dethpc sbatch` are not resubmitted (only Slurm's own "
-                           "requeue runs them again)",
-    ExperimentKind.DETACHED: "a job dethpc did not submit is not resubmitted (only Slurm's "
-                             "own requeue runs it again)",
-}
-
 TERMINAL_TRIAL_STATES = [s for s in TrialState if s.is_terminal]
 
 #: the limit a snapshot was taken under, so a change (set-concurrency) is seen once
 CONCURRENCY_KEY = "_max_concurrent_trials"
-
-
-def nothing_written_yet(state: JobState, restart_count: int, *, ingested: bool) -> bool:
-    """A trial whose job this very poll saw pending, never requeued, and of which nothing
-    was ever ingested has no file to read: its ingest (two failed opens and the paths)
-    is skipped, which at thousands of pending trials was a third of a tick. A job that
-    starts after the poll is read on the next tick, from offset 0, so nothing is lost."""
-    return state == JobState.PENDING and restart_count == 0 and not ingested
-
-
-def quiet_job(row: Any, info: JobInfo | None, *, fast: bool = False) -> bool:
-    """A live job (and its trial) that this tick cannot change, so neither row is loaded:
-    ``row`` is (job id, trial id, ref, state, restart count, unknown ticks, reason, nodes,
-    trial state, steps, restarts, runs, stop requested at). Pending since it was
-    submitted, never run, nothing changed: the poll (``info``) sees it pending, never
-    requeued; the trial QUEUED, nothing trained, no restart, no stop asked. Between
-    polls (``fast``: no ``info``) the stored state decides. Such a job's ``observe_job``
-    would at most store a new pending reason (the caller does that for all of them in
-    one statement: ``new_reasons``), its ingest is skipped (``nothing_written_yet``) and
-    ``judge`` waits (``nothing_to_judge``)."""
-    (_, _, _, state, restart_count, unknown_ticks, reason, nodes, trial_state, steps,
-     restarts, runs, stop_at) = row
-    if not (state == JobState.PENDING and restart_count == 0 and unknown_ticks == 0
-            and trial_state == TrialState.QUEUED and steps == 0 and restarts == 0
-            and runs == 0 and stop_at is None):
-        return False
-    if info is None:
-        return fast
-    return (info.state == JobState.PENDING and info.restart_count == 0
-            and (info.nodes or nodes) == nodes)
-
-
-def new_reasons(quiet_rows: list[Any], infos: dict[str, JobInfo]) -> list[dict[str, Any]]:
-    """``{"jid": job id, "r": reason}`` for each quiet job whose pending reason this poll
-    reads differently (Slurm moves thousands of pending jobs between None, Priority,
-    Resources and JobArrayTaskLimit as it schedules: loading each one's rows to store it
-    made most pending jobs loud on the dev cluster at 10,000 trials)."""
-    out = []
-    for row in quiet_rows:
-        info = infos.get(row[2] or "")
-        if info is not None and info.reason != row[6]:
-            out.append({"jid": row[0], "r": info.reason})
-    return out
 
 
 def _chunks(ids: list[int], size: int = 900) -> list[list[int]]:
@@ -179,16 +124,16 @@ class ExperimentReconciler:
         #: ``trial_of_request``); building 14,000 ORM objects for 7,000 pending jobs and
         #: their trials was half of a tick at 10,000 trials
         self.quiet: dict[int, int] = {}
-        live_rows = s.exec(sa_select(  # type: ignore[call-overload]
+        live_rows = list(map(LiveRow._make, s.exec(sa_select(  # type: ignore[call-overload]
             Job.id, Job.trial_id, Job.ref, Job.state, Job.restart_count, Job.unknown_ticks,
             Job.reason, Job.nodes, Trial.state, Trial.steps_completed, Trial.restarts,
             Trial.runs, Trial.stop_requested_at).join(
             Trial, col(Trial.id) == Job.trial_id).where(
-            Job.experiment_id == self.exp_id, Job.live == True)).all()  # noqa: E712
+            Job.experiment_id == self.exp_id, Job.live == True)).all()))  # noqa: E712
         if exp.state == ExperimentState.ACTIVE:
             quiet_rows = [row for row in live_rows
-                          if quiet_job(row, infos.get(row[2] or ""), fast=fast)]
-            self.quiet = {row[1]: row[0] for row in quiet_rows}
+                          if quiet_job(row, infos.get(row.ref or ""), fast=fast)]
+            self.quiet = {row.trial_id: row.job_id for row in quiet_rows}
             changed = new_reasons(quiet_rows, infos)
             if changed:
                 table = Job.__table__  # type: ignore[attr-defined]
@@ -214,7 +159,7 @@ class ExperimentReconciler:
         #: every trial's request id (the ended ones are not in ``trials``)
         self.requests: set[int] = set(s.exec(select(Trial.request_id).where(
             Trial.experiment_id == self.exp_id)))
-        loud = [row[0] for row in live_rows if row[1] not in self.quiet]
+        loud = [row.job_id for row in live_rows if row.trial_id not in self.quiet]
         self.jobs = [j for chunk in _chunks(loud)
                      for j in s.exec(select(Job).where(col(Job.id).in_(chunk)))]
         #: the live job of each trial (at most one); kept in step by close_job
