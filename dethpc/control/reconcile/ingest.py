@@ -78,7 +78,9 @@ class Ingest:
                     or trial.steps_completed > 0 or trial.restarts > 0 or trial.runs > 0)
         return nothing_written_yet(info.state, info.restart_count, ingested=ingested)
 
-    def ingest(self, trial: Trial, *, exits: bool = True) -> None:
+    def read(self, trial: Trial, *, exits: bool = True) -> None:
+        """Carry the new lines of the trial's metrics.jsonl (and, with ``exits``, its
+        exits.jsonl) into rows, from the stored offsets, and store the new offsets."""
         tp = self.rows.tpaths(trial)
         files: list[tuple[str, Path, Callable[[Trial, dict[str, Any]], None]]] = [
             ("metrics.jsonl", tp.metrics, self._metric_line)]

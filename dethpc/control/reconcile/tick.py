@@ -84,7 +84,7 @@ class ExperimentReconciler:
         for trial in list(rows.trials.values()):
             if (not trial.state.is_terminal or rows.live_job(trial) is not None) \
                     and not self.ingest.unwritten(trial):
-                self.ingest.ingest(trial)
+                self.ingest.read(trial)
         for job in rows.jobs:   # a job woken meanwhile is judged too
             if job.live:
                 self.job_ends.carry_out(job, self.job_ends.judge(job))
@@ -108,7 +108,7 @@ class ExperimentReconciler:
         for trial_id in sorted(trial_ids):
             trial = self.rows.trials.get(trial_id)
             if trial is not None and self.rows.live_job(trial) is not None:
-                self.ingest.ingest(trial, exits=False)
+                self.ingest.read(trial, exits=False)
         return self._close(self.cfg.searcher.max_concurrent_trials)
 
     def _close(self, concurrency: int) -> Outcome:
