@@ -23,17 +23,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
-import signal
 import sys
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session, select
 from sqlmodel.sql.expression import SelectOfScalar
 
 from dethpc.backends.base import Backend, JobInfo, JobRequest, JobState, PoolLimits
@@ -44,11 +40,22 @@ from dethpc.backends.limits import (
     headroom,
     refusal_is_final,
 )
-from dethpc.common.errors import CommandError, DethpcError, SubmitError, SubmitLimitError
+from dethpc.common.errors import DethpcError, SubmitError, SubmitLimitError
 from dethpc.common.paths import ExperimentPaths
-from dethpc.common.runner import is_transient
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
 from dethpc.control.adoption import Adopter
+from dethpc.control.daemon.housekeeping import CheckpointDeleter
+from dethpc.control.daemon.incidents import event, fail_experiment, fail_unstarted, warn_once
+from dethpc.control.daemon.shared import (
+    OPEN_STATES,
+    Guard,
+    LeaseLost,
+    Scope,
+    TickStats,
+    fault_point,
+    slurm_unreachable,
+)
+from dethpc.control.daemon.watch import Watched, Watcher, next_delay
 from dethpc.control.lease import Lease
 from dethpc.control.pool_tend import PoolTender
 from dethpc.control.pool_view import is_item_ref
@@ -65,93 +72,19 @@ from dethpc.jobs.jobscript import batch_comment, batch_name, checkpoint_dir, ins
 from dethpc.jobs.kinds import jobs_for
 from dethpc.jobs.protocol import TrialJob
 from dethpc.jobs.render import make_env, parse_slurm_time
-from dethpc.launch.worker.queue import PoolPaths
 from dethpc.store import Store
 from dethpc.store.models import (
     Batch,
     BatchState,
-    Checkpoint,
-    CheckpointState,
     Event,
     Experiment,
     ExperimentState,
-    IngestOffset,
     Job,
     Trial,
-    TrialState,
 )
 
 log = logging.getLogger(__name__)
 _Q = TypeVar("_Q", bound=SelectOfScalar[Any])
-OPEN_STATES = [s for s in ExperimentState if not s.is_terminal]
-
-
-@dataclass
-class TickStats:
-    experiments: int = 0
-    polled: int = 0
-    submitted: int = 0
-    cancelled: int = 0
-    changed: bool = False
-    errors: list[str] = field(default_factory=list)
-
-    @property
-    def busy(self) -> bool:
-        return self.changed or self.submitted > 0 or self.cancelled > 0
-
-
-@dataclass
-class Watched:
-    """A live trial's metrics.jsonl, watched between ticks (``Daemon.wait``): the size
-    the daemon has ingested or seen. Memory only: a restarted daemon rebuilds it from
-    the store's ingest offsets."""
-
-    exp_id: int
-    path: Path
-    size: int
-
-
-def grown_files(watch: dict[int, Watched]) -> dict[int, set[int]]:
-    """Experiment id -> trials whose metrics file grew past its watched size (one stat
-    each; no backend call); the new sizes are remembered."""
-    out: dict[int, set[int]] = {}
-    for trial_id, w in watch.items():
-        try:
-            size = os.stat(w.path).st_size
-        except OSError:
-            continue
-        if size > w.size:
-            w.size = size
-            out.setdefault(w.exp_id, set()).add(trial_id)
-    return out
-
-
-def fault_point(name: str) -> None:
-    """Fault injection for tests: ``DETHPC_FAULT_POINT=<name>`` SIGKILLs the daemon there."""
-    if os.environ.get("DETHPC_FAULT_POINT") == name:
-        log.warning("fault injection: SIGKILL at %s", name)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def slurm_unreachable(exc: DethpcError) -> bool:
-    """A command failed because the controller did not answer (restarting, overloaded):
-    what it was asked may or may not have happened, and asking again later is right."""
-    return isinstance(exc, CommandError) and is_transient(exc.stderr, exc.stdout)
-
-
-def next_delay(delay: float, busy: bool, tick_min_s: float, tick_max_s: float) -> float:
-    """The daemon's sleep after a tick: ``tick_min_s`` after a busy one, else the last
-    sleep doubled, up to ``tick_max_s``."""
-    return tick_min_s if busy else min(delay * 2, tick_max_s)
-
-
-def backoff_s(tick_min_s: float, tick_max_s: float) -> float:
-    """How long an idle daemon sleeps before its sleeps reach ``tick_max_s`` (1 + 2 + 4 +
-    8 s for the defaults): what a benchmark waits out for a backed-off daemon."""
-    idle, delay = 0.0, tick_min_s
-    while (delay := next_delay(delay, False, tick_min_s, tick_max_s)) < tick_max_s:
-        idle += delay
-    return idle
 
 
 def pull_failed(pj: PullJob, image: str, job_id: str, info: JobInfo) -> str:
@@ -162,32 +95,15 @@ def pull_failed(pj: PullJob, image: str, job_id: str, info: JobInfo) -> str:
             f"{info.raw_state or info.state.value}): {pj.tail()}")
 
 
-class LeaseLost(DethpcError):
-    """Another daemon took this one's lease over (it stalled past its deadline)."""
-
-    def __init__(self, lease: Lease) -> None:
-        now = lease.current()
-        who = f"{now.host} (pid {now.pid})" if now else "nobody now"
-        super().__init__(f"this daemon ({lease.holder}) lost its lease to {who}; it stops "
-                         "before acting (a daemon must tick within the lease's "
-                         f"{lease.ttl_s:.0f} s)")
-
-
 class Daemon:
     def __init__(self, store: Store, cluster: ClusterConfig, backend: Backend,
                  *, clock: Callable[[], float] = time.time, lease: Lease | None = None,
                  owner: str | None = None, wake: Path | None = None) -> None:
         self.store, self.cluster, self.backend, self.clock = store, cluster, backend, clock
-        #: the file clients touch after changing an experiment (``service.wake``) and its
-        #: mtime when the last tick began: a change ends the wait between ticks; None:
-        #: not watched (tests, ``dethpc daemon tick``)
-        self.wake, self.wake_mark = wake, None if wake is None else _mtime(wake)
-        #: on a database several users share: act on this user's experiments only (an
-        #: admin's role sees everyone's rows); None: every experiment the store shows
-        self.owner = owner
-        #: the right to act across login nodes (``dethpc.control.lease``); None: the caller's
-        #: own lock decides (tests, ``dethpc daemon tick`` under cron)
-        self.lease = lease
+        self.owner, self.lease = owner, lease
+        self.scope, self.guard = Scope(owner), Guard(lease)
+        self.watcher = Watcher(store, cluster, self.scope, wake)
+        self.checkpoints = CheckpointDeleter(store)
         self.jenv = make_env()
         self.python = cluster.python or sys.executable
         self.tag = instance_tag(store.url)
@@ -212,13 +128,6 @@ class Daemon:
         self.dependencies: tuple[str, ...] = ()
         #: pre-pull jobs some experiment's trials depend on: job id -> (image, experiments)
         self.pull_watch: dict[str, tuple[str, set[int]]] = {}
-        #: live trials' metrics files, watched between ticks (``wait``): trial id -> file
-        self.watch: dict[int, Watched] = {}
-        #: the worker pools' ``results/`` directories of the experiments with running
-        #: jobs (from ``refresh_watch``) and their mtimes when the last tick began: a
-        #: run that ends in a pool changes its directory, and the wait ends early
-        self.pool_results: list[Path] = []
-        self.pool_marks: dict[Path, int] = {}
         #: experiments run by a worker pool (``slurm.workers``): items and workers
         self.pools = PoolTender(
             store, cluster, backend, python=self.python, tag=self.tag, room=self.room,
@@ -228,27 +137,15 @@ class Daemon:
 
     # ------------------------------------------------------------------ tick
     def mine(self, query: _Q, experiment_id: Any = None) -> _Q:
-        """``query`` limited to this daemon's owner's experiments (``experiment_id``: the
-        column that names the experiment; None: ``query`` selects experiments)."""
-        if self.owner is None:
-            return query
-        if experiment_id is None:
-            return query.where(Experiment.owner == self.owner)
-        return query.where(col(experiment_id).in_(
-            select(Experiment.id).where(Experiment.owner == self.owner)))
+        return self.scope.mine(query, experiment_id)
 
     def holds(self) -> None:
-        """Raise ``LeaseLost`` unless this daemon still holds its lease (renewed when
-        little of it is left): checked before every poll, sbatch and scancel phase."""
-        if self.lease is not None and not self.lease.ensure(margin_s=self.lease.ttl_s / 2):
-            raise LeaseLost(self.lease)
+        """Raise ``LeaseLost`` unless this daemon still holds its lease."""
+        self.guard.holds()
 
     def tick(self) -> TickStats:
         self.holds()
-        # before anything is polled: a result written during this tick ends the next wait
-        self.pool_marks = _mtimes(self.pool_results)
-        if self.wake is not None:
-            self.wake_mark = _mtime(self.wake)
+        self.watcher.mark()     # a result or wake from now on ends the next wait
         stats = TickStats()
         stats.changed = self.adopter.scan() > 0   # one listdir of <spool>/detached
         self.retry_cancels(stats)
@@ -307,25 +204,7 @@ class Daemon:
         return stats
 
     def delete_checkpoints(self, doomed: dict[str, str]) -> None:
-        """Remove checkpoint directories that GC marked DELETING in a transaction that
-        has committed, then mark them DELETED. A daemon killed in between leaves them
-        DELETING; the next tick hands them out again."""
-        if not doomed:
-            return
-        gone = []
-        for uuid, path in doomed.items():
-            shutil.rmtree(path, ignore_errors=True)
-            if not Path(path).exists():
-                gone.append(uuid)
-            else:
-                log.warning("checkpoint %s: could not delete %s; will retry", uuid, path)
-        fault_point("after_gc_rmtree")
-        with self.store.session() as s:
-            for uuid in gone:
-                ck = s.get(Checkpoint, uuid)
-                if ck is not None and ck.state == CheckpointState.DELETING:
-                    ck.state = CheckpointState.DELETED
-                    s.add(ck)
+        self.checkpoints.delete(doomed)
 
     def poll(self, stats: TickStats, exp_ids: list[int] | None = None) -> dict[str, JobInfo]:
         """Every live job's state in one backend call; a worker pool's items from its
@@ -770,49 +649,16 @@ class Daemon:
                 self.fail_experiment(exp_id, message)
 
     def warn_once(self, exp_id: int, message: str) -> None:
-        """An event on the experiment, unless its latest event says the same already."""
-        log.error("experiment %s: %s", exp_id, message)
-        with self.store.session() as s:
-            last = s.exec(select(Event).where(Event.experiment_id == exp_id)
-                          .order_by(col(Event.id).desc())).first()
-            if last is None or last.message != message:
-                s.add(Event(experiment_id=exp_id, kind="warning", message=message))
+        warn_once(self.store, exp_id, message)
 
     def event(self, exp_id: int, kind: str, message: str) -> None:
-        with self.store.session() as s:
-            s.add(Event(experiment_id=exp_id, kind=kind, message=message))
+        event(self.store, exp_id, kind, message)
 
     def fail_unstarted(self, exp_id: int, message: str) -> None:
-        """An experiment none of whose trials ever got a job ends ERROR at once (its
-        trials too); one with jobs is stopped (``fail_experiment``)."""
-        with self.store.session() as s:
-            started = s.exec(select(Job.id).where(Job.experiment_id == exp_id)).first()
-            exp = s.get(Experiment, exp_id)
-            if started is None and exp is not None and exp.state == ExperimentState.ACTIVE:
-                log.error("experiment %s: %s", exp_id, message)
-                for trial in s.exec(select(Trial).where(Trial.experiment_id == exp_id)):
-                    if not trial.state.is_terminal:
-                        trial.state, trial.needs_job = TrialState.ERROR, False
-                        trial.exit_reason = message
-                        s.add(trial)
-                exp.state, exp.message, exp.ended_at = ExperimentState.ERROR, message, \
-                    self.clock()
-                s.add(exp)
-                s.add(Event(experiment_id=exp_id, kind="error", message=message))
-                return
-        self.fail_experiment(exp_id, message)
+        fail_unstarted(self.store, exp_id, message, self.clock)
 
     def fail_experiment(self, exp_id: int, message: str) -> None:
-        log.error("experiment %s: %s", exp_id, message)
-        with self.store.session() as s:
-            exp = s.get(Experiment, exp_id)
-            if exp is None:
-                return
-            s.add(Event(experiment_id=exp_id, kind="error", message=message))
-            if exp.state == ExperimentState.ACTIVE:
-                exp.state = ExperimentState.STOPPING_KILLED
-                exp.message = message
-                s.add(exp)
+        fail_experiment(self.store, exp_id, message)
 
     # ------------------------------------------------------------------ loop
     def run(self, *, until_idle: bool = False, max_ticks: int | None = None,
@@ -846,84 +692,26 @@ class Daemon:
 
     # ------------------------------------------------------------------ between ticks
     def wait(self, seconds: float, should_stop: Callable[[], bool]) -> bool:
-        """Sleep until the next tick; meanwhile (``metrics_poll_s`` > 0) stat the live
-        trials' metrics files that often and run ``fast_tick`` for those that grew, so
-        a rung's validation reaches the searcher, and its stop the trial, within about
-        ``metrics_poll_s`` instead of a tick's sleep. The fast path makes no backend
-        call (except cancelling a still-pending job that a stop removes), so slurmctld
-        RPCs stay per tick. It takes at most half the daemon's time: after a fast tick
-        of T seconds the next stat waits T more. The same polls stat the wake file
-        (``service.wake``: a client changed an experiment) and the worker pools'
-        ``results/`` (a run ended): either brings the next tick to ``tick_min_s`` after
-        the last. ``metrics_poll_s: 0`` turns all of this off: the daemon sleeps. Returns
-        whether anything changed (the next tick then comes within ``tick_min_s``)."""
-        poll = self.cluster.metrics_poll_s
-        if poll <= 0:
-            _sleep(seconds, should_stop)
-            return False
-        self.refresh_watch()
-        started = time.monotonic()
-        end, changed, hurried = started + seconds, False, False
-        while not should_stop():
-            left = end - time.monotonic()
-            if left <= 0:
-                break
-            _sleep(min(poll, left), should_stop)
-            if not hurried and (self.woken() or self.pool_run_ended()):
-                # a client changed an experiment, or a run ended in a worker pool (the
-                # searcher hears of it at the next tick): the next tick comes now, but
-                # never sooner than tick_min_s after the last
-                hurried = changed = True
-                end = min(end, started + self.cluster.tick_min_s)
-            grown = grown_files(self.watch)
-            if not grown:
-                continue
-            start = time.monotonic()
-            if self.fast_tick(grown):
-                changed = True
-                end = min(end, time.monotonic() + self.cluster.tick_min_s)
-            spent = time.monotonic() - start
-            _sleep(min(spent, max(0.0, end - time.monotonic())), should_stop)
-        return changed
+        """``Watcher.wait`` with this daemon's fast path (``fast_tick``)."""
+        return self.watcher.wait(seconds, should_stop, self.fast_tick)
 
     def refresh_watch(self) -> None:
-        """Watch the metrics file of every trial whose job the last poll saw running
-        (pending jobs write nothing: at 10,000 queued trials the stats stay as many as
-        the jobs running), from the offset the store has ingested (so a record written
-        during the tick is seen at once). A job that started since is watched from the
-        tick that sees it running; until then its records wait for the tick."""
-        with self.store.session() as s:
-            jobs = list(s.exec(self.mine(select(Job).where(
-                Job.live == True, Job.state == JobState.RUNNING),  # noqa: E712
-                Job.experiment_id)))
-            trial_exp = {j.trial_id: j.experiment_id for j in jobs}
-            if not trial_exp:
-                self.watch, self.pool_results = {}, []
-                return
-            run_dirs = {e.id: e.run_dir for e in s.exec(select(Experiment).where(
-                col(Experiment.id).in_(set(trial_exp.values()))))}
-            offsets = {o.trial_id: o.offset for o in s.exec(select(IngestOffset).where(
-                IngestOffset.file == "metrics.jsonl",
-                col(IngestOffset.trial_id).in_(list(trial_exp))))}
-        self.watch = {
-            trial_id: Watched(exp_id, ExperimentPaths(Path(run_dirs[exp_id]))
-                              .trial(trial_id).metrics, offsets.get(trial_id, 0))
-            for trial_id, exp_id in trial_exp.items() if exp_id in run_dirs}
-        self.pool_results = [r for r in (PoolPaths.of_run_dir(Path(d)).results
-                                         for d in run_dirs.values()) if r.is_dir()]
-        for r, mtime in _mtimes(r for r in self.pool_results
-                                if r not in self.pool_marks).items():
-            self.pool_marks[r] = mtime       # a pool first seen now: from now on
+        self.watcher.refresh()
 
     def woken(self) -> bool:
-        """Whether a client touched the wake file since the last tick began (one stat)."""
-        return self.wake is not None and _mtime(self.wake) != self.wake_mark
+        return self.watcher.woken()
 
-    def pool_run_ended(self) -> bool:
-        """Whether a watched pool's ``results/`` changed since the last tick began (a
-        worker wrote a run's result: one stat per pool, no backend call)."""
-        now = _mtimes(self.pool_results)
-        return any(self.pool_marks.get(r) != m for r, m in now.items())
+    @property
+    def wake(self) -> Path | None:
+        return self.watcher.wake
+
+    @wake.setter
+    def wake(self, path: Path | None) -> None:
+        self.watcher.wake = path
+
+    @property
+    def watch(self) -> dict[int, Watched]:
+        return self.watcher.watch
 
     def fast_tick(self, grown: dict[int, set[int]]) -> bool:
         """Ingest the metrics files that grew and feed the searcher, experiment by
@@ -954,22 +742,4 @@ class Daemon:
             except DethpcError as exc:
                 log.error("cancel between ticks failed: %s", exc)
         return changed
-
-
-def _mtime(path: Path) -> int | None:
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return None
-
-
-def _mtimes(paths: Iterable[Path]) -> dict[Path, int]:
-    """The mtime of each of ``paths`` that exists."""
-    return {p: m for p in paths if (m := _mtime(p)) is not None}
-
-
-def _sleep(seconds: float, should_stop: Callable[[], bool]) -> None:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end and not should_stop():
-        time.sleep(min(0.1, max(0.0, end - time.monotonic())))
 
