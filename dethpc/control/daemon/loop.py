@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlmodel import Session, select
+from sqlmodel import select
 from sqlmodel.sql.expression import SelectOfScalar
 
 from dethpc.backends.base import Backend, JobInfo, JobRequest, JobState, PoolLimits
@@ -44,10 +44,13 @@ from dethpc.common.errors import DethpcError, SubmitError, SubmitLimitError
 from dethpc.common.paths import ExperimentPaths
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
 from dethpc.control.adoption import Adopter
+from dethpc.control.daemon.cancel import Canceller
 from dethpc.control.daemon.housekeeping import CheckpointDeleter
 from dethpc.control.daemon.incidents import event, fail_experiment, fail_unstarted, warn_once
+from dethpc.control.daemon.poll import Poller
+from dethpc.control.daemon.reconciling import Reconciling
+from dethpc.control.daemon.recovery import Recovery
 from dethpc.control.daemon.shared import (
-    OPEN_STATES,
     Guard,
     LeaseLost,
     Scope,
@@ -58,8 +61,7 @@ from dethpc.control.daemon.shared import (
 from dethpc.control.daemon.watch import Watched, Watcher, next_delay
 from dethpc.control.lease import Lease
 from dethpc.control.pool_tend import PoolTender
-from dethpc.control.pool_view import is_item_ref
-from dethpc.control.reconcile import ExperimentReconciler, load_config
+from dethpc.control.reconcile import load_config
 from dethpc.jobs.imagepull import (
     Puller,
     PullJob,
@@ -134,6 +136,12 @@ class Daemon:
             count_submitted=lambda cfg, n: self.count_submitted(
                 self.cluster.pool(cfg.resources.resource_pool), n),
             write_trial=self.write_trial)
+        self.canceller = Canceller(store, backend, self.pools, self.guard)
+        self.recovery = Recovery(store, backend, self.scope, self.guard, self.canceller,
+                                 runs_root=cluster.runs_root)
+        self.poller = Poller(store, backend, self.pools, self.scope)
+        self.reconciling = Reconciling(store, clock, self.guard, self.canceller,
+                                       self.checkpoints)
 
     # ------------------------------------------------------------------ tick
     def mine(self, query: _Q, experiment_id: Any = None) -> _Q:
@@ -147,37 +155,21 @@ class Daemon:
         self.holds()
         self.watcher.mark()     # a result or wake from now on ends the next wait
         stats = TickStats()
-        stats.changed = self.adopter.scan() > 0   # one listdir of <spool>/detached
-        self.retry_cancels(stats)
-        with self.store.session() as s:
-            exp_ids = [e.id for e in s.exec(self.mine(select(Experiment).where(
-                Experiment.state.in_(OPEN_STATES))))  # type: ignore[attr-defined]
-                if e.id is not None]
+        stats.changed = self.adopter.scan() > 0   # detached jobs: one listdir of the spool
+        self.recovery.retry_cancels(stats)        # scancels an earlier tick could not make
+        exp_ids = self.scope.open_experiments(self.store)
         stats.experiments = len(exp_ids)
         if not exp_ids:
             return stats
-        self.adopt(stats)
-        self.check_pulls()
-        infos = self.poll(stats, exp_ids)
-        seen = self.backend.user_jobs()
-        self.queue, self.refused = (list(seen) if seen is not None else None), False
-        cancel: list[str] = []
-        for exp_id in exp_ids:
-            try:
-                with self.store.session() as s:
-                    exp = s.get(Experiment, exp_id)
-                    assert exp is not None
-                    out = ExperimentReconciler(s, exp, infos, self.clock()).run()
-                cancel += out.cancel
-                stats.changed |= out.changed
-                self.delete_checkpoints(out.delete)
-            except DethpcError as exc:
-                stats.errors.append(f"experiment {exp_id}: {exc}")
-                self.fail_experiment(exp_id, str(exc))
-        if cancel:
-            self.holds()
-            self.cancel(sorted(set(cancel)))
-            stats.cancelled += len(set(cancel))
+        self.recovery.adopt(stats)                # batches a crash left SUBMITTING
+        self.check_pulls()                        # pre-pull jobs that trials wait on
+        seen = self.poller.observe(stats, exp_ids)  # one poll of every live job
+        infos = seen.infos
+        self.queue = list(seen.user_jobs) if seen.user_jobs is not None else None
+        self.refused = False
+        # ingest, feed the searchers, judge job ends; then the checkpoints GC doomed
+        cancel = self.reconciling.run(exp_ids, infos, stats)
+        self.canceller.cancel_wanted(cancel, stats)            # one scancel
         for exp_id in exp_ids:
             self.holds()
             try:
@@ -203,123 +195,11 @@ class Daemon:
                 self.warn_once(exp_id, message)
         return stats
 
+    def adopt(self, stats: TickStats) -> None:
+        self.recovery.adopt(stats)
+
     def delete_checkpoints(self, doomed: dict[str, str]) -> None:
         self.checkpoints.delete(doomed)
-
-    def poll(self, stats: TickStats, exp_ids: list[int] | None = None) -> dict[str, JobInfo]:
-        """Every live job's state in one backend call; a worker pool's items from its
-        directory (``dethpc.control.pool_view``); the open experiments' pool workers with the
-        jobs."""
-        with self.store.session() as s:
-            # the refs alone: no Job objects built for a list of strings
-            refs = [ref for ref in s.exec(self.mine(select(Job.ref).where(
-                Job.live == True), Job.experiment_id))  # noqa: E712
-                    if ref]
-        items = [r for r in refs if is_item_ref(r)]
-        jobs = [r for r in refs if not is_item_ref(r)] if items else refs
-        jobs += list(self.pools.worker_refs(exp_ids or []))
-        stats.polled = len(refs)
-        # even without refs: a backend that lists the user's jobs (to count them
-        # against per-user limits) does it in this one query
-        infos = self.backend.poll(jobs)
-        if items:
-            infos.update(self.pools.poll_items(items))
-        return infos
-
-    def cancel(self, refs: list[str]) -> None:
-        """``scancel`` the jobs in one call; a worker pool's items through its directory.
-        Once that went through, none of them is due a cancel any more (``cancel_due``)."""
-        items = [r for r in refs if is_item_ref(r)]
-        if items:
-            self.pools.cancel_items(items)
-        jobs = [r for r in refs if not is_item_ref(r)]
-        if jobs:
-            self.backend.cancel(jobs)
-        self.cancels_done(refs)
-
-    def retry_cancels(self, stats: TickStats) -> None:
-        """Jobs the reconciler closed whose ``scancel`` has not gone through
-        (``Job.cancel_due``: it failed in an earlier tick, e.g. slurmctld was away) are
-        cancelled again, also when their experiment has ended since. One indexed query
-        and, only when there are such jobs, one ``scancel``; a failure is this tick's
-        error and the next tick tries again."""
-        with self.store.session() as s:
-            due = sorted({r for r in s.exec(self.mine(select(Job.ref).where(
-                Job.cancel_due == True), Job.experiment_id)) if r})  # noqa: E712
-        if not due:
-            return
-        self.holds()
-        try:
-            self.cancel(due)
-        except DethpcError as exc:
-            stats.errors.append(f"cancelling {len(due)} closed job(s) again: {exc}")
-            return
-        stats.cancelled += len(due)
-        log.info("cancelled %d closed job(s) whose earlier scancel had failed", len(due))
-
-    def cancels_done(self, refs: list[str]) -> None:
-        """``refs`` were cancelled: none of them is due any more. The due jobs are few
-        (read through their index), the refs of a kill may be thousands."""
-        done = set(refs)
-        with self.store.session() as s:
-            for job in s.exec(select(Job).where(Job.cancel_due == True)):  # noqa: E712
-                if job.ref in done:
-                    job.cancel_due = False
-                    s.add(job)
-
-    def adopt(self, stats: TickStats) -> None:
-        """Batches recorded but never confirmed: the daemon died around sbatch.
-        A job found under the batch's name is adopted; otherwise the batch is retried."""
-        with self.store.session() as s:
-            pending = list(s.exec(self.mine(select(Batch).where(
-                Batch.state == BatchState.SUBMITTING), Batch.experiment_id)))
-            if not pending:
-                return
-            theirs = self.unconfirmed_of_submitters(s, pending)
-            pending = [b for b in pending if b.id not in theirs]
-            if not pending:
-                return
-            found = self.backend.find([b.name for b in pending])
-            for batch in pending:
-                tasks = [i for i in found if i.name == batch.name]
-                jobs = list(s.exec(select(Job).where(Job.batch_id == batch.id)))
-                if tasks:
-                    # "123_4" (array task) or "123" / "123+0" (one job, het components)
-                    base = tasks[0].ref.split("+", 1)[0].rsplit("_", 1)[0]
-                    is_array = "_" in tasks[0].ref
-                    batch.state, batch.array_job_id = BatchState.SUBMITTED, base
-                    for job in jobs:
-                        job.ref = f"{base}_{job.array_index}" if is_array else base
-                        s.add(job)
-                    s.add(Event(experiment_id=batch.experiment_id, kind="adopted",
-                                message=f"adopted job {base} of batch {batch.id} after restart"))
-                else:
-                    batch.state = BatchState.FAILED
-                    for job in jobs:
-                        job.live = False
-                        trial = s.get(Trial, job.trial_id)
-                        if trial is not None and not trial.state.is_terminal:
-                            trial.needs_job = True
-                            s.add(trial)
-                        s.add(job)
-                s.add(batch)
-        stats.changed = True
-
-    def unconfirmed_of_submitters(self, s: Session, pending: list[Batch]) -> set[int]:
-        """The SUBMITTING batches of kinds the daemon does not submit (``dethpc sbatch``):
-        left alone while their submitter holds its lock; failed when it died before it
-        recorded the job id. Returns their ids."""
-        from dethpc.control.submitters import fail_unconfirmed, submitter_alive
-
-        out: set[int] = set()
-        for batch in pending:
-            exp = s.get(Experiment, batch.experiment_id)
-            if exp is None or exp.kind.daemon_submits or batch.id is None:
-                continue
-            out.add(batch.id)
-            if not submitter_alive(Path(self.cluster.runs_root), batch.name):
-                fail_unconfirmed(s, batch)
-        return out
 
     # ------------------------------------------------------------------ submit
     def sync_throttles(self, exp_id: int) -> int:
@@ -714,32 +594,5 @@ class Daemon:
         return self.watcher.watch
 
     def fast_tick(self, grown: dict[int, set[int]]) -> bool:
-        """Ingest the metrics files that grew and feed the searcher, experiment by
-        experiment (``ExperimentReconciler.run_fast``): a searcher ``Stop`` writes the
-        trial's stop file now, not at the next tick. Returns whether anything changed.
-        Errors are logged and left to the next tick, which does the same work."""
-        self.holds()
-        cancel: list[str] = []
-        changed = False
-        for exp_id, trial_ids in sorted(grown.items()):
-            try:
-                with self.store.session() as s:
-                    exp = s.get(Experiment, exp_id)
-                    if exp is None:
-                        continue
-                    out = ExperimentReconciler(s, exp, {}, self.clock(),
-                                               fast=True).run_fast(trial_ids)
-                cancel += out.cancel
-                changed |= out.changed
-                self.delete_checkpoints(out.delete)
-            except DethpcError as exc:
-                log.error("experiment %s: between ticks: %s (the next tick retries)",
-                          exp_id, exc)
-        if cancel:
-            self.holds()
-            try:
-                self.cancel(sorted(set(cancel)))
-            except DethpcError as exc:
-                log.error("cancel between ticks failed: %s", exc)
-        return changed
-
+        """``Reconciling.fast``: the grown metrics files ingested, no poll."""
+        return self.reconciling.fast(grown)
