@@ -81,12 +81,12 @@ class LeaseLost(DethpcError):
                          f"{lease.ttl_s:.0f} s)")
 
 
-@dataclass(frozen=True)
 class Guard:
     """The right to act across login nodes (``dethpc.control.lease``); ``lease`` None: the
     caller's own lock decides (tests, ``dethpc daemon tick`` under cron)."""
 
-    lease: Lease | None = None
+    def __init__(self, lease: Lease | None = None) -> None:
+        self.lease = lease
 
     def holds(self) -> None:
         """Raise ``LeaseLost`` unless this daemon still holds its lease (renewed when
