@@ -79,7 +79,7 @@ def test_set_concurrency_retires_surplus_workers_after_their_run(home, tmp_path)
         tmp_path / "c.yaml",
         hyperparameters={"x": {"type": "double", "minval": 0, "maxval": 6},
                          "step_time": 0.1},
-        searcher={"name": "random", "metric": "validation_loss", "max_trials": 10,
+        searcher={"name": "random", "metric": "validation_loss", "max_trials": 16,
                   "max_concurrent_trials": 3, "max_length": {"batches": 20}},
         slurm={"workers": {"preload": ["dethpc.core"], "heartbeat_s": 1,
                            "lease_timeout_s": 30}})
@@ -97,13 +97,14 @@ def test_set_concurrency_retires_surplus_workers_after_their_run(home, tmp_path)
     cli("experiment", "wait", exp, "--timeout", "180", timeout=200)
     later = [queue.RunResult.from_json(p.read_text()) for p in pool.results.glob("*.json")
              if p.name not in ended]
-    # the searcher created more after the shrink (5 or more on an idle machine; a loaded
-    # one let the survivor finish some while the two drained: 2 seen at load 8)
+    # the searcher created more after the shrink (11 or more on an idle machine; a loaded
+    # one lets the survivor finish some while the two drain: with 10 trials, 2 were left
+    # at load 8 and 1 at load 7 with other tests beside it, hence 16 trials)
     assert len(later) >= 2, later
     assert len({r.worker for r in later}) == 1, later
     assert not survivor or {r.worker for r in later} == survivor
     d = json.loads(cli("experiment", "describe", exp, "--json").stdout)
-    assert d["state"] == "COMPLETED" and len(d["trials"]) == 10
+    assert d["state"] == "COMPLETED" and len(d["trials"]) == 16
 
 
 def test_the_core_api_tutorials_search_runs_in_a_pool(home, tmp_path):
