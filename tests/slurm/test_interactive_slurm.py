@@ -128,11 +128,13 @@ def _pty_run(argv: list[str], env: dict[str, str], typed: bytes, after: bytes,
 
 
 def test_a_shell_runs_what_is_typed_in_its_allocation_and_ends_it(
-        env: dict[str, str], ctx: Path) -> None:
+        env: dict[str, str], ctx: Path, slurm_cluster: Any) -> None:
+    # typed once the shell says where it runs ("... on n1": a node of this lane's cluster)
+    on_node = f" on {slurm_cluster.layout.node_prefix}".encode()
     rc, out = _pty_run([sys.executable, "-m", "dethpc.surfaces.cli.main", "shell", "start", "-c",
                         str(ctx)], env,
                        b'echo "JOB=$SLURM_JOB_ID NODE=$SLURMD_NODENAME HOOK=$HOOKED"; '
-                       b'cat data.txt; exit\n', b" on n")
+                       b'cat data.txt; exit\n', on_node)
     assert rc == 0, out
     shell = max((t for t in tasks(env).values() if t["kind"] == "shell"),
                 key=lambda t: t["id"])
