@@ -75,10 +75,14 @@ def test_promotions_run_as_items_in_live_workers_which_drain_at_the_end(home, tm
 
 
 def test_set_concurrency_retires_surplus_workers_after_their_run(home, tmp_path):
+    # 20 batches of 0.25 s: a trial lasts 5 s, so the 3 workers (started together, each
+    # importing its preload) hold trials at the same time even on 2 loaded cores; at 0.1 s
+    # (2 s a trial) one could finish its trials before the last one started, and the
+    # precondition below was never seen (beside two Slurm lanes, twice)
     cfg = write_config(
         tmp_path / "c.yaml",
         hyperparameters={"x": {"type": "double", "minval": 0, "maxval": 6},
-                         "step_time": 0.1},
+                         "step_time": 0.25},
         searcher={"name": "random", "metric": "validation_loss", "max_trials": 10,
                   "max_concurrent_trials": 3, "max_length": {"batches": 20}},
         slurm={"workers": {"preload": ["dethpc.core"], "heartbeat_s": 1,
