@@ -39,10 +39,11 @@ import fcntl
 import json
 import os
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from dethpc.common.flock import flocked
 
 TERMINAL = frozenset({"completed", "failed", "cancelled", "timeout", "node_fail",
                       "preempted", "out_of_memory"})
@@ -189,12 +190,6 @@ def unlock(fd: int | None) -> None:
         os.close(fd)
 
 
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[int]:
+def locked(path: Path) -> contextlib.AbstractContextManager[int]:
     """Hold an exclusive flock on ``path`` (waiting for it) for the ``with`` body."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield fd
-    finally:
-        os.close(fd)
+    return flocked(path)

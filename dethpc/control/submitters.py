@@ -21,6 +21,7 @@ from pathlib import Path
 
 from sqlmodel import Session, select
 
+from dethpc.common.flock import flocked
 from dethpc.store.models import (
     Batch,
     BatchState,
@@ -47,12 +48,10 @@ def submitting(runs_root: Path) -> Iterator[str]:
     token = uuid.uuid4().hex
     path = lock_path(runs_root, token)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield token
+        with flocked(path, mode=0o600):
+            yield token
     finally:
-        os.close(fd)
         path.unlink(missing_ok=True)
 
 

@@ -17,7 +17,6 @@ The measured facts this builds on are in docs/dev-cluster.md.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -25,6 +24,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dethpc.common.flock import flocked
 from dethpc.common.runner import CommandRunner
 from dethpc.devcluster.accounting import Accounting
 from dethpc.devcluster.configs import ConfigFiles
@@ -210,12 +210,8 @@ class DevCluster:
 @contextmanager
 def _flocked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with flocked(path):
+        yield
 
 
 # ------------------------------------------------------------------ all lanes

@@ -20,7 +20,6 @@ The image is a Charliecloud directory image; its Python is ``IMAGE_PYTHON``::
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -35,6 +34,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 import dethpc
+from dethpc.common.flock import flocked
 from dethpc.common.runner import CommandRunner
 from dethpc.devcluster.layout import DevClusterLayout
 
@@ -271,12 +271,8 @@ def prepare_wheels(wheels: Path, runner: CommandRunner) -> None:
 @contextlib.contextmanager
 def _locked(lock: Path) -> Iterator[None]:
     lock.parent.mkdir(parents=True, exist_ok=True)
-    with lock.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with flocked(lock):
+        yield
 
 
 def _lock_file(dest: Path) -> Path:

@@ -22,7 +22,7 @@ from dethpc.control.daemon.shared import Guard
 from dethpc.control.experiments import create_experiment
 from dethpc.control.reconcile import load_config
 from dethpc.store import Store
-from dethpc.store.models import Event, Experiment, Trial
+from dethpc.store.models import Batch, BatchState, Event, Experiment, Job, Trial
 
 TOY = Path(__file__).resolve().parents[2] / "fixtures" / "toy"
 
@@ -126,6 +126,24 @@ class World:
             for t in rows:
                 s.add(t)
         return rows
+
+    def add_batch(self, trials: list[Trial], *, name: str = "b",
+                  batch_state: BatchState | None = None, **job: Any) -> int:
+        """A batch of ``trials`` with one job row each (array index ``i``; ``job``'s
+        fields on every row, a ``ref`` given as a format string gets ``{i}``)."""
+        with self.store.session() as s:
+            batch = Batch(experiment_id=self.exp_id, name=name, size=len(trials))
+            if batch_state is not None:
+                batch.state = batch_state
+            s.add(batch)
+            s.flush()
+            assert batch.id is not None
+            for i, t in enumerate(trials):
+                assert t.id is not None
+                fields = {k: (v.format(i=i) if k == "ref" else v) for k, v in job.items()}
+                s.add(Job(experiment_id=self.exp_id, trial_id=t.id, batch_id=batch.id,
+                          array_index=i, **fields))
+            return batch.id
 
     def trials(self) -> list[Trial]:
         with self.store.session() as s:

@@ -74,17 +74,7 @@ def test_without_a_listing_of_the_users_jobs_only_the_cap_applies(tmp_path: Path
 
 
 def refused_batch(w: World, trials: int) -> int:
-    rows = w.add_trials(trials, needs_job=False)
-    with w.store.session() as s:
-        batch = Batch(experiment_id=w.exp_id, name="b", size=trials)
-        s.add(batch)
-        s.flush()
-        assert batch.id is not None
-        for i, t in enumerate(rows):
-            assert t.id is not None
-            s.add(Job(experiment_id=w.exp_id, trial_id=t.id, batch_id=batch.id,
-                      array_index=i))
-        return batch.id
+    return w.add_batch(w.add_trials(trials, needs_job=False))
 
 
 def test_a_refusal_drops_the_batch_stops_this_tick_and_halves_the_cap(tmp_path: Path) -> None:

@@ -53,17 +53,7 @@ def recovery(w: World) -> tuple[Recovery, CountingGuard]:
 
 def submitting_batch(w: World, trials: int, name: str = "b1") -> int:
     """A batch recorded with its job rows whose sbatch was never confirmed."""
-    rows = w.add_trials(trials, needs_job=False)
-    with w.store.session() as s:
-        batch = Batch(experiment_id=w.exp_id, name=name, size=trials)
-        s.add(batch)
-        s.flush()
-        assert batch.id is not None
-        for i, t in enumerate(rows):
-            assert t.id is not None
-            s.add(Job(experiment_id=w.exp_id, trial_id=t.id, batch_id=batch.id,
-                      array_index=i))
-        return batch.id
+    return w.add_batch(w.add_trials(trials, needs_job=False), name=name)
 
 
 def batch_and_jobs(w: World, batch_id: int) -> tuple[Batch, list[Job]]:

@@ -13,7 +13,7 @@ from dethpc.common.paths import ExperimentPaths
 from dethpc.config.model import ClusterConfig, ResourcePool
 from dethpc.control.daemon.shared import Scope
 from dethpc.control.daemon.watch import Watched, Watcher
-from dethpc.store.models import Batch, BatchState, IngestOffset, Job
+from dethpc.store.models import BatchState, IngestOffset
 from tests.unit.control.daemon_kit import World, world
 
 
@@ -25,15 +25,7 @@ def fast_cluster(tmp_path: Path, poll_s: float = 0.02) -> ClusterConfig:
 def running(w: World, n: int, *, state: JobState = JobState.RUNNING) -> list[int]:
     """``n`` trials with a live job in ``state``; their ids."""
     trials = w.add_trials(n, needs_job=False)
-    with w.store.session() as s:
-        batch = Batch(experiment_id=w.exp_id, name="b", size=n, state=BatchState.SUBMITTED)
-        s.add(batch)
-        s.flush()
-        assert batch.id is not None
-        for i, t in enumerate(trials):
-            assert t.id is not None
-            s.add(Job(experiment_id=w.exp_id, trial_id=t.id, batch_id=batch.id,
-                      array_index=i, ref=f"5_{i}", state=state))
+    w.add_batch(trials, batch_state=BatchState.SUBMITTED, ref="5_{i}", state=state)
     return [t.id for t in trials if t.id is not None]
 
 

@@ -1,0 +1,28 @@
+"""Exclusive advisory locks on files (``fcntl.flock``), waited for.
+
+Owns: ``flocked``, the one way dethpc holds a lock file for a block (the local
+backend's spool, ``dethpc sbatch``'s submit token, the dev cluster's and the
+container image's build locks).
+Must not: decide where lock files live, or remove them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def flocked(path: Path, *, mode: int = 0o644) -> Iterator[int]:
+    """Hold an exclusive flock on ``path`` (created with ``mode`` when missing, the
+    lock waited for) for the ``with`` body; yields the descriptor. Closing it, also
+    when the body raises, releases the lock."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, mode)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield fd
+    finally:
+        os.close(fd)
