@@ -9,7 +9,7 @@ bash scripts/setup.sh || exit 1
 t_setup=$((SECONDS - t0))
 export PATH=$PWD/.venv/bin:$PATH
 # Slurm lanes: one dev cluster and one pytest worker each (docs/testing.md)
-lanes=${DETHPC_DEVCLUSTER_LANES:-2}
+lanes=${DETHPC_DEVCLUSTER_LANES:-3}
 export DETHPC_DEVCLUSTER_LANES=$lanes
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   python -m dethpc.devcluster up --lanes "$lanes" || { [ "${CI:-}" = true ] && { echo "dev cluster failed to start" >&2; exit 1; }; }

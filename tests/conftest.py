@@ -75,7 +75,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--slurm-lanes", type=int, default=None,
         help="xdist workers that run the Slurm tier, each on its own dev cluster (lane 1..N; "
-             "default $DETHPC_DEVCLUSTER_LANES, else 2; at most -n). Only with "
+             "default $DETHPC_DEVCLUSTER_LANES, else 3; at most -n). Only with "
              "--dist loadgroup.")
 
 

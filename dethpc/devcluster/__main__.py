@@ -1,6 +1,6 @@
 """``python -m dethpc.devcluster up|down|status|image``: works without the CLI installed.
 
-``up``/``status`` act on every lane (``--lanes N``, default 2) unless one is named
+``up``/``status`` act on every lane (``--lanes N``, default 3) unless one is named
 (``--lane K`` or ``$DETHPC_DEVCLUSTER_LANE``); see ``dethpc.devcluster.lanes``.
 
 Owns: argument parsing for the module entry point only.
@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from dethpc.devcluster import commands
+from dethpc.devcluster.lanes import DEFAULT_LANES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in (p_up, p_status):
         p.add_argument("--lanes", type=int, default=None,
                        help="how many lanes (clusters) when no lane is named (default: "
-                       "$DETHPC_DEVCLUSTER_LANES, else 2)")
+                       f"$DETHPC_DEVCLUSTER_LANES, else {DEFAULT_LANES})")
     p_image = sub.add_parser("image", help="build (once) the Charliecloud image of dethpc + "
                              "torch under the state directory; print path, size, build time")
     p_image.add_argument("--rebuild", action="store_true", help="build even when up to date")

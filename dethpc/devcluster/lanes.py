@@ -29,7 +29,7 @@ LANE_ENV = "DETHPC_DEVCLUSTER_LANE"
 LANES_ENV = "DETHPC_DEVCLUSTER_LANES"
 #: set by ``lane_env``: the lane's node names, comma-separated (for scripts and tests)
 NODES_ENV = "DETHPC_DEVCLUSTER_NODES"
-DEFAULT_LANES = 2
+DEFAULT_LANES = 3
 MAX_LANES = 9
 #: lane k's ports are lane 1's plus PORT_STEP * (k - 1)
 PORT_STEP = 10

@@ -85,7 +85,7 @@ def test_the_lane_of_a_process_and_its_environment(monkeypatch: pytest.MonkeyPat
 
 def test_lane_count(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(lanes.LANES_ENV, raising=False)
-    assert lanes.lane_count() == lanes.DEFAULT_LANES == 2
+    assert lanes.lane_count() == lanes.DEFAULT_LANES == 3
     monkeypatch.setenv(lanes.LANES_ENV, "3")
     assert lanes.lane_count() == 3 and lanes.lane_count(1) == 1
 
