@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,9 @@ def user_python_env() -> dict[str, str]:
 
 
 def run_daemon(cluster_user: ClusterUser, user_tmp: Path, *, blind: bool,
-               timeout_s: float = 480) -> dict[str, Any]:
+               timeout_s: float = 480, release: Path | None = None) -> dict[str, Any]:
+    """Run tests/slurm/scripts/limits_daemon.py as the test user; ``release``: a file
+    the driver creates after its first tick's sample (jobs may wait on it)."""
     if not SYSTEM_PYTHON.exists():
         pytest.skip(f"{SYSTEM_PYTHON} (a Python the test user can run) is missing")
     trials = 3 * LIMIT
@@ -62,7 +65,8 @@ def run_daemon(cluster_user: ClusterUser, user_tmp: Path, *, blind: bool,
     args.write_text(json.dumps({
         "db": f"sqlite:///{user_tmp}/dethpc.db", "runs_root": str(user_tmp / "runs"),
         "config": str(config), "model_dir": str(TOY), "python": str(SYSTEM_PYTHON),
-        "timeout_s": timeout_s, "out": str(out), "blind": blind}))
+        "timeout_s": timeout_s, "out": str(out), "blind": blind,
+        "release": str(release) if release else None}))
     for path in (config, args):
         os.chown(path, cluster_user.uid, cluster_user.gid)
     runner = CommandRunner(timeout=timeout_s + 120, retries=0)
@@ -136,14 +140,20 @@ def test_refusals_over_a_limit_dethpc_cannot_see_are_waited_out(
 
 def test_the_users_own_jobs_count_and_submit_at_the_limit_is_not_refused(
         slurm_cluster: Any, cluster_user: ClusterUser, user_tmp: Path) -> None:
-    # the user already has the whole submit limit queued, outside dethpc
+    # the user already has the whole submit limit queued, outside dethpc; the jobs hold
+    # it until the daemon's first tick has been sampled (they ended after a fixed 4 s
+    # before, and on a loaded machine the daemon's first tick came later: it saw its
+    # own job at the first sample)
+    release = user_tmp / "release"
+    hold = (f"for i in $(seq 900); do [ -e {shlex.quote(str(release))} ] && exit 0; "
+            "sleep 0.2; done")
     res = slurm_cluster.sbatch_as(cluster_user, f"--chdir={user_tmp}", "-o", "/dev/null",
-                                  f"--array=0-{LIMIT - 1}", "--wrap", "sleep 4")
+                                  f"--array=0-{LIMIT - 1}", "--wrap", hold)
     assert res.returncode == 0, res.stderr
     theirs = res.stdout.strip().split(";")[0]
     # creating the experiment asks Slurm with sbatch --test-only, which answers
     # QOSMaxSubmitJobPerUserLimit now: not a verdict on the job, so it is accepted
-    result = run_daemon(cluster_user, user_tmp, blind=False)
+    result = run_daemon(cluster_user, user_tmp, blind=False, release=release)
     assert_completed_within_limit(result)
     first = result["samples"][0]["jobs"]
     assert first and all(j.startswith(f"{theirs}_") for j in first), first  # nothing of ours

@@ -70,6 +70,8 @@ def main(args: dict) -> dict:
         samples.append({"jobs": queue, "errors": stats.errors, "submitted": stats.submitted,
                         "commands": [list(c) for c in runner.calls[before:]],
                         "waiting": {t["id"]: t["pending_reason"] for t in d["trials"]}})
+        if args.get("release"):
+            Path(args["release"]).touch()
         state = d["state"]
         if ExperimentState(state).is_terminal:
             break
