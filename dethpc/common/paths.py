@@ -11,6 +11,7 @@ Layout::
       trials/<trial-id>/
         hparams.json  target.json  job.sbatch  slurm-%A_%a.out
         metrics.jsonl  checkpoints/<uuid>/  exits.jsonl  stop
+        trial-metadata.json  tensorboard/
 """
 
 from __future__ import annotations
@@ -80,6 +81,17 @@ class TrialPaths:
     @property
     def stop(self) -> Path:
         return self.root / "stop"
+
+    @property
+    def run_metadata(self) -> Path:
+        """The trial's metadata (Determined's ``TrainContext.set_metadata``): one JSON
+        object, replaced whole (atomically) by rank 0 at each call."""
+        return self.root / "trial-metadata.json"
+
+    @property
+    def tensorboard(self) -> Path:
+        """The trial's own TensorBoard files (``TrainContext.get_tensorboard_path()``)."""
+        return self.root / "tensorboard"
 
     @property
     def signal_file(self) -> Path:

@@ -1,8 +1,9 @@
 """The searcher's target for this trial, read from ``target.json``.
 
 Owns: ``SearcherContext`` (``target_length``, ``unit``, ``validate_at`` and a
-Determined-style ``operations()`` iterator yielding one ``SearcherOperation``)
-and ``DummySearcherContext`` (off-cluster: no target unless one is given).
+Determined-style ``operations()`` iterator yielding one ``SearcherOperation``),
+``DummySearcherContext`` (off-cluster: no target unless one is given), and Determined's
+``SearcherContextMissing`` and ``DummySearcherOperation``.
 Must not: talk to the daemon (the searcher metric reaches it through the
 validation records in metrics.jsonl), import torch, or write files.
 """
@@ -141,6 +142,23 @@ class SearcherContext:
             raise DethpcError("this trial has no searcher target: the experiment config has no "
                               "searcher.max_length")
         return Unit[self.target.unit.upper()]
+
+
+class DummySearcherOperation(SearcherOperation):
+    """Determined's ``DummySearcherOperation(length, is_chief)``: an operation of
+    ``length`` batches (``is_chief`` is accepted; any rank may report here)."""
+
+    def __init__(self, length: int, is_chief: bool = True) -> None:
+        super().__init__(length=length, unit="batches")
+        del is_chief
+
+
+class SearcherContextMissing(SearcherContext):
+    """Determined's searcher context of a trial without ``searcher.max_length``: every
+    call says so (the same message as ``SearcherContext`` without a target)."""
+
+    def __init__(self, dist: DistributedContext | None = None) -> None:
+        super().__init__(None, dist)
 
 
 class DummySearcherContext(SearcherContext):
