@@ -16,8 +16,12 @@ Re-run it (after a Determined upgrade, or a change to the rules below)::
     python scripts/determined_surface.py --source /tmp/det-0.38.1 --version 0.38.1
 
 then ``pytest tests/unit/core/test_determined_surface.py`` says which new names need a
-line in ``dethpc/core/determined_surface.py`` and ``python -m
-dethpc.core.determined_surface --write-doc`` refreshes the table in docs/core-api.md.
+line in ``dethpc/core/determined_surface.py``, and::
+
+    python scripts/determined_surface.py --doc [--version 0.38.1]
+
+rewrites the generated section of docs/core-api.md from the committed inventory and that
+table (``dethpc.core.determined_surface.doc_table``), reading no Determined source.
 
 What counts as public (a user's code can reach it after ``import determined as det``):
 
@@ -590,9 +594,30 @@ def _from_mirror(mirror: Path, tag: str, into: Path) -> dict[str, str]:
     return {"tag": tag, "commit": commit}
 
 
+def write_doc(version: str, check: bool = False) -> int:
+    """docs/core-api.md with its generated section replaced (``--doc``)."""
+    sys.path.insert(0, str(REPO))
+    from dethpc.core.determined_surface import DOC_BEGIN, DOC_END, doc_table
+
+    inventory = json.loads((DEFAULT_OUT / f"surface-{version}.json").read_text("utf-8"))
+    doc = REPO / "docs" / "core-api.md"
+    text = doc.read_text(encoding="utf-8")
+    if DOC_BEGIN not in text or DOC_END not in text:
+        raise SystemExit(f"{doc}: no generated section ({DOC_BEGIN} ... {DOC_END})")
+    head, rest = text.split(DOC_BEGIN, 1)
+    tail = rest.split(DOC_END, 1)[1].lstrip("\n")
+    new = head + doc_table(inventory) + ("\n" + tail if tail else "")
+    if check:
+        print(f"{doc}: {'up to date' if new == text else 'stale'}")
+        return 0 if new == text else 1
+    doc.write_text(new, encoding="utf-8")
+    print(f"wrote the generated section of {doc}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    where = parser.add_mutually_exclusive_group(required=True)
+    where = parser.add_mutually_exclusive_group()
     where.add_argument("--mirror", type=Path, help="a git clone/mirror of Determined")
     where.add_argument("--source", type=Path, help="Determined's repository tree on disk")
     parser.add_argument("--tag", help="with --mirror: the tag to read (e.g. v0.38.1)")
@@ -601,7 +626,14 @@ def main(argv: list[str] | None = None) -> int:
                         "tests/unit/data/determined/surface-<version>.json)")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 when the committed file differs")
+    parser.add_argument("--doc", action="store_true",
+                        help="rewrite docs/core-api.md's generated section from the committed "
+                        "inventory and dethpc's classification (no Determined source needed)")
     args = parser.parse_args(argv)
+    if args.doc:
+        return write_doc(args.version or "0.38.1", args.check)
+    if args.mirror is None and args.source is None:
+        parser.error("give --mirror (with --tag) or --source, or --doc")
     with tempfile.TemporaryDirectory() as tmp:
         if args.mirror is not None:
             if not args.tag:

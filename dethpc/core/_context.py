@@ -105,7 +105,10 @@ class Context:
               exc_tb: types.TracebackType | None = None) -> None:
         """Close the sub-contexts. Without an exception, and after an acknowledged
         preemption, the process then exits 80 or 81 (``exit_on_preempt``), so that a
-        script that ``close()``s by hand ends a preempted run as a ``with`` block does."""
+        script that ``close()``s by hand ends a preempted run as a ``with`` block does.
+        A second ``close()`` does nothing."""
+        if self._closed:
+            return
         self._close()
         if exc_type is None and exc_val is None:
             self._exit_if_preempted()

@@ -5,7 +5,8 @@ Owns: ``refuse(name)`` (raise ``UnsupportedError`` with the message
 take such a name's place, so that the user's code fails where it calls (or reads) the
 name, with that message, never with an ``AttributeError``: ``refused_function``,
 ``refused_class`` (instantiating it or any subclass refuses; so does reading a public
-attribute the class lacks), ``RefusedAttribute`` (a descriptor) and ``RefusedModule``.
+attribute the class lacks), ``RefusedAttribute`` (a descriptor), ``RefusedModule`` and
+``module_getattr`` (for a real module that stands in for one of Determined's).
 Must not: decide what is refused (the table does), or import more than the standard
 library and ``dethpc.common`` before a refusal fires.
 """
@@ -59,6 +60,23 @@ class RefusedAttribute:
         refuse(self.name)
 
 
+#: the dunder methods Determined's classes offer users (``with``, ``for``, ``len``...):
+#: reading one of a refused class refuses; any other private name is an AttributeError
+PROTOCOL_DUNDERS = frozenset({"__enter__", "__exit__", "__iter__", "__next__", "__len__",
+                              "__getitem__"})
+
+
+def module_getattr(module: str) -> Callable[[str], Any]:
+    """A module-level ``__getattr__`` (PEP 562) for a module standing in for Determined's
+    ``module``: any public name it lacks refuses."""
+    def __getattr__(attr: str) -> Any:  # noqa: N807 - the module protocol's name
+        if attr.startswith("_"):
+            raise AttributeError(f"module {module!r} has no attribute {attr!r}")
+        refuse(f"{module}.{attr}")
+
+    return __getattr__
+
+
 class _RefusedMeta(abc.ABCMeta):
     """Classes standing in for a refused Determined class: creating an instance (of it
     or of a user's subclass) refuses, and so does reading a public attribute it lacks.
@@ -70,7 +88,7 @@ class _RefusedMeta(abc.ABCMeta):
         refuse(cls._dethpc_refused)
 
     def __getattr__(cls, attr: str) -> Any:
-        if attr.startswith("_"):
+        if attr.startswith("_") and attr not in PROTOCOL_DUNDERS:
             raise AttributeError(attr)
         refuse(f"{cls._dethpc_refused}.{attr}")
 

@@ -22,7 +22,7 @@ when a refusal fires), or serve a name itself (the code lives with the name).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -545,8 +545,8 @@ def refusal(key: str) -> str:
         return (f"{short(key)} is part of Determined's API that dethpc does not offer "
                 "(docs/core-api.md lists what is served)")
     rule = found[1]
-    return (f"{short(key)} is not available on dethpc: Determined's {rule.feature} has no "
-            f"counterpart on Slurm. Instead: {rule.note} (docs/core-api.md)")
+    return (f"{short(key)} is not available on dethpc ({rule.feature}). Instead: "
+            f"{rule.note} (docs/core-api.md)")
 
 
 # ----------------------------------------------------------------------- the doc
@@ -574,7 +574,7 @@ def counts(inventory: Mapping[str, Any]) -> dict[str, dict[str, int]]:
 
 def _what(rule: Rule, key: str) -> str:
     if rule.status == REFUSED:
-        return f"Determined's {rule.feature}. Instead: {rule.note}"
+        return f"{rule.feature}. Instead: {rule.note}"
     if rule.status in (SERVED, DIFFERENT):
         where = dethpc_path(key)
         default = "dethpc" + key[len("determined"):]
@@ -583,11 +583,16 @@ def _what(rule: Rule, key: str) -> str:
     return rule.note
 
 
-def _name_rows(entries: Iterable[Mapping[str, Any]]) -> list[str]:
-    """One row per entry with a line of its own; the members one line covers share a row."""
+def _name_rows(entries: list[Mapping[str, Any]]) -> list[str]:
+    """One row per entry with a line of its own; the members one line covers share one
+    row, where the first of them comes."""
+    groups: dict[str, list[str]] = {}
+    for entry in entries:
+        found = rule_for(entry_key(entry))
+        if found is not None and found[0] != entry_key(entry):
+            groups.setdefault(found[0], []).append(entry["name"].rsplit(".", 1)[-1])
     rows: list[str] = []
-    shared: dict[str, list[str]] = {}
-    order: list[str] = []
+    done: set[str] = set()
     for entry in entries:
         key = entry_key(entry)
         found = rule_for(key)
@@ -598,19 +603,13 @@ def _name_rows(entries: Iterable[Mapping[str, Any]]) -> list[str]:
         if matched == key:
             rows.append(f"| `{short(key)}` ({entry['kind']}) | {rule.status} | "
                         f"{_cell(_what(rule, key))} |")
-            continue
-        if matched not in shared:
-            shared[matched] = []
-            order.append(matched)
-        shared[matched].append(entry["name"].rsplit(".", 1)[-1] if "." in entry["name"]
-                               else entry["name"])
-    for matched in order:
-        rule = RULES[matched]
-        base = matched[:-2] if matched.endswith(".*") else matched
-        names = ", ".join(f"`{n}`" for n in sorted(set(shared[matched])))
-        what = _what(rule, base) if rule.status == REFUSED or rule.path is None \
-            else f"at `{rule.path}`; {rule.note}"
-        rows.append(f"| `{short(base)}`: {names} | {rule.status} | {_cell(what)} |")
+        elif matched not in done:
+            done.add(matched)
+            base = matched[:-2] if matched.endswith(".*") else matched
+            names = ", ".join(f"`{n}`" for n in sorted(set(groups[matched])))
+            what = _what(rule, base) if rule.status == REFUSED or rule.path is None \
+                else f"at `{rule.path}`; {rule.note}"
+            rows.append(f"| `{short(base)}`: {names} | {rule.status} | {_cell(what)} |")
     return rows
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from dethpc.common.errors import DethpcError
 from dethpc.common.util import merge_dicts
-from dethpc.core._refused import refused_class, refused_function
+from dethpc.core._refused import module_getattr, refused_class, refused_function
 
 _PKG = "determined.pytorch.deepspeed"
 
@@ -45,3 +45,6 @@ def overwrite_deepspeed_config(base_ds_config: str | dict[str, Any],
         raise DethpcError("overwrite_deepspeed_config() merges two dicts (or a JSON file "
                           "holding one and a dict)")
     return merge_dicts(base, source_ds_dict)
+
+#: any other public name of Determined's module refuses too
+__getattr__ = module_getattr(_PKG)

@@ -9,7 +9,7 @@ Must not: import torch.
 
 from __future__ import annotations
 
-from dethpc.core._refused import refused_class
+from dethpc.core._refused import module_getattr, refused_class
 
 _MOD = "determined.pytorch.samplers"
 
@@ -21,3 +21,6 @@ ReproducibleShuffleBatchSampler = refused_class(f"{_MOD}.ReproducibleShuffleBatc
 ReproducibleShuffleSampler = refused_class(f"{_MOD}.ReproducibleShuffleSampler")
 SkipBatchSampler = refused_class(f"{_MOD}.SkipBatchSampler")
 SkipSampler = refused_class(f"{_MOD}.SkipSampler")
+
+#: any other public name of Determined's module refuses too
+__getattr__ = module_getattr(_MOD)
