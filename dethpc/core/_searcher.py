@@ -162,8 +162,24 @@ class SearcherContextMissing(SearcherContext):
 
 
 class DummySearcherContext(SearcherContext):
-    """Off-cluster twin: no target unless ``target`` is given."""
+    """Off-cluster twin: no target unless ``target`` is given; ``operations()`` then yields
+    one operation of ``length`` batches, as Determined's dummy does."""
 
     def __init__(self, target: Target | None = None,
-                 dist: DistributedContext | None = None) -> None:
+                 dist: DistributedContext | None = None, length: int = 1) -> None:
         super().__init__(target, dist)
+        self._length = length
+
+    def operations(self, searcher_mode: SearcherMode = SearcherMode.WorkersAskChief,
+                   auto_ack: bool = True) -> Iterator[SearcherOperation]:
+        if self.target is not None:
+            yield from super().operations(searcher_mode, auto_ack)
+            return
+        SearcherMode(searcher_mode)
+        op = DummySearcherOperation(self._length, self._dist.rank == 0)
+        yield op
+        if not op.completed:
+            log.warning("searcher operation finished without report_completed()")
+
+    def get_configured_units(self) -> Unit | None:
+        return super().get_configured_units() if self.target is not None else Unit.BATCHES

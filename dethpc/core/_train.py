@@ -385,6 +385,11 @@ class DummyTrainContext(TrainContext):
     def get_experiment_best_validation(self) -> float | None:
         return None
 
+    def upload_tensorboard_files(
+            self, selector: Callable[[Path], bool] = lambda _: True,
+            mangler: Callable[[Path, int], Path] = lambda p, __: p) -> None:
+        """Off-cluster: nothing to upload, in either mode (as Determined's dummy)."""
+
     def _write(self, record: dict[str, Any]) -> None:
         if self._dist.rank == 0:
             log.info("%s", json.dumps(sanitize(record), allow_nan=False))

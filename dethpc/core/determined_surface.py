@@ -213,6 +213,10 @@ RULES: dict[str, Rule] = {
     "determined.core.DummyCheckpointContext.*": S(),
     "determined.core.DummyDistributedContext": S(),
     "determined.core.DummyDistributedContext.*": S(),
+    "determined.core.DummyDistributedContext.from_tf_config": R(
+        "TensorFlow's TF_CONFIG distributed setup (from_tf_config)",
+        "dethpc has no TensorFlow launcher: use from_torch_distributed(), from_deepspeed(), "
+        "from_horovod() or DistributedContext(rank=..., size=..., ...)"),
     "determined.core.DummyExperimentalCoreContext": D(_LOGGED),
     "determined.core.DummyExperimentalCoreContext.*": D(_LOGGED),
     "determined.core.DummyPreemptContext": D("DummyPreemptContext(dist=None): never preempts",
@@ -220,8 +224,9 @@ RULES: dict[str, Rule] = {
     "determined.core.DummyPreemptContext.*": S(),
     "determined.core.DummyProfilerContext": D(_LOGGED),
     "determined.core.DummyProfilerContext.*": D(_LOGGED),
-    "determined.core.DummySearcherContext": D("DummySearcherContext(target=None, dist=None): "
-                                              "no searcher target unless given",
+    "determined.core.DummySearcherContext": D("DummySearcherContext(target=None, dist=None, "
+                                              "length=1): without a target, one operation of "
+                                              "length batches, as Determined's",
                                               signature=False),
     "determined.core.DummySearcherContext.*": S(),
     "determined.core.DummySearcherOperation": S(),

@@ -290,6 +290,9 @@ def test_searcher_context_missing_and_dummy_operation() -> None:
     op.report_progress(2)
     op.report_completed(0.1)
     assert (op.length, op.completed) == (5, True)
+    dummy = core.DummySearcherContext(length=3)
+    ops = list(dummy.operations())
+    assert [o.length for o in ops] == [3] and dummy.get_configured_units() is core.Unit.BATCHES
 
 
 # ------------------------------------------------------ import_from_path
