@@ -8,8 +8,11 @@ t0=$SECONDS
 bash scripts/setup.sh || exit 1
 t_setup=$((SECONDS - t0))
 export PATH=$PWD/.venv/bin:$PATH
+# Slurm lanes: one dev cluster and one pytest worker each (docs/testing.md)
+lanes=${DETHPC_DEVCLUSTER_LANES:-2}
+export DETHPC_DEVCLUSTER_LANES=$lanes
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  python -m dethpc.devcluster up || { [ "${CI:-}" = true ] && { echo "dev cluster failed to start" >&2; exit 1; }; }
+  python -m dethpc.devcluster up --lanes "$lanes" || { [ "${CI:-}" = true ] && { echo "dev cluster failed to start" >&2; exit 1; }; }
   # the container image of tests/slurm/test_containers_slurm.py (Charliecloud; Debian
   # packages + torch 2.13.0 CPU + dethpc), built once per machine and source change
   python -m dethpc.devcluster image || { [ "${CI:-}" = true ] && { echo "container image failed to build" >&2; exit 1; }; }
@@ -21,9 +24,9 @@ elif [ "${CI:-}" = true ]; then
   echo "CI needs root to start the dev Slurm cluster" >&2; exit 1
 fi
 echo "set-up: venv ${t_setup} s, dev cluster and PostgreSQL $((SECONDS - t0 - t_setup)) s" \
-  "(CI budget for all of .ci/run: 45 min, see docs/testing.md)"
-# Two pytest workers (pytest-xdist): one runs the Slurm tier, in order, from the start
-# (every test under tests/slurm/ is one xdist work unit: pytest_xdist_make_scheduler in
-# tests/conftest.py); the other runs the unit, local and
-# PostgreSQL tiers beside it. The 25 slowest tests are listed before the summary.
-python -m pytest -n 2 --dist loadgroup --durations=25 "$@"
+  "(CI budget for all of .ci/run: 25 min, see docs/testing.md)"
+# pytest-xdist workers: the first $lanes each bound to its own dev cluster (lane), running
+# the Slurm test files planned for that lane, in order, from the start; one more runs the
+# unit, local and PostgreSQL tiers beside them (pytest_xdist_make_scheduler in
+# tests/conftest.py). The 25 slowest tests are listed before the summary.
+python -m pytest -n "$((lanes + 1))" --dist loadgroup --slurm-lanes "$lanes" --durations=25 "$@"

@@ -3,14 +3,20 @@
 Owns: the CI rule for the Slurm tier. Tests marked ``slurm`` need the real dev
 cluster (``scripts/devcluster up``). When it is not reachable they are skipped
 with a one-line reason, except under ``CI=true``, where the Slurm tier is
-mandatory and they FAIL. The cluster is probed once per session;
+mandatory and they FAIL. The cluster is probed once per session (per xdist worker);
 ``DETHPC_TEST_START_CLUSTER=1`` (as root) lets the probe run ``up`` first.
+Also the Slurm lanes under ``pytest -n N --dist loadgroup``: which worker runs which
+lane, binding a worker to its lane's dev cluster before any test runs, the xdist
+scheduler that keeps a lane's tests on its worker, and the time per tier and per lane.
+Must not: pick the files of a lane (tests/slurm_lanes.py does).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,22 +38,31 @@ def slurm_unavailable() -> str | None:
     return _probe_result  # type: ignore[return-value]
 
 
+def _which_cluster() -> str:
+    lane = os.environ.get("DETHPC_DEVCLUSTER_LANE", "1")
+    return f"lane {lane}'s, SLURM_CONF={os.environ.get('SLURM_CONF', '/etc/slurm/slurm.conf')}"
+
+
 def _ci_message(reason: str) -> str:
-    return (f"CI=true makes the Slurm tier mandatory, but {reason}. "
+    return (f"CI=true makes the Slurm tier mandatory, but {reason} ({_which_cluster()}). "
             "Start it with `sudo scripts/devcluster up`.")
 
 
 def _skip_message(reason: str) -> str:
-    return f"no Slurm cluster: {reason} (start it: sudo scripts/devcluster up)"
+    return (f"no Slurm cluster: {reason} ({_which_cluster()}; start it: "
+            "sudo scripts/devcluster up)")
 
 
 SLURM_FIXTURES = frozenset({"slurm_cluster", "slurm_required"})
 SLURM_DIR = Path(__file__).resolve().parent / "slurm"
 
 
-#: the xdist work unit of every Slurm test: one worker runs them one after another (they
-#: share the dev cluster's 4 nodes; preemption tests need them to themselves)
-SLURM_LANE = "slurm"
+#: the xdist work unit of Slurm lane k is LANE_SCOPE + str(k): one worker, bound to lane k's
+#: dev cluster, runs its tests one after another (they share that cluster's 4 nodes;
+#: preemption, node-crash and limit tests need them to themselves)
+LANE_SCOPE = "slurm-lane-"
+#: xdist's ``workerinput`` key of a worker's Slurm lane (0: no lane, the other tiers)
+LANE_KEY = "slurm_lane"
 
 
 def is_slurm_test(item: pytest.Item) -> bool:
@@ -56,16 +71,72 @@ def is_slurm_test(item: pytest.Item) -> bool:
             or SLURM_DIR in Path(str(item.path)).resolve().parents)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--slurm-lanes", type=int, default=None,
+        help="xdist workers that run the Slurm tier, each on its own dev cluster (lane 1..N; "
+             "default $DETHPC_DEVCLUSTER_LANES, else 2; at most -n). Only with "
+             "--dist loadgroup.")
+
+
+def slurm_lanes(config: pytest.Config) -> int:
+    from dethpc.devcluster.lanes import lane_count
+
+    return lane_count(config.getoption("slurm_lanes"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Bind this process to its lane's dev cluster before any test runs: an xdist worker
+    to the lane the controller gave it (none: the worker runs the other tiers only), a
+    run without xdist to ``$DETHPC_DEVCLUSTER_LANE`` (default 1). Binding exports the
+    lane's ``SLURM_CONF`` (every Slurm command, and every job, then talks to that
+    cluster), ``DETHPC_DEVCLUSTER_LANE`` and ``DETHPC_DEVCLUSTER_NODES``."""
+    from dethpc.devcluster.lanes import current_lane, lane_env, lane_layout
+
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        lane = int(workerinput.get(LANE_KEY, 0))
+    elif getattr(config.option, "dist", "no") != "no" \
+            and getattr(config.option, "numprocesses", None):
+        return  # the xdist controller runs no test
+    else:
+        lane = current_lane()
+    if lane:
+        os.environ.update(lane_env(lane_layout(lane)))
+
+
+_lane_of_node: dict[object, int] = {}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: object) -> None:
+    """(xdist controller) Give a starting worker the lowest lane no live worker holds,
+    or 0 once every lane has one (a replacement for a crashed worker gets its lane)."""
+    config = node.config  # type: ignore[attr-defined]
+    if config.getvalue("dist") != "loadgroup":
+        return
+    held = set(_lane_of_node.values())
+    lane = next((k for k in range(1, slurm_lanes(config) + 1) if k not in held), 0)
+    _lane_of_node[node] = lane
+    node.workerinput[LANE_KEY] = lane  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    _lane_of_node.pop(node, None)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that uses a Slurm fixture is a Slurm test, wherever it lives; the Slurm
-    tests are collected first (under xdist, the Slurm lane starts at once)."""
+    tests are collected first (under xdist, the Slurm lanes start at once)."""
     slurm, rest = [], []
     for item in items:
         if is_slurm_test(item):
             if SLURM_DIR not in Path(str(item.path)).resolve().parents:
-                # the xdist lane is chosen by path (slurm_lane_scope): elsewhere this
-                # test would run beside the Slurm tier on the shared cluster
+                # the xdist lane is chosen by path (SlurmLanes): elsewhere this test
+                # would run beside the Slurm lanes on a cluster it was not bound to
                 raise pytest.UsageError(f"{item.nodeid} needs the Slurm cluster; Slurm "
                                         "tests live under tests/slurm/")
             item.add_marker(pytest.mark.slurm)
@@ -75,29 +146,78 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items[:] = slurm + rest
 
 
-def slurm_lane_scope(nodeid: str) -> str:
-    """The xdist work unit of a test: every test under tests/slurm/ is one unit (one
-    worker runs them in order), any other test is its own."""
-    return SLURM_LANE if nodeid.startswith("tests/slurm/") else nodeid
+def slurm_file(nodeid: str) -> str | None:
+    """The test file of a Slurm test's node id, None for any other test."""
+    return nodeid.split("::", 1)[0] if nodeid.startswith("tests/slurm/") else None
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """``pytest -n 2 --dist loadgroup`` (scripts/test.sh): one worker runs the Slurm tier
-    from the start while the other runs the unit, local and PostgreSQL tiers beside it
-    (the Slurm tier mostly waits on the cluster: about half of the 2 cores is idle).
-    The grouping is by path here, not by xdist's ``xdist_group`` marker: under pytest 9
-    that marker no longer groups (xdist 3.8 renames ``item._nodeid``, which pytest 9
-    does not read back)."""
+    """``pytest -n N --dist loadgroup`` (scripts/test.sh): the Slurm tier runs in lanes.
+    Each of the first ``--slurm-lanes`` workers is bound to its own dev cluster
+    (``pytest_configure_node``, ``pytest_configure``) and runs, in file order, the Slurm
+    test files ``tests/slurm_lanes.plan_lanes`` gave its lane (every file in exactly one
+    lane, balanced by tests/slurm/durations.json); every other test is its own work
+    unit, handed to whichever worker runs low (the other workers from the start, a lane's
+    worker once its lane is done). The grouping is by path here, not by xdist's
+    ``xdist_group`` marker: under pytest 9 that marker no longer groups (xdist 3.8 renames
+    ``item._nodeid``, which pytest 9 does not read back)."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    class SlurmLane(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return slurm_lane_scope(nodeid)
+    from tests.slurm_lanes import lane_estimates, plan_lanes, read_durations
 
-    return SlurmLane(config, log)  # type: ignore[arg-type]
+    class SlurmLanes(LoadScopeScheduling):
+        lane_of_file: dict[str, int] = {}
+
+        def _split_scope(self, nodeid: str) -> str:
+            f = slurm_file(nodeid)
+            return nodeid if f is None else f"{LANE_SCOPE}{self.lane_of_file.get(f, 1)}"
+
+        def schedule(self) -> None:
+            if self.collection is None and not self.lane_of_file:
+                collection = next(iter(self.registered_collections.values()))
+                files = [f for f in map(slurm_file, collection) if f]
+                lanes = max([_lane(n) for n in self.nodes] + [1])
+                durations = read_durations()
+                self.lane_of_file = plan_lanes(files, lanes, durations)
+                estimates = lane_estimates(self.lane_of_file, durations)
+                self.log(f"Slurm lanes (estimated seconds): {estimates}")
+                _plan.update(lanes=lanes, estimates=estimates,
+                             files={k: sorted(f for f, v in self.lane_of_file.items() if v == k)
+                                    for k in estimates})
+            super().schedule()
+
+        def _assign_work_unit(self, node: Any) -> None:
+            lane = _lane(node)
+            own = f"{LANE_SCOPE}{lane}"
+            if lane and own in self.workqueue:
+                scope: str | None = own
+            else:  # never another lane's unit: this worker is not bound to its cluster
+                scope = next((s for s in self.workqueue if not s.startswith(LANE_SCOPE)), None)
+            if scope is None:
+                return
+            work_unit = self.workqueue.pop(scope)
+            self.assigned_work.setdefault(node, {})[scope] = work_unit
+            collection = self.registered_collections[node]
+            node.send_runtest_some([collection.index(nodeid)
+                                    for nodeid, done in work_unit.items() if not done])
+            if not self.workqueue:  # idle workers wait for nothing more
+                for other in self.nodes:
+                    if not other.shutting_down and not self._pending_of(
+                            self.assigned_work[other]):
+                        other.shutdown()
+
+    return SlurmLanes(config, log)  # type: ignore[arg-type]
+
+
+def _lane(node: Any) -> int:
+    return int(getattr(node, "workerinput", {}).get(LANE_KEY, 0))
+
+
+#: the lane plan, for the summary: lanes, estimated seconds and files per lane
+_plan: dict[str, Any] = {}
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -137,16 +257,30 @@ def _tier(nodeid: str) -> str:
     return parts[1] if len(parts) > 2 and parts[0] == "tests" else "other"
 
 
+#: per Slurm lane (xdist controller): tests, their seconds, when the last one ended
+_lane_tests: dict[int, int] = {}
+_lane_seconds: dict[int, float] = {}
+_lane_end: dict[int, float] = {}
+_session_start = time.monotonic()
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     tier = _tier(report.nodeid)
     _tier_seconds[tier] = _tier_seconds.get(tier, 0.0) + report.duration
     if report.when == "call":
         _tier_counts[tier] = _tier_counts.get(tier, 0) + 1
+    lane = _lane(getattr(report, "node", None))
+    if lane and slurm_file(report.nodeid):
+        _lane_seconds[lane] = _lane_seconds.get(lane, 0.0) + report.duration
+        _lane_end[lane] = time.monotonic() - _session_start
+        if report.when == "call":
+            _lane_tests[lane] = _lane_tests.get(lane, 0) + 1
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
-    """Print the time per tier, so each addition sees its cost against CI's budget
-    (docs/testing.md: 45 minutes for `.ci/run` on 2 cores, set-up included)."""
+    """Print the time per tier and per Slurm lane, so each addition sees its cost
+    against CI's budget (docs/testing.md: 25 minutes for `.ci/run` on 2 cores, set-up
+    included)."""
     if not _tier_seconds:
         return
     tr = terminalreporter
@@ -155,3 +289,15 @@ def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untype
         tr.write_line(f"{tier:>8}: {_tier_seconds[tier]:7.1f} s  "
                       f"({_tier_counts.get(tier, 0)} tests)")
     tr.write_line(f"{'total':>8}: {sum(_tier_seconds.values()):7.1f} s")
+    if not _lane_end:
+        return
+    from dethpc.devcluster.lanes import lane_layout
+
+    tr.write_sep("-", "Slurm lanes (one worker and one dev cluster each)")
+    for lane in sorted(_lane_end):
+        est = _plan.get("estimates", {}).get(lane, 0.0)
+        files = len(_plan.get("files", {}).get(lane, ()))
+        tr.write_line(
+            f"  lane {lane} ({lane_layout(lane).slurm_conf}): {_lane_tests.get(lane, 0)} "
+            f"tests in {files} files, {_lane_seconds[lane]:7.1f} s of tests "
+            f"(planned {est:.0f} s), last one ended {_lane_end[lane]:7.1f} s after the start")

@@ -2,7 +2,7 @@
 
 Owns: the public API re-exported here. The typed values live in
 ``dethpc.config.model``; the parsers in ``experiment``, ``searcher``,
-``hparams``, ``cluster`` and ``overrides``.
+``hparams``, ``cluster``, ``overrides`` and ``stored`` (a stored config read back).
 Must not: hold logic itself (it only re-exports).
 """
 
@@ -21,6 +21,7 @@ from dethpc.config.experiment import (
 from dethpc.config.hparams import flatten_hparams, grid_size
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
 from dethpc.config.overrides import apply_overrides
+from dethpc.config.stored import parse_stored
 
 __all__ = [
     "ClusterConfig",
@@ -37,4 +38,5 @@ __all__ = [
     "load_experiment_config",
     "parse_cluster_config",
     "parse_experiment_config",
+    "parse_stored",
 ]

@@ -1,6 +1,6 @@
 """The control plane: the daemon's loop and everything it decides and enacts.
 
-Owns: the daemon (``daemon``) and its reconcile of one experiment (``reconcile``), why a
+Owns: the daemon and its phases (``daemon``), its reconcile of an experiment (``reconcile``), why a
 job ended (``job_end``), the lease that keeps one daemon per user (``lease``), adoption
 of self-registered jobs (``adoption``), checkpoint garbage collection
 (``checkpoint_gc``), the worker pool's daemon half (``pool_tend``, ``pool_view``), the

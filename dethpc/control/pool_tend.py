@@ -15,19 +15,20 @@ Idempotency: an item is put only if it was never put (``queue.known``) and its J
 row commits after, under the name the next tick would compute again (the trial's
 count of Job rows), so a daemon killed in between neither loses nor doubles a run. A
 worker array is recorded SUBMITTING before sbatch and adopted by name like a trial
-batch (``Daemon.adopt``).
+batch (the daemon's recover phase, ``dethpc.control.daemon.recovery``).
 
-Owns: ``PoolTender``. Must not: judge a run's end (the reconciler does, from
+Owns: ``PoolTender``, given the daemon's submit budget and trial files (``Budget``,
+``TrialFiles``). Must not: judge a run's end (the reconciler does, from
 ``view.poll_items``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
+from typing import Protocol
 
 from sqlmodel import col, select
 
@@ -94,15 +95,26 @@ def pool_size(wp: WorkerPool, cfg: ExperimentConfig, live_items: int) -> int:
     return wp.count or cfg.searcher.max_concurrent_trials or max(1, live_items)
 
 
+class Budget(Protocol):
+    """The daemon's submit budget under the user's job limits (``SubmitBudget``)."""
+
+    def room(self, exp: Experiment, cfg: ExperimentConfig, wanted: int,
+             per_trial: int = 1) -> int: ...
+
+    def count_submitted_for(self, cfg: ExperimentConfig, jobs: int) -> None: ...
+
+
+class TrialFiles(Protocol):
+    """What writes a trial's files and job script (the daemon's ``TrialFiles``)."""
+
+    def write(self, exp: Experiment, cfg: ExperimentConfig, trial: Trial) -> Path: ...
+
+
 class PoolTender:
     def __init__(self, store: Store, cluster: ClusterConfig, backend: Backend, *,
-                 python: str, tag: str,
-                 room: Callable[[Experiment, ExperimentConfig, int], int],
-                 count_submitted: Callable[[ExperimentConfig, int], None],
-                 write_trial: Callable[[Experiment, ExperimentConfig, Trial], Path]) -> None:
+                 python: str, tag: str, budget: Budget, files: TrialFiles) -> None:
         self.store, self.cluster, self.backend = store, cluster, backend
-        self.python, self.tag = python, tag
-        self.room, self.count_submitted, self.write_trial = room, count_submitted, write_trial
+        self.python, self.tag, self.budget, self.files = python, tag, budget, files
 
     def enabled(self, cfg: ExperimentConfig, kind: ExperimentKind) -> bool:
         return pool_mode(cfg, self.cluster, kind, self.python) is PoolMode.ON
@@ -172,7 +184,7 @@ class PoolTender:
                 seq = int(runs.get(t.id, 0))
                 name = queue.item_name(t.id, seq)
                 ref = view.item_ref(exp.id, name)
-                self.write_trial(exp, cfg, t)
+                self.files.write(exp, cfg, t)
                 if not queue.known(paths, name):
                     item = work_item(cfg, self.cluster, backend=self.backend.traits.kind,
                                      python=self.python, run_dir=run_dir, exp_id=exp.id,
@@ -246,7 +258,7 @@ class PoolTender:
     def submit_workers(self, exp: Experiment, cfg: ExperimentConfig, wp: WorkerPool,
                        n: int) -> int:
         assert exp.id is not None
-        n = self.room(exp, cfg, n)
+        n = self.budget.room(exp, cfg, n)
         if n <= 0:
             return 0
         pool = self.cluster.pool(cfg.resources.resource_pool)
@@ -283,7 +295,7 @@ class PoolTender:
             self.event(exp.id, "limit", f"sbatch refused the pool's workers over a limit "
                        f"({exc.word}); they are submitted again on a later tick")
             return 0
-        self.count_submitted(cfg, len(refs))
+        self.budget.count_submitted_for(cfg, len(refs))
         with self.store.session() as s:
             b = s.get(Batch, batch_id)
             assert b is not None

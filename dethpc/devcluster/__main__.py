@@ -1,6 +1,10 @@
 """``python -m dethpc.devcluster up|down|status|image``: works without the CLI installed.
 
+``up``/``status`` act on every lane (``--lanes N``, default 2) unless one is named
+(``--lane K`` or ``$DETHPC_DEVCLUSTER_LANE``); see ``dethpc.devcluster.lanes``.
+
 Owns: argument parsing for the module entry point only.
+Must not: act on the cluster itself (``commands`` does).
 """
 
 from __future__ import annotations
@@ -22,8 +26,17 @@ def main(argv: list[str] | None = None) -> int:
                       help="overwrite an /etc/slurm config that the dev cluster did not write")
     p_up.add_argument("--user", action="append", default=[],
                       help="also add this user to the accounting records (repeatable)")
-    sub.add_parser("down", help="stop the daemons that `up` started")
-    sub.add_parser("status", help="show the daemons and sinfo; exit 0 when up")
+    p_down = sub.add_parser("down", help="stop the daemons that `up` started (every lane "
+                            "and the shared MariaDB/munged, or only --lane K's Slurm daemons)")
+    p_status = sub.add_parser("status", help="show the daemons and sinfo; exit 0 when up")
+    for p in (p_up, p_down, p_status):
+        p.add_argument("--lane", type=int, default=None,
+                       help="only this lane's cluster (default: $DETHPC_DEVCLUSTER_LANE, "
+                       "else every lane)")
+    for p in (p_up, p_status):
+        p.add_argument("--lanes", type=int, default=None,
+                       help="how many lanes (clusters) when no lane is named (default: "
+                       "$DETHPC_DEVCLUSTER_LANES, else 2)")
     p_image = sub.add_parser("image", help="build (once) the Charliecloud image of dethpc + "
                              "torch under the state directory; print path, size, build time")
     p_image.add_argument("--rebuild", action="store_true", help="build even when up to date")
@@ -31,10 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "image":
         return _image(rebuild=args.rebuild)
     if args.command == "up":
-        return commands.up(force=args.force, users=args.user)
+        return commands.up(force=args.force, users=args.user, lane=args.lane, lanes=args.lanes)
     if args.command == "down":
-        return commands.down()
-    return commands.status()
+        return commands.down(lane=args.lane)
+    return commands.status(lane=args.lane, lanes=args.lanes)
 
 
 def _image(*, rebuild: bool) -> int:

@@ -1,19 +1,23 @@
 """The three dev-cluster commands, shared by ``python -m dethpc.devcluster`` and
 ``dethpc dev cluster``.
 
-Owns: turning ``DevCluster`` results into printed lines and exit codes
-(0 ok, 1 not up / failed), and turning ``DethpcError`` into a one-line
-message without a traceback.
-Must not: hold cluster logic (``cluster`` does).
+Owns: which lanes a command acts on (``--lane K``, else ``$DETHPC_DEVCLUSTER_LANE``,
+else every lane: ``--lanes N`` / ``$DETHPC_DEVCLUSTER_LANES`` / 2 for ``up`` and
+``status``, every lane with a state directory for ``down``), turning ``DevCluster``
+results into printed lines and exit codes (0 ok, 1 not up / failed), and turning
+``DethpcError`` into a one-line message without a traceback.
+Must not: hold cluster logic (``cluster`` and its parts do).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 
 from dethpc.common.errors import DethpcError
-from dethpc.devcluster.cluster import DevCluster
+from dethpc.devcluster.cluster import DevCluster, down_lanes, up_lanes
+from dethpc.devcluster.lanes import LANE_ENV, current_lane, lane_count, lane_layout
 
 
 def _say(msg: str) -> None:
@@ -23,47 +27,68 @@ def _say(msg: str) -> None:
 def _guard(fn: Callable[[], int]) -> int:
     try:
         return fn()
-    except DethpcError as exc:
+    except (DethpcError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
-        return exc.exit_code or 1
+        return getattr(exc, "exit_code", 1) or 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
 
 
-def up(*, force: bool = False, users: Sequence[str] = ()) -> int:
+def chosen_lanes(lane: int | None, lanes: int | None) -> list[int]:
+    """``[lane]`` when one is named (``--lane``, else ``$DETHPC_DEVCLUSTER_LANE``: a
+    process bound to a lane sees only its cluster), else lanes 1..``lane_count(lanes)``."""
+    if lane is not None:
+        return [lane_layout(lane).lane]
+    if os.environ.get(LANE_ENV, "").strip():
+        return [current_lane()]
+    return list(range(1, lane_count(lanes) + 1))
+
+
+def up(*, force: bool = False, users: Sequence[str] = (), lane: int | None = None,
+       lanes: int | None = None) -> int:
     def run() -> int:
-        cluster = DevCluster(say=_say)
-        timings = cluster.up(force=force, users=users)
-        _say(f"ready in {timings.summary()}")
-        _say(f"slurm.conf: {cluster.layout.slurm_conf}; state: {cluster.layout.state_dir}")
+        for cluster, timings in up_lanes(chosen_lanes(lane, lanes), force=force,
+                                         users=users, say=_say):
+            lay = cluster.layout
+            _say(f"lane {lay.lane} ready in {timings.summary()}")
+            _say(f"  slurm.conf: {lay.slurm_conf} (SLURM_CONF); nodes {lay.nodelist}; "
+                 f"state: {lay.state_dir}")
         return 0
 
     return _guard(run)
 
 
-def down() -> int:
+def down(*, lane: int | None = None) -> int:
     def run() -> int:
-        stopped = DevCluster(say=_say).down()
+        only = None if lane is None and not os.environ.get(LANE_ENV, "").strip() \
+            else chosen_lanes(lane, None)
+        stopped = down_lanes(only, say=_say)
         _say("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
         return 0
 
     return _guard(run)
 
 
-def status() -> int:
+def status(*, lane: int | None = None, lanes: int | None = None) -> int:
     def run() -> int:
-        st = DevCluster().status()
-        for d in st.daemons:
-            state = f"running (pid {d.pid})" if d.running else "not running"
-            owner = "" if d.ours or not d.running else " (not started by devcluster)"
-            _say(f"{d.name:<12} {state}{owner}")
-        _say(f"{'munge':<12} {'ok' if st.munge_ok else 'NOT answering'}")
-        _say(f"{'controller':<12} {'UP' if st.controller_up else 'DOWN'}")
-        if st.sinfo:
-            _say(st.sinfo.rstrip())
-        _say(f"cluster is {'UP' if st.ready else 'NOT up'} "
-             f"({len(st.usable_nodes)}/{st.expected_nodes} nodes usable)")
-        return 0 if st.ready else 1
+        ready = True
+        for k in chosen_lanes(lane, lanes):
+            lay = lane_layout(k)
+            st = DevCluster(lay).status()
+            _say(f"== lane {k}: cluster {lay.cluster_name}, SLURM_CONF={lay.slurm_conf}, "
+                 f"nodes {lay.nodelist}, state {lay.state_dir}")
+            for d in st.daemons:
+                state = f"running (pid {d.pid})" if d.running else "not running"
+                owner = "" if d.ours or not d.running else " (not started by devcluster)"
+                _say(f"{d.name:<12} {state}{owner}")
+            _say(f"{'munge':<12} {'ok' if st.munge_ok else 'NOT answering'}")
+            _say(f"{'controller':<12} {'UP' if st.controller_up else 'DOWN'}")
+            if st.sinfo:
+                _say(st.sinfo.rstrip())
+            _say(f"cluster is {'UP' if st.ready else 'NOT up'} "
+                 f"({len(st.usable_nodes)}/{st.expected_nodes} nodes usable)")
+            ready = ready and st.ready
+        return 0 if ready else 1
 
     return _guard(run)

@@ -86,8 +86,9 @@ class ImageInfo:
 
 
 def image_path(layout: DevClusterLayout | None = None) -> Path:
-    """The cached image of this machine: ``STATE_DIR/images/dethpc-bookworm``."""
-    return (layout or DevClusterLayout()).state_dir / "images" / IMAGE_NAME
+    """The cached image of this machine: ``STATE_DIR/images/dethpc-bookworm`` (the shared
+    directory: every lane's cluster runs the same image)."""
+    return (layout or DevClusterLayout()).shared / "images" / IMAGE_NAME
 
 
 def recipe_settings(wheel_names: Sequence[str] = ()) -> dict[str, str]:

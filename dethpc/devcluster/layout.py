@@ -1,19 +1,24 @@
-"""Where the dev cluster lives and what its config files say.
+"""Where one dev cluster lives and what its config files say.
 
-Owns: ``DevClusterLayout`` (the state directory, every path under it, the
-node names, shapes and ports, and the site-realistic settings of
-``site.SiteSpec``) and ``render_configs`` (slurm.conf, gres.conf and
-slurmdbd.conf rendered from the Jinja2 templates beside this module).
-Must not: start processes or write files (``cluster`` does that).
+Owns: ``DevClusterLayout`` (one cluster's state directory and every path under
+it, its slurm.conf directory, node names, shapes and ports, its accounting
+database, the directory of what the clusters of one host share, and the
+site-realistic settings of ``site.SiteSpec``) and ``render_configs`` (slurm.conf,
+gres.conf and slurmdbd.conf rendered from the Jinja2 templates beside this module).
+Must not: start processes or write files (``cluster`` and its parts do), or know how
+several clusters on one host are numbered (``lanes`` does).
 
-State directory (``$DETHPC_DEVCLUSTER_DIR`` or ``/var/lib/dethpc-devcluster``)::
+State directory of the first cluster (``$DETHPC_DEVCLUSTER_DIR`` or
+``/var/lib/dethpc-devcluster``), which is also the shared directory::
 
     etc/db.password   run/*.pid  run/mysqld/  log/*.log   spool/ctld   spool/n1..n4
-    tmp/n1..n4        mysql/ (a private MariaDB data directory)
+    tmp/n1..n4        mysql/ (a private MariaDB data directory, shared)
     dev/nvidia0..1    (the fake GPUs' device files: symlinks to /dev/null)
+    images/           (the container image, shared)
 
-The Slurm config itself is written to ``/etc/slurm`` so that every client
-command finds it without ``SLURM_CONF``.
+The first cluster's Slurm config is written to ``/etc/slurm`` so that every client
+command finds it without ``SLURM_CONF``; the others' to their own directory
+(``lanes.lane_layout``), found through ``SLURM_CONF``.
 """
 
 from __future__ import annotations
@@ -33,6 +38,11 @@ SLURM_ETC = Path("/etc/slurm")
 OWNER_ENV = "DETHPC_DEVCLUSTER_OWNER"
 
 
+def base_dir() -> Path:
+    """The first cluster's state directory (and the shared one)."""
+    return Path(os.environ.get("DETHPC_DEVCLUSTER_DIR") or DEFAULT_STATE_DIR)
+
+
 @dataclass(frozen=True)
 class Node:
     name: str
@@ -47,11 +57,13 @@ def _short_hostname() -> str:
 class DevClusterLayout:
     """Every name, port and path of one dev cluster."""
 
-    state_dir: Path = field(
-        default_factory=lambda: Path(os.environ.get("DETHPC_DEVCLUSTER_DIR") or DEFAULT_STATE_DIR)
-    )
+    state_dir: Path = field(default_factory=lambda: base_dir())
     hostname: str = field(default_factory=_short_hostname)
     cluster_name: str = "devcluster"
+    #: which of the host's dev clusters this is (``lanes``); 1 is the one at /etc/slurm
+    lane: int = 1
+    #: node names are ``<node_prefix>1`` .. ``<node_prefix><node_count>``
+    node_prefix: str = "n"
     node_count: int = 4
     first_node_port: int = 17001
     cpus: int = 16
@@ -61,8 +73,12 @@ class DevClusterLayout:
     ctld_port: int = 6817
     dbd_port: int = 6819
     db_port: int = 13306
+    #: this cluster's accounting database in the shared MariaDB (its own slurmdbd's)
+    db_name: str = "slurm_acct_db"
     account: str = "dethpc"
     slurm_etc: Path = SLURM_ETC
+    #: what the host's clusters share (MariaDB, munged's record, the image); None: state_dir
+    shared_dir: Path | None = None
     site: SiteSpec = field(default_factory=SiteSpec)
 
     def __post_init__(self) -> None:
@@ -78,11 +94,21 @@ class DevClusterLayout:
 
     @property
     def nodes(self) -> list[Node]:
-        return [Node(f"n{i + 1}", self.first_node_port + i) for i in range(self.node_count)]
+        return [Node(f"{self.node_prefix}{i + 1}", self.first_node_port + i)
+                for i in range(self.node_count)]
+
+    @property
+    def node_names(self) -> list[str]:
+        return [n.name for n in self.nodes]
 
     @property
     def nodelist(self) -> str:
-        return f"n[1-{self.node_count}]"
+        return f"{self.node_prefix}[1-{self.node_count}]"
+
+    @property
+    def shared(self) -> Path:
+        """The directory of what every dev cluster of this host shares."""
+        return self.shared_dir or self.state_dir
 
     @property
     def slurm_conf(self) -> Path:
@@ -122,41 +148,65 @@ class DevClusterLayout:
 
     @property
     def mysql_dir(self) -> Path:
-        return self.state_dir / "mysql"
+        return self.shared / "mysql"
 
     @property
     def mysql_run_dir(self) -> Path:
         """Socket and pid file of MariaDB (owned by mysql, which must write there)."""
-        return self.run_dir / "mysqld"
+        return self.shared / "run" / "mysqld"
 
     @property
     def mysql_socket(self) -> Path:
         return self.mysql_run_dir / "mysqld.sock"
 
     @property
+    def mariadb_log(self) -> Path:
+        return self.shared / "log" / "mariadb.log"
+
+    @property
     def db_password_file(self) -> Path:
-        return self.etc_dir / "db.password"
+        return self.shared / "etc" / "db.password"
 
     @property
     def lock_file(self) -> Path:
+        """This cluster's lock: ``up``, ``down`` and ``devcluster.faults`` hold it."""
         return self.state_dir / "devcluster.lock"
 
+    @property
+    def shared_lock_file(self) -> Path:
+        """The lock of what the clusters share (packages, /etc/hosts, munged, MariaDB)."""
+        return self.shared / "shared.lock"
+
+    @property
+    def owner_marker(self) -> str:
+        """``$DETHPC_DEVCLUSTER_OWNER`` of this cluster's daemons (``down`` finds them by it)."""
+        return str(self.state_dir)
+
+    @property
+    def shared_marker(self) -> str:
+        """``$DETHPC_DEVCLUSTER_OWNER`` of the shared daemons (munged, MariaDB)."""
+        return f"{self.shared}:shared"
+
     def pid_file(self, daemon: str, node: str | None = None) -> Path:
-        """Pid file of ``daemon`` (slurmctld, slurmdbd, mariadbd, munged, slurmd+node)."""
+        """Pid file of ``daemon`` (slurmctld, slurmdbd, slurmd+node: this cluster's;
+        mariadbd, munged: the shared ones)."""
         if daemon == "slurmd":
             return self.run_dir / f"slurmd.{node}.pid"
         if daemon == "munged":
             # munged writes its own pid file in /run/munge; this one records that we started it.
-            return self.run_dir / "munged.ours"
+            return self.shared / "run" / "munged.ours"
+        if daemon == "mariadbd":
+            return self.shared / "run" / "mariadbd.pid"
         return self.run_dir / f"{daemon}.pid"
 
     def directories(self) -> list[Path]:
-        """Directories ``up`` creates (owned by root unless ``cluster`` says otherwise)."""
+        """Directories ``up`` creates (owned by root unless ``host`` says otherwise)."""
         dirs = [self.state_dir, self.run_dir, self.log_dir, self.etc_dir, self.dev_dir,
-                self.state_dir / "spool" / "ctld"]
+                self.state_dir / "spool" / "ctld", self.shared / "run", self.shared / "log",
+                self.shared / "etc"]
         for n in self.nodes:
             dirs += [self.state_dir / "spool" / n.name, self.state_dir / "tmp" / n.name]
-        return dirs
+        return list(dict.fromkeys(dirs))
 
 
 def render_configs(layout: DevClusterLayout, db_password: str) -> dict[Path, str]:
@@ -179,6 +229,7 @@ def render_configs(layout: DevClusterLayout, db_password: str) -> dict[Path, str
         "dbd_port": layout.dbd_port,
         "db_port": layout.db_port,
         "db_password": db_password,
+        "db_name": layout.db_name,
         "nodes": layout.nodes,
         "nodelist": layout.nodelist,
         "cpus": layout.cpus,

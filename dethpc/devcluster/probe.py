@@ -2,7 +2,8 @@
 
 Owns: ``probe()``, a cheap read-only check (``scontrol ping`` and ``sinfo``)
 that any user can run, returning why the cluster is unusable or None; and
-``ensure_for_tests()``, which may start the dev cluster when asked to.
+``ensure_for_tests()``, which may start the dev cluster when asked to (only this
+process's lane: the cluster ``SLURM_CONF`` and ``$DETHPC_DEVCLUSTER_LANE`` name).
 Must not: need root, or start anything unless ``ensure_for_tests`` is told to.
 """
 

@@ -2,17 +2,22 @@
 
 Owns: applying the ``slurm`` marker to everything in this directory, and the
 session fixture ``slurm_cluster`` (a ``SlurmCluster`` with small helpers to
-submit jobs and poll their state). Reachability rules (skip locally, fail under
-CI=true, optional auto-start with DETHPC_TEST_START_CLUSTER=1) live in
-tests/conftest.py. Also ``cluster_user`` (the site's non-root test user, for
-tests of per-user limits, which root may be exempt from), ``user_tmp`` (a
-directory that user owns: pytest's ``tmp_path`` is not reachable for it) and
-``user_python`` (how that user runs this checkout's Python).
+submit jobs and poll their state, and ``layout``: the layout of the lane's dev
+cluster this process is bound to, with its node names). Also ``cluster_user``
+(the site's non-root test user, for tests of per-user limits, which root may be
+exempt from), ``user_tmp`` (a directory that user owns: pytest's ``tmp_path`` is
+not reachable for it) and ``user_python`` (how that user runs this checkout's
+Python).
+Must not: choose the cluster (which lane's cluster a process uses, ``SLURM_CONF``
+and the rest, is bound before any test runs in tests/conftest.py, with the
+reachability rules: skip locally, fail under CI=true, optional auto-start with
+DETHPC_TEST_START_CLUSTER=1).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,6 +31,8 @@ from typing import TypeVar
 import pytest
 
 from dethpc.common.runner import CommandResult, CommandRunner
+from dethpc.devcluster.lanes import current_layout, lane_layout
+from dethpc.devcluster.layout import DevClusterLayout
 from dethpc.devcluster.users import ClusterUser, ensure_user, user_dir
 
 HERE = Path(__file__).parent.resolve()
@@ -44,6 +51,21 @@ class SlurmCluster:
     """Thin helpers over the Slurm CLI for tests (never a mock of Slurm)."""
 
     runner: CommandRunner = field(default_factory=lambda: CommandRunner(timeout=30.0))
+    #: the dev cluster of this process's lane (its node names, ports, site settings)
+    layout: DevClusterLayout = field(default_factory=current_layout)
+
+    @property
+    def nodes(self) -> list[str]:
+        """The lane's node names (``n1..n4`` in lane 1, ``l2n1..l2n4`` in lane 2 ...)."""
+        return self.layout.node_names
+
+    def lane_nodes_in(self, text: str) -> str:
+        """``text`` (a site config written for lane 1's cluster) with lane 1's node names
+        (``n1``..``n4``) replaced by this lane's: the same config on this lane's cluster."""
+        first = lane_layout(1).node_names
+        names = dict(zip(first, self.nodes, strict=True))
+        return re.sub(r"\b(" + "|".join(map(re.escape, first)) + r")\b",
+                      lambda m: names[m.group(1)], text)
 
     def run(self, argv: Sequence[str]) -> str:
         return self.runner.run(list(argv)).stdout

@@ -110,9 +110,9 @@ def test_low_job_is_preempted_signalled_and_requeued(slurm_cluster: Any, tmp_pat
 
 
 def _is_our_dev_cluster() -> bool:
-    from dethpc.devcluster.layout import DevClusterLayout
+    from dethpc.devcluster.lanes import current_layout
 
-    return DevClusterLayout().pid_file("slurmctld").exists()
+    return current_layout().pid_file("slurmctld").exists()
 
 
 def test_status_command_reports_up(slurm_cluster: Any) -> None:
@@ -173,8 +173,9 @@ def test_site_settings_in_the_live_config(slurm_cluster: Any) -> None:
 def test_gpus_are_typed_gres_on_two_nodes(slurm_cluster: Any) -> None:
     out = slurm_cluster.run(["sinfo", "-h", "-N", "-o", "%N|%G|%m"])
     rows = {n: (g, m) for n, g, m in (line.split("|") for line in set(out.split()))}
+    n1, n2, n3, n4 = slurm_cluster.nodes      # n1..n4 in lane 1, l2n1..l2n4 in lane 2
     assert {n: g for n, (g, _) in rows.items()} == {
-        "n1": "gpu:a100:2", "n2": "gpu:a100:2", "n3": "(null)", "n4": "(null)"}
+        n1: "gpu:a100:2", n2: "gpu:a100:2", n3: "(null)", n4: "(null)"}
     assert {m for _, m in rows.values()} == {"16000"}
 
 
@@ -193,7 +194,8 @@ def test_gpu_job_gets_its_devices_from_slurm(slurm_cluster: Any, tmp_path: Path)
         "gpus=${SLURM_JOB_GPUS-unset}")
     assert wait_finished(slurm_cluster, job)["State"] == "COMPLETED"
     fields = dict(w.split("=", 1) for w in out.read_text().split())
-    assert fields["node"] in SITE.gres.nodes
+    assert fields["node"] in slurm_cluster.layout.site.gres.nodes
+    assert fields["node"] in slurm_cluster.nodes[:2]
     assert fields["cvd"] in {"0", "1"} and fields["gpus"] == fields["cvd"], fields
     shown = slurm_cluster.show_job(job)
     assert "gres/gpu:a100=1" in shown["TRES"] or "gres/gpu=1" in shown["TRES"], shown["TRES"]

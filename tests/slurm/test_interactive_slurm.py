@@ -67,7 +67,8 @@ def in_squeue(job: str) -> bool:
                                timeout=60).stdout.strip())
 
 
-def test_cmd_run_passes_output_and_exit_code_through(env: dict[str, str], ctx: Path) -> None:
+def test_cmd_run_passes_output_and_exit_code_through(env: dict[str, str], ctx: Path,
+                                                     slurm_cluster: Any) -> None:
     code = ("import os; print('from', os.environ['SLURMD_NODENAME'], 'task', "
             "os.environ['DETHPC_TASK_ID'], '|', os.environ['HOOKED'], '|', "
             "open('data.txt').read().strip(), '|', os.environ['DETHPC_CONTEXT_DIR'] == "
@@ -75,7 +76,7 @@ def test_cmd_run_passes_output_and_exit_code_through(env: dict[str, str], ctx: P
     ok = cli(env, "cmd", "run", "-c", ctx, "--", "python", "-c", code)
     line = next(x for x in ok.stdout.splitlines() if x.startswith("from "))
     node, task_id = line.split()[1], int(line.split()[3])
-    assert node.startswith("n") and line.endswith("| yes it ran | context file | True")
+    assert node in slurm_cluster.nodes and line.endswith("| yes it ran | context file | True")
     bad = cli(env, "cmd", "run", "--", "python", "-c", "import sys; sys.exit(5)",
               check=False)
     assert bad.returncode == 5, bad.stderr
@@ -127,11 +128,13 @@ def _pty_run(argv: list[str], env: dict[str, str], typed: bytes, after: bytes,
 
 
 def test_a_shell_runs_what_is_typed_in_its_allocation_and_ends_it(
-        env: dict[str, str], ctx: Path) -> None:
+        env: dict[str, str], ctx: Path, slurm_cluster: Any) -> None:
+    # typed once the shell says where it runs ("... on n1": a node of this lane's cluster)
+    on_node = f" on {slurm_cluster.layout.node_prefix}".encode()
     rc, out = _pty_run([sys.executable, "-m", "dethpc.surfaces.cli.main", "shell", "start", "-c",
                         str(ctx)], env,
                        b'echo "JOB=$SLURM_JOB_ID NODE=$SLURMD_NODENAME HOOK=$HOOKED"; '
-                       b'cat data.txt; exit\n', b" on n")
+                       b'cat data.txt; exit\n', on_node)
     assert rc == 0, out
     shell = max((t for t in tasks(env).values() if t["kind"] == "shell"),
                 key=lambda t: t["id"])

@@ -94,6 +94,8 @@ def remote(slurm_cluster: SlurmCluster, cluster_user: ClusterUser,
     shutil.chown(cluster, cluster_user.uid, cluster_user.gid)
     far = [user_python[0], f"HOME={work}", f"DETHPC_HOME={work}/home",
            f"DETHPC_CLUSTER_CONFIG={cluster}", "PATH=/usr/local/bin:/usr/bin:/bin",
+           # the login shell sshd starts has none of ours: name this lane's cluster
+           f"SLURM_CONF={slurm_cluster.layout.slurm_conf}",
            *user_python[1:], "-m", "dethpc.surfaces.cli.main"]
     (root / "remote.yaml").write_text(yaml.safe_dump({"remote": {
         "host": f"{cluster_user.name}@127.0.0.1", "port": login.port,

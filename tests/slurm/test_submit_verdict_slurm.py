@@ -28,15 +28,22 @@ from dethpc.config import load_cluster_config, load_experiment_config
 from dethpc.control.experiments import check_with_scheduler
 from dethpc.devcluster.users import ClusterUser
 from dethpc.jobs.jobscript import array_script, trial_script
+from tests.slurm.conftest import SlurmCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "examples" / "cluster" / "slurm-devcluster.yaml"
 DIGITS = ROOT / "examples" / "digits"
 
 
+def site_example(slurm_cluster: SlurmCluster) -> dict:
+    """The shipped dev-cluster example, its node names (``--exclude=n4``) mapped onto this
+    lane's cluster (the same names in lane 1)."""
+    return yaml.safe_load(slurm_cluster.lane_nodes_in(SITE.read_text()))
+
+
 def site_with(tmp: Path, pool: str, **changes: object) -> Path:
     """The dev-cluster site config with ``changes`` to one pool, written under ``tmp``."""
-    raw = yaml.safe_load(SITE.read_text())
+    raw = site_example(SlurmCluster())
     raw["runs_root"] = str(tmp / "runs")
     raw["pools"][pool].update(changes)
     path = tmp / "cluster.yaml"
@@ -129,7 +136,9 @@ def cases():
 
 @pytest.mark.parametrize(("pool", "exp_path"), list(cases()))
 def test_every_pool_of_the_site_example_is_accepted(slurm_cluster, tmp_path, pool, exp_path):
-    cluster = replace(load_cluster_config(SITE), runs_root=tmp_path / "runs")
+    example = tmp_path / "slurm-devcluster.yaml"
+    example.write_text(yaml.safe_dump(site_example(slurm_cluster)))
+    cluster = replace(load_cluster_config(example), runs_root=tmp_path / "runs")
     cfg = load_experiment_config(exp_path)
     cfg = replace(cfg, resources=replace(cfg.resources, resource_pool=pool))
     backend = SlurmBackend(CommandRunner(timeout=60))

@@ -179,6 +179,9 @@ def _append(path: Path, line: str) -> None:
                                                               "dethpc.devcluster"),
     # a login-node core importing the job side
     ("store/models.py", "import dethpc.core._info", "dethpc.store is not allowed"),
+    # a pure rule of the control plane reaching up for the daemon
+    ("control/job_end.py", "import dethpc.control.daemon.loop", "dethpc.control.job_end is not "
+                                                                 "allowed"),
 ])
 def test_a_wrong_import_breaks_the_contract(scratch: Path, module: str, wrong: str,
                                             says: str) -> None:

@@ -15,11 +15,16 @@ import typer
 
 dev_app = typer.Typer(help="Developer tools.", no_args_is_help=True)
 cluster_app = typer.Typer(
-    help="A real single-host Slurm cluster (4 nodes; partitions debug, low, high) "
-    "for development and CI. Needs root on Debian/Ubuntu.",
+    help="Real single-host Slurm clusters, one per test lane (4 nodes each; partitions "
+    "debug, low, high) for development and CI. Needs root on Debian/Ubuntu.",
     no_args_is_help=True,
 )
 dev_app.add_typer(cluster_app, name="cluster")
+
+
+LANE_HELP = "Only this lane's cluster (default: $DETHPC_DEVCLUSTER_LANE, else every lane)."
+LANES_HELP = ("How many lanes (clusters) when none is named (default: "
+              "$DETHPC_DEVCLUSTER_LANES, else 2).")
 
 
 @cluster_app.command("up")
@@ -30,22 +35,32 @@ def up(
     user: list[str] = typer.Option(
         [], "--user", help="Also add this user to the accounting records (repeatable)."
     ),
+    lane: int | None = typer.Option(None, "--lane", help=LANE_HELP),
+    lanes: int | None = typer.Option(None, "--lanes", help=LANES_HELP),
 ) -> None:
-    """Install, start or repair the cluster; idempotent; waits until 4 nodes are usable."""
+    """Install, start or repair the clusters; idempotent; waits until 4 nodes are usable."""
     words = ["up", *(["--force"] if force else []), *(w for u in user for w in ("--user", u))]
-    raise typer.Exit(_devcluster(words))
+    raise typer.Exit(_devcluster([*words, *_lane_words(lane, lanes)]))
 
 
 @cluster_app.command("down")
-def down() -> None:
+def down(lane: int | None = typer.Option(None, "--lane", help=LANE_HELP)) -> None:
     """Stop the daemons (and leftover job steps) that `up` started, nothing else."""
-    raise typer.Exit(_devcluster(["down"]))
+    raise typer.Exit(_devcluster(["down", *_lane_words(lane, None)]))
 
 
 @cluster_app.command("status")
-def status() -> None:
-    """Show the daemons and sinfo; exit 0 when the cluster is up, 1 otherwise."""
-    raise typer.Exit(_devcluster(["status"]))
+def status(
+    lane: int | None = typer.Option(None, "--lane", help=LANE_HELP),
+    lanes: int | None = typer.Option(None, "--lanes", help=LANES_HELP),
+) -> None:
+    """Show the daemons and sinfo; exit 0 when the clusters are up, 1 otherwise."""
+    raise typer.Exit(_devcluster(["status", *_lane_words(lane, lanes)]))
+
+
+def _lane_words(lane: int | None, lanes: int | None) -> list[str]:
+    return [*(["--lane", str(lane)] if lane is not None else []),
+            *(["--lanes", str(lanes)] if lanes is not None else [])]
 
 
 def _devcluster(words: list[str]) -> int:

@@ -1,0 +1,150 @@
+"""One batch of trials submitted, recorded before sbatch and confirmed after.
+
+Owns: ``BatchSubmitter.submit_recorded`` — the batch row and its job rows are committed
+*before* ``sbatch`` (job name ``dethpc-e<exp>-b<batch>`` and ``--comment`` carry the
+identity the recover phase adopts it by), the trials' files and the array script are
+written, one ``sbatch`` (an array with one task per trial, or one trial's own job
+script), and the refs after. A refusal over a limit goes to the budget
+(``SubmitBudget.refusal``); any other error propagates with the batch left SUBMITTING
+for the next tick's recovery. ``TrialFiles.write`` writes one trial's ``hparams.json``,
+``target.json`` and ``job.sbatch`` (idempotent; the worker pool uses it too).
+``batch_throttle`` is pure.
+Must not: choose which trials go out or how many (the submit phase does), or submit a
+batch it did not record first.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from sqlmodel import select
+
+from dethpc.backends.base import Backend, JobRequest
+from dethpc.common.errors import SubmitLimitError
+from dethpc.common.paths import ExperimentPaths
+from dethpc.config.model import ClusterConfig, ExperimentConfig
+from dethpc.control.daemon.budget import SubmitBudget
+from dethpc.control.daemon.shared import fault_point
+from dethpc.jobs.jobscript import batch_comment, batch_name, checkpoint_dir
+from dethpc.jobs.kinds import jobs_for
+from dethpc.jobs.protocol import TrialJob
+from dethpc.jobs.render import parse_slurm_time
+from dethpc.store import Store
+from dethpc.store.models import Batch, BatchState, Event, Experiment, Job, Trial
+
+
+def batch_throttle(k: int, trials: int, array: bool) -> int:
+    """The ``%K`` a new batch is submitted with: ``max_concurrent_trials`` ``k``, at most
+    the batch's size; 0 (none) for a single job or without ``k``."""
+    return min(k, trials) if k > 0 and array else 0
+
+
+class TrialFiles:
+    def __init__(self, cluster: ClusterConfig, backend: Backend, *, python: str,
+                 jenv: Any) -> None:
+        self.cluster, self.backend, self.python, self.jenv = cluster, backend, python, jenv
+
+    def write(self, exp: Experiment, cfg: ExperimentConfig, trial: Trial) -> Path:
+        """hparams.json, target.json and job.sbatch of one trial (idempotent)."""
+        assert exp.id is not None and trial.id is not None
+        run_dir = Path(exp.run_dir)
+        tp = ExperimentPaths(run_dir).trial(trial.id).ensure()
+        checkpoint_dir(cfg, run_dir, exp.id, trial.id).mkdir(parents=True, exist_ok=True)
+        tp.hparams.write_text(json.dumps(trial.hparams, indent=2))
+        unit = cfg.searcher.max_length.unit.value if cfg.searcher.max_length else "batches"
+        if trial.target_length > 0:
+            tp.target.write_text(json.dumps({"unit": unit, "length": trial.target_length,
+                                             "validate_at": list(trial.validate_at)}))
+        else:   # no searcher length (Determined 0.38): the training code decides
+            tp.target.unlink(missing_ok=True)
+        tp.stop.unlink(missing_ok=True)
+        tp.job_script.write_text(jobs_for(exp.kind, run_dir).trial_script(
+            cfg, self.cluster, backend=self.backend.traits.kind, python=self.python,
+            run_dir=run_dir, trial=TrialJob(exp_id=exp.id, trial_id=trial.id,
+                                            hparams=dict(trial.hparams),
+                                            target_length=trial.target_length, unit=unit),
+            jenv=self.jenv))
+        return tp.job_script
+
+
+class BatchSubmitter:
+    def __init__(self, store: Store, cluster: ClusterConfig, backend: Backend,
+                 budget: SubmitBudget, files: TrialFiles, *, tag: str, jenv: Any) -> None:
+        self.store, self.cluster, self.backend = store, cluster, backend
+        self.budget, self.files, self.tag, self.jenv = budget, files, tag, jenv
+
+    def submit_recorded(self, exp: Experiment, cfg: ExperimentConfig, trials: list[Trial],
+                        *, array: bool = True, deps: tuple[str, ...] = ()) -> int:
+        """One sbatch: an array with one task per trial, or (``array=False``, one trial)
+        the trial's own job script, with ``deps`` (the image gate's dependencies) added
+        to its arguments. Returns how many trials were submitted."""
+        assert exp.id is not None
+        pool = self.cluster.pool(cfg.resources.resource_pool)
+        paths = ExperimentPaths(Path(exp.run_dir)).ensure()
+        batch_id, name, throttle = self.record(exp, cfg, trials, array)
+        tasks = [(i, self.files.write(exp, cfg, t)) for i, t in enumerate(trials)]
+        jobs = jobs_for(exp.kind, paths.root)
+        if array:
+            script = paths.array_script(batch_id)
+            script.write_text(jobs.array_script(cfg, self.cluster, run_dir=paths.root,
+                                                exp_id=exp.id, batch_id=batch_id, tasks=tasks,
+                                                tag=self.tag, jenv=self.jenv))
+        else:
+            script = tasks[0][1]
+        request = JobRequest(
+            name=name, comment=batch_comment(exp.id, batch_id, self.tag), script=script,
+            workdir=jobs.workdir(paths.root),
+            array_indices=tuple(range(len(trials))) if array else (),
+            throttle=throttle or None,
+            time_limit_s=parse_slurm_time(cfg.slurm.time or pool.default_time),
+            signal=pool.signal, signal_lead_s=pool.signal_grace_s, extra_args=deps)
+        try:
+            refs = self.backend.submit(request)
+        except SubmitLimitError as exc:
+            self.budget.refusal(exp.id, batch_id, len(trials), exc)
+            return 0
+        fault_point("after_sbatch")
+        self.budget.succeeded()
+        self.budget.count_submitted(pool, len(refs) * max(1, len(cfg.slurm.components)))
+        self.confirm(exp.id, batch_id, refs)
+        return len(refs)
+
+    def record(self, exp: Experiment, cfg: ExperimentConfig, trials: list[Trial],
+               array: bool) -> tuple[int, str, int]:
+        """The batch SUBMITTING and one job row per trial (no ref yet), committed; the
+        trials no longer need a job. Returns the batch's id, name and throttle."""
+        assert exp.id is not None
+        with self.store.session() as s:
+            batch = Batch(experiment_id=exp.id, pool=self.cluster.pool(
+                cfg.resources.resource_pool).name, size=len(trials))
+            s.add(batch)
+            s.flush()
+            assert batch.id is not None
+            batch.name = batch_name(exp.id, batch.id, self.tag)
+            batch.throttle = batch_throttle(cfg.searcher.max_concurrent_trials, len(trials),
+                                            array)
+            for index, trial in enumerate(trials):
+                t = s.get(Trial, trial.id)
+                assert t is not None and t.id is not None
+                t.needs_job = False
+                s.add(t)
+                s.add(Job(experiment_id=exp.id, trial_id=t.id, batch_id=batch.id,
+                          array_index=index))
+            s.add(batch)
+            return batch.id, batch.name, batch.throttle
+
+    def confirm(self, exp_id: int, batch_id: int, refs: list[str]) -> None:
+        """sbatch answered: the batch SUBMITTED under its array job id, each job its ref."""
+        with self.store.session() as s:
+            b = s.get(Batch, batch_id)
+            assert b is not None
+            b.state, b.array_job_id = BatchState.SUBMITTED, refs[0].rsplit("_", 1)[0]
+            s.add(b)
+            for job in s.exec(select(Job).where(Job.batch_id == batch_id)):
+                job.ref = refs[job.array_index]
+                s.add(job)
+            s.add(Event(experiment_id=exp_id, kind="submitted",
+                        message=f"batch {batch_id}: {len(refs)} trial(s) as job "
+                        f"{b.array_job_id}"))

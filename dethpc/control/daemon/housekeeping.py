@@ -1,0 +1,46 @@
+"""Housekeeping: removing the checkpoint directories that garbage collection doomed.
+
+Owns: ``CheckpointDeleter.delete`` — after the reconciler's transaction has committed
+(its checkpoints are DELETING), remove their directories, then mark the ones that are
+gone DELETED. A daemon killed in between leaves them DELETING; the next tick hands them
+out again.
+Must not: choose what to delete (``checkpoint_gc`` and the reconciler do) or mark a
+checkpoint DELETED whose directory is still there.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+from dethpc.control.daemon.shared import fault_point
+from dethpc.store import Store
+from dethpc.store.models import Checkpoint, CheckpointState
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointDeleter:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def delete(self, doomed: dict[str, str]) -> None:
+        """Remove checkpoint directories that GC marked DELETING in a transaction that
+        has committed, then mark them DELETED."""
+        if not doomed:
+            return
+        gone = []
+        for uuid, path in doomed.items():
+            shutil.rmtree(path, ignore_errors=True)
+            if not Path(path).exists():
+                gone.append(uuid)
+            else:
+                log.warning("checkpoint %s: could not delete %s; will retry", uuid, path)
+        fault_point("after_gc_rmtree")
+        with self.store.session() as s:
+            for uuid in gone:
+                ck = s.get(Checkpoint, uuid)
+                if ck is not None and ck.state == CheckpointState.DELETING:
+                    ck.state = CheckpointState.DELETED
+                    s.add(ck)

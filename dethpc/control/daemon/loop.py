@@ -1,0 +1,172 @@
+"""The daemon: one reconcile loop of idempotent ticks, each a sequence of named phases.
+
+Owns: ``Daemon.tick()`` — the order of the phases, read top to bottom — and
+``Daemon.run()``, the loop that ticks and waits with back-off. The phases are units of
+their own (``dethpc.control.daemon``'s modules): recover, poll, reconcile, cancel,
+submit (throttles, trials, the worker pool), the image gate, housekeeping and the watch
+between ticks. Backend calls per tick do not grow with the number of trials: one poll,
+at most one cancel, one sbatch per batch of new trials.
+Must not: hold state outside the store and the run directories (a killed daemon loses
+nothing and submits nothing twice; what the phases keep in memory is a hint), call the
+backend per job, or decide anything a phase decides.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from dethpc.backends.base import Backend
+from dethpc.common.errors import DethpcError
+from dethpc.config.model import ClusterConfig
+from dethpc.control.adoption import Adopter
+from dethpc.control.daemon.batches import BatchSubmitter, TrialFiles
+from dethpc.control.daemon.budget import SubmitBudget
+from dethpc.control.daemon.cancel import Canceller
+from dethpc.control.daemon.housekeeping import CheckpointDeleter
+from dethpc.control.daemon.poll import Poller
+from dethpc.control.daemon.pulls import ImageGate
+from dethpc.control.daemon.reconciling import Reconciling
+from dethpc.control.daemon.recovery import Recovery
+from dethpc.control.daemon.shared import Guard, LeaseLost, Scope, TickStats
+from dethpc.control.daemon.submit import SubmitPhase, Submitter
+from dethpc.control.daemon.watch import Watched, Watcher, next_delay
+from dethpc.control.lease import Lease
+from dethpc.control.pool_tend import PoolTender
+from dethpc.jobs.imagepull import Puller
+from dethpc.jobs.jobscript import instance_tag
+from dethpc.jobs.render import make_env
+from dethpc.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class Daemon:
+    def __init__(self, store: Store, cluster: ClusterConfig, backend: Backend,
+                 *, clock: Callable[[], float] = time.time, lease: Lease | None = None,
+                 owner: str | None = None, wake: Path | None = None) -> None:
+        self.store, self.cluster, self.backend, self.clock = store, cluster, backend, clock
+        self.owner, self.lease = owner, lease
+        self.scope, self.guard = Scope(owner), Guard(lease)
+        python, tag, jenv = cluster.python or sys.executable, instance_tag(store.url), make_env()
+        #: jobs dethpc did not submit that registered themselves in the spool
+        self.adopter = Adopter(store, cluster.runs_root, cluster.backend,
+                               runs_mode=cluster.runs_mode)
+        self.budget = SubmitBudget(store, cluster, backend, self.scope)
+        files = TrialFiles(cluster, backend, python=python, jenv=jenv)
+        #: experiments run by a worker pool (``slurm.workers``): items and workers
+        self.pools = PoolTender(store, cluster, backend, python=python, tag=tag,
+                                budget=self.budget, files=files)
+        self.canceller = Canceller(store, backend, self.pools, self.guard)
+        self.recovery = Recovery(store, backend, self.scope, self.guard, self.canceller,
+                                 runs_root=cluster.runs_root)
+        self.pulls = ImageGate(store, cluster, backend, python=python, tag=tag, clock=clock)
+        self.poller = Poller(store, backend, self.pools, self.scope)
+        self.checkpoints = CheckpointDeleter(store)
+        self.reconciling = Reconciling(store, clock, self.guard, self.canceller,
+                                       self.checkpoints)
+        self.submitter = Submitter(store, backend, self.budget, BatchSubmitter(
+            store, cluster, backend, self.budget, files, tag=tag, jenv=jenv),
+            self.pulls, self.pools)
+        self.submitting = SubmitPhase(store, backend, self.guard, self.submitter, self.pools,
+                                      runs_root=cluster.runs_root)
+        self.watcher = Watcher(store, cluster, self.scope, wake)
+
+    # ------------------------------------------------------------------ tick
+    def tick(self) -> TickStats:
+        self.guard.holds()
+        self.watcher.mark()                     # a result or wake from now ends the next wait
+        stats = TickStats()
+        stats.changed = self.adopter.scan() > 0   # detached jobs: one listdir of the spool
+        self.recovery.retry_cancels(stats)        # scancels an earlier tick could not make
+        exp_ids = self.scope.open_experiments(self.store)
+        stats.experiments = len(exp_ids)
+        if not exp_ids:
+            return stats
+        self.recovery.adopt(stats)                # batches a crash left SUBMITTING
+        self.pulls.check()                        # pre-pull jobs that trials wait on
+        seen = self.poller.observe(stats, exp_ids)  # one poll of every live job
+        self.budget.start_tick(seen.user_jobs)
+        # ingest, feed the searchers, judge job ends; then the checkpoints GC doomed
+        cancel = self.reconciling.run(exp_ids, seen.infos, stats)
+        self.canceller.cancel_wanted(cancel, stats)            # one scancel
+        self.submitting.run(exp_ids, seen.infos, stats)        # throttles, sbatch, pools
+        return stats
+
+    def holds(self) -> None:
+        """Raise ``LeaseLost`` unless this daemon still holds its lease."""
+        self.guard.holds()
+
+    # ------------------------------------------------------------------ loop
+    def run(self, *, until_idle: bool = False, max_ticks: int | None = None,
+            should_stop: Callable[[], bool] = lambda: False) -> int:
+        """Tick until told to stop; sleep ``tick_min_s`` after a busy tick, doubling up
+        to ``tick_max_s`` while idle. ``until_idle`` returns once no experiment is open."""
+        delay, ticks = self.cluster.tick_min_s, 0
+        while not should_stop():
+            try:
+                stats = self.tick()
+            except LeaseLost as exc:
+                log.error("%s", exc)
+                break
+            except DethpcError as exc:
+                log.error("tick failed: %s", exc)
+                stats = TickStats(experiments=1)
+            ticks += 1
+            if until_idle and stats.experiments == 0:
+                break
+            if max_ticks is not None and ticks >= max_ticks:
+                break
+            delay = next_delay(delay, stats.busy, self.cluster.tick_min_s,
+                               self.cluster.tick_max_s)
+            try:
+                if self.wait(delay, should_stop):
+                    delay = self.cluster.tick_min_s
+            except LeaseLost as exc:
+                log.error("%s", exc)
+                break
+        return ticks
+
+    # ------------------------------------------------------------------ between ticks
+    def wait(self, seconds: float, should_stop: Callable[[], bool]) -> bool:
+        """``Watcher.wait`` with this daemon's fast path (``fast_tick``)."""
+        return self.watcher.wait(seconds, should_stop, self.fast_tick)
+
+    def fast_tick(self, grown: dict[int, set[int]]) -> bool:
+        """``Reconciling.fast``: the grown metrics files ingested, no poll."""
+        return self.reconciling.fast(grown)
+
+    def refresh_watch(self) -> None:
+        self.watcher.refresh()
+
+    def woken(self) -> bool:
+        return self.watcher.woken()
+
+    @property
+    def wake(self) -> Path | None:
+        return self.watcher.wake
+
+    @wake.setter
+    def wake(self, path: Path | None) -> None:
+        self.watcher.wake = path
+
+    @property
+    def watch(self) -> dict[int, Watched]:
+        return self.watcher.watch
+
+    # ------------------------------------------------------------------ phases by name
+    @property
+    def puller(self) -> Puller | None:
+        return self.pulls.puller
+
+    def adopt(self, stats: TickStats) -> None:
+        self.recovery.adopt(stats)
+
+    def submit_experiment(self, exp_id: int) -> int:
+        return self.submitter.experiment(exp_id)
+
+    def delete_checkpoints(self, doomed: dict[str, str]) -> None:
+        self.checkpoints.delete(doomed)

@@ -1,0 +1,154 @@
+"""The image gate: an experiment's container images are in the SIF cache, or on their way.
+
+Owns: ``ImageGate.ready`` — before an experiment's trials are submitted: with
+``containers.pull: login``, a pull not done yet is started or waited for in the
+background (``dethpc.jobs.imagepull.Puller``) and this experiment's trials wait (no
+other experiment does); with ``containers.pull: job`` on a backend with job
+dependencies, one pre-pull job per image (submitted once, recorded under
+``runs_root``, polled only while it has not left the queue), and the trials go out at
+once with the sbatch arguments ``ready`` returns (``--dependency=afterok:...``). A
+failed pull fails the experiment with the runtime's words. ``ImageGate.check`` is the
+tick's look at the pre-pull jobs trials wait on: one poll, only while such a job is
+watched. ``dependency_args`` and ``placement_args`` are pure.
+Must not: submit trials, or keep anything but a hint in memory: the watch of pre-pull
+jobs is lost on restart, and a failed pull then shows as the trials' cancelled jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from dethpc.backends.base import Backend, JobInfo, JobRequest, JobState
+from dethpc.common.errors import DethpcError
+from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
+from dethpc.control.daemon.incidents import event, fail_experiment, fail_unstarted
+from dethpc.jobs.imagepull import Puller, PullJob, PullState, images_of, pull_job, pull_job_script
+from dethpc.store import Store
+
+
+def dependency_args(job_ids: Sequence[str]) -> tuple[str, ...]:
+    """The sbatch arguments that make a submission wait for the pre-pull jobs ``job_ids``
+    (and die with them when one fails); none without such jobs."""
+    if not job_ids:
+        return ()
+    return (f"--dependency=afterok:{':'.join(job_ids)}", "--kill-on-invalid-dep=yes")
+
+
+def placement_args(pool: ResourcePool) -> list[str]:
+    """A pre-pull job runs where the experiment's trials will: their partition, QoS and
+    account."""
+    return [f"{flag}={value}" for flag, value in (
+        ("--partition", pool.partition), ("--qos", pool.qos),
+        ("--account", pool.account)) if value]
+
+
+def pull_failed(pj: PullJob, image: str, job_id: str, info: JobInfo) -> str:
+    """A pre-pull job that ended without the image: forget it (a later experiment tries
+    again) and say why, with the runtime's last words."""
+    pj.record.unlink(missing_ok=True)
+    return (f"the image {image!r} could not be pulled (job {job_id} ended "
+            f"{info.raw_state or info.state.value}): {pj.tail()}")
+
+
+class ImageGate:
+    def __init__(self, store: Store, cluster: ClusterConfig, backend: Backend, *,
+                 python: str, tag: str, clock: Callable[[], float]) -> None:
+        self.store, self.cluster, self.backend = store, cluster, backend
+        self.python, self.tag, self.clock = python, tag, clock
+        #: image pulls into the SIF cache, in the background (containers.pull: login)
+        self.puller: Puller | None = None
+        #: pre-pull jobs some experiment's trials depend on: job id -> (image, experiments)
+        self.pull_watch: dict[str, tuple[str, set[int]]] = {}
+
+    def ready(self, exp_id: int, cfg: ExperimentConfig) -> tuple[str, ...] | None:
+        """None while the experiment's trials must wait (a pull is under way, or failed:
+        then the experiment is failed too); else the sbatch arguments they need (none, or
+        a dependency on their pre-pull jobs)."""
+        settings = self.cluster.containers
+        images = images_of(cfg, self.cluster)
+        if not images:
+            return ()
+        if settings.pull == "job" and self.backend.traits.job_dependencies:
+            return self.pulled_by_jobs(exp_id, cfg, images)
+        if self.puller is None:
+            self.puller = Puller(settings)
+        for image in images:
+            status = self.puller.state(image)
+            if status.state == PullState.FAILED:
+                self.fail_unstarted(exp_id, f"the image {image!r} could not be pulled: "
+                                            f"{status.message}")
+                return None
+            if status.state == PullState.PULLING:
+                return None
+        return ()
+
+    def pulled_by_jobs(self, exp_id: int, cfg: ExperimentConfig,
+                       images: list[str]) -> tuple[str, ...] | None:
+        """``containers.pull: job``: each image's pre-pull job (submitted once, recorded
+        under ``runs_root``), polled only while it has not left the queue."""
+        from dethpc.jobs.containers import image_path
+
+        settings = self.cluster.containers
+        deps: list[str] = []
+        for image in images:
+            if image_path(settings, image).is_file():
+                continue
+            pj = pull_job(Path(self.cluster.runs_root), settings, image)
+            job_id = pj.job_id()
+            if job_id is None:
+                job_id = self.submit_pull(exp_id, cfg, pj, image)
+                if job_id is None:
+                    return None
+            info = self.backend.poll([job_id]).get(job_id)
+            if info is not None and info.state.is_terminal:
+                if info.state == JobState.COMPLETED and image_path(settings, image).is_file():
+                    continue
+                self.fail_unstarted(exp_id, pull_failed(pj, image, job_id, info))
+                return None
+            deps.append(job_id)
+            self.pull_watch.setdefault(job_id, (image, set()))[1].add(exp_id)
+        return dependency_args(deps)
+
+    def submit_pull(self, exp_id: int, cfg: ExperimentConfig, pj: PullJob,
+                    image: str) -> str | None:
+        """Submit ``image``'s pre-pull job and record its id; None (the experiment
+        failed) when sbatch refused it."""
+        settings = self.cluster.containers
+        pj.root.mkdir(parents=True, exist_ok=True)
+        pj.script.write_text(pull_job_script(settings, image, self.python))
+        placement = placement_args(self.cluster.pool(cfg.resources.resource_pool))
+        try:
+            (job_id,) = self.backend.submit(JobRequest(
+                name=f"dethpc-pull-{self.tag}", comment=f"dethpc:pull={image}",
+                script=pj.script, workdir=pj.root, time_limit_s=3600,
+                extra_args=(*placement, f"--output={pj.output}", "--ntasks=1")))
+        except DethpcError as exc:
+            self.fail_unstarted(exp_id, f"the pre-pull job of {image!r} was refused: {exc}")
+            return None
+        pj.record.write_text(job_id + "\n")
+        event(self.store, exp_id, "pull", f"pre-pull job {job_id} for {image}")
+        return job_id
+
+    def check(self) -> None:
+        """Pre-pull jobs that trials wait on: a failed one fails their experiments with
+        the runtime's words before the reconciler sees Slurm kill the dependent jobs
+        (one poll, only while such a job is watched)."""
+        if not self.pull_watch:
+            return
+        infos = self.backend.poll(sorted(self.pull_watch))
+        settings = self.cluster.containers
+        for job_id, (image, exp_ids) in list(self.pull_watch.items()):
+            info = infos.get(job_id)
+            if info is None or not info.state.is_terminal:
+                continue
+            del self.pull_watch[job_id]
+            pj = pull_job(Path(self.cluster.runs_root), settings, image)
+            if info.state == JobState.COMPLETED and pj.job_id() == job_id:
+                continue
+            message = pull_failed(pj, image, job_id, info)
+            for exp_id in sorted(exp_ids):
+                fail_experiment(self.store, exp_id, message)
+
+    def fail_unstarted(self, exp_id: int, message: str) -> None:
+        fail_unstarted(self.store, exp_id, message, self.clock)

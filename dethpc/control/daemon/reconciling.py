@@ -1,0 +1,85 @@
+"""The reconcile phase: each open experiment's share of the tick, in its own transaction.
+
+Owns: ``Reconciling.run`` — per experiment, ``ExperimentReconciler(...).run()``
+(``dethpc.control.reconcile``: record the poll, ingest the trial files, feed the
+searcher, judge job ends, enact pause/cancel/kill, mark checkpoints for GC), then, once
+that transaction has committed, the housekeeping of the checkpoints it doomed; the refs
+every experiment wants cancelled are gathered for the cancel phase. An experiment whose
+reconcile fails is failed (``incidents.fail_experiment``); the others go on.
+``Reconciling.fast`` is the same between ticks for the metrics files that grew
+(``run_fast``: no poll, no job judged), cancelling at once what a stop leaves pending.
+Must not: call the backend except that between-ticks cancel, or decide anything about a
+trial itself (the reconciler does).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from dethpc.backends.base import JobInfo
+from dethpc.common.errors import DethpcError
+from dethpc.control.daemon.cancel import Canceller, wanted_refs
+from dethpc.control.daemon.housekeeping import CheckpointDeleter
+from dethpc.control.daemon.incidents import fail_experiment
+from dethpc.control.daemon.shared import Guard, TickStats
+from dethpc.control.reconcile import ExperimentReconciler
+from dethpc.store import Store
+from dethpc.store.models import Experiment
+
+log = logging.getLogger(__name__)
+
+
+class Reconciling:
+    def __init__(self, store: Store, clock: Callable[[], float], guard: Guard,
+                 canceller: Canceller, checkpoints: CheckpointDeleter) -> None:
+        self.store, self.clock, self.guard = store, clock, guard
+        self.canceller, self.checkpoints = canceller, checkpoints
+
+    def run(self, exp_ids: list[int], infos: dict[str, JobInfo],
+            stats: TickStats) -> list[str]:
+        """Reconcile each experiment; returns the refs they want cancelled."""
+        cancel: list[str] = []
+        for exp_id in exp_ids:
+            try:
+                with self.store.session() as s:
+                    exp = s.get(Experiment, exp_id)
+                    assert exp is not None
+                    out = ExperimentReconciler(s, exp, infos, self.clock()).run()
+                cancel += out.cancel
+                stats.changed |= out.changed
+                self.checkpoints.delete(out.delete)
+            except DethpcError as exc:
+                stats.errors.append(f"experiment {exp_id}: {exc}")
+                fail_experiment(self.store, exp_id, str(exc))
+        return cancel
+
+    def fast(self, grown: dict[int, set[int]]) -> bool:
+        """Ingest the metrics files that grew and feed the searcher, experiment by
+        experiment (``ExperimentReconciler.run_fast``): a searcher ``Stop`` writes the
+        trial's stop file now, not at the next tick. Returns whether anything changed.
+        Errors are logged and left to the next tick, which does the same work."""
+        self.guard.holds()
+        cancel: list[str] = []
+        changed = False
+        for exp_id, trial_ids in sorted(grown.items()):
+            try:
+                with self.store.session() as s:
+                    exp = s.get(Experiment, exp_id)
+                    if exp is None:
+                        continue
+                    out = ExperimentReconciler(s, exp, {}, self.clock(),
+                                               fast=True).run_fast(trial_ids)
+                cancel += out.cancel
+                changed |= out.changed
+                self.checkpoints.delete(out.delete)
+            except DethpcError as exc:
+                log.error("experiment %s: between ticks: %s (the next tick retries)",
+                          exp_id, exc)
+        if cancel:
+            self.guard.holds()
+            try:
+                self.canceller.cancel(wanted_refs(cancel))
+            except DethpcError as exc:
+                log.error("cancel between ticks failed: %s", exc)
+        return changed

@@ -1,0 +1,201 @@
+"""Between ticks: how long the daemon sleeps, and what it watches while it does.
+
+Owns: the back-off (``next_delay``: ``tick_min_s`` after a busy tick, else the last
+sleep doubled up to ``tick_max_s``; ``backoff_s``) and ``Watcher`` — the metrics files
+of the trials whose job the last poll saw running (``refresh``, from the store's ingest
+offsets), the wake file clients touch after changing an experiment
+(``dethpc.control.service.wake``) and the worker pools' ``results/`` directories, with
+their marks taken when a tick begins (``mark``). ``Watcher.wait`` sleeps until the next
+tick, stats those files every ``metrics_poll_s`` and hands the grown metrics files to
+the fast path it is given (``Daemon.fast_tick``); a wake or a run that ended in a pool
+brings the next tick to ``tick_min_s`` after the last. ``grown_files`` and
+``next_delay`` are the pure-ish rules (one stat per file, no backend call).
+Must not: call the backend, or keep anything a restarted daemon would miss (it rebuilds
+the watch from the store).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlmodel import col, select
+
+from dethpc.backends.base import JobState
+from dethpc.common.paths import ExperimentPaths
+from dethpc.config.model import ClusterConfig
+from dethpc.control.daemon.shared import Scope
+from dethpc.launch.worker.queue import PoolPaths
+from dethpc.store import Store
+from dethpc.store.models import Experiment, IngestOffset, Job
+
+#: the fast path between ticks: experiment id -> its trials whose metrics file grew;
+#: answers whether anything changed
+FastTick = Callable[[dict[int, set[int]]], bool]
+
+
+@dataclass
+class Watched:
+    """A live trial's metrics.jsonl, watched between ticks (``Daemon.wait``): the size
+    the daemon has ingested or seen. Memory only: a restarted daemon rebuilds it from
+    the store's ingest offsets."""
+
+    exp_id: int
+    path: Path
+    size: int
+
+
+def grown_files(watch: dict[int, Watched]) -> dict[int, set[int]]:
+    """Experiment id -> trials whose metrics file grew past its watched size (one stat
+    each; no backend call); the new sizes are remembered."""
+    out: dict[int, set[int]] = {}
+    for trial_id, w in watch.items():
+        try:
+            size = os.stat(w.path).st_size
+        except OSError:
+            continue
+        if size > w.size:
+            w.size = size
+            out.setdefault(w.exp_id, set()).add(trial_id)
+    return out
+
+
+def next_delay(delay: float, busy: bool, tick_min_s: float, tick_max_s: float) -> float:
+    """The daemon's sleep after a tick: ``tick_min_s`` after a busy one, else the last
+    sleep doubled, up to ``tick_max_s``."""
+    return tick_min_s if busy else min(delay * 2, tick_max_s)
+
+
+def backoff_s(tick_min_s: float, tick_max_s: float) -> float:
+    """How long an idle daemon sleeps before its sleeps reach ``tick_max_s`` (1 + 2 + 4 +
+    8 s for the defaults): what a benchmark waits out for a backed-off daemon."""
+    idle, delay = 0.0, tick_min_s
+    while (delay := next_delay(delay, False, tick_min_s, tick_max_s)) < tick_max_s:
+        idle += delay
+    return idle
+
+
+class Watcher:
+    def __init__(self, store: Store, cluster: ClusterConfig, scope: Scope,
+                 wake: Path | None) -> None:
+        self.store, self.cluster, self.scope = store, cluster, scope
+        #: the file clients touch after changing an experiment (``service.wake``) and its
+        #: mtime when the last tick began: a change ends the wait between ticks; None:
+        #: not watched (tests, ``dethpc daemon tick``)
+        self.wake, self.wake_mark = wake, None if wake is None else _mtime(wake)
+        #: live trials' metrics files, watched between ticks (``wait``): trial id -> file
+        self.watch: dict[int, Watched] = {}
+        #: the worker pools' ``results/`` directories of the experiments with running
+        #: jobs (from ``refresh``) and their mtimes when the last tick began: a run that
+        #: ends in a pool changes its directory, and the wait ends early
+        self.pool_results: list[Path] = []
+        self.pool_marks: dict[Path, int] = {}
+
+    def mark(self) -> None:
+        """A tick begins, before anything is polled: a result written or a wake touched
+        during this tick ends the next wait."""
+        self.pool_marks = _mtimes(self.pool_results)
+        if self.wake is not None:
+            self.wake_mark = _mtime(self.wake)
+
+    def wait(self, seconds: float, should_stop: Callable[[], bool],
+             fast_tick: FastTick) -> bool:
+        """Sleep until the next tick; meanwhile (``metrics_poll_s`` > 0) stat the live
+        trials' metrics files that often and run ``fast_tick`` for those that grew, so
+        a rung's validation reaches the searcher, and its stop the trial, within about
+        ``metrics_poll_s`` instead of a tick's sleep. The fast path makes no backend
+        call (except cancelling a still-pending job that a stop removes), so slurmctld
+        RPCs stay per tick. It takes at most half the daemon's time: after a fast tick
+        of T seconds the next stat waits T more. The same polls stat the wake file and
+        the worker pools' ``results/``: either brings the next tick to ``tick_min_s``
+        after the last. ``metrics_poll_s: 0`` turns all of this off: the daemon sleeps.
+        Returns whether anything changed (the next tick then comes within
+        ``tick_min_s``)."""
+        poll = self.cluster.metrics_poll_s
+        if poll <= 0:
+            _sleep(seconds, should_stop)
+            return False
+        self.refresh()
+        started = time.monotonic()
+        end, changed, hurried = started + seconds, False, False
+        while not should_stop():
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            _sleep(min(poll, left), should_stop)
+            if not hurried and (self.woken() or self.pool_run_ended()):
+                # a client changed an experiment, or a run ended in a worker pool (the
+                # searcher hears of it at the next tick): the next tick comes now, but
+                # never sooner than tick_min_s after the last
+                hurried = changed = True
+                end = min(end, started + self.cluster.tick_min_s)
+            grown = grown_files(self.watch)
+            if not grown:
+                continue
+            start = time.monotonic()
+            if fast_tick(grown):
+                changed = True
+                end = min(end, time.monotonic() + self.cluster.tick_min_s)
+            spent = time.monotonic() - start
+            _sleep(min(spent, max(0.0, end - time.monotonic())), should_stop)
+        return changed
+
+    def refresh(self) -> None:
+        """Watch the metrics file of every trial whose job the last poll saw running
+        (pending jobs write nothing: at 10,000 queued trials the stats stay as many as
+        the jobs running), from the offset the store has ingested (so a record written
+        during the tick is seen at once). A job that started since is watched from the
+        tick that sees it running; until then its records wait for the tick."""
+        with self.store.session() as s:
+            jobs = list(s.exec(self.scope.mine(select(Job).where(
+                Job.live == True, Job.state == JobState.RUNNING),  # noqa: E712
+                Job.experiment_id)))
+            trial_exp = {j.trial_id: j.experiment_id for j in jobs}
+            if not trial_exp:
+                self.watch, self.pool_results = {}, []
+                return
+            run_dirs = {e.id: e.run_dir for e in s.exec(select(Experiment).where(
+                col(Experiment.id).in_(set(trial_exp.values()))))}
+            offsets = {o.trial_id: o.offset for o in s.exec(select(IngestOffset).where(
+                IngestOffset.file == "metrics.jsonl",
+                col(IngestOffset.trial_id).in_(list(trial_exp))))}
+        self.watch = {
+            trial_id: Watched(exp_id, ExperimentPaths(Path(run_dirs[exp_id]))
+                              .trial(trial_id).metrics, offsets.get(trial_id, 0))
+            for trial_id, exp_id in trial_exp.items() if exp_id in run_dirs}
+        self.pool_results = [r for r in (PoolPaths.of_run_dir(Path(d)).results
+                                         for d in run_dirs.values()) if r.is_dir()]
+        for r, mtime in _mtimes(r for r in self.pool_results
+                                if r not in self.pool_marks).items():
+            self.pool_marks[r] = mtime       # a pool first seen now: from now on
+
+    def woken(self) -> bool:
+        """Whether a client touched the wake file since the last tick began (one stat)."""
+        return self.wake is not None and _mtime(self.wake) != self.wake_mark
+
+    def pool_run_ended(self) -> bool:
+        """Whether a watched pool's ``results/`` changed since the last tick began (a
+        worker wrote a run's result: one stat per pool, no backend call)."""
+        now = _mtimes(self.pool_results)
+        return any(self.pool_marks.get(r) != m for r, m in now.items())
+
+
+def _mtime(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
+def _mtimes(paths: Iterable[Path]) -> dict[Path, int]:
+    """The mtime of each of ``paths`` that exists."""
+    return {p: m for p in paths if (m := _mtime(p)) is not None}
+
+
+def _sleep(seconds: float, should_stop: Callable[[], bool]) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not should_stop():
+        time.sleep(min(0.1, max(0.0, end - time.monotonic())))

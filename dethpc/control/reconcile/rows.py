@@ -1,0 +1,201 @@
+"""The rows one experiment's tick works on, loaded once, and the moves every part makes on
+them.
+
+Owns: ``TickRows.load`` -- the live jobs and open trials of one experiment in a fixed
+number of statements (quiet jobs left unloaded, their new pending reasons stored in one
+UPDATE: ``skip_rules``) -- and the row moves the other parts share: record an event,
+set a trial's state, close a job, find a trial's live job (waking a quiet one), find
+the trial of a searcher request (an ended one read on demand). ``Outcome`` is what the
+tick hands back to the daemon.
+Must not: decide anything about a job's end, a stop or the searcher (the rule modules
+do), read or write job files, or call a backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import bindparam
+from sqlalchemy import select as sa_select
+from sqlalchemy.orm import defer
+from sqlmodel import Session, col, select
+
+from dethpc.backends.base import JobInfo
+from dethpc.common.paths import ExperimentPaths, TrialPaths
+from dethpc.control.reconcile.skip_rules import LiveRow, new_reasons, quiet_job
+from dethpc.store.models import Event, Experiment, ExperimentState, Job, Trial, TrialState
+
+TERMINAL_TRIAL_STATES = [s for s in TrialState if s.is_terminal]
+
+
+@dataclass
+class Outcome:
+    cancel: list[str] = field(default_factory=list)
+    #: checkpoint directories GC marked DELETING: the daemon removes them after commit
+    delete: dict[str, str] = field(default_factory=dict)
+    changed: bool = False
+
+
+def chunks(ids: list[int], size: int = 900) -> list[list[int]]:
+    """``ids`` in pieces an ``IN (...)`` takes on every SQLite build."""
+    return [ids[i:i + size] for i in range(0, len(ids), size)]
+
+
+class TickRows:
+    """The experiment's rows for one tick; build with ``load``."""
+
+    def __init__(self, s: Session, exp: Experiment, infos: dict[str, JobInfo],
+                 now: float) -> None:
+        self.s, self.exp, self.infos, self.now = s, exp, infos, now
+        assert exp.id is not None
+        self.exp_id: int = exp.id
+        self.paths = ExperimentPaths(Path(exp.run_dir))
+        self.out = Outcome()
+        #: trial id -> live job id of the *quiet* trials (``quiet_job``): neither row is
+        #: loaded this tick unless something asks for it (``live_job``,
+        #: ``trial_of_request``); building 14,000 ORM objects for 7,000 pending jobs and
+        #: their trials was half of a tick at 10,000 trials
+        self.quiet: dict[int, int] = {}
+        #: the open trials and those with a live job (ended ones: ``trial_of_request``)
+        self.trials: dict[int, Trial] = {}
+        self.by_request: dict[int, Trial] = {}
+        #: every trial's request id (the ended ones are not in ``trials``)
+        self.requests: set[int] = set()
+        #: the live jobs of the loaded trials (a woken quiet one is appended)
+        self.jobs: list[Job] = []
+        #: the live job of each trial (at most one); kept in step by close_job
+        self.live: dict[int, Job] = {}
+        #: the jobs above by trial (an exit record looks its job up here: scanning
+        #: every job per record made a tick that ingests many exits quadratic)
+        self.jobs_of: dict[int, list[Job]] = {}
+
+    @classmethod
+    def load(cls, s: Session, exp: Experiment, infos: dict[str, JobInfo], now: float, *,
+             fast: bool = False) -> TickRows:
+        """The rows of ``exp`` this tick may change. ``fast``: between polls (``infos``
+        is empty, the stored states decide which jobs are quiet)."""
+        rows = cls(s, exp, infos, now)
+        live_rows = rows._live_rows()
+        if exp.state == ExperimentState.ACTIVE:
+            quiet_rows = [row for row in live_rows
+                          if quiet_job(row, infos.get(row.ref or ""), fast=fast)]
+            rows.quiet = {row.trial_id: row.job_id for row in quiet_rows}
+            rows._store_reasons(new_reasons(quiet_rows, infos))
+        rows._load_trials()
+        rows._load_jobs([row.job_id for row in live_rows if row.trial_id not in rows.quiet])
+        return rows
+
+    def _live_rows(self) -> list[LiveRow]:
+        return list(map(LiveRow._make, self.s.exec(sa_select(  # type: ignore[call-overload]
+            Job.id, Job.trial_id, Job.ref, Job.state, Job.restart_count, Job.unknown_ticks,
+            Job.reason, Job.nodes, Trial.state, Trial.steps_completed, Trial.restarts,
+            Trial.runs, Trial.stop_requested_at).join(
+            Trial, col(Trial.id) == Job.trial_id).where(
+            Job.experiment_id == self.exp_id, Job.live == True)).all()))  # noqa: E712
+
+    def _store_reasons(self, changed: list[dict[str, Any]]) -> None:
+        """The quiet jobs' new pending reasons, in one statement (no row loaded)."""
+        if changed:
+            table = Job.__table__  # type: ignore[attr-defined]
+            self.s.execute(table.update().where(table.c.id == bindparam("jid"))  # type: ignore[call-overload]
+                           .values(reason=bindparam("r")), changed)
+
+    def _load_trials(self) -> None:
+        """The open trials and those with a live job, less the quiet ones: an ended
+        trial is read only when asked for (``trial_of_request``); hparams and
+        validate_at only when a trial is promoted (decoding every trial's JSON was a
+        third of a tick at 10,000 trials)."""
+        live_trials = select(Job.trial_id).where(Job.experiment_id == self.exp_id,
+                                                 Job.live == True)  # noqa: E712
+        wanted = [i for i in self.s.exec(select(Trial.id).where(
+            Trial.experiment_id == self.exp_id,
+            col(Trial.state).not_in(TERMINAL_TRIAL_STATES) | col(Trial.id).in_(live_trials)))
+            if i is not None and i not in self.quiet]
+        for chunk in chunks(wanted):
+            for t in self.s.exec(select(Trial).where(col(Trial.id).in_(chunk)).options(
+                    defer(Trial.hparams),  # type: ignore[arg-type]
+                    defer(Trial.validate_at))):  # type: ignore[arg-type]
+                if t.id is not None:
+                    self.trials[t.id] = t
+        self.by_request = {t.request_id: t for t in self.trials.values()}
+        self.requests = set(self.s.exec(select(Trial.request_id).where(
+            Trial.experiment_id == self.exp_id)))
+
+    def _load_jobs(self, loud: Sequence[int]) -> None:
+        self.jobs = [j for chunk in chunks(list(loud))
+                     for j in self.s.exec(select(Job).where(col(Job.id).in_(chunk)))]
+        self.live = {j.trial_id: j for j in self.jobs}
+        for j in self.jobs:
+            self.jobs_of.setdefault(j.trial_id, []).append(j)
+
+    # ------------------------------------------------------------------ lookups
+    def tpaths(self, trial: Trial) -> TrialPaths:
+        assert trial.id is not None
+        return self.paths.trial(trial.id)
+
+    def is_open(self, trial_id: int) -> bool:
+        """The trial has not ended (an ended one may not be loaded: ``trials``; a quiet
+        one is open)."""
+        trial = self.trials.get(trial_id)
+        return trial_id in self.quiet or (trial is not None and not trial.state.is_terminal)
+
+    def live_job(self, trial: Trial) -> Job | None:
+        if trial.id is None:
+            return None
+        if trial.id in self.quiet:
+            self.wake(trial.id)
+        return self.live.get(trial.id)
+
+    def wake(self, trial_id: int) -> None:
+        """Load a quiet trial's job (and the trial, unless loaded): something acts on it
+        this tick (a searcher stop, a replayed request)."""
+        job = self.s.get(Job, self.quiet.pop(trial_id))
+        if job is None or not job.live:
+            return
+        self.jobs.append(job)
+        self.live[trial_id] = job
+        self.jobs_of.setdefault(trial_id, []).append(job)
+        if trial_id not in self.trials:
+            trial = self.s.get(Trial, trial_id)
+            if trial is not None:
+                self.trials[trial_id] = trial
+                self.by_request[trial.request_id] = trial
+
+    def trial_of_request(self, request_id: int) -> Trial | None:
+        """The trial of a searcher request, an ended one read from the store on demand."""
+        trial = self.by_request.get(request_id)
+        if trial is None and request_id in self.requests:
+            trial = self.s.exec(select(Trial).where(Trial.experiment_id == self.exp_id,
+                                                    Trial.request_id == request_id)).first()
+            if trial is not None and trial.id is not None:
+                self.trials[trial.id] = trial
+                self.by_request[request_id] = trial
+                if trial.id in self.quiet:
+                    self.wake(trial.id)
+        return trial
+
+    # ------------------------------------------------------------------ moves
+    def event(self, kind: str, message: str, trial: Trial | None = None) -> None:
+        self.s.add(Event(experiment_id=self.exp_id, trial_id=trial.id if trial else None,
+                         kind=kind, message=message, time=self.now))
+        self.out.changed = True
+
+    def close_job(self, job: Job) -> None:
+        job.live = False
+        if self.live.get(job.trial_id) is job:
+            del self.live[job.trial_id]
+        self.s.add(job)
+
+    def set_state(self, trial: Trial, state: TrialState, reason: str = "") -> None:
+        if trial.state == state:
+            return
+        trial.state = state
+        if reason:
+            trial.exit_reason = reason
+        if state.is_terminal or state in (TrialState.PAUSED, TrialState.WAITING):
+            trial.ended_at = self.now
+        self.s.add(trial)
+        self.out.changed = True

@@ -1,0 +1,160 @@
+"""One experiment's share of a daemon tick, inside one database transaction: the order.
+
+Owns: ``ExperimentReconciler`` -- the parts of one experiment's tick built over the
+same rows (``rows.TickRows``), run in their order: the searcher's first call; record
+the polled job states (``job_ends``); ingest the trial files (``ingest``); judge and
+carry out job ends (``job_ends``); refill after ``set-concurrency``; enact pause,
+cancel and kill (``experiment_state``); cancel overdue stops (``stops``); end the
+experiment; checkpoint GC (``checkpoints``); the searcher's snapshot. ``run_fast`` is
+the share between polls (ingest and searcher only). ``load_config`` reads the stored
+config once per experiment per tick.
+Must not: decide anything itself (the ``*_rules`` modules and ``job_end`` do), call a
+backend or delete files. It returns the refs to cancel and the checkpoint directories
+to delete; the daemon cancels in one call with every other experiment's refs and
+deletes only after this transaction commits.
+
+Idempotency: offsets, rows, unknown-tick counts and the searcher snapshot commit
+together, so a daemon killed mid-tick re-reads the same lines and makes the same
+decisions. Nothing is kept in memory between ticks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlmodel import Session
+
+from dethpc.backends.base import JobInfo
+from dethpc.config import parse_stored
+from dethpc.config.model import ExperimentConfig
+from dethpc.control.reconcile.checkpoints import collect_garbage
+from dethpc.control.reconcile.experiment_state import ExperimentStates
+from dethpc.control.reconcile.ingest import Ingest
+from dethpc.control.reconcile.job_ends import JobEnds
+from dethpc.control.reconcile.rows import Outcome, TickRows
+from dethpc.control.reconcile.searcher_ops import SearcherOps
+from dethpc.control.reconcile.state_rules import search_starts, top_up_due
+from dethpc.control.reconcile.stops import Stops
+from dethpc.searchers import replay
+from dethpc.searchers.base import Searcher
+from dethpc.searchers.factory import make_searcher
+from dethpc.store.models import Experiment, ExperimentState, Job, SearcherState, Trial
+
+#: the limit a snapshot was taken under, so a change (set-concurrency) is seen once
+CONCURRENCY_KEY = "_max_concurrent_trials"
+
+
+def load_config(exp: Experiment) -> ExperimentConfig:
+    return parse_stored(exp.config_yaml)
+
+
+class ExperimentReconciler:
+    """Reconciles one experiment; construct per tick, call ``run``."""
+
+    def __init__(self, s: Session, exp: Experiment, infos: dict[str, JobInfo],
+                 now: float, *, fast: bool = False) -> None:
+        """``fast``: for ``run_fast`` between polls (``infos`` is empty then)."""
+        self.s, self.exp, self.infos, self.now = s, exp, infos, now
+        self.cfg = load_config(exp)
+        assert exp.id is not None
+        ss = s.get(SearcherState, exp.id)
+        self.ss = ss if ss is not None else SearcherState(experiment_id=exp.id)
+        self.searcher: Searcher = make_searcher(self.cfg.searcher, self.cfg.hyperparameters,
+                                                self.cfg.experiment_seed)
+        #: max_concurrent_trials the last tick ran with (None: first tick, or older snapshot)
+        self.last_concurrency: int | None = None
+        if self.ss.snapshot:
+            self.searcher.restore(self.ss.snapshot)
+            self.last_concurrency = self.ss.snapshot.get(CONCURRENCY_KEY)
+        self.rows = TickRows.load(s, exp, infos, now, fast=fast)
+        self.stops = Stops(self.rows)
+        self.ops = SearcherOps(self.rows, self.searcher, self.ss, self.stops)
+        self.ingest = Ingest(self.rows, self.ops, self.cfg)
+        self.job_ends = JobEnds(self.rows, self.ops, self.cfg)
+        self.states = ExperimentStates(self.rows, self.ops)
+
+    # ------------------------------------------------------------------ the order
+    def run(self) -> Outcome:
+        rows, state = self.rows, self.exp.state
+        if search_starts(state, initialized=self.ss.initialized):
+            self.ss.initialized = True
+            self.ops.feed(replay.initial())
+        for job in rows.jobs:
+            self.job_ends.observe(job)
+        for trial in list(rows.trials.values()):
+            if (not trial.state.is_terminal or rows.live_job(trial) is not None) \
+                    and not self.ingest.unwritten(trial):
+                self.ingest.read(trial)
+        for job in rows.jobs:   # a job woken meanwhile is judged too
+            if job.live:
+                self.job_ends.carry_out(job, self.job_ends.judge(job))
+        concurrency = self.cfg.searcher.max_concurrent_trials
+        if top_up_due(state, last=self.last_concurrency, current=concurrency):
+            self.ops.feed(replay.top_up())  # set-concurrency changed the limit
+        self.states.enact()
+        self.stops.stop_overdue(self.cfg.searcher.stop_grace_s)
+        self.states.finish_if_done()
+        return self._close(concurrency)
+
+    def run_fast(self, trial_ids: set[int]) -> Outcome:
+        """The file-driven share of a tick (``Daemon.fast_tick``), between two polls of
+        the backend: ingest the metrics of ``trial_ids`` (whose metrics.jsonl grew) and
+        feed the searcher, so a rung's ``Stop`` writes the stop file at once. It judges
+        no job (that needs the poll's states; ``run`` does it next tick) and cancels
+        nothing on a timer (``stop_overdue`` stays with ``run``); without a poll, a stop
+        writes the stop file even for a job still pending (``seen_pending``)."""
+        if self.exp.state != ExperimentState.ACTIVE or not self.ss.initialized:
+            return self.rows.out
+        for trial_id in sorted(trial_ids):
+            trial = self.rows.trials.get(trial_id)
+            if trial is not None and self.rows.live_job(trial) is not None:
+                self.ingest.read(trial, exits=False)
+        return self._close(self.cfg.searcher.max_concurrent_trials)
+
+    def _close(self, concurrency: int) -> Outcome:
+        """Checkpoint GC, then the experiment's progress and the searcher's snapshot (with
+        the limit it ran under) added to the transaction."""
+        collect_garbage(self.rows, self.cfg,
+                        full=self.ingest.new_checkpoints or self.rows.out.changed)
+        self.exp.progress = self.searcher.progress()
+        self.ss.snapshot = {**self.searcher.snapshot(), CONCURRENCY_KEY: concurrency}
+        self.s.add(self.ss)
+        self.s.add(self.exp)
+        return self.rows.out
+
+    # ------------------------------------------------------------------ for callers
+    # What tests and tools reach for on a reconciler: the tick's rows and outcome, and
+    # the searcher driver's entry points.
+    @property
+    def out(self) -> Outcome:
+        return self.rows.out
+
+    @property
+    def quiet(self) -> dict[int, int]:
+        return self.rows.quiet
+
+    @property
+    def trials(self) -> dict[int, Trial]:
+        return self.rows.trials
+
+    @property
+    def jobs(self) -> list[Job]:
+        return self.rows.jobs
+
+    @jobs.setter
+    def jobs(self, jobs: list[Job]) -> None:
+        self.rows.jobs = jobs
+
+    @property
+    def live(self) -> dict[int, Job]:
+        return self.rows.live
+
+    def apply(self, actions: list[Any]) -> None:
+        """Apply searcher actions (``SearcherOps.apply``)."""
+        self.ops.apply(actions)
+
+    def trial_of_request(self, request_id: int) -> Trial | None:
+        return self.rows.trial_of_request(request_id)
+
+    def finish_if_done(self) -> None:
+        self.states.finish_if_done()

@@ -1,0 +1,75 @@
+"""The loop on its own (``dethpc.control.daemon.loop.Daemon``): the order of a tick's
+phases, what a tick with no open experiment does, and the backend calls of a steady
+tick. Each phase is wrapped to log its call; real SQLite, a recording backend."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dethpc.control.daemon import Daemon
+from dethpc.store.models import ExperimentState
+from tests.unit.control.daemon_kit import world
+
+#: a tick, read top to bottom
+ORDER = ["holds", "mark", "scan", "retry_cancels", "adopt", "check", "observe", "start_tick",
+         "run", "cancel_wanted", "run"]
+
+
+def logged(daemon: Daemon, log: list[str]) -> Daemon:
+    def wrap(owner: Any, name: str) -> None:
+        inner: Callable[..., Any] = getattr(owner, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            log.append(name)
+            return inner(*args, **kwargs)
+
+        setattr(owner, name, call)
+
+    wrap(daemon.guard, "holds")
+    wrap(daemon.watcher, "mark")
+    wrap(daemon.adopter, "scan")
+    wrap(daemon.recovery, "retry_cancels")
+    wrap(daemon.recovery, "adopt")
+    wrap(daemon.pulls, "check")
+    wrap(daemon.poller, "observe")
+    wrap(daemon.budget, "start_tick")
+    wrap(daemon.reconciling, "run")
+    wrap(daemon.canceller, "cancel_wanted")
+    wrap(daemon.submitting, "run")
+    return daemon
+
+
+def test_a_tick_runs_the_phases_in_order(tmp_path: Path) -> None:
+    w = world(tmp_path)
+    log: list[str] = []
+    daemon = logged(Daemon(w.store, w.cluster, w.backend), log)
+    stats = daemon.tick()
+    # one lease check per acting phase: at the start and per experiment's submit
+    assert [n for n in log if n != "holds"] == [n for n in ORDER if n != "holds"]
+    assert log[0] == "holds" and log.count("holds") == 2
+    assert stats.experiments == 1 and stats.submitted == 2     # the searcher's 2 creates
+
+
+def test_without_an_open_experiment_only_recovery_runs(tmp_path: Path) -> None:
+    w = world(tmp_path)
+    with w.store.session() as s:
+        exp = s.get(type(w.experiment()), w.exp_id)
+        assert exp is not None
+        exp.state = ExperimentState.COMPLETED
+        s.add(exp)
+    log: list[str] = []
+    stats = logged(Daemon(w.store, w.cluster, w.backend), log).tick()
+    assert log == ["holds", "mark", "scan", "retry_cancels"]
+    assert stats.experiments == 0 and w.backend.calls == []
+
+
+def test_a_steady_tick_makes_one_poll_and_asks_for_the_users_jobs(tmp_path: Path) -> None:
+    w = world(tmp_path)
+    daemon = Daemon(w.store, w.cluster, w.backend)
+    daemon.tick()                                              # creates and submits
+    for _ in range(3):
+        w.backend.calls.clear()
+        daemon.tick()
+        assert w.backend.names() == ["poll", "user_jobs"]

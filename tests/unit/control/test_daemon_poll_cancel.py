@@ -1,0 +1,124 @@
+"""The poll and cancel phases on their own (``dethpc.control.daemon.poll``, ``.cancel``):
+which refs go to the backend and which to a worker pool's directory (tables), one
+backend call each, and what a cancel clears. Real SQLite, a recording backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlmodel import select
+
+from dethpc.backends.base import JobInfo, JobState
+from dethpc.common.errors import CommandError
+from dethpc.control.daemon.cancel import Canceller, split_refs, wanted_refs
+from dethpc.control.daemon.poll import Poller, PollPlan, poll_plan
+from dethpc.control.daemon.shared import Scope, TickStats
+from dethpc.control.pool_tend import PoolTender
+from dethpc.control.pool_view import item_ref
+from dethpc.store.models import Batch, BatchKind, BatchState, Job
+from tests.unit.control.daemon_kit import CountingGuard, World, world
+
+ITEM = item_ref(1, "t3-s0")
+
+
+@pytest.mark.parametrize(("live", "workers", "expected"), [
+    ([], [], PollPlan([], [], 0)),
+    (["5_0", "5_1"], [], PollPlan(["5_0", "5_1"], [], 2)),
+    # workers are polled with the jobs; the tick counts them when no item is live ...
+    (["5_0"], ["9_0", "9_1"], PollPlan(["5_0", "9_0", "9_1"], [], 3)),
+    # ... and counts only the live refs when items are (as the daemon always has)
+    (["5_0", ITEM], ["9_0"], PollPlan(["5_0", "9_0"], [ITEM], 2)),
+    ([ITEM], [], PollPlan([], [ITEM], 1)),
+])
+def test_poll_plan(live: list[str], workers: list[str], expected: PollPlan) -> None:
+    assert poll_plan(live, workers) == expected
+
+
+@pytest.mark.parametrize(("refs", "items", "jobs"), [
+    ([], [], []),
+    (["5_0", ITEM, "6"], [ITEM], ["5_0", "6"]),
+])
+def test_split_refs(refs: list[str], items: list[str], jobs: list[str]) -> None:
+    assert split_refs(refs) == (items, jobs)
+
+
+@pytest.mark.parametrize(("wanted", "refs"), [
+    ([], []), (["5_1", "5_0", "5_1"], ["5_0", "5_1"]), (["6", "10"], ["10", "6"]),
+])
+def test_wanted_refs(wanted: list[str], refs: list[str]) -> None:
+    assert wanted_refs(wanted) == refs
+
+
+def pools(w: World) -> PoolTender:
+    return PoolTender(w.store, w.cluster, w.backend, python="python3", tag="t",
+                      budget=None, files=None)  # type: ignore[arg-type]
+
+
+def live_jobs(w: World, refs: list[str], *, cancel_due: bool = False) -> None:
+    trials = w.add_trials(len(refs), needs_job=False)
+    with w.store.session() as s:
+        batch = Batch(experiment_id=w.exp_id, name="b", size=len(refs),
+                      state=BatchState.SUBMITTED)
+        s.add(batch)
+        s.flush()
+        assert batch.id is not None
+        for i, (t, ref) in enumerate(zip(trials, refs, strict=True)):
+            assert t.id is not None
+            s.add(Job(experiment_id=w.exp_id, trial_id=t.id, batch_id=batch.id,
+                      array_index=i, ref=ref, cancel_due=cancel_due))
+
+
+def test_one_poll_of_the_live_jobs_and_the_pool_workers_then_the_users_jobs(
+        tmp_path: Path) -> None:
+    w = world(tmp_path)
+    live_jobs(w, ["5_0", "5_1"])
+    with w.store.session() as s:
+        s.add(Batch(experiment_id=w.exp_id, name="w", size=2, kind=BatchKind.WORKERS,
+                    state=BatchState.SUBMITTED, array_job_id="9"))
+    w.backend.states = {"5_0": JobState.RUNNING}
+    w.backend.user = [JobInfo(ref="5_0", state=JobState.RUNNING)]
+    stats = TickStats()
+    seen = Poller(w.store, w.backend, pools(w), Scope()).observe(stats, [w.exp_id])
+    assert w.backend.calls == [("poll", ["5_0", "5_1", "9_0", "9_1"]), ("user_jobs", None)]
+    assert seen.infos["5_0"].state == JobState.RUNNING
+    assert seen.user_jobs == w.backend.user and stats.polled == 4
+
+
+def test_another_owners_jobs_are_not_polled(tmp_path: Path) -> None:
+    w = world(tmp_path)
+    live_jobs(w, ["5_0"])
+    Poller(w.store, w.backend, pools(w), Scope("somebody-else")).poll(TickStats(), [])
+    assert w.backend.calls == [("poll", [])]
+
+
+def test_the_cancel_phase_checks_the_lease_then_cancels_once_and_clears_what_was_due(
+        tmp_path: Path) -> None:
+    w = world(tmp_path)
+    live_jobs(w, ["5_0", "5_1"], cancel_due=True)
+    guard = CountingGuard()
+    stats = TickStats()
+    Canceller(w.store, w.backend, pools(w), guard).cancel_wanted(
+        ["5_1", "5_0", "5_1"], stats)
+    assert w.backend.calls == [("cancel", ["5_0", "5_1"])]
+    assert guard.checks == 1 and stats.cancelled == 2
+    with w.store.session() as s:
+        assert not any(j.cancel_due for j in s.exec(select(Job)))
+
+
+def test_nothing_wanted_cancels_nothing(tmp_path: Path) -> None:
+    w = world(tmp_path)
+    guard = CountingGuard()
+    Canceller(w.store, w.backend, pools(w), guard).cancel_wanted([], TickStats())
+    assert w.backend.calls == [] and guard.checks == 0
+
+
+def test_a_failed_cancel_reaches_the_caller_and_the_jobs_stay_due(tmp_path: Path) -> None:
+    w = world(tmp_path)
+    live_jobs(w, ["5_0"], cancel_due=True)
+    w.backend.cancel_error = CommandError(["scancel"], 1, "", "slurmctld away")
+    with pytest.raises(CommandError):
+        Canceller(w.store, w.backend, pools(w), CountingGuard()).cancel_wanted(
+            ["5_0"], TickStats())
+    with w.store.session() as s:
+        assert all(j.cancel_due for j in s.exec(select(Job)))

@@ -1,0 +1,132 @@
+"""The watch between ticks on its own (``dethpc.control.daemon.watch.Watcher``): what it
+watches (from the store), what ends a wait early, and that the fast path it is handed
+gets exactly the metrics files that grew. Real SQLite and files; short real sleeps."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from dethpc.backends.base import JobState
+from dethpc.common.paths import ExperimentPaths
+from dethpc.config.model import ClusterConfig, ResourcePool
+from dethpc.control.daemon.shared import Scope
+from dethpc.control.daemon.watch import Watched, Watcher
+from dethpc.store.models import Batch, BatchState, IngestOffset, Job
+from tests.unit.control.daemon_kit import World, world
+
+
+def fast_cluster(tmp_path: Path, poll_s: float = 0.02) -> ClusterConfig:
+    return ClusterConfig(runs_root=tmp_path / "runs", metrics_poll_s=poll_s,
+                         tick_min_s=0.05, pools={"default": ResourcePool(name="default")})
+
+
+def running(w: World, n: int, *, state: JobState = JobState.RUNNING) -> list[int]:
+    """``n`` trials with a live job in ``state``; their ids."""
+    trials = w.add_trials(n, needs_job=False)
+    with w.store.session() as s:
+        batch = Batch(experiment_id=w.exp_id, name="b", size=n, state=BatchState.SUBMITTED)
+        s.add(batch)
+        s.flush()
+        assert batch.id is not None
+        for i, t in enumerate(trials):
+            assert t.id is not None
+            s.add(Job(experiment_id=w.exp_id, trial_id=t.id, batch_id=batch.id,
+                      array_index=i, ref=f"5_{i}", state=state))
+    return [t.id for t in trials if t.id is not None]
+
+
+def metrics(w: World, trial_id: int) -> Path:
+    return ExperimentPaths(Path(w.experiment().run_dir)).trial(trial_id).metrics
+
+
+def test_refresh_watches_the_running_jobs_from_the_ingested_offset(tmp_path: Path) -> None:
+    w = world(tmp_path, cluster=fast_cluster(tmp_path))
+    ids = running(w, 2)
+    running(w, 1, state=JobState.PENDING)                   # writes nothing: not watched
+    with w.store.session() as s:
+        s.add(IngestOffset(trial_id=ids[0], file="metrics.jsonl", offset=42))
+    watcher = Watcher(w.store, w.cluster, Scope(), None)
+    watcher.refresh()
+    assert watcher.watch == {ids[0]: Watched(w.exp_id, metrics(w, ids[0]), 42),
+                             ids[1]: Watched(w.exp_id, metrics(w, ids[1]), 0)}
+    other = Watcher(w.store, w.cluster, Scope("somebody-else"), None)
+    other.refresh()
+    assert other.watch == {}
+
+
+def test_the_fast_path_gets_the_grown_files_and_a_change_ends_the_wait(tmp_path: Path) -> None:
+    w = world(tmp_path, cluster=fast_cluster(tmp_path))
+    ids = running(w, 2)
+    watcher = Watcher(w.store, w.cluster, Scope(), None)
+    seen: list[dict[int, set[int]]] = []
+    calls = 0
+
+    def stop() -> bool:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            path = metrics(w, ids[1])
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("{}\n")
+        return False
+
+    def fast(grown: dict[int, set[int]]) -> bool:
+        seen.append(grown)
+        return True
+
+    t0 = time.monotonic()
+    assert watcher.wait(30.0, stop, fast) is True
+    assert time.monotonic() - t0 < 10.0, "a change must bring the next tick forward"
+    assert seen == [{w.exp_id: {ids[1]}}]
+
+
+def test_nothing_grown_sleeps_the_whole_delay_and_calls_nothing(tmp_path: Path) -> None:
+    w = world(tmp_path, cluster=fast_cluster(tmp_path))
+    running(w, 1)
+    watcher = Watcher(w.store, w.cluster, Scope(), None)
+    t0 = time.monotonic()
+    assert watcher.wait(0.3, lambda: False, never_called) is False
+    assert time.monotonic() - t0 >= 0.3
+
+
+def never_called(grown: object) -> bool:
+    raise AssertionError(f"the fast path was called with {grown}")
+
+
+def test_metrics_poll_zero_only_sleeps(tmp_path: Path) -> None:
+    w = world(tmp_path, cluster=fast_cluster(tmp_path, poll_s=0))
+    running(w, 1)
+    watcher = Watcher(w.store, w.cluster, Scope(), None)
+    assert watcher.wait(0.1, lambda: False, never_called) is False
+    assert watcher.watch == {}                               # not even refreshed
+
+
+def test_a_wake_since_the_tick_began_is_seen_once_marked(tmp_path: Path) -> None:
+    w = world(tmp_path, cluster=fast_cluster(tmp_path))
+    wake = tmp_path / "daemon.wake"
+    watcher = Watcher(w.store, w.cluster, Scope(), wake)
+    assert not watcher.woken()                               # absent, as when built
+    wake.touch()
+    assert watcher.woken()
+    watcher.mark()                                           # a tick begins
+    assert not watcher.woken()
+    os.utime(wake, ns=(1, 1))
+    assert watcher.woken()
+    assert not Watcher(w.store, w.cluster, Scope(), None).woken()
+
+
+def test_a_result_in_a_watched_pool_since_the_tick_began(tmp_path: Path) -> None:
+    w = world(tmp_path, cluster=fast_cluster(tmp_path))
+    running(w, 1)
+    results = Path(w.experiment().run_dir) / "pool" / "results"
+    results.mkdir(parents=True)
+    watcher = Watcher(w.store, w.cluster, Scope(), None)
+    watcher.refresh()                                        # first seen: marked now
+    assert watcher.pool_results == [results] and not watcher.pool_run_ended()
+    (results / "t1-s0.json").write_text("{}")
+    os.utime(results, ns=(2, 2))
+    assert watcher.pool_run_ended()
+    watcher.mark()
+    assert not watcher.pool_run_ended()
