@@ -12,6 +12,7 @@ Layout::
         hparams.json  target.json  job.sbatch  slurm-%A_%a.out
         metrics.jsonl  checkpoints/<uuid>/  exits.jsonl  stop
         trial-metadata.json  tensorboard/
+        checkpoints/.tmp-<uuid>/      (being written)  checkpoints/.deleted-<uuid>/  (being deleted)
 """
 
 from __future__ import annotations
@@ -19,6 +20,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+#: a checkpoint being deleted (``CheckpointContext.delete``): neither listed nor resumed
+#: from; the daemon removes what is left of it
+CHECKPOINT_DELETED_PREFIX = ".deleted-"
+
+
+def deleted_checkpoint(checkpoint: Path) -> Path:
+    """Where checkpoint directory ``checkpoint`` (``.../checkpoints/<uuid>``) goes while it
+    is being deleted: ``.../checkpoints/.deleted-<uuid>``."""
+    return checkpoint.parent / f"{CHECKPOINT_DELETED_PREFIX}{checkpoint.name}"
 
 
 def dethpc_home() -> Path:

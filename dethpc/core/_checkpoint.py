@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from dethpc.common.errors import CheckpointNotFound, DethpcError
+from dethpc.common.paths import CHECKPOINT_DELETED_PREFIX
 from dethpc.core._distributed import DistributedContext
 from dethpc.core._train import TrainContext, sanitize
 
@@ -45,7 +46,7 @@ log = logging.getLogger(__name__)
 METADATA_FILE = "metadata.json"
 TMP_PREFIX = ".tmp-"
 #: a checkpoint being deleted (``CheckpointContext.delete``): hidden from ``list()``
-DELETED_PREFIX = ".deleted-"
+DELETED_PREFIX = CHECKPOINT_DELETED_PREFIX
 FORMAT_VERSION = 1
 
 

@@ -178,9 +178,10 @@ class TickRows:
         return trial
 
     # ------------------------------------------------------------------ moves
-    def event(self, kind: str, message: str, trial: Trial | None = None) -> None:
+    def event(self, kind: str, message: str, trial: Trial | None = None, *,
+              data: dict[str, Any] | None = None) -> None:
         self.s.add(Event(experiment_id=self.exp_id, trial_id=trial.id if trial else None,
-                         kind=kind, message=message, time=self.now))
+                         kind=kind, message=message, time=self.now, data=data))
         self.out.changed = True
 
     def close_job(self, job: Job) -> None:
