@@ -181,7 +181,8 @@ RULES: dict[str, Rule] = {
                                  "not taken)"),
     "determined.core.Context.*": S(),
     "determined.core.Context.alert": D("logged, and recorded as an alert line of "
-                                       "metrics.jsonl (rank 0) for the daemon; no webhook"),
+                                       "metrics.jsonl (rank 0): the daemon makes it an "
+                                       "'alert' experiment event; no webhook"),
     "determined.core.Context.close": D("after an acknowledged preemption, and without an "
                                        "exception, the process exits 80/81 "
                                        "(docs/job-contract.md)"),
@@ -277,7 +278,8 @@ RULES: dict[str, Rule] = {
         "replaces trial-metadata.json in the trial directory (rank 0, atomically) and "
         "records a metadata line for the daemon"),
     "determined.core.TrainContext.get_tensorboard_path": D(
-        "<trial dir>/tensorboard on the shared filesystem (created)"),
+        "<trial dir>/tensorboard on the shared filesystem (created); dethpc tensorboard "
+        "serves its files beside the curves it derives"),
     "determined.core.TrainContext.upload_tensorboard_files": D(
         "nothing to upload (the files are on the shared filesystem); MANUAL mode required, "
         "as Determined"),
