@@ -10,8 +10,9 @@ Determined 0.38.1's Core API (only the import changed) gets what Determined give
 - ``served.yaml`` with Determined's torch launcher on 4 slots, 2 per node: the node-local
   collectives return each node's own two ranks on two nodes;
 - both in a worker pool (``slurm.workers``): the records come through the pool's runs;
-- ``served.yaml`` inside the Charliecloud image (an image built from this checkout, in a
-  directory of its own: the shared one belongs to every lane's sessions).
+- ``served.yaml`` inside the dev cluster's Charliecloud image (built from this checkout
+  by scripts/test.sh before pytest; a checkout whose image is another's must rebuild it,
+  ``python -m dethpc.devcluster image``).
 """
 
 from __future__ import annotations
@@ -33,8 +34,6 @@ from tests.slurm.fixtures.harness import DaemonHarness, job_log
 
 COMPAT = Path(__file__).resolve().parents[2] / "examples" / "determined_compat"
 LAUNCHER = "python3 -m determined.launch.torch_distributed python3 served.py"
-#: the image of this checkout, apart from the shared one (rebuilt only when stale)
-PRIVATE_IMAGE = Path("/var/tmp/dethpc-determined-compat/images/dethpc-bookworm")
 
 
 @pytest.fixture
@@ -170,24 +169,24 @@ def test_in_a_worker_pool(harness: DaemonHarness, tmp_path: Path, slurm_cluster:
 
 
 @pytest.fixture(scope="module")
-def private_image(slurm_cluster: Any) -> Path:
-    """This checkout's image (dethpc inside it is this tree's), built once, apart from
-    the shared one other lanes' sessions run."""
+def image(slurm_cluster: Any) -> Path:
+    """The dev cluster's image (scripts/test.sh builds it from this checkout before
+    pytest; tests/slurm/test_containers_slurm.py runs in it too)."""
     from dethpc.devcluster.image import ensure_image
 
-    return ensure_image(PRIVATE_IMAGE).path
+    return ensure_image().path
 
 
-def test_in_the_container(tmp_path: Path, slurm_cluster: Any, private_image: Path) -> None:
+def test_in_the_container(tmp_path: Path, slurm_cluster: Any, image: Path) -> None:
     from dethpc.devcluster.image import IMAGE_PYTHON
 
     h = DaemonHarness.create(tmp_path / "dethpc", containers={
         "runtime": "charliecloud", "python": IMAGE_PYTHON})
     try:
-        exp = submit(h, raw("served.yaml", environment={"image": str(private_image)}))
+        exp = submit(h, raw("served.yaml", environment={"image": str(image)}))
         wait_all(h, [exp], timeout=480)
         script = (h.trial_dir(exp) / "job.sbatch").read_text()
-        assert "ch-run" in script and str(private_image) in script
+        assert "ch-run" in script and str(image) in script
         assert_completed(h, [exp])
         check_served(h, exp, tmp_path, ranks_per_node=[1],
                  node_names=slurm_cluster.nodes)
