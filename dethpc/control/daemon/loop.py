@@ -72,7 +72,7 @@ class Daemon:
             store, cluster, backend, self.budget, files, tag=tag, jenv=jenv),
             self.pulls, self.pools)
         self.submitting = SubmitPhase(store, backend, self.guard, self.submitter, self.pools,
-                                      runs_root=cluster.runs_root)
+                                      runs_root=cluster.runs_root, clock=clock)
         self.watcher = Watcher(store, cluster, self.scope, wake)
 
     # ------------------------------------------------------------------ tick
