@@ -61,8 +61,14 @@ RULES: tuple[_Rule, ...] = (
           "ask for at most as many nodes as the partition has"),
     _Rule(("generic resource", "gres"), ("gres", "gpu_type"), ("slurm.gpu_type",),
           "name a GRES type the nodes have (`sinfo -o '%P %G'`)"),
-    _Rule(("node configuration is not available", "memory required", "more processors",
-           "cpu count"),
+    # more CPUs in all than the partition has (sbatch --test-only here: 12 nodes x 8
+    # tasks on four 16-CPU nodes)
+    _Rule(("more processors requested than permitted",),
+          ("slots_per_node", "cpus_per_slot", "partition"),
+          ("resources.slots_per_trial", "slurm.slots_per_node"),
+          "ask for at most the partition's CPUs in all: slots_per_trial x cpus_per_slot "
+          "(`sinfo -p PARTITION -o '%D nodes x %c CPUs'`)"),
+    _Rule(("node configuration is not available", "memory required", "cpu count"),
           ("slots_per_node", "cpus_per_slot", "mem_per_slot", "gres", "gpu_type",
            "partition"),
           ("resources.slots_per_trial", "slurm.slots_per_node", "slurm.gpu_type"),

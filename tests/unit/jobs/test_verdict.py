@@ -45,6 +45,13 @@ CASES = {
          "pools.gpu.mem_per_slot = '4G'", "pools.gpu.gres = 'gpu'",
          "pools.gpu.gpu_type = 'a100'", "pools.gpu.partition = 'low'",
          "resources.slots_per_trial = 2"]),
+    # 12 nodes x 8 tasks on four 16-CPU nodes (sbatch --test-only on the dev cluster)
+    "more CPUs in all than the partition": (
+        "More processors requested than permitted",
+        cfg(resources={"slots_per_trial": 96, "resource_pool": "cpu"}),
+        ["pools.cpu.slots_per_node = 1", "pools.cpu.cpus_per_slot = 1",
+         "pools.cpu.partition = 'debug'", "resources.slots_per_trial = 96",
+         "pools.cpu.sbatch_args = ['--exclude=n4']"]),
     "the experiment's sbatch_args always count": (
         "Invalid partition name specified", cfg(slurm={"sbatch_args": ["-p x"]}),
         ["pools.gpu.partition = 'low'", "slurm.sbatch_args = ['-p x']"]),
