@@ -93,8 +93,13 @@ def running_pid() -> int | None:
     return None
 
 
-def start(extra_env: dict[str, str] | None = None, wait_s: float = 10.0) -> int:
-    """Start ``dethpc daemon run`` in the background unless one runs; returns its pid."""
+def start(extra_env: dict[str, str] | None = None, wait_s: float = 120.0) -> int:
+    """Start ``dethpc daemon run`` in the background unless one runs; returns its pid.
+
+    Waits on events: it returns as soon as the new daemon holds the lock and fails as
+    soon as it exits. ``wait_s`` only bounds a daemon stuck before its lock (a hung
+    home file system); it is long because a loaded 2-core login node took more than
+    10 s just to import the daemon (1.6 s when idle)."""
     pid = running_pid()
     if pid is not None:
         return pid

@@ -49,7 +49,7 @@ class Accounting:
         account ``dethpc``, QoS ``normal``). Three queries when nothing is missing."""
         members = [u for u in member_names(
             ["root", os.environ.get("SUDO_USER", ""), *users,
-             *os.environ.get("DETHPC_DEVCLUSTER_USERS", "").split(",")]) if _user_exists(u)]
+             *os.environ.get("DETHPC_DEVCLUSTER_USERS", "").split(",")]) if user_exists(u)]
         self.apply(members)
 
     def state(self) -> AccountingState:
@@ -68,7 +68,8 @@ class Accounting:
             self.runner.run(["sacctmgr", "-i", *argv], timeout=30)
 
 
-def _user_exists(user: str) -> bool:
+def user_exists(user: str) -> bool:
+    """A local account of that name exists (``getpwnam``)."""
     try:
         pwd.getpwnam(user)
     except KeyError:

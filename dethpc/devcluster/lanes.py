@@ -1,7 +1,7 @@
 """Several dev clusters on one host ("lanes"), and how a process picks one.
 
 Owns: the lanes' naming scheme (``lane_layout``): lane 1 is the cluster at
-``/etc/slurm`` with nodes ``n1..n4`` on ports 6817/6819/17001-17004 and state in
+``/etc/slurm`` with nodes ``n1..n4`` on ports 6817/6819/7001-7004 and state in
 ``$DETHPC_DEVCLUSTER_DIR`` (default ``/var/lib/dethpc-devcluster``); lane ``k`` > 1 has
 its own state directory ``<that>-lane<k>``, slurm.conf directory ``/etc/slurm-lane<k>``,
 cluster name ``devcluster<k>``, nodes ``l<k>n1..l<k>n4``, ports 10*(k-1) above lane 1's

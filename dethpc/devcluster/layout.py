@@ -65,7 +65,10 @@ class DevClusterLayout:
     #: node names are ``<node_prefix>1`` .. ``<node_prefix><node_count>``
     node_prefix: str = "n"
     node_count: int = 4
-    first_node_port: int = 17001
+    #: lane 1's first slurmd port; below the launchers' rendezvous ports (15000-31999,
+    #: dethpc.launch._common.derive_port), which a job id ending in the same digits chose:
+    #: job 2033's DeepSpeed rendezvous found lane 4's slurmd on 17033
+    first_node_port: int = 7001
     cpus: int = 16
     #: RealMemory of every node (MB); DefMemPerCPU x cpus must not exceed it
     memory_mb: int = 16000

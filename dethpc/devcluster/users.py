@@ -20,6 +20,7 @@ from pathlib import Path
 
 from dethpc.common.errors import CommandError, DethpcError
 from dethpc.common.runner import CommandRunner
+from dethpc.devcluster.accounting import user_exists
 from dethpc.devcluster.cluster import DevCluster
 
 
@@ -55,11 +56,11 @@ def ensure_user(name: str | None = None, cluster: DevCluster | None = None) -> C
 
 
 def _ensure_unix_user(runner: CommandRunner, name: str) -> None:
-    if _exists(name):
+    if user_exists(name):
         return
     res = runner.run(["useradd", "--create-home", "--shell", "/bin/bash", "--user-group", name],
                      check=False, retry=False, timeout=60)
-    if res.returncode != 0 and not _exists(name):  # exit 9: someone else just added it
+    if res.returncode != 0 and not user_exists(name):  # exit 9: someone else just added it
         raise DethpcError(f"useradd {name} failed (exit {res.returncode}): "
                           f"{(res.stderr or res.stdout).strip()}")
 
@@ -74,9 +75,3 @@ def user_dir(user: ClusterUser, parent: Path | None = None) -> Path:
     return path
 
 
-def _exists(name: str) -> bool:
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        return False
-    return True

@@ -146,7 +146,7 @@ def test_rendered_config_has_the_preemption_settings() -> None:
     conf = confs["slurm.conf"]
     assert "SlurmctldParameters=preempt_send_user_signal" in conf
     assert not [ln for ln in conf.splitlines() if ln.startswith("PreemptParameters")]
-    assert "NodeName=n4 NodeHostname=h NodeAddr=127.0.0.1 Port=17004 CPUs=16" in conf
+    assert "NodeName=n4 NodeHostname=h NodeAddr=127.0.0.1 Port=7004 CPUs=16" in conf
     assert "TmpFS=/x/tmp/%n" in conf
     assert "StoragePass=pw" in confs["slurmdbd.conf"]
 

@@ -21,7 +21,7 @@ def test_lane_one_is_the_cluster_at_etc_slurm() -> None:
     assert (one.slurm_conf, one.cluster_name, one.node_names, one.nodelist) == (
         Path("/etc/slurm/slurm.conf"), "devcluster", ["n1", "n2", "n3", "n4"], "n[1-4]")
     assert (one.ctld_port, one.dbd_port, [n.port for n in one.nodes], one.db_name) == (
-        6817, 6819, [17001, 17002, 17003, 17004], "slurm_acct_db")
+        6817, 6819, [7001, 7002, 7003, 7004], "slurm_acct_db")
     assert one.shared == BASE and one.site.gres.nodes == ("n1", "n2")
 
 
@@ -30,7 +30,7 @@ def test_lane_two_owns_its_names_ports_dirs_and_database() -> None:
     assert two.lane == 2 and two.cluster_name == "devcluster2"
     assert two.node_names == ["l2n1", "l2n2", "l2n3", "l2n4"] and two.nodelist == "l2n[1-4]"
     assert (two.ctld_port, two.dbd_port, [n.port for n in two.nodes]) == (
-        6827, 6829, [17011, 17012, 17013, 17014])
+        6827, 6829, [7011, 7012, 7013, 7014])
     assert two.slurm_conf == Path("/etc/slurm-lane2/slurm.conf")
     assert two.state_dir == Path("/x/state-lane2") and two.db_name == "slurm_acct_db_lane2"
     assert two.site.gres.nodes == ("l2n1", "l2n2")
@@ -58,7 +58,7 @@ def test_lane_two_renders_its_own_config() -> None:
     assert "ClusterName=devcluster2" in lines and "SlurmctldPort=6827" in lines
     assert "AccountingStoragePort=6829" in lines
     assert "SlurmdSpoolDir=/x/state-lane2/spool/%n" in lines
-    assert ("NodeName=l2n1 NodeHostname=" in conf and "Port=17011" in conf
+    assert ("NodeName=l2n1 NodeHostname=" in conf and "Port=7011" in conf
             and "Gres=gpu:a100:2" in conf)
     assert "PartitionName=low Nodes=l2n[1-4]" in conf
     assert "NodeName=l2n1,l2n2 Name=gpu Type=a100 File=/x/state-lane2/dev/nvidia[0-1]" in \

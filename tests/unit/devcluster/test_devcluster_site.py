@@ -45,11 +45,11 @@ def conf_lines(text: str) -> list[str]:
     "AccountingStorageEnforce=associations,limits,qos",
     "AccountingStorageTRES=gres/gpu",
     "SlurmctldParameters=preempt_send_user_signal",
-    "NodeName=n1 NodeHostname=h NodeAddr=127.0.0.1 Port=17001 CPUs=16 RealMemory=16000 "
+    "NodeName=n1 NodeHostname=h NodeAddr=127.0.0.1 Port=7001 CPUs=16 RealMemory=16000 "
     "Gres=gpu:a100:2 State=UNKNOWN",
-    "NodeName=n2 NodeHostname=h NodeAddr=127.0.0.1 Port=17002 CPUs=16 RealMemory=16000 "
+    "NodeName=n2 NodeHostname=h NodeAddr=127.0.0.1 Port=7002 CPUs=16 RealMemory=16000 "
     "Gres=gpu:a100:2 State=UNKNOWN",
-    "NodeName=n3 NodeHostname=h NodeAddr=127.0.0.1 Port=17003 CPUs=16 RealMemory=16000 "
+    "NodeName=n3 NodeHostname=h NodeAddr=127.0.0.1 Port=7003 CPUs=16 RealMemory=16000 "
     "State=UNKNOWN",
     "PartitionName=low Nodes=n[1-4] MaxTime=1-00:00:00 DefaultTime=01:00:00 State=UP "
     "PriorityTier=1 PreemptMode=REQUEUE GraceTime=10",
