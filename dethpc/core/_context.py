@@ -46,7 +46,12 @@ from dethpc.core._preempt import (
     PreemptContext,
     PreemptMode,
 )
-from dethpc.core._searcher import DummySearcherContext, SearcherContext, Target
+from dethpc.core._searcher import (
+    DummySearcherContext,
+    SearcherContext,
+    SearcherContextMissing,
+    Target,
+)
 from dethpc.core._train import (
     DummyTrainContext,
     EarlyExitReason,
@@ -187,7 +192,8 @@ def build_context(*, distributed: DistributedContext | None = None,
         preempt = PreemptContext(dist, stop_file=paths.stop,
                                  signal_name=env.get(ENV_PREEMPT_SIGNAL) or "USR2",
                                  mode=preempt_mode, stop_check_interval_s=stop_check_interval_s)
-        ctx = Context(ckpt, dist, preempt, train, SearcherContext(target, dist), info,
+        searcher = SearcherContext(target, dist) if target else SearcherContextMissing(dist)
+        ctx = Context(ckpt, dist, preempt, train, searcher, info,
                       ExperimentalCoreContext(trial_id=info.trial_id),
                       ProfilerContext(info.agent_id, distributed=dist), hparams=hparams,
                       exit_on_preempt=exit_on_preempt)

@@ -175,7 +175,8 @@ class ClusterInfo:
     _latest: Callable[[], str | None] | None = field(default=None, repr=False)
     _latest_cache: list[str | None] = field(default_factory=list, repr=False)
     _config_cache: list[dict[str, Any]] = field(default_factory=list, repr=False)
-    _uuid_cache: list[list[str]] = field(default_factory=list, repr=False)
+    #: this node's ``ResourcesInfo`` once known (Determined's ``_resources_info``)
+    _resources: list[ResourcesInfo] = field(default_factory=list, repr=False)
 
     @property
     def restart_count(self) -> int:
@@ -237,11 +238,21 @@ class ClusterInfo:
         return slot_ids(self._env)
 
     @property
-    def container_slot_counts(self) -> list[int]:
-        """The slots of each of the trial's nodes, first node first."""
+    def _rendezvous_info(self) -> RendezvousInfo:
+        """Determined's ``RendezvousInfo`` of the trial, from Slurm's environment: its
+        nodes (``$SLURM_JOB_NODELIST`` expanded, first node first), this node's index
+        (``$SLURM_NODEID``) and each node's slots."""
+        from dethpc.common.hostlist import expand_hostlist
         from dethpc.common.slots import slot_counts
 
-        return slot_counts(self._env)
+        spec = self._env.get("SLURM_JOB_NODELIST") or self._env.get("SLURM_NODELIST") or ""
+        return RendezvousInfo(expand_hostlist(spec) if spec else ["127.0.0.1"],
+                              _env_int("SLURM_NODEID", self._env) or 0, slot_counts(self._env))
+
+    @property
+    def container_slot_counts(self) -> list[int]:
+        """The slots of each of the trial's nodes, first node first."""
+        return self._rendezvous_info.container_slot_counts
 
     @property
     def gpu_uuids(self) -> list[str]:
@@ -249,11 +260,11 @@ class ClusterInfo:
         (once per process); ``[]`` without GPUs or when they cannot be known."""
         from dethpc.common.slots import gpu_devices, gpu_uuids
 
-        if not self._uuid_cache:
+        if not self._resources:
             known = gpu_uuids(self._env)
-            self._uuid_cache.append(known if known is not None
-                                    else query_gpu_uuids(gpu_devices(self._env)))
-        return self._uuid_cache[0]
+            self._resources.append(ResourcesInfo(
+                known if known is not None else query_gpu_uuids(gpu_devices(self._env))))
+        return self._resources[0].gpu_uuids
 
     @property
     def master_url(self) -> str:
@@ -299,15 +310,12 @@ class ClusterInfo:
     @property
     def container_addrs(self) -> list[str]:
         """The trial's nodes (``$SLURM_JOB_NODELIST`` expanded), first node first."""
-        from dethpc.common.hostlist import expand_hostlist
-
-        spec = self._env.get("SLURM_JOB_NODELIST") or self._env.get("SLURM_NODELIST") or ""
-        return expand_hostlist(spec) if spec else ["127.0.0.1"]
+        return self._rendezvous_info.container_addrs
 
     @property
     def container_rank(self) -> int:
         """This node's index among ``container_addrs`` (``$SLURM_NODEID``)."""
-        return _env_int("SLURM_NODEID", self._env) or 0
+        return self._rendezvous_info.container_rank
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ClusterInfo:

@@ -130,7 +130,7 @@ class SearcherContext:
                               "Trainer.fit(max_length=Batch(100))")
         op = SearcherOperation(length=self.target.length, unit=self.target.unit)
         yield op
-        if not op.completed:
+        if not op.completed and self._dist.rank == 0:   # only the chief reports (Determined)
             log.warning("searcher operation finished without report_completed()")
 
     def acknowledge_out_of_ops(self) -> None:
@@ -178,7 +178,7 @@ class DummySearcherContext(SearcherContext):
         SearcherMode(searcher_mode)
         op = DummySearcherOperation(self._length, self._dist.rank == 0)
         yield op
-        if not op.completed:
+        if not op.completed and self._dist.rank == 0:   # only the chief reports (Determined)
             log.warning("searcher operation finished without report_completed()")
 
     def get_configured_units(self) -> Unit | None:
