@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from dethpc.backends.base import JobInfo, JobState
+from dethpc.common.sbatch_options import getopt_complaint
 
 # ----------------------------------------------------------------------- states
 #: Every Slurm job state (long name and squeue's compact code) -> dethpc state.
@@ -150,21 +151,28 @@ def parse_sbatch_parsable(stdout: str) -> str:
 # ------------------------------------------------------------------ array specs
 _REFUSAL_PREFIXES = ("sbatch: error: ", "sbatch: fatal: ", "allocation failure: ",
                      "Batch job submission failed: ", "sbatch: ")
+#: the hint sbatch prints after getopt's complaint: noise for someone who ran dethpc
+_HELP_HINT = 'try "sbatch --help"'
 
 
 def sbatch_refusal(stderr: str) -> str:
     """Slurm's words from a refused ``sbatch`` (``--test-only`` or not): each line
     without its ``sbatch: error:``/``allocation failure:`` prefix, repeats dropped,
-    joined with '; '."""
+    joined with '; '. getopt's complaint about an option keeps its ``sbatch:`` (those
+    are sbatch's exact words) and the "Try sbatch --help" hint after it is dropped."""
     words: list[str] = []
     for line in stderr.splitlines():
-        text = line.strip()
+        text = raw = line.strip()
         stripped = True
         while stripped:
             stripped = False
             for prefix in _REFUSAL_PREFIXES:
                 if text.startswith(prefix):
                     text, stripped = text[len(prefix):].strip(), True
+        if text.lower().startswith(_HELP_HINT):
+            continue
+        if getopt_complaint(text) and raw == f"sbatch: {text}":
+            text = raw
         if text and text.lower() not in (w.lower() for w in words):
             words.append(text)
     return "; ".join(words) or "sbatch refused the job without a message"

@@ -60,13 +60,20 @@ def check_partition(parts: Mapping[str, sp.Partition], partition: str, nodes: in
             f"partitions: {', '.join(sorted(parts)) or '(none)'}. Fix the resource "
             "pool's `partition` in the cluster config.")
     part = parts[partition]
-    if part.nodes_fitting(cpus=tasks_per_node, gpus=gpus_per_node) >= nodes:
+    fit = part.nodes_fitting(cpus=tasks_per_node, gpus=gpus_per_node)
+    if fit >= nodes:
         return
     shape = ", ".join(f"{g.count}x({g.cpus} CPUs, {g.gpus} GPUs)" for g in part.groups)
+    if fit:
+        most = (f"so at most {fit} such node(s), {fit * tasks_per_node} task(s). Ask for at "
+                f"most {fit * tasks_per_node} slots per trial ({tasks_per_node} per node)")
+    else:
+        most = (f"so no node holds {tasks_per_node} task(s) with {gpus_per_node} GPU(s). "
+                "Ask for fewer slots per node or per trial")
     raise SubmitError(
         f"partition {part.name!r} cannot fit {nodes} node(s) x {tasks_per_node} task(s) "
-        f"with {gpus_per_node} GPU(s) each: it has {shape or 'no nodes'}. Ask for fewer "
-        "slots per trial, or use a pool on a bigger partition.")
+        f"with {gpus_per_node} GPU(s) each: it has {shape or 'no nodes'}, {most}, or use "
+        "a pool on a bigger partition.")
 
 
 def check_qos(qos: str, known: set[str]) -> None:

@@ -6,7 +6,8 @@ register with a just restarted slurmctld: one ``sinfo`` per refusal, for at most
 ``REGISTER_WAIT_S``); the pure pieces they are built of, with table tests:
 ``sbatch_argv`` (refuses array indices at or above ``MaxArraySize``),
 ``export_arg`` (refuses a comma ``--export`` cannot carry), ``submit_error``
-(sbatch's stderr -> ``SubmitLimitError`` / ``SubmitError`` / the command error)
+(sbatch's stderr -> ``SubmitLimitError`` / ``SubmitError``, getopt's complaint about an
+option in sbatch's words / the command error)
 and ``submitted_refs``.
 Must not: parse Slurm's text itself (``slurm_parse`` does), run commands except
 through the ``CommandRunner`` it is handed, or read site facts itself (the caller
@@ -24,6 +25,7 @@ from dethpc.backends.base import JobRequest
 from dethpc.backends.limits import limit_refusal
 from dethpc.common.errors import CommandError, SubmitError, SubmitLimitError
 from dethpc.common.runner import CommandRunner
+from dethpc.common.sbatch_options import getopt_complaint
 
 #: how long ``judge`` asks again while nodes have not registered with slurmctld
 REGISTER_WAIT_S = 15.0
@@ -69,6 +71,10 @@ def submit_error(exc: CommandError) -> Exception:
     if "Requested node configuration is not available" in text:
         return SubmitError(f"sbatch refused the job: {text.strip()} (the allocation cannot fit "
                            "the partition's nodes)")
+    if any(getopt_complaint(line) and line.startswith("sbatch: ")
+           for line in text.splitlines()):
+        return SubmitError(f"sbatch refused the job: {sp.sbatch_refusal(text)} (an option of "
+                           "the pool's or the experiment's sbatch_args)")
     return exc
 
 

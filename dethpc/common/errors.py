@@ -97,3 +97,43 @@ class SubmitLimitError(SubmitError):
 
 class ContextError(DethpcError):
     """The model directory cannot be snapshotted (too large, missing, ...)."""
+
+
+class UnsupportedError(DethpcError):
+    """A name of Determined's API that dethpc refuses, raised where the user's code calls
+    (or reads) it: the message names the Determined feature and what to do instead
+    (``dethpc.core.determined_surface`` holds every such message). Never an
+    ``AttributeError``: ``name`` is Determined's dotted name (``determined.X.y``)."""
+
+    exit_code = 2
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+class EnterpriseOnlyError(DethpcError):
+    """Determined's ``det.errors.EnterpriseOnlyError`` (a feature of its Enterprise
+    edition's master): dethpc has no master and never raises it; defined so that code
+    catching it runs unchanged."""
+
+
+class CheckpointNotFound(DethpcError):  # noqa: N818 - Determined's name
+    """Determined's ``det.errors.CheckpointNotFound``: a checkpoint uuid that this trial's
+    checkpoint directory does not hold (``CheckpointContext.restore_path``,
+    ``get_metadata``, ``download``, ``delete``)."""
+
+
+class InvalidHP(Exception):  # noqa: N818 - Determined's name
+    """Determined's ``det.InvalidHP``: training code raises it when its hyperparameters
+    cannot work. Raised out of ``core.init()``'s block (or a ``Trainer``), the trial
+    reports an early exit (``invalid_hp``) and the process exits 0, as in Determined; the
+    searcher then treats the trial as one that exited early. Not a ``DethpcError``: it is
+    the user's signal, not a dethpc failure."""
+
+    def __init__(self, msg: str = "...") -> None:
+        if not isinstance(msg, str):
+            raise TypeError("InvalidHP takes a message string, not "
+                            f"{type(msg).__name__}")
+        super().__init__(msg)
+        self.msg = msg

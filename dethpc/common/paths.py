@@ -11,6 +11,8 @@ Layout::
       trials/<trial-id>/
         hparams.json  target.json  job.sbatch  slurm-%A_%a.out
         metrics.jsonl  checkpoints/<uuid>/  exits.jsonl  stop
+        trial-metadata.json  tensorboard/
+        checkpoints/.tmp-<uuid>/      (being written)  checkpoints/.deleted-<uuid>/  (being deleted)
 """
 
 from __future__ import annotations
@@ -18,6 +20,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+#: a checkpoint being deleted (``CheckpointContext.delete``): neither listed nor resumed
+#: from; the daemon removes what is left of it
+CHECKPOINT_DELETED_PREFIX = ".deleted-"
+
+
+def deleted_checkpoint(checkpoint: Path) -> Path:
+    """Where checkpoint directory ``checkpoint`` (``.../checkpoints/<uuid>``) goes while it
+    is being deleted: ``.../checkpoints/.deleted-<uuid>``."""
+    return checkpoint.parent / f"{CHECKPOINT_DELETED_PREFIX}{checkpoint.name}"
 
 
 def dethpc_home() -> Path:
@@ -80,6 +92,17 @@ class TrialPaths:
     @property
     def stop(self) -> Path:
         return self.root / "stop"
+
+    @property
+    def run_metadata(self) -> Path:
+        """The trial's metadata (Determined's ``TrainContext.set_metadata``): one JSON
+        object, replaced whole (atomically) by rank 0 at each call."""
+        return self.root / "trial-metadata.json"
+
+    @property
+    def tensorboard(self) -> Path:
+        """The trial's own TensorBoard files (``TrainContext.get_tensorboard_path()``)."""
+        return self.root / "tensorboard"
 
     @property
     def signal_file(self) -> Path:

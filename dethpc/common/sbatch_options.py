@@ -3,7 +3,9 @@
 Owns: sbatch's option vocabulary (long options, short forms, getopt prefixes:
 ``canonical_option``, ``option_value``), the options dethpc manages itself
 (``MANAGED_SBATCH_OPTIONS``, ``managed_option``) and the check of a site's or user's
-``sbatch_args`` against them (``check_args``), the layering of ``sbatch_args`` over
+``sbatch_args`` against them (``check_args``), getopt's complaints about an option as
+sbatch prints them and the item that spelled it (``complained_option``,
+``spells_option``), the layering of ``sbatch_args`` over
 defaults (``layer``, rule below), sbatch's own refusals of a directive list
 (``sbatch_conflicts``, for checks and tests), a script's ``#SBATCH`` lines as sbatch
 reads them (``script_header``) and the number of tasks a job's options ask for
@@ -23,6 +25,7 @@ it. So every option appears at most once.
 from __future__ import annotations
 
 import enum
+import re
 import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -98,6 +101,42 @@ _KIND_OF: dict[str, Kind] = {
     "--gpus-per-socket": Kind.GPUS,
     "--cpus-per-task": Kind.CPUS, "--cpus-per-gpu": Kind.CPUS,
 }
+
+
+#: getopt's complaints about an option (glibc's words, which sbatch prints after its own
+#: name for a command-line or ``#SBATCH`` option: "sbatch: unrecognized option '--x'")
+GETOPT_COMPLAINTS = ("unrecognized option", "invalid option", "requires an argument",
+                     "is ambiguous", "doesn't allow an argument")
+_SHORT_NAMED = re.compile(r"-- '(.)'")
+_LONG_NAMED = re.compile(r"'(--?[^'=\s]+)")
+
+
+def getopt_complaint(text: str) -> bool:
+    """Whether ``text`` is getopt's complaint about an option."""
+    low = text.lower()
+    return any(c in low for c in GETOPT_COMPLAINTS)
+
+
+def complained_option(text: str) -> str | None:
+    """The option getopt's complaint names: ``'--x'`` and ``'--x=v'`` -> ``--x``,
+    ``-- 'Z'`` -> ``-Z``; None when ``text`` is no such complaint or names none."""
+    if not getopt_complaint(text):
+        return None
+    short = _SHORT_NAMED.search(text)
+    if short:
+        return f"-{short[1]}"
+    named = _LONG_NAMED.search(text)
+    return named[1] if named else None
+
+
+def spells_option(arg: str, option: str) -> bool:
+    """Whether the ``sbatch_args`` item ``arg`` is written with ``option`` (as named by
+    ``complained_option``): ``--x = v`` and ``--x=v`` spell ``--x``; ``-Zv`` spells ``-Z``."""
+    body = arg.strip().removeprefix(DROP)
+    if option.startswith("--"):
+        head = body.split("=", 1)[0].split()
+        return bool(head) and head[0] == option
+    return body.startswith(option) and not body.startswith("--")
 
 
 def canonical_option(arg: str) -> str | None:

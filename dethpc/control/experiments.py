@@ -40,7 +40,11 @@ def check_resources(cfg: ExperimentConfig, cluster: ClusterConfig, backend: Back
     from dethpc.jobs.allocation import plan_allocation
 
     pool = cluster.pool(cfg.resources.resource_pool)
-    alloc = plan_allocation(cfg.resources.slots_per_trial, pool, cfg.slurm)
+    try:
+        alloc = plan_allocation(cfg.resources.slots_per_trial, pool, cfg.slurm)
+    except SubmitError:
+        check_capacity(cfg, cluster, backend)   # more than the partition holds: say that
+        raise                                   # else: the slots do not fill whole nodes
     backend.check_pool(pool.partition, pool.qos, alloc.nodes, alloc.ntasks_per_node,
                        alloc.gpus_per_node)
     if cfg.slurm.components and not backend.traits.het_jobs:
@@ -55,6 +59,30 @@ def check_resources(cfg: ExperimentConfig, cluster: ClusterConfig, backend: Back
                                comp.tasks_per_node * comp.cpus_per_task, 0)
         except DethpcError as exc:
             raise SubmitError(f"{where}: {exc}") from None
+
+
+def check_capacity(cfg: ExperimentConfig, cluster: ClusterConfig, backend: Backend) -> None:
+    """``resources.slots_per_trial`` rounded up to whole nodes of the pool's
+    ``slots_per_node`` fits the pool's partition, else ``SubmitError`` naming the field,
+    the partition's nodes and the most it holds. Asked when the slots do not fill whole
+    nodes, whose fix (another multiple, fewer slots per node) is no fix when even the
+    rounded-up request is larger than the partition (Determined's 100 slots on a few
+    8-GPU nodes)."""
+    from dethpc.jobs.allocation import plan_allocation
+
+    pool = cluster.pool(cfg.resources.resource_pool)
+    slots = cfg.resources.slots_per_trial
+    per_node = cfg.slurm.slots_per_node or pool.slots_per_node
+    if per_node < 1 or slots <= per_node:
+        return
+    whole = plan_allocation(-(-slots // per_node) * per_node, pool, cfg.slurm)
+    try:
+        backend.check_pool(pool.partition, pool.qos, whole.nodes, whole.ntasks_per_node,
+                           whole.gpus_per_node)
+    except SubmitError as exc:
+        raise SubmitError(f"resources.slots_per_trial={slots} cannot be satisfied: it needs "
+                          f"{whole.nodes} node(s) of {per_node} slot(s) (slots_per_node of "
+                          f"pool {pool.name!r}); {exc}") from None
 
 
 def check_containers(cfg: ExperimentConfig, cluster: ClusterConfig) -> None:
@@ -97,8 +125,14 @@ def check_with_scheduler(cfg: ExperimentConfig, cluster: ClusterConfig, backend:
     jobs = jobs or ManagedJobs()
     with tempfile.TemporaryDirectory(prefix="dethpc-verdict-") as tmp:
         run_dir = Path(tmp)
-        script = jobs.verdict_script(cfg, cluster, backend=backend.traits.kind,
-                                     python=cluster.python or sys.executable, run_dir=run_dir)
+        try:
+            script = jobs.verdict_script(cfg, cluster, backend=backend.traits.kind,
+                                         python=cluster.python or sys.executable,
+                                         run_dir=run_dir)
+        except SubmitError:
+            if ours is not None:
+                raise ours from None   # no job to ask Slurm about: dethpc's finding stands
+            raise
         path = run_dir / "job.sbatch"
         path.write_text(script, encoding="utf-8")
         words = backend.judge(JobRequest(name="dethpc-verdict", comment="dethpc:verdict",

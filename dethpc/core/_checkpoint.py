@@ -12,8 +12,12 @@ files; the ranks then report ``ok`` or their error (an allgather), and only when
 every rank succeeded does rank 0 hash, write ``metadata.json`` and rename. A rank
 that raised makes every rank raise; a rank that died makes the collective fail; in
 both cases nothing is published and the previous checkpoint stays the latest.
+``delete(storage_id)`` (Determined's, rank 0): the directory is renamed to
+``.deleted-<uuid>`` (from then on it is neither listed nor resumed from), a
+``checkpoint_deleted`` record is appended to metrics.jsonl, then the files are removed.
 Must not: import torch or know what the files hold (the Trainer does), or delete
-complete checkpoints (garbage collection belongs to the daemon).
+checkpoints other than on the user's ``delete()`` (garbage collection belongs to the
+daemon).
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dethpc.common.errors import DethpcError
+from dethpc.common.errors import CheckpointNotFound, DethpcError
+from dethpc.common.paths import CHECKPOINT_DELETED_PREFIX
 from dethpc.core._distributed import DistributedContext
 from dethpc.core._train import TrainContext, sanitize
 
@@ -40,6 +45,8 @@ log = logging.getLogger(__name__)
 
 METADATA_FILE = "metadata.json"
 TMP_PREFIX = ".tmp-"
+#: a checkpoint being deleted (``CheckpointContext.delete``): hidden from ``list()``
+DELETED_PREFIX = CHECKPOINT_DELETED_PREFIX
 FORMAT_VERSION = 1
 
 
@@ -53,6 +60,10 @@ class DownloadMode(enum.Enum):
 
 class CheckpointError(DethpcError):
     """A checkpoint is missing, incomplete or corrupt, or was used the wrong way."""
+
+
+class CheckpointMissing(CheckpointError, CheckpointNotFound):
+    """No checkpoint of that uuid here (Determined's ``det.errors.CheckpointNotFound``)."""
 
 
 def sha256_file(path: Path, *, fsync: bool = False) -> str:
@@ -352,11 +363,29 @@ class CheckpointContext:
         """What ``metadata.json`` says about checkpoint ``uuid`` (unverified)."""
         return read_metadata(self._path_of(uuid))
 
-    def get_metadata(self, uuid: str) -> dict[str, Any]:
+    def get_metadata(self, storage_id: str) -> dict[str, Any]:
         """The metadata given to ``store_path``/``upload`` (with ``steps_completed``),
         as Determined's ``get_metadata(storage_id)`` returns it."""
-        info = self.info(uuid)
+        info = self.info(storage_id)
         return {**info.metadata, "steps_completed": info.steps_completed}
+
+    def delete(self, storage_id: str) -> None:
+        """Delete checkpoint ``storage_id`` of this trial (Determined's ``delete``; rank 0
+        only, as every write of the run directory). It is renamed to
+        ``.deleted-<uuid>`` first, so that no run resumes from it (nor from what is left
+        if the process dies while removing it), then a ``checkpoint_deleted`` record tells
+        the daemon, then its files are removed."""
+        if self._dist.rank != 0:
+            raise CheckpointError(f"delete() called on rank {self._dist.rank}: only rank 0 "
+                                  "deletes checkpoints (as only it writes them)")
+        path = self._path_of(storage_id)
+        gone = self.directory / f"{DELETED_PREFIX}{storage_id}"
+        os.replace(path, gone)
+        _fsync_dir(self.directory)
+        self._verified.pop(storage_id, None)
+        if self._train is not None:
+            self._train.report_checkpoint_deleted(storage_id)
+        shutil.rmtree(gone, ignore_errors=True)
 
     def upload(self, ckpt_dir: str | os.PathLike[str] | None,
                metadata: Mapping[str, Any] | None = None, *, shard: bool = False,
@@ -413,15 +442,15 @@ class CheckpointContext:
                 shutil.copy2(file, dst / rel)
 
     def _path_of(self, uuid: str) -> Path:
-        if not uuid or "/" in uuid or uuid.startswith("."):
-            raise CheckpointError(f"{uuid!r} is not a checkpoint uuid")
+        if not isinstance(uuid, str) or not uuid or "/" in uuid or uuid.startswith("."):
+            raise CheckpointMissing(f"{uuid!r} is not a checkpoint uuid")
         path = self.directory / uuid
         if not path.is_dir():
-            raise CheckpointError(f"checkpoint {uuid} not found in {self.directory}")
+            raise CheckpointMissing(f"checkpoint {uuid} not found in {self.directory}")
         return path
 
     @contextlib.contextmanager
-    def restore_path(self, uuid: str,
+    def restore_path(self, storage_id: str,
                      download_mode: DownloadMode = DownloadMode.LocalWorkersShareDownload, *,
                      selector: Callable[[str], bool] | None = None) -> Iterator[Path]:
         """Yield the directory of a complete, checksum-verified checkpoint.
@@ -436,7 +465,7 @@ class CheckpointContext:
         unchanged.
         """
         DownloadMode(download_mode)
-        info = read_metadata(self._path_of(uuid))
+        info = read_metadata(self._path_of(storage_id))
         self._verify(info, selector)
         yield info.path
 

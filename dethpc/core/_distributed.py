@@ -3,7 +3,9 @@
 Owns: ``DistributedContext`` (rank, size, local/cross ranks; ``allgather``,
 ``gather``, ``broadcast``, ``barrier`` of picklable objects) with Determined's
 constructors (``DistributedContext(rank=..., ...)``, ``from_torch_distributed``,
-``from_deepspeed``, ``from_horovod``): over ``torch.distributed`` when it is
+``from_deepspeed``, ``from_horovod``; ``from_tf_config`` refused) and its per-node
+collectives (``allgather_local``, ``gather_local``, ``broadcast_local``: one collective of
+every rank, each keeping its node's part): over ``torch.distributed`` when it is
 initialized, else over a TCP star (``_ipc``); ``DummyDistributedContext`` (one
 process, identity ops).
 Must not: import torch at module import time (the daemon imports dethpc.core on a
@@ -109,24 +111,52 @@ class DistributedContext:
     def is_local_chief(self) -> bool:
         return self.local_rank == 0
 
-    def allgather(self, obj: T) -> list[T]:
-        """Every rank's ``obj``, in rank order, on every rank."""
+    def allgather(self, stuff: T) -> list[T]:
+        """Every rank's ``stuff``, in rank order, on every rank."""
         star = self._connect()
         if star is None:
-            return [obj]
-        return star.allgather(obj)  # type: ignore[no-any-return]
+            return [stuff]
+        return star.allgather(stuff)  # type: ignore[no-any-return]
 
-    def gather(self, obj: T) -> list[T] | None:
-        """Every rank's ``obj`` on rank 0 (in rank order); ``None`` on the others."""
-        out = self.allgather(obj)
+    def gather(self, stuff: T) -> list[T] | None:
+        """Every rank's ``stuff`` on rank 0 (in rank order); ``None`` on the others."""
+        out = self.allgather(stuff)
         return out if self.rank == 0 else None
 
-    def broadcast(self, obj: T) -> T:
-        """Rank 0's ``obj`` on every rank."""
+    def broadcast(self, stuff: T) -> T:
+        """Rank 0's ``stuff`` on every rank."""
         star = self._connect()
         if star is None:
-            return obj
-        return star.broadcast(obj)  # type: ignore[no-any-return]
+            return stuff
+        return star.broadcast(stuff)  # type: ignore[no-any-return]
+
+    # ------------------------------------------------ Determined's local collectives
+    def _node_parts(self, stuff: Any) -> list[tuple[int, Any]]:
+        """``(local_rank, stuff)`` of every rank on this node, in local rank order: one
+        collective of every rank (Determined's are per node; see ``allgather_local``)."""
+        if self.local_size < 2:
+            return [(self.local_rank, stuff)]
+        everyone = self.allgather((self.cross_rank, self.local_rank, stuff))
+        return sorted((lr, s) for cr, lr, s in everyone if cr == self.cross_rank)
+
+    def allgather_local(self, stuff: T) -> list[T]:
+        """Every rank's ``stuff`` of this node, in local rank order, on each of them.
+
+        Unlike Determined's (a ZMQ star per node), this is a collective of every rank of
+        the trial, each keeping its own node's part: every rank must call it, as
+        ``allgather``. Without other ranks on the node it costs nothing."""
+        return [s for _, s in self._node_parts(stuff)]
+
+    def gather_local(self, stuff: T) -> list[T] | None:
+        """This node's ``stuff`` on its local chief (``local_rank`` 0), in local rank
+        order; ``None`` on the other ranks (every rank must call it)."""
+        out = self.allgather_local(stuff)
+        return out if self.local_rank == 0 else None
+
+    def broadcast_local(self, stuff: T | None = None) -> T | None:
+        """The local chief's ``stuff`` on every rank of its node (every rank must call it)."""
+        parts = self._node_parts(stuff)
+        return parts[0][1] if parts else stuff
 
     def barrier(self) -> None:
         self.allgather(None)
@@ -181,6 +211,13 @@ class DistributedContext:
         return cls(rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(),
                    local_size=hvd.local_size(), cross_rank=hvd.cross_rank(),
                    cross_size=hvd.cross_size(), chief_ip=chief_ip)
+
+    @classmethod
+    def from_tf_config(cls) -> DistributedContext:
+        """Determined's TensorFlow constructor: refused (no TensorFlow launcher)."""
+        from dethpc.core._refused import refuse
+
+        refuse("determined.core.DistributedContext.from_tf_config")
 
     @classmethod
     def auto(cls, env: Mapping[str, str] | None = None) -> DistributedContext:
@@ -270,13 +307,13 @@ class TorchDistributedContext(DistributedContext):
         if dist.get_backend() != "gloo":
             self._group = dist.new_group(backend="gloo")
 
-    def allgather(self, obj: T) -> list[T]:
+    def allgather(self, stuff: T) -> list[T]:
         out: list[Any] = [None] * self.size
-        self._dist.all_gather_object(out, obj, group=self._group)
+        self._dist.all_gather_object(out, stuff, group=self._group)
         return out
 
-    def broadcast(self, obj: T) -> T:
-        box: list[Any] = [obj if self.rank == 0 else None]
+    def broadcast(self, stuff: T) -> T:
+        box: list[Any] = [stuff if self.rank == 0 else None]
         self._dist.broadcast_object_list(box, src=0, group=self._group)
         return box[0]  # type: ignore[no-any-return]
 

@@ -3,8 +3,9 @@
 Owns: ``ClusterInfo``
 (trial/experiment ids, run id, trial seed, directories, the experiment config, and
 Determined's spellings: ``.trial`` -> ``TrialInfo``, ``.user_data``, ``.task_type``,
-``.container_addrs``, ...) and the readers of ``hparams.json`` and the experiment's
-``config.yaml``.
+``.container_addrs``, ``.slot_ids``, ``.agent_id``, ... read from Slurm's environment
+through ``dethpc.common.slots``), Determined's ``TrialInfo``, ``RendezvousInfo`` and
+``ResourcesInfo``, and the readers of ``hparams.json`` and the experiment's ``config.yaml``.
 Must not: import torch, write any file, or know the checkpoint format.
 """
 
@@ -84,20 +85,73 @@ def _read_experiment_config(path: Path | None) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-@dataclass(frozen=True)
 class TrialInfo:
-    """Determined's ``det.get_cluster_info().trial``: the trial that is running."""
+    """Determined's ``det.get_cluster_info().trial``: the trial that is running (the same
+    constructor as Determined's; ``config``, ``steps_completed``, ``trial_run_id``,
+    ``debug`` and ``inter_node_network_interface`` are kept private, as there)."""
 
-    trial_id: int
-    experiment_id: int
-    trial_seed: int
-    hparams: dict[str, Any]
-    #: the experiment config (private in Determined too: read ``hparams``/``user_data``)
-    _config: dict[str, Any]
-    #: 0 on the first run, +1 per requeue (Determined's ``_trial_run_id`` starts at 1)
-    _trial_run_id: int
-    #: the searcher unit's steps of the latest checkpoint is not known here: always 0
-    _steps_completed: int = 0
+    def __init__(self, trial_id: int, experiment_id: int, trial_seed: int,
+                 hparams: dict[str, Any], config: dict[str, Any], steps_completed: int,
+                 trial_run_id: int, debug: bool,
+                 inter_node_network_interface: str | None) -> None:
+        self.trial_id = trial_id
+        self.experiment_id = experiment_id
+        self.trial_seed = trial_seed
+        self.hparams = hparams
+        #: the experiment config (private in Determined too: read ``hparams``/``user_data``)
+        self._config = config
+        #: the steps of the checkpoint this run started from (``$DET_STEPS_COMPLETED``)
+        self._steps_completed = steps_completed
+        #: 1 on the first run, +1 per requeue or resume (as Determined's)
+        self._trial_run_id = trial_run_id
+        self._debug = debug
+        self._inter_node_network_interface = inter_node_network_interface
+
+    def __repr__(self) -> str:
+        return (f"TrialInfo(trial_id={self.trial_id}, experiment_id={self.experiment_id}, "
+                f"trial_seed={self.trial_seed}, hparams={self.hparams!r})")
+
+
+class RendezvousInfo:
+    """Determined's ``RendezvousInfo``: the trial's nodes ("containers"), this node's
+    index and the slots of each node."""
+
+    def __init__(self, container_addrs: list[str], container_rank: int,
+                 container_slot_counts: list[int]) -> None:
+        self.container_addrs = container_addrs
+        self.container_rank = container_rank
+        self.container_slot_counts = container_slot_counts
+
+
+class ResourcesInfo:
+    """Determined's ``ResourcesInfo``: the UUIDs of this node's GPUs."""
+
+    def __init__(self, gpu_uuids: list[str]) -> None:
+        self._gpu_uuids = gpu_uuids
+
+    @property
+    def gpu_uuids(self) -> list[str]:
+        return self._gpu_uuids
+
+
+def query_gpu_uuids(devices: list[str], timeout_s: float = 10.0) -> list[str]:
+    """The UUIDs of GPUs ``devices`` (indices) from ``nvidia-smi``; ``[]`` when it is
+    absent or fails (Determined reads them the same way, by inspection)."""
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None or not devices:
+        return []
+    try:
+        done = subprocess.run([smi, "--query-gpu=uuid", "--format=csv,noheader",
+                               "-i", ",".join(devices)], capture_output=True, text=True,
+                              timeout=timeout_s, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    if done.returncode != 0:
+        return []
+    return [line.strip() for line in done.stdout.splitlines() if line.strip()]
 
 
 @dataclass
@@ -121,6 +175,8 @@ class ClusterInfo:
     _latest: Callable[[], str | None] | None = field(default=None, repr=False)
     _latest_cache: list[str | None] = field(default_factory=list, repr=False)
     _config_cache: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    #: this node's ``ResourcesInfo`` once known (Determined's ``_resources_info``)
+    _resources: list[ResourcesInfo] = field(default_factory=list, repr=False)
 
     @property
     def restart_count(self) -> int:
@@ -152,12 +208,81 @@ class ClusterInfo:
 
     @property
     def task_id(self) -> str:
+        """``<experiment>.<trial>`` (Determined's: ``<experiment>.<uuid>``)."""
         return f"{self.experiment_id}.{self.trial_id}"
 
     @property
     def allocation_id(self) -> str:
-        """One per run of the trial: ``<experiment>.<trial>.<run>``."""
-        return f"{self.task_id}.{self.run_id}"
+        """One per run of the trial: ``<task_id>.<trial_run_id>`` (as Determined's; the
+        run counts from 1)."""
+        return f"{self.task_id}.{self.run_id + 1}"
+
+    @property
+    def agent_id(self) -> str:
+        """This node's name (``$SLURMD_NODENAME``, else the hostname), as Determined's Slurm
+        launcher sets it."""
+        from dethpc.common.slots import agent_id
+
+        return agent_id(self._env)
+
+    @property
+    def cluster_id(self) -> str:
+        """The Slurm cluster's name (``$SLURM_CLUSTER_NAME``; "" outside Slurm)."""
+        return self._env.get("SLURM_CLUSTER_NAME", "")
+
+    @property
+    def slot_ids(self) -> list[int]:
+        """This node's slots: its GPU indices, else ``0..n-1`` for its CPU slots."""
+        from dethpc.common.slots import slot_ids
+
+        return slot_ids(self._env)
+
+    @property
+    def _rendezvous_info(self) -> RendezvousInfo:
+        """Determined's ``RendezvousInfo`` of the trial, from Slurm's environment: its
+        nodes (``$SLURM_JOB_NODELIST`` expanded, first node first), this node's index
+        (``$SLURM_NODEID``) and each node's slots."""
+        from dethpc.common.hostlist import expand_hostlist
+        from dethpc.common.slots import slot_counts
+
+        spec = self._env.get("SLURM_JOB_NODELIST") or self._env.get("SLURM_NODELIST") or ""
+        return RendezvousInfo(expand_hostlist(spec) if spec else ["127.0.0.1"],
+                              _env_int("SLURM_NODEID", self._env) or 0, slot_counts(self._env))
+
+    @property
+    def container_slot_counts(self) -> list[int]:
+        """The slots of each of the trial's nodes, first node first."""
+        return self._rendezvous_info.container_slot_counts
+
+    @property
+    def gpu_uuids(self) -> list[str]:
+        """This node's GPUs' UUIDs: named by the environment, else asked of ``nvidia-smi``
+        (once per process); ``[]`` without GPUs or when they cannot be known."""
+        from dethpc.common.slots import gpu_devices, gpu_uuids
+
+        if not self._resources:
+            known = gpu_uuids(self._env)
+            self._resources.append(ResourcesInfo(
+                known if known is not None else query_gpu_uuids(gpu_devices(self._env))))
+        return self._resources[0].gpu_uuids
+
+    @property
+    def master_url(self) -> str:
+        """There is no master: always ``""``."""
+        return ""
+
+    @property
+    def session_token(self) -> str:
+        """There is no master to log in to: always ``""``."""
+        return ""
+
+    @property
+    def master_cert_name(self) -> str | None:
+        return None
+
+    @property
+    def master_cert_file(self) -> str | None:
+        return None
 
     @property
     def trial(self) -> TrialInfo:
@@ -167,10 +292,14 @@ class ClusterInfo:
         if not self.on_cluster:
             raise DethpcError("get_cluster_info().trial is only available inside a trial "
                               "(DETHPC_TRIAL_DIR is not set)")
+        config = self.experiment_config
         return TrialInfo(trial_id=self.trial_id or 0, experiment_id=self.experiment_id or 0,
                          trial_seed=self.trial_seed or 0,
-                         hparams=read_hparams(self.trial_dir, self._env),
-                         _config=self.experiment_config, _trial_run_id=self.run_id)
+                         hparams=read_hparams(self.trial_dir, self._env), config=config,
+                         steps_completed=_env_int("DET_STEPS_COMPLETED", self._env) or 0,
+                         trial_run_id=self.run_id + 1, debug=bool(config.get("debug")),
+                         inter_node_network_interface=self._env.get(
+                             "DET_INTER_NODE_NETWORK_INTERFACE") or None)
 
     @property
     def user_data(self) -> dict[str, Any]:
@@ -181,15 +310,12 @@ class ClusterInfo:
     @property
     def container_addrs(self) -> list[str]:
         """The trial's nodes (``$SLURM_JOB_NODELIST`` expanded), first node first."""
-        from dethpc.common.hostlist import expand_hostlist
-
-        spec = self._env.get("SLURM_JOB_NODELIST") or self._env.get("SLURM_NODELIST") or ""
-        return expand_hostlist(spec) if spec else ["127.0.0.1"]
+        return self._rendezvous_info.container_addrs
 
     @property
     def container_rank(self) -> int:
         """This node's index among ``container_addrs`` (``$SLURM_NODEID``)."""
-        return _env_int("SLURM_NODEID", self._env) or 0
+        return self._rendezvous_info.container_rank
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ClusterInfo:

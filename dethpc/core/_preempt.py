@@ -40,6 +40,9 @@ class PreemptMode(enum.Enum):
 
     #: every rank calls should_preempt(); rank 0 decides and broadcasts (a collective)
     WorkersAskChief = "workers_ask_chief"
+    #: every rank decides alone from its own signal and the stop file (no collective;
+    #: Determined's ranks each ask the master)
+    WorkersAskMaster = "workers_ask_master"
     #: only rank 0 calls should_preempt(); other ranks always get False
     ChiefOnly = "chief_only"
     #: no handlers, no stop file: should_preempt() is always False
@@ -84,6 +87,17 @@ class PreemptContext:
         self._previous: dict[signal.Signals, Any] = {}
         if mode is not PreemptMode.ExplicitOnly:
             self._install({parse_signal(signal_name), signal.SIGTERM})
+
+    def start(self) -> PreemptContext:
+        """Determined starts its watcher thread here; dethpc's handlers are installed when
+        the context is built, so this only returns the context."""
+        return self
+
+    def __enter__(self) -> PreemptContext:
+        return self.start()
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
 
     # -------------------------------------------------------------- handlers
     def _install(self, signums: set[signal.Signals]) -> None:
@@ -152,6 +166,8 @@ class PreemptContext:
             return False
         if self._mode is PreemptMode.ChiefOnly:
             reason = self._local_reason() if self._dist.rank == 0 else None
+        elif self._mode is PreemptMode.WorkersAskMaster:
+            reason = self._local_reason()
         else:
             local = self._local_reason() if self._dist.rank == 0 else None
             reason = self._dist.broadcast(local)

@@ -1,8 +1,9 @@
 """The searcher's target for this trial, read from ``target.json``.
 
 Owns: ``SearcherContext`` (``target_length``, ``unit``, ``validate_at`` and a
-Determined-style ``operations()`` iterator yielding one ``SearcherOperation``)
-and ``DummySearcherContext`` (off-cluster: no target unless one is given).
+Determined-style ``operations()`` iterator yielding one ``SearcherOperation``),
+``DummySearcherContext`` (off-cluster: no target unless one is given), and Determined's
+``SearcherContextMissing`` and ``DummySearcherOperation``.
 Must not: talk to the daemon (the searcher metric reaches it through the
 validation records in metrics.jsonl), import torch, or write files.
 """
@@ -129,7 +130,7 @@ class SearcherContext:
                               "Trainer.fit(max_length=Batch(100))")
         op = SearcherOperation(length=self.target.length, unit=self.target.unit)
         yield op
-        if not op.completed:
+        if not op.completed and self._dist.rank == 0:   # only the chief reports (Determined)
             log.warning("searcher operation finished without report_completed()")
 
     def acknowledge_out_of_ops(self) -> None:
@@ -143,9 +144,42 @@ class SearcherContext:
         return Unit[self.target.unit.upper()]
 
 
+class DummySearcherOperation(SearcherOperation):
+    """Determined's ``DummySearcherOperation(length, is_chief)``: an operation of
+    ``length`` batches (``is_chief`` is accepted; any rank may report here)."""
+
+    def __init__(self, length: int, is_chief: bool = True) -> None:
+        super().__init__(length=length, unit="batches")
+        del is_chief
+
+
+class SearcherContextMissing(SearcherContext):
+    """Determined's searcher context of a trial without ``searcher.max_length``: every
+    call says so (the same message as ``SearcherContext`` without a target)."""
+
+    def __init__(self, dist: DistributedContext | None = None) -> None:
+        super().__init__(None, dist)
+
+
 class DummySearcherContext(SearcherContext):
-    """Off-cluster twin: no target unless ``target`` is given."""
+    """Off-cluster twin: no target unless ``target`` is given; ``operations()`` then yields
+    one operation of ``length`` batches, as Determined's dummy does."""
 
     def __init__(self, target: Target | None = None,
-                 dist: DistributedContext | None = None) -> None:
+                 dist: DistributedContext | None = None, length: int = 1) -> None:
         super().__init__(target, dist)
+        self._length = length
+
+    def operations(self, searcher_mode: SearcherMode = SearcherMode.WorkersAskChief,
+                   auto_ack: bool = True) -> Iterator[SearcherOperation]:
+        if self.target is not None:
+            yield from super().operations(searcher_mode, auto_ack)
+            return
+        SearcherMode(searcher_mode)
+        op = DummySearcherOperation(self._length, self._dist.rank == 0)
+        yield op
+        if not op.completed and self._dist.rank == 0:   # only the chief reports (Determined)
+            log.warning("searcher operation finished without report_completed()")
+
+    def get_configured_units(self) -> Unit | None:
+        return super().get_configured_units() if self.target is not None else Unit.BATCHES

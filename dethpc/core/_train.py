@@ -2,26 +2,32 @@
 
 Owns: ``MetricsWriter`` (one JSON object per line, flushed and fsync'd per
 line, never invalid JSON), ``TrainContext`` (rank 0 writes, other ranks no-op;
-training/validation/other-group metrics, progress)
+training/validation/other-group metrics, progress, Determined's early exit, alerts,
+the trial's metadata file, its TensorBoard directory, the experiment's best validation
+read from its trials' files), ``EarlyExitReason``, ``TensorboardMode``
 and ``DummyTrainContext`` (logs only, used off-cluster).
 Must not: import torch (tensors are converted through ``.item()``/``.tolist()``),
-aggregate metrics across ranks (the caller does), or read the file back.
+aggregate metrics across ranks (the caller does), or read this trial's metrics.jsonl
+back (``best_validation`` reads the experiment's trials' files, this one's included,
+only when asked).
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import math
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from dethpc.common.errors import DethpcError
 from dethpc.common.jsonlines import ends_mid_line
+from dethpc.common.paths import TrialPaths
 from dethpc.core._distributed import DistributedContext
 
 log = logging.getLogger(__name__)
@@ -108,12 +114,84 @@ def _check_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:
     return dict(metrics)
 
 
-class TrainContext:
-    """``report_training_metrics`` / ``report_validation_metrics`` into metrics.jsonl."""
+class TensorboardMode(enum.Enum):
+    """Determined's ``TensorboardMode``. dethpc writes no TensorBoard files of its own
+    (``dethpc tensorboard`` derives them from metrics.jsonl); the mode only decides
+    whether ``upload_tensorboard_files()`` may be called (MANUAL), as in Determined."""
 
-    def __init__(self, writer: MetricsWriter | None, dist: DistributedContext) -> None:
+    AUTO = "AUTO"
+    MANUAL = "MANUAL"
+
+
+class EarlyExitReason(enum.Enum):
+    """Why a trial ends before its length (Determined's values)."""
+
+    INVALID_HP = "EXITED_REASON_INVALID_HP"
+    USER_REQUESTED_STOP = "EXITED_REASON_USER_REQUESTED_STOP"
+
+
+#: the ``reason`` an ``early_exit`` record carries, per ``EarlyExitReason``
+EARLY_EXIT_WORDS = {EarlyExitReason.INVALID_HP: "invalid_hp",
+                    EarlyExitReason.USER_REQUESTED_STOP: "user_requested_stop"}
+#: the levels ``Context.alert`` accepts (Determined's)
+ALERT_LEVELS = ("debug", "info", "warn", "error")
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Replace ``path`` by a JSON file holding ``data`` (temp file, fsync, rename)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, allow_nan=False, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def best_validation(trial_dir: Path, metric: str, smaller_is_better: bool) -> float | None:
+    """The best ``metric`` of every validation record of the experiment's trials
+    (``<run dir>/trials/*/metrics.jsonl``; only this trial's file when it has no siblings,
+    as a detached job), or None when none reported it. Broken lines are skipped."""
+    root = trial_dir.parent
+    files = (sorted(root.glob("*/metrics.jsonl")) if root.name == "trials"
+             else [TrialPaths(trial_dir).metrics])
+    best: float | None = None
+    for path in files:
+        try:
+            lines = path.read_bytes().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            if b'"validation"' not in line:
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            value = rec.get("metrics", {}).get(metric) if isinstance(rec, dict) \
+                and rec.get("kind") == "validation" and isinstance(rec.get("metrics"), dict) \
+                else None
+            if isinstance(value, bool) or not isinstance(value, int | float) \
+                    or not math.isfinite(value):
+                continue
+            if best is None or (value < best if smaller_is_better else value > best):
+                best = float(value)
+    return best
+
+
+class TrainContext:
+    """``report_training_metrics`` / ``report_validation_metrics`` into metrics.jsonl,
+    and the rest of Determined's ``TrainContext`` (docs/core-api.md)."""
+
+    def __init__(self, writer: MetricsWriter | None, dist: DistributedContext, *,
+                 trial_dir: Path | None = None,
+                 config: Callable[[], Mapping[str, Any]] | None = None,
+                 tensorboard_mode: TensorboardMode = TensorboardMode.AUTO) -> None:
         self._writer = writer
         self._dist = dist
+        self._trial_dir = trial_dir
+        self._config = config
+        self._tensorboard_mode = TensorboardMode(tensorboard_mode)
+        self._early_exit: EarlyExitReason | None = None
 
     def _write(self, record: dict[str, Any]) -> None:
         if self._writer is not None and self._dist.rank == 0:
@@ -166,11 +244,115 @@ class TrainContext:
         if self._dist.rank == 0:
             log.info("trial status: %s", status)
 
+    # ------------------------------------------------------- Determined's extras
+    def report_early_exit(self, reason: EarlyExitReason) -> None:
+        """Say why the trial ends before its length: an ``early_exit`` record
+        (``{"kind": "early_exit", "reason": "invalid_hp"|"user_requested_stop"}``, rank 0)
+        that the daemon reads as Determined's master reads the call. Once per run, as
+        Determined (a second call is logged and dropped). The process should then exit
+        normally; ``det.InvalidHP`` raised out of ``core.init()``'s block does both."""
+        try:
+            why = EarlyExitReason(reason)
+        except ValueError:
+            raise DethpcError(f"report_early_exit({reason!r}): give a "
+                              "det.core.EarlyExitReason (INVALID_HP or USER_REQUESTED_STOP)") \
+                from None
+        if self._early_exit is not None:
+            log.warning("early exit already reported (%s); ignoring %s",
+                        self._early_exit.name, why.name)
+            return
+        self._early_exit = why
+        log.info("report_early_exit(%s)", why.name)
+        self._write({"kind": "early_exit", "reason": EARLY_EXIT_WORDS[why]})
+
+    @property
+    def early_exit(self) -> EarlyExitReason | None:
+        """The early exit this process reported, if any."""
+        return self._early_exit
+
+    def report_alert(self, title: str | None, description: str | None, level: str) -> None:
+        """``Context.alert``: an ``alert`` record (rank 0) and a log line at ``level``."""
+        if level not in ALERT_LEVELS:
+            raise DethpcError(f"alert level {level!r} is not one of {', '.join(ALERT_LEVELS)}")
+        if self._dist.rank != 0:
+            return
+        log.log({"warn": logging.WARNING, "error": logging.ERROR, "debug": logging.DEBUG}
+                .get(level, logging.INFO), "alert: %s: %s", title or "", description or "")
+        self._write({"kind": "alert", "title": title or "", "description": description or "",
+                     "level": level})
+
+    def _metadata_path(self) -> Path | None:
+        return None if self._trial_dir is None else TrialPaths(self._trial_dir).run_metadata
+
+    def set_metadata(self, metadata: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace the trial's metadata (Determined's run metadata) with ``metadata``:
+        ``trial-metadata.json`` in the trial directory (rank 0, atomically) and a
+        ``metadata`` record for the daemon; returns what was set."""
+        if not isinstance(metadata, Mapping):
+            raise DethpcError(f"set_metadata() takes a dict, got {type(metadata).__name__}")
+        clean = sanitize(dict(metadata), "metadata")
+        path = self._metadata_path()
+        if path is not None and self._dist.rank == 0:
+            write_json_atomic(path, clean)
+        self._write({"kind": "metadata", "metadata": clean})
+        return dict(clean)
+
+    def get_metadata(self) -> dict[str, Any] | None:
+        """The trial's metadata last set (by any run of the trial), None when never set."""
+        path = self._metadata_path()
+        if path is None:
+            return None
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise DethpcError(f"trial metadata {path} cannot be read: {exc}") from exc
+        return data if isinstance(data, dict) else None
+
+    def get_tensorboard_path(self) -> Path:
+        """Where this trial's TensorBoard files go: ``<trial dir>/tensorboard`` (created;
+        on the shared filesystem, so nothing needs uploading)."""
+        if self._trial_dir is None:
+            raise DethpcError("get_tensorboard_path() needs a trial directory")
+        path = TrialPaths(self._trial_dir).tensorboard
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def upload_tensorboard_files(
+            self, selector: Callable[[Path], bool] = lambda _: True,
+            mangler: Callable[[Path, int], Path] = lambda p, __: p) -> None:
+        """Determined copies the TensorBoard files to its storage; here they are written
+        on the shared filesystem already, so this checks the mode (MANUAL, as Determined
+        requires) and does nothing else."""
+        if self._tensorboard_mode is not TensorboardMode.MANUAL:
+            raise DethpcError("upload_tensorboard_files() can only be used with "
+                              "core.init(tensorboard_mode=TensorboardMode.MANUAL), as in "
+                              "Determined")
+        del selector, mangler
+
+    def get_experiment_best_validation(self) -> float | None:
+        """The best ``searcher.metric`` any trial of the experiment reported in a
+        validation so far (lowest or highest by ``searcher.smaller_is_better``, default
+        True), read from the trials' metrics.jsonl files; None when there is none yet."""
+        config = dict(self._config()) if self._config is not None else {}
+        raw = config.get("searcher")
+        searcher: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        metric = searcher.get("metric")
+        if self._trial_dir is None or not isinstance(metric, str) or not metric:
+            return None
+        smaller = searcher.get("smaller_is_better", True)
+        return best_validation(self._trial_dir, metric, smaller is not False)
+
     def report_checkpoint(self, steps_completed: int, uuid: str,
                           metadata: Mapping[str, Any]) -> None:
         """Used by the checkpoint context after a checkpoint is complete."""
         self._write({"kind": "checkpoint", "steps": _check_steps(steps_completed),
                      "uuid": uuid, "metadata": dict(metadata)})
+
+    def report_checkpoint_deleted(self, uuid: str) -> None:
+        """Used by the checkpoint context's ``delete()`` once the checkpoint is hidden."""
+        self._write({"kind": "checkpoint_deleted", "uuid": uuid})
 
     def close(self) -> None:
         if self._writer is not None:
@@ -178,10 +360,35 @@ class TrainContext:
 
 
 class DummyTrainContext(TrainContext):
-    """Off-cluster twin: metrics go to the log, nothing is written."""
+    """Off-cluster twin: metrics go to the log, nothing is written (except TensorBoard
+    files, which go where ``tensorboard_path`` says, default ``./tensorboard``)."""
 
-    def __init__(self, dist: DistributedContext | None = None) -> None:
-        super().__init__(None, dist or DistributedContext())
+    def __init__(self, tensorboard_path: Path | None = None,
+                 dist: DistributedContext | None = None, *,
+                 tensorboard_mode: TensorboardMode = TensorboardMode.AUTO) -> None:
+        super().__init__(None, dist or DistributedContext(), tensorboard_mode=tensorboard_mode)
+        self._tensorboard_path = tensorboard_path
+        self._metadata: dict[str, Any] | None = None
+
+    def set_metadata(self, metadata: Mapping[str, Any]) -> dict[str, Any]:
+        self._metadata = super().set_metadata(metadata)
+        return dict(self._metadata)
+
+    def get_metadata(self) -> dict[str, Any] | None:
+        return None if self._metadata is None else dict(self._metadata)
+
+    def get_tensorboard_path(self) -> Path:
+        path = Path(self._tensorboard_path or Path.cwd() / "tensorboard")
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def get_experiment_best_validation(self) -> float | None:
+        return None
+
+    def upload_tensorboard_files(
+            self, selector: Callable[[Path], bool] = lambda _: True,
+            mangler: Callable[[Path, int], Path] = lambda p, __: p) -> None:
+        """Off-cluster: nothing to upload, in either mode (as Determined's dummy)."""
 
     def _write(self, record: dict[str, Any]) -> None:
         if self._dist.rank == 0:

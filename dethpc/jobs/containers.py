@@ -68,11 +68,12 @@ def traits_of(settings: ContainerSettings) -> RuntimeTraits:
     return _TRAITS[RuntimeKind(settings.runtime)]
 
 
-#: what ``cleanenv`` always passes: dethpc's contract, Slurm's per-task variables, the
-#: rendezvous of the launchers, NCCL/CUDA/GPU selection, MPI/PMIx wiring, and the
-#: user's identity and locale (names, or ``PREFIX_*``)
-PASSED = ("DETHPC_*", "SLURM_*", "SLURMD_*", "NCCL_*", "CUDA_*", "NVIDIA_*", "GPU_DEVICE_ORDINAL",
-          "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "OMPI_*", "PMIX_*", "PMI_*", "UCX_*",
+#: what ``cleanenv`` always passes: dethpc's contract, Determined's ``DET_*`` variables,
+#: Slurm's per-task variables, the rendezvous of the launchers, NCCL/CUDA/GPU selection,
+#: MPI/PMIx wiring, and the user's identity and locale (names, or ``PREFIX_*``)
+PASSED = ("DETHPC_*", "DET_*", "SLURM_*", "SLURMD_*", "NCCL_*", "CUDA_*", "NVIDIA_*",
+          "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "OMPI_*",
+          "PMIX_*", "PMI_*", "UCX_*",
           "GLOO_*", "TORCH_*", "TORCHELASTIC_*", "OMP_NUM_THREADS", "MASTER_ADDR",
           "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
           "ROLE_RANK", "ROLE_WORLD_SIZE", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "HOME", "USER",

@@ -1,7 +1,8 @@
 """Rendering of job scripts: directives built in Python, layout in Jinja2.
 
 Owns: the trial job
-script (``render_trial_script``), the array script that maps array task ids to
+script (``render_trial_script``) and its environment (``trial_env``: dethpc's contract
+and Determined's ``DET_*`` variables), the array script that maps array task ids to
 trial scripts (``render_array_script``), the entrypoint -> argv rule, and the
 Jinja2 environment (``StrictUndefined``; ``shquote``/``shjoin`` filters; a
 site's template directory first, so a site can ``{% extends "base/..." %}``).
@@ -27,6 +28,7 @@ from dethpc.common.traits import BackendTraits
 from dethpc.common.version import __version__
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
 from dethpc.launch._determined import from_determined
+from dethpc.launch.detenv import static_env
 
 TRIAL_TEMPLATE = "trial.sbatch.j2"
 ARRAY_TEMPLATE = "array.sbatch.j2"
@@ -178,6 +180,7 @@ def render_trial_script(ts: TrialScript, jenv: jinja2.Environment | None = None)
         signal_grace_s=ts.signal_grace_s, component_steps=ts.component_steps,
         component_names=",".join(("trial", *ts.component_names)),
         srun_steps=ts.traits.srun_steps, hook_env=str(ts.hook_env or _hook_env(ts)),
+        python=ts.python,
         hook_command=ts.hook_command or startup_hook_argv(ts.hook_env or _hook_env(ts)),
         exit_preempted=EXIT_PREEMPTED,
         exit_stopped=EXIT_STOPPED, local_requeue_exit=LOCAL_REQUEUE_EXIT)
@@ -198,11 +201,19 @@ def render_array_script(*, experiment_id: int, batch_id: int, directives: Sequen
         directives=list(directives), tasks=[(i, str(p)) for i, p in tasks])
 
 
+def uses_gpus(cfg: ExperimentConfig, pool: ResourcePool) -> bool:
+    """Does a trial of ``cfg`` get GPUs in ``pool`` (its slots are GPUs)?"""
+    return (pool.gres is not None and pool.gres.split(":", 1)[0] == "gpu"
+            and cfg.resources.slots_per_trial > 0)
+
+
 def trial_env(cfg: ExperimentConfig, cluster: ClusterConfig, pool: ResourcePool, *,
               experiment_id: int, trial_id: int, trial_dir: Path, context_dir: Path,
               checkpoint_dir: Path, config_path: Path, backend: str,
               extra: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
-    """The environment a trial's job exports: dethpc's contract, then the user's."""
+    """The environment a trial's job exports: dethpc's contract, Determined's ``DET_*``
+    variables known before the run starts (``dethpc.launch.detenv.static_env``; the job
+    script adds the rest when the run starts), then the user's."""
     env = [
         ("DETHPC_EXPERIMENT_ID", str(experiment_id)),
         ("DETHPC_TRIAL_ID", str(trial_id)),
@@ -217,6 +228,10 @@ def trial_env(cfg: ExperimentConfig, cluster: ClusterConfig, pool: ResourcePool,
     ]
     if pool.socket_ifname:
         env.append(("DETHPC_SOCKET_IFNAME", pool.socket_ifname))
+    env += static_env(experiment_id=experiment_id, trial_id=trial_id,
+                      trial_seed=cfg.experiment_seed + trial_id, config=cfg.raw,
+                      gpus=uses_gpus(cfg, pool), workdir=str(context_dir),
+                      ifname=pool.socket_ifname)
     env += list((extra or {}).items())
     user_env = cfg.environment.environment_variables
     if pool.gres and cfg.environment.environment_variables_gpu is not None:

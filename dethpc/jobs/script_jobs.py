@@ -27,7 +27,8 @@ from dethpc.common.sbatch_options import canonical_option, option_value
 from dethpc.common.traits import BackendKind
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
 from dethpc.jobs.protocol import TrialJob
-from dethpc.jobs.render import make_env
+from dethpc.jobs.render import make_env, uses_gpus
+from dethpc.launch.detenv import static_env
 from dethpc.launch.jobapi import hparam_env
 
 ARRAY_TEMPLATE = "search_array.sbatch.j2"
@@ -191,17 +192,19 @@ class ScriptJobs:
         return jenv.get_template(TRIAL_TEMPLATE).render(
             version=__version__, experiment_id=trial.exp_id, trial_id=trial.trial_id,
             script_name=self.sub.script_name, backend=traits.name, trial_dir=str(tp.root),
-            env=trial_env(cfg, pool, self.paths, trial), bin_dir=str(self.paths.bin),
+            env=trial_env(cfg, pool, self.paths, trial, self.sub.workdir),
+            bin_dir=str(self.paths.bin),
             python=python, command=[str(self.paths.script), *self.sub.args],
             signal=pool.signal, signal_grace_s=pool.signal_grace_s,
             requeue_in_place=traits.requeue_in_place, local_requeue_exit=LOCAL_REQUEUE_EXIT)
 
 
 def trial_env(cfg: ExperimentConfig, pool: ResourcePool, paths: ExperimentPaths,
-              trial: TrialJob) -> list[tuple[str, str]]:
+              trial: TrialJob, workdir: Path | None = None) -> list[tuple[str, str]]:
     """What a search's trial exports, in order: dethpc's job-side contract, the
-    hyperparameters (``DETHPC_HPARAMS``, ``DETHPC_HP_<NAME>``) and the searcher's target
-    length when the search has one."""
+    hyperparameters (``DETHPC_HPARAMS``, ``DETHPC_HP_<NAME>``), the searcher's target
+    length when the search has one, and Determined's ``DET_*`` variables known before the
+    run (``dethpc.launch.detenv.static_env``; the wrapper adds the rest as it starts)."""
     tp = paths.trial(trial.trial_id)
     env = [("DETHPC_EXPERIMENT_ID", str(trial.exp_id)),
            ("DETHPC_TRIAL_ID", str(trial.trial_id)),
@@ -214,4 +217,8 @@ def trial_env(cfg: ExperimentConfig, pool: ResourcePool, paths: ExperimentPaths,
     if trial.target_length > 0:
         env += [("DETHPC_TARGET_LENGTH", str(trial.target_length)),
                 ("DETHPC_TARGET_UNIT", trial.unit)]
+    env += static_env(experiment_id=trial.exp_id, trial_id=trial.trial_id,
+                      trial_seed=cfg.experiment_seed + trial.trial_id, config=cfg.raw,
+                      gpus=uses_gpus(cfg, pool), workdir=str(workdir or paths.context),
+                      ifname=pool.socket_ifname)
     return env

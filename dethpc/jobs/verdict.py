@@ -3,7 +3,9 @@
 Owns: ``suspects`` (a pure function from Slurm's words to the cluster-config and
 experiment-config fields, with their values, that decide what Slurm refused) and
 ``refusal_message`` (the text ``dethpc submit`` prints: Slurm's own words, the pool,
-the fields, the fix). ``experiments.check_with_scheduler`` runs the one
+the fields, the fix). When sbatch's getopt refuses an option (``sbatch: unrecognized
+option '--x'``), the fields are the ``sbatch_args`` items that spell it
+(``option_suspects``). ``experiments.check_with_scheduler`` runs the one
 ``sbatch --test-only`` and calls these.
 Must not: run commands or read files.
 """
@@ -12,7 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dethpc.common.sbatch_options import managed_option
+from dethpc.common.sbatch_options import (
+    canonical_option,
+    complained_option,
+    getopt_complaint,
+    managed_option,
+    spells_option,
+)
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
 
 
@@ -53,8 +61,14 @@ RULES: tuple[_Rule, ...] = (
           "ask for at most as many nodes as the partition has"),
     _Rule(("generic resource", "gres"), ("gres", "gpu_type"), ("slurm.gpu_type",),
           "name a GRES type the nodes have (`sinfo -o '%P %G'`)"),
-    _Rule(("node configuration is not available", "memory required", "more processors",
-           "cpu count"),
+    # more CPUs in all than the partition has (sbatch --test-only here: 12 nodes x 8
+    # tasks on four 16-CPU nodes)
+    _Rule(("more processors requested than permitted",),
+          ("slots_per_node", "cpus_per_slot", "partition"),
+          ("resources.slots_per_trial", "slurm.slots_per_node"),
+          "ask for at most the partition's CPUs in all: slots_per_trial x cpus_per_slot "
+          "(`sinfo -p PARTITION -o '%D nodes x %c CPUs'`)"),
+    _Rule(("node configuration is not available", "memory required", "cpu count"),
           ("slots_per_node", "cpus_per_slot", "mem_per_slot", "gres", "gpu_type",
            "partition"),
           ("resources.slots_per_trial", "slurm.slots_per_node", "slurm.gpu_type"),
@@ -63,6 +77,10 @@ RULES: tuple[_Rule, ...] = (
     _Rule(("policy", "qosmax", "assocmax", "grp"), ("qos", "account"), (),
           "stay within the QoS's and the association's limits (`sacctmgr show qos`)"),
 )
+
+#: the fix for getopt's complaint about an ``sbatch_args`` item (``option_suspects``)
+OPTION_FIX = ("remove the item, or write an option this site's sbatch knows (`sbatch "
+              "--help`; a value goes after '=': --option=value)")
 
 
 def _pool_value(pool: ResourcePool, key: str) -> object:
@@ -74,17 +92,48 @@ def _experiment_value(cfg: ExperimentConfig, key: str) -> object:
     return getattr(getattr(cfg, section), name)
 
 
+def _pools(cfg: ExperimentConfig, cluster: ClusterConfig) -> list[ResourcePool]:
+    """The trial's pool, then its het components' other pools."""
+    pools = [cluster.pool(cfg.resources.resource_pool)]
+    pools += [cluster.pool(c.resource_pool) for c in cfg.slurm.components
+              if c.resource_pool and cluster.pool(c.resource_pool) not in pools]
+    return pools
+
+
+def option_suspects(words: str, cfg: ExperimentConfig,
+                    cluster: ClusterConfig) -> list[Suspect]:
+    """The ``sbatch_args`` items (the pools', then the experiment's, each with its index)
+    behind getopt's complaint in ``words``: those that spell the option it names; when
+    none does, those whose option sbatch 22.05 does not know; else every non-empty
+    ``sbatch_args`` list. Empty for other words."""
+    if not getopt_complaint(words):
+        return []
+    items = [(f"pools.{pool.name}.sbatch_args", pool.sbatch_args)
+             for pool in _pools(cfg, cluster)]
+    items.append(("slurm.sbatch_args", cfg.slurm.sbatch_args))
+    named = complained_option(words)
+    for chosen in (lambda a: named is not None and spells_option(a, named),
+                   lambda a: canonical_option(a.removeprefix("!")) is None):
+        found = [Suspect(f"{field}[{i}]", arg) for field, args in items
+                 for i, arg in enumerate(args) if chosen(arg)]
+        if found:
+            return found
+    return [Suspect(field, list(args)) for field, args in items if args]
+
+
 def suspects(words: str, cfg: ExperimentConfig, cluster: ClusterConfig) -> list[Suspect]:
     """The fields behind Slurm's ``words`` about the trials' job of ``cfg``: the trial's
     pool (and het components' pools), set experiment fields, then any ``sbatch_args``
-    (they can replace or drop every directive). Empty when no rule knows the words."""
+    (they can replace or drop every directive); for getopt's complaint about an option,
+    the items that spell it (``option_suspects``). Empty when no rule knows the words."""
+    by_option = option_suspects(words, cfg, cluster)
+    if by_option:
+        return by_option
     low = words.lower()
     rules = [r for r in RULES if any(w in low for w in r.words)]
     if not rules:
         return []
-    pools = [cluster.pool(cfg.resources.resource_pool)]
-    pools += [cluster.pool(c.resource_pool) for c in cfg.slurm.components
-              if c.resource_pool and cluster.pool(c.resource_pool) not in pools]
+    pools = _pools(cfg, cluster)
     out: list[Suspect] = []
     for rule in rules:
         for pool in pools:
@@ -118,9 +167,12 @@ def refusal_message(words: str, cfg: ExperimentConfig, cluster: ClusterConfig,
     if found:
         lines.append("  the fields behind it:")
         lines += [f"    {s}" for s in found]
-        fixes = [r.fix for r in RULES if any(w in words.lower() for w in r.words)]
-        lines.append(f"  fix: {fixes[0]}; or choose another pool with "
-                     "resources.resource_pool")
+        if option_suspects(words, cfg, cluster):
+            lines.append(f"  fix: {OPTION_FIX}")
+        else:
+            fixes = [r.fix for r in RULES if any(w in words.lower() for w in r.words)]
+            lines.append(f"  fix: {fixes[0]}; or choose another pool with "
+                         "resources.resource_pool")
     asked = [d for d in directives if managed_option(d) is None]
     lines.append(f"  the job asked for: {' '.join(asked)}")
     return "\n".join(lines)

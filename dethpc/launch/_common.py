@@ -251,6 +251,8 @@ def rendezvous_env(layout: JobLayout) -> dict[str, str]:
     return {
         "MASTER_ADDR": layout.master_addr,
         "MASTER_PORT": str(layout.master_port),
+        # Determined's launchers tell the ranks the chief's address this way
+        "DET_CHIEF_IP": layout.master_addr,
         "WORLD_SIZE": str(layout.world_size),
         "LOCAL_WORLD_SIZE": str(layout.tasks_per_node),
         "PYTHONUNBUFFERED": "1",
@@ -543,6 +545,10 @@ def worker_env(env: Mapping[str, str]) -> dict[str, str]:
     out = dict(env)
     for key, value in derived.items():
         out.setdefault(key, value)
+    if "DET_TRIAL_ID" in env:  # a trial: Determined's per-node variables of this node
+        from dethpc.launch.detenv import node_env
+
+        out.update(node_env(env))
     out.update(gpu_env(env, int(out["LOCAL_RANK"]), local_world))
     out.setdefault("PYTHONUNBUFFERED", "1")
     return out

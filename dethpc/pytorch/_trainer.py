@@ -2,8 +2,11 @@
 
 Owns: the loop over batches with training/validation reporting, checkpoints at
 a period, at the end and on preemption, exact resume (model, optimizers, LR
-schedulers, every rank's RNG state and the data position, so a run preempted k
-times ends bit-identical to an uninterrupted one on CPU), and test mode.
+schedulers, a wrapped gradient scaler, every rank's RNG state and the data position, so
+a run preempted k times ends bit-identical to an uninterrupted one on CPU), test mode,
+``context.set_stop_requested(True)`` (checkpoint, an early exit, return), and the refusal,
+before training, of a trial that asks for what the loop does not do (Determined's
+callbacks, whole-dataset validation, reducers other than the mean).
 Must not: parse the experiment config beyond the two period fields, exit the
 process (``dethpc.core.init`` does, with 80/81), or know how files are laid out
 (``dethpc.core`` checkpoint/train contexts do).
@@ -25,9 +28,11 @@ from torch import nn
 
 from dethpc.common.errors import DethpcError
 from dethpc.common.jobenv import ENV_TEST_MODE
+from dethpc.core import EarlyExitReason
+from dethpc.core._refused import refuse
 from dethpc.pytorch._data import EpochLoaders
 from dethpc.pytorch._state import capture_rng, preserved_rng, restore_rng
-from dethpc.pytorch._trial import PyTorchTrial, PyTorchTrialContext, StepMode
+from dethpc.pytorch._trial import TRAINER_REFUSES, PyTorchTrial, PyTorchTrialContext, Reducer
 from dethpc.pytorch._units import Batch, TrainUnit, as_unit, from_config
 
 log = logging.getLogger(__name__)
@@ -97,6 +102,26 @@ class Trainer:
         self.progress = _Progress()
         self._pending: list[dict[str, Any]] = []
 
+    def configure_profiler(self, sync_timings: bool = True, enabled: bool = False,
+                           begin_on_batch: int = 0, end_after_batch: int | None = None) -> None:
+        """Determined's system-metrics profiler: logged, nothing is profiled."""
+        if enabled:
+            log.info("configure_profiler(enabled=True): dethpc collects no system metrics; "
+                     "use sstat/seff or torch.profiler")
+
+    def _refuse_unsupported(self) -> None:
+        """Refuse, before anything trains, a trial that relies on what the loop does not do."""
+        base = PyTorchTrial
+        for name in TRAINER_REFUSES:
+            if getattr(type(self.trial), name) is not getattr(base, name):
+                refuse(f"determined.pytorch.PyTorchTrial.{name}")
+        if self.trial.build_callbacks():
+            refuse("determined.pytorch.PyTorchCallback")
+        reducer = self.trial.evaluation_reducer()
+        reducers = reducer.values() if isinstance(reducer, Mapping) else [reducer]
+        if any(r is not Reducer.AVG for r in reducers):
+            refuse("determined.pytorch.PyTorchTrial.evaluation_reducer")
+
     # ------------------------------------------------------------------ plan
     def _plan(self, max_length: TrainUnit | None, checkpoint_period: TrainUnit | None,
               validation_period: TrainUnit | None, reporting_period: TrainUnit,
@@ -161,6 +186,7 @@ class Trainer:
             raise DethpcError(f"checkpoint_policy {checkpoint_policy!r} is not one of "
                               "best, all, none")
         del profiling_enabled
+        self._refuse_unsupported()
         if test_mode is None:
             test_mode = os.environ.get(ENV_TEST_MODE, "").lower() in ("1", "true", "yes")
         seed = self.context.get_trial_seed()
@@ -182,6 +208,8 @@ class Trainer:
             uuid = self.core.info.latest_checkpoint
         if uuid is not None:
             self._restore(uuid)
+        self.context._batches_per_epoch = plan.batches_per_epoch
+        self.context._batches = self.context._initial_batch = self.progress.batches
         log.info("training to %d batches (%d per epoch) from batch %d%s", plan.max_batches,
                  plan.batches_per_epoch, self.progress.batches,
                  f", resumed from checkpoint {uuid}" if uuid else "")
@@ -200,8 +228,8 @@ class Trainer:
         while self.progress.batches < plan.max_batches:
             epoch, offset = divmod(self.progress.batches, plan.batches_per_epoch)
             for batch in self._train_data.epoch(epoch, offset):
-                batch_idx = self.progress.batches
-                metrics = self.trial.train_batch(self.context.to_device(batch), epoch, batch_idx)
+                batch_idx = self.context._batches = self.progress.batches
+                metrics = self.trial.train_batch(self._device(batch), epoch, batch_idx)
                 if not isinstance(metrics, Mapping):
                     raise DethpcError(f"train_batch() must return a dict of metrics, got "
                                       f"{type(metrics).__name__}")
@@ -214,11 +242,13 @@ class Trainer:
                     return False
         return False
 
+    def _device(self, batch: Any) -> Any:
+        return self.context.to_device(batch) if self.context.experimental.auto_to_device \
+            else batch
+
     def _step_schedulers(self, plan: _Plan) -> None:
-        epoch_end = self.progress.batches % plan.batches_per_epoch == 0
         for wrapped in self.context.lr_schedulers:
-            if wrapped.step_mode is StepMode.STEP_EVERY_BATCH or (
-                    epoch_end and wrapped.step_mode is StepMode.STEP_EVERY_EPOCH):
+            if wrapped.due(self.progress.batches, plan.batches_per_epoch):
                 wrapped.scheduler.step()
 
     def _after_step(self, plan: _Plan) -> bool:
@@ -235,11 +265,18 @@ class Trainer:
         return False
 
     def _check_preempt(self, plan: _Plan) -> bool:
-        if not self.core.preempt.should_preempt():
+        # every rank's own flag, as Determined's: trial code sets it on every rank
+        requested = self.context.get_stop_requested()
+        if not requested and not self.core.preempt.should_preempt():
             return False
         self._report_training(plan)
         if self.progress.batches > 0 and self.progress.last_checkpoint != self.progress.batches:
             self._checkpoint(plan)
+        if requested:
+            self.core.train.report_early_exit(EarlyExitReason.USER_REQUESTED_STOP)
+            log.info("stopped at batch %d: the trial asked to stop (set_stop_requested)",
+                     self.progress.batches)
+            return True
         log.info("stopped at batch %d (%s)", self.progress.batches, self.core.preempt.reason)
         return True
 
@@ -276,7 +313,7 @@ class Trainer:
             for idx, batch in enumerate(self._val_data.epoch(0)):
                 if plan.test_validation_batches is not None and idx >= plan.test_validation_batches:
                     break
-                row = self.trial.evaluate_batch(self.context.to_device(batch), idx)
+                row = self.trial.evaluate_batch(self._device(batch), idx)
                 for key, raw in row.items():
                     value = _to_float(raw)
                     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -309,6 +346,8 @@ class Trainer:
                 "optimizers": [o.state_dict() for o in self.context.optimizers],
                 "lr_schedulers": [w.scheduler.state_dict() for w in self.context.lr_schedulers],
                 "progress": asdict(self.progress),
+                "scaler": (None if self.context.scaler is None
+                           else self.context.scaler.state_dict()),
                 "rng": rngs,
             }
             meta = {"steps_completed": plan.steps(self.progress.batches),
@@ -344,6 +383,8 @@ class Trainer:
             opt.load_state_dict(sd)
         for wrapped, sd in zip(self.context.lr_schedulers, state["lr_schedulers"], strict=True):
             wrapped.scheduler.load_state_dict(sd)
+        if self.context.scaler is not None and state.get("scaler") is not None:
+            self.context.scaler.load_state_dict(state["scaler"])
         self.progress = _Progress(**state["progress"])
         rngs = state.get("rng") or []
         if len(rngs) == self.dist.size:

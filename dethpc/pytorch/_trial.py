@@ -1,11 +1,16 @@
 """The Trial API: ``PyTorchTrial`` (what users subclass) and ``PyTorchTrialContext``.
 
-Owns: the abstract trial methods, the context that wraps models, optimizers and
-LR schedulers (moving them to the device and into DistributedDataParallel when
-the process group has more than one rank), hyperparameter access, the trial
-seed (seeded at construction, before the trial builds its model), and
-``backward``/``step_optimizer`` helpers.
-Must not: run the training loop, touch files, or decide when to stop (Trainer).
+Owns: the abstract trial methods (and Determined's optional ones: served, or refused by
+the Trainer when a trial overrides them), the context that wraps models, optimizers,
+LR schedulers and a gradient scaler (moving models to the device and into
+DistributedDataParallel when the process group has more than one rank), hyperparameter
+access, the trial seed (seeded at construction, before the trial builds its model),
+``backward``/``step_optimizer`` helpers, the Trainer's position as Determined's context
+shows it (``current_train_batch``, ``is_epoch_end``, ...), ``set_stop_requested``,
+the TensorBoard path and writer, ``LRScheduler`` (Determined's wrapper and its
+``StepMode``), ``Reducer`` and ``PyTorchExperimentalContext``.
+Must not: run the training loop, touch files other than through ``dethpc.core``, or
+decide when to stop (Trainer).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,20 +30,79 @@ from torch import nn
 
 from dethpc.common.errors import DethpcError
 from dethpc.core import Context, DistributedContext
+from dethpc.core._refused import RefusedAttribute, refused_method
 
 log = logging.getLogger(__name__)
 
 
 class StepMode(enum.Enum):
-    STEP_EVERY_BATCH = "batch"
-    STEP_EVERY_EPOCH = "epoch"
-    MANUAL_STEP = "manual"
+    """When the Trainer steps an LR scheduler (Determined's ``LRScheduler.StepMode``)."""
+
+    STEP_EVERY_EPOCH = 1
+    STEP_EVERY_BATCH = 2
+    MANUAL_STEP = 3
+    #: with one optimizer step per batch (dethpc has no gradient aggregation): per batch
+    STEP_EVERY_OPTIMIZER_STEP = 4
 
 
 @dataclass
 class WrappedScheduler:
     scheduler: Any
     step_mode: StepMode
+    frequency: int = 1
+
+    def due(self, batches: int, batches_per_epoch: int) -> bool:
+        """Step after batch ``batches`` (1-based count of batches trained)?"""
+        if self.step_mode in (StepMode.STEP_EVERY_BATCH, StepMode.STEP_EVERY_OPTIMIZER_STEP):
+            return batches % self.frequency == 0
+        if self.step_mode is StepMode.STEP_EVERY_EPOCH and batches % batches_per_epoch == 0:
+            return (batches // batches_per_epoch) % self.frequency == 0
+        return False
+
+
+_StepMode = StepMode
+
+
+class LRScheduler:
+    """Determined's ``det.pytorch.LRScheduler``: a scheduler with the step mode the
+    Trainer follows; ``wrap_lr_scheduler`` accepts one, and its methods are the
+    scheduler's."""
+
+    StepMode = StepMode
+
+    def __init__(self, scheduler: Any, step_mode: _StepMode, frequency: int = 1) -> None:
+        self.scheduler = scheduler
+        self.step_mode = StepMode(step_mode)
+        self.frequency = _check_frequency(frequency)
+
+    def get_last_lr(self) -> list[float]:
+        return list(self.scheduler.get_last_lr())
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self.scheduler.state_dict())
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.scheduler.load_state_dict(state_dict)
+
+    def step(self, *args: Any, **kwargs: Any) -> None:
+        self.scheduler.step(*args, **kwargs)
+
+
+def _check_frequency(frequency: Any) -> int:
+    if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
+        raise DethpcError(f"LR scheduler frequency must be an int >= 1, got {frequency!r}")
+    return frequency
+
+
+class Reducer(enum.Enum):
+    """Determined's built-in reducers of validation metrics. The Trainer averages every
+    metric over the validation batches, which is ``AVG``: a trial's
+    ``evaluation_reducer()`` may return ``AVG`` (or a dict of them); others are refused."""
+
+    AVG = 1
+    SUM = 2
+    MAX = 3
+    MIN = 4
 
 
 def seed_everything(seed: int) -> None:
@@ -83,6 +148,18 @@ class PyTorchTrialContext:
         self.device = torch.device(device) if device is not None else self._default_device()
         self._seed = self._resolve_seed()
         seed_everything(self._seed)
+        #: Determined's torch-profiler handle: dethpc's Trainer profiles nothing
+        self.profiler: Any = None
+        self.experimental = PyTorchExperimentalContext(self)
+        self._scaler: Any = None
+        self._stop_requested = False
+        self._tensorboard_logging = True
+        self._writer: Any = None
+        #: where the Trainer is (it sets these): batches trained, batches per epoch,
+        #: batches trained when this run started
+        self._batches = 0
+        self._batches_per_epoch = 0
+        self._initial_batch = 0
 
     # ------------------------------------------------------------ accessors
     @property
@@ -140,6 +217,79 @@ class PyTorchTrialContext:
     def get_experiment_config(self) -> dict[str, Any]:
         return self._core.info.experiment_config
 
+    def get_trial_id(self) -> int:
+        """The trial's id (0 off-cluster)."""
+        return self._core.info.trial_id or 0
+
+    def get_experiment_id(self) -> int:
+        """The experiment's id (0 off-cluster)."""
+        return self._core.info.experiment_id or 0
+
+    # ------------------------------------------------- the Trainer's position
+    def get_initial_batch(self) -> int:
+        """Batches trained when this run started (0, or the checkpoint resumed from)."""
+        return self._initial_batch
+
+    def current_train_batch(self) -> int:
+        """Batches trained so far (the index of the batch being trained)."""
+        return self._batches
+
+    def current_train_epoch(self) -> int:
+        """The epoch being trained (0-based)."""
+        per = self._batches_per_epoch
+        return self._batches // per if per else 0
+
+    def is_epoch_start(self) -> bool:
+        """True when the batch being trained is the first of an epoch."""
+        per = self._batches_per_epoch
+        return bool(per) and self._batches % per == 0
+
+    def is_epoch_end(self) -> bool:
+        """True when the batch being trained is the last of an epoch."""
+        per = self._batches_per_epoch
+        return bool(per) and (self._batches + 1) % per == 0
+
+    # ------------------------------------------------------------- stopping
+    def get_stop_requested(self) -> bool:
+        return self._stop_requested
+
+    def set_stop_requested(self, stop_requested: bool) -> None:
+        """Ask the Trainer to stop after the current batch: it checkpoints, records an
+        early exit (``user_requested_stop``) and returns from ``fit``."""
+        if not isinstance(stop_requested, bool):
+            raise DethpcError(f"set_stop_requested() takes a bool, got {stop_requested!r}")
+        self._stop_requested = stop_requested
+
+    # ----------------------------------------------------------- TensorBoard
+    def get_tensorboard_path(self) -> Path:
+        """The trial's TensorBoard directory (``core_context.train.get_tensorboard_path``)."""
+        return self._core.train.get_tensorboard_path()
+
+    def get_tensorboard_writer(self) -> Any:
+        """A ``torch.utils.tensorboard.SummaryWriter`` on ``get_tensorboard_path()``
+        (one per process; needs the ``tensorboard`` package)."""
+        if self._writer is None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as exc:
+                raise DethpcError("get_tensorboard_writer() needs the tensorboard package: "
+                                  "pip install tensorboard") from exc
+            self._writer = SummaryWriter(str(self.get_tensorboard_path()))
+        return self._writer
+
+    def get_enable_tensorboard_logging(self) -> bool:
+        return self._tensorboard_logging
+
+    def set_enable_tensorboard_logging(self, enable_tensorboard_logging: bool) -> None:
+        """Kept for ``get_enable_tensorboard_logging``; the Trainer's metrics reach
+        TensorBoard through ``dethpc tensorboard`` (from metrics.jsonl) either way."""
+        self._tensorboard_logging = bool(enable_tensorboard_logging)
+
+    def set_profiler(self, *args: Any, **kwargs: Any) -> None:
+        """Determined's torch-profiler settings: logged, nothing is profiled."""
+        log.info("set_profiler(): dethpc's Trainer runs no profiler; wrap train_batch in "
+                 "torch.profiler yourself")
+
     def get_data_config(self) -> dict[str, Any]:
         data = self.get_experiment_config().get("data")
         return dict(data) if isinstance(data, Mapping) else {}
@@ -168,30 +318,86 @@ class PyTorchTrialContext:
         self.models.append(model)
         return model
 
-    def wrap_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    def wrap_optimizer(self, optimizer: torch.optim.Optimizer,
+                       backward_passes_per_step: int = 1,
+                       fp16_compression: bool | None = None,
+                       average_aggregated_gradients: bool | None = None
+                       ) -> torch.optim.Optimizer:
+        """Register the optimizer (its state is checkpointed). ``backward_passes_per_step``
+        must be 1 (no gradient aggregation); ``fp16_compression`` (Horovod's) is refused;
+        ``average_aggregated_gradients`` has nothing to average and is ignored."""
+        if backward_passes_per_step != 1:
+            raise DethpcError(f"wrap_optimizer(backward_passes_per_step="
+                              f"{backward_passes_per_step}): dethpc's Trainer steps the "
+                              "optimizer every batch; aggregate gradients over batches "
+                              "yourself, or use a larger global_batch_size")
+        if fp16_compression:
+            raise DethpcError("wrap_optimizer(fp16_compression=True) compresses Horovod's "
+                              "gradient exchange; dethpc's Trainer uses DistributedDataParallel"
+                              ": register a DDP communication hook on the wrapped model")
+        del average_aggregated_gradients
         self.optimizers.append(optimizer)
         return optimizer
 
-    def wrap_lr_scheduler(self, scheduler: Any,
-                          step_mode: StepMode = StepMode.STEP_EVERY_BATCH) -> Any:
-        """The Trainer steps it after every batch / epoch, or never (MANUAL_STEP)."""
-        self.lr_schedulers.append(WrappedScheduler(scheduler, step_mode))
-        return scheduler
+    def wrap_lr_scheduler(self, lr_scheduler: Any,
+                          step_mode: StepMode = StepMode.STEP_EVERY_BATCH,
+                          frequency: int = 1) -> Any:
+        """The Trainer steps it every ``frequency`` batches / epochs, or never
+        (MANUAL_STEP); an ``LRScheduler`` wrapper brings its own mode and frequency."""
+        if isinstance(lr_scheduler, LRScheduler):
+            self.lr_schedulers.append(WrappedScheduler(lr_scheduler.scheduler,
+                                                       lr_scheduler.step_mode,
+                                                       lr_scheduler.frequency))
+            return lr_scheduler
+        self.lr_schedulers.append(WrappedScheduler(lr_scheduler, StepMode(step_mode),
+                                                   _check_frequency(frequency)))
+        return lr_scheduler
+
+    def wrap_scaler(self, scaler: Any) -> Any:
+        """Register a ``torch.cuda.amp.GradScaler`` (or ``torch.amp``'s): ``step_optimizer``
+        steps through it and its state is checkpointed."""
+        self._scaler = scaler
+        return scaler
+
+    @property
+    def scaler(self) -> Any:
+        return self._scaler
 
     # ---------------------------------------------------------------- steps
-    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        loss.backward(**kwargs)
+    def backward(self, loss: torch.Tensor, gradient: torch.Tensor | None = None,
+                 retain_graph: bool = False, create_graph: bool = False) -> None:
+        """``loss.backward(...)``; scaled first when a scaler is wrapped."""
+        if self._scaler is not None:
+            loss = self._scaler.scale(loss)
+        loss.backward(gradient=gradient, retain_graph=retain_graph, create_graph=create_graph)
 
     def step_optimizer(self, optimizer: torch.optim.Optimizer,
                        clip_grads: Callable[[Iterator[nn.Parameter]], None] | None = None,
-                       auto_zero_grads: bool = True) -> None:
-        """Optionally clip, step, then zero the gradients."""
+                       auto_zero_grads: bool = True, scaler: Any = None) -> None:
+        """Optionally clip, step (through ``scaler`` or the wrapped scaler, which is
+        then updated), then zero the gradients."""
+        scaler = scaler if scaler is not None else self._scaler
         if clip_grads is not None:
+            if scaler is not None:
+                scaler.unscale_(optimizer)
             params = (p for group in optimizer.param_groups for p in group["params"])
             clip_grads(params)
-        optimizer.step()
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
         if auto_zero_grads:
             optimizer.zero_grad(set_to_none=True)
+
+    # Determined's mixed precision and custom reducers: refused where called
+    _CTX = "determined.pytorch.PyTorchTrialContext"
+    autocast_forward_pass = refused_method(f"{_CTX}.autocast_forward_pass")
+    configure_apex_amp = refused_method(f"{_CTX}.configure_apex_amp")
+    wrap_reducer = refused_method(f"{_CTX}.wrap_reducer")
+    reduce_metrics = refused_method(f"{_CTX}.reduce_metrics")
+    reset_reducers = refused_method(f"{_CTX}.reset_reducers")
+    run_cross_slot_reduction = refused_method(f"{_CTX}.run_cross_slot_reduction")
 
     def to_device(self, data: Any) -> Any:
         """Move tensors (nested in lists/tuples/dicts) to the trial's device."""
@@ -205,6 +411,26 @@ class PyTorchTrialContext:
             moved = [self.to_device(v) for v in data]
             return type(data)(*moved) if hasattr(data, "_fields") else tuple(moved)
         return data
+
+
+class PyTorchExperimentalContext:
+    """Determined's ``context.experimental``."""
+
+    def __init__(self, parent: PyTorchTrialContext) -> None:
+        self._parent = parent
+        self.auto_to_device = True
+
+    def disable_auto_to_device(self) -> None:
+        """The Trainer then hands batches to the trial as the loader made them."""
+        self.auto_to_device = False
+
+    def disable_dataset_reproducibility_checks(self) -> None:
+        """Nothing to disable: dethpc's Trainer rebuilds the loaders itself, seeded."""
+
+    def use_amp(self) -> None:
+        from dethpc.core._refused import refuse
+
+        refuse("determined.pytorch.PyTorchExperimentalContext.use_amp")
 
 
 class PyTorchTrial(ABC):
@@ -230,3 +456,34 @@ class PyTorchTrial(ABC):
     @abstractmethod
     def build_validation_data_loader(self) -> torch.utils.data.DataLoader:
         ...
+
+    #: Determined's legacy harness classes of a trial: refused when read
+    trial_context_class = RefusedAttribute("determined.pytorch.PyTorchTrial.trial_context_class")
+    trial_controller_class = RefusedAttribute(
+        "determined.pytorch.PyTorchTrial.trial_controller_class")
+
+    # Determined's optional methods: the Trainer refuses a trial that overrides one it
+    # does not run (TRAINER_REFUSES), before training starts.
+    def build_callbacks(self) -> dict[str, Any]:
+        """Determined's Trainer callbacks: none (a trial returning some is refused)."""
+        return {}
+
+    def evaluate_full_dataset(self, data_loader: torch.utils.data.DataLoader) -> dict[str, Any]:
+        """Determined's whole-dataset validation: refused (implement evaluate_batch)."""
+        from dethpc.core._refused import refuse
+
+        refuse("determined.pytorch.PyTorchTrial.evaluate_full_dataset")
+
+    def evaluation_reducer(self) -> Reducer | dict[str, Reducer]:
+        """How validation metrics are reduced over batches: the mean (``Reducer.AVG``)."""
+        return Reducer.AVG
+
+    def get_batch_length(self, batch: Any) -> int:
+        """Records in ``batch`` (Determined counts records with it; dethpc's Trainer
+        counts batches and does not call it)."""
+        first = batch[0] if isinstance(batch, list | tuple) and batch else batch
+        return len(first) if hasattr(first, "__len__") else 1
+
+
+#: Determined trial methods the Trainer does not run: overriding one is refused
+TRAINER_REFUSES = ("evaluate_full_dataset",)

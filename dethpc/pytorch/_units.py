@@ -1,6 +1,7 @@
 """Training lengths for ``Trainer.fit``: ``Batch(n)`` and ``Epoch(n)``.
 
-Owns: the two length types and their conversion to a number of batches.
+Owns: the two length types (and Determined's base of both, ``TrainUnit``) and their
+conversion to a number of batches.
 Must not: import torch (the CLI and the test-mode helper import this package).
 """
 
@@ -14,10 +15,25 @@ from dethpc.common.errors import DethpcError
 
 
 @dataclass(frozen=True)
-class Batch:
-    """A length in batches (optimizer steps of the global batch)."""
+class TrainUnit:
+    """Determined's base of ``Batch`` and ``Epoch``: a length of ``value`` units."""
 
     value: int
+
+    def should_stop(self, step_num: int) -> bool:
+        """True at every multiple of ``value`` (a period's boundary), never at step 0;
+        always True for a ``value`` below 1 (Determined's rule)."""
+        if self.value < 1:
+            return True
+        return step_num != 0 and step_num % self.value == 0
+
+    def batches(self, batches_per_epoch: int) -> int:
+        raise DethpcError(f"{type(self).__name__} is not a length: use Batch(n) or Epoch(n)")
+
+
+@dataclass(frozen=True)
+class Batch(TrainUnit):
+    """A length in batches (optimizer steps of the global batch)."""
 
     def __post_init__(self) -> None:
         _check(self.value, "Batch")
@@ -27,19 +43,14 @@ class Batch:
 
 
 @dataclass(frozen=True)
-class Epoch:
+class Epoch(TrainUnit):
     """A length in passes over the training data."""
-
-    value: int
 
     def __post_init__(self) -> None:
         _check(self.value, "Epoch")
 
     def batches(self, batches_per_epoch: int) -> int:
         return self.value * batches_per_epoch
-
-
-TrainUnit = Batch | Epoch
 
 
 def _check(value: Any, name: str) -> None:

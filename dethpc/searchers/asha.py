@@ -16,7 +16,9 @@ jobs or checkpoints (a ``Stop`` or ``Continue`` is only a request to the daemon)
 Metrics are kept internally as "smaller is better" values (negated when
 ``smaller_is_better`` is false) so one ordering serves both directions. A trial
 that exits early before reporting at its rung is recorded there with the worst
-possible value (``EXITED``, Determined's ``math.MaxFloat64``). The formulas and
+possible value (``EXITED``, Determined's ``math.MaxFloat64``); one that exited
+``invalid_hp`` (``det.InvalidHP``) leaves every rung and is replaced by a new trial
+in its bracket (Determined's ``trialExitedEarly``). The formulas and
 every deviation from Determined are written up in ``docs/searchers.md``.
 """
 
@@ -33,6 +35,7 @@ from dethpc.config.model import AshaMode, AshaVariant, HParamTree, SearcherConfi
 from dethpc.config.searcher_registry import SearcherSpec, enum_option, int_list_option, int_option
 from dethpc.searchers import sampling
 from dethpc.searchers.base import (
+    INVALID_HP,
     Action,
     Continue,
     Create,
@@ -321,7 +324,9 @@ class AshaSearcher(Searcher):
         if index is None or request_id not in self.brackets[index].running:
             return []
         self.brackets[index].running.discard(request_id)
-        if self.variant is AshaVariant.STOPPING:
+        if reason == INVALID_HP:
+            self._drop(index, request_id)
+        elif self.variant is AshaVariant.STOPPING:
             self._stopping_exit(index, request_id, reason)
         else:
             self._promotion_exit(index, request_id, reason)
@@ -408,6 +413,20 @@ class AshaSearcher(Searcher):
             b.trial_rung[rid] = r + 1
             self._record(index, rid, r + 1, EXITED)
         rec.status = exit_status(reason)
+
+    # ------------------------------------------------------------ invalid hp
+    def _drop(self, index: int, rid: int) -> None:
+        """Determined ``trialExitedEarly`` with ``InvalidHP``: the trial's metrics leave
+        every rung, it no longer counts as created (a new trial with fresh hparams
+        takes its place in the bracket, ``_fill``) and it cannot be promoted."""
+        b = self.brackets[index]
+        b.rungs = [[(v, r) for v, r in rung if r != rid] for rung in b.rungs]
+        for promoted in b.promoted:
+            promoted.discard(rid)
+        b.queue = [r for r in b.queue if r != rid]
+        b.reported.discard(rid)
+        b.created -= 1
+        self.records[rid].status = exit_status(INVALID_HP)
 
     # --------------------------------------------------------------- common
     def top_up(self) -> list[Action]:

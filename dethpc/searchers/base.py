@@ -22,8 +22,15 @@ from typing import Any
 from dethpc.common.errors import ConfigError, FieldError
 from dethpc.config.model import SearcherConfig
 
-#: exit reasons a searcher accepts in ``on_exited``
-EXIT_REASONS = ("completed", "stopped", "errored", "cancelled")
+#: exit reasons a searcher accepts in ``on_exited``. The last two are Determined's early
+#: exits reported by the training code (``EarlyExitReason``): ``invalid_hp`` (the trial
+#: raised ``det.InvalidHP``: its hyperparameters are dropped, Determined's
+#: ``trialExitedEarly`` with ``InvalidHP``) and ``user_requested_stop`` (it chose to stop
+#: early: treated as any other early exit, like ``stopped``)
+EXIT_REASONS = ("completed", "stopped", "errored", "cancelled", "invalid_hp",
+                "user_requested_stop")
+#: ``on_exited``'s reason for a trial whose hyperparameters were invalid
+INVALID_HP = "invalid_hp"
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,8 @@ class TrialRecord:
     hparams: dict[str, Any]
     bracket: int = 0
     rung: int = 0                # highest rung reached
-    status: str = "active"       # active | stopped | promoted | completed | errored
+    #: active | stopped | promoted | completed | errored | invalid (raised det.InvalidHP)
+    status: str = "active"
     metrics: dict[int, float] = field(default_factory=dict)  # length -> metric
 
 
@@ -99,7 +107,8 @@ def check_reason(reason: str) -> None:
 
 def exit_status(reason: str) -> str:
     """TrialRecord status for a trial that exited with ``reason`` unasked."""
-    return {"completed": "completed", "errored": "errored"}.get(reason, "stopped")
+    return {"completed": "completed", "errored": "errored",
+            INVALID_HP: "invalid"}.get(reason, "stopped")
 
 
 def record_to_json(r: TrialRecord) -> dict[str, Any]:
@@ -130,8 +139,9 @@ class Searcher(abc.ABC):
     @abc.abstractmethod
     def on_exited(self, request_id: int, reason: str) -> list[Action]:
         """A trial exited for good. ``reason``: completed (reached its length), stopped,
-        errored or cancelled. For the promotion variant, a trial that completed a rung
-        exits with ``completed`` and may be continued later."""
+        errored, cancelled, invalid_hp or user_requested_stop (``EXIT_REASONS``). For the
+        promotion variant, a trial that completed a rung exits with ``completed`` and may
+        be continued later."""
 
     @abc.abstractmethod
     def progress(self) -> float:

@@ -4,10 +4,14 @@ Owns: ``PoolSearcher`` -- up to ``total`` trials, each trained to
 ``max_length`` and validated there (no ``max_length``: length 0, the trial runs
 until its training code ends), at most ``concurrency`` alive at once
 (0 = all); a new ``Create`` each time a trial exits (for any reason: Determined
-counts an errored trial as closed) until ``total`` were created; ``top_up``
+counts an errored trial as closed) until ``total`` were created -- a trial that
+exited with ``invalid_hp`` is not counted when the subclass ``replaces_invalid``
+(random: Determined's ``randomSearch.trialExitedEarly`` gives it a replacement;
+grid and single do not: the grid point, or the single trial, is simply done); ``top_up``
 after ``max_concurrent_trials`` grew; ``Shutdown`` once every created trial
 exited; and its snapshot (keys ``searcher``, ``rng``, ``next_id``, ``running``,
-``records``, ``shutdown_sent``: the store keeps these, do not rename them).
+``records``, ``shutdown_sent``: the store keeps these, do not rename them; the
+count of invalid trials is read back from the records' status).
 Subclasses say how many trials there are and where the n-th trial's hparams
 come from (``_hparams``; default: sampled from the tree).
 Must not: do I/O, read the clock or use the global RNG; early-stop anything.
@@ -21,6 +25,7 @@ from typing import Any
 from dethpc.config.model import HParamTree, SearcherConfig
 from dethpc.searchers import sampling
 from dethpc.searchers.base import (
+    INVALID_HP,
     Action,
     Create,
     Searcher,
@@ -38,6 +43,9 @@ class PoolSearcher(Searcher):
     """Up to ``total`` independent full-length trials, ``concurrency`` at a time."""
 
     name = "pool"
+    #: a trial that exited ``invalid_hp`` does not count towards ``total`` (a new one
+    #: with fresh hyperparameters takes its place)
+    replaces_invalid = False
 
     def __init__(self, config: SearcherConfig, hparams: HParamTree, seed: int,
                  total: int, concurrency: int) -> None:
@@ -50,6 +58,8 @@ class PoolSearcher(Searcher):
         self.next_id = 1
         self.running: set[int] = set()
         self.records: dict[int, TrialRecord] = {}
+        #: trials that exited ``invalid_hp``
+        self.invalid = 0
         self.shutdown_sent = False
 
     # ------------------------------------------------------------------ hooks
@@ -73,12 +83,13 @@ class PoolSearcher(Searcher):
             return []
         self.running.discard(request_id)
         self.records[request_id].status = exit_status(reason)
+        self.invalid += reason == INVALID_HP
         return self._fill()
 
     def progress(self) -> float:
         if self.total == 0:
             return 1.0
-        exited = len(self.records) - len(self.running)
+        exited = self._spent() - len(self.running)
         return min(1.0, exited / self.total)
 
     def trials(self) -> list[TrialRecord]:
@@ -88,11 +99,15 @@ class PoolSearcher(Searcher):
         return self._fill() if self.records else []
 
     # -------------------------------------------------------------- internals
+    def _spent(self) -> int:
+        """Trials created that count towards ``total``."""
+        return len(self.records) - (self.invalid if self.replaces_invalid else 0)
+
     def _fill(self) -> list[Action]:
         actions: list[Action] = []
-        while len(self.running) < self.concurrency and len(self.records) < self.total:
+        while len(self.running) < self.concurrency and self._spent() < self.total:
             actions.append(self._create())
-        if not self.running and len(self.records) >= self.total and not self.shutdown_sent:
+        if not self.running and self._spent() >= self.total and not self.shutdown_sent:
             self.shutdown_sent = True
             actions.append(Shutdown())
         return actions
@@ -126,3 +141,5 @@ class PoolSearcher(Searcher):
         recs = [record_from_json(d) for d in snapshot["records"]]
         self.records = {r.request_id: r for r in recs}
         self.shutdown_sent = bool(snapshot["shutdown_sent"])
+        invalid = exit_status(INVALID_HP)   # counted from the records: the format stays
+        self.invalid = sum(1 for r in recs if r.status == invalid)

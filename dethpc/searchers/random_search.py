@@ -2,7 +2,8 @@
 
 Owns: ``RandomSearcher`` -- ``max_trials`` trials with hparams sampled from the
 tree, at most ``max_concurrent_trials`` alive at once (0 = no limit), the pool
-rules of ``dethpc.searchers.pool`` -- and its ``SPEC`` (no keys of its own;
+rules of ``dethpc.searchers.pool``, a trial that raised ``det.InvalidHP`` replaced by a
+new sample (not counted) -- and its ``SPEC`` (no keys of its own;
 ``max_trials`` required).
 Must not: do I/O, read the clock or use the global RNG; early-stop anything.
 """
@@ -20,6 +21,8 @@ class RandomSearcher(PoolSearcher):
     at a time (0 = no limit)."""
 
     name = "random"
+    #: Determined's random search replaces a trial that raised ``det.InvalidHP``
+    replaces_invalid = True
 
     def __init__(self, config: SearcherConfig, hparams: HParamTree, seed: int) -> None:
         if config.max_trials < 1:

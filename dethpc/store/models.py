@@ -91,6 +91,13 @@ class CheckpointState(StrEnum):
     DELETED = "DELETED"
 
 
+class EarlyExit(StrEnum):
+    """An early exit the training code reported (Determined's ``EarlyExitReason``)."""
+
+    INVALID_HP = "invalid_hp"                    # raised det.InvalidHP
+    USER_REQUESTED_STOP = "user_requested_stop"  # chose to stop before its length
+
+
 class StopReason(StrEnum):
     """Why the daemon asked a trial to checkpoint and exit (the ``stop`` file)."""
 
@@ -156,6 +163,12 @@ class Trial(SQLModel, table=True):
     latest_validation: float | None = None
     latest_checkpoint: str | None = None
     exit_reason: str = ""
+    #: the early exit its training code reported (``EarlyExit``; "" none): the searcher
+    #: is told when the trial's job ends (revision 0010)
+    early_exit: str = Field(default="", sa_column=Column(sa.String(length=32),
+                                                        nullable=False))
+    #: the trial's metadata as its training code last set it (``train.set_metadata``)
+    meta: dict[str, Any] = Field(default_factory=dict, sa_column=_json())
     #: set when the trial must get a (new) job: created, continued, activated
     needs_job: bool = True
     stop_requested_at: float | None = None
@@ -242,6 +255,8 @@ class Event(SQLModel, table=True):
     kind: str
     message: str = ""
     time: float = Field(default_factory=now)
+    #: what the event says beyond its message (an alert: level, title, description)
+    data: dict[str, Any] | None = Field(default=None, sa_column=_json(nullable=True))
 
 
 class IngestOffset(SQLModel, table=True):

@@ -39,7 +39,8 @@ def trial_dict(t: Trial) -> dict[str, Any]:
             "steps_completed": t.steps_completed, "target_length": t.target_length,
             "best_validation": t.best_validation, "latest_validation": t.latest_validation,
             "latest_checkpoint": t.latest_checkpoint, "restarts": t.restarts,
-            "runs": t.runs, "exit_reason": t.exit_reason}
+            "runs": t.runs, "exit_reason": t.exit_reason,
+            "early_exit": t.early_exit or None, "metadata": dict(t.meta or {})}
 
 
 def checkpoint_dict(c: Checkpoint) -> dict[str, Any]:
@@ -47,6 +48,15 @@ def checkpoint_dict(c: Checkpoint) -> dict[str, Any]:
             "steps_completed": c.steps_completed, "state": c.state, "path": c.path,
             "validation_metric": c.validation_metric, "created_at": c.created_at,
             "metadata": c.meta}
+
+
+def event_dict(e: Event) -> dict[str, Any]:
+    """An event; ``data`` only on those that carry more than their message (an alert's
+    level, title and description)."""
+    d: dict[str, Any] = {"time": e.time, "kind": e.kind, "message": e.message}
+    if e.data is not None:
+        d["data"] = dict(e.data)
+    return d
 
 
 def list_experiments(store: Store, include_ended: bool = True,
@@ -142,8 +152,7 @@ def trial_detail(store: Store, trial_id: int) -> dict[str, Any]:
                       "exit_reason": j.exit_reason, "exit_code": j.exit_code, "nodes": j.nodes,
                       "reason": j.reason}
                      for j in s.exec(select(Job).where(Job.trial_id == trial_id))]
-        d["events"] = [{"time": e.time, "kind": e.kind, "message": e.message}
-                       for e in s.exec(select(Event).where(Event.trial_id == trial_id)
+        d["events"] = [event_dict(e) for e in s.exec(select(Event).where(Event.trial_id == trial_id)
                                        .order_by(Event.id))]  # type: ignore[arg-type]
         return d
 
@@ -169,6 +178,6 @@ def events_of(store: Store, exp_id: int) -> list[dict[str, Any]]:
     with store.session() as s:
         if s.get(Experiment, exp_id) is None:
             raise NotFoundError(f"experiment {exp_id} does not exist")
-        return [{"time": e.time, "trial_id": e.trial_id, "kind": e.kind, "message": e.message}
+        return [{**event_dict(e), "trial_id": e.trial_id}
                 for e in s.exec(select(Event).where(Event.experiment_id == exp_id)
                                 .order_by(Event.id))]  # type: ignore[arg-type]

@@ -112,6 +112,21 @@ def test_failed_pull_fails_the_experiment_once(site: tuple[Daemon, Store, Path, 
     assert len(errors) == 1 and pulls(bin_dir) == 1
 
 
+def test_a_one_pass_daemon_fails_a_failed_pull(site: tuple[Daemon, Store, Path, Path],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """``dethpc daemon tick`` (cron): the pass that started the pull waits for it and looks
+    again, so the failure is recorded before the process (and its memory) ends."""
+    daemon, store, ctx, bin_dir = site
+    monkeypatch.setenv("STANDIN_FAIL", "1")
+    exp_id = experiment(daemon, store, ctx, "docker.io/badhost/missing.image")
+    daemon.tick_once()
+    with store.session() as s:
+        exp = s.get(Experiment, exp_id)
+        assert exp is not None and exp.state == ExperimentState.ERROR, exp
+        assert "manifest unknown" in exp.message
+    assert pulls(bin_dir) == 1 and jobs(store, exp_id) == 0
+
+
 def test_missing_runtime_is_refused_at_submit(site: tuple[Daemon, Store, Path, Path],
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     daemon, store, ctx, bin_dir = site

@@ -3,7 +3,7 @@ to it: an event, a warning or a limit said once while it lasts, a failure.
 
 Owns: ``event``, ``warn_once``, ``limit_event``, ``fail_experiment`` (an experiment with
 jobs is stopped: STOPPING_KILLED) and ``fail_unstarted`` (one none of whose trials ever
-got a job ends ERROR at once). Each is one transaction of its own.
+got a job from the scheduler ends ERROR at once). Each is one transaction of its own.
 Must not: call a backend, delete files, or decide whether something is a failure (the
 phase that calls it does).
 """
@@ -65,10 +65,13 @@ def fail_experiment(store: Store, exp_id: int, message: str) -> None:
 
 def fail_unstarted(store: Store, exp_id: int, message: str,
                    clock: Callable[[], float]) -> None:
-    """An experiment none of whose trials ever got a job ends ERROR at once (its trials
-    too); one with jobs is stopped (``fail_experiment``)."""
+    """An experiment none of whose trials ever got a job from the scheduler (none with a
+    ref: its image could not be pulled, or sbatch refused its first batch) ends ERROR at
+    once, its trials too, with ``message`` as their exit reason, as Determined ends such
+    an experiment; one with jobs is stopped (``fail_experiment``)."""
     with store.session() as s:
-        started = s.exec(select(Job.id).where(Job.experiment_id == exp_id)).first()
+        started = s.exec(select(Job.id).where(Job.experiment_id == exp_id,
+                                              col(Job.ref).is_not(None))).first()
         exp = s.get(Experiment, exp_id)
         if started is None and exp is not None and exp.state == ExperimentState.ACTIVE:
             log.error("experiment %s: %s", exp_id, message)

@@ -36,6 +36,7 @@ from dethpc.control.daemon.submit import SubmitPhase, Submitter
 from dethpc.control.daemon.watch import Watched, Watcher, next_delay
 from dethpc.control.lease import Lease
 from dethpc.control.pool_tend import PoolTender
+from dethpc.jobs.containers import PULL_TIMEOUT_S
 from dethpc.jobs.imagepull import Puller
 from dethpc.jobs.jobscript import instance_tag
 from dethpc.jobs.render import make_env
@@ -72,7 +73,7 @@ class Daemon:
             store, cluster, backend, self.budget, files, tag=tag, jenv=jenv),
             self.pulls, self.pools)
         self.submitting = SubmitPhase(store, backend, self.guard, self.submitter, self.pools,
-                                      runs_root=cluster.runs_root)
+                                      runs_root=cluster.runs_root, clock=clock)
         self.watcher = Watcher(store, cluster, self.scope, wake)
 
     # ------------------------------------------------------------------ tick
@@ -95,6 +96,14 @@ class Daemon:
         self.canceller.cancel_wanted(cancel, stats)            # one scancel
         self.submitting.run(exp_ids, seen.infos, stats)        # throttles, sbatch, pools
         return stats
+
+    def tick_once(self) -> TickStats:
+        """One pass for cron (``dethpc daemon tick``): a tick, and when it started an image
+        pull (``containers.pull: login``), the wait for it and one more tick. Without that
+        pass the pull's end would die with this process, and a failed pull would be tried
+        again by every cron pass and never fail its experiment."""
+        stats = self.tick()
+        return self.tick() if self.pulls.settle(timeout=PULL_TIMEOUT_S) else stats
 
     def holds(self) -> None:
         """Raise ``LeaseLost`` unless this daemon still holds its lease."""

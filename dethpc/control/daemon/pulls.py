@@ -83,6 +83,15 @@ class ImageGate:
                 return None
         return ()
 
+    def settle(self, timeout: float | None = None) -> bool:
+        """Wait for the background pulls this process started; whether there were any.
+        For a one-pass daemon (``Daemon.tick_once``): what a pull ended in is kept in
+        this process's memory only, so the pass that started it must see its end."""
+        if self.puller is None or not self.puller.futures:
+            return False
+        self.puller.wait(timeout=timeout)
+        return True
+
     def pulled_by_jobs(self, exp_id: int, cfg: ExperimentConfig,
                        images: list[str]) -> tuple[str, ...] | None:
         """``containers.pull: job``: each image's pre-pull job (submitted once, recorded

@@ -5,7 +5,8 @@ Owns: ``SubmitPhase.run`` — for each open experiment, after the lease is check
 ``sync_throttles``, ``Submitter.experiment`` and the worker pool's tending
 (``PoolTender.tend``); a failure is that experiment's alone (Slurm not answering: its
 trials wait for the next tick; a full or unwritable ``runs_root``: they wait, and the
-daemon says why; anything else fails the experiment). ``Submitter.experiment`` — an
+daemon says why; anything else fails the experiment: ERROR at once, in sbatch's words,
+when none of its jobs reached Slurm yet, else its jobs are killed). ``Submitter.experiment`` — an
 ACTIVE experiment's trials that need a job, once its images are ready (the image gate):
 into its worker pool's queue, as heterogeneous jobs (one sbatch each, at most
 ``max_concurrent_trials`` live), or as arrays split at ``MaxArraySize``, within the
@@ -16,6 +17,8 @@ Must not: submit for an experiment of a kind the daemon does not submit
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +29,7 @@ from dethpc.common.errors import DethpcError
 from dethpc.config.model import ExperimentConfig
 from dethpc.control.daemon.batches import BatchSubmitter
 from dethpc.control.daemon.budget import SubmitBudget
-from dethpc.control.daemon.incidents import fail_experiment, warn_once
+from dethpc.control.daemon.incidents import fail_unstarted, warn_once
 from dethpc.control.daemon.pulls import ImageGate
 from dethpc.control.daemon.shared import Guard, TickStats, slurm_unreachable
 from dethpc.control.daemon.throttles import sync_throttles
@@ -137,9 +140,11 @@ class Submitter:
 
 class SubmitPhase:
     def __init__(self, store: Store, backend: Backend, guard: Guard, submitter: Submitter,
-                 pools: PoolTender, *, runs_root: Path) -> None:
+                 pools: PoolTender, *, runs_root: Path,
+                 clock: Callable[[], float] = time.time) -> None:
         self.store, self.backend, self.guard = store, backend, guard
         self.submitter, self.pools, self.runs_root = submitter, pools, runs_root
+        self.clock = clock
 
     def run(self, exp_ids: list[int], infos: dict[str, JobInfo], stats: TickStats) -> None:
         for exp_id in exp_ids:
@@ -157,4 +162,6 @@ class SubmitPhase:
         if what.warn is not None:
             warn_once(self.store, exp_id, what.warn)
         if what.fail is not None:
-            fail_experiment(self.store, exp_id, what.fail)
+            # refused before any job reached Slurm: ERROR now, in sbatch's words;
+            # else its jobs are killed (fail_experiment)
+            fail_unstarted(self.store, exp_id, what.fail, self.clock)

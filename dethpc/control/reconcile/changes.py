@@ -22,6 +22,9 @@ class Exited(StrEnum):
     COMPLETED = "completed"
     STOPPED = "stopped"
     ERRORED = "errored"
+    #: the training code reported an early exit (``Trial.early_exit``) and ended well
+    INVALID_HP = "invalid_hp"
+    USER_REQUESTED_STOP = "user_requested_stop"
 
 
 @dataclass(frozen=True)

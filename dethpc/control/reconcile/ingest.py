@@ -2,7 +2,8 @@
 
 Owns: ``Ingest`` -- the offsets of every open trial's files in one query (``offset``),
 the trials not worth opening (``unwritten``), and each new line of ``metrics.jsonl``
-(metric rows, validations fed to the searcher, checkpoint rows) and ``exits.jsonl``
+(metric rows, validations fed to the searcher, checkpoint rows, and the records of
+Determined's master calls through ``master_calls.MasterCalls``) and ``exits.jsonl``
 (the job's last exit record, a free run counted) carried into rows.
 Must not: decide what a line means (``ingest_rules``) or what a job's end means
 (``job_ends``); write files; call a backend. Offsets commit with the rows they produced,
@@ -27,6 +28,7 @@ from dethpc.control.reconcile.ingest_rules import (
     line_kind,
     parse_exit_record,
 )
+from dethpc.control.reconcile.master_calls import MasterCalls
 from dethpc.control.reconcile.rows import TERMINAL_TRIAL_STATES, TickRows
 from dethpc.control.reconcile.searcher_ops import SearcherOps
 from dethpc.control.reconcile.skip_rules import nothing_written_yet
@@ -40,6 +42,7 @@ class Ingest:
 
     def __init__(self, rows: TickRows, ops: SearcherOps, cfg: ExperimentConfig) -> None:
         self.rows, self.ops, self.cfg = rows, ops, cfg
+        self.calls = MasterCalls(rows)
         #: a checkpoint row was added this tick (GC looks at every checkpoint then)
         self.new_checkpoints = False
         #: ingest offsets of the trials open when first needed (``offset``)
@@ -118,6 +121,14 @@ class Ingest:
                 self._validation(trial, steps, metrics)
         elif kind == LineKind.CHECKPOINT:
             self._checkpoint(trial, steps, rec)
+        elif kind == LineKind.EARLY_EXIT:
+            self.calls.early_exit(trial, rec)
+        elif kind == LineKind.METADATA:
+            self.calls.metadata(trial, rec)
+        elif kind == LineKind.ALERT:
+            self.calls.alert(trial, rec)
+        elif kind == LineKind.CHECKPOINT_DELETED:
+            self.calls.checkpoint_deleted(trial, rec)
 
     def _validation(self, trial: Trial, steps: int, metrics: dict[str, Any]) -> None:
         value = metric_value(metrics, self.cfg.searcher.metric)

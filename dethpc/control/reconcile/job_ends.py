@@ -28,7 +28,7 @@ from dethpc.control.reconcile.ingest_rules import free_runs
 from dethpc.control.reconcile.job_rules import EndFacts, JobSeen, job_change, observe, trial_change
 from dethpc.control.reconcile.rows import TickRows
 from dethpc.control.reconcile.searcher_ops import SearcherOps
-from dethpc.store.models import ExperimentState, Job, Trial
+from dethpc.store.models import EarlyExit, ExperimentState, Job, Trial
 
 
 class JobEnds:
@@ -118,4 +118,5 @@ class JobEnds:
                         restarts=trial.restarts, max_restarts=self.cfg.max_restarts,
                         stop_reason=trial.stop_reason,
                         job_state=info.raw_state or info.state.value,
-                        exit_code=info.exit_code)
+                        exit_code=info.exit_code,
+                        early_exit=EarlyExit(trial.early_exit) if trial.early_exit else None)

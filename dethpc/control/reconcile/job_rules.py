@@ -6,7 +6,9 @@ QUEUED), ``job_change`` (what ``job_end.judge``'s ``Decision`` does to the job: 
 or cancelled, the events of the runs it counts, a Slurm requeue of a job without exit
 records) and ``trial_change`` (what the decision's ``Verdict`` does to the trial:
 completed or waiting, stopped, killed, resubmitted, restarted, failed -- each with its
-exit reason, event and searcher exit). ``judge`` (``dethpc.control.job_end``) decides
+exit reason, event and searcher exit; a trial whose training code reported an early
+exit and then ended well is COMPLETED, never WAITING, and the searcher is told the
+early exit: ``early_exit_change``). ``judge`` (``dethpc.control.job_end``) decides
 the verdict; these rules spell out its consequences.
 Must not: touch rows or files, or call the searcher or a backend (``job_ends.JobEnds``
 applies them).
@@ -21,7 +23,7 @@ from dethpc.common.kinds import ExperimentKind
 from dethpc.control.job_end import Decision, Kind, Verdict
 from dethpc.control.reconcile.changes import Exited, Note, TrialChange
 from dethpc.control.reconcile.stop_rules import stopped_change
-from dethpc.store.models import StopReason, TrialState
+from dethpc.store.models import EarlyExit, StopReason, TrialState
 
 #: why a failed trial of a kind the daemon does not submit gets no new job
 NOT_RESUBMITTED = {
@@ -124,11 +126,15 @@ class EndFacts:
     #: the job's state as the poll said (the backend's own word when it has one)
     job_state: str
     exit_code: int | None
+    #: the early exit the training code reported (None: none)
+    early_exit: EarlyExit | None = None
 
 
 def trial_change(d: Decision, f: EndFacts) -> TrialChange | None:
     """The trial's change for ``d``'s verdict (None: ``Verdict.NONE``, nothing)."""
     reason = d.reason.value if d.reason else ""
+    if d.verdict == Verdict.COMPLETE and f.early_exit is not None:
+        return early_exit_change(f.early_exit)
     if d.verdict == Verdict.COMPLETE:
         waiting = f.target_length < f.full_length
         return TrialChange(state=TrialState.WAITING if waiting else TrialState.COMPLETED,
@@ -153,6 +159,23 @@ def trial_change(d: Decision, f: EndFacts) -> TrialChange | None:
         return failed(f"{what} (job state {f.job_state}, exit code {f.exit_code}); failed "
                       f"{f.restarts} times, max_restarts={f.max_restarts}")
     return None
+
+
+#: the event of a trial that ended after reporting an early exit
+EARLY_EXIT_NOTES = {
+    EarlyExit.INVALID_HP: "the training code raised det.InvalidHP: the searcher drops these "
+                          "hyperparameters",
+    EarlyExit.USER_REQUESTED_STOP: "the training code stopped the trial before its length "
+                                   "(user_requested_stop)",
+}
+
+
+def early_exit_change(why: EarlyExit) -> TrialChange:
+    """A trial that ended well after its training code reported ``why``: COMPLETED, as
+    Determined's trial ("trial exited early ..."), even when a promotion would have made
+    it wait (it cannot go on), and the searcher told ``why``."""
+    return TrialChange(needs_job=False, state=TrialState.COMPLETED, reason=why.value,
+                       note=Note("early_exit", EARLY_EXIT_NOTES[why]), exited=Exited(why.value))
 
 
 def failed(message: str) -> TrialChange:

@@ -32,6 +32,7 @@ from types import FrameType
 
 from dethpc.common.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED, LOCAL_REQUEUE_EXIT, ExitReason
 from dethpc.common.jsonlines import ends_mid_line
+from dethpc.launch import detenv
 from dethpc.launch.worker import forkserver, queue
 
 
@@ -82,6 +83,9 @@ def trial_env(item: queue.WorkItem) -> dict[str, str]:
     env = dict(os.environ)
     env.update(item.env)
     env["DETHPC_RUN_ID"] = str(item.attempt)
+    for name in detenv.RUN:  # Determined's DET_* of this run, none left from another's
+        env.pop(name, None)
+    env.update(detenv.run_env(env))
     latest = _latest_checkpoint(Path(item.trial_dir), env)
     if latest:
         env["DETHPC_LATEST_CHECKPOINT"] = latest

@@ -118,7 +118,7 @@ def tick() -> None:
             console.print(f"{_held_elsewhere(lease)}; skipping")
             return
         try:
-            stats = _daemon(lease).tick()
+            stats = _daemon(lease).tick_once()
         finally:
             lease.release()
         console.print(f"tick: {stats.experiments} open experiment(s), {stats.polled} polled, "

@@ -1,6 +1,7 @@
 """What two command groups print alike: a trial's log stream and a checkpoint table.
 
-Owns: ``stream_trial_log`` (``dethpc trial logs`` and ``dethpc experiment logs``) and
+Owns: ``stream_trial_log`` (``dethpc trial logs`` and ``dethpc experiment logs``; a trial
+that ended without output gets its exit reason, ``unrun_note``) and
 ``print_checkpoints`` (``dethpc experiment list-checkpoints`` and ``dethpc checkpoint
 list``), so that neither command module imports the other.
 Must not: define commands.
@@ -11,13 +12,20 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from dethpc.common.paths import ExperimentPaths
 from dethpc.control import experiments
 from dethpc.store.models import TrialState
 from dethpc.surfaces import views
-from dethpc.surfaces.cli.common import ENV, fmt_metric, print_json, table
+from dethpc.surfaces.cli.common import ENV, err_console, fmt_metric, print_json, table
 from dethpc.surfaces.layout import Col
+
+
+def _say_unrun(detail: dict[str, Any], printed: bool) -> None:
+    note = unrun_note(detail, printed)
+    if note is not None:
+        err_console.print(note, highlight=False, markup=False, soft_wrap=True)
 
 
 def print_checkpoints(exp_id: int, *, json_out: bool, wide: bool) -> None:
@@ -34,8 +42,19 @@ def print_checkpoints(exp_id: int, *, json_out: bool, wide: bool) -> None:
             c["state"], c["path"]] for c in rows], wide=wide)
 
 
+def unrun_note(detail: dict[str, Any], printed: bool) -> str | None:
+    """What a log stream says of a trial that ended without a line of job output (its
+    image could not be pulled, its job was refused or never started): why it ended, as
+    Determined's trial log would; None while it runs or when it printed anything."""
+    if printed or not TrialState(detail["state"]).is_terminal or not detail["exit_reason"]:
+        return None
+    return (f"dethpc: trial {detail['id']} ended {TrialState(detail['state']).value} "
+            f"without job output: {detail['exit_reason']}")
+
+
 def stream_trial_log(trial_id: int, *, follow: bool, tail: int) -> None:
-    """Print a trial's job output; with ``follow``, keep printing until the trial ends."""
+    """Print a trial's job output; with ``follow``, keep printing until the trial ends.
+    A trial that ended without output gets its exit reason on stderr (``unrun_note``)."""
     d = views.trial_detail(ENV.store, trial_id)
     exp = experiments.get_experiment(ENV.store, d["experiment_id"])
     tp = ExperimentPaths(Path(exp.run_dir)).trial(trial_id)
@@ -44,7 +63,9 @@ def stream_trial_log(trial_id: int, *, follow: bool, tail: int) -> None:
         text = "\n".join(text.splitlines()[-tail:]) + "\n"
     sys.stdout.write(text)
     sys.stdout.flush()
+    printed = bool(text.strip())
     if not follow:
+        _say_unrun(d, printed)
         return
     sizes = {p: p.stat().st_size for p in tp.logs()}
     while True:
@@ -55,9 +76,12 @@ def stream_trial_log(trial_id: int, *, follow: bool, tail: int) -> None:
             if size > sizes.get(p, 0):
                 with open(p, "rb") as f:
                     f.seek(sizes.get(p, 0))
-                    sys.stdout.write(f.read().decode(errors="replace"))
+                    chunk = f.read().decode(errors="replace")
+                    sys.stdout.write(chunk)
                     sys.stdout.flush()
+                    printed = printed or bool(chunk.strip())
                 sizes[p] = size
         if done:
+            _say_unrun(views.trial_detail(ENV.store, trial_id), printed)
             return
         time.sleep(0.5)

@@ -10,6 +10,7 @@ import typer
 from dethpc.common.errors import DethpcError
 from dethpc.common.paths import ExperimentPaths
 from dethpc.config import load_experiment_config
+from dethpc.store.models import CheckpointState
 from dethpc.surfaces import views
 from dethpc.surfaces.cli.common import (
     ENV,
@@ -38,6 +39,10 @@ def describe(trial_id: int, json_out: bool = JsonOpt, wide: bool = WideOpt) -> N
         f"{d['steps_completed']}/{d['target_length']} best {fmt_metric(d['best_validation'])} "
         f"restarts {d['restarts']} exit {d['exit_reason']!r}", wide=wide)
     say(f"hparams: {kv_text(d['hparams'])}", wide=wide, hang=2)
+    if d["early_exit"]:
+        say(f"early exit: {d['early_exit']} (reported by the training code)", wide=wide)
+    if d["metadata"]:
+        say(f"metadata: {kv_text(d['metadata'])}", wide=wide, hang=2)
     table("Validations", [Col("steps", keep=100), Col("metrics", shrink=True, keep=90)],
           [[v["steps"], kv_text(v["metrics"])] for v in d["validations"]], wide=wide)
     table("Checkpoints", [Col("uuid", shrink=True, min_width=36, keep=100),
@@ -113,6 +118,10 @@ def checkpoint_download(uuid: str, output_dir: Path = typer.Option(
 
     d = views.checkpoint_detail(ENV.store, uuid)
     src = Path(d["path"])
+    if d["state"] != CheckpointState.COMPLETED:
+        raise DethpcError(f"checkpoint {uuid} is {d['state']}: deleted by garbage "
+                          "collection or by the training code (checkpoint.delete); "
+                          "`dethpc checkpoint list` shows those left")
     if not src.is_dir():
         raise DethpcError(f"checkpoint {uuid} ({d['state']}) has no files at {src}; "
                           "garbage collection may have deleted it")

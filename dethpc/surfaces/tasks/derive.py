@@ -1,8 +1,10 @@
 """TensorBoard event files derived from trials' ``metrics.jsonl`` (outside the job).
 
 Owns: reading a trial's metrics records into one series per metric (pure:
-``series``), and appending the new points of each series to a run's event file with
-the ``tensorboard`` package's own writer (``Deriver``).
+``series``), appending the new points of each series to a run's event file with
+the ``tensorboard`` package's own writer (``Deriver``), and copying what the training
+code itself wrote to the trial's ``tensorboard/`` directory (Determined's
+``get_tensorboard_path()``) beside them, as it grows (``mirror``).
 
 Choices (docs/observability.md): the source is each trial's ``metrics.jsonl`` (the same
 records the daemon ingests into the store; reading files needs no database, so the
@@ -11,17 +13,28 @@ appends to the same file: the curve is one run per trial with no duplicate steps
 where a resume from an older checkpoint repeats a step, the first value written wins
 (the event files are only ever appended to, so a running TensorBoard never sees a
 step change under it). The x-axis is the record's ``steps``: the experiment's time unit
-(batches, records or epochs), named in each tag's description.
+(batches, records or epochs), named in each tag's description. The trial's own event
+files (``<trial dir>/tensorboard/``, any depth) appear under ``exp<E>/trial<T>/tensorboard/``
+with the same relative paths: each of its directories is a run of its own (TensorBoard
+reads one growing file per directory, so the user's files never share one with the
+derived ones). They are copied by appending what each file grew by since the last
+refresh (event files are append-only; one that shrank was rewritten and is copied
+again whole); a copy rather than a link, since the task's directory and the run
+directory may be on different file systems and TensorBoard does not follow directory
+links.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from dethpc.common.paths import TrialPaths
 
 #: the record kinds that become scalars, and their tags' prefix
 KINDS = ("training", "validation")
@@ -79,6 +92,37 @@ def read_records(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int
     return out, offset + complete
 
 
+def mirror(src: Path, dest: Path, copied: dict[Path, int]) -> int:
+    """Bring ``dest`` up to date with the files under ``src`` (missing: nothing): each file
+    gets the bytes it grew by since ``copied[file]`` (its size at the last call), or the
+    whole of it when it shrank. Returns the bytes copied. Links and special files are
+    skipped."""
+    total = 0
+    if not src.is_dir():
+        return 0
+    for root, _dirs, files in os.walk(src):
+        for name in sorted(files):
+            path = Path(root) / name
+            if path.is_symlink() or not path.is_file():
+                continue
+            size = path.stat().st_size
+            done = copied.get(path, 0)
+            if size == done:
+                continue
+            target = dest / path.relative_to(src)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            start = done if size > done and target.exists() else 0
+            with open(path, "rb") as fin, open(target, "r+b" if start else "wb") as fout:
+                fin.seek(start)
+                fout.seek(start)
+                data = fin.read(size - start)
+                fout.write(data)
+                fout.truncate()
+            copied[path] = start + len(data)
+            total += len(data)
+    return total
+
+
 @dataclass(frozen=True)
 class Source:
     """One experiment to derive: its run directory, time unit and trials (None: all)."""
@@ -125,6 +169,8 @@ class Deriver:
     offsets: dict[Path, int] = field(default_factory=dict)
     #: one open writer (one event file) per run, flushed after each refresh
     writers: dict[tuple[int, int], Any] = field(default_factory=dict)
+    #: bytes of each file of the trials' own tensorboard/ directories copied so far
+    copied: dict[Path, int] = field(default_factory=dict)
 
     def refresh(self) -> int:
         """Derive what is new; the number of points written."""
@@ -133,6 +179,8 @@ class Deriver:
         count = 0
         for src in self.sources:
             for trial, path in src.trial_files().items():
+                run = self.logdir / f"exp{src.experiment_id}" / f"trial{trial}"
+                mirror(TrialPaths(path.parent).tensorboard, run / "tensorboard", self.copied)
                 new = []
                 records, self.offsets[path] = read_records(path, self.offsets.get(path, 0))
                 for tag, points in series(records).items():
@@ -142,8 +190,7 @@ class Deriver:
                     continue
                 writer = self.writers.get((src.experiment_id, trial))
                 if writer is None:
-                    writer = Writer(str(self.logdir / f"exp{src.experiment_id}"
-                                        / f"trial{trial}"))
+                    writer = Writer(str(run))
                     self.writers[(src.experiment_id, trial)] = writer
                 for tag, (step, value, wall) in new:
                     writer.add_scalar(tag, value, step, wall_time=wall or None,

@@ -51,10 +51,16 @@ PARTS = {
     ("debug", 3, 8, 0, None),                    # both groups offer 8 CPUs
     ("debug", 1, 16, 0, None),
     ("debug", 3, 8, 2, "partition 'debug' cannot fit 3 node(s) x 8 task(s) with 2 GPU(s) "
-                       "each: it has 2x(8 CPUs, 2 GPUs), 1x(16 CPUs, 0 GPUs). Ask for fewer "
-                       "slots per trial, or use a pool on a bigger partition."),
-    ("debug", 1, 17, 0, "cannot fit 1 node(s) x 17 task(s)"),
-    ("empty", 1, 1, 0, "it has no nodes."),
+                       "each: it has 2x(8 CPUs, 2 GPUs), 1x(16 CPUs, 0 GPUs), so at most 2 "
+                       "such node(s), 16 task(s). Ask for at most 16 slots per trial (8 per "
+                       "node), or use a pool on a bigger partition."),
+    ("debug", 13, 8, 0, "it has 2x(8 CPUs, 2 GPUs), 1x(16 CPUs, 0 GPUs), so at most 3 such "
+                        "node(s), 24 task(s). Ask for at most 24 slots per trial"),
+    ("debug", 1, 17, 0, "cannot fit 1 node(s) x 17 task(s) with 0 GPU(s) each: it has 2x(8 "
+                        "CPUs, 2 GPUs), 1x(16 CPUs, 0 GPUs), so no node holds 17 task(s) with "
+                        "0 GPU(s). Ask for fewer slots per node or per trial, or use a pool "
+                        "on a bigger partition."),
+    ("empty", 1, 1, 0, "it has no nodes, so no node holds 1 task(s)"),
     ("nosuch", 1, 1, 0, "partition 'nosuch' does not exist on this cluster; existing "
                         "partitions: debug, empty. Fix the resource pool's `partition` in "
                         "the cluster config."),

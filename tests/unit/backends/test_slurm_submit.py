@@ -89,6 +89,9 @@ LIMIT = ("sbatch: error: QOSMaxSubmitJobPerUserLimit\nsbatch: error: Batch job s
     ("sbatch: error: Batch job submission failed: Requested node configuration is not "
      "available", SubmitError, "(the allocation cannot fit the partition's nodes)"),
     ("sbatch: error: Batch job submission failed: Socket timed out", CommandError, None),
+    ("sbatch: unrecognized option '--frob'\nTry \"sbatch --help\" for more information\n",
+     SubmitError, "sbatch refused the job: sbatch: unrecognized option '--frob' (an option "
+                  "of the pool's or the experiment's sbatch_args)"),
 ])
 def test_submit_error(stderr: str, kind: type[Exception], message: str | None) -> None:
     exc = CommandError(("sbatch", "--parsable"), 1, "", stderr)

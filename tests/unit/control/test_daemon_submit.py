@@ -182,12 +182,32 @@ def test_slurm_not_answering_is_a_wait(tmp_path: Path) -> None:
     assert w.events("warning")[0].startswith("Slurm did not answer")
 
 
+REFUSED = "sbatch: unrecognized option '--thisisnotavalidslurmoption'"
+
+
 def test_another_submit_error_fails_the_experiment(tmp_path: Path) -> None:
+    """Refused before any job reached Slurm: ERROR at once, its trials too, in sbatch's
+    words (Determined's experiment and trial end ERROR with them)."""
     w = world(tmp_path)
     w.add_trials(1)
-    w.backend.submit_errors = [SubmitError("no such partition")]
+    w.backend.submit_errors = [SubmitError(f"sbatch refused the job: {REFUSED}")]
     stats = TickStats()
     Parts(w).phase.run([w.exp_id], {}, stats)
+    assert w.experiment().state == ExperimentState.ERROR
+    assert REFUSED in w.experiment().message
+    assert [(t.state, REFUSED in (t.exit_reason or "")) for t in w.trials()] == [
+        ("ERROR", True)]
+    assert w.events("error") == [f"submission failed: sbatch refused the job: {REFUSED}"]
+
+
+def test_a_submit_error_after_jobs_ran_kills_them(tmp_path: Path) -> None:
+    w = world(tmp_path)
+    w.add_trials(1)
+    parts = Parts(w)
+    parts.phase.run([w.exp_id], {}, TickStats())       # one job reached Slurm
+    w.add_trials(1)
+    w.backend.submit_errors = [SubmitError("no such partition")]
+    parts.phase.run([w.exp_id], {}, TickStats())
     assert w.experiment().state == ExperimentState.STOPPING_KILLED
     assert w.events("error") == ["submission failed: no such partition"]
 

@@ -97,4 +97,5 @@ def test_other_sbatch_errors_still_fail_the_experiment(tmp_path, error) -> None:
     daemon.tick()
     with store.session() as s:
         exp = s.get(Experiment, exp_id)
-        assert exp is not None and exp.state == ExperimentState.STOPPING_KILLED
+        # refused before any job reached Slurm: ERROR at once
+        assert exp is not None and exp.state == ExperimentState.ERROR

@@ -65,10 +65,10 @@ def test_get_cluster_info_in_a_trial(tmp_path: Path) -> None:
     assert info.task_type == "TRIAL"
     assert (info.trial.trial_id, info.trial.experiment_id, info.trial.trial_seed) == (7, 2, 9)
     assert info.trial.hparams == {"lr": 0.5, "global_batch_size": 8}
-    assert info.trial._trial_run_id == 1
+    assert info.trial._trial_run_id == 2  # DETHPC_RUN_ID=1: the second run (from 1)
     assert info.user_data == {"url": "x"}
     assert info.container_addrs == ["n1", "n2"] and info.container_rank == 1
-    assert info.allocation_id == "2.7.1"
+    assert info.allocation_id == "2.7.2"
     ckpt = CheckpointContext(trial / "checkpoints", DistributedContext())
     with ckpt.store_path({"steps_completed": 4}) as (path, uuid):
         (path / "w").write_text("x")

@@ -126,7 +126,7 @@ def test_cleanenv_and_containall(settings: ContainerSettings, gpu: bool,
     assert argv[:2] == PASS and argv[3] == "dethpc-pass-env"
     assert argv[4:] == runtime_part
     program = argv[2]
-    assert "DETHPC_*|SLURM_*" in program and "|MY_VAR)" in program
+    assert "DETHPC_*|DET_*|SLURM_*" in program and "|MY_VAR)" in program
     prefix = {"apptainer": "APPTAINERENV_", "singularity": "SINGULARITYENV_"}.get(
         settings.runtime)
     assert (f'export "{prefix}$n=$v"' in program) is (prefix is not None)

@@ -5,11 +5,12 @@ source argument, the socket path's fallback, the ``--slurm`` job script."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from dethpc.surfaces.tasks.derive import Source, read_records, series
+from dethpc.surfaces.tasks.derive import Source, mirror, read_records, series
 from dethpc.surfaces.tasks.registry import MAX_SOCKET_PATH, socket_path
 from dethpc.surfaces.tasks.tensorboard import job_script
 
@@ -84,3 +85,43 @@ def test_job_script_runs_the_server_with_a_private_umask(tmp_path: Path) -> None
     assert "#SBATCH --partition=debug" in text and "#SBATCH --output=" in text
     assert "umask 077" in text
     assert text.rstrip().endswith("exec python -m dethpc.surfaces.tasks.tbserve --socket '/a b/s'")
+
+
+def test_mirror_copies_what_each_file_grew_by(tmp_path: Path) -> None:
+    """The trial's own tensorboard/ files (get_tensorboard_path) reach the served logdir:
+    appended bytes only, a rewritten (shorter) file again whole, links left out."""
+    src, dest, copied = tmp_path / "tb", tmp_path / "logs" / "tensorboard", {}
+    assert mirror(src, dest, copied) == 0 and not dest.exists()     # none yet
+    (src / "sub").mkdir(parents=True)
+    (src / "events.1").write_bytes(b"abc")
+    (src / "sub" / "events.2").write_bytes(b"xy")
+    (src / "link").symlink_to(src / "events.1")
+    assert mirror(src, dest, copied) == 5
+    with open(src / "events.1", "ab") as f:
+        f.write(b"def")
+    assert mirror(src, dest, copied) == 3                # only what was appended
+    assert mirror(src, dest, copied) == 0
+    (src / "sub" / "events.2").write_bytes(b"z")          # rewritten shorter
+    assert mirror(src, dest, copied) == 1
+    assert (dest / "events.1").read_bytes() == b"abcdef"
+    assert (dest / "sub" / "events.2").read_bytes() == b"z"
+    assert not (dest / "link").exists()
+
+
+def test_deriver_serves_a_trials_own_tensorboard_files_beside_the_derived(
+        tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    from dethpc.surfaces.tasks.derive import Deriver
+
+    trial = tmp_path / "run" / "trials" / "4"
+    (trial / "tensorboard").mkdir(parents=True)
+    (trial / "metrics.jsonl").write_text(json.dumps(rec("training", 1, 1.0, loss=1.0)) + "\n")
+    (trial / "tensorboard" / "events.out.tfevents.1.n1").write_bytes(b"user")
+    deriver = Deriver(tmp_path / "logs", [Source(7, tmp_path / "run", "batches")])
+    try:
+        assert deriver.refresh() == 1
+    finally:
+        deriver.close()
+    run = tmp_path / "logs" / "exp7" / "trial4"
+    assert (run / "tensorboard" / "events.out.tfevents.1.n1").read_bytes() == b"user"
+    assert [p.name for p in run.glob("events.out.tfevents.*")]   # the derived run beside

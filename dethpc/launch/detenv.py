@@ -1,0 +1,168 @@
+"""Determined's ``DET_*`` variables of a trial, with the values Determined would give.
+
+Owns: which ``DET_*`` variables a trial's processes see and how each gets its value
+(``dethpc.core.determined_surface.ENV_RULES`` says why the others are absent):
+
+* ``static_env``: what is known when the job script is rendered (the ids, the task type,
+  the experiment config as JSON, the slot type, the working directory, the network
+  interface); ``dethpc.jobs`` exports these in the script;
+* ``run_env``: what a run learns when it starts (the run number, the hyperparameters, the
+  checkpoint it resumes from, this node's name and slots, the cluster, the job, the
+  user); ``python -m dethpc.launch.detenv`` prints them as ``export`` lines, which the job
+  script evaluates, and the worker pool calls it for each trial it runs;
+* ``node_env``: the per-node part of ``run_env``, which dethpc's per-rank shim sets again
+  on every node (the batch shell's values are the first node's).
+
+Must not: verify checkpoint checksums (the training code does; here the newest complete
+checkpoint is named from its ``metadata.json``), import yaml or torch, or write files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dethpc.common import slots
+from dethpc.common.jobenv import (
+    ENV_CHECKPOINT_DIR,
+    ENV_EXPERIMENT_ID,
+    ENV_RUN_ID,
+    ENV_TRIAL_DIR,
+    ENV_TRIAL_ID,
+)
+from dethpc.common.paths import TrialPaths
+
+#: an environment variable longer than this cannot be passed to exec (Linux's
+#: MAX_ARG_STRLEN is 128 KiB): such a value is left out, with a note in the script
+MAX_VALUE_BYTES = 131_072 - 64
+
+#: the variables ``static_env`` sets
+STATIC = ("DET_EXPERIMENT_ID", "DET_TRIAL_ID", "DET_TRIAL_SEED", "DET_TASK_ID",
+          "DET_TASK_TYPE", "DET_RESOURCES_TYPE", "DET_SLOT_TYPE", "DET_WORKDIR",
+          "DET_EXPERIMENT_CONFIG", "DET_INTER_NODE_NETWORK_INTERFACE")
+#: the variables ``node_env`` sets (a subset of ``run_env``'s)
+NODE = ("DET_AGENT_ID", "DET_CONTAINER_ID", "DET_SLOT_IDS", "DET_UNIQUE_PORT_OFFSET")
+#: the variables ``run_env`` sets
+RUN = ("DET_TRIAL_RUN_ID", "DET_ALLOCATION_ID", "DET_HPARAMS", "DET_LATEST_CHECKPOINT",
+       "DET_STEPS_COMPLETED", *NODE, "DET_CLUSTER_ID", "DET_RESOURCES_ID", "DET_USER")
+#: set by dethpc's launchers (``dethpc.launch._common.rendezvous_env``)
+LAUNCHER = ("DET_CHIEF_IP",)
+
+
+def config_json(config: Mapping[str, Any]) -> str:
+    """The experiment config as Determined passes it: compact JSON, non-ASCII kept."""
+    return json.dumps(config, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def static_env(*, experiment_id: int, trial_id: int, trial_seed: int,
+               config: Mapping[str, Any], gpus: bool, workdir: str,
+               ifname: str | None = None) -> list[tuple[str, str]]:
+    """The ``DET_*`` variables a job script exports, in order (``STATIC``)."""
+    env = [("DET_EXPERIMENT_ID", str(experiment_id)), ("DET_TRIAL_ID", str(trial_id)),
+           ("DET_TRIAL_SEED", str(trial_seed)),
+           ("DET_TASK_ID", f"{experiment_id}.{trial_id}"), ("DET_TASK_TYPE", "TRIAL"),
+           ("DET_RESOURCES_TYPE", "slurm-job"), ("DET_SLOT_TYPE", "cuda" if gpus else "cpu"),
+           ("DET_WORKDIR", workdir)]
+    text = config_json(config)
+    if len(text.encode()) <= MAX_VALUE_BYTES:
+        env.append(("DET_EXPERIMENT_CONFIG", text))
+    if ifname:
+        env.append(("DET_INTER_NODE_NETWORK_INTERFACE", ifname))
+    return env
+
+
+def _int(env: Mapping[str, str], name: str) -> int | None:
+    raw = env.get(name, "").strip()
+    return int(raw) if raw.isdigit() else None
+
+
+def node_env(env: Mapping[str, str]) -> dict[str, str]:
+    """This node's name, container id, slots and port offset (``NODE``)."""
+    ids = slots.slot_ids(env)
+    gpus = slots.gpu_devices(env)
+    first = gpus[0] if gpus and gpus[0].isdigit() else "0"
+    return {"DET_AGENT_ID": slots.agent_id(env),
+            "DET_CONTAINER_ID": f"[cont={slots.node_index(env)}]",
+            "DET_SLOT_IDS": json.dumps(ids, separators=(",", ":")),
+            "DET_UNIQUE_PORT_OFFSET": first}
+
+
+def latest_complete(checkpoints: Path) -> tuple[str, int] | None:
+    """(uuid, steps_completed) of the complete checkpoint with the most steps (latest
+    time on ties) from the ``metadata.json`` files alone, or None."""
+    best: tuple[int, float, str] | None = None
+    try:
+        entries = list(checkpoints.iterdir())
+    except OSError:
+        return None
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        try:
+            meta = json.loads((entry / "metadata.json").read_text(encoding="utf-8"))
+            steps, when = int(meta["steps_completed"]), float(meta.get("time", 0.0))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if best is None or (steps, when) > best[:2]:
+            best = (steps, when, entry.name)
+    return None if best is None else (best[2], best[0])
+
+
+def run_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The ``DET_*`` variables a run learns when it starts (``RUN``), from Slurm's
+    environment and the trial directory; ``DET_LATEST_CHECKPOINT`` only when there is
+    one, ``DET_HPARAMS`` only when hparams.json is readable."""
+    run = _int(env, ENV_RUN_ID)
+    run = run if run is not None else (_int(env, "SLURM_RESTART_COUNT") or 0)
+    out = {"DET_TRIAL_RUN_ID": str(run + 1),
+           "DET_ALLOCATION_ID": f"{env.get(ENV_EXPERIMENT_ID, '0')}."
+                                f"{env.get(ENV_TRIAL_ID, '0')}.{run + 1}",
+           **node_env(env),
+           "DET_CLUSTER_ID": env.get("SLURM_CLUSTER_NAME", ""),
+           "DET_RESOURCES_ID": env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or "",
+           "DET_USER": env.get("USER") or env.get("LOGNAME") or ""}
+    trial = env.get(ENV_TRIAL_DIR)
+    steps = 0
+    if trial:
+        paths = TrialPaths(Path(trial))
+        try:
+            hparams = json.loads(paths.hparams.read_text(encoding="utf-8"))
+            text = json.dumps(hparams, separators=(",", ":"), ensure_ascii=False)
+            if len(text.encode()) <= MAX_VALUE_BYTES:
+                out["DET_HPARAMS"] = text
+        except (OSError, ValueError):
+            pass
+        ckpt_dir = Path(env[ENV_CHECKPOINT_DIR]) if env.get(ENV_CHECKPOINT_DIR) \
+            else paths.checkpoints
+        latest = latest_complete(ckpt_dir)
+        if latest is not None:
+            out["DET_LATEST_CHECKPOINT"], steps = latest
+    out["DET_STEPS_COMPLETED"] = str(steps)
+    return out
+
+
+def export_lines(values: Mapping[str, str]) -> str:
+    """``export NAME='value'`` lines for bash's ``eval`` (every value shell-quoted)."""
+    return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in values.items())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dethpc.launch.detenv``: the run's ``DET_*`` variables as export lines
+    (``--node``: only this node's). Never fails a job: a problem prints nothing."""
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        values = node_env(os.environ) if "--node" in args else run_env(os.environ)
+    except Exception as exc:  # noqa: BLE001 - the job runs on without these variables
+        print(f"dethpc: DET_* variables not set: {exc}", file=sys.stderr)
+        return 0
+    sys.stdout.write(export_lines(values))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

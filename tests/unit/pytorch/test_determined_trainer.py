@@ -1,0 +1,167 @@
+"""Determined's ``det.pytorch`` names the Trainer serves, or refuses before training:
+the position the context shows, ``set_stop_requested``, LR scheduler step modes and
+frequency, ``det.pytorch.DataLoader``, callbacks, whole-dataset validation, reducers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import dethpc as det  # noqa: E402
+import dethpc.core as core  # noqa: E402
+from dethpc.common.errors import DethpcError, UnsupportedError  # noqa: E402
+from dethpc.pytorch._state import preserved_rng  # noqa: E402
+from dethpc.pytorch._trial import StepMode  # noqa: E402
+
+
+class Tiny(det.pytorch.PyTorchTrial):
+    """Eight records, batch 2: four batches an epoch."""
+
+    def __init__(self, context: Any, loader: type = det.pytorch.DataLoader) -> None:
+        self.context = context
+        self.loader = loader
+        self.model = context.wrap_model(torch.nn.Linear(1, 1))
+        self.opt = context.wrap_optimizer(torch.optim.SGD(self.model.parameters(), lr=0.1))
+        self.seen: list[tuple[int, int, bool, bool]] = []
+
+    def _data(self) -> Any:
+        return self.loader(torch.utils.data.TensorDataset(torch.ones(8, 1)), batch_size=2)
+
+    def build_training_data_loader(self) -> Any:
+        return self._data()
+
+    def build_validation_data_loader(self) -> Any:
+        return self._data()
+
+    def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> dict[str, Any]:
+        ctx = self.context
+        self.seen.append((ctx.current_train_batch(), ctx.current_train_epoch(),
+                          ctx.is_epoch_start(), ctx.is_epoch_end()))
+        loss = self.model(batch[0]).pow(2).mean()
+        ctx.backward(loss)
+        ctx.step_optimizer(self.opt)
+        return {"loss": loss}
+
+    def evaluate_batch(self, batch: Any, batch_idx: int) -> dict[str, Any]:
+        return {"val": self.model(batch[0]).mean()}
+
+
+def _fit(tmp_path: Path, trial_cls: type = Tiny, batches: int = 4,
+         setup: Any = None) -> tuple[Any, list[dict[str, Any]]]:
+    trial_dir = tmp_path / "exp" / "trials" / "1"
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    (trial_dir / "hparams.json").write_text("{}")
+    env = {"DETHPC_TRIAL_DIR": str(trial_dir), "DETHPC_TRIAL_ID": "1",
+           "DETHPC_EXPERIMENT_ID": "1"}
+    with preserved_rng(), core.init(env=env, exit_on_preempt=False) as ctx:
+        context = det.pytorch.PyTorchTrialContext(ctx)
+        trial = trial_cls(context)
+        if setup is not None:
+            setup(trial)
+        det.pytorch.Trainer(trial, context).fit(max_length=det.pytorch.Batch(batches),
+                                                reporting_period=det.pytorch.Batch(1))
+    lines = (trial_dir / "metrics.jsonl").read_text().splitlines()
+    return trial, [json.loads(line) for line in lines]
+
+
+def test_the_context_shows_where_the_trainer_is(tmp_path: Path) -> None:
+    trial, _ = _fit(tmp_path, batches=5)
+    assert trial.seen == [(0, 0, True, False), (1, 0, False, False), (2, 0, False, False),
+                          (3, 0, False, True), (4, 1, True, False)]
+    assert trial.context.get_initial_batch() == 0
+    assert trial.context.get_trial_id() == 1 and trial.context.get_experiment_id() == 1
+
+
+def test_set_stop_requested_checkpoints_and_records_an_early_exit(tmp_path: Path) -> None:
+    class Stopper(Tiny):
+        def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> dict[str, Any]:
+            if batch_idx == 1:
+                self.context.set_stop_requested(True)
+            return super().train_batch(batch, epoch_idx, batch_idx)
+
+    _, records = _fit(tmp_path, Stopper, batches=4)
+    kinds = [r["kind"] for r in records]
+    assert kinds.index("checkpoint") < kinds.index("early_exit")
+    assert [r["steps"] for r in records if r["kind"] == "checkpoint"] == [2]
+    assert [r["reason"] for r in records if r["kind"] == "early_exit"] == [
+        "user_requested_stop"]
+
+
+@pytest.mark.parametrize(("mode", "frequency", "steps"), [
+    (StepMode.STEP_EVERY_BATCH, 1, 8), (StepMode.STEP_EVERY_BATCH, 3, 2),
+    (StepMode.STEP_EVERY_OPTIMIZER_STEP, 2, 4), (StepMode.STEP_EVERY_EPOCH, 1, 2),
+    (StepMode.STEP_EVERY_EPOCH, 2, 1), (StepMode.MANUAL_STEP, 1, 0),
+])
+def test_lr_scheduler_step_modes(tmp_path: Path, mode: StepMode, frequency: int,
+                                 steps: int) -> None:
+    def setup(trial: Tiny) -> None:
+        sched = torch.optim.lr_scheduler.StepLR(trial.opt, step_size=1, gamma=0.5)
+        wrapper = det.pytorch.LRScheduler(sched, det.pytorch.LRScheduler.StepMode(mode),
+                                          frequency=frequency)
+        trial.context.wrap_lr_scheduler(wrapper, step_mode=mode)
+        trial.sched = sched
+
+    trial, _ = _fit(tmp_path, setup=setup, batches=8)
+    assert trial.sched.last_epoch == steps
+
+
+@pytest.mark.parametrize(("override", "refused"), [
+    ({"evaluate_full_dataset": lambda self, data_loader: {}},
+     "PyTorchTrial.evaluate_full_dataset"),
+    ({"build_callbacks": lambda self: {"cb": object()}}, "PyTorchCallback"),
+    ({"evaluation_reducer": lambda self: {"val": det.pytorch.Reducer.SUM}},
+     "PyTorchTrial.evaluation_reducer"),
+])
+def test_the_trainer_refuses_what_it_does_not_run(tmp_path: Path, override: dict[str, Any],
+                                                 refused: str) -> None:
+    cls = type("Asks", (Tiny,), override)
+    with pytest.raises(UnsupportedError, match=refused):
+        _fit(tmp_path, cls)
+    assert not (tmp_path / "exp" / "trials" / "1" / "metrics.jsonl").exists()
+
+
+def test_avg_reducer_and_torch_loader_are_fine(tmp_path: Path) -> None:
+    cls = type("Avg", (Tiny,), {"evaluation_reducer": lambda self: det.pytorch.Reducer.AVG})
+    _, records = _fit(tmp_path, lambda c: cls(c, torch.utils.data.DataLoader))
+    assert any(r["kind"] == "validation" for r in records)
+
+
+def test_wrap_optimizer_refuses_aggregation_and_loader_refuses_sharding() -> None:
+    with preserved_rng(), core.init(env={}, exit_on_preempt=False) as ctx:
+        context = det.pytorch.PyTorchTrialContext(ctx)
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1)
+        with pytest.raises(DethpcError, match="backward_passes_per_step=2"):
+            context.wrap_optimizer(opt, backward_passes_per_step=2)
+        with pytest.raises(DethpcError, match="fp16_compression"):
+            context.wrap_optimizer(opt, fp16_compression=True)
+        with pytest.raises(DethpcError, match="frequency"):
+            context.wrap_lr_scheduler(object(), StepMode.STEP_EVERY_BATCH, frequency=0)
+        loader = det.pytorch.DataLoader([1, 2])
+        assert loader.get_data_loader() is loader
+        with pytest.raises(DethpcError, match="shards"):
+            loader.get_data_loader(num_replicas=2, rank=1)
+        with pytest.raises(UnsupportedError, match="mixed precision"):
+            context.experimental.use_amp()
+
+
+def test_to_device_and_data_length() -> None:
+    import numpy as np
+
+    moved = det.pytorch.to_device({"a": [np.ones(2)], "b": ("s", torch.zeros(3))}, "cpu")
+    assert isinstance(moved["a"][0], torch.Tensor) and moved["b"][0] == "s"
+    assert det.pytorch.data_length({"x": torch.zeros(5, 2)}) == 5
+    assert det.pytorch.data_length([np.zeros(3)]) == 3
+    with pytest.raises(DethpcError):
+        det.pytorch.data_length([])
+
+
+def test_train_unit_should_stop() -> None:
+    unit = det.pytorch.TrainUnit(3)
+    assert [unit.should_stop(s) for s in (0, 1, 3, 6, 7)] == [False, False, True, True, False]
+    assert det.pytorch.TrainUnit(0).should_stop(5)
+    assert isinstance(det.pytorch.Batch(2), det.pytorch.TrainUnit)
