@@ -5,7 +5,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 t0=$SECONDS
-bash scripts/setup.sh || exit 1
+bash scripts/setup.sh --tests || exit 1
 t_setup=$((SECONDS - t0))
 export PATH=$PWD/.venv/bin:$PATH
 # Slurm lanes: one dev cluster and one pytest worker each (docs/testing.md)

@@ -8,6 +8,8 @@ mandatory and they FAIL. The cluster is probed once per session (per xdist worke
 Also the Slurm lanes under ``pytest -n N --dist loadgroup``: which worker runs which
 lane, binding a worker to its lane's dev cluster before any test runs, the xdist
 scheduler that keeps a lane's tests on its worker, and the time per tier and per lane.
+It also sets ``DETHPC_DETECT=0`` for the session (no config means local, as the tests
+expect; docs/cluster-config.md).
 Must not: pick the files of a lane (tests/slurm_lanes.py does).
 """
 
@@ -94,6 +96,10 @@ def pytest_configure(config: pytest.Config) -> None:
     cluster), ``DETHPC_DEVCLUSTER_LANE`` and ``DETHPC_DEVCLUSTER_NODES``."""
     from dethpc.devcluster.lanes import current_lane, lane_env, lane_layout
 
+    # no test (and no process a test starts) probes Slurm to build a config it did not
+    # write: a dev cluster up on this host would turn every config-less CLI call into a
+    # Slurm one. The zero-config tests set DETHPC_DETECT=1 themselves.
+    os.environ["DETHPC_DETECT"] = "0"
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
         lane = int(workerinput.get(LANE_KEY, 0))

@@ -1,7 +1,9 @@
 """The cluster config: the admin-owned YAML that maps resource pools to Slurm.
 
 Owns: ``load_cluster_config`` (the lookup order: argument, ``$DETHPC_CLUSTER_CONFIG``,
-``/etc/dethpc/cluster.yaml``, built-in local defaults), ``parse_cluster_config``
+the user's ``~/.config/dethpc/cluster.yaml`` (``$XDG_CONFIG_HOME``), the site's
+``/etc/dethpc/cluster.yaml``, then what the caller's ``detect`` derives from Slurm, then
+built-in local defaults), ``parse_cluster_config``
 and ``cluster_to_dict`` (the effective config, for ``dethpc config show-cluster``).
 Must not: talk to Slurm (whether a partition exists is checked at submit time)
 or know about experiments.
@@ -15,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,8 @@ from dethpc.config.workers import parse_workers
 ENV_VAR = "DETHPC_CLUSTER_CONFIG"
 SYSTEM_PATH = Path("/etc/dethpc/cluster.yaml")
 BUILTIN = "<built-in defaults>"
+#: the source of a config derived from Slurm's answers (``slurm_detect``)
+DETECTED = "<detected from Slurm>"
 
 _TOP = ("backend", "runs_root", "database_url", "database_url_file", "default_pool", "pools",
         "containers", "local_max_concurrent", "command_timeout_s", "command_retries", "tick_min_s",
@@ -59,21 +63,38 @@ def default_cluster_config() -> ClusterConfig:
     )
 
 
+def user_config_path() -> Path:
+    """The user's own cluster config: ``$XDG_CONFIG_HOME/dethpc/cluster.yaml``
+    (``~/.config/dethpc/cluster.yaml``)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base).expanduser() / "dethpc" / "cluster.yaml"
+
+
 def find_cluster_config(path: str | Path | None = None) -> Path | None:
-    """The file to read, or None for the built-in defaults."""
+    """The file to read, or None (detection, then the built-in defaults)."""
     if path is not None:
         return Path(path).expanduser()
     env = os.environ.get(ENV_VAR)
     if env:
         return Path(env).expanduser()
-    return SYSTEM_PATH if SYSTEM_PATH.is_file() else None
+    for candidate in (user_config_path(), SYSTEM_PATH):
+        if candidate.is_file():
+            return candidate
+    return None
 
 
-def load_cluster_config(path: str | Path | None = None) -> ClusterConfig:
-    """Load and validate the effective cluster config (see the module docstring)."""
+def load_cluster_config(path: str | Path | None = None, *,
+                        detect: Callable[[], dict[str, Any] | None] | None = None,
+                        ) -> ClusterConfig:
+    """Load and validate the effective cluster config (see the module docstring).
+    ``detect``: called when no file is found; the raw config it returns (derived from
+    Slurm's answers) is used, None means the built-in local defaults."""
     found = find_cluster_config(path)
     if found is None:
-        return default_cluster_config()
+        raw = detect() if detect is not None else None
+        if raw is None:
+            return default_cluster_config()
+        return parse_cluster_config(raw, DETECTED, base_dir=dethpc_home())
     source = str(found)
     try:
         text = found.read_text(encoding="utf-8")

@@ -18,6 +18,7 @@ from dethpc.store.models import (
     CheckpointState,
     Event,
     Experiment,
+    ExperimentState,
     Job,
     Metric,
     SearcherState,
@@ -25,11 +26,17 @@ from dethpc.store.models import (
 )
 
 
+def shown_progress(e: Experiment) -> float:
+    """The searcher's progress; a COMPLETED experiment is done whatever its searcher said
+    (a ``dethpc sbatch`` job's, whose searcher only counts, read 0% once finished)."""
+    return 1.0 if e.state == ExperimentState.COMPLETED else round(e.progress, 3)
+
+
 def experiment_dict(e: Experiment) -> dict[str, Any]:
     return {"id": e.id, "name": e.name, "state": e.state, "description": e.description,
             "labels": list(e.labels), "owner": e.owner, "backend": e.backend,
             "kind": e.kind.value,
-            "progress": round(e.progress, 3), "run_dir": e.run_dir,
+            "progress": shown_progress(e), "run_dir": e.run_dir,
             "created_at": e.created_at, "ended_at": e.ended_at, "message": e.message}
 
 

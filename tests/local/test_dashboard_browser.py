@@ -29,10 +29,10 @@ CHROMIUM = shutil.which("chromium")
 DRIVER = shutil.which("chromedriver")
 if (CHROMIUM is None or DRIVER is None) and in_ci():
     pytest.fail("CI=true makes the dashboard's browser test mandatory, but Debian's chromium "
-                "or chromium-driver is missing (scripts/setup.sh installs them as root)",
+                "or chromium-driver is missing (scripts/setup.sh --tests installs them as root)",
                 pytrace=False)
 if CHROMIUM is None or DRIVER is None:
-    pytest.skip("needs Debian's chromium and chromium-driver (scripts/setup.sh installs "
+    pytest.skip("needs Debian's chromium and chromium-driver (scripts/setup.sh --tests installs "
                 "them as root: apt-get install chromium chromium-driver)",
                 allow_module_level=True)
 webdriver = pytest.importorskip(

@@ -35,7 +35,7 @@ def test_a_bash_loop_reports_metrics_and_a_checkpoint(home: Path, tmp_path: Path
     (project / "search.yaml").write_text(yaml.safe_dump({
         "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 5}},
         "hyperparameters": {"lr": 0.01}}))
-    exp_id = cli(project, "sbatch", "--parsable", "--search", "search.yaml",
+    exp_id = cli(project, "sbatch", "--no-daemon", "--parsable", "--search", "search.yaml",
                  "search_train.sh", env={"STEP_PAUSE_S": "0"}).strip()
     cli(project, "daemon", "run", "--until-idle")
     d = json.loads(cli(project, "experiment", "describe", exp_id, "--json"))

@@ -35,7 +35,7 @@ def test_grid_over_a_plain_script_on_the_local_backend(home: Path, tmp_path: Pat
         "searcher": {"name": "grid", "metric": "loss"},
         "hyperparameters": {"lr": {"type": "categorical", "vals": [0.1, 0.01]},
                             "name": "it's a $HOME"}}))
-    exp_id = cli(project, "sbatch", "--parsable", "--search", "search.yaml",
+    exp_id = cli(project, "sbatch", "--no-daemon", "--parsable", "--search", "search.yaml",
                  "search_plain.sh", "x y", env={"SEARCH_TEST_MARK": "loc"}).strip()
     cli(project, "daemon", "run", "--until-idle")
     d = json.loads(cli(project, "experiment", "describe", exp_id, "--json"))

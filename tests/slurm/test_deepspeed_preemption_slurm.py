@@ -46,7 +46,7 @@ SHARDS = ["ds/mp_rank_00_model_states.pt", "ds/zero_pp_rank_0_mp_rank_00_optim_s
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("deepspeed") is None and os.environ.get("CI") != "true",
-    reason="deepspeed not installed (scripts/setup.sh installs it; in CI a missing "
+    reason="deepspeed not installed (scripts/setup.sh --tests installs it; in CI a missing "
            "deepspeed fails these tests)")
 
 

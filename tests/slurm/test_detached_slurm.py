@@ -94,6 +94,8 @@ def home(tmp_path: Path, slurm_cluster: Any,
 def cli(home: Path, *args: Any) -> str:
     env = {**os.environ, "DETHPC_HOME": str(home),
            "DETHPC_CLUSTER_CONFIG": str(home / "cluster.yaml")}
+    # the test ticks its own daemon: dethpc sbatch must not start one
+    args = ("sbatch", "--no-daemon", *args[1:]) if args[:1] == ("sbatch",) else args
     proc = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", *map(str, args)],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, f"{args}: {proc.stdout}\n{proc.stderr}"

@@ -42,7 +42,7 @@ TRACER = REPO / "tests" / "fixtures" / "surface_trace"
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("deepspeed") is None and os.environ.get("CI") != "true",
-    reason="deepspeed not installed (scripts/setup.sh installs it; in CI a missing "
+    reason="deepspeed not installed (scripts/setup.sh --tests installs it; in CI a missing "
            "deepspeed fails this test)")
 
 #: (config, overrides) of each program run; the entrypoints are Determined's

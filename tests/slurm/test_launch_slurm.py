@@ -123,7 +123,7 @@ def test_mpi4py_allreduce_four_ranks_two_nodes(slurm_cluster, tmp_path) -> None:
 
 @pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None
                     and os.environ.get("CI") != "true",
-                    reason="deepspeed not installed (scripts/setup.sh installs it; in CI a "
+                    reason="deepspeed not installed (scripts/setup.sh --tests installs it; in CI a "
                            "missing deepspeed fails this test)")
 def test_deepspeed_zero1_two_nodes(slurm_cluster, tmp_path) -> None:
     result = tmp_path / "ds.json"

@@ -72,7 +72,7 @@ class Remote:
 def remote(slurm_cluster: SlurmCluster, cluster_user: ClusterUser,
            user_python: list[str]) -> Iterator[Remote]:
     if not SSHD.exists():
-        pytest.skip(f"{SSHD} is missing (scripts/setup.sh installs openssh-server)")
+        pytest.skip(f"{SSHD} is missing (scripts/setup.sh --tests installs openssh-server)")
     root = Path(user_dir(cluster_user).with_name(f"dethpc-sshd-{os.getpid()}"))
     root.mkdir(mode=0o755)
     (root / "home").mkdir()

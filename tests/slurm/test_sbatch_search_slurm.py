@@ -86,6 +86,8 @@ def dethpc(home: Path, cwd: Path, *args: str,
     env = {**os.environ, "DETHPC_HOME": str(home),
            "DETHPC_CLUSTER_CONFIG": str(home / "cluster.yaml"), "PYTHONPATH": str(REPO),
            "STEP_PAUSE_S": "0.5", **(extra_env or {})}
+    # the test ticks its own daemon: dethpc sbatch must not start one
+    args = ("sbatch", "--no-daemon", *args[1:]) if args[:1] == ("sbatch",) else args
     return subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", *args], cwd=cwd,
                           env=env, capture_output=True, text=True, timeout=120)
 

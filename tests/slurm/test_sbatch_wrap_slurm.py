@@ -74,8 +74,9 @@ def env_for(home: Path, **extra: str) -> dict[str, str]:
 
 def dethpc_sbatch(home: Path, cwd: Path, *args: str, stdin: str | None = None,
                   **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "sbatch", *args],
-                          cwd=cwd, env=env_for(home, **extra), input=stdin,
+    # the test ticks its own daemon: dethpc sbatch must not start one
+    return subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "sbatch",
+                           "--no-daemon", *args], cwd=cwd, env=env_for(home, **extra), input=stdin,
                           capture_output=True, text=True, timeout=120)
 
 

@@ -37,7 +37,13 @@ class Env:
 
     @cached_property
     def cluster(self) -> ClusterConfig:
-        return load_cluster_config(self.cluster_path)
+        """The file's config; with none anywhere, what Slurm's answers imply on a login
+        node (``slurm_detect``: one probe, cached in ``$DETHPC_HOME``), else local."""
+        from dethpc.backends.slurm_detect import detect
+        from dethpc.common.paths import dethpc_home
+
+        return load_cluster_config(self.cluster_path, detect=lambda: detect(
+            dethpc_home(), say=lambda text: err_console.print(text, markup=False)))
 
     @cached_property
     def store(self) -> Store:
@@ -115,3 +121,55 @@ JsonOpt = typer.Option(False, "--json", help="print JSON instead of a table")
 
 def fmt_metric(value: float | None) -> str:
     return "" if value is None else f"{value:.6g}"
+
+
+def untracked_note(open_experiments: int, now: float | None = None) -> str | None:
+    """What to say under a view of ``open_experiments`` not-ended experiments when no
+    daemon of this user runs (none here, no live lease from another login node): that
+    their state is not being updated, since when, and how to start one. None when a
+    daemon runs or nothing is open."""
+    import time
+
+    from dethpc.control import service
+    from dethpc.control.experiments import current_user
+    from dethpc.control.lease import Lease
+    from dethpc.store.models import DaemonLease
+
+    if open_experiments <= 0 or service.running_pid() is not None:
+        return None
+    lease = Lease(ENV.store, current_user(), ttl_s=ENV.cluster.daemon_lease_s)
+    if lease.current() is not None:
+        return None
+    with ENV.store.session() as s:
+        row = s.get(DaemonLease, current_user())
+    now = time.time() if now is None else now
+    if row is None or not row.expires_at:
+        since = "no daemon of yours has run on this database yet"
+    else:
+        age = max(0.0, now - (row.expires_at - ENV.cluster.daemon_lease_s))
+        since = f"the last daemon tick was {_age(age)} ago"
+    return (f"note: no dethpc daemon is running: the {open_experiments} open "
+            f"experiment(s) shown are not being updated ({since}). `dethpc daemon start` "
+            "tracks them again (jobs that ended meanwhile are read from Slurm's accounting)")
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def say_if_untracked(states: list[str]) -> None:
+    """``untracked_note`` for a view of experiments in ``states`` (those the daemon must
+    act on: neither ended nor paused), on stderr."""
+    from dethpc.store.models import ExperimentState
+
+    moving = [s for s in map(ExperimentState, states)
+              if not s.is_terminal and s is not ExperimentState.PAUSED]
+    note = untracked_note(len(moving))
+    if note:
+        err_console.print(note, markup=False, highlight=False)

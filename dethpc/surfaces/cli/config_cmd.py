@@ -83,11 +83,14 @@ def validate(
 def show_cluster(
     path: Path | None = typer.Option(
         None, "--cluster-config", help="Cluster config file (default: $DETHPC_CLUSTER_CONFIG, "
-        "/etc/dethpc/cluster.yaml, else built-in defaults)."),
+        "~/.config/dethpc/cluster.yaml, /etc/dethpc/cluster.yaml, else what Slurm's answers "
+        "imply on a login node, else built-in local defaults)."),
 ) -> None:
-    """Print the effective cluster config (exit 2 when invalid)."""
+    """Print the effective cluster config as YAML to save and edit (exit 2 when invalid)."""
+    from dethpc.surfaces.cli.common import ENV
+
     try:
-        cfg = load_cluster_config(path)
+        cfg = load_cluster_config(path) if path is not None else ENV.cluster
     except ConfigError as exc:
         print_config_error(exc)
         raise typer.Exit(2) from None

@@ -25,6 +25,7 @@ from dethpc.surfaces.cli.common import (
     fmt_metric,
     print_json,
     say,
+    say_if_untracked,
     table,
 )
 from dethpc.surfaces.cli.shared import print_checkpoints, stream_trial_log
@@ -240,6 +241,7 @@ def list_(json_out: bool = JsonOpt, wide: bool = WideOpt,
         err_console.print(f"note: --all shows only your experiments: your database role "
                           f"{ENV.store.role.name!r} is not a dethpc admin ({ADMIN_ROLE})",
                           markup=False, highlight=False)
+    say_if_untracked([r["state"] for r in rows])
     if json_out:
         return print_json(rows)
     table("Experiments", [Col("id", keep=100), Col("name", shrink=True, keep=90),
@@ -254,6 +256,7 @@ def list_(json_out: bool = JsonOpt, wide: bool = WideOpt,
 def describe(exp_id: int, json_out: bool = JsonOpt, wide: bool = WideOpt) -> None:
     """An experiment with every trial, its best validation metric and checkpoint."""
     d = views.describe_experiment(ENV.store, exp_id)
+    say_if_untracked([d["state"]])
     if json_out:
         return print_json(d)
     metric = d["searcher"]["metric"]

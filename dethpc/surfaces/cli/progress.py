@@ -87,7 +87,9 @@ def read(store: Store, exp_id: int) -> Snapshot:
                 break
     assert exp is not None
     searcher = load_config(exp).searcher
-    return summarize(exp_id, exp.state, exp.progress, searcher.metric,
+    from dethpc.surfaces.views import shown_progress
+
+    return summarize(exp_id, exp.state, shown_progress(exp), searcher.metric,
                      searcher.smaller_is_better,
                      [(int(tid or 0), str(st), bv) for tid, st, bv in rows])
 

@@ -72,7 +72,7 @@ def run_plain(argv: Sequence[str], environ: Mapping[str, str], cwd: Path,
     return out.stdout, out.stderr, out.code
 
 
-USAGE = """Usage: dethpc sbatch [--forward-signal] [sbatch options] SCRIPT [ARGS...]
+USAGE = """Usage: dethpc sbatch [--forward-signal] [--no-daemon] [sbatch options] SCRIPT [ARGS...]
        dethpc sbatch --search SEARCH.yaml [--parsable] [--config KEY=VALUE]
                      [sbatch options] SCRIPT [ARGS...]
 
@@ -81,7 +81,8 @@ The first form is sbatch itself: the same options and #SBATCH lines, the same ou
 --requeue and the pool's early --signal=B:SIG@GRACE unless set, records the job (one
 trial per array task) and tracks it: `dethpc experiment list`, `dethpc trial logs`.
 The early signal is recorded for `dethpc should-stop`, forwarded to the script only
-with --forward-signal (or a '#DETHPC --forward-signal' line in its header).
+with --forward-signal (or a '#DETHPC --forward-signal' line in its header). The
+daemon that tracks the job is started unless one runs (--no-daemon: do not).
 
 The second runs a searcher over an unchanged script: each trial runs SCRIPT with its
 hyperparameters as $DETHPC_HP_<NAME> and in the JSON file $DETHPC_HPARAMS, and prints
@@ -89,11 +90,27 @@ hyperparameters as $DETHPC_HP_<NAME> and in the JSON file $DETHPC_HPARAMS, and p
 options (also `dethpc sbatch --help-sbatch`)."""
 
 
+def ensure_daemon() -> None:
+    """Start this user's daemon unless one runs, so that the job just submitted is tracked
+    (said on stderr: sbatch's own output stays byte-identical)."""
+    from dethpc.control import service
+
+    if service.running_pid() is None:
+        pid = service.start()
+        sys.stderr.write(f"dethpc: started the daemon (pid {pid}) that tracks this job; "
+                         f"log: {service.log_path()}\n")
+
+
 def sbatch(ctx: typer.Context) -> None:
     """sbatch, tracked by dethpc; --search runs a searcher over the script
     (docs/existing-scripts.md)."""
     args = list(ctx.args)
     head = args[:next((i for i, a in enumerate(args) if not a.startswith("-")), len(args))]
+    # dethpc's own flag, before the script: do not start the daemon
+    no_daemon = "--no-daemon" in head
+    if no_daemon:
+        args.remove("--no-daemon")
+        head.remove("--no-daemon")
     if "--help" in head or "-h" in head:
         typer.echo(USAGE)
         return
@@ -102,6 +119,8 @@ def sbatch(ctx: typer.Context) -> None:
     environ, cwd = dict(os.environ), Path.cwd()
     if any(a == "--search" or a.startswith("--search=") for a in head):
         typer.echo(run_search(args, environ, cwd))
+        if not no_daemon:
+            ensure_daemon()
         return
     from dethpc.common.sbatch_options import canonical_option
     from dethpc.surfaces.sbatchwrap.search_cli import parse_command
@@ -115,8 +134,12 @@ def sbatch(ctx: typer.Context) -> None:
     elif not args:
         typer.echo(USAGE)
         return
+    from dethpc.surfaces.sbatchwrap import plain
+
     out, err, code = run_plain(args, environ, cwd, stdin_text)
     sys.stdout.write(out)
     sys.stderr.write(err)
     if code:
         raise typer.Exit(code)
+    if not no_daemon and not plain.wants_info(args):
+        ensure_daemon()

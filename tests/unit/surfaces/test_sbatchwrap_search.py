@@ -439,7 +439,7 @@ def cli_search(home: Path, tmp_path: Path, *args: str, script: str = "#!/bin/bas
     old = os.getcwd()
     os.chdir(tmp_path)
     try:
-        return CliRunner().invoke(app, ["sbatch", *args])
+        return CliRunner().invoke(app, ["sbatch", "--no-daemon", *args])
     finally:
         os.chdir(old)
 
