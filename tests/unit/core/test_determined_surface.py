@@ -40,6 +40,7 @@ import pytest
 
 from dethpc.common.errors import DethpcError, UnsupportedError
 from dethpc.core import determined_surface as ds
+from tests.surface_coverage import resolve
 
 REPO = Path(__file__).resolve().parents[3]
 INVENTORY_PATH = REPO / "tests" / "unit" / "data" / "determined" / "surface-0.38.1.json"
@@ -106,22 +107,7 @@ def test_inventory_is_sorted_and_complete_per_entry() -> None:
 
 
 # ------------------------------------------------------------- resolving
-def resolve(path: str) -> Any:
-    """The object at dotted ``path`` (the longest importable module, then attributes)."""
-    parts = path.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            obj: Any = importlib.import_module(".".join(parts[:cut]))
-            break
-        except ImportError:
-            continue
-    else:  # pragma: no cover - "dethpc" always imports
-        raise AssertionError(path)
-    for part in parts[cut:]:
-        obj = getattr(obj, part)
-    return obj
-
-
+# resolve(path): the object at a dotted path (tests/surface_coverage.py)
 def _context() -> Any:
     import dethpc.core as core
 
