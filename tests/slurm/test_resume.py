@@ -73,7 +73,14 @@ def test_time_limit_checkpoints_and_requeues_across_allocations(
     assert [e["reason"] for e in exits] == ["time_limit"] * (len(exits) - 1) + ["completed"]
     assert all(e["signal"] == "USR2" for e in exits[:-1]), exits
     runs = read_jsonl(trial_dir / "runs.jsonl")
-    for before, after in zip(runs, runs[1:], strict=False):
+    # when the limit's signal lands after the last batch, while the process exits (seen
+    # on a loaded machine: code 140), the job is requeued once more and that run resumes
+    # at the end and trains nothing (first_batch None): only as the last run
+    trained = [r for r in runs if r["first_batch"] is not None]
+    idle = runs[len(trained):]
+    assert runs[:len(trained)] == trained and len(idle) <= 1, runs
+    assert trained[-1]["batches_done"] == batches, runs
+    for before, after in zip(trained, trained[1:], strict=False):
         assert after["first_batch"] == before["batches_done"], runs
     assert_bit_identical(trial_dir / "final_weights.pt", tmp_path / "reference.pt", reference)
 
