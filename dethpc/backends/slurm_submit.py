@@ -27,8 +27,12 @@ from dethpc.common.errors import CommandError, SubmitError, SubmitLimitError
 from dethpc.common.runner import CommandRunner
 from dethpc.common.sbatch_options import getopt_complaint
 
-#: how long ``judge`` asks again while nodes have not registered with slurmctld
-REGISTER_WAIT_S = 15.0
+#: how long ``judge`` asks again while nodes have not registered with slurmctld (a
+#: loaded 2-core CI machine took more than 15 s)
+REGISTER_WAIT_S = 30.0
+#: after the last node registered, how long ``judge`` still asks again: the controller
+#: may refuse for a moment more while it settles the nodes it just heard from
+SETTLE_S = 5.0
 
 
 # ------------------------------------------------------------------- pure pieces
@@ -103,15 +107,27 @@ def judge(runner: CommandRunner, request: JobRequest,
     A refusal while some node's state is UNKNOWN (slurmctld just restarted, its
     slurmd not registered yet: for about 4 s here every job is refused with
     "Requested node configuration is not available") is asked again, for at most
-    ``REGISTER_WAIT_S``, before it is believed (one sinfo per refusal)."""
+    ``REGISTER_WAIT_S`` and until ``SETTLE_S`` after the last node registered, before it
+    is believed (one sinfo per refusal); without a restart going on, at once."""
     deadline = time.monotonic() + REGISTER_WAIT_S
+    seen_registering = False          # a restart was seen: keep asking a while
+    settled_at: float | None = None   # when the nodes were first all registered again
     while True:
         res = runner.run(sbatch_argv(request, "--test-only", max_array_size), check=False,
                          retry=False)
         if res.returncode == 0:
             return None
-        if time.monotonic() >= deadline or not _nodes_registering(runner):
+        now = time.monotonic()
+        if now >= deadline:
             return sp.sbatch_refusal(res.stderr)
+        if _nodes_registering(runner):
+            seen_registering, settled_at = True, None
+        elif not seen_registering:
+            return sp.sbatch_refusal(res.stderr)   # no restart going on: believed at once
+        else:
+            settled_at = now if settled_at is None else settled_at
+            if now - settled_at >= SETTLE_S:
+                return sp.sbatch_refusal(res.stderr)
         time.sleep(0.5)
 
 
