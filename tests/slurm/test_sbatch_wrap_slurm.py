@@ -63,6 +63,10 @@ def home(tmp_path: Path, slurm_cluster: Any) -> Iterator[tuple[Path, Store, Daem
     daemon = Daemon(store, cluster, SlurmBackend(RecordingRunner(timeout=30.0)))
     yield home, store, daemon
     scancel_store_jobs(store)
+    # an unchanged script that calls `dethpc sbatch` itself (pipeline.sh) starts the
+    # user's background daemon, as it would for a user: stop it with the test
+    subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "daemon", "stop"],
+                   env=env_for(home), capture_output=True, timeout=60)
 
 
 def env_for(home: Path, **extra: str) -> dict[str, str]:
