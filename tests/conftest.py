@@ -9,7 +9,7 @@ Also the Slurm lanes under ``pytest -n N --dist loadgroup``: which worker runs w
 lane, binding a worker to its lane's dev cluster before any test runs, the xdist
 scheduler that keeps a lane's tests on its worker, and the time per tier and per lane.
 It also sets ``DETHPC_DETECT=0`` for the session (no config means local, as the tests
-expect; docs/cluster-config.md).
+expect; docs/config.md#cluster-config).
 Must not: pick the files of a lane (tests/slurm_lanes.py does).
 """
 

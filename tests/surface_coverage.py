@@ -39,7 +39,6 @@ INVENTORY = Path(__file__).resolve().parent / "unit" / "data" / "determined" / \
     "surface-0.38.1.json"
 #: the statuses whose names a user's code may call
 CALLABLE_STATUSES = (ds.SERVED, ds.DIFFERENT)
-CALL_KINDS = ("method", "classmethod", "function", "property")
 
 _HOROVOD = ("horovod is not installed here or in CI (its wheel builds against MPI and a "
             "framework at install time); the launcher's argv mapping is unit-tested "

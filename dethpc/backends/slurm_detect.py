@@ -6,7 +6,7 @@ and, where accounting answers, the user's default account and QoS), ``derive`` (
 ``SlurmFacts`` -> the raw cluster config, table-tested), the per-``DETHPC_HOME`` cache
 (``detected-cluster.yaml``: one probe, re-probed when the cluster's name or its
 ``slurm.conf`` changes) and ``detect`` (the whole, for ``load_cluster_config``).
-docs/cluster-config.md ("No config at all") says what is derived and the precedence.
+docs/config.md ("Cluster config") says what is derived and the precedence.
 Must not: run commands except through the ``CommandRunner`` it was given, parse a cluster
 config (``dethpc.config`` does), or submit anything.
 """
@@ -201,10 +201,10 @@ def detect(home: Path, env: Mapping[str, str] | None = None,
         user = getpass.getuser()
     facts = probe(runner or CommandRunner(timeout=15.0, retries=0), user)
     if facts is None:
-        if which_sbatch():
+        if shutil.which("sbatch") is not None:
             (say or _stderr)("dethpc: sbatch is on PATH but Slurm's controller does not "
                              "answer (`scontrol ping`): using the local backend; write a "
-                             "cluster config to use Slurm (docs/cluster-config.md)")
+                             "cluster config to use Slurm (docs/config.md#cluster-config)")
         return None
     config = derive(facts, env, home)
     try:
@@ -220,12 +220,8 @@ def detect(home: Path, env: Mapping[str, str] | None = None,
         f"dethpc: no cluster config; Slurm cluster {facts.cluster_name or '?'} answers: "
         f"jobs go to partition {facts.partition}{f' ({extras})' if extras else ''}, runs "
         f"under {config['runs_root']}. `dethpc config show-cluster` prints this config "
-        "to save and edit (docs/cluster-config.md)")
+        "to save and edit (docs/config.md#cluster-config)")
     return config
-
-
-def which_sbatch() -> bool:
-    return shutil.which("sbatch") is not None
 
 
 def _stderr(text: str) -> None:
