@@ -10,6 +10,8 @@ gathers the facts and carries the decision out.
 
 The rules, in order:
 
+0. A poll's restart count lower than the store's, or than the run of the job's
+   last exit record, is a poll that does not know it (``known_runs``).
 1. Not polled, pending, running, or COMPLETING (the old run's batch shell may
    still be writing its exit record): wait.
 2. Slurm requeued the job (its restart count grew): each ended run without a
@@ -38,7 +40,7 @@ Two traits of the experiment's kind (``ExperimentKind``) bend the rules:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from dethpc.backends.base import JobInfo, JobState
@@ -152,6 +154,7 @@ def judge(job: JobFacts, trial: TrialFacts, info: JobInfo | None) -> Decision:
     """The decision for one job this tick (see the module docstring for the rules)."""
     if info is None or info.raw_state in COMPLETING:
         return WAIT
+    info = known_runs(job, info)
     if info.restart_count > job.restart_count and not info.state.is_terminal:
         return _requeued(job, trial, info)
     if not info.state.is_terminal:
@@ -159,6 +162,16 @@ def judge(job: JobFacts, trial: TrialFacts, info: JobInfo | None) -> Decision:
     if info.state == JobState.UNKNOWN and job.unknown_ticks < UNKNOWN_TICKS:
         return WAIT
     return _ended(job, trial, info)
+
+
+def known_runs(job: JobFacts, info: JobInfo) -> JobInfo:
+    """``info`` with a restart count no lower than what the store knows: Slurm's count
+    never goes down, and an exit record names the run that wrote it. A poll that says
+    less does not know it (``sacct`` before Slurm 23.02 has no ``Restarts`` field: a
+    requeued job whose end is seen only after it left ``squeue`` reads 0, and its last
+    run's record would not match)."""
+    runs = max(job.restart_count, job.last_record.run if job.last_record else 0)
+    return info if info.restart_count >= runs else replace(info, restart_count=runs)
 
 
 def _requeued(job: JobFacts, trial: TrialFacts, info: JobInfo) -> Decision:

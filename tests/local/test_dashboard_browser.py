@@ -111,13 +111,17 @@ def test_refused_without_the_token_then_lists_curves_and_logs(
     # the finished experiment: its curves drawn in an inline svg, the best one on top
     browser.get(f"{dash.base}/#/e/{ids['finished']}")
 
-    def curves() -> list[str]:
-        paths = browser.find_elements(By.CSS_SELECTOR, "svg#curves path.curve")
-        return [p.get_attribute("d") or "" for p in paths]
-    drawn = wait_for("four drawn curves", lambda: len(curves()) == 4 and curves())
-    assert all(d.startswith("M") and d.count("L") == 4 for d in drawn), drawn
-    best = browser.find_element(By.CSS_SELECTOR, "svg#curves path.curve.best")
-    assert best.get_attribute("data-trial") == str(ids["best_trial"])
+    def curves() -> list[tuple[str, bool, str]]:
+        # read in one script: the page redraws as it polls, so an element found by one
+        # WebDriver call can be stale by the next (CI saw StaleElementReferenceException)
+        got = browser.execute_script(
+            "return Array.from(document.querySelectorAll('svg#curves path.curve'))"
+            ".map(p => [p.getAttribute('d') || '', p.classList.contains('best'),"
+            " p.getAttribute('data-trial') || ''])")
+        return [(str(d), bool(b), str(t)) for d, b, t in got]
+    drawn = wait_for("four drawn curves", lambda: (c := curves()) and len(c) == 4 and c)
+    assert all(d.startswith("M") and d.count("L") == 4 for d, _, _ in drawn), drawn
+    assert [t for _, is_best, t in drawn if is_best] == [str(ids["best_trial"])], drawn
     box = browser.find_element(By.ID, "curves").rect
     assert box["width"] > 300 and box["height"] > 100
     text = body_text(browser)
@@ -127,9 +131,10 @@ def test_refused_without_the_token_then_lists_curves_and_logs(
 
     # a waiting trial: Slurm's pending reason, the tail of its log
     browser.get(f"{dash.base}/#/t/{ids['waiting_trial']}")
-    pending = wait_for("the pending reason", lambda: browser.find_elements(By.ID, "pending"))
-    assert "QOSMaxJobsPerUserLimit" in pending[0].text
-    log = browser.find_element(By.ID, "log").get_attribute("textContent") or ""
+    pending, log = wait_for("the pending reason", lambda: browser.execute_script(
+        "const p = document.getElementById('pending'), l = document.getElementById('log');"
+        "return p && l ? [p.innerText, l.textContent] : null;"))
+    assert "QOSMaxJobsPerUserLimit" in pending
     assert log.splitlines()[-1] == f"log line {LOG_LINES - 1}"
     assert "log line 0\n" not in log
     browser.save_screenshot(str(tmp_path / "trial.png"))

@@ -141,21 +141,31 @@ def test_node_crash_restarts_from_last_checkpoint_and_counts(
           f"experiment done {time.monotonic() - t0:.1f} s")
 
     assert done.state == "COMPLETED", harness.events(exp)
-    trial = harness.trial(exp)
-    assert trial.restarts == 1, harness.events(exp)
-    assert any(kind == "restart" for kind, _ in harness.events(exp)), harness.events(exp)
-    def both_runs() -> list[tuple[str, str]] | None:
+
+    def all_runs() -> list[tuple[str, str]] | None:
         seen = slurm_runs(job_id)
         return seen if len(seen) >= 2 and seen[-1][0] not in ("PENDING", "RUNNING") else None
 
-    accounted = wait_until("accounting to record both runs", both_runs, timeout=60)
-    assert accounted[0] == ("NODE_FAIL", node) and accounted[-1][0] == "COMPLETED", accounted
+    accounted = wait_until("accounting to record every run", all_runs, timeout=60)
+    trial = harness.trial(exp)
     exits = read_jsonl(trial_dir / "exits.jsonl")
-    # the crashed run (restart 0) left no exit record; the requeued one (1) completed
-    assert [(e["reason"], e["restart"], e["job"]) for e in exits] == [("completed", 1, ref)], \
-        exits
     runs = read_jsonl(trial_dir / "runs.jsonl")
-    assert runs[-1]["first_batch"] == last_ckpt, (runs, last_ckpt)
+    seen = (f"accounting {accounted}; events {harness.events(exp)}; exits {exits}; "
+            f"runs {runs}")
+    assert accounted[0] == ("NODE_FAIL", node) and accounted[-1][0] == "COMPLETED", seen
+    # each run Slurm ended without the trial's exit record counts once: the crash's, and
+    # any other a loaded machine adds (CI once counted 2; accounting then says why)
+    requeues = len(accounted) - 1
+    assert trial.restarts == requeues, seen
+    assert any(kind == "restart" for kind, _ in harness.events(exp)), seen
+    # the crashed run (restart 0) left no exit record; the last one completed
+    assert [(e["reason"], e["restart"], e["job"]) for e in exits] == [
+        ("completed", requeues, ref)], seen
+    # a run records itself as it exits (the crashed one could not): the run after the
+    # crash resumed from the last periodic checkpoint before it (after a second failure,
+    # from that one or a later checkpoint)
+    first = runs[0]["first_batch"]
+    assert first == last_ckpt if requeues == 1 else first >= last_ckpt, (last_ckpt, seen)
     assert "resumed from checkpoint" in job_log(trial_dir)
     assert_bit_identical(trial_dir / "final_weights.pt", tmp_path / "reference.pt", reference)
 

@@ -88,8 +88,13 @@ class Daemon:
         if not exp_ids:
             return stats
         self.recovery.adopt(stats)                # batches a crash left SUBMITTING
-        self.pulls.check()                        # pre-pull jobs that trials wait on
         seen = self.poller.observe(stats, exp_ids)  # one poll of every live job
+        # pre-pull jobs that trials wait on, polled after them: Slurm kills a dependent
+        # job only after its pull ended, so a trial job seen cancelled by a failed pull
+        # has that pull's end seen here, and the experiment fails with the runtime's
+        # words before the reconciler judges the cancelled job (polled first, a pull
+        # that failed in between left only "cancelled" and an ended experiment)
+        self.pulls.check()
         self.budget.start_tick(seen.user_jobs)
         # ingest, feed the searchers, judge job ends; then the checkpoints GC doomed
         cancel = self.reconciling.run(exp_ids, seen.infos, stats)

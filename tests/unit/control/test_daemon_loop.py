@@ -13,7 +13,7 @@ from dethpc.store.models import ExperimentState
 from tests.unit.control.daemon_kit import world
 
 #: a tick, read top to bottom
-ORDER = ["holds", "mark", "scan", "retry_cancels", "adopt", "check", "observe", "start_tick",
+ORDER = ["holds", "mark", "scan", "retry_cancels", "adopt", "observe", "check", "start_tick",
          "run", "cancel_wanted", "run"]
 
 

@@ -5,16 +5,19 @@ recording backend with Slurm's traits (job dependencies); no runtime is run."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from dethpc.backends.base import JobState
+from dethpc.backends.base import JobInfo, JobState
 from dethpc.config.model import ClusterConfig, ContainerSettings, ResourcePool
+from dethpc.control.daemon import Daemon
 from dethpc.control.daemon.pulls import ImageGate, dependency_args, placement_args
 from dethpc.jobs.containers import image_path
 from dethpc.store.models import ExperimentState, TrialState
-from tests.unit.control.daemon_kit import World, world
+from tests.unit.control.daemon_kit import Recorder, World, world
 
 IMAGE = "docker://example/train:1"
 
@@ -37,10 +40,11 @@ def test_placement_args(pool: ResourcePool, args: list[str]) -> None:
     assert placement_args(pool) == args
 
 
-def pulling_world(tmp_path: Path) -> tuple[World, ImageGate]:
-    """An experiment in ``IMAGE``, created without a runtime (none is installed here);
-    the gate sees the site's apptainer with ``pull: job``."""
-    w = world(tmp_path, slurm_traits=True, environment={"image": IMAGE})
+def pulling_world(tmp_path: Path, **cfg: Any) -> tuple[World, ImageGate]:
+    """An experiment in ``IMAGE`` (``cfg`` merged into its config), created without a
+    runtime (none is installed here); the gate sees the site's apptainer with
+    ``pull: job``."""
+    w = world(tmp_path, slurm_traits=True, environment={"image": IMAGE}, **cfg)
     settings = ContainerSettings(runtime="apptainer", sif_cache=tmp_path / "sif",
                                  pull="job")
     cluster = ClusterConfig(runs_root=w.cluster.runs_root, containers=settings,
@@ -99,3 +103,35 @@ def test_the_tick_looks_at_watched_pulls_and_fails_their_experiments(tmp_path: P
     w.backend.calls.clear()
     gate.check()
     assert w.backend.calls == []
+
+
+def test_a_trial_job_killed_by_its_failed_pull_fails_the_experiment_with_the_pull(
+        tmp_path: Path) -> None:
+    """Slurm kills a dependent job only after its pre-pull job ended. A tick that sees
+    the trials' jobs cancelled must see that pull's end too, and fail the experiment with
+    the runtime's words, not as "cancelled" (CI once polled the pull just before it
+    failed and the trials just after: the experiment ended with no word of the pull)."""
+    w, gate = pulling_world(tmp_path, max_restarts=0, searcher={
+        "name": "single", "metric": "validation_loss", "max_length": 8})
+    daemon = Daemon(w.store, gate.cluster, w.backend)
+    daemon.tick()                                            # the pull job, the trials
+    assert w.backend.requests[0].comment == f"dethpc:pull={IMAGE}"
+    trial_refs = [r for r in w.backend.states if r != "101"]
+    assert trial_refs
+    backend: Recorder = w.backend
+    plain_poll = Recorder.poll
+
+    def poll(refs: Sequence[str]) -> dict[str, JobInfo]:
+        if any(r in trial_refs for r in refs):               # the pull fails meanwhile
+            backend.states["101"] = JobState.FAILED
+            backend.states.update({r: JobState.CANCELLED for r in trial_refs})
+        return plain_poll(backend, refs)
+
+    backend.poll = poll                                      # type: ignore[method-assign]
+    for _ in range(3):
+        daemon.tick()
+    exp = w.experiment()
+    # stopped by the gate (STOPPING_KILLED, then CANCELED as the jobs are gone), as the
+    # slurm tier's test_failed_pull_job_fails_the_experiment allows
+    assert exp.state in (ExperimentState.ERROR, ExperimentState.CANCELED), exp.state
+    assert "could not be pulled (job 101 ended" in exp.message, (exp.message, w.events())

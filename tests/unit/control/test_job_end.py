@@ -177,6 +177,17 @@ ROWS = [
     ("not resubmittable: Slurm requeue past max_restarts fails and cancels",
      job(), trial(max_restarts=0, **ONCE), info(S.RUNNING, restarts=1), Kind.REQUEUED,
      V.FAIL, None, (0,), True),
+    # --- a requeued job whose end is seen only through sacct (22.05's has no Restarts:
+    # the poll reads 0): the store's count and the record's run are not forgotten
+    ("requeued once, completed, seen by sacct", job(restart_count=1,
+     record=rec(R.COMPLETED, run=1)), trial(restarts=1), info(S.COMPLETED), Kind.ENDED,
+     V.COMPLETE, R.COMPLETED, (), False),
+    ("requeued again unseen, completed, seen by sacct", job(restart_count=1,
+     record=rec(R.COMPLETED, run=2)), trial(restarts=1), info(S.COMPLETED), Kind.ENDED,
+     V.COMPLETE, R.COMPLETED, (1,), False),
+    ("requeued once, failed without a record, seen by sacct", job(restart_count=1),
+     trial(restarts=1), info(S.FAILED, code=1), Kind.ENDED, V.RESTART, R.ERROR, (1,),
+     False),
     # --- a detached job (no exit records)
     ("detached: COMPLETED without a record is a success", job(**BARE), trial(**ONCE),
      info(S.COMPLETED), Kind.ENDED, V.COMPLETE, R.COMPLETED, (), False),
@@ -204,6 +215,11 @@ def test_judge(name, jf, tf, poll, kind, verdict, reason, counted, cancel) -> No
 def test_requeue_records_the_new_restart_count() -> None:
     d = judge(job(restart_count=1), trial(), info(S.PENDING, restarts=3))
     assert d.kind == Kind.REQUEUED and d.restart_count == 3 and d.counted_runs == (1, 2)
+
+
+def test_a_poll_without_the_restart_count_keeps_the_stores() -> None:
+    d = judge(job(restart_count=2, record=rec(R.COMPLETED, run=2)), trial(), info(S.COMPLETED))
+    assert d.restart_count == 2
 
 
 def test_every_terminal_state_has_a_row() -> None:
