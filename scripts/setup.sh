@@ -54,6 +54,6 @@ if [ "$mode" = main ]; then
   echo "$want" > .venv/.dethpc-main
 else
   # deepspeed with no prebuilt ops (DS_BUILD_OPS=0): keeps torch 2.13.0, installs in ~15 s
-  DS_BUILD_OPS=0 .venv/bin/pip install -q -e ".[torch,dev,mpi,deepspeed,postgres,dashboard,browser-test,plots,tensorboard,notebook]"
+  DS_BUILD_OPS=0 .venv/bin/pip install -q -e ".[torch,dev,mpi,deepspeed,postgres,dashboard,browser-test,plots,tensorboard,notebook,site-scripts-test]"
   echo "$want" > .venv/.dethpc-tests
 fi

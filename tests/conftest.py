@@ -9,7 +9,8 @@ Also the Slurm lanes under ``pytest -n N --dist loadgroup``: which worker runs w
 lane, binding a worker to its lane's dev cluster before any test runs, the xdist
 scheduler that keeps a lane's tests on its worker, and the time per tier and per lane.
 It also sets ``DETHPC_DETECT=0`` for the session (no config means local, as the tests
-expect; docs/config.md#cluster-config).
+expect; docs/config.md#cluster-config) and ``DETHPC_CATCH_UP=0`` (a CLI view must not
+judge jobs beside the in-process daemon a test ticks; docs/existing-scripts.md).
 Must not: pick the files of a lane (tests/slurm_lanes.py does).
 """
 
@@ -100,6 +101,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # write: a dev cluster up on this host would turn every config-less CLI call into a
     # Slurm one. The zero-config tests set DETHPC_DETECT=1 themselves.
     os.environ["DETHPC_DETECT"] = "0"
+    # nor does a CLI view read and judge jobs when no daemon process runs: most tests
+    # tick an in-process daemon the view cannot see (test_catch_up_slurm sets it to 1)
+    os.environ["DETHPC_CATCH_UP"] = "0"
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
         lane = int(workerinput.get(LANE_KEY, 0))

@@ -17,71 +17,41 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from sqlmodel import select
 
-from dethpc.backends.slurm import SlurmBackend
 from dethpc.common.exitcodes import ExitReason
 from dethpc.common.kinds import ExperimentKind
-from dethpc.common.runner import RecordingRunner
-from dethpc.config import load_cluster_config
 from dethpc.control.daemon import Daemon
 from dethpc.store import Store
 from dethpc.store.models import Experiment, Job
-from dethpc.surfaces.views import describe_experiment
-from tests.slurm.fixtures.harness import (
-    cluster_yaml,
-    preempt,
-    read_jsonl,
-    scancel_store_jobs,
-    wait_until,
+from tests.slurm.fixtures.harness import preempt, read_jsonl, wait_until
+from tests.slurm.fixtures.sbatch_kit import (
+    dethpc_sbatch,
+    env_for,
+    experiment_of_job,
+    job_field,
+    sacct,
+    sbatch_home,
+    tick_until,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "existing_scripts"
-REPO = Path(__file__).resolve().parents[2]
 STEPS = 30
 
 
 @pytest.fixture
 def home(tmp_path: Path, slurm_cluster: Any) -> Iterator[tuple[Path, Store, Daemon]]:
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "cluster.yaml").write_text(yaml.safe_dump(cluster_yaml(home / "runs")))
-    store = Store(f"sqlite:///{home / 'dethpc.db'}")
-    cluster = load_cluster_config(home / "cluster.yaml")
-    daemon = Daemon(store, cluster, SlurmBackend(RecordingRunner(timeout=30.0)))
-    yield home, store, daemon
-    scancel_store_jobs(store)
-    # an unchanged script that calls `dethpc sbatch` itself (pipeline.sh) starts the
-    # user's background daemon, as it would for a user: stop it with the test
-    subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "daemon", "stop"],
-                   env=env_for(home), capture_output=True, timeout=60)
-
-
-def env_for(home: Path, **extra: str) -> dict[str, str]:
-    """The user's shell: dethpc on PATH (as the installed console script is)."""
-    return {**os.environ, "DETHPC_HOME": str(home),
-            "DETHPC_CLUSTER_CONFIG": str(home / "cluster.yaml"), "PYTHONPATH": str(REPO),
-            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **extra}
-
-
-def dethpc_sbatch(home: Path, cwd: Path, *args: str, stdin: str | None = None,
-                  **extra: str) -> subprocess.CompletedProcess[str]:
-    # the test ticks its own daemon: dethpc sbatch must not start one
-    return subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "sbatch",
-                           "--no-daemon", *args], cwd=cwd, env=env_for(home, **extra), input=stdin,
-                          capture_output=True, text=True, timeout=120)
+    with sbatch_home(tmp_path) as made:
+        yield made
 
 
 def copy(names: list[str], to: Path) -> Path:
@@ -89,41 +59,6 @@ def copy(names: list[str], to: Path) -> Path:
     for name in names:
         shutil.copy2(FIXTURES / name, to / name)
     return to
-
-
-def tick_until(store: Store, daemon: Daemon, exp_id: int, timeout: float,
-               until: Any = None) -> dict[str, Any]:
-    """Tick the daemon until the experiment ends (or ``until(describe)`` holds)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        stats = daemon.tick()
-        assert not stats.errors, stats.errors
-        d = describe_experiment(store, exp_id)
-        if (until(d) if until else d["state"] in ("COMPLETED", "ERROR", "CANCELED")):
-            return d
-        if time.monotonic() > deadline:
-            trials = [(t["state"], t["runs"]) for t in d["trials"]]
-            raise AssertionError(f"experiment {exp_id} still {d['state']} after "
-                                 f"{timeout:.0f}s: {trials}")
-        time.sleep(0.5)
-
-
-def experiment_of_job(store: Store, job_id: str) -> int:
-    with store.session() as s:
-        job = s.exec(select(Job).where(Job.ref.startswith(job_id))).first()  # type: ignore[union-attr]
-        assert job is not None, f"no experiment records job {job_id}"
-        return job.experiment_id
-
-
-def job_field(job: str, key: str) -> str:
-    out = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True,
-                         text=True, check=True).stdout
-    return dict(w.split("=", 1) for w in out.split() if "=" in w)[key]
-
-
-def sacct(job: str, fields: str) -> list[str]:
-    return subprocess.run(["sacct", "-n", "-P", "-X", "-j", job, "-o", fields],
-                          capture_output=True, text=True, check=False).stdout.split()
 
 
 # ------------------------------------------------------------------ proofs

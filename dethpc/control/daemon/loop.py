@@ -102,6 +102,24 @@ class Daemon:
         self.submitting.run(exp_ids, seen.infos, stats)        # throttles, sbatch, pools
         return stats
 
+    def catch_up(self) -> TickStats:
+        """What the backend did to the open experiments' jobs while no daemon ran, read
+        and judged as a tick judges it, and nothing new submitted: one poll (squeue, and
+        one sacct for the jobs that left the queue), the reconcile, and the cancels it
+        decides. No recovery, adoption, image pulls or submit phase: for a view
+        (``experiment list``/``describe``) that finds no daemon running."""
+        self.guard.holds()
+        stats = TickStats()
+        exp_ids = self.scope.open_experiments(self.store)
+        stats.experiments = len(exp_ids)
+        if not exp_ids:
+            return stats
+        seen = self.poller.observe(stats, exp_ids)
+        self.budget.start_tick(seen.user_jobs)
+        cancel = self.reconciling.run(exp_ids, seen.infos, stats)
+        self.canceller.cancel_wanted(cancel, stats)
+        return stats
+
     def tick_once(self) -> TickStats:
         """One pass for cron (``dethpc daemon tick``): a tick, and when it started an image
         pull (``containers.pull: login``), the wait for it and one more tick. Without that

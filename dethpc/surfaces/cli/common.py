@@ -123,11 +123,13 @@ def fmt_metric(value: float | None) -> str:
     return "" if value is None else f"{value:.6g}"
 
 
-def untracked_note(open_experiments: int, now: float | None = None) -> str | None:
+def untracked_note(open_experiments: int, now: float | None = None, *,
+                   read_now: bool = False) -> str | None:
     """What to say under a view of ``open_experiments`` not-ended experiments when no
     daemon of this user runs (none here, no live lease from another login node): that
-    their state is not being updated, since when, and how to start one. None when a
-    daemon runs or nothing is open."""
+    their state is not being updated, since when, and how to start one; ``read_now``:
+    the view read the jobs' state from Slurm just now (``catch_up_if_untracked``). None
+    when a daemon runs or nothing is open."""
     import time
 
     from dethpc.control import service
@@ -140,6 +142,10 @@ def untracked_note(open_experiments: int, now: float | None = None) -> str | Non
     lease = Lease(ENV.store, current_user(), ttl_s=ENV.cluster.daemon_lease_s)
     if lease.current() is not None:
         return None
+    if read_now:
+        return (f"note: no dethpc daemon is running: the state of the {open_experiments} "
+                "open experiment(s) shown was read from Slurm just now, but nothing new is "
+                "submitted until `dethpc daemon start`")
     with ENV.store.session() as s:
         row = s.get(DaemonLease, current_user())
     now = time.time() if now is None else now
@@ -163,13 +169,13 @@ def _age(seconds: float) -> str:
     return f"{seconds / 86400:.1f} days"
 
 
-def say_if_untracked(states: list[str]) -> None:
+def say_if_untracked(states: list[str], *, read_now: bool = False) -> None:
     """``untracked_note`` for a view of experiments in ``states`` (those the daemon must
     act on: neither ended nor paused), on stderr."""
     from dethpc.store.models import ExperimentState
 
     moving = [s for s in map(ExperimentState, states)
               if not s.is_terminal and s is not ExperimentState.PAUSED]
-    note = untracked_note(len(moving))
+    note = untracked_note(len(moving), read_now=read_now)
     if note:
         err_console.print(note, markup=False, highlight=False)

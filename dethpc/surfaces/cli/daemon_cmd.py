@@ -8,8 +8,9 @@ import time
 
 import typer
 
+from dethpc.common.errors import DethpcError
 from dethpc.control import service
-from dethpc.control.daemon import Daemon
+from dethpc.control.daemon import Daemon, TickStats
 from dethpc.control.lease import Lease
 from dethpc.surfaces.cli.common import ENV, console, err_console
 
@@ -42,6 +43,38 @@ def _held_elsewhere(lease: Lease) -> str:
     left = max(0.0, other.expires_at - time.time())
     return (f"the daemon of user {lease.owner} runs on host {other.host} (pid {other.pid}); "
             f"its lease has {left:.0f} s left and is renewed while it runs")
+
+
+#: ``DETHPC_CATCH_UP=0``: a view that finds no daemon running reads nothing from Slurm
+ENV_CATCH_UP = "DETHPC_CATCH_UP"
+
+
+def catch_up_if_untracked() -> TickStats | None:
+    """For a view (``experiment list``/``describe``) on Slurm: when no daemon of this user
+    runs (none here, no live lease from another login node), what happened to the open
+    experiments' jobs meanwhile is read and judged (``Daemon.catch_up``: one squeue, one
+    sacct for the jobs that left the queue) under the lease, so the view is right; new
+    trials still wait for a daemon. None when nothing was read: a daemon runs, the lease
+    is held, the backend is local, or ``DETHPC_CATCH_UP=0``."""
+    import os
+
+    from dethpc.common.traits import BackendKind
+
+    if os.environ.get(ENV_CATCH_UP, "1") == "0" \
+            or BackendKind.parse(ENV.cluster.backend) is not BackendKind.SLURM \
+            or service.running_pid() is not None:
+        return None
+    lease = _lease()
+    if lease.current() is not None or not lease.acquire():
+        return None
+    try:
+        return _daemon(lease).catch_up()
+    except DethpcError as exc:          # Slurm did not answer: the view shows the store
+        err_console.print(f"note: could not read the jobs' state from Slurm: {exc}",
+                          markup=False, highlight=False)
+        return None
+    finally:
+        lease.release()
 
 
 @daemon_app.command("run")

@@ -28,6 +28,7 @@ from dethpc.surfaces.cli.common import (
     say_if_untracked,
     table,
 )
+from dethpc.surfaces.cli.daemon_cmd import catch_up_if_untracked
 from dethpc.surfaces.cli.shared import print_checkpoints, stream_trial_log
 from dethpc.surfaces.layout import (
     Col,
@@ -235,13 +236,14 @@ def list_(json_out: bool = JsonOpt, wide: bool = WideOpt,
           ) -> None:
     """List your experiments (``--all``: everyone's, as Determined's ``det e list -a``;
     on a shared database only a dethpc admin sees other users' experiments)."""
+    caught = catch_up_if_untracked()
     rows = views.list_experiments(ENV.store, include_ended=not active,
                                   owner=None if all_ else experiments.current_user())
     if all_ and ENV.store.role.scope is Scope.OWN_ROWS:
         err_console.print(f"note: --all shows only your experiments: your database role "
                           f"{ENV.store.role.name!r} is not a dethpc admin ({ADMIN_ROLE})",
                           markup=False, highlight=False)
-    say_if_untracked([r["state"] for r in rows])
+    say_if_untracked([r["state"] for r in rows], read_now=caught is not None)
     if json_out:
         return print_json(rows)
     table("Experiments", [Col("id", keep=100), Col("name", shrink=True, keep=90),
@@ -255,8 +257,9 @@ def list_(json_out: bool = JsonOpt, wide: bool = WideOpt,
 @experiment_app.command("describe")
 def describe(exp_id: int, json_out: bool = JsonOpt, wide: bool = WideOpt) -> None:
     """An experiment with every trial, its best validation metric and checkpoint."""
+    caught = catch_up_if_untracked()
     d = views.describe_experiment(ENV.store, exp_id)
-    say_if_untracked([d["state"]])
+    say_if_untracked([d["state"]], read_now=caught is not None)
     if json_out:
         return print_json(d)
     metric = d["searcher"]["metric"]

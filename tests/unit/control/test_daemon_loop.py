@@ -8,8 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dethpc.backends.base import JobState
 from dethpc.control.daemon import Daemon
-from dethpc.store.models import ExperimentState
+from dethpc.store.models import ExperimentState, TrialState
 from tests.unit.control.daemon_kit import world
 
 #: a tick, read top to bottom
@@ -73,3 +74,22 @@ def test_a_steady_tick_makes_one_poll_and_asks_for_the_users_jobs(tmp_path: Path
         w.backend.calls.clear()
         daemon.tick()
         assert w.backend.names() == ["poll", "user_jobs"]
+
+
+def test_catch_up_judges_ended_jobs_and_submits_nothing(tmp_path: Path) -> None:
+    """A view with no daemon running (``Daemon.catch_up``): the jobs' ends are read and
+    judged as a tick would, but no new trial is submitted."""
+    w = world(tmp_path, max_restarts=0)
+    daemon = Daemon(w.store, w.cluster, w.backend)
+    daemon.tick()                                              # 2 trials, one array
+    refs = sorted(w.backend.states)
+    assert len(refs) == 2
+    w.backend.states.update({r: JobState.FAILED for r in refs})
+    w.backend.calls.clear()
+    stats = daemon.catch_up()
+    assert "submit" not in w.backend.names(), w.backend.calls
+    assert stats.experiments == 1 and stats.submitted == 0
+    # the two ended ERROR; the searcher's next trials wait for a daemon's submit
+    assert [t.state for t in w.trials()] == [TrialState.ERROR] * 2 + [TrialState.QUEUED] * 2
+    daemon.tick()                                              # a daemon submits again
+    assert "submit" in w.backend.names()

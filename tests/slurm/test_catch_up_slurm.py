@@ -1,0 +1,89 @@
+"""A view with no daemon running is right anyway (issue 32 item 2): jobs submitted by
+``dethpc sbatch --no-daemon`` end in Slurm while nothing tracks them; ``dethpc
+experiment describe``/``list`` then read their ends from Slurm (one squeue, one sacct
+for those that left the queue) and judge them as the daemon would, and say that no
+daemon runs while something is still open. With ``DETHPC_CATCH_UP=0`` (what the rest
+of the suite runs under) the same views show the stale state and say so: the
+difference is this feature.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dethpc.control.daemon import Daemon
+from dethpc.store import Store
+from tests.slurm.fixtures.harness import wait_until
+from tests.slurm.fixtures.sbatch_kit import (
+    dethpc_sbatch,
+    env_for,
+    experiment_of_job,
+    sacct,
+    sbatch_home,
+)
+
+
+@pytest.fixture
+def home(tmp_path: Path, slurm_cluster: Any) -> Iterator[tuple[Path, Store, Daemon]]:
+    with sbatch_home(tmp_path) as made:
+        yield made
+
+
+def view(root: Path, *args: str, catch_up: bool) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "experiment",
+                           *args], env=env_for(root, DETHPC_CATCH_UP="1" if catch_up else "0"),
+                          capture_output=True, text=True, timeout=120)
+
+
+def submit(root: Path, work: Path, body: str) -> str:
+    script = work / f"job{len(list(work.glob('*.sh')))}.sh"
+    script.write_text(f"#!/bin/bash\n#SBATCH -p debug\n#SBATCH -t 2\n{body}\n")
+    proc = dethpc_sbatch(root, work, "--parsable", script.name)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def test_describe_reads_the_ends_from_slurm_when_no_daemon_runs(
+        home: tuple[Path, Store, Daemon], tmp_path: Path) -> None:
+    root, store, _ = home            # the fixture's daemon is never ticked here
+    work = tmp_path / "work"
+    work.mkdir()
+    ok, bad = submit(root, work, "echo fine"), submit(root, work, "exit 4")
+    held = submit(root, work, "sleep 600")
+    for job in (ok, bad):
+        wait_until(f"job {job} to end in accounting",
+                   lambda j=job: set(sacct(j, "State")) & {"COMPLETED", "FAILED"},  # type: ignore[misc]
+                   timeout=120)
+    wait_until(f"job {held} to run", lambda: sacct(held, "State") == ["RUNNING"], timeout=120)
+    ids = {job: experiment_of_job(store, job) for job in (ok, bad, held)}
+
+    # the store as dethpc sbatch left it: nothing tracked the jobs
+    stale = view(root, "describe", str(ids[ok]), "--json", catch_up=False)
+    assert stale.returncode == 0, stale.stderr
+    assert json.loads(stale.stdout)["state"] == "ACTIVE"
+    assert "no dethpc daemon is running" in stale.stderr and "not being updated" in \
+        stale.stderr, stale.stderr
+
+    # the same view, reading Slurm: each end is judged as the daemon judges it
+    states = {}
+    for job, exp_id in ids.items():
+        got = view(root, "describe", str(exp_id), "--json", catch_up=True)
+        assert got.returncode == 0, got.stderr
+        d = json.loads(got.stdout)
+        states[job] = (d["state"], [t["state"] for t in d["trials"]])
+    assert states == {ok: ("COMPLETED", ["COMPLETED"]), bad: ("ERROR", ["ERROR"]),
+                      held: ("ACTIVE", ["RUNNING"])}, states
+    listed = view(root, "list", "--json", catch_up=True)
+    assert listed.returncode == 0, listed.stderr
+    assert {r["id"]: r["state"] for r in json.loads(listed.stdout)} == {
+        ids[ok]: "COMPLETED", ids[bad]: "ERROR", ids[held]: "ACTIVE"}
+    # still open: the view says that it read Slurm and that nothing new is submitted
+    assert "read from Slurm just now" in listed.stderr, listed.stderr
+    assert "dethpc daemon start" in listed.stderr
