@@ -38,7 +38,6 @@ if CHROMIUM is None or DRIVER is None:
 webdriver = pytest.importorskip(
     "selenium.webdriver", reason="needs selenium: pip install -e '.[browser-test]'")
 from selenium.webdriver.chrome.service import Service  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
 
 #: how long the browser may take to draw something (a loaded 2-core machine)
 PATIENCE_S = 20.0
@@ -88,7 +87,8 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = PATIENCE_S) -
 
 
 def body_text(driver: Any) -> str:
-    return str(driver.find_element(By.TAG_NAME, "body").text)
+    # one script: an element found by one WebDriver call may be redrawn by the next
+    return str(driver.execute_script("return document.body.innerText"))
 
 
 def test_refused_without_the_token_then_lists_curves_and_logs(
@@ -106,6 +106,8 @@ def test_refused_without_the_token_then_lists_curves_and_logs(
     wait_for("the experiment list", lambda: "finished-sweep" in body_text(browser))
     assert "token=" not in browser.current_url
     assert "someone-elses" not in body_text(browser)   # another user's experiment
+    # no daemon runs for this store: the list says its open experiments are not updated
+    assert "No dethpc daemon is running: the 2 open experiment(s)" in body_text(browser)
     browser.save_screenshot(str(tmp_path / "experiments.png"))
 
     # the finished experiment: its curves drawn in an inline svg, the best one on top
@@ -122,7 +124,9 @@ def test_refused_without_the_token_then_lists_curves_and_logs(
     drawn = wait_for("four drawn curves", lambda: (c := curves()) and len(c) == 4 and c)
     assert all(d.startswith("M") and d.count("L") == 4 for d, _, _ in drawn), drawn
     assert [t for _, is_best, t in drawn if is_best] == [str(ids["best_trial"])], drawn
-    box = browser.find_element(By.ID, "curves").rect
+    box = browser.execute_script(      # in one script, as curves(): the svg is redrawn
+        "const r = document.getElementById('curves').getBoundingClientRect();"
+        "return {width: r.width, height: r.height};")
     assert box["width"] > 300 and box["height"] > 100
     text = body_text(browser)
     assert "COMPLETED" in text and "ck-2-50" in text   # trials, best checkpoint

@@ -87,3 +87,28 @@ def test_describe_reads_the_ends_from_slurm_when_no_daemon_runs(
     # still open: the view says that it read Slurm and that nothing new is submitted
     assert "read from Slurm just now" in listed.stderr, listed.stderr
     assert "dethpc daemon start" in listed.stderr
+
+
+def test_wait_ends_with_the_job_when_no_daemon_runs(home: tuple[Path, Store, Daemon],
+                                                    tmp_path: Path) -> None:
+    """``dethpc experiment wait`` on a ``dethpc sbatch --no-daemon`` job: it says once
+    that no daemon runs, looks at Slurm every few seconds, and returns when the job
+    ends; without the reading it would wait for ever (it times out, having said why)."""
+    root, store, _ = home
+    work = tmp_path / "work"
+    work.mkdir()
+    job = submit(root, work, "sleep 8")
+    exp_id = str(experiment_of_job(store, job))
+    stale = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "experiment",
+                            "wait", exp_id, "--timeout", "2"],
+                           env=env_for(root, DETHPC_CATCH_UP="0"), capture_output=True,
+                           text=True, timeout=120)
+    assert stale.returncode != 0 and "still ACTIVE" in stale.stderr, stale
+    assert "not being updated" in stale.stderr, stale.stderr
+    waited = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "experiment",
+                             "wait", exp_id, "--timeout", "180"],
+                            env=env_for(root, DETHPC_CATCH_UP="1"), capture_output=True,
+                            text=True, timeout=240)
+    assert waited.returncode == 0, (waited.stdout, waited.stderr)
+    assert f"experiment {exp_id}: COMPLETED" in waited.stdout
+    assert "no dethpc daemon is running" in waited.stderr, waited.stderr

@@ -7,7 +7,9 @@ cluster's non-root ``dethpc-user`` with an empty home and a bare environment (no
   where it came from, and what it prints, saved as a file, loads back to the same config;
 - ``dethpc sbatch job.sh`` on an unchanged two-node script: sbatch's own output, the job
   COMPLETED in Slurm, and the daemon that ``dethpc sbatch`` started records it COMPLETED;
-- ``dethpc submit`` of an experiment runs its trial on the cluster to COMPLETED.
+- ``dethpc submit`` of an experiment runs its trial on the cluster to COMPLETED;
+- ``dethpc shell start -- COMMAND`` runs in an allocation of the default partition and
+  passes the command's exit code through.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -68,8 +71,6 @@ def dethpc(ctx: dict[str, Any], *args: str, stdin: str | None = None,
 
 
 def wait_state(ctx: dict[str, Any], exp: int, want: str, timeout: float = 240.0) -> str:
-    import time
-
     deadline = time.monotonic() + timeout
     state = ""
     while time.monotonic() < deadline:
@@ -135,3 +136,24 @@ def test_a_new_user_needs_no_config(user_env: dict[str, Any], slurm_cluster: Any
     jobs = dethpc(ctx, "trial", "describe", str(t["id"]), "--json")
     refs = [j["ref"] for j in json.loads(jobs.stdout)["jobs"]]
     assert refs and all(r.split("_")[0].isdigit() for r in refs), refs   # Slurm job ids
+
+
+def test_a_new_users_shell_needs_no_config(user_env: dict[str, Any]) -> None:
+    """``dethpc shell start -- COMMAND`` with no config anywhere: an allocation on the
+    default partition, the command run in it (its output and exit code), the
+    allocation ended when it exits."""
+    ctx = user_env
+    shell = dethpc(ctx, "shell", "start", "--", "bash", "-c",
+                   "echo JOB=$SLURM_JOB_ID PARTITION=$SLURM_JOB_PARTITION; exit 7")
+    assert shell.returncode == 7, (shell.stdout, shell.stderr)
+    m = re.search(r"^JOB=(\d+) PARTITION=(\S+)$", shell.stdout, re.M)
+    assert m, (shell.stdout, shell.stderr)
+    deadline, left = time.monotonic() + 60, "?"
+    while left and time.monotonic() < deadline:       # the allocation ends (CG, then gone)
+        left = subprocess.run(["squeue", "-h", "-j", m.group(1)], capture_output=True,
+                              text=True, timeout=30).stdout.strip()
+        time.sleep(0.5)
+    assert left == "", left
+    listed = dethpc(ctx, "shell", "list", "--all", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [t["state"] for t in json.loads(listed.stdout)] == ["ended"], listed.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from collections.abc import Callable
 
 import typer
 
@@ -12,7 +13,7 @@ from dethpc.common.errors import DethpcError
 from dethpc.control import service
 from dethpc.control.daemon import Daemon, TickStats
 from dethpc.control.lease import Lease
-from dethpc.surfaces.cli.common import ENV, console, err_console
+from dethpc.surfaces.cli.common import ENV, console, err_console, say_if_untracked
 
 daemon_app = typer.Typer(help="The reconcile loop that turns experiments into jobs.",
                          no_args_is_help=True)
@@ -75,6 +76,25 @@ def catch_up_if_untracked() -> TickStats | None:
         return None
     finally:
         lease.release()
+
+
+class UntrackedLook:
+    """A following view (``experiment wait``, ``trial logs -f``) while no daemon runs:
+    every ``every_s`` seconds the jobs' ends are read from Slurm
+    (``catch_up_if_untracked``), and the first look says on stderr that no daemon runs
+    (``say_if_untracked`` for the experiment states ``states`` gives)."""
+
+    def __init__(self, states: Callable[[], list[str]], every_s: float = 5.0) -> None:
+        self.states, self.every_s = states, every_s
+        self.next_at: float | None = None
+
+    def look(self) -> None:
+        if self.next_at is not None and time.monotonic() < self.next_at:
+            return
+        caught = catch_up_if_untracked()
+        if self.next_at is None:
+            say_if_untracked(self.states(), read_now=caught is not None)
+        self.next_at = time.monotonic() + self.every_s
 
 
 @daemon_app.command("run")

@@ -28,7 +28,7 @@ from dethpc.surfaces.cli.common import (
     say_if_untracked,
     table,
 )
-from dethpc.surfaces.cli.daemon_cmd import catch_up_if_untracked
+from dethpc.surfaces.cli.daemon_cmd import UntrackedLook, catch_up_if_untracked
 from dethpc.surfaces.cli.shared import print_checkpoints, stream_trial_log
 from dethpc.surfaces.layout import (
     Col,
@@ -212,8 +212,12 @@ def _wait(exp_id: int, timeout: float | None, *, show: bool = True) -> str:
     from dethpc.surfaces.cli import progress
 
     deadline = None if timeout is None else time.monotonic() + timeout
+    # no daemon running: the jobs' ends are read from Slurm every few seconds (said once,
+    # on stderr), so a wait on a `dethpc sbatch --no-daemon` job still ends
+    untracked = UntrackedLook(lambda: [progress.read(ENV.store, exp_id).state])
     with progress.Reporter(tty=None if show else False) as shown:
         while True:
+            untracked.look()
             snap = progress.read(ENV.store, exp_id)
             if show:
                 shown.update(snap)

@@ -19,6 +19,7 @@ from dethpc.control import experiments
 from dethpc.store.models import TrialState
 from dethpc.surfaces import views
 from dethpc.surfaces.cli.common import ENV, err_console, fmt_metric, print_json, table
+from dethpc.surfaces.cli.daemon_cmd import UntrackedLook
 from dethpc.surfaces.layout import Col
 
 
@@ -68,7 +69,10 @@ def stream_trial_log(trial_id: int, *, follow: bool, tail: int) -> None:
         _say_unrun(d, printed)
         return
     sizes = {p: p.stat().st_size for p in tp.logs()}
+    untracked = UntrackedLook(lambda: [experiments.get_experiment(
+        ENV.store, d["experiment_id"]).state.value])
     while True:
+        untracked.look()
         # one last read after the trial ended: its final lines may land just before
         done = TrialState(views.trial_detail(ENV.store, trial_id)["state"]).is_terminal
         for p in tp.logs():

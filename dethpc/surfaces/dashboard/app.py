@@ -151,7 +151,8 @@ def create_app(store: Store, user: str, token: str, port: int) -> ASGIApp:
 
     def experiments(request: Request) -> Any:
         return {"user": user, "all_users": owner is None,
-                "experiments": data.experiments(store, owner)}
+                "experiments": data.experiments(store, owner),
+                "daemon": {"running": data.daemon_running(store, user)}}
 
     def experiment(request: Request) -> Any:
         q = request.query_params

@@ -101,6 +101,15 @@ def experiments(store: Store, owner: str | None) -> list[dict[str, Any]]:
     return rows[::-1]
 
 
+def daemon_running(store: Store, user: str) -> bool:
+    """Whether ``user``'s daemon runs: on this host (``service.running_pid``), or on
+    another login node (a live lease in the store). The list says when none does."""
+    from dethpc.control import service
+    from dethpc.control.lease import Lease
+
+    return service.running_pid() is not None or Lease(store, user).current() is not None
+
+
 _configs: dict[tuple[int, float], Any] = {}
 
 

@@ -98,6 +98,8 @@ def test_wait_prints_one_plain_line_per_change_when_not_a_terminal(home: Path) -
     try:
         assert proc.stderr is not None and proc.stdout is not None
         err = lines_of(proc.stderr)
+        # no daemon runs for this store: said once, before the progress
+        assert next_line(err).startswith("note: no dethpc daemon is running")
         first = next_line(err)
         assert first == (f"experiment {exp} ACTIVE 0%: 0 done, 0 running, 3 queued; "
                          "best val_loss none yet\n")
