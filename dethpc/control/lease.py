@@ -78,6 +78,17 @@ def _dead_here(holder: str) -> bool:
     return False
 
 
+#: the end of a holder name that a view took (``view_holder``): a short read, not a daemon
+VIEW_MARK = ":view"
+
+
+def view_holder() -> str:
+    """The holder name of a view that judges jobs for a moment when no daemon runs
+    (``experiment list``/``describe``'s catch-up): a daemon starting meanwhile waits for
+    it (``Lease.acquire_past_views``) instead of exiting."""
+    return me() + VIEW_MARK
+
+
 class Lease:
     def __init__(self, store: Store, owner: str, *, ttl_s: float = DEFAULT_TTL_S,
                  holder: str | None = None, clock: Callable[[], float] = time.time) -> None:
@@ -119,6 +130,20 @@ class Lease:
         except IntegrityError:
             return False   # another daemon inserted it first
         self.expires_at = until
+        return True
+
+    def acquire_past_views(self, wait_s: float = 60.0,
+                           sleep: Callable[[float], None] = time.sleep) -> bool:
+        """``acquire``, waiting up to ``wait_s`` while a view holds the lease (its read
+        takes a poll's time); at once False while a daemon holds it."""
+        deadline = self.clock() + wait_s
+        while not self.acquire():
+            other = self.current()
+            if other is not None and not other.holder.endswith(VIEW_MARK):
+                return False
+            if self.clock() >= deadline:
+                return False
+            sleep(0.2)
         return True
 
     def renew(self) -> bool:

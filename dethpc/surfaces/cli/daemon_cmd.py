@@ -65,7 +65,11 @@ def catch_up_if_untracked() -> TickStats | None:
             or BackendKind.parse(ENV.cluster.backend) is not BackendKind.SLURM \
             or service.running_pid() is not None:
         return None
-    lease = _lease()
+    from dethpc.control.experiments import current_user
+    from dethpc.control.lease import view_holder
+
+    lease = Lease(ENV.store, current_user(), ttl_s=ENV.cluster.daemon_lease_s,
+                  holder=view_holder())
     if lease.current() is not None or not lease.acquire():
         return None
     try:
@@ -116,7 +120,8 @@ def run(until_idle: bool = typer.Option(False, help="exit when no experiment is 
             err_console.print(f"another daemon is running (pid {service.running_pid()})")
             raise typer.Exit(1)
         lease = _lease()
-        if not lease.acquire():
+        # a view reading Slurm for a moment (catch_up_if_untracked) is waited for
+        if not lease.acquire_past_views():
             if not wait:
                 err_console.print(f"{_held_elsewhere(lease)}; this one exits (run it with "
                                   "--wait to take over when that one stops)")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dethpc.control.lease import Lease
+from dethpc.control.lease import VIEW_MARK, Lease, view_holder
 from dethpc.store import Store
 
 
@@ -118,3 +118,30 @@ def test_a_dead_holder_on_this_host_is_taken_over_at_once(store: Store) -> None:
     assert not Lease(store, "bob", holder=f"{host}:{no_such_pid}:y", clock=clock).acquire()
     assert Lease(store, "carol", holder=f"elsewhere:{no_such_pid}:z", clock=clock).acquire()
     assert not Lease(store, "carol", holder=f"{host}:1:w", clock=clock).acquire()  # not here
+
+
+def test_a_starting_daemon_waits_for_a_view_but_not_for_a_daemon(store: Store) -> None:
+    """``acquire_past_views``: a view's catch-up holds the lease for a poll's time; a
+    daemon starting meanwhile waits for it and then holds the lease. Held by another
+    daemon: False at once. A view that never lets go: False after ``wait_s``."""
+    clock = Clock()
+    view = Lease(store, "alice", holder=f"login1:7:v{VIEW_MARK}", clock=clock)
+    daemon = lease(store, clock, "login1")
+    assert view.acquire()
+    waits: list[float] = []
+
+    def sleep(s: float) -> None:          # the view ends its read after three waits
+        waits.append(s)
+        clock.now += s
+        if len(waits) == 3:
+            view.release()
+
+    assert daemon.acquire_past_views(wait_s=10, sleep=sleep) and len(waits) == 3
+    other = lease(store, clock, "login2")
+    assert not other.acquire_past_views(wait_s=10, sleep=sleep) and len(waits) == 3
+    daemon.release()
+    stuck = Lease(store, "alice", holder=f"login1:8:w{VIEW_MARK}", clock=clock)
+    assert stuck.acquire()
+    assert not other.acquire_past_views(wait_s=1, sleep=lambda s: setattr(
+        clock, "now", clock.now + s))
+    assert view_holder().endswith(VIEW_MARK)
