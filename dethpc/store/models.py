@@ -44,6 +44,11 @@ class ExperimentState(StrEnum):
         return self in (ExperimentState.COMPLETED, ExperimentState.CANCELED,
                         ExperimentState.ERROR)
 
+    @property
+    def needs_daemon(self) -> bool:
+        """Open and not paused: the daemon must act on it (a view says when none runs)."""
+        return not self.is_terminal and self is not ExperimentState.PAUSED
+
 
 class TrialState(StrEnum):
     QUEUED = "QUEUED"        # created, waiting for (re)submission or in the queue

@@ -66,6 +66,16 @@ def event_dict(e: Event) -> dict[str, Any]:
     return d
 
 
+def daemon_running(store: Store, owner: str) -> bool:
+    """Whether ``owner``'s daemon runs: on this host (its lock, ``service.running_pid``)
+    or on another login node (a live lease in ``store``). A view that finds none says
+    so (the CLI's note, the dashboard's banner)."""
+    from dethpc.control import service
+    from dethpc.control.lease import Lease
+
+    return service.running_pid() is not None or Lease(store, owner).current() is not None
+
+
 def list_experiments(store: Store, include_ended: bool = True,
                      owner: str | None = None) -> list[dict[str, Any]]:
     """Experiments by id; only ``owner``'s when given (None: everyone's)."""

@@ -132,15 +132,11 @@ def untracked_note(open_experiments: int, now: float | None = None, *,
     when a daemon runs or nothing is open."""
     import time
 
-    from dethpc.control import service
     from dethpc.control.experiments import current_user
-    from dethpc.control.lease import Lease
     from dethpc.store.models import DaemonLease
+    from dethpc.surfaces import views
 
-    if open_experiments <= 0 or service.running_pid() is not None:
-        return None
-    lease = Lease(ENV.store, current_user(), ttl_s=ENV.cluster.daemon_lease_s)
-    if lease.current() is not None:
+    if open_experiments <= 0 or views.daemon_running(ENV.store, current_user()):
         return None
     if read_now:
         return (f"note: no dethpc daemon is running: the state of the {open_experiments} "
@@ -174,8 +170,7 @@ def say_if_untracked(states: list[str], *, read_now: bool = False) -> None:
     act on: neither ended nor paused), on stderr."""
     from dethpc.store.models import ExperimentState
 
-    moving = [s for s in map(ExperimentState, states)
-              if not s.is_terminal and s is not ExperimentState.PAUSED]
+    moving = [s for s in map(ExperimentState, states) if s.needs_daemon]
     note = untracked_note(len(moving), read_now=read_now)
     if note:
         err_console.print(note, markup=False, highlight=False)

@@ -60,17 +60,17 @@ def catch_up_if_untracked() -> TickStats | None:
     import os
 
     from dethpc.common.traits import BackendKind
+    from dethpc.control.experiments import current_user
+    from dethpc.control.lease import view_holder
+    from dethpc.surfaces import views
 
     if os.environ.get(ENV_CATCH_UP, "1") == "0" \
             or BackendKind.parse(ENV.cluster.backend) is not BackendKind.SLURM \
-            or service.running_pid() is not None:
+            or views.daemon_running(ENV.store, current_user()):
         return None
-    from dethpc.control.experiments import current_user
-    from dethpc.control.lease import view_holder
-
     lease = Lease(ENV.store, current_user(), ttl_s=ENV.cluster.daemon_lease_s,
                   holder=view_holder())
-    if lease.current() is not None or not lease.acquire():
+    if not lease.acquire():
         return None
     try:
         return _daemon(lease).catch_up()

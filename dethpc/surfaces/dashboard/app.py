@@ -150,9 +150,9 @@ def create_app(store: Store, user: str, token: str, port: int) -> ASGIApp:
         return endpoint
 
     def experiments(request: Request) -> Any:
-        return {"user": user, "all_users": owner is None,
-                "experiments": data.experiments(store, owner),
-                "daemon": {"running": data.daemon_running(store, user)}}
+        rows = data.experiments(store, owner)
+        return {"user": user, "all_users": owner is None, "experiments": rows,
+                "untracked": data.untracked(store, user, rows)}
 
     def experiment(request: Request) -> Any:
         q = request.query_params

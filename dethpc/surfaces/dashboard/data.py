@@ -29,6 +29,7 @@ from dethpc.store.models import (
     CheckpointState,
     Event,
     Experiment,
+    ExperimentState,
     Job,
     Metric,
     SearcherState,
@@ -101,13 +102,11 @@ def experiments(store: Store, owner: str | None) -> list[dict[str, Any]]:
     return rows[::-1]
 
 
-def daemon_running(store: Store, user: str) -> bool:
-    """Whether ``user``'s daemon runs: on this host (``service.running_pid``), or on
-    another login node (a live lease in the store). The list says when none does."""
-    from dethpc.control import service
-    from dethpc.control.lease import Lease
-
-    return service.running_pid() is not None or Lease(store, user).current() is not None
+def untracked(store: Store, user: str, rows: list[dict[str, Any]]) -> int:
+    """How many of the listed experiments need a daemon while none of ``user``'s runs
+    (0 when one does): the list says so in a banner."""
+    open_ = sum(ExperimentState(r["state"]).needs_daemon for r in rows)
+    return open_ if open_ and not views.daemon_running(store, user) else 0
 
 
 _configs: dict[tuple[int, float], Any] = {}

@@ -95,16 +95,13 @@ async function getJSON(url) {
 
 function counts(c) { return Object.entries(c || {}).map(([k, n]) => `${k} ${n}`).join(", "); }
 
-const ENDED = new Set(["COMPLETED", "CANCELED", "ERROR"]);
-
 async function listView() {
   const d = await getJSON("/api/experiments");
-  const open = d.experiments.filter((e) => !ENDED.has(e.state) && e.state !== "PAUSED");
   return [
     h("h1", {}, d.all_users ? "Experiments (every user's: you are a dethpc admin)"
                             : `Experiments of ${d.user}`),
-    !d.daemon.running && open.length ? h("p", { class: "warn", id: "untracked" },
-      `No dethpc daemon is running: the ${open.length} open experiment(s) below are not ` +
+    d.untracked ? h("p", { class: "warn", id: "untracked" },
+      `No dethpc daemon is running: the ${d.untracked} open experiment(s) below are not ` +
       "being updated. `dethpc daemon start` on the login node tracks them again.") : null,
     d.experiments.length === 0 ? h("p", { class: "muted" }, "no experiments yet") :
     table(["id", "name", "state", "progress", "trials", "owner", "created", "ended"],
