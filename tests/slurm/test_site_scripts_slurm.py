@@ -161,16 +161,24 @@ def test_torch_distributed_with_master_addr_from_scontrol(
 def test_lightning_auto_requeue_resumes_under_both(
         home: tuple[Path, Store, Daemon], tmp_path: Path) -> None:
     root, store, daemon = home
+    # 0.5 s a batch: after epoch 1, 16 s of training are left for the signal to land in
     a, b, da, db = both(root, tmp_path, ["lightning_requeue.sh", "lightning_train.py"],
-                        "lightning_requeue.sh", "lit-requeue")
+                        "lightning_requeue.sh", "lit-requeue", TRAIN_STEP_S="0.5")
     exp_id = experiment_of_job(store, b)
     outs = {a: da / f"lit-requeue-{a}.out", b: db / f"lit-requeue-{b}.out"}
-    for job, out in outs.items():
-        # Slurm's --signal=SIGUSR1@90 before the time limit, sent now: to the steps
-        wait_until(f"job {job} to finish an epoch", lambda o=out: o.exists()  # type: ignore[misc]
-                   and "epoch 1 done" in o.read_text(), timeout=180,
-                   between=lambda: tick(daemon))
-        subprocess.run(["scancel", "--signal=USR1", job], check=True, timeout=30)
+    signalled: set[str] = set()
+
+    def signal_after_epoch_1() -> bool:
+        """Slurm's --signal=SIGUSR1@90 before the time limit, sent to each job (to its
+        steps) as soon as it finished epoch 1: both jobs are watched at once."""
+        for job, out in outs.items():
+            if job not in signalled and out.exists() and "epoch 1 done" in out.read_text():
+                subprocess.run(["scancel", "--signal=USR1", job], check=True, timeout=30)
+                signalled.add(job)
+        return len(signalled) == len(outs)
+
+    wait_until("both jobs to finish epoch 1", signal_after_epoch_1, timeout=180,
+               between=lambda: tick(daemon))
     d = tick_until(store, daemon, exp_id, 300)
     ra, rb = ended(a), ended(b)
     # Slurm saw the same: Lightning's own requeue, then the resumed run completed
