@@ -97,7 +97,7 @@ def test_wait_ends_with_the_job_when_no_daemon_runs(home: tuple[Path, Store, Dae
     root, store, _ = home
     work = tmp_path / "work"
     work.mkdir()
-    job = submit(root, work, "sleep 8")
+    job = submit(root, work, "sleep 40")   # still running at the first look, on any machine
     exp_id = str(experiment_of_job(store, job))
     stale = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "experiment",
                             "wait", exp_id, "--timeout", "2"],
