@@ -38,10 +38,16 @@ def node_processes(cluster: DevCluster, node: str) -> dict[int, str]:
     """``{pid: comm}`` of everything running "on" ``node``: its slurmd, and each
     slurmstepd of it with everything that slurmstepd started. A slurmstepd is the
     node's when it holds the node's slurmd log open (slurmd hands it down; the
-    fake nodes share one host, so nothing else tells them apart)."""
+    fake nodes share one host, so nothing else tells them apart). Any other process
+    whose environment says it was started on the node (``SLURMD_NODENAME``, which a
+    job's processes inherit) is the node's too, with what it started: CI once saw a
+    job's ``srun`` outlive a crash and, after the requeue, SIGKILL the new run's step
+    of the same id."""
     lay = cluster.layout
     log = str(lay.log_dir / f"slurmd.{node}.log")
-    roots = [pid for pid in _pids() if procs.comm(pid) == "slurmstepd" and _holds(pid, log)]
+    roots = [pid for pid in _pids()
+             if (procs.comm(pid) == "slurmstepd" and _holds(pid, log))
+             or _started_on(pid, node)]
     slurmd = procs.running_pid(lay.pid_file("slurmd", node), "slurmd")
     found = _subtrees(roots)
     if slurmd is not None:
@@ -57,22 +63,38 @@ def crash_node(cluster: DevCluster, node: str, reason: str = "dev cluster: node 
     exit record, which a real crash never leaves.
     """
     _check_node(cluster, node)
+    killed: dict[int, str] = {}
+    for _ in range(5):                       # until nothing of the node is left
+        frozen = _freeze(cluster, node, killed)
+        if not frozen:
+            break
+        for pid in frozen:
+            _signal(pid, signal.SIGKILL)
+        left = procs.wait_gone(list(frozen), frozen, timeout=30.0)
+        if left:
+            raise DethpcError(f"crash of {node}: processes {left} survived SIGKILL for 30 s")
+        killed.update(frozen)
+    else:
+        raise DethpcError(f"crash of {node}: its processes kept coming back after 5 rounds "
+                          f"of SIGKILL")
+    cluster.runner.run(["scontrol", "update", f"NodeName={node}", "State=DOWN",
+                        f"Reason={reason}"], retry=False, timeout=30)
+    return Crash(node=node, killed=killed)
+
+
+def _freeze(cluster: DevCluster, node: str, done: dict[int, str]) -> dict[int, str]:
+    """SIGSTOP every process of ``node`` not in ``done``, until no new one forked past
+    the freeze; return them."""
     frozen: dict[int, str] = {}
-    for _ in range(20):                      # until no process forked past the freeze
-        new = {p: c for p, c in node_processes(cluster, node).items() if p not in frozen}
+    for _ in range(20):
+        new = {p: c for p, c in node_processes(cluster, node).items()
+               if p not in frozen and p not in done}
         if not new:
             break
         for pid in new:
             _signal(pid, signal.SIGSTOP)
         frozen.update(new)
-    for pid in frozen:
-        _signal(pid, signal.SIGKILL)
-    left = procs.wait_gone(list(frozen), frozen, timeout=30.0)
-    if left:
-        raise DethpcError(f"crash of {node}: processes {left} survived SIGKILL for 30 s")
-    cluster.runner.run(["scontrol", "update", f"NodeName={node}", "State=DOWN",
-                        f"Reason={reason}"], retry=False, timeout=30)
-    return Crash(node=node, killed=frozen)
+    return frozen
 
 
 def revive_node(cluster: DevCluster, node: str, timeout: float = 180.0) -> None:
@@ -128,6 +150,15 @@ def _slurmd_start_time(cluster: DevCluster, node: str) -> float:
 
 def _pids() -> list[int]:
     return [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()]
+
+
+def _started_on(pid: int, node: str) -> bool:
+    """True when ``pid``'s environment has ``SLURMD_NODENAME=<node>``."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"SLURMD_NODENAME={node}".encode() in env.split(b"\0")
 
 
 def _holds(pid: int, path: str) -> bool:

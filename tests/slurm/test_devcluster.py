@@ -278,3 +278,31 @@ def test_limited_qos_refuses_the_submission_over_the_user_limit(
         slurm_cluster.cancel(*jobs)
     slurm_cluster.wait_for("the test user's jobs to leave the queue",
                            lambda: not user_jobs(slurm_cluster, cluster_user))
+
+
+def test_a_node_crash_kills_what_left_its_slurmstepd_too(slurm_cluster: Any,
+                                                         tmp_path: Path) -> None:
+    """``crash_node`` kills every process of the node, also one a job started that is no
+    longer below its slurmstepd (double-forked, so reparented to init): on a real node
+    it dies with the rest. Seen in CI: a requeued job's old ``srun`` that outlived the
+    crash SIGKILLed the new run's step of the same id."""
+    from dethpc.devcluster.cluster import DevCluster
+    from dethpc.devcluster.nodes import crash_node, revive_node
+
+    node = slurm_cluster.layout.nodes[-1].name
+    pid_file = tmp_path / "escaped.pid"
+    job = slurm_cluster.sbatch(
+        "-p", "debug", "-w", node, "--no-requeue", "-o", "/dev/null", "--wrap",
+        f"setsid sh -c 'sleep 600 & echo $! > {pid_file}' ; sleep 600")
+    pid = int(slurm_cluster.wait_for(
+        "the job's escaped process", lambda: pid_file.exists()
+        and pid_file.read_text().strip() or None, timeout=120))
+    assert Path(f"/proc/{pid}").exists()
+    try:
+        crash = crash_node(DevCluster(), node, reason="dethpc test: escaped process")
+        assert pid in crash.killed, crash.killed
+        assert not Path(f"/proc/{pid}").exists() or \
+            Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] == "Z"
+    finally:
+        revive_node(DevCluster(), node)
+        subprocess.run(["scancel", job], check=False)
