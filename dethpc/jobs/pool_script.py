@@ -74,9 +74,20 @@ def worker_array_script(cfg: ExperimentConfig, cluster: ClusterConfig, *,
     if requeue:
         # this task only: the task whose SLURM_JOB_ID is the array's id would requeue
         # every task of the array with `scontrol requeue $SLURM_JOB_ID` (seen here)
+        # and only while Slurm still has it RUNNING (its early signal: a time limit or a
+        # preemption's grace), as a trial's job does: a scancel'd worker (CANCELLED) ends,
+        # and a preemption Slurm requeues itself is Slurm's
         lines += [f'if [ "$rc" -eq {LOCAL_REQUEUE_EXIT} ]; then',
                   '  me="${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}"',
-                  '  scontrol requeue "${me:-$SLURM_JOB_ID}" || echo "dethpc: requeue failed" >&2',
+                  '  state=$(scontrol -o show job "${me:-$SLURM_JOB_ID}" 2>/dev/null'
+                  " | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)",
+                  '  if [ "$state" = RUNNING ]; then',
+                  '    scontrol requeue "${me:-$SLURM_JOB_ID}"'
+                  ' || echo "dethpc: requeue failed" >&2',
+                  "  else",
+                  '    echo "dethpc: worker stopped by a signal; job state ${state:-unknown}:'
+                  ' not requeued" >&2',
+                  "  fi",
                   "  exit 0",
                   "fi"]
     lines.append('exit "$rc"')

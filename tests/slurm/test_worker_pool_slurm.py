@@ -76,3 +76,34 @@ def test_pool_array_runs_promotions_and_survives_a_preemption(tmp_path: Path,
         slurm_cluster.cancel(job)
     exits = [json.loads(x) for x in (pool.exp.trial(5).exit_log).read_text().splitlines()]
     assert exits[0]["job"] == ref
+
+
+def test_a_scancelled_worker_ends_and_is_not_requeued(tmp_path: Path,
+                                                      slurm_cluster: Any) -> None:
+    """``scancel`` of a worker task (a user's or an admin's) ends it: its TERM makes the
+    worker hand its item back and exit as on a preemption, but the job is CANCELLED, so
+    the script does not requeue it (it once did: the task came back after every scancel,
+    Restarts 4 after four)."""
+    pool = Pool(tmp_path / "run", backend="slurm")
+    script = tmp_path / "pool.sbatch"
+    script.write_text(worker_array_script(CFG, CLUSTER, backend="slurm", run_dir=pool.run_dir,
+                                          exp_id=1, python=sys.executable,
+                                          preload=["dethpc.core"], heartbeat_s=1.0))
+    job = slurm_cluster.sbatch("--array=0-0", f"--chdir={tmp_path}", str(script))
+    ref = f"{job}_0"
+    try:
+        pool.submit(1, 1, length=600, every=10, step_time=0.1)
+        pool.wait_until(lambda: pool.steps(1) >= 5, "the trial trains", timeout_s=120)
+        slurm_cluster.run(["scancel", ref])
+        slurm_cluster.wait_for("the worker task ends", lambda: _tasks(slurm_cluster, job).get(
+            ref) not in (None, "RUNNING", "PENDING", "REQUEUED"), timeout=120)
+        # past COMPLETING (a requeue passes through it too, then PENDING)
+        shown = slurm_cluster.wait_for("the task's state settles", lambda: (
+            lambda j: j if j.get("JobState") not in (None, "RUNNING", "COMPLETING") else None)(
+                slurm_cluster.show_job(ref)), timeout=60)
+        why = f"{shown} {pool.diag()} {_outputs(pool)}"
+        assert shown.get("JobState") == "CANCELLED", why
+        assert shown.get("Restarts") == "0", why
+        assert "not requeued" in _outputs(pool), why
+    finally:
+        slurm_cluster.cancel(job)
