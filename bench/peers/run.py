@@ -1,0 +1,516 @@
+"""bench/peers: dethpc next to the tools users would pick instead, on the same cluster.
+
+Owns: per system and seed, one search of the same space with the same training
+(``cnn.Trainer``: curve ``i`` of bench/asha/curves_cnn.json trained for real to at most
+``cnn.BUDGET`` batches, validated every ``cnn.EVERY``) on the dev cluster's partition
+``debug`` with ``--slots`` trials at once, started the way that system's user starts it
+(one command on the login node: this process), and what it cost:
+
+* time to target: from the user's command to the first validation whose loss reaches
+  the target (``cnn.target_loss``: the 10% quantile of all 128 recorded losses at the
+  budget, fixed before any run), from the trials' own records (``records.jsonl``);
+  and the whole search's wall time (the user's command to the last job's end);
+* slot-seconds held: sacct's ``CPUTimeRAW`` (allocated CPUs x elapsed) of every job
+  the search started, allocations idle or not;
+* slurmctld RPCs: ``sdiag``'s count for user root (the login side, the jobs and what
+  they run; this driver polls as ``dethpc-user``, so its own look is left out), per
+  minute of the search;
+* login-node CPU seconds: user+system time of the processes this driver started on
+  the "login node" (the CLI, dethpc's daemon, submitit's or Hydra's waiting process;
+  ``RUSAGE_CHILDREN``), never the jobs';
+* batches trained (all trials, all runs), trials started, what is left on disk.
+
+Then the limit: bench/asha's simulator replays the recorded curves of the same space
+through dethpc's ASHA searcher (and random search) with every start, restore and
+latency 0 on ``--slots`` workers: a time to target no system can beat; each real time
+as a ratio to it is that system's efficiency.
+
+Systems: ``dethpc-pool`` (adaptive ASHA, ``slurm.workers``), ``dethpc-per-job``
+(adaptive ASHA, a job per trial run), ``optuna`` (K array tasks on a JournalFileBackend,
+SuccessiveHalvingPruner), ``ray`` (Tune's ASHAScheduler in one allocation of K CPUs),
+``submitit`` (random search, ``map_array``), ``hydra`` (random search, the submitit
+launcher). Writes ``bench/results/peers.json`` (or ``--out``).
+Must not: be imported by dethpc; leave jobs behind.
+
+Run (its own venv: ``bash bench/peers/setup.sh``; the dev cluster up, nothing else on it):
+``bench/peers/.venv/bin/python bench/peers/run.py --seeds 5``; one cell:
+``... run.py --systems optuna --seeds 1`` (about 2 minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import resource
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO / "bench" / "asha"))
+
+import cnn  # noqa: E402
+
+
+def _asha_sim() -> Any:
+    """bench/asha/run.py (the simulator), under a name that is not this file's."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("asha_run", REPO / "bench/asha/run.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["asha_run"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+SYSTEMS = ("dethpc-pool", "dethpc-per-job", "optuna", "ray", "submitit", "hydra")
+WATCHER = "dethpc-user"          # the driver's own squeue runs as this user (not counted)
+FINISHED = re.compile(r"^(COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|"
+                      r"PREEMPTED|BOOT_FAIL|DEADLINE)")
+# what the user wrote and typed, per system (the files of bench/peers they correspond to)
+USER_SIDE = {
+    "dethpc-pool": {"typed": ["dethpc submit experiment.yaml ."],
+                    "wrote": ["experiment.yaml", "train.py (Core API)"]},
+    "dethpc-per-job": {"typed": ["dethpc submit experiment.yaml ."],
+                       "wrote": ["experiment.yaml", "train.py (Core API)"]},
+    "optuna": {"typed": ["python optuna_worker.py --enqueue <draws> (creates the study)",
+                         "sbatch optuna_worker.sbatch"],
+               "wrote": ["optuna_worker.py", "optuna_worker.sbatch"]},
+    "ray": {"typed": ["sbatch ray_tune.sbatch"],
+            "wrote": ["ray_tune_search.py", "ray_tune.sbatch"]},
+    "submitit": {"typed": ["python submitit_search.py (stays until the last job ends)"],
+                 "wrote": ["submitit_search.py"]},
+    "hydra": {"typed": ["python hydra_app.py --multirun curve=<32 values> "
+                        "(stays until the last job ends)"],
+              "wrote": ["hydra_app.py", "hydra_conf/config.yaml"]},
+}
+
+
+# ------------------------------------------------------------------ measuring
+def sdiag_root() -> int:
+    out = subprocess.run(["sdiag"], capture_output=True, text=True, check=True).stdout
+    section = False
+    for line in out.splitlines():
+        if "statistics by user" in line:
+            section = True
+        elif section and (m := re.match(r"^\s*root\s+\(\s*0\)\s+count:(\d+)", line)):
+            return int(m.group(1))
+    return 0
+
+
+def children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def watch(cmd: list[str]) -> str:
+    """A Slurm query run as the watcher, whose RPCs are not the system's."""
+    return subprocess.run(["runuser", "-u", WATCHER, "--", *cmd], capture_output=True,
+                          text=True, check=False, timeout=60).stdout
+
+
+def wait_jobs_gone(job_ids: list[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not watch(["squeue", "-h", "-o", "%i", "-j", ",".join(job_ids)]).strip():
+            return
+        time.sleep(1.0)
+    raise SystemExit(f"peers: jobs {job_ids} still queued after {timeout:.0f} s")
+
+
+def accounting(since: float, timeout: float = 120.0) -> list[dict[str, str]]:
+    """Every allocation (``-X``) that started at ``since`` or later, once all ended."""
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 1))
+    fields = ["JobIDRaw", "JobName", "State", "AllocCPUS", "ElapsedRaw", "CPUTimeRAW", "Start"]
+    deadline = time.monotonic() + timeout
+    rows: list[dict[str, str]] = []
+    while time.monotonic() < deadline:
+        out = watch(["sacct", "-a", "-X", "-n", "-P", "-S", start, "-o", ",".join(fields)])
+        rows = [dict(zip(fields, line.split("|"), strict=False)) for line in out.splitlines()
+                if line.strip()]
+        # -S also lists jobs that ended just after it: only what started in the search
+        rows = [r for r in rows if _epoch(r.get("Start", "")) >= since - 1]
+        if rows and all(FINISHED.match(r["State"]) for r in rows):
+            return rows
+        time.sleep(2.0)
+    return rows
+
+
+def disk(path: Path) -> dict[str, int]:
+    files = [p for p in path.rglob("*") if p.is_file() and not p.is_symlink()]
+    return {"files": len(files), "bytes": sum(p.stat().st_size for p in files)}
+
+
+# ------------------------------------------------------------------ the systems
+def _sbatch(script: Path, env: dict[str, str]) -> str:
+    out = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True,
+                         text=True, env=env, check=True, cwd=script.parent)
+    return out.stdout.strip().split(";")[0]
+
+
+def run_dethpc(mode: str, home: Path, seed: int, args: argparse.Namespace,
+               env: dict[str, str]) -> Callable[[], None]:
+    from sqlmodel import select
+
+    from dethpc.store import Store
+    from dethpc.store.models import Batch, Experiment
+
+    ctx = home / "context"
+    ctx.mkdir()
+    shutil.copy(HERE / "dethpc_trial.py", ctx / "train.py")
+    (home / "cluster.yaml").write_text(yaml.safe_dump({
+        "backend": "slurm", "runs_root": str(home / "runs"), "default_pool": "debug",
+        "python": sys.executable, "pools": {"debug": {"partition": "debug",
+                                                      "cpus_per_slot": 1}}}))
+    exp: dict[str, Any] = {
+        "name": f"peers-{mode}-{seed}", "entrypoint": "python3 train.py",
+        "hyperparameters": {"curve": {"type": "int", "minval": 0,
+                                      "maxval": cnn.N_CURVES - 1}},
+        "searcher": {"name": "adaptive_asha", "metric": "validation_loss",
+                     "smaller_is_better": True, "max_length": {"batches": cnn.BUDGET},
+                     "max_trials": args.trials, "max_concurrent_trials": args.slots,
+                     "mode": "aggressive", "divisor": 4, "max_rungs": 3},
+        "min_validation_period": {"batches": cnn.EVERY},
+        "environment": {"environment_variables": [
+            f"PEERS_RECORDS={env['PEERS_RECORDS']}", f"PYTHONPATH={env['PYTHONPATH']}",
+            f"PEERS_BUDGET={cnn.BUDGET}"]},
+        "max_restarts": 1, "reproducibility": {"experiment_seed": seed}}
+    if mode == "pool":
+        # what the trial imports, preloaded once per worker (docs/worker-pool.md): each
+        # trial run is then a fork that finds torch, scikit-learn and the model code loaded
+        # (torch._dynamo: torch's optimizers import it at their first step, 2.2 s here)
+        exp["slurm"] = {"workers": {"count": args.slots,
+                                    "preload": ["torch", "torch._dynamo", "dethpc.core",
+                                                "curves", "cnn"]}}
+    (home / "experiment.yaml").write_text(yaml.safe_dump(exp))
+    denv = {**env, "DETHPC_HOME": str(home), "DETHPC_CLUSTER_CONFIG": str(home / "cluster.yaml")}
+    out = subprocess.run([sys.executable, "-m", "dethpc.surfaces.entry", "submit",
+                          str(home / "experiment.yaml"), str(ctx), "--no-daemon", "--json"],
+                         capture_output=True, text=True, env=denv, timeout=300)
+    if out.returncode != 0:
+        raise SystemExit(f"peers: dethpc submit failed: {out.stderr.strip()[-2000:]}")
+    exp_id = int(json.loads(out.stdout)["id"])
+    # `dethpc submit` starts the user's daemon itself; here it is this process's child,
+    # so that its CPU time is counted (the same daemon, the same flags)
+    log = (home / "daemon.log").open("wb")
+    daemon = subprocess.Popen([sys.executable, "-m", "dethpc.surfaces.entry", "daemon", "run"],
+                              stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=denv)
+    store = Store(f"sqlite:///{home / 'dethpc.db'}")
+
+    def wait() -> None:
+        state = ""
+        deadline = time.monotonic() + args.timeout_s
+        try:
+            while time.monotonic() < deadline:
+                with store.session() as s:
+                    row = s.get(Experiment, exp_id)
+                    state = str(row.state) if row else ""
+                if state in ("COMPLETED", "ERROR", "CANCELED"):
+                    break
+                time.sleep(0.5)
+            with store.session() as s:
+                ids = sorted({b.array_job_id for b in s.exec(select(Batch)) if b.array_job_id})
+            if ids:
+                wait_jobs_gone(ids, 120)
+        finally:
+            daemon.terminate()
+            daemon.wait(timeout=60)
+        if state != "COMPLETED":
+            raise SystemExit(f"peers: dethpc experiment ended {state or 'never'}; "
+                             f"see {home / 'daemon.log'}")
+    return wait
+
+
+def run_optuna(home: Path, seed: int, args: argparse.Namespace,
+               env: dict[str, str]) -> Callable[[], None]:
+    script = home / "optuna_worker.sbatch"
+    script.write_text(f"""#!/bin/bash
+#SBATCH --job-name=peers-optuna
+#SBATCH --partition=debug
+#SBATCH --array=0-{args.slots - 1}
+#SBATCH --cpus-per-task=1
+#SBATCH --output={home}/optuna-%A_%a.out
+{shlex.quote(sys.executable)} {HERE / 'optuna_worker.py'} --journal {home}/journal.log \\
+    --study peers --seed {seed} --trials {args.trials}
+""")
+    # the study and the shared draws, before the array (one more command on the login
+    # node: Optuna's docs create the study first too, `optuna create-study`)
+    subprocess.run([sys.executable, str(HERE / "optuna_worker.py"), "--journal",
+                    f"{home}/journal.log", "--study", "peers", "--seed", str(seed),
+                    "--trials", str(args.trials), "--enqueue",
+                    ",".join(map(str, cnn.draws(seed, args.trials)))],
+                   check=True, env=env, capture_output=True)
+    job = _sbatch(script, env)
+    return lambda: wait_jobs_gone([job], args.timeout_s)
+
+
+def run_ray(home: Path, seed: int, args: argparse.Namespace,
+            env: dict[str, str]) -> Callable[[], None]:
+    script = home / "ray_tune.sbatch"
+    script.write_text(f"""#!/bin/bash
+#SBATCH --job-name=peers-ray
+#SBATCH --partition=debug
+#SBATCH --nodes=1
+#SBATCH --ntasks=1
+#SBATCH --cpus-per-task={args.slots}
+#SBATCH --output={home}/ray-%j.out
+{shlex.quote(sys.executable)} {HERE / 'ray_tune_search.py'} --seed {seed} \\
+    --trials {args.trials} --storage {home}/ray_results --temp-dir {home}/ray_tmp \\
+    --draws {",".join(map(str, cnn.draws(seed, args.trials)))}
+""")
+    job = _sbatch(script, env)
+    return lambda: wait_jobs_gone([job], args.timeout_s)
+
+
+def _login_process(argv: list[str], home: Path, env: dict[str, str],
+                   args: argparse.Namespace) -> Callable[[], None]:
+    log = (home / "login.log").open("wb")
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                            cwd=home)
+
+    def wait() -> None:
+        try:
+            rc = proc.wait(timeout=args.timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise SystemExit(f"peers: {argv[1]} still running after {args.timeout_s} s") from None
+        if rc != 0:
+            raise SystemExit(f"peers: {argv[1]} exited {rc}; see {home / 'login.log'}")
+    return wait
+
+
+def run_submitit(home: Path, seed: int, args: argparse.Namespace,
+                 env: dict[str, str]) -> Callable[[], None]:
+    return _login_process([sys.executable, str(HERE / "submitit_search.py"), "--folder",
+                           str(home / "submitit" / "%j"), "--seed", str(seed), "--trials",
+                           str(args.trials), "--slots", str(args.slots)], home, env, args)
+
+
+def run_hydra(home: Path, seed: int, args: argparse.Namespace,
+              env: dict[str, str]) -> Callable[[], None]:
+    curves = cnn.draws(seed, args.trials)
+    return _login_process([
+        sys.executable, str(HERE / "hydra_app.py"), "--multirun",
+        "curve=" + ",".join(map(str, curves)), f"hydra.sweep.dir={home / 'multirun'}",
+        f"hydra.launcher.submitit_folder={home / 'multirun' / '.submitit' / '%j'}",
+        f"hydra.launcher.array_parallelism={args.slots}"], home, env, args)
+
+
+LAUNCH: dict[str, Callable[..., Callable[[], None]]] = {
+    "dethpc-pool": lambda *a: run_dethpc("pool", *a),
+    "dethpc-per-job": lambda *a: run_dethpc("per-job", *a),
+    "optuna": run_optuna, "ray": run_ray, "submitit": run_submitit, "hydra": run_hydra}
+
+
+# ------------------------------------------------------------------ one cell
+def run_cell(system: str, seed: int, args: argparse.Namespace, root: Path,
+             target: float) -> dict[str, Any]:
+    home = root / f"{system}-seed{seed}"
+    home.mkdir(parents=True)
+    home.chmod(0o755)
+    records = home / "records.jsonl"
+    # every allocation started during the cell is counted as the system's: start on an
+    # empty queue (a job left by an interrupted run once added 5 minutes to a cell)
+    deadline = time.monotonic() + 600
+    while (left := watch(["squeue", "-h", "-o", "%i"]).split()) and time.monotonic() < deadline:
+        time.sleep(2.0)
+    if left:
+        raise SystemExit(f"peers: jobs {left} are still queued; the cells need the "
+                         f"cluster to themselves (scancel them)")
+    env = {**os.environ, "PEERS_RECORDS": str(records),
+           "PYTHONPATH": f"{HERE}:{REPO / 'bench' / 'asha'}",
+           "PYTHONUNBUFFERED": "1"}
+    rpc0, cpu0 = sdiag_root(), children_cpu()
+    t0 = time.time()
+    wait = LAUNCH[system](home, seed, args, env)
+    wait()
+    end_user = time.time()                      # the search is over for its user
+    cpu = children_cpu() - cpu0
+    rows = accounting(t0)
+    rpcs = sdiag_root() - rpc0
+    last_end = max((float(r["ElapsedRaw"] or 0) + _epoch(r["Start"]) for r in rows),
+                   default=end_user)
+    recs = [json.loads(line) for line in records.read_text().splitlines() if line.strip()] \
+        if records.exists() else []
+    hits = sorted(r["t"] - t0 for r in recs if r["loss"] <= target)
+    wall = max(end_user, last_end) - t0
+    result = {
+        "system": system, "seed": seed,
+        "time_to_target_s": hits[0] if hits else None,
+        "wall_s": wall,
+        "best_loss": min((r["loss"] for r in recs), default=None),
+        "slot_seconds": sum(int(r["CPUTimeRAW"] or 0) for r in rows),
+        "jobs": len(rows),
+        "rpcs": rpcs, "rpcs_per_min": rpcs / (wall / 60.0) if wall > 0 else None,
+        "login_cpu_s": cpu,
+        "batches_trained": len(recs) * cnn.EVERY,
+        "trials": len({r["trial"] for r in recs}),
+        "disk": disk(home),
+        "first_validation_s": min((r["t"] - t0 for r in recs), default=None),
+        "home": str(home),
+    }
+    print(f"{system} seed {seed}: target at {result['time_to_target_s']}, wall {wall:.1f} s, "
+          f"{result['slot_seconds']} slot-s, {rpcs} RPCs, login CPU {cpu:.1f} s, "
+          f"{result['trials']} trials", flush=True)
+    return result
+
+
+def _epoch(stamp: str) -> float:
+    try:
+        return time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return 0.0
+
+
+# ------------------------------------------------------------------ the limit
+def limit(args: argparse.Namespace, target: float,
+          seeds: list[int] | None = None) -> dict[str, Any]:
+    """bench/asha's simulator, every cost 0: the recorded curves cut at the budget."""
+    sim = _asha_sim()
+    Curve, configs, simulate = sim.Curve, sim.configs, sim.simulate
+    _meta, curves = sim.load(REPO / "bench" / "asha" / "curves_cnn.json")
+    cut = []
+    for c in curves:
+        n = sum(1 for length in c.lengths if length <= cnn.BUDGET)
+        cut.append(Curve(c.lengths[:n], c.loss[:n], c.train_s[:n], c.val_s))
+    ns = argparse.Namespace(trials=args.trials, workers=args.slots, concurrency=args.slots,
+                            exec="pool", job_start_s=0.0, warm_start_s=0.0, restore_s=0.0,
+                            queue_wait_s=0.0, submit_s=0.0, release_s=0.0,
+                            start_cores=math.inf, validation_period=cnn.EVERY,
+                            mode="aggressive", divisor=4, max_rungs=3)
+    out: dict[str, Any] = {}
+    for name, config in configs(ns, cnn.BUDGET).items():
+        per_seed = [simulate(config, cut, seed, ns, target)
+                    for seed in (seeds if seeds is not None else
+                                 range(args.first_seed, args.first_seed + args.seeds))]
+        out[name] = {"time_to_target_s": [r["time_to_target_s"] for r in per_seed],
+                     "total_time_s": [r["total_time_s"] for r in per_seed]}
+    return out
+
+
+def _median(xs: list[float | None]) -> float | None:
+    v = [x for x in xs if x is not None]
+    return statistics.median(v) if v else None
+
+
+def summarize(rows: list[dict[str, Any]], lim: dict[str, Any]) -> dict[str, Any]:
+    # dethpc's searcher as the dethpc cells run it (adaptive_asha's default variant,
+    # stopping), every cost 0: the limit each system's median is compared with
+    best_limit = _median(lim["asha_stopping"]["time_to_target_s"])
+    out: dict[str, Any] = {}
+    for system in SYSTEMS:
+        mine = [r for r in rows if r["system"] == system]
+        if not mine:
+            continue
+        tt = [r["time_to_target_s"] for r in mine]
+        reached = [x for x in tt if x is not None]
+        med = _median(tt)
+        out[system] = {
+            "seeds": len(mine), "reached_target": len(reached),
+            "time_to_target_median_s": med,
+            "time_to_target_min_s": min(reached) if reached else None,
+            "time_to_target_max_s": max(reached) if reached else None,
+            "efficiency_vs_limit": (best_limit / med) if med and best_limit else None,
+            "wall_median_s": _median([r["wall_s"] for r in mine]),
+            "slot_seconds_median": _median([r["slot_seconds"] for r in mine]),
+            "rpcs_per_min_median": _median([r["rpcs_per_min"] for r in mine]),
+            "login_cpu_s_median": _median([r["login_cpu_s"] for r in mine]),
+            "batches_trained_median": _median([r["batches_trained"] for r in mine]),
+            "jobs_median": _median([r["jobs"] for r in mine]),
+            "disk_bytes_median": _median([r["disk"]["bytes"] for r in mine]),
+            "disk_files_median": _median([r["disk"]["files"] for r in mine]),
+            "user_side": USER_SIDE[system]}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--first-seed", type=int, default=0)
+    ap.add_argument("--trials", type=int, default=32)
+    ap.add_argument("--slots", type=int, default=2,
+                    help="trials at once (the dev cluster's nodes share this machine's cores)")
+    ap.add_argument("--budget", type=int, default=cnn.BUDGET,
+                    help="batches of a trial trained to the end (a multiple of 32 up to "
+                         "2048, the recorded curves' length)")
+    ap.add_argument("--target-quantile", type=float, default=0.10)
+    ap.add_argument("--timeout-s", type=float, default=900.0)
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "peers.json")
+    ap.add_argument("--keep", action="store_true", help="keep the runs' directories")
+    ap.add_argument("--update", action="store_true",
+                    help="keep --out's other cells: replace only the (system, seed) cells "
+                         "run now, then summarize all (a cell re-run after a fix)")
+    args = ap.parse_args()
+    for name in ("seeds", "trials", "slots"):
+        if getattr(args, name) < 1:
+            print(f"peers: --{name} must be >= 1, got {getattr(args, name)}", file=sys.stderr)
+            return 2
+    if shutil.which("sbatch") is None:
+        print("peers: sbatch not found: start the dev cluster (python -m dethpc.devcluster up)",
+              file=sys.stderr)
+        return 2
+    if args.budget % cnn.EVERY or not cnn.EVERY <= args.budget <= 2048:
+        print(f"peers: --budget must be a multiple of {cnn.EVERY} in [{cnn.EVERY}, 2048], "
+              f"got {args.budget}", file=sys.stderr)
+        return 2
+    os.environ["PEERS_BUDGET"] = str(args.budget)
+    cnn.BUDGET = args.budget
+    target = cnn.target_loss(args.target_quantile, args.budget)
+    root = Path(tempfile.mkdtemp(prefix="peers-", dir="/tmp"))
+    root.chmod(0o755)
+    rows: list[dict[str, Any]] = []
+    kept: list[dict[str, Any]] = []
+    if args.update and args.out.exists():
+        kept = json.loads(args.out.read_text())["runs"]
+    # seeds outermost: a slow drift of the machine touches every system alike
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        for system in args.systems:
+            rows.append(run_cell(system, seed, args, root, target))
+            partial = {"rows": rows, "target_loss": target}
+            args.out.with_suffix(".partial.json").write_text(json.dumps(partial, indent=1))
+    ran = {(r["system"], r["seed"]) for r in rows}
+    rows = sorted([r for r in kept if (r["system"], r["seed"]) not in ran] + rows,
+                  key=lambda r: (r["seed"], SYSTEMS.index(r["system"])))
+    lim = limit(args, target, sorted({r["seed"] for r in rows}))
+    versions = {}
+    for mod in ("optuna", "ray", "submitit", "hydra", "torch"):
+        try:
+            versions[mod] = __import__(mod).__version__
+        except ImportError:
+            versions[mod] = None
+    result = {
+        "what": "the same search (--trials trials of the CNN space, ASHA where the system has it) "
+                "through dethpc and its peers on the dev cluster; time to target and costs",
+        "parameters": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "budget_batches": cnn.BUDGET, "validation_every": cnn.EVERY, "target_loss": target,
+        "versions": versions, "slurm": subprocess.run(["sinfo", "-V"], capture_output=True,
+                                                      text=True).stdout.strip(),
+        "load_avg_1m_after": round(os.getloadavg()[0], 2),
+        "limit": lim, "summary": summarize(rows, lim), "runs": rows}
+    if args.update:
+        result["cells_run_last"] = sorted(ran)    # the others are --out's earlier cells
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    args.out.with_suffix(".partial.json").unlink(missing_ok=True)
+    print(json.dumps(result["summary"], indent=1))
+    if not args.keep:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
