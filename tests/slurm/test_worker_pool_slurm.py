@@ -32,14 +32,20 @@ def _tasks(slurm_cluster: Any, job: str) -> dict[str, str]:
     return {r["JobID"]: r["State"] for r in slurm_cluster.sacct(job, "JobID,State")}
 
 
-def test_pool_array_runs_promotions_and_survives_a_preemption(tmp_path: Path,
-                                                               slurm_cluster: Any) -> None:
+def _start(tmp_path: Path, slurm_cluster: Any, tasks: int) -> tuple[Pool, str]:
+    """A pool of ``tasks`` worker tasks (``worker_array_script``) on the dev cluster."""
     pool = Pool(tmp_path / "run", backend="slurm")
     script = tmp_path / "pool.sbatch"
     script.write_text(worker_array_script(CFG, CLUSTER, backend="slurm", run_dir=pool.run_dir,
                                           exp_id=1, python=sys.executable,
                                           preload=["dethpc.core"], heartbeat_s=1.0))
-    job = slurm_cluster.sbatch("--array=0-1", f"--chdir={tmp_path}", str(script))
+    return pool, slurm_cluster.sbatch(f"--array=0-{tasks - 1}", f"--chdir={tmp_path}",
+                                      str(script))
+
+
+def test_pool_array_runs_promotions_and_survives_a_preemption(tmp_path: Path,
+                                                               slurm_cluster: Any) -> None:
+    pool, job = _start(tmp_path, slurm_cluster, 2)
     try:
         for t in range(3):
             pool.submit(t, 1, length=5, x=float(t))
@@ -84,12 +90,7 @@ def test_a_scancelled_worker_ends_and_is_not_requeued(tmp_path: Path,
     worker hand its item back and exit as on a preemption, but the job is CANCELLED, so
     the script does not requeue it (it once did: the task came back after every scancel,
     Restarts 4 after four)."""
-    pool = Pool(tmp_path / "run", backend="slurm")
-    script = tmp_path / "pool.sbatch"
-    script.write_text(worker_array_script(CFG, CLUSTER, backend="slurm", run_dir=pool.run_dir,
-                                          exp_id=1, python=sys.executable,
-                                          preload=["dethpc.core"], heartbeat_s=1.0))
-    job = slurm_cluster.sbatch("--array=0-0", f"--chdir={tmp_path}", str(script))
+    pool, job = _start(tmp_path, slurm_cluster, 1)
     ref = f"{job}_0"
     try:
         pool.submit(1, 1, length=600, every=10, step_time=0.1)
