@@ -25,7 +25,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-CURVES = REPO / "bench" / "asha" / "curves_cnn.json"
+ASHA = REPO / "bench" / "asha"      # curves.py: the recorded model, data and evaluation
+CURVES = ASHA / "curves_cnn.json"
 EVERY = 32          # batches between validations, every system alike
 #: batches of a trial trained to the end (ASHA's max_length); run.py's --budget sets it
 #: for every system's processes through $PEERS_BUDGET (a length the curves recorded)
@@ -72,7 +73,8 @@ class Trainer:
 
     def __init__(self, curve: int, state: bytes | None = None) -> None:
         import torch
-        sys.path.insert(0, str(REPO / "bench" / "asha"))
+        if str(ASHA) not in sys.path:       # once per process, however many trials
+            sys.path.insert(0, str(ASHA))
         from curves import build, evaluate, load_data
 
         torch.set_num_threads(1)

@@ -2,8 +2,9 @@
 
 Owns: one run of a dethpc trial, written as a dethpc user would write it
 (docs/core-api.md): train to the searcher's length, report the validation loss at every
-``cnn.EVERY`` batches, checkpoint at each rung (and on a preemption signal), resume from
-the latest checkpoint, stop when the searcher or a preemption says so.
+``cnn.EVERY`` batches, stop when the searcher or a preemption says so, checkpoint when
+the run ends (the length reached, a stop or a preemption), resume from the latest
+checkpoint.
 Must not: be imported by dethpc; it runs as the experiment's ``train.py`` (with
 ``bench/peers`` on its PYTHONPATH, set by run.py through the experiment's
 ``environment.environment_variables``).

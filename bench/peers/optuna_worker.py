@@ -5,10 +5,10 @@ and no database (docs: "Easy Parallelization", the JournalStorage / JournalFileB
 page, ``MaxTrialsCallback``): every array task loads (or creates) the same study from
 one journal file and optimizes until the study holds ``--trials`` trials; pruning with
 ``SuccessiveHalvingPruner`` (ASHA's rule: ``min_resource`` = one validation period,
-``reduction_factor`` 4, the same rungs as dethpc's and Ray's); a random sampler over the
-same space as every other system (a curve of bench/asha/curves_cnn.json), seeded per
-task; the draws every system shares are enqueued before the array starts
-(``--enqueue``: Optuna's ``enqueue_trial``, taken first and in order). Run by
+``reduction_factor`` 4, the same rungs as dethpc's and Ray's); the same space as every
+other system (a curve of bench/asha/curves_cnn.json); the draws every system shares are
+enqueued before the array starts (``--enqueue``: Optuna's ``enqueue_trial``, taken first
+and in order; the seeded random sampler would only draw past them). Run by
 ``optuna_worker.sbatch`` (written by run.py) as
 ``python optuna_worker.py --journal J --study S --seed N --trials 32``.
 Must not: be imported by dethpc.

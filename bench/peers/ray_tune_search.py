@@ -3,7 +3,8 @@
 Owns: what Ray's documentation recommends for a search on Slurm ("Deploying on Slurm":
 Ray started inside the allocation; here one node, so ``ray.init`` with the
 allocation's CPUs, no dashboard): ``Tuner`` over the same space (a curve of
-bench/asha/curves_cnn.json, random), ``ASHAScheduler`` on batches (grace period one
+bench/asha/curves_cnn.json; the draws every system shares evaluated first, ``--draws``),
+``ASHAScheduler`` on batches (grace period one
 validation period, ``reduction_factor`` 4, ``max_t`` the budget: the same rungs as
 dethpc's and Optuna's), ``--trials`` samples, one CPU a trial, as many at once as the
 allocation has CPUs. Run by ``ray_tune.sbatch`` (written by run.py).
