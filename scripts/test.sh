@@ -14,7 +14,8 @@ export DETHPC_DEVCLUSTER_LANES=$lanes
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   python -m dethpc.devcluster up --lanes "$lanes" || { [ "${CI:-}" = true ] && { echo "dev cluster failed to start" >&2; exit 1; }; }
   # the container image of tests/slurm/test_containers_slurm.py (Charliecloud; Debian
-  # packages + torch 2.13.0 CPU + dethpc), built once per machine and source change
+  # packages + torch 2.13.0 CPU + dethpc), built once per machine and dependency change,
+  # refreshed with the checkout's dethpc wheel (seconds) when only its source changed
   python -m dethpc.devcluster image || { [ "${CI:-}" = true ] && { echo "container image failed to build" >&2; exit 1; }; }
   # PostgreSQL binaries for tests/pg (the tests start and stop their own server)
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
@@ -28,5 +29,7 @@ echo "set-up: venv ${t_setup} s, dev cluster and PostgreSQL $((SECONDS - t0 - t_
 # pytest-xdist workers: the first $lanes each bound to its own dev cluster (lane), running
 # the Slurm test files planned for that lane, in order, from the start; one more runs the
 # unit, local and PostgreSQL tiers beside them (pytest_xdist_make_scheduler in
-# tests/conftest.py). The 25 slowest tests are listed before the summary.
-python -m pytest -n "$((lanes + 1))" --dist loadgroup --slurm-lanes "$lanes" --durations=25 "$@"
+# tests/conftest.py). The 25 slowest tests are listed before the summary. The run's JUnit
+# XML (.pytest-junit.xml) refreshes the lane plan: python -m tests.slurm_lanes .pytest-junit.xml
+python -m pytest -n "$((lanes + 1))" --dist loadgroup --slurm-lanes "$lanes" --durations=25 \
+  --junitxml .pytest-junit.xml "$@"

@@ -53,14 +53,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def _image(*, rebuild: bool) -> int:
     from dethpc.common.errors import CommandError
-    from dethpc.devcluster.image import ImageError, ensure_image
+    from dethpc.devcluster.image import ImageError, ImagePlan, ensure_image
 
     try:
         info = ensure_image(rebuild=rebuild)
     except (ImageError, CommandError) as exc:
         print(f"image: {exc}", file=sys.stderr)
         return 1
-    how = "built" if info.built else "up to date, built"
+    how = {ImagePlan.BUILD: "built", ImagePlan.REUSE: "up to date, built",
+           ImagePlan.REFRESH: "refreshed (dethpc's wheel only)"}[info.plan]
     print(f"{info.path}\n  size {info.size_mb} MB, {how} in {info.build_seconds:.1f} s; "
           f"python {info.python} (torch {info.torch_version})")
     return 0

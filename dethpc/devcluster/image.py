@@ -5,7 +5,9 @@ Owns: the image's recipe (Debian packages, mirrors, the install script
 that says which inputs built an image (a hash of the install script, dethpc's source
 and pyproject.toml, the torch version and the recipe), and building it:
 ``build_image`` (mmdebstrap into ``.NAME.partial-PID`` beside the destination, then a
-rename, under a lock file), ``ensure_image`` (builds only when missing or stale) and
+rename, under a lock file), ``ensure_image`` (builds only when missing or stale; when
+only dethpc's own source changed it refreshes a hard-linked copy of the current image
+with the new dethpc wheel instead of building from scratch, see ``image_plan``) and
 ``image_path`` (``STATE_DIR/images/dethpc-bookworm``). ``ch_run_argv`` says how to run
 a command in the image.
 Must not: reach a container registry, let pip inside the image resolve anything from
@@ -20,6 +22,7 @@ The image is a Charliecloud directory image; its Python is ``IMAGE_PYTHON``::
 from __future__ import annotations
 
 import contextlib
+import enum
 import hashlib
 import json
 import os
@@ -69,17 +72,31 @@ class ImageError(RuntimeError):
     """The image cannot be built here (missing tools, not root, a wrong torch wheel)."""
 
 
+class ImagePlan(enum.Enum):
+    """What ``ensure_image`` does with the image it finds."""
+
+    #: the stamp matches the inputs: use it as it is
+    REUSE = "reuse"
+    #: only dethpc's own source changed: reinstall its wheel into a copy of the image
+    REFRESH = "refresh"
+    #: no image, or the base changed (dependencies, install script, recipe): mmdebstrap
+    BUILD = "build"
+
+
 @dataclass(frozen=True)
 class ImageInfo:
     path: Path
     digest: str
     size_mb: int
-    #: seconds the build of this image took (the one recorded in its stamp)
+    #: seconds the build of this image took (the one recorded in its stamp); for a
+    #: refresh made by this call, the refresh's seconds
     build_seconds: float
-    #: True when this call built it, False when an up-to-date image was reused
+    #: True when this call built or refreshed it, False when an up-to-date image was reused
     built: bool
     torch_version: str = TORCH_VERSION
     python: str = IMAGE_PYTHON
+    #: what this call did
+    plan: ImagePlan = ImagePlan.BUILD
 
 
 # ----------------------------------------------------------------------- pure parts
@@ -116,6 +133,30 @@ def inputs_digest(files: Mapping[str, bytes], settings: Mapping[str, str]) -> st
     return h.hexdigest()
 
 
+#: input files that only the dethpc wheel carries: a change to them alone is a refresh
+OWN_SOURCE_PREFIXES: tuple[str, ...] = ("dethpc/", "sbatch_templates/")
+
+
+def base_files(files: Mapping[str, bytes]) -> dict[str, bytes]:
+    """The inputs that decide everything in the image except dethpc's own wheel: the install
+    script and pyproject.toml (the dependencies), without dethpc/ and its templates."""
+    return {k: v for k, v in files.items() if not k.startswith(OWN_SOURCE_PREFIXES)}
+
+
+def image_plan(stamp: Mapping[str, Any] | None, digest: str, base_digest: str, *,
+               rebuild: bool = False, can_refresh: bool = True) -> ImagePlan:
+    """``REUSE`` a fresh image, ``REFRESH`` one whose base (``base_digest``, see
+    ``base_files``) is unchanged, else ``BUILD``. ``rebuild`` forces a build;
+    ``can_refresh`` False (a caller-given wheel directory, no source checkout) too."""
+    if rebuild or stamp is None:
+        return ImagePlan.BUILD
+    if stale_reason(stamp, digest) is None:
+        return ImagePlan.REUSE
+    if can_refresh and stamp.get("base_digest") == base_digest:
+        return ImagePlan.REFRESH
+    return ImagePlan.BUILD
+
+
 def stale_reason(stamp: Mapping[str, Any] | None, digest: str) -> str | None:
     """Why an image with ``stamp`` must be rebuilt for inputs ``digest``; None: it is fresh."""
     if stamp is None:
@@ -126,10 +167,24 @@ def stale_reason(stamp: Mapping[str, Any] | None, digest: str) -> str | None:
 
 
 def make_stamp(digest: str, settings: Mapping[str, str], *, size_mb: int,
-               build_seconds: float, built_at: float) -> dict[str, Any]:
-    return {"digest": digest, "settings": dict(settings), "size_mb": size_mb,
-            "build_seconds": round(build_seconds, 1), "built_at": built_at,
-            "python": IMAGE_PYTHON}
+               build_seconds: float, built_at: float, base_digest: str = "",
+               refresh_seconds: float | None = None) -> dict[str, Any]:
+    """The stamp of an image: ``build_seconds`` is its base's mmdebstrap build,
+    ``refresh_seconds`` (refreshed images only) the wheel reinstall that made it."""
+    stamp: dict[str, Any] = {
+        "digest": digest, "base_digest": base_digest, "settings": dict(settings),
+        "size_mb": size_mb, "build_seconds": round(build_seconds, 1), "built_at": built_at,
+        "python": IMAGE_PYTHON}
+    if refresh_seconds is not None:
+        stamp["refresh_seconds"] = round(refresh_seconds, 1)
+    return stamp
+
+
+def refresh_argv(image: Path, wheel_in_image: str) -> list[str]:
+    """Reinstall dethpc's wheel (no dependencies, no index) in the image's venv, as root."""
+    return ["chroot", str(image), "env", "PIP_CONFIG_FILE=/dev/null", "PIP_NO_CACHE_DIR=1",
+            "PIP_DISABLE_PIP_VERSION_CHECK=1", IMAGE_PYTHON, "-m", "pip", "install",
+            "--quiet", "--no-index", "--no-deps", "--force-reinstall", wheel_in_image]
 
 
 def is_cpu_torch_wheel(url: str) -> bool:
@@ -221,6 +276,11 @@ def current_digest(wheels: Path | None = None) -> tuple[str, dict[str, str]]:
     return inputs_digest(input_files(), settings), settings
 
 
+def current_base_digest(wheels: Path | None = None) -> str:
+    names = sorted(p.name for p in wheels.iterdir()) if wheels is not None else []
+    return inputs_digest(base_files(input_files()), recipe_settings(names))
+
+
 # ----------------------------------------------------------------------- side effects
 
 
@@ -307,17 +367,65 @@ def _build_locked(dest: Path, runner: CommandRunner, wheels: Path | None) -> Ima
         seconds = time.monotonic() - started
         size = _size_mb(partial, runner)
         stamp = make_stamp(digest, settings, size_mb=size, build_seconds=seconds,
-                           built_at=time.time())
-        (partial / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
-        old = dest.parent / f".{dest.name}.old-{pid}"
-        if dest.exists():
-            dest.rename(old)
-        partial.rename(dest)
-        shutil.rmtree(old, ignore_errors=True)
+                           built_at=time.time(), base_digest=current_base_digest(wheels))
+        _install(partial, stamp, dest)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
         shutil.rmtree(own_wheels.parent, ignore_errors=True)
     return ImageInfo(dest, digest, size, seconds, built=True)
+
+
+def _install(partial: Path, stamp: Mapping[str, Any], dest: Path) -> None:
+    """Write ``stamp`` into ``partial`` (a new file: a refreshed copy shares its inodes
+    with the old image) and rename it to ``dest``, the old image out of the way first."""
+    (partial / STAMP).unlink(missing_ok=True)
+    (partial / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
+    old = dest.parent / f".{dest.name}.old-{os.getpid()}"
+    if dest.exists():
+        dest.rename(old)
+    partial.rename(dest)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _refresh_locked(dest: Path, runner: CommandRunner, stamp: Mapping[str, Any]) -> ImageInfo:
+    """Only dethpc's source changed: hard-link a copy of ``dest`` (seconds, not the
+    mmdebstrap build's minutes), reinstall the checkout's wheel in it, check that
+    dethpc and torch import, and put it in place. pip unlinks the files it replaces, so
+    the old image's inodes are never written."""
+    root = source_root()
+    if root is None:
+        raise ImageError("dethpc is not run from a source checkout; cannot refresh")
+    _clear_leftovers(dest)
+    pid = os.getpid()
+    partial = dest.parent / f".{dest.name}.partial-{pid}"
+    wheels = dest.parent / f".{dest.name}.wheels-{pid}"
+    started = time.monotonic()
+    try:
+        runner.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                    "--wheel-dir", str(wheels), str(root)], timeout=600, retry=False)
+        wheel = next(iter(sorted(wheels.glob("dethpc-*.whl"))), None)
+        if wheel is None:
+            raise ImageError(f"pip wheel wrote no dethpc wheel into {wheels}")
+        runner.run(["cp", "-al", str(dest), str(partial)], timeout=600, retry=False)
+        inner = partial / IN_ROOT_DIR.lstrip("/")
+        inner.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(wheel, inner / wheel.name)
+        runner.run(refresh_argv(partial, f"{IN_ROOT_DIR}/{wheel.name}"),
+                   timeout=600, retry=False)
+        runner.run(["chroot", str(partial), IMAGE_PYTHON, "-c", "import dethpc, torch"],
+                   timeout=300, retry=False)
+        shutil.rmtree(inner)
+        digest, settings = current_digest()
+        seconds = time.monotonic() - started
+        size = int(stamp.get("size_mb", 0))
+        _install(partial, make_stamp(
+            digest, settings, size_mb=size, build_seconds=float(stamp.get("build_seconds", 0)),
+            built_at=time.time(), base_digest=current_base_digest(),
+            refresh_seconds=seconds), dest)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.rmtree(wheels, ignore_errors=True)
+    return ImageInfo(dest, digest, size, seconds, built=True, plan=ImagePlan.REFRESH)
 
 
 def build_image(dest: Path, runner: CommandRunner, *, wheels: Path | None = None) -> ImageInfo:
@@ -339,7 +447,12 @@ def ensure_image(dest: Path | None = None, runner: CommandRunner | None = None, 
     with _locked(_lock_file(dest)):
         digest, _ = current_digest(wheels)
         stamp = read_stamp(dest)
-        if not rebuild and stale_reason(stamp, digest) is None and stamp is not None:
+        plan = image_plan(stamp, digest, current_base_digest(wheels), rebuild=rebuild,
+                          can_refresh=wheels is None and source_root() is not None)
+        if plan is ImagePlan.REUSE and stamp is not None:
             return ImageInfo(dest, digest, int(stamp.get("size_mb", 0)),
-                             float(stamp.get("build_seconds", 0.0)), built=False)
+                             float(stamp.get("build_seconds", 0.0)), built=False,
+                             plan=ImagePlan.REUSE)
+        if plan is ImagePlan.REFRESH and stamp is not None:
+            return _refresh_locked(dest, runner, stamp)
         return _build_locked(dest, runner, wheels)

@@ -13,6 +13,7 @@ minute or two and downloads Debian packages.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -94,3 +95,53 @@ def test_a_second_ensure_image_reuses_the_image(built: image.ImageInfo) -> None:
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
     assert image.read_stamp(built.path) == stamp
     assert built.path.stat().st_ino == again.path.stat().st_ino
+
+
+def _image_dethpc(img: Path) -> Path:
+    return img / image.IMAGE_VENV.lstrip("/") / "lib" / "python3.11" / "site-packages" / "dethpc"
+
+
+def _source_py_files() -> dict[str, bytes]:
+    import dethpc
+    src = Path(dethpc.__file__).resolve().parent
+    return {p.relative_to(src).as_posix(): p.read_bytes() for p in src.rglob("*.py")}
+
+
+def test_the_images_dethpc_is_the_checkouts(built: image.ImageInfo) -> None:
+    """Every .py file of the checkout's dethpc/ is in the image, byte for byte: the image
+    is rebuilt or refreshed whenever the source changes."""
+    inside = _image_dethpc(built.path)
+    differ = [rel for rel, data in _source_py_files().items()
+              if not (inside / rel).is_file() or (inside / rel).read_bytes() != data]
+    assert differ == []
+
+
+def test_a_source_change_refreshes_a_copy_and_leaves_the_old_image_alone(
+        built: image.ImageInfo, tmp_path: Path) -> None:
+    """An image whose stamp says only dethpc's source differs is refreshed (the wheel
+    reinstalled into a hard-linked copy), not rebuilt; the old tree's files are unlinked,
+    never written, so the image it was copied from keeps its inodes and bytes."""
+    old = tmp_path / "images" / "img"
+    old.parent.mkdir()
+    subprocess.run(["cp", "-al", str(built.path), str(old)], check=True)
+    stamp = dict(image.read_stamp(old) or {})
+    assert stamp.get("base_digest") == image.current_base_digest()
+    stamp["digest"] = "an-older-source"
+    (old / image.STAMP).unlink()
+    (old / image.STAMP).write_text(json.dumps(stamp))
+    init = _image_dethpc(old) / "__init__.py"
+    kept = _image_dethpc(built.path) / "__init__.py"
+    before = (kept.stat().st_ino, kept.read_bytes())
+    assert init.stat().st_ino == before[0]  # a hard link, as the refresh's own copy will be
+    info = image.ensure_image(old)
+    assert (info.built, info.plan) == (True, image.ImagePlan.REFRESH)
+    assert info.digest == built.digest
+    new_init = _image_dethpc(old) / "__init__.py"
+    assert new_init.read_bytes() == (Path(image.source_root() or ".") / "dethpc" /
+                                     "__init__.py").read_bytes()
+    assert new_init.stat().st_ino != before[0]  # pip wrote a new file
+    assert (kept.stat().st_ino, kept.read_bytes()) == before
+    proc = ch_run(old, [image.IMAGE_PYTHON, "-c", "import dethpc, torch; print('ok')"])
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+    assert image.ensure_image(old).plan is image.ImagePlan.REUSE
+    assert "refresh_seconds" in (image.read_stamp(old) or {})

@@ -147,3 +147,61 @@ def test_install_script_parses_and_refuses_bad_arguments(tmp_path: Path) -> None
                            capture_output=True, text=True)
     assert empty.returncode == 1 and "no dethpc wheel" in empty.stderr
     assert not (tmp_path / "venv").exists()
+
+
+def test_base_files_leave_out_dethpcs_own_source() -> None:
+    files = {"install-dethpc.sh": b"s", "pyproject.toml": b"p", "dethpc/__init__.py": b"i",
+             "sbatch_templates/x.j2": b"t", "dethpcx/y.py": b"y"}
+    assert image.base_files(files) == {"install-dethpc.sh": b"s", "pyproject.toml": b"p",
+                                       "dethpcx/y.py": b"y"}
+    real = image.input_files()
+    base = image.base_files(real)
+    assert "pyproject.toml" in base and "install-dethpc.sh" in base
+    assert not [n for n in base if n.startswith("dethpc/")]
+
+
+P = image.ImagePlan
+
+
+@pytest.mark.parametrize(("stamp", "rebuild", "can_refresh", "plan"), [
+    (None, False, True, P.BUILD),                                   # no image
+    ({"digest": "d", "base_digest": "b"}, False, True, P.REUSE),    # fresh
+    ({"digest": "d", "base_digest": "b"}, True, True, P.BUILD),     # --rebuild
+    ({"digest": "old", "base_digest": "b"}, False, True, P.REFRESH),  # own source changed
+    ({"digest": "old", "base_digest": "b"}, False, False, P.BUILD),   # given wheels
+    ({"digest": "old", "base_digest": "b0"}, False, True, P.BUILD),   # dependencies changed
+    ({"digest": "old"}, False, True, P.BUILD),                      # a stamp from before
+])
+def test_image_plan(stamp: dict[str, str] | None, rebuild: bool, can_refresh: bool,
+                    plan: image.ImagePlan) -> None:
+    assert image.image_plan(stamp, "d", "b", rebuild=rebuild, can_refresh=can_refresh) is plan
+
+
+def test_base_digest_ignores_own_source_but_not_the_dependencies(tmp_path: Path) -> None:
+    files = image.input_files()
+    settings = image.recipe_settings()
+    base = image.inputs_digest(image.base_files(files), settings)
+    assert base == image.current_base_digest()
+    edited = {**files, "dethpc/__init__.py": files["dethpc/__init__.py"] + b"# x\n"}
+    assert image.inputs_digest(image.base_files(edited), settings) == base
+    assert image.inputs_digest(edited, settings) != image.inputs_digest(files, settings)
+    deps = {**files, "pyproject.toml": files["pyproject.toml"] + b"\n"}
+    assert image.inputs_digest(image.base_files(deps), settings) != base
+
+
+def test_refresh_reinstalls_only_dethpcs_wheel_without_an_index() -> None:
+    argv = image.refresh_argv(Path("/s/.img.partial-1"), "/tmp/dethpc-install/dethpc.whl")
+    assert argv[:2] == ["chroot", "/s/.img.partial-1"]
+    assert "PIP_CONFIG_FILE=/dev/null" in argv
+    tail = argv[argv.index(image.IMAGE_PYTHON):]
+    assert tail == [image.IMAGE_PYTHON, "-m", "pip", "install", "--quiet", "--no-index",
+                    "--no-deps", "--force-reinstall", "/tmp/dethpc-install/dethpc.whl"]
+
+
+def test_make_stamp_records_the_base_and_a_refresh() -> None:
+    plain = image.make_stamp("d", {}, size_mb=1, build_seconds=80.04, built_at=2.0,
+                             base_digest="b")
+    assert plain["base_digest"] == "b" and "refresh_seconds" not in plain
+    refreshed = image.make_stamp("d", {}, size_mb=1, build_seconds=80.0, built_at=2.0,
+                                 base_digest="b", refresh_seconds=9.96)
+    assert (refreshed["build_seconds"], refreshed["refresh_seconds"]) == (80.0, 10.0)
