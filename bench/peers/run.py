@@ -112,6 +112,22 @@ def sdiag_root() -> int:
     return 0
 
 
+def sdiag_types() -> dict[str, int]:
+    """slurmctld's RPC counts by message type (all users: the watcher's squeue polls
+    are in them too, as REQUEST_JOB_INFO): where a system's RPCs go."""
+    out = subprocess.run(["sdiag"], capture_output=True, text=True, check=True).stdout
+    counts: dict[str, int] = {}
+    section = False
+    for line in out.splitlines():
+        if "statistics by message type" in line:
+            section = True
+        elif "statistics by user" in line:
+            break
+        elif section and (m := re.match(r"^\s*(\S+)\s+\(\s*\d+\)\s+count:(\d+)", line)):
+            counts[m.group(1)] = int(m.group(2))
+    return counts
+
+
 def children_cpu() -> float:
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
@@ -334,7 +350,7 @@ def run_cell(system: str, seed: int, args: argparse.Namespace, root: Path,
     env = {**os.environ, "PEERS_RECORDS": str(records),
            "PYTHONPATH": f"{HERE}:{REPO / 'bench' / 'asha'}",
            "PYTHONUNBUFFERED": "1"}
-    rpc0, cpu0 = sdiag_root(), children_cpu()
+    rpc0, types0, cpu0 = sdiag_root(), sdiag_types(), children_cpu()
     t0 = time.time()
     wait = LAUNCH[system](home, seed, args, env)
     wait()
@@ -342,6 +358,8 @@ def run_cell(system: str, seed: int, args: argparse.Namespace, root: Path,
     cpu = children_cpu() - cpu0
     rows = accounting(t0)
     rpcs = sdiag_root() - rpc0
+    types = {k: n - types0.get(k, 0) for k, n in sdiag_types().items()
+             if n - types0.get(k, 0) > 0}
     last_end = max((float(r["ElapsedRaw"] or 0) + _epoch(r["Start"]) for r in rows),
                    default=end_user)
     recs = [json.loads(line) for line in records.read_text().splitlines() if line.strip()] \
@@ -356,6 +374,7 @@ def run_cell(system: str, seed: int, args: argparse.Namespace, root: Path,
         "slot_seconds": sum(int(r["CPUTimeRAW"] or 0) for r in rows),
         "jobs": len(rows),
         "rpcs": rpcs, "rpcs_per_min": rpcs / (wall / 60.0) if wall > 0 else None,
+        "rpc_types_all_users": dict(sorted(types.items(), key=lambda kv: -kv[1])),
         "login_cpu_s": cpu,
         "batches_trained": len(recs) * cnn.EVERY,
         "trials": len({r["trial"] for r in recs}),

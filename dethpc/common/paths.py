@@ -94,6 +94,14 @@ class TrialPaths:
         return self.root / "stop"
 
     @property
+    def searched(self) -> Path:
+        """Written by the daemon once the searcher has taken the trial's validations up to
+        the length in it (and any stop it decided on them is in ``stop``): the number,
+        replaced atomically. A trial at a rung waits for it (``dethpc.core``'s
+        ``PreemptContext.await_verdict``) instead of training on while its stop travels."""
+        return self.root / "searched"
+
+    @property
     def run_metadata(self) -> Path:
         """The trial's metadata (Determined's ``TrainContext.set_metadata``): one JSON
         object, replaced whole (atomically) by rank 0 at each call."""
@@ -238,3 +246,12 @@ class ExperimentPaths:
         self.arrays.mkdir(parents=True, exist_ok=True)
         (self.root / "trials").mkdir(parents=True, exist_ok=True)
         return self
+
+
+def read_searched(path: Path) -> int:
+    """The length in a trial's ``searched`` marker (``TrialPaths.searched``); 0 when it
+    is missing or unreadable."""
+    try:
+        return int(path.read_text().strip() or 0)
+    except (OSError, ValueError):
+        return 0

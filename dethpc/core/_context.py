@@ -41,10 +41,13 @@ from dethpc.core._extras import (
 )
 from dethpc.core._info import ClusterInfo, checkpoint_dir, read_hparams
 from dethpc.core._preempt import (
+    ENV_VERDICT_WAIT_S,
     STOP_CHECK_INTERVAL_S,
     DummyPreemptContext,
     PreemptContext,
     PreemptMode,
+    rung_hook,
+    verdict_wait_s,
 )
 from dethpc.core._searcher import (
     DummySearcherContext,
@@ -191,7 +194,11 @@ def build_context(*, distributed: DistributedContext | None = None,
         target = Target.read(paths.target) if paths.target.exists() else None
         preempt = PreemptContext(dist, stop_file=paths.stop,
                                  signal_name=env.get(ENV_PREEMPT_SIGNAL) or "USR2",
-                                 mode=preempt_mode, stop_check_interval_s=stop_check_interval_s)
+                                 mode=preempt_mode, stop_check_interval_s=stop_check_interval_s,
+                                 searched_file=paths.searched,
+                                 verdict_wait=verdict_wait_s(env.get(ENV_VERDICT_WAIT_S)))
+        if target is not None:
+            train.on_validation = rung_hook(target.validate_at, target.length, preempt)
         searcher = SearcherContext(target, dist) if target else SearcherContextMissing(dist)
         ctx = Context(ckpt, dist, preempt, train, searcher, info,
                       ExperimentalCoreContext(trial_id=info.trial_id),

@@ -2,8 +2,11 @@
 
 Owns: the signal handlers for ``$DETHPC_PREEMPT_SIGNAL`` (default USR2) and TERM
 (they only set a flag: no I/O, no locks, nothing else in a handler), the ``stop``
-file check (content ``stop`` or ``pause``), the rank-0 broadcast so every rank
-stops at the same step, and the exit code the process must end with.
+file check (content ``stop`` or ``pause``), the wait at a rung for the searcher's
+verdict (``await_verdict``: after a validation at a rung, the next check waits until
+the daemon's ``searched`` marker reaches it or the stop file appears, at most
+``$DETHPC_VERDICT_WAIT_S``), the rank-0 broadcast so every rank stops at the same
+step, and the exit code the process must end with.
 Must not: checkpoint or exit by itself (``init()`` exits when the context is
 left), import torch, or write any file.
 """
@@ -15,12 +18,14 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from dethpc.common.errors import DethpcError
 from dethpc.common.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED
+from dethpc.common.paths import read_searched
 from dethpc.core._distributed import DistributedContext
 
 log = logging.getLogger(__name__)
@@ -33,6 +38,40 @@ REASON_PAUSE = "pause"
 #: stat's cost) per step at most every 0.1 s, small next to the daemon's own part of
 #: the stop path (docs/searchers.md, "Stop latency")
 STOP_CHECK_INTERVAL_S = 0.1
+#: the longest a trial waits at a rung for the searcher's verdict on its validation
+#: (``$DETHPC_VERDICT_WAIT_S``; 0: never waits). The daemon takes a validation within
+#: about ``metrics_poll_s`` (0.2 s) plus its ingest; the bound only matters when no
+#: daemon is reading (stopped, or busy with a long tick)
+VERDICT_WAIT_S = 2.0
+ENV_VERDICT_WAIT_S = "DETHPC_VERDICT_WAIT_S"
+#: how often the wait looks at the marker and the stop file
+VERDICT_POLL_S = 0.02
+
+
+def verdict_wait_s(raw: str | None) -> float:
+    """``$DETHPC_VERDICT_WAIT_S`` as seconds (unset or bad: ``VERDICT_WAIT_S``)."""
+    try:
+        value = float(raw) if raw not in (None, "") else VERDICT_WAIT_S
+    except ValueError:
+        log.warning("%s=%r is not a number of seconds; using %s", ENV_VERDICT_WAIT_S, raw,
+                    VERDICT_WAIT_S)
+        return VERDICT_WAIT_S
+    return max(0.0, value)
+
+
+def rung_hook(validate_at: Iterable[int], length: int,
+              preempt: PreemptContext) -> Callable[[int], None] | None:
+    """What ``TrainContext.report_validation_metrics`` calls with the steps it reported:
+    at a rung (a ``validate_at`` length short of the target ``length``) the preempt
+    context waits for the verdict at its next check. None when there is no such rung."""
+    rungs = frozenset(v for v in validate_at if v < length)
+    if not rungs:
+        return None
+
+    def hook(steps: int) -> None:
+        if steps in rungs:
+            preempt.await_verdict(steps)
+    return hook
 
 
 class PreemptMode(enum.Enum):
@@ -75,12 +114,19 @@ class PreemptContext:
 
     def __init__(self, dist: DistributedContext, *, stop_file: Path | None,
                  signal_name: str = "USR2", mode: PreemptMode = PreemptMode.WorkersAskChief,
-                 stop_check_interval_s: float = STOP_CHECK_INTERVAL_S) -> None:
+                 stop_check_interval_s: float = STOP_CHECK_INTERVAL_S,
+                 searched_file: Path | None = None,
+                 verdict_wait: float = VERDICT_WAIT_S) -> None:
         self._dist = dist
         self._stop_file = stop_file
         self._mode = mode
         self._interval = stop_check_interval_s
         self._last_stop_check = float("-inf")
+        #: the daemon's ``searched`` marker, and the rung length whose verdict the next
+        #: check waits for (``await_verdict``)
+        self._searched_file = searched_file
+        self._verdict_wait = verdict_wait
+        self._awaiting: int | None = None
         self._signalled: signal.Signals | None = None
         self._reason: str | None = None
         self._acknowledged = False
@@ -148,9 +194,36 @@ class PreemptContext:
             return None
         return REASON_PAUSE if content == REASON_PAUSE else REASON_STOP
 
+    def await_verdict(self, length: int) -> None:
+        """A validation at the rung ``length`` was reported: the next check waits for the
+        searcher's verdict on it (``TrainContext`` calls this; no-op without a marker)."""
+        if self._searched_file is not None and self._verdict_wait > 0:
+            self._awaiting = length
+
+    def _wait_verdict(self, length: int) -> None:
+        """Until the ``searched`` marker reaches ``length``, the stop file appears, a
+        signal comes, or ``verdict_wait`` seconds pass."""
+        assert self._searched_file is not None
+        deadline = time.monotonic() + self._verdict_wait
+        while self._signalled is None:
+            if read_searched(self._searched_file) >= length:
+                return
+            if self._stop_file is not None and self._stop_file.exists():
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.info("no verdict on the validation at %d within %.1f s: training on",
+                         length, self._verdict_wait)
+                return
+            time.sleep(min(VERDICT_POLL_S, left))
+
     def _local_reason(self) -> str | None:
         if self._reason is not None:
             return self._reason
+        if self._awaiting is not None:
+            length, self._awaiting = self._awaiting, None
+            self._wait_verdict(length)
+            self._last_stop_check = float("-inf")   # look at the stop file now
         if self._signalled is not None:
             return REASON_SIGNAL
         return self._read_stop_file()

@@ -192,6 +192,9 @@ class TrainContext:
         self._config = config
         self._tensorboard_mode = TensorboardMode(tensorboard_mode)
         self._early_exit: EarlyExitReason | None = None
+        #: called with the steps of each validation reported (``rung_hook``: at a rung,
+        #: the next preemption check waits for the searcher's verdict)
+        self.on_validation: Callable[[int], None] | None = None
 
     def _write(self, record: dict[str, Any]) -> None:
         if self._writer is not None and self._dist.rank == 0:
@@ -209,9 +212,13 @@ class TrainContext:
 
     def report_validation_metrics(self, steps_completed: int,
                                   metrics: Mapping[str, Any]) -> None:
-        """Record validation metrics (the searcher reads its metric from these)."""
+        """Record validation metrics (the searcher reads its metric from these). At a
+        rung of the searcher, the next ``preempt.should_preempt()`` waits for its verdict
+        on them (docs/searchers.md, "Stop latency")."""
         self._write({"kind": "validation", "steps": _check_steps(steps_completed),
                      "metrics": _check_metrics(metrics)})
+        if self.on_validation is not None:
+            self.on_validation(steps_completed)
 
     def report_metrics(self, group: str, steps_completed: int,
                        metrics: Mapping[str, Any]) -> None:

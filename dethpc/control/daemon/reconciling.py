@@ -3,7 +3,8 @@
 Owns: ``Reconciling.run`` — per experiment, ``ExperimentReconciler(...).run()``
 (``dethpc.control.reconcile``: record the poll, ingest the trial files, feed the
 searcher, judge job ends, enact pause/cancel/kill, mark checkpoints for GC), then, once
-that transaction has committed, the housekeeping of the checkpoints it doomed; the refs
+that transaction has committed, the trials' ``searched`` markers (``verdicts``) and the
+housekeeping of the checkpoints it doomed; the refs
 every experiment wants cancelled are gathered for the cancel phase. An experiment whose
 reconcile fails is failed (``incidents.fail_experiment``); the others go on.
 ``Reconciling.fast`` is the same between ticks for the metrics files that grew
@@ -23,6 +24,7 @@ from dethpc.control.daemon.cancel import Canceller, wanted_refs
 from dethpc.control.daemon.housekeeping import CheckpointDeleter
 from dethpc.control.daemon.incidents import fail_experiment
 from dethpc.control.daemon.shared import Guard, TickStats
+from dethpc.control.daemon.verdicts import write_searched
 from dethpc.control.reconcile import ExperimentReconciler
 from dethpc.store import Store
 from dethpc.store.models import Experiment
@@ -46,6 +48,7 @@ class Reconciling:
                     exp = s.get(Experiment, exp_id)
                     assert exp is not None
                     out = ExperimentReconciler(s, exp, infos, self.clock()).run()
+                write_searched(out.searched)
                 cancel += out.cancel
                 stats.changed |= out.changed
                 self.checkpoints.delete(out.delete)
@@ -70,6 +73,7 @@ class Reconciling:
                         continue
                     out = ExperimentReconciler(s, exp, {}, self.clock(),
                                                fast=True).run_fast(trial_ids)
+                write_searched(out.searched)
                 cancel += out.cancel
                 changed |= out.changed
                 self.checkpoints.delete(out.delete)

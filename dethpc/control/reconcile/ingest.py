@@ -4,7 +4,8 @@ Owns: ``Ingest`` -- the offsets of every open trial's files in one query (``offs
 the trials not worth opening (``unwritten``), and each new line of ``metrics.jsonl``
 (metric rows, validations fed to the searcher, checkpoint rows, and the records of
 Determined's master calls through ``master_calls.MasterCalls``) and ``exits.jsonl``
-(the job's last exit record, a free run counted) carried into rows.
+(the job's last exit record, a free run counted) carried into rows; each validation
+the searcher took is noted for the trial's ``searched`` marker (``Outcome.searched``).
 Must not: decide what a line means (``ingest_rules``) or what a job's end means
 (``job_ends``); write files; call a backend. Offsets commit with the rows they produced,
 so a daemon killed mid-tick re-reads the same lines.
@@ -148,6 +149,10 @@ class Ingest:
         self.rows.out.changed = True
         if not trial.state.is_terminal:
             self.ops.feed(replay.validation(trial.request_id, value, steps), trial)
+            # the searcher has decided on it (a stop is in the stop file by now): the
+            # trial waiting at a rung may go on once the marker is written
+            marker = str(self.rows.tpaths(trial).searched)
+            self.rows.out.searched[marker] = max(self.rows.out.searched.get(marker, 0), steps)
 
     def _checkpoint(self, trial: Trial, steps: int, rec: dict[str, Any]) -> None:
         assert trial.id is not None

@@ -37,6 +37,9 @@ class Outcome:
     #: checkpoint directories GC marked DELETING: the daemon removes them after commit
     delete: dict[str, str] = field(default_factory=dict)
     changed: bool = False
+    #: trial's ``searched`` marker -> the longest validation the searcher took this
+    #: pass: the daemon writes them after commit (``dethpc.control.daemon.verdicts``)
+    searched: dict[str, int] = field(default_factory=dict)
 
 
 def chunks(ids: list[int], size: int = 900) -> list[list[int]]:

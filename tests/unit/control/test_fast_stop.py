@@ -231,3 +231,36 @@ def test_wake_does_nothing_without_a_home(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("DETHPC_HOME", str(tmp_path / "absent"))
     service.wake()
     assert not (tmp_path / "absent").exists()
+
+
+def test_the_searched_marker_follows_the_searchers_decision_between_ticks(tmp_path) -> None:
+    """After the fast path fed a trial's validation to the searcher, the trial's
+    ``searched`` marker says that length; the stopped trial's stop file was written
+    before it (a trial waiting at the rung sees the stop, never a marker without it)."""
+    store, daemon, _backend, exp_id = start(tmp_path)
+    run_dir, ids = trials_of(store, exp_id)
+    good, bad = (ExperimentPaths(run_dir).trial(i) for i in ids[:2])
+    report(run_dir, ids[0], 16, 0.1)
+    report(run_dir, ids[1], 16, 9.0)
+    assert not good.searched.exists()
+    daemon.wait(30.0, should_stop=lambda: bad.searched.exists())
+    assert bad.searched.read_text() == "16\n"
+    assert bad.stop.read_text() == "stop"
+    assert good.searched.read_text() == "16\n"
+    assert not good.stop.exists()
+    assert not ExperimentPaths(run_dir).trial(ids[2]).searched.exists()
+
+
+def test_a_tick_writes_the_marker_too_and_it_never_goes_back(tmp_path) -> None:
+    store, daemon, _backend, exp_id = start(tmp_path, poll_s=0)
+    run_dir, ids = trials_of(store, exp_id)
+    marker = ExperimentPaths(run_dir).trial(ids[0]).searched
+    report(run_dir, ids[0], 16, 0.1)
+    daemon.tick()
+    assert marker.read_text() == "16\n"
+    from dethpc.control.daemon.verdicts import write_searched
+    write_searched({str(marker): 8})
+    assert marker.read_text() == "16\n"
+    write_searched({str(marker): 32})
+    assert marker.read_text() == "32\n"
+    assert [p.name for p in marker.parent.iterdir() if p.name.startswith(".searched")] == []
