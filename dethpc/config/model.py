@@ -305,6 +305,10 @@ class ClusterConfig:
     #: between ticks, how often the daemon stats the metrics files of live trials and
     #: ingests those that grew (no backend call), so a searcher stop lands fast; 0: off
     metrics_poll_s: float = 0.2
+    #: while the only jobs of the open experiments are worker-pool workers (their runs'
+    #: progress and ends come through files), the backend is polled at most this often
+    #: instead of every tick; 0: every tick
+    pool_poll_s: float = 10.0
     #: how long the daemon's lease lasts unrenewed: a dead daemon's experiments are taken
     #: over by another login node's daemon that long after it died (dethpc.control.lease)
     daemon_lease_s: float = 60.0

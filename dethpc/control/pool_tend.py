@@ -202,7 +202,8 @@ class PoolTender:
 
     # ------------------------------------------------------------------ workers
     def tend(self, exp_id: int, infos: dict[str, JobInfo]) -> int:
-        """Expire stale leases and apply ``plan_workers``; the workers submitted."""
+        """Expire stale leases and apply ``plan_workers``; the workers submitted and
+        cancelled (backend actions the next poll must see)."""
         with self.store.session() as s:
             exp = s.get(Experiment, exp_id)
             if exp is None or not exp.kind.daemon_submits:
@@ -252,8 +253,8 @@ class PoolTender:
             self.event(exp_id, "workers", f"pool shrinks: cancelled {list(plan.cancel)}, "
                        f"retiring {list(plan.retire)} after their run")
         if plan.submit and active:
-            return self.submit_workers(exp, cfg, wp, plan.submit)
-        return 0
+            return len(plan.cancel) + self.submit_workers(exp, cfg, wp, plan.submit)
+        return len(plan.cancel)
 
     def submit_workers(self, exp: Experiment, cfg: ExperimentConfig, wp: WorkerPool,
                        n: int) -> int:

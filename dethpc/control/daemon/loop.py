@@ -65,7 +65,8 @@ class Daemon:
         self.recovery = Recovery(store, backend, self.scope, self.guard, self.canceller,
                                  runs_root=cluster.runs_root)
         self.pulls = ImageGate(store, cluster, backend, python=python, tag=tag, clock=clock)
-        self.poller = Poller(store, backend, self.pools, self.scope)
+        self.poller = Poller(store, backend, self.pools, self.scope,
+                             pool_poll_s=cluster.pool_poll_s)
         self.checkpoints = CheckpointDeleter(store)
         self.reconciling = Reconciling(store, clock, self.guard, self.canceller,
                                        self.checkpoints)
@@ -100,6 +101,8 @@ class Daemon:
         cancel = self.reconciling.run(exp_ids, seen.infos, stats)
         self.canceller.cancel_wanted(cancel, stats)            # one scancel
         self.submitting.run(exp_ids, seen.infos, stats)        # throttles, sbatch, pools
+        # what this tick submitted or cancelled is seen by the next tick's poll
+        self.poller.dirty |= stats.submitted > 0 or stats.cancelled > 0
         return stats
 
     def catch_up(self) -> TickStats:
@@ -114,7 +117,7 @@ class Daemon:
         stats.experiments = len(exp_ids)
         if not exp_ids:
             return stats
-        seen = self.poller.observe(stats, exp_ids)
+        seen = self.poller.observe(stats, exp_ids, force=True)
         self.budget.start_tick(seen.user_jobs)
         cancel = self.reconciling.run(exp_ids, seen.infos, stats)
         self.canceller.cancel_wanted(cancel, stats)

@@ -6,13 +6,18 @@ the open experiments' pool workers, polled with one ``backend.poll`` (Slurm: one
 read from its directory (``dethpc.control.pool_view``); then the user's jobs as the
 backend lists them (``user_jobs``: Slurm answers from that same ``squeue``), which the
 submit phase counts against per-user limits. ``poll_plan`` is pure.
+The cadence (``poll_due``, pure): while the only backend jobs are worker-pool workers
+(the runs' progress and ends come through the pools' files), the backend is asked at
+most every ``pool_poll_s`` and the last answer stands in between; any other live job,
+a ref not in the last answer, or a submit or cancel since (``dirty``) polls at once.
 Must not: call the backend per job or per experiment, or record what it saw (the
 reconciler does).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlmodel import select
@@ -44,6 +49,19 @@ def poll_plan(live: Sequence[str], workers: Sequence[str]) -> PollPlan:
     return PollPlan(jobs, items, len(live) + (0 if items else len(workers)))
 
 
+def poll_due(*, since_last_s: float | None, jobs: Sequence[str], last_jobs: frozenset[str],
+             workers_only: bool, dirty: bool, pool_poll_s: float) -> bool:
+    """Whether this tick asks the backend: always, unless every job to ask about is a
+    pool worker the last poll answered for (``workers_only``, ``last_jobs``), nothing
+    was submitted or cancelled since (``dirty``), and that poll is younger than
+    ``pool_poll_s`` (``since_last_s``; None: there was none)."""
+    if since_last_s is None or dirty or not workers_only or pool_poll_s <= 0:
+        return True
+    if not set(jobs) <= last_jobs:
+        return True
+    return since_last_s >= pool_poll_s
+
+
 @dataclass(frozen=True)
 class Observed:
     """One poll's answer: each polled ref's state, and the user's jobs (None: the backend
@@ -55,25 +73,50 @@ class Observed:
 
 class Poller:
     def __init__(self, store: Store, backend: Backend, pools: PoolTender,
-                 scope: Scope) -> None:
+                 scope: Scope, *, pool_poll_s: float = 0.0,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.store, self.backend, self.pools, self.scope = store, backend, pools, scope
+        self.pool_poll_s, self.monotonic = pool_poll_s, monotonic
+        #: the last backend answer (when, for which jobs, what it said)
+        self._last_at: float | None = None
+        self._last: dict[str, JobInfo] = {}
+        #: a submit or cancel since the last poll: the next tick polls (``poll_due``)
+        self.dirty = False
+        #: backend polls made and skipped (for tests and benchmarks)
+        self.polls = self.skipped = 0
 
-    def observe(self, stats: TickStats, exp_ids: list[int]) -> Observed:
-        infos = self.poll(stats, exp_ids)
+    def observe(self, stats: TickStats, exp_ids: list[int], *,
+                force: bool = False) -> Observed:
+        infos = self.poll(stats, exp_ids, force=force)
         return Observed(infos, self.backend.user_jobs())
 
-    def poll(self, stats: TickStats, exp_ids: list[int]) -> dict[str, JobInfo]:
+    def poll(self, stats: TickStats, exp_ids: list[int], *,
+             force: bool = False) -> dict[str, JobInfo]:
         """Every live job's state in one backend call, even without refs: a backend that
         lists the user's jobs (to count them against per-user limits) does it in this
-        one query."""
+        one query. Between two polls of a pool's workers (``poll_due``) the last
+        answer stands; ``force`` polls anyway."""
         with self.store.session() as s:
             # the refs alone: no Job objects built for a list of strings
             refs = [ref for ref in s.exec(self.scope.mine(select(Job.ref).where(
                 Job.live == True), Job.experiment_id))  # noqa: E712
                     if ref]
-        plan = poll_plan(refs, list(self.pools.worker_refs(exp_ids)))
+        workers = list(self.pools.worker_refs(exp_ids))
+        plan = poll_plan(refs, workers)
         stats.polled = plan.polled
-        infos = self.backend.poll(plan.jobs)
+        now = self.monotonic()
+        due = force or poll_due(
+            since_last_s=None if self._last_at is None else now - self._last_at,
+            jobs=plan.jobs, last_jobs=frozenset(self._last), pool_poll_s=self.pool_poll_s,
+            workers_only=bool(workers) and len(plan.jobs) == len(workers),
+            dirty=self.dirty)
+        if due:
+            infos = self.backend.poll(plan.jobs)
+            self._last_at, self._last, self.dirty = now, dict(infos), False
+            self.polls += 1
+        else:
+            infos = {r: self._last[r] for r in plan.jobs if r in self._last}
+            self.skipped += 1
         if plan.items:
             infos.update(self.pools.poll_items(plan.items))
         return infos

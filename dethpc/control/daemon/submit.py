@@ -152,7 +152,8 @@ class SubmitPhase:
             try:
                 sync_throttles(self.store, self.backend, exp_id)
                 stats.submitted += self.submitter.experiment(exp_id)
-                self.pools.tend(exp_id, infos)
+                # workers submitted or cancelled: the next poll must see them
+                stats.submitted += self.pools.tend(exp_id, infos)
             except (DethpcError, OSError) as exc:
                 self.failed(exp_id, failure(exc, self.runs_root), stats)
 

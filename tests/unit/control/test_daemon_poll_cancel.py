@@ -122,3 +122,72 @@ def test_a_failed_cancel_reaches_the_caller_and_the_jobs_stay_due(tmp_path: Path
             ["5_0"], TickStats())
     with w.store.session() as s:
         assert all(j.cancel_due for j in s.exec(select(Job)))
+
+
+# ------------------------------------------------------------ the cadence (pool_poll_s)
+W = frozenset({"9_0", "9_1"})
+
+
+@pytest.mark.parametrize(("since", "jobs", "workers_only", "dirty", "every", "due"), [
+    (None, ["9_0", "9_1"], True, False, 10.0, True),     # no poll yet
+    (1.0, ["9_0", "9_1"], True, False, 10.0, False),     # workers, answered 1 s ago
+    (10.0, ["9_0", "9_1"], True, False, 10.0, True),     # ... 10 s ago
+    (1.0, ["9_0", "9_1"], True, True, 10.0, True),       # a submit or cancel since
+    (1.0, ["9_0", "9_1", "9_2"], True, False, 10.0, True),  # a worker the poll never saw
+    (1.0, ["5_0", "9_0", "9_1"], False, False, 10.0, True),  # a job of its own: every tick
+    (1.0, ["9_0", "9_1"], True, False, 0.0, True),       # pool_poll_s 0: every tick
+    (1.0, [], True, False, 10.0, False),
+])
+def test_poll_due(since: float | None, jobs: list[str], workers_only: bool, dirty: bool,
+                  every: float, due: bool) -> None:
+    from dethpc.control.daemon.poll import poll_due
+    assert poll_due(since_last_s=since, jobs=jobs, last_jobs=W, workers_only=workers_only,
+                    dirty=dirty, pool_poll_s=every) is due
+
+
+def test_a_pools_workers_are_polled_every_pool_poll_s_not_every_tick(tmp_path: Path) -> None:
+    """Only workers live (their runs report through files): the backend is asked once
+    per ``pool_poll_s``, the last answer stands between; a submit or cancel, or a live
+    job of the experiment's own, brings the poll back at once."""
+    w = world(tmp_path)
+    with w.store.session() as s:
+        s.add(Batch(experiment_id=w.exp_id, name="w", size=2, kind=BatchKind.WORKERS,
+                    state=BatchState.SUBMITTED, array_job_id="9"))
+    w.backend.states = {"9_0": JobState.RUNNING, "9_1": JobState.PENDING}
+    now = [100.0]
+    poller = Poller(w.store, w.backend, pools(w), Scope(), pool_poll_s=10.0,
+                    monotonic=lambda: now[0])
+
+    def tick() -> dict[str, JobInfo]:
+        return poller.observe(TickStats(), [w.exp_id]).infos
+
+    def polls() -> int:
+        return w.backend.names().count("poll")
+    first = tick()
+    assert polls() == 1 and first["9_0"].state == JobState.RUNNING
+    w.backend.states["9_1"] = JobState.RUNNING
+    now[0] += 5.0
+    assert tick() == first and polls() == 1                  # the last answer stands
+    now[0] += 5.0
+    assert tick()["9_1"].state == JobState.RUNNING and polls() == 2
+    now[0] += 1.0
+    poller.dirty = True                                      # the daemon submitted
+    tick()
+    assert polls() == 3 and not poller.dirty
+    assert tick() and polls() == 3
+    assert poller.observe(TickStats(), [w.exp_id], force=True) and polls() == 4
+    live_jobs(w, ["5_0"])                                    # a job of its own
+    tick()
+    tick()
+    assert polls() == 6
+    assert (poller.polls, poller.skipped) == (6, 2)
+
+
+def test_the_daemon_marks_the_poll_dirty_after_a_tick_that_submitted(tmp_path: Path) -> None:
+    from dethpc.control.daemon import Daemon
+    w = world(tmp_path)
+    daemon = Daemon(w.store, w.cluster, w.backend)
+    w.add_trials(1)
+    daemon.tick()
+    assert "submit" in w.backend.names()
+    assert daemon.poller.dirty

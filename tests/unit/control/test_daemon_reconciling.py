@@ -30,6 +30,7 @@ class Out:
     cancel: list[str] = field(default_factory=list)
     changed: bool = False
     delete: dict[str, str] = field(default_factory=dict)
+    searched: dict[str, int] = field(default_factory=dict)
 
 
 class Script:
