@@ -198,7 +198,9 @@ def run_dethpc(mode: str, home: Path, seed: int, args: argparse.Namespace,
                                       "maxval": cnn.N_CURVES - 1}},
         "searcher": {"name": "adaptive_asha", "metric": "validation_loss",
                      "smaller_is_better": True, "max_length": {"batches": cnn.BUDGET},
-                     "max_trials": args.trials, "max_concurrent_trials": args.slots,
+                     "max_trials": args.trials,
+                     "max_concurrent_trials": args.slots * (
+                         args.pool_queue if mode == "pool" else 1),
                      "mode": "aggressive", "divisor": 4, "max_rungs": 3},
         "min_validation_period": {"batches": cnn.EVERY},
         "environment": {"environment_variables": [
@@ -460,6 +462,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--pool-queue", type=int, default=2,
+                    help="dethpc-pool: searcher.max_concurrent_trials = slots x this, so "
+                         "that runs wait queued for a worker (docs/worker-pool.md)")
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--trials", type=int, default=32)
     ap.add_argument("--slots", type=int, default=2,

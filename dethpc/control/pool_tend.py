@@ -115,6 +115,8 @@ class PoolTender:
                  python: str, tag: str, budget: Budget, files: TrialFiles) -> None:
         self.store, self.cluster, self.backend = store, cluster, backend
         self.python, self.tag, self.budget, self.files = python, tag, budget, files
+        #: worker tasks this tender has cancelled (the poll asks again after one)
+        self.workers_cancelled = 0
 
     def enabled(self, cfg: ExperimentConfig, kind: ExperimentKind) -> bool:
         return pool_mode(cfg, self.cluster, kind, self.python) is PoolMode.ON
@@ -202,8 +204,8 @@ class PoolTender:
 
     # ------------------------------------------------------------------ workers
     def tend(self, exp_id: int, infos: dict[str, JobInfo]) -> int:
-        """Expire stale leases and apply ``plan_workers``; the workers submitted and
-        cancelled (backend actions the next poll must see)."""
+        """Expire stale leases and apply ``plan_workers``; the workers submitted (those
+        cancelled are counted in ``workers_cancelled``)."""
         with self.store.session() as s:
             exp = s.get(Experiment, exp_id)
             if exp is None or not exp.kind.daemon_submits:
@@ -249,12 +251,13 @@ class PoolTender:
             queue.retire(paths, plan.retire, keep=plan.keep)
         if plan.cancel:
             self.backend.cancel(list(plan.cancel))
+            self.workers_cancelled += len(plan.cancel)
         if plan.retire or plan.cancel:
             self.event(exp_id, "workers", f"pool shrinks: cancelled {list(plan.cancel)}, "
                        f"retiring {list(plan.retire)} after their run")
         if plan.submit and active:
-            return len(plan.cancel) + self.submit_workers(exp, cfg, wp, plan.submit)
-        return len(plan.cancel)
+            return self.submit_workers(exp, cfg, wp, plan.submit)
+        return 0
 
     def submit_workers(self, exp: Experiment, cfg: ExperimentConfig, wp: WorkerPool,
                        n: int) -> int:

@@ -38,6 +38,8 @@ class Canceller:
     def __init__(self, store: Store, backend: Backend, pools: PoolTender,
                  guard: Guard) -> None:
         self.store, self.backend, self.pools, self.guard = store, backend, pools, guard
+        #: backend jobs cancelled so far, between ticks too (the poll asks again after one)
+        self.jobs_cancelled = 0
 
     def cancel_wanted(self, wanted: list[str], stats: TickStats) -> None:
         """The tick's cancel phase: nothing without refs; else the lease, then one
@@ -57,6 +59,7 @@ class Canceller:
             self.pools.cancel_items(items)
         if jobs:
             self.backend.cancel(jobs)
+            self.jobs_cancelled += len(jobs)
         self.cancels_done(refs)
 
     def cancels_done(self, refs: list[str]) -> None:

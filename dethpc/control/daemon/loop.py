@@ -66,7 +66,8 @@ class Daemon:
                                  runs_root=cluster.runs_root)
         self.pulls = ImageGate(store, cluster, backend, python=python, tag=tag, clock=clock)
         self.poller = Poller(store, backend, self.pools, self.scope,
-                             pool_poll_s=cluster.pool_poll_s)
+                             pool_poll_s=cluster.pool_poll_s, actions=lambda: (
+                                 self.canceller.jobs_cancelled + self.pools.workers_cancelled))
         self.checkpoints = CheckpointDeleter(store)
         self.reconciling = Reconciling(store, clock, self.guard, self.canceller,
                                        self.checkpoints)
@@ -101,8 +102,6 @@ class Daemon:
         cancel = self.reconciling.run(exp_ids, seen.infos, stats)
         self.canceller.cancel_wanted(cancel, stats)            # one scancel
         self.submitting.run(exp_ids, seen.infos, stats)        # throttles, sbatch, pools
-        # what this tick submitted or cancelled is seen by the next tick's poll
-        self.poller.dirty |= stats.submitted > 0 or stats.cancelled > 0
         return stats
 
     def catch_up(self) -> TickStats:

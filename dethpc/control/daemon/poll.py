@@ -9,7 +9,8 @@ submit phase counts against per-user limits. ``poll_plan`` is pure.
 The cadence (``poll_due``, pure): while the only backend jobs are worker-pool workers
 (the runs' progress and ends come through the pools' files), the backend is asked at
 most every ``pool_poll_s`` and the last answer stands in between; any other live job,
-a ref not in the last answer, or a submit or cancel since (``dirty``) polls at once.
+a ref not in the last answer (a worker just submitted), or a job cancelled since
+(``actions``: the daemon's count of them) polls at once.
 Must not: call the backend per job or per experiment, or record what it saw (the
 reconciler does).
 """
@@ -52,9 +53,9 @@ def poll_plan(live: Sequence[str], workers: Sequence[str]) -> PollPlan:
 def poll_due(*, since_last_s: float | None, jobs: Sequence[str], last_jobs: frozenset[str],
              workers_only: bool, dirty: bool, pool_poll_s: float) -> bool:
     """Whether this tick asks the backend: always, unless every job to ask about is a
-    pool worker the last poll answered for (``workers_only``, ``last_jobs``), nothing
-    was submitted or cancelled since (``dirty``), and that poll is younger than
-    ``pool_poll_s`` (``since_last_s``; None: there was none)."""
+    pool worker the last poll answered for (``workers_only``, ``last_jobs``), no job was
+    cancelled since (``dirty``), and that poll is younger than ``pool_poll_s``
+    (``since_last_s``; None: there was none)."""
     if since_last_s is None or dirty or not workers_only or pool_poll_s <= 0:
         return True
     if not set(jobs) <= last_jobs:
@@ -74,14 +75,15 @@ class Observed:
 class Poller:
     def __init__(self, store: Store, backend: Backend, pools: PoolTender,
                  scope: Scope, *, pool_poll_s: float = 0.0,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 actions: Callable[[], int] = lambda: 0) -> None:
         self.store, self.backend, self.pools, self.scope = store, backend, pools, scope
-        self.pool_poll_s, self.monotonic = pool_poll_s, monotonic
-        #: the last backend answer (when, for which jobs, what it said)
+        self.pool_poll_s, self.monotonic, self.actions = pool_poll_s, monotonic, actions
+        #: the last backend answer (when, for which jobs, what it said), and the count
+        #: of cancels then: one since makes the next tick poll (``poll_due``)
         self._last_at: float | None = None
         self._last: dict[str, JobInfo] = {}
-        #: a submit or cancel since the last poll: the next tick polls (``poll_due``)
-        self.dirty = False
+        self._actions_then = 0
         #: backend polls made and skipped (for tests and benchmarks)
         self.polls = self.skipped = 0
 
@@ -104,15 +106,15 @@ class Poller:
         workers = list(self.pools.worker_refs(exp_ids))
         plan = poll_plan(refs, workers)
         stats.polled = plan.polled
-        now = self.monotonic()
+        now, actions = self.monotonic(), self.actions()
         due = force or poll_due(
             since_last_s=None if self._last_at is None else now - self._last_at,
             jobs=plan.jobs, last_jobs=frozenset(self._last), pool_poll_s=self.pool_poll_s,
             workers_only=bool(workers) and len(plan.jobs) == len(workers),
-            dirty=self.dirty)
+            dirty=actions != self._actions_then)
         if due:
             infos = self.backend.poll(plan.jobs)
-            self._last_at, self._last, self.dirty = now, dict(infos), False
+            self._last_at, self._last, self._actions_then = now, dict(infos), actions
             self.polls += 1
         else:
             infos = {r: self._last[r] for r in plan.jobs if r in self._last}

@@ -4,11 +4,13 @@ Owns: the back-off (``next_delay``: ``tick_min_s`` after a busy tick, else the l
 sleep doubled up to ``tick_max_s``; ``backoff_s``) and ``Watcher`` — the metrics files
 of the trials whose job the last poll saw running (``refresh``, from the store's ingest
 offsets), the wake file clients touch after changing an experiment
-(``dethpc.control.service.wake``) and the worker pools' ``results/`` directories, with
-their marks taken when a tick begins (``mark``). ``Watcher.wait`` sleeps until the next
+(``dethpc.control.service.wake``) and the worker pools' ``results/`` and ``leases/``
+directories (a run ended; a worker took a run), with their marks taken when a tick
+begins (``mark``). ``Watcher.wait`` sleeps until the next
 tick, stats those files every ``metrics_poll_s`` and hands the grown metrics files to
-the fast path it is given (``Daemon.fast_tick``); a wake or a run that ended in a pool
-brings the next tick to ``tick_min_s`` after the last. ``grown_files`` and
+the fast path it is given (``Daemon.fast_tick``); a wake, or a run that ended or
+started in a pool, brings the next tick to ``tick_min_s`` after the last (which then
+watches a started run's metrics file). ``grown_files`` and
 ``next_delay`` are the pure-ish rules (one stat per file, no backend call).
 Must not: call the backend, or keep anything a restarted daemon would miss (it rebuilds
 the watch from the store).
@@ -88,16 +90,17 @@ class Watcher:
         self.wake, self.wake_mark = wake, None if wake is None else _mtime(wake)
         #: live trials' metrics files, watched between ticks (``wait``): trial id -> file
         self.watch: dict[int, Watched] = {}
-        #: the worker pools' ``results/`` directories of the experiments with running
-        #: jobs (from ``refresh``) and their mtimes when the last tick began: a run that
-        #: ends in a pool changes its directory, and the wait ends early
-        self.pool_results: list[Path] = []
+        #: the worker pools' ``results/`` and ``leases/`` directories of the experiments
+        #: with live jobs (from ``refresh``) and their mtimes when the last tick began: a
+        #: run that ends in a pool, or that a worker takes, changes one of them (a
+        #: rename; heartbeats touch only the lease file), and the wait ends early
+        self.pool_dirs: list[Path] = []
         self.pool_marks: dict[Path, int] = {}
 
     def mark(self) -> None:
         """A tick begins, before anything is polled: a result written or a wake touched
         during this tick ends the next wait."""
-        self.pool_marks = _mtimes(self.pool_results)
+        self.pool_marks = _mtimes(self.pool_dirs)
         if self.wake is not None:
             self.wake_mark = _mtime(self.wake)
 
@@ -126,10 +129,11 @@ class Watcher:
             if left <= 0:
                 break
             _sleep(min(poll, left), should_stop)
-            if not hurried and (self.woken() or self.pool_run_ended()):
+            if not hurried and (self.woken() or self.pool_changed()):
                 # a client changed an experiment, or a run ended in a worker pool (the
-                # searcher hears of it at the next tick): the next tick comes now, but
-                # never sooner than tick_min_s after the last
+                # searcher hears of it at the next tick) or started (the next tick
+                # watches its metrics): the next tick comes now, but never sooner than
+                # tick_min_s after the last
                 hurried = changed = True
                 end = min(end, started + self.cluster.tick_min_s)
             grown = grown_files(self.watch)
@@ -148,17 +152,21 @@ class Watcher:
         (pending jobs write nothing: at 10,000 queued trials the stats stay as many as
         the jobs running), from the offset the store has ingested (so a record written
         during the tick is seen at once). A job that started since is watched from the
-        tick that sees it running; until then its records wait for the tick."""
+        tick that sees it running; until then its records wait for the tick. The worker
+        pools of the experiments with live jobs are watched whether their runs started
+        or not: a worker taking one brings that tick forward."""
         with self.store.session() as s:
             jobs = list(s.exec(self.scope.mine(select(Job).where(
                 Job.live == True, Job.state == JobState.RUNNING),  # noqa: E712
                 Job.experiment_id)))
             trial_exp = {j.trial_id: j.experiment_id for j in jobs}
-            if not trial_exp:
-                self.watch, self.pool_results = {}, []
+            live_exps = set(s.exec(self.scope.mine(select(Job.experiment_id).where(
+                Job.live == True).distinct(), Job.experiment_id)))  # noqa: E712
+            if not live_exps:
+                self.watch, self.pool_dirs = {}, []
                 return
             run_dirs = {e.id: e.run_dir for e in s.exec(select(Experiment).where(
-                col(Experiment.id).in_(set(trial_exp.values()))))}
+                col(Experiment.id).in_(live_exps)))}
             offsets = {o.trial_id: o.offset for o in s.exec(select(IngestOffset).where(
                 IngestOffset.file == "metrics.jsonl",
                 col(IngestOffset.trial_id).in_(list(trial_exp))))}
@@ -166,9 +174,9 @@ class Watcher:
             trial_id: Watched(exp_id, ExperimentPaths(Path(run_dirs[exp_id]))
                               .trial(trial_id).metrics, offsets.get(trial_id, 0))
             for trial_id, exp_id in trial_exp.items() if exp_id in run_dirs}
-        self.pool_results = [r for r in (PoolPaths.of_run_dir(Path(d)).results
-                                         for d in run_dirs.values()) if r.is_dir()]
-        for r, mtime in _mtimes(r for r in self.pool_results
+        pools = [PoolPaths.of_run_dir(Path(d)) for d in run_dirs.values()]
+        self.pool_dirs = [d for p in pools for d in (p.results, p.leases) if d.is_dir()]
+        for r, mtime in _mtimes(r for r in self.pool_dirs
                                 if r not in self.pool_marks).items():
             self.pool_marks[r] = mtime       # a pool first seen now: from now on
 
@@ -176,10 +184,11 @@ class Watcher:
         """Whether a client touched the wake file since the last tick began (one stat)."""
         return self.wake is not None and _mtime(self.wake) != self.wake_mark
 
-    def pool_run_ended(self) -> bool:
-        """Whether a watched pool's ``results/`` changed since the last tick began (a
-        worker wrote a run's result: one stat per pool, no backend call)."""
-        now = _mtimes(self.pool_results)
+    def pool_changed(self) -> bool:
+        """Whether a watched pool's ``results/`` or ``leases/`` changed since the last
+        tick began (a worker wrote a run's result, or took a run: one stat per
+        directory, no backend call)."""
+        now = _mtimes(self.pool_dirs)
         return any(self.pool_marks.get(r) != m for r, m in now.items())
 
 

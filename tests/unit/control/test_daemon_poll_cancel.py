@@ -154,9 +154,9 @@ def test_a_pools_workers_are_polled_every_pool_poll_s_not_every_tick(tmp_path: P
         s.add(Batch(experiment_id=w.exp_id, name="w", size=2, kind=BatchKind.WORKERS,
                     state=BatchState.SUBMITTED, array_job_id="9"))
     w.backend.states = {"9_0": JobState.RUNNING, "9_1": JobState.PENDING}
-    now = [100.0]
+    now, cancels = [100.0], [0]
     poller = Poller(w.store, w.backend, pools(w), Scope(), pool_poll_s=10.0,
-                    monotonic=lambda: now[0])
+                    monotonic=lambda: now[0], actions=lambda: cancels[0])
 
     def tick() -> dict[str, JobInfo]:
         return poller.observe(TickStats(), [w.exp_id]).infos
@@ -171,23 +171,27 @@ def test_a_pools_workers_are_polled_every_pool_poll_s_not_every_tick(tmp_path: P
     now[0] += 5.0
     assert tick()["9_1"].state == JobState.RUNNING and polls() == 2
     now[0] += 1.0
-    poller.dirty = True                                      # the daemon submitted
+    cancels[0] += 1                                          # the daemon cancelled a job
     tick()
-    assert polls() == 3 and not poller.dirty
+    assert polls() == 3
     assert tick() and polls() == 3
-    assert poller.observe(TickStats(), [w.exp_id], force=True) and polls() == 4
+    with w.store.session() as s:                             # a worker array submitted
+        s.add(Batch(experiment_id=w.exp_id, name="w2", size=1, kind=BatchKind.WORKERS,
+                    state=BatchState.SUBMITTED, array_job_id="12"))
+    assert "12_0" in tick() and polls() == 4
+    assert tick() and polls() == 4
+    assert poller.observe(TickStats(), [w.exp_id], force=True) and polls() == 5
     live_jobs(w, ["5_0"])                                    # a job of its own
     tick()
     tick()
-    assert polls() == 6
-    assert (poller.polls, poller.skipped) == (6, 2)
+    assert polls() == 7
+    assert (poller.polls, poller.skipped) == (7, 3)
 
 
-def test_the_daemon_marks_the_poll_dirty_after_a_tick_that_submitted(tmp_path: Path) -> None:
+def test_the_daemons_cancels_count_as_actions_for_the_poll(tmp_path: Path) -> None:
     from dethpc.control.daemon import Daemon
     w = world(tmp_path)
     daemon = Daemon(w.store, w.cluster, w.backend)
-    w.add_trials(1)
-    daemon.tick()
-    assert "submit" in w.backend.names()
-    assert daemon.poller.dirty
+    before = daemon.poller.actions()
+    daemon.canceller.cancel(["5_0", item_ref(1, "t1-s0")])   # an item is no backend job
+    assert daemon.poller.actions() == before + 1

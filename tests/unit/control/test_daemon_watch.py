@@ -116,9 +116,33 @@ def test_a_result_in_a_watched_pool_since_the_tick_began(tmp_path: Path) -> None
     results.mkdir(parents=True)
     watcher = Watcher(w.store, w.cluster, Scope(), None)
     watcher.refresh()                                        # first seen: marked now
-    assert watcher.pool_results == [results] and not watcher.pool_run_ended()
+    assert watcher.pool_dirs == [results] and not watcher.pool_changed()
     (results / "t1-s0.json").write_text("{}")
     os.utime(results, ns=(2, 2))
-    assert watcher.pool_run_ended()
+    assert watcher.pool_changed()
     watcher.mark()
-    assert not watcher.pool_run_ended()
+    assert not watcher.pool_changed()
+
+
+def test_a_worker_taking_a_run_is_seen_while_no_run_has_started(tmp_path: Path) -> None:
+    """Only pending items: no metrics file is watched yet, but the pool's ``leases/``
+    is; a worker's claim (a rename into it) brings the next tick forward, which then
+    watches the started run (a backed-off daemon saw the first validations up to
+    tick_max_s late before)."""
+    w = world(tmp_path, cluster=fast_cluster(tmp_path))
+    running(w, 1, state=JobState.PENDING)
+    pool = Path(w.experiment().run_dir) / "pool"
+    for d in ("results", "leases", "work"):
+        (pool / d).mkdir(parents=True)
+    (pool / "work" / "t1-s0.json").write_text("{}")
+    watcher = Watcher(w.store, w.cluster, Scope(), None)
+    watcher.refresh()
+    assert watcher.watch == {}
+    assert sorted(watcher.pool_dirs) == [pool / "leases", pool / "results"]
+    assert not watcher.pool_changed()
+    os.rename(pool / "work" / "t1-s0.json", pool / "leases" / "w1@t1-s0.json")
+    os.utime(pool / "leases", ns=(3, 3))
+    assert watcher.pool_changed()
+    t0 = time.monotonic()
+    assert watcher.wait(60.0, lambda: False, never_called) is True
+    assert time.monotonic() - t0 < 30.0, "the wait slept its whole delay"
