@@ -190,7 +190,7 @@ def run_dethpc(mode: str, home: Path, seed: int, args: argparse.Namespace,
     shutil.copy(HERE / "dethpc_trial.py", ctx / "train.py")
     (home / "cluster.yaml").write_text(yaml.safe_dump({
         "backend": "slurm", "runs_root": str(home / "runs"), "default_pool": "debug",
-        "python": sys.executable, "pools": {"debug": {"partition": "debug",
+        "python": sys.executable, "pools": {"debug": {"partition": args.partition,
                                                       "cpus_per_slot": 1}}}))
     exp: dict[str, Any] = {
         "name": f"peers-{mode}-{seed}", "entrypoint": "python3 train.py",
@@ -258,7 +258,7 @@ def run_optuna(home: Path, seed: int, args: argparse.Namespace,
     script = home / "optuna_worker.sbatch"
     script.write_text(f"""#!/bin/bash
 #SBATCH --job-name=peers-optuna
-#SBATCH --partition=debug
+#SBATCH --partition={args.partition}
 #SBATCH --array=0-{args.slots - 1}
 #SBATCH --cpus-per-task=1
 #SBATCH --output={home}/optuna-%A_%a.out
@@ -279,16 +279,17 @@ def run_optuna(home: Path, seed: int, args: argparse.Namespace,
 def run_ray(home: Path, seed: int, args: argparse.Namespace,
             env: dict[str, str]) -> Callable[[], None]:
     script = home / "ray_tune.sbatch"
+    tolerant = " --fault-tolerant" if args.faults else ""
     script.write_text(f"""#!/bin/bash
 #SBATCH --job-name=peers-ray
-#SBATCH --partition=debug
+#SBATCH --partition={args.partition}
 #SBATCH --nodes=1
 #SBATCH --ntasks=1
 #SBATCH --cpus-per-task={args.slots}
 #SBATCH --output={home}/ray-%j.out
 {shlex.quote(sys.executable)} {HERE / 'ray_tune_search.py'} --seed {seed} \\
     --trials {args.trials} --storage {home}/ray_results --temp-dir {home}/ray_tmp \\
-    --draws {",".join(map(str, cnn.draws(seed, args.trials)))}
+    --draws {",".join(map(str, cnn.draws(seed, args.trials)))}{tolerant}
 """)
     job = _sbatch(script, env)
     return lambda: wait_jobs_gone([job], args.timeout_s)
@@ -315,7 +316,8 @@ def run_submitit(home: Path, seed: int, args: argparse.Namespace,
                  env: dict[str, str]) -> Callable[[], None]:
     return _login_process([sys.executable, str(HERE / "submitit_search.py"), "--folder",
                            str(home / "submitit" / "%j"), "--seed", str(seed), "--trials",
-                           str(args.trials), "--slots", str(args.slots)], home, env, args)
+                           str(args.trials), "--slots", str(args.slots), "--partition",
+                           args.partition], home, env, args)
 
 
 def run_hydra(home: Path, seed: int, args: argparse.Namespace,
@@ -325,13 +327,95 @@ def run_hydra(home: Path, seed: int, args: argparse.Namespace,
         sys.executable, str(HERE / "hydra_app.py"), "--multirun",
         "curve=" + ",".join(map(str, curves)), f"hydra.sweep.dir={home / 'multirun'}",
         f"hydra.launcher.submitit_folder={home / 'multirun' / '.submitit' / '%j'}",
-        f"hydra.launcher.array_parallelism={args.slots}"], home, env, args)
+        f"hydra.launcher.array_parallelism={args.slots}",
+        f"hydra.launcher.partition={args.partition}"], home, env, args)
 
 
 LAUNCH: dict[str, Callable[..., Callable[[], None]]] = {
     "dethpc-pool": lambda *a: run_dethpc("pool", *a),
     "dethpc-per-job": lambda *a: run_dethpc("per-job", *a),
     "optuna": run_optuna, "ray": run_ray, "submitit": run_submitit, "hydra": run_hydra}
+
+
+# ------------------------------------------------------------------ faults
+#: the faults of a ``--faults`` cell, seconds after the user's command: half the nodes
+#: (n1, n2: where Slurm packs 1-CPU jobs first) taken by ``high`` jobs twice, and the
+#: node running most of the search's jobs crashed (every process killed, then DOWN,
+#: as a power loss: ``dethpc.devcluster.nodes.crash_node``) and revived later
+FAULTS: tuple[tuple[str, float], ...] = (("preempt", 15.0), ("crash", 27.0),
+                                         ("revive", 42.0), ("preempt", 45.0))
+PREEMPT_NODES = ("n1", "n2")
+PREEMPT_HOLD_S = 8
+
+
+class Faults:
+    """Injects ``FAULTS`` from a thread while a cell runs; ``events`` says what was done
+    and when (seconds after the cell's start)."""
+
+    def __init__(self, t0: float) -> None:
+        import threading
+        self.t0, self.events = t0, []  # type: ignore[var-annotated]
+        self.crashed: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> Faults:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        for kind, at in FAULTS:
+            if self._stop.wait(max(0.0, self.t0 + at - time.time())):
+                return
+            try:
+                what = getattr(self, kind)()
+            except Exception as exc:  # noqa: BLE001 - recorded, the cell goes on
+                what = f"failed: {exc}"
+            self.events.append({"t": round(time.time() - self.t0, 1), "fault": kind,
+                                "what": what})
+
+    def preempt(self) -> str:
+        jobs = []
+        for node in PREEMPT_NODES:
+            out = watch(["sbatch", "--parsable", "-p", "high", "-w", node, "-c", "16", "-t",
+                         "2", "-o", "/dev/null", "-J", "peers-preemptor", "--wrap",
+                         f"sleep {PREEMPT_HOLD_S}"])
+            jobs.append(out.strip().split(";")[0] or "refused")
+        return f"high jobs {jobs} on {list(PREEMPT_NODES)} for {PREEMPT_HOLD_S} s"
+
+    def crash(self) -> str:
+        from dethpc.devcluster import DevCluster, nodes
+        out = watch(["squeue", "-h", "-u", "root", "-t", "R", "-o", "%N"]).split()
+        hosts = [h for h in out if h]
+        node = max(sorted(set(hosts)), key=hosts.count) if hosts else "n3"
+        nodes.crash_node(DevCluster(), node, reason="bench/peers: node crash")
+        self.crashed = node
+        return f"{node} crashed ({hosts.count(node)} of {len(hosts)} running jobs there)"
+
+    def revive(self) -> str:
+        from dethpc.devcluster import DevCluster, nodes
+        if self.crashed is None:
+            return "nothing to revive"
+        node, self.crashed = self.crashed, None
+        nodes.revive_node(DevCluster(), node)
+        return f"{node} back"
+
+    def stop(self) -> list[dict[str, Any]]:
+        self._stop.set()
+        self._thread.join(timeout=300)
+        if self.crashed is not None:
+            self.revive()
+        return self.events
+
+
+def redone_batches(recs: list[dict[str, Any]]) -> int:
+    """Batches trained again: a (trial, length) validated more than once was re-trained
+    from an earlier checkpoint (or from scratch) after an interruption."""
+    seen: dict[tuple[str, int], int] = {}
+    for r in recs:
+        key = (str(r["trial"]), int(r["length"]))
+        seen[key] = seen.get(key, 0) + 1
+    return sum(n - 1 for n in seen.values()) * cnn.EVERY
 
 
 # ------------------------------------------------------------------ one cell
@@ -354,8 +438,20 @@ def run_cell(system: str, seed: int, args: argparse.Namespace, root: Path,
            "PYTHONUNBUFFERED": "1"}
     rpc0, types0, cpu0 = sdiag_root(), sdiag_types(), children_cpu()
     t0 = time.time()
-    wait = LAUNCH[system](home, seed, args, env)
-    wait()
+    faults = Faults(t0).start() if args.faults else None
+    finished, why = True, ""
+    try:
+        wait = LAUNCH[system](home, seed, args, env)
+        wait()
+    except SystemExit as exc:
+        if faults is None:
+            raise
+        # under faults a search that does not end by itself is a result, not a crash of
+        # the benchmark: recorded, its jobs cancelled (what a human would have to do)
+        finished, why = False, str(exc)
+        subprocess.run(["scancel", "-u", "root"], check=False)
+    finally:
+        fault_events = faults.stop() if faults is not None else []
     end_user = time.time()                      # the search is over for its user
     cpu = children_cpu() - cpu0
     rows = accounting(t0)
@@ -383,8 +479,13 @@ def run_cell(system: str, seed: int, args: argparse.Namespace, root: Path,
         "disk": disk(home),
         "first_validation_s": min((r["t"] - t0 for r in recs), default=None),
         "home": str(home),
+        "faults": args.faults,
     }
-    print(f"{system} seed {seed}: target at {result['time_to_target_s']}, wall {wall:.1f} s, "
+    if args.faults:
+        result.update({"fault_events": fault_events, "finished_alone": finished,
+                       "why_not": why, "batches_redone": redone_batches(recs)})
+    label = system + ("+faults" if args.faults else "")
+    print(f"{label} seed {seed}: target at {result['time_to_target_s']}, wall {wall:.1f} s, "
           f"{result['slot_seconds']} slot-s, {rpcs} RPCs, login CPU {cpu:.1f} s, "
           f"{result['trials']} trials", flush=True)
     return result
@@ -433,14 +534,15 @@ def summarize(rows: list[dict[str, Any]], lim: dict[str, Any]) -> dict[str, Any]
     # stopping), every cost 0: the limit each system's median is compared with
     best_limit = _median(lim["asha_stopping"]["time_to_target_s"])
     out: dict[str, Any] = {}
-    for system in SYSTEMS:
-        mine = [r for r in rows if r["system"] == system]
+    for system, faults in [(s, f) for f in (False, True) for s in SYSTEMS]:
+        mine = [r for r in rows if r["system"] == system and bool(r.get("faults")) == faults]
         if not mine:
             continue
+        label = system + ("+faults" if faults else "")
         tt = [r["time_to_target_s"] for r in mine]
         reached = [x for x in tt if x is not None]
         med = _median(tt)
-        out[system] = {
+        out[label] = {
             "seeds": len(mine), "reached_target": len(reached),
             "time_to_target_median_s": med,
             "time_to_target_min_s": min(reached) if reached else None,
@@ -455,6 +557,10 @@ def summarize(rows: list[dict[str, Any]], lim: dict[str, Any]) -> dict[str, Any]
             "disk_bytes_median": _median([r["disk"]["bytes"] for r in mine]),
             "disk_files_median": _median([r["disk"]["files"] for r in mine]),
             "user_side": USER_SIDE[system]}
+        if faults:
+            out[label].update({
+                "finished_alone": sum(bool(r.get("finished_alone")) for r in mine),
+                "batches_redone_median": _median([r.get("batches_redone") for r in mine])})
     return out
 
 
@@ -476,6 +582,10 @@ def main() -> int:
     ap.add_argument("--timeout-s", type=float, default=900.0)
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "peers.json")
     ap.add_argument("--keep", action="store_true", help="keep the runs' directories")
+    ap.add_argument("--faults", action="store_true",
+                    help="the fault cells: every system on the preemptible partition low, "
+                         "half the nodes taken by high jobs twice and the busiest node "
+                         "crashed once during the search (FAULTS)")
     ap.add_argument("--update", action="store_true",
                     help="keep --out's other cells: replace only the (system, seed) cells "
                          "run now, then summarize all (a cell re-run after a fix)")
@@ -492,6 +602,7 @@ def main() -> int:
         print(f"peers: --budget must be a multiple of {cnn.EVERY} in [{cnn.EVERY}, 2048], "
               f"got {args.budget}", file=sys.stderr)
         return 2
+    args.partition = "low" if args.faults else "debug"
     os.environ["PEERS_BUDGET"] = str(args.budget)
     cnn.BUDGET = args.budget
     target = cnn.target_loss(args.target_quantile, args.budget)
@@ -507,9 +618,10 @@ def main() -> int:
             rows.append(run_cell(system, seed, args, root, target))
             partial = {"rows": rows, "target_loss": target}
             args.out.with_suffix(".partial.json").write_text(json.dumps(partial, indent=1))
-    ran = {(r["system"], r["seed"]) for r in rows}
-    rows = sorted([r for r in kept if (r["system"], r["seed"]) not in ran] + rows,
-                  key=lambda r: (r["seed"], SYSTEMS.index(r["system"])))
+    ran = {(r["system"], r["seed"], bool(r.get("faults"))) for r in rows}
+    rows = sorted([r for r in kept if (r["system"], r["seed"], bool(r.get("faults")))
+                   not in ran] + rows,
+                  key=lambda r: (bool(r.get("faults")), r["seed"], SYSTEMS.index(r["system"])))
     lim = limit(args, target, sorted({r["seed"] for r in rows}))
     versions = {}
     for mod in ("optuna", "ray", "submitit", "hydra", "torch"):

@@ -14,7 +14,8 @@ latency on two loaded cores.
 
 ``test_asha_stop_blind_trial_misses_every_stop`` proves the stopping test can fail: a
 run whose trials' stop check is made too slow to ever see a stop
-(``PACED_STOP_CHECK_S``) must show every stop as missed.
+(``PACED_STOP_CHECK_S``, and no wait for the verdict at a rung:
+``DETHPC_VERDICT_WAIT_S=0``) must show every stop as missed.
 """
 
 from __future__ import annotations
@@ -170,7 +171,11 @@ def test_asha_stop_blind_trial_misses_every_stop(tmp_path: Path, slurm_cluster: 
     """The stopping test can fail: a trial whose stop check is too slow to ever see the
     stop file (the race the unpaced trial lost) trains to its full length, and
     ``missed_stops`` reports every trial ASHA stopped."""
-    _, d, _ = run_asha(tmp_path, "stopping", ["PACED_STOP_CHECK_S=100000"], trials=BLIND_TRIALS)
+    # blind twice over: no stop check in the run, and no wait at a rung for the verdict
+    # (DETHPC_VERDICT_WAIT_S=0: that wait reads the stop file the moment it ends)
+    _, d, _ = run_asha(tmp_path, "stopping",
+                       ["PACED_STOP_CHECK_S=100000", "DETHPC_VERDICT_WAIT_S=0"],
+                       trials=BLIND_TRIALS)
     assert d["state"] == "COMPLETED", d["state"]
     stopped = [t for t in d["trials"] if t["searcher_status"] == "stopped"]
     assert stopped, Counter(t["searcher_status"] for t in d["trials"])
