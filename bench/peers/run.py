@@ -515,10 +515,11 @@ def limit(args: argparse.Namespace, target: float,
                             start_cores=math.inf, validation_period=cnn.EVERY,
                             mode="aggressive", divisor=4, max_rungs=3)
     out: dict[str, Any] = {}
+    seed_list = list(seeds if seeds is not None else
+                     range(args.first_seed, args.first_seed + args.seeds))
+    out["seeds"] = seed_list
     for name, config in configs(ns, cnn.BUDGET).items():
-        per_seed = [simulate(config, cut, seed, ns, target)
-                    for seed in (seeds if seeds is not None else
-                                 range(args.first_seed, args.first_seed + args.seeds))]
+        per_seed = [simulate(config, cut, seed, ns, target) for seed in seed_list]
         out[name] = {"time_to_target_s": [r["time_to_target_s"] for r in per_seed],
                      "total_time_s": [r["total_time_s"] for r in per_seed]}
     return out
@@ -529,21 +530,36 @@ def _median(xs: list[float | None]) -> float | None:
     return statistics.median(v) if v else None
 
 
+def common_seeds(rows: list[dict[str, Any]], faults: bool) -> list[int]:
+    """The seeds every system of the (fault or plain) cells ran: medians compare the same
+    draws and targets, never one system's easy seeds with another's hard ones."""
+    group = [r for r in rows if bool(r.get("faults")) == faults]
+    per_system = [{r["seed"] for r in group if r["system"] == s} for s in SYSTEMS]
+    present = [seeds for seeds in per_system if seeds]
+    return sorted(set.intersection(*present)) if present else []
+
+
 def summarize(rows: list[dict[str, Any]], lim: dict[str, Any]) -> dict[str, Any]:
-    # dethpc's searcher as the dethpc cells run it (adaptive_asha's default variant,
-    # stopping), every cost 0: the limit each system's median is compared with
-    best_limit = _median(lim["asha_stopping"]["time_to_target_s"])
     out: dict[str, Any] = {}
     for system, faults in [(s, f) for f in (False, True) for s in SYSTEMS]:
-        mine = [r for r in rows if r["system"] == system and bool(r.get("faults")) == faults]
+        seeds = common_seeds(rows, faults)
+        mine = [r for r in rows if r["system"] == system
+                and bool(r.get("faults")) == faults and r["seed"] in seeds]
         if not mine:
             continue
+        # dethpc's searcher as the dethpc cells run it (adaptive_asha's default variant,
+        # stopping), every cost 0, on the same seeds: what each median is compared with
+        best_limit = _median([lim["asha_stopping"]["time_to_target_s"][i]
+                              for i, sd in enumerate(lim["seeds"]) if sd in seeds])
         label = system + ("+faults" if faults else "")
         tt = [r["time_to_target_s"] for r in mine]
         reached = [x for x in tt if x is not None]
         med = _median(tt)
         out[label] = {
-            "seeds": len(mine), "reached_target": len(reached),
+            "seeds": len(mine), "seeds_used": seeds,
+            "seeds_run": sorted({r["seed"] for r in rows if r["system"] == system
+                                 and bool(r.get("faults")) == faults}),
+            "reached_target": len(reached),
             "time_to_target_median_s": med,
             "time_to_target_min_s": min(reached) if reached else None,
             "time_to_target_max_s": max(reached) if reached else None,
@@ -582,6 +598,8 @@ def main() -> int:
     ap.add_argument("--timeout-s", type=float, default=900.0)
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "peers.json")
     ap.add_argument("--keep", action="store_true", help="keep the runs' directories")
+    ap.add_argument("--summarize", action="store_true",
+                    help="run nothing: recompute --out's limit and summary from its cells")
     ap.add_argument("--faults", action="store_true",
                     help="the fault cells: every system on the preemptible partition low, "
                          "half the nodes taken by high jobs twice and the busiest node "
@@ -606,6 +624,14 @@ def main() -> int:
     os.environ["PEERS_BUDGET"] = str(args.budget)
     cnn.BUDGET = args.budget
     target = cnn.target_loss(args.target_quantile, args.budget)
+    if args.summarize:
+        result = json.loads(args.out.read_text())
+        runs = result["runs"]
+        result["limit"] = limit(args, target, sorted({r["seed"] for r in runs}))
+        result["summary"] = summarize(runs, result["limit"])
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        print(json.dumps(result["summary"], indent=1))
+        return 0
     root = Path(tempfile.mkdtemp(prefix="peers-", dir="/tmp"))
     root.chmod(0o755)
     rows: list[dict[str, Any]] = []
