@@ -115,8 +115,10 @@ class PoolTender:
                  python: str, tag: str, budget: Budget, files: TrialFiles) -> None:
         self.store, self.cluster, self.backend = store, cluster, backend
         self.python, self.tag, self.budget, self.files = python, tag, budget, files
-        #: worker tasks this tender has cancelled (the poll asks again after one)
+        #: worker tasks this tender has cancelled, and the ticks whose plan wanted a
+        #: cancel on states an older poll gave (put off): either makes the next tick poll
         self.workers_cancelled = 0
+        self.cancels_put_off = 0
 
     def enabled(self, cfg: ExperimentConfig, kind: ExperimentKind) -> bool:
         return pool_mode(cfg, self.cluster, kind, self.python) is PoolMode.ON
@@ -203,9 +205,11 @@ class PoolTender:
         return len(trials)
 
     # ------------------------------------------------------------------ workers
-    def tend(self, exp_id: int, infos: dict[str, JobInfo]) -> int:
+    def tend(self, exp_id: int, infos: dict[str, JobInfo], *, fresh: bool = True) -> int:
         """Expire stale leases and apply ``plan_workers``; the workers submitted (those
-        cancelled are counted in ``workers_cancelled``)."""
+        cancelled are counted in ``workers_cancelled``). ``fresh`` False: ``infos`` are
+        an older poll's (``Poller``): a worker read PENDING there may be running a trial
+        now, so a cancel the plan wants waits for the next tick's poll."""
         with self.store.session() as s:
             exp = s.get(Experiment, exp_id)
             if exp is None or not exp.kind.daemon_submits:
@@ -249,11 +253,15 @@ class PoolTender:
             paths.drain.unlink(missing_ok=True)
         if plan.retire or plan.keep:
             queue.retire(paths, plan.retire, keep=plan.keep)
-        if plan.cancel:
-            self.backend.cancel(list(plan.cancel))
-            self.workers_cancelled += len(plan.cancel)
-        if plan.retire or plan.cancel:
-            self.event(exp_id, "workers", f"pool shrinks: cancelled {list(plan.cancel)}, "
+        cancel = plan.cancel
+        if cancel and not fresh:
+            self.cancels_put_off += 1
+            cancel = ()
+        if cancel:
+            self.backend.cancel(list(cancel))
+            self.workers_cancelled += len(cancel)
+        if plan.retire or cancel:
+            self.event(exp_id, "workers", f"pool shrinks: cancelled {list(cancel)}, "
                        f"retiring {list(plan.retire)} after their run")
         if plan.submit and active:
             return self.submit_workers(exp, cfg, wp, plan.submit)

@@ -67,7 +67,8 @@ class Daemon:
         self.pulls = ImageGate(store, cluster, backend, python=python, tag=tag, clock=clock)
         self.poller = Poller(store, backend, self.pools, self.scope,
                              pool_poll_s=cluster.pool_poll_s, actions=lambda: (
-                                 self.canceller.jobs_cancelled + self.pools.workers_cancelled))
+                                 self.canceller.jobs_cancelled + self.pools.workers_cancelled
+                                 + self.pools.cancels_put_off))
         self.checkpoints = CheckpointDeleter(store)
         self.reconciling = Reconciling(store, clock, self.guard, self.canceller,
                                        self.checkpoints)
@@ -101,7 +102,8 @@ class Daemon:
         # ingest, feed the searchers, judge job ends; then the checkpoints GC doomed
         cancel = self.reconciling.run(exp_ids, seen.infos, stats)
         self.canceller.cancel_wanted(cancel, stats)            # one scancel
-        self.submitting.run(exp_ids, seen.infos, stats)        # throttles, sbatch, pools
+        self.submitting.run(exp_ids, seen.infos, stats,        # throttles, sbatch, pools
+                            fresh=seen.fresh)
         return stats
 
     def catch_up(self) -> TickStats:

@@ -9,8 +9,10 @@ submit phase counts against per-user limits. ``poll_plan`` is pure.
 The cadence (``poll_due``, pure): while the only backend jobs are worker-pool workers
 (the runs' progress and ends come through the pools' files), the backend is asked at
 most every ``pool_poll_s`` and the last answer stands in between; any other live job,
-a ref not in the last answer (a worker just submitted), or a job cancelled since
-(``actions``: the daemon's count of them) polls at once.
+a ref not in the last answer (a worker just submitted), or a job cancelled or a cancel
+put off since (``actions``: the daemon's count of them) polls at once. ``Observed.fresh``
+says which it was: a worker read PENDING by an older poll may have started since, so
+the pool's tender cancels nothing on it (it asks for a poll instead).
 Must not: call the backend per job or per experiment, or record what it saw (the
 reconciler does).
 """
@@ -70,6 +72,9 @@ class Observed:
 
     infos: dict[str, JobInfo]
     user_jobs: Sequence[JobInfo] | None
+    #: the backend was asked this tick (False: the last answer stood, ``poll_due``);
+    #: what may be stale must not decide a cancel (``PoolTender.tend``)
+    fresh: bool = True
 
 
 class Poller:
@@ -84,13 +89,15 @@ class Poller:
         self._last_at: float | None = None
         self._last: dict[str, JobInfo] = {}
         self._actions_then = 0
+        #: whether the last ``poll`` asked the backend
+        self.fresh = True
         #: backend polls made and skipped (for tests and benchmarks)
         self.polls = self.skipped = 0
 
     def observe(self, stats: TickStats, exp_ids: list[int], *,
                 force: bool = False) -> Observed:
         infos = self.poll(stats, exp_ids, force=force)
-        return Observed(infos, self.backend.user_jobs())
+        return Observed(infos, self.backend.user_jobs(), fresh=self.fresh)
 
     def poll(self, stats: TickStats, exp_ids: list[int], *,
              force: bool = False) -> dict[str, JobInfo]:
@@ -112,6 +119,7 @@ class Poller:
             jobs=plan.jobs, last_jobs=frozenset(self._last), pool_poll_s=self.pool_poll_s,
             workers_only=bool(workers) and len(plan.jobs) == len(workers),
             dirty=actions != self._actions_then)
+        self.fresh = due
         if due:
             infos = self.backend.poll(plan.jobs)
             self._last_at, self._last, self._actions_then = now, dict(infos), actions

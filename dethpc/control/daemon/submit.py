@@ -146,14 +146,15 @@ class SubmitPhase:
         self.submitter, self.pools, self.runs_root = submitter, pools, runs_root
         self.clock = clock
 
-    def run(self, exp_ids: list[int], infos: dict[str, JobInfo], stats: TickStats) -> None:
+    def run(self, exp_ids: list[int], infos: dict[str, JobInfo], stats: TickStats, *,
+            fresh: bool = True) -> None:
+        """``fresh``: ``infos`` come from this tick's poll (``Observed.fresh``)."""
         for exp_id in exp_ids:
             self.guard.holds()
             try:
                 sync_throttles(self.store, self.backend, exp_id)
                 stats.submitted += self.submitter.experiment(exp_id)
-                # workers submitted or cancelled: the next poll must see them
-                stats.submitted += self.pools.tend(exp_id, infos)
+                stats.submitted += self.pools.tend(exp_id, infos, fresh=fresh)
             except (DethpcError, OSError) as exc:
                 self.failed(exp_id, failure(exc, self.runs_root), stats)
 

@@ -195,3 +195,33 @@ def test_the_daemons_cancels_count_as_actions_for_the_poll(tmp_path: Path) -> No
     before = daemon.poller.actions()
     daemon.canceller.cancel(["5_0", item_ref(1, "t1-s0")])   # an item is no backend job
     assert daemon.poller.actions() == before + 1
+
+
+def test_a_worker_read_pending_by_an_older_poll_is_not_cancelled(tmp_path: Path) -> None:
+    """The pool's plan cancels a surplus worker that has not started. On states the last
+    poll gave (``fresh`` False) that worker may be running a trial by now (f19 of this
+    change: a run got TERM and counted as preempted), so the cancel waits for a poll of
+    its own: none now, and the daemon's count of put-off cancels makes the next tick
+    poll."""
+    from dethpc.launch.worker import queue
+    w = world(tmp_path, slurm={"workers": 2})
+    queue.PoolPaths.of_run_dir(Path(w.experiment().run_dir)).create()
+    with w.store.session() as s:
+        s.add(Batch(experiment_id=w.exp_id, name="w", size=2, kind=BatchKind.WORKERS,
+                    state=BatchState.SUBMITTED, array_job_id="9"))
+    trials = w.add_trials(1, needs_job=False)
+    batch = w.add_batch(trials, name="items", ref=item_ref(w.exp_id, "t1-s0"), live=True)
+    with w.store.session() as s:
+        b = s.get(Batch, batch)
+        assert b is not None
+        b.kind = BatchKind.ITEMS
+        s.add(b)
+    infos = {"9_0": JobInfo(ref="9_0", state=JobState.RUNNING),
+             "9_1": JobInfo(ref="9_1", state=JobState.PENDING)}
+    tender = pools(w)
+    tender.tend(w.exp_id, infos, fresh=False)
+    assert "cancel" not in w.backend.names()
+    assert (tender.cancels_put_off, tender.workers_cancelled) == (1, 0)
+    tender.tend(w.exp_id, infos, fresh=True)
+    assert w.backend.calls[-1] == ("cancel", ["9_1"])
+    assert tender.workers_cancelled == 1
