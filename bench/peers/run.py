@@ -338,23 +338,27 @@ LAUNCH: dict[str, Callable[..., Callable[[], None]]] = {
 
 
 # ------------------------------------------------------------------ faults
-#: the faults of a ``--faults`` cell, seconds after the user's command: half the nodes
-#: (n1, n2: where Slurm packs 1-CPU jobs first) taken by ``high`` jobs twice, and the
-#: node running most of the search's jobs crashed (every process killed, then DOWN,
-#: as a power loss: ``dethpc.devcluster.nodes.crash_node``) and revived later
-FAULTS: tuple[tuple[str, float], ...] = (("preempt", 15.0), ("crash", 27.0),
-                                         ("revive", 42.0), ("preempt", 45.0))
+#: the faults of a ``--faults`` cell, in seconds after the search's first validation (so
+#: that every system is hit while it searches, however fast it starts): the node running
+#: most of the search's jobs crashed (every process killed, then DOWN, as a power loss:
+#: ``dethpc.devcluster.nodes.crash_node``) and revived 15 s later, and half the nodes
+#: (n1, n2: where Slurm packs 1-CPU jobs first) taken by ``high`` jobs for 8 s, twice
+FAULTS: tuple[tuple[str, float], ...] = (("crash", 4.0), ("preempt", 10.0),
+                                         ("revive", 19.0), ("preempt", 24.0))
 PREEMPT_NODES = ("n1", "n2")
 PREEMPT_HOLD_S = 8
+PREEMPTOR = "peers-preemptor"
 
 
 class Faults:
     """Injects ``FAULTS`` from a thread while a cell runs; ``events`` says what was done
     and when (seconds after the cell's start)."""
 
-    def __init__(self, t0: float) -> None:
+    def __init__(self, t0: float, records: Path) -> None:
         import threading
-        self.t0, self.events = t0, []  # type: ignore[var-annotated]
+        self.t0, self.records, self.events = t0, records, []  # type: ignore[var-annotated]
+        #: when the first validation was written (the faults' zero), None until then
+        self.base: float | None = None
         self.crashed: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -364,8 +368,12 @@ class Faults:
         return self
 
     def _run(self) -> None:
+        while not (self.records.exists() and self.records.stat().st_size > 0):
+            if self._stop.wait(0.1):
+                return
+        self.base = time.time()
         for kind, at in FAULTS:
-            if self._stop.wait(max(0.0, self.t0 + at - time.time())):
+            if self._stop.wait(max(0.0, self.base + at - time.time())):
                 return
             try:
                 what = getattr(self, kind)()
@@ -378,7 +386,7 @@ class Faults:
         jobs = []
         for node in PREEMPT_NODES:
             out = watch(["sbatch", "--parsable", "-p", "high", "-w", node, "-c", "16", "-t",
-                         "2", "-o", "/dev/null", "-J", "peers-preemptor", "--wrap",
+                         "2", "-o", "/dev/null", "-J", PREEMPTOR, "--wrap",
                          f"sleep {PREEMPT_HOLD_S}"])
             jobs.append(out.strip().split(";")[0] or "refused")
         return f"high jobs {jobs} on {list(PREEMPT_NODES)} for {PREEMPT_HOLD_S} s"
@@ -438,7 +446,7 @@ def run_cell(system: str, seed: int, args: argparse.Namespace, root: Path,
            "PYTHONUNBUFFERED": "1"}
     rpc0, types0, cpu0 = sdiag_root(), sdiag_types(), children_cpu()
     t0 = time.time()
-    faults = Faults(t0).start() if args.faults else None
+    faults = Faults(t0, records).start() if args.faults else None
     finished, why = True, ""
     try:
         wait = LAUNCH[system](home, seed, args, env)
@@ -454,7 +462,8 @@ def run_cell(system: str, seed: int, args: argparse.Namespace, root: Path,
         fault_events = faults.stop() if faults is not None else []
     end_user = time.time()                      # the search is over for its user
     cpu = children_cpu() - cpu0
-    rows = accounting(t0)
+    # the fault cells' high jobs are the faults', not the system's
+    rows = [r for r in accounting(t0) if r["JobName"] != PREEMPTOR]
     rpcs = sdiag_root() - rpc0
     types = {k: n - types0.get(k, 0) for k, n in sdiag_types().items()
              if n - types0.get(k, 0) > 0}
@@ -483,6 +492,8 @@ def run_cell(system: str, seed: int, args: argparse.Namespace, root: Path,
     }
     if args.faults:
         result.update({"fault_events": fault_events, "finished_alone": finished,
+                       "faults_from_s": round(faults.base - t0, 1)
+                       if faults is not None and faults.base else None,
                        "why_not": why, "batches_redone": redone_batches(recs)})
     label = system + ("+faults" if args.faults else "")
     print(f"{label} seed {seed}: target at {result['time_to_target_s']}, wall {wall:.1f} s, "
