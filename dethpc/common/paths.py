@@ -247,11 +247,3 @@ class ExperimentPaths:
         (self.root / "trials").mkdir(parents=True, exist_ok=True)
         return self
 
-
-def read_searched(path: Path) -> int:
-    """The length in a trial's ``searched`` marker (``TrialPaths.searched``); 0 when it
-    is missing or unreadable."""
-    try:
-        return int(path.read_text().strip() or 0)
-    except (OSError, ValueError):
-        return 0

@@ -31,6 +31,7 @@ from sqlmodel import Session, select
 from dethpc.backends.base import JobState
 from dethpc.common.errors import DethpcError
 from dethpc.common.kinds import ExperimentKind
+from dethpc.common.markers import replace_text
 from dethpc.common.paths import ExperimentPaths, TrialPaths, make_run_dir, spool_dir
 from dethpc.store import Store
 from dethpc.store.models import (
@@ -172,9 +173,7 @@ class Adopter:
             link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to(spool_trial.resolve(), target_is_directory=True)
         marker = TrialPaths(spool_trial).adopted
-        tmp = marker.with_name(f".{marker.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"experiment": exp.id, "trial": trial_id}) + "\n")
-        os.replace(tmp, marker)
+        replace_text(marker, json.dumps({"experiment": exp.id, "trial": trial_id}) + "\n")
         self.done.add(spool_trial.name)
         log.info("adopted detached job %s as experiment %s trial %s", reg.ref, exp.id,
                  trial_id)

@@ -25,7 +25,7 @@ from typing import Any
 
 from dethpc.common.errors import DethpcError
 from dethpc.common.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED
-from dethpc.common.paths import read_searched
+from dethpc.common.markers import read_searched
 from dethpc.core._distributed import DistributedContext
 
 log = logging.getLogger(__name__)

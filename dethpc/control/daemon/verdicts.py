@@ -13,11 +13,10 @@ waiting trial its wait bound, nothing more.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from dethpc.common.paths import read_searched
+from dethpc.common.markers import read_searched, replace_text
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +27,7 @@ def write_searched(marks: Mapping[str, int]) -> None:
         path = Path(name)
         if read_searched(path) >= length:
             continue
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
         try:
-            tmp.write_text(f"{length}\n")
-            os.replace(tmp, path)
+            replace_text(path, f"{length}\n")
         except OSError as exc:
             log.warning("cannot write %s: %s (the trial waits out its bound)", path, exc)
-            tmp.unlink(missing_ok=True)

@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from dethpc.common.markers import replace_text
+
 LEASE_SEP = "--"
 
 
@@ -153,16 +155,10 @@ def item_name(trial_id: int, seq: int) -> str:
     return f"t{trial_id}-s{seq}"
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def enqueue(paths: PoolPaths, item: WorkItem) -> Path:
     """Make ``item`` claimable (atomically: a worker never reads half a file)."""
     target = paths.work / f"{item.name}.json"
-    _write_atomic(target, item.to_json())
+    replace_text(target, item.to_json())
     return target
 
 
@@ -222,7 +218,7 @@ def finish(paths: PoolPaths, lease: Lease, result: RunResult) -> None:
 
 
 def write_result(paths: PoolPaths, result: RunResult) -> None:
-    _write_atomic(paths.results / f"{item_name(result.trial_id, result.seq)}.json",
+    replace_text(paths.results / f"{item_name(result.trial_id, result.seq)}.json",
                   result.to_json())
 
 
