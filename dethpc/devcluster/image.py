@@ -270,15 +270,32 @@ def read_stamp(image: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def current_digest(wheels: Path | None = None) -> tuple[str, dict[str, str]]:
+@dataclass(frozen=True)
+class Inputs:
+    """What the current inputs hash to: the whole (``digest``) and the base an image
+    can be refreshed from (``base_digest``), with the recipe's ``settings``."""
+
+    digest: str
+    base_digest: str
+    settings: dict[str, str]
+
+
+def current_inputs(wheels: Path | None = None) -> Inputs:
+    """The input files read once, both digests computed from them."""
     names = sorted(p.name for p in wheels.iterdir()) if wheels is not None else []
     settings = recipe_settings(names)
-    return inputs_digest(input_files(), settings), settings
+    files = input_files()
+    return Inputs(inputs_digest(files, settings), inputs_digest(base_files(files), settings),
+                  settings)
+
+
+def current_digest(wheels: Path | None = None) -> tuple[str, dict[str, str]]:
+    inputs = current_inputs(wheels)
+    return inputs.digest, inputs.settings
 
 
 def current_base_digest(wheels: Path | None = None) -> str:
-    names = sorted(p.name for p in wheels.iterdir()) if wheels is not None else []
-    return inputs_digest(base_files(input_files()), recipe_settings(names))
+    return current_inputs(wheels).base_digest
 
 
 # ----------------------------------------------------------------------- side effects
@@ -351,7 +368,8 @@ def _size_mb(path: Path, runner: CommandRunner) -> int:
     return int(out.split()[0])
 
 
-def _build_locked(dest: Path, runner: CommandRunner, wheels: Path | None) -> ImageInfo:
+def _build_locked(dest: Path, runner: CommandRunner, wheels: Path | None,
+                  inputs: Inputs | None = None) -> ImageInfo:
     ensure_host_tools(runner)
     _clear_leftovers(dest)
     pid = os.getpid()
@@ -361,18 +379,19 @@ def _build_locked(dest: Path, runner: CommandRunner, wheels: Path | None) -> Ima
     try:
         if wheels is None:
             prepare_wheels(own_wheels, runner)
-        digest, settings = current_digest(wheels)
+        inputs = inputs or current_inputs(wheels)
         runner.run(mmdebstrap_argv(partial, wheels or own_wheels, install_script()),
                    timeout=BUILD_TIMEOUT_S, retry=False)
         seconds = time.monotonic() - started
         size = _size_mb(partial, runner)
-        stamp = make_stamp(digest, settings, size_mb=size, build_seconds=seconds,
-                           built_at=time.time(), base_digest=current_base_digest(wheels))
+        stamp = make_stamp(inputs.digest, inputs.settings, size_mb=size,
+                           build_seconds=seconds, built_at=time.time(),
+                           base_digest=inputs.base_digest)
         _install(partial, stamp, dest)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
         shutil.rmtree(own_wheels.parent, ignore_errors=True)
-    return ImageInfo(dest, digest, size, seconds, built=True)
+    return ImageInfo(dest, inputs.digest, size, seconds, built=True)
 
 
 def _install(partial: Path, stamp: Mapping[str, Any], dest: Path) -> None:
@@ -387,11 +406,13 @@ def _install(partial: Path, stamp: Mapping[str, Any], dest: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _refresh_locked(dest: Path, runner: CommandRunner, stamp: Mapping[str, Any]) -> ImageInfo:
+def _refresh_locked(dest: Path, runner: CommandRunner, stamp: Mapping[str, Any],
+                    inputs: Inputs) -> ImageInfo:
     """Only dethpc's source changed: hard-link a copy of ``dest`` (seconds, not the
     mmdebstrap build's minutes), reinstall the checkout's wheel in it, check that
-    dethpc and torch import, and put it in place. pip unlinks the files it replaces, so
-    the old image's inodes are never written."""
+    dethpc and torch import, and put it in place, stamped with ``inputs`` (read before
+    the wheel was built). pip unlinks the files it replaces, so the old image's inodes
+    are never written."""
     root = source_root()
     if root is None:
         raise ImageError("dethpc is not run from a source checkout; cannot refresh")
@@ -415,17 +436,16 @@ def _refresh_locked(dest: Path, runner: CommandRunner, stamp: Mapping[str, Any])
         runner.run(["chroot", str(partial), IMAGE_PYTHON, "-c", "import dethpc, torch"],
                    timeout=300, retry=False)
         shutil.rmtree(inner)
-        digest, settings = current_digest()
         seconds = time.monotonic() - started
         size = int(stamp.get("size_mb", 0))
         _install(partial, make_stamp(
-            digest, settings, size_mb=size, build_seconds=float(stamp.get("build_seconds", 0)),
-            built_at=time.time(), base_digest=current_base_digest(),
-            refresh_seconds=seconds), dest)
+            inputs.digest, inputs.settings, size_mb=size,
+            build_seconds=float(stamp.get("build_seconds", 0)), built_at=time.time(),
+            base_digest=inputs.base_digest, refresh_seconds=seconds), dest)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
         shutil.rmtree(wheels, ignore_errors=True)
-    return ImageInfo(dest, digest, size, seconds, built=True, plan=ImagePlan.REFRESH)
+    return ImageInfo(dest, inputs.digest, size, seconds, built=True, plan=ImagePlan.REFRESH)
 
 
 def build_image(dest: Path, runner: CommandRunner, *, wheels: Path | None = None) -> ImageInfo:
@@ -445,14 +465,14 @@ def ensure_image(dest: Path | None = None, runner: CommandRunner | None = None, 
     dest = Path(dest) if dest is not None else image_path()
     runner = runner or CommandRunner()
     with _locked(_lock_file(dest)):
-        digest, _ = current_digest(wheels)
+        inputs = current_inputs(wheels)
         stamp = read_stamp(dest)
-        plan = image_plan(stamp, digest, current_base_digest(wheels), rebuild=rebuild,
+        plan = image_plan(stamp, inputs.digest, inputs.base_digest, rebuild=rebuild,
                           can_refresh=wheels is None and source_root() is not None)
         if plan is ImagePlan.REUSE and stamp is not None:
-            return ImageInfo(dest, digest, int(stamp.get("size_mb", 0)),
+            return ImageInfo(dest, inputs.digest, int(stamp.get("size_mb", 0)),
                              float(stamp.get("build_seconds", 0.0)), built=False,
                              plan=ImagePlan.REUSE)
         if plan is ImagePlan.REFRESH and stamp is not None:
-            return _refresh_locked(dest, runner, stamp)
-        return _build_locked(dest, runner, wheels)
+            return _refresh_locked(dest, runner, stamp, inputs)
+        return _build_locked(dest, runner, wheels, inputs)
