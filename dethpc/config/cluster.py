@@ -44,7 +44,8 @@ DETECTED = "<detected from Slurm>"
 
 _TOP = ("backend", "runs_root", "database_url", "database_url_file", "default_pool", "pools",
         "containers", "local_max_concurrent", "command_timeout_s", "command_retries", "tick_min_s",
-        "tick_max_s", "metrics_poll_s", "pool_poll_s", "daemon_lease_s", "runs_mode", "python")
+        "tick_max_s", "metrics_poll_s", "pool_poll_s", "daemon_lease_s", "runs_mode", "python",
+        "slurm_bin", "slurm_conf")
 _POOL = ("partition", "qos", "account", "slots_per_node", "gres", "gpu_type",
          "cpus_per_slot", "mem_per_slot", "preemptible", "default_time", "signal",
          "signal_grace_s", "socket_ifname", "sbatch_args", "workers")
@@ -152,6 +153,8 @@ def parse_cluster_config(raw: Any, source: str = "cluster config",
         runs_mode=ck.choice(raw.get("runs_mode"), "runs_mode", ("private", "group"),
                             "private"),  # type: ignore[arg-type]
         python=ck.string(raw.get("python"), "python", None),
+        slurm_bin=_slurm_bin(ck, raw.get("slurm_bin"), base),
+        slurm_conf=_existing_file(ck, raw.get("slurm_conf"), "slurm_conf", base),
         source=source,
     )
     if cfg.database_url and cfg.database_url_file is not None:
@@ -167,6 +170,37 @@ def _path(ck: Checker, value: Any, path: str, base: Path) -> Path | None:
         return None
     location = Path(text).expanduser()
     return location if location.is_absolute() else base / location
+
+
+def _slurm_bin(ck: Checker, value: Any, base: Path) -> Path | None:
+    location = _path(ck, value, "slurm_bin", base)
+    if location is not None and not (location / "sbatch").is_file():
+        ck.error("slurm_bin", f"{show(str(location))} holds no sbatch; allowed: the directory "
+                 "of Slurm's client commands (sbatch, squeue, scontrol ...)")
+    return location
+
+
+def _existing_file(ck: Checker, value: Any, path: str, base: Path) -> Path | None:
+    location = _path(ck, value, path, base)
+    if location is not None and not location.is_file():
+        ck.error(path, f"{show(str(location))} is not a file")
+    return location
+
+
+def slurm_client_env(cluster: ClusterConfig, environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables to set so that the Slurm commands dethpc runs (and its jobs, which
+    inherit the submitting process's environment) are the cluster config's: ``PATH``
+    with ``slurm_bin`` first and ``SLURM_CONF``. Empty when the config names neither
+    or ``environ`` already says so."""
+    out: dict[str, str] = {}
+    if cluster.slurm_bin is not None:
+        first = str(cluster.slurm_bin)
+        parts = environ.get("PATH", os.defpath).split(os.pathsep)
+        if not parts or parts[0] != first:
+            out["PATH"] = os.pathsep.join([first, *(p for p in parts if p and p != first)])
+    if cluster.slurm_conf is not None and environ.get("SLURM_CONF") != str(cluster.slurm_conf):
+        out["SLURM_CONF"] = str(cluster.slurm_conf)
+    return out
 
 
 def _pools(ck: Checker, value: Any) -> dict[str, ResourcePool]:

@@ -317,6 +317,12 @@ class ClusterConfig:
     runs_mode: Literal["private", "group"] = "private"
     #: python used inside jobs (default: the interpreter running the daemon)
     python: str | None = None
+    #: the directory of Slurm's client commands (``sbatch``, ``squeue`` ...) when they are
+    #: not the first on ``$PATH`` (a site's module, a second Slurm): put first on the PATH
+    #: of every command dethpc runs and of its jobs (``slurm_client_env``)
+    slurm_bin: Path | None = None
+    #: the slurm.conf those commands read (``$SLURM_CONF``); None: theirs by default
+    slurm_conf: Path | None = None
     source: str = "<built-in defaults>"
 
     def worker_pool(self, cfg: ExperimentConfig) -> WorkerPool:

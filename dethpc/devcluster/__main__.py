@@ -14,6 +14,7 @@ import sys
 
 from dethpc.devcluster import commands
 from dethpc.devcluster.lanes import DEFAULT_LANES
+from dethpc.devcluster.releases import SlurmRelease
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,6 +35,12 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--lane", type=int, default=None,
                        help="only this lane's cluster (default: $DETHPC_DEVCLUSTER_LANE, "
                        "else every lane)")
+    for p in (p_up, p_down, p_status):
+        p.add_argument("--slurm", default=None, choices=[r.value for r in SlurmRelease],
+                       help="the Slurm release of the cluster(s): 22.05 is Debian's; 25.11 "
+                       "is built once per machine from third_party/slurm (default: "
+                       "$DETHPC_DEVCLUSTER_SLURM, else 22.05; `down` without it: every "
+                       "release)")
     for p in (p_up, p_status):
         p.add_argument("--lanes", type=int, default=None,
                        help="how many lanes (clusters) when no lane is named (default: "
@@ -45,10 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "image":
         return _image(rebuild=args.rebuild)
     if args.command == "up":
-        return commands.up(force=args.force, users=args.user, lane=args.lane, lanes=args.lanes)
+        return commands.up(force=args.force, users=args.user, lane=args.lane, lanes=args.lanes,
+                           slurm=args.slurm)
     if args.command == "down":
-        return commands.down(lane=args.lane)
-    return commands.status(lane=args.lane, lanes=args.lanes)
+        return commands.down(lane=args.lane, slurm=args.slurm)
+    return commands.status(lane=args.lane, lanes=args.lanes, slurm=args.slurm)
 
 
 def _image(*, rebuild: bool) -> int:

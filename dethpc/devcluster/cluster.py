@@ -39,6 +39,7 @@ from dethpc.devcluster.readiness import (
     DaemonState,
     Readiness,
 )
+from dethpc.devcluster.releases import DEFAULT_RELEASE, SlurmRelease
 from dethpc.devcluster.shared import SharedServices
 from dethpc.devcluster.site import AccountingState
 
@@ -162,6 +163,11 @@ class DevCluster:
         with self.shared_locked():
             with timings.step("packages"):
                 self.host.ensure_packages()
+            if self.layout.release.built:
+                with timings.step(f"slurm {self.layout.release.value} build"):
+                    from dethpc.devcluster.slurm_build import ensure_slurm_build
+                    ensure_slurm_build(self.layout.release, self.layout.shared, say=self.say,
+                                       install_deps=self.host.ensure_packages)
             with timings.step("host"):
                 self.host.ensure_dirs()
                 self.host.ensure_hosts()
@@ -176,7 +182,8 @@ class DevCluster:
 
     @property
     def name(self) -> str:
-        return f"{self.layout.cluster_name} (lane {self.layout.lane})"
+        lay = self.layout
+        return f"{lay.cluster_name} (Slurm {lay.release.value}, lane {lay.lane})"
 
     # -------------------------------------------------------------------- down
     def down(self, *, shared: bool = False) -> list[str]:
@@ -216,12 +223,13 @@ def _flocked(path: Path) -> Iterator[None]:
 
 # ------------------------------------------------------------------ all lanes
 def up_lanes(lanes: Sequence[int], *, force: bool = False, users: Sequence[str] = (),
-             say: Callable[[str], None] = lambda _msg: None
-             ) -> list[tuple[DevCluster, Timings]]:
-    """``up`` of each lane in turn (lane 1 first: it installs what all of them share)."""
+             say: Callable[[str], None] = lambda _msg: None,
+             release: SlurmRelease = DEFAULT_RELEASE) -> list[tuple[DevCluster, Timings]]:
+    """``up`` of each lane of ``release`` in turn (lane 1 first: it installs what all of
+    them share)."""
     out = []
     for lane in sorted(lanes):
-        cluster = DevCluster(lane_layout(lane), say=say)
+        cluster = DevCluster(lane_layout(lane, release=release), say=say)
         timings = cluster.up(force=force, users=users)
         timings.end = timings.end or time.monotonic()
         out.append((cluster, timings))
@@ -229,14 +237,22 @@ def up_lanes(lanes: Sequence[int], *, force: bool = False, users: Sequence[str] 
 
 
 def down_lanes(lanes: Sequence[int] | None = None,
-               say: Callable[[str], None] = lambda _msg: None) -> list[str]:
-    """``down`` of ``lanes`` (None: every lane whose state directory exists, then the
-    shared MariaDB and munged)."""
-    every = lanes is None
-    chosen = existing_lanes() if lanes is None else sorted(lanes)
+               say: Callable[[str], None] = lambda _msg: None,
+               release: SlurmRelease | None = None) -> list[str]:
+    """``down`` of ``lanes`` of ``release`` (None: every lane of every release whose
+    state directory exists, then the shared MariaDB and munged)."""
+    if lanes is not None:
+        chosen = [(release or DEFAULT_RELEASE, lane) for lane in sorted(lanes)]
+    else:
+        chosen = [(r, lane) for r in SlurmRelease if release in (None, r)
+                  for lane in existing_lanes(release=r)]
+    every = lanes is None and release is None
     stopped: list[str] = []
-    for lane in sorted(chosen, reverse=True):
-        cluster = DevCluster(lane_layout(lane), say=say)
-        last = every and lane == min(chosen)
-        stopped += [f"{name} [lane {lane}]" for name in cluster.down(shared=last)]
+    # the default release's lowest lane last: it also stops what every cluster shares
+    ordered = sorted(chosen, key=lambda c: (c[0] is DEFAULT_RELEASE, -c[1]))
+    for i, (r, lane) in enumerate(ordered):
+        cluster = DevCluster(lane_layout(lane, release=r), say=say)
+        last = every and i == len(ordered) - 1
+        where = f"lane {lane}" if r is DEFAULT_RELEASE else f"Slurm {r.value} lane {lane}"
+        stopped += [f"{name} [{where}]" for name in cluster.down(shared=last)]
     return stopped

@@ -17,7 +17,15 @@ from collections.abc import Callable, Sequence
 
 from dethpc.common.errors import DethpcError
 from dethpc.devcluster.cluster import DevCluster, down_lanes, up_lanes
-from dethpc.devcluster.lanes import LANE_ENV, current_lane, lane_count, lane_layout
+from dethpc.devcluster.lanes import (
+    LANE_ENV,
+    RELEASE_ENV,
+    current_lane,
+    current_release,
+    lane_count,
+    lane_layout,
+)
+from dethpc.devcluster.releases import SlurmRelease
 
 
 def _say(msg: str) -> None:
@@ -35,6 +43,11 @@ def _guard(fn: Callable[[], int]) -> int:
         return 130
 
 
+def chosen_release(slurm: str | None) -> SlurmRelease:
+    """``--slurm``'s release, else ``$DETHPC_DEVCLUSTER_SLURM``'s, else 22.05."""
+    return SlurmRelease.parse(slurm) if slurm else current_release()
+
+
 def chosen_lanes(lane: int | None, lanes: int | None) -> list[int]:
     """``[lane]`` when one is named (``--lane``, else ``$DETHPC_DEVCLUSTER_LANE``: a
     process bound to a lane sees only its cluster), else lanes 1..``lane_count(lanes)``."""
@@ -46,38 +59,44 @@ def chosen_lanes(lane: int | None, lanes: int | None) -> list[int]:
 
 
 def up(*, force: bool = False, users: Sequence[str] = (), lane: int | None = None,
-       lanes: int | None = None) -> int:
+       lanes: int | None = None, slurm: str | None = None) -> int:
     def run() -> int:
+        release = chosen_release(slurm)
         for cluster, timings in up_lanes(chosen_lanes(lane, lanes), force=force,
-                                         users=users, say=_say):
+                                         users=users, say=_say, release=release):
             lay = cluster.layout
-            _say(f"lane {lay.lane} ready in {timings.summary()}")
+            _say(f"lane {lay.lane} (Slurm {lay.release.value}) ready in {timings.summary()}")
+            path = f"; PATH first: {lay.path_prefix[0]}" if lay.path_prefix else ""
             _say(f"  slurm.conf: {lay.slurm_conf} (SLURM_CONF); nodes {lay.nodelist}; "
-                 f"state: {lay.state_dir}")
+                 f"state: {lay.state_dir}{path}")
         return 0
 
     return _guard(run)
 
 
-def down(*, lane: int | None = None) -> int:
+def down(*, lane: int | None = None, slurm: str | None = None) -> int:
     def run() -> int:
-        only = None if lane is None and not os.environ.get(LANE_ENV, "").strip() \
-            else chosen_lanes(lane, None)
-        stopped = down_lanes(only, say=_say)
+        named = lane is not None or bool(os.environ.get(LANE_ENV, "").strip())
+        only = chosen_lanes(lane, None) if named else None
+        release = chosen_release(slurm) if (slurm or os.environ.get(RELEASE_ENV)
+                                            or named) else None
+        stopped = down_lanes(only, say=_say, release=release)
         _say("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
         return 0
 
     return _guard(run)
 
 
-def status(*, lane: int | None = None, lanes: int | None = None) -> int:
+def status(*, lane: int | None = None, lanes: int | None = None,
+           slurm: str | None = None) -> int:
     def run() -> int:
         ready = True
+        release = chosen_release(slurm)
         for k in chosen_lanes(lane, lanes):
-            lay = lane_layout(k)
+            lay = lane_layout(k, release=release)
             st = DevCluster(lay).status()
-            _say(f"== lane {k}: cluster {lay.cluster_name}, SLURM_CONF={lay.slurm_conf}, "
-                 f"nodes {lay.nodelist}, state {lay.state_dir}")
+            _say(f"== lane {k}: cluster {lay.cluster_name} (Slurm {lay.release.value}), "
+                 f"SLURM_CONF={lay.slurm_conf}, nodes {lay.nodelist}, state {lay.state_dir}")
             for d in st.daemons:
                 state = f"running (pid {d.pid})" if d.running else "not running"
                 owner = "" if d.ours or not d.running else " (not started by devcluster)"

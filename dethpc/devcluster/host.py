@@ -52,8 +52,8 @@ class HostSetup:
                 "Run `sudo scripts/devcluster up`."
             )
 
-    def ensure_packages(self) -> None:
-        missing = [p for p in PACKAGES if not self.installed(p)]
+    def ensure_packages(self, packages: tuple[str, ...] = PACKAGES) -> None:
+        missing = [p for p in packages if not self.installed(p)]
         if not missing:
             return
         self.say(f"installing {' '.join(missing)} (apt-get) ...")

@@ -28,6 +28,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dethpc.devcluster.releases import DEFAULT_RELEASE, SlurmRelease, path_prefix
 from dethpc.devcluster.site import SiteSpec, gres_conf_lines
 
 #: First line of every file we write; a file without it is not ours to overwrite.
@@ -83,6 +84,8 @@ class DevClusterLayout:
     #: what the host's clusters share (MariaDB, munged's record, the image); None: state_dir
     shared_dir: Path | None = None
     site: SiteSpec = field(default_factory=SiteSpec)
+    #: which Slurm runs it: Debian's 22.05 (on the default PATH) or a release built here
+    release: SlurmRelease = DEFAULT_RELEASE
 
     def __post_init__(self) -> None:
         names = {n.name for n in self.nodes}
@@ -112,6 +115,18 @@ class DevClusterLayout:
     def shared(self) -> Path:
         """The directory of what every dev cluster of this host shares."""
         return self.shared_dir or self.state_dir
+
+    @property
+    def slurm_prefix(self) -> Path | None:
+        """Where this cluster's Slurm is installed (None: Debian's, on the default PATH);
+        a built release's stable link (``slurm_build.current_link``)."""
+        return self.shared / "slurm" / self.release.value if self.release.built else None
+
+    @property
+    def path_prefix(self) -> list[str]:
+        """Directories to put before ``$PATH`` so that ``sbatch`` & co. are this
+        cluster's (none for Debian's Slurm)."""
+        return path_prefix(self.slurm_prefix)
 
     @property
     def slurm_conf(self) -> Path:
@@ -241,6 +256,7 @@ def render_configs(layout: DevClusterLayout, db_password: str) -> dict[Path, str
         "site": layout.site,
         "node_gres": {n.name: layout.node_gres(n.name) for n in layout.nodes},
         "gres_lines": gres_conf_lines(layout.site.gres, str(layout.dev_dir)),
+        "release": layout.release,
     }
     return {
         layout.slurm_conf: env.get_template("slurm.conf.j2").render(values),

@@ -7,6 +7,7 @@ JSON/rich printing helpers. Must not: hold logic the library lacks.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,12 +39,18 @@ class Env:
     @cached_property
     def cluster(self) -> ClusterConfig:
         """The file's config; with none anywhere, what Slurm's answers imply on a login
-        node (``slurm_detect``: one probe, cached in ``$DETHPC_HOME``), else local."""
+        node (``slurm_detect``: one probe, cached in ``$DETHPC_HOME``), else local.
+        Its ``slurm_bin``/``slurm_conf`` are put into this process's environment, as a
+        site's ``module load slurm`` would: every Slurm command dethpc runs, the daemon it
+        starts and the jobs it submits (which inherit the environment) use them."""
         from dethpc.backends.slurm_detect import detect
         from dethpc.common.paths import dethpc_home
+        from dethpc.config.cluster import slurm_client_env
 
-        return load_cluster_config(self.cluster_path, detect=lambda: detect(
+        cfg = load_cluster_config(self.cluster_path, detect=lambda: detect(
             dethpc_home(), say=lambda text: err_console.print(text, markup=False)))
+        os.environ.update(slurm_client_env(cfg, os.environ))
+        return cfg
 
     @cached_property
     def store(self) -> Store:

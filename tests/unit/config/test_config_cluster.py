@@ -200,3 +200,52 @@ def test_pool_lookup_error_names_allowed_pools() -> None:
     with pytest.raises(ConfigError) as info:
         cfg.pool("c")
     assert "unknown resource pool 'c'; allowed: a, b" in str(info.value)
+
+
+def _slurm_install(tmp_path: Path) -> tuple[Path, Path]:
+    bin_dir = tmp_path / "opt" / "slurm" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "sbatch").write_text("#!/bin/sh\n")
+    conf = tmp_path / "opt" / "slurm" / "etc" / "slurm.conf"
+    conf.parent.mkdir()
+    conf.write_text("ClusterName=x\n")
+    return bin_dir, conf
+
+
+def test_slurm_bin_and_conf_are_relative_to_the_file_and_round_trip(tmp_path: Path) -> None:
+    bin_dir, conf = _slurm_install(tmp_path)
+    path = tmp_path / "cluster.yaml"
+    path.write_text("backend: slurm\nslurm_bin: opt/slurm/bin\n"
+                    "slurm_conf: opt/slurm/etc/slurm.conf\n")
+    cfg = load_cluster_config(path)
+    assert (cfg.slurm_bin, cfg.slurm_conf) == (bin_dir, conf)
+    again = parse_cluster_config(cluster_to_dict(cfg), "again")
+    assert (again.slurm_bin, again.slurm_conf) == (bin_dir, conf)
+
+
+def test_a_slurm_bin_without_sbatch_or_a_missing_slurm_conf_is_refused(tmp_path: Path) -> None:
+    out = errors({"slurm_bin": str(tmp_path), "slurm_conf": str(tmp_path / "nope.conf")})
+    assert any(e.startswith("slurm_bin") and "holds no sbatch" in e and "allowed:" in e
+               for e in out), out
+    assert any(e.startswith("slurm_conf") and "is not a file" in e for e in out), out
+
+
+@pytest.mark.parametrize(("bin_dir", "conf", "path", "want"), [
+    # nothing named: nothing changes
+    (None, None, "/usr/bin:/bin", {}),
+    # the directory goes first, once
+    ("/opt/s/bin", None, "/usr/bin:/opt/s/bin:/bin", {"PATH": "/opt/s/bin:/usr/bin:/bin"}),
+    # already first, and SLURM_CONF already this: nothing to set
+    ("/opt/s/bin", "/etc/s.conf", "/opt/s/bin:/usr/bin", {}),
+    ("/opt/s/bin", "/etc/t.conf", "/usr/bin",
+     {"PATH": "/opt/s/bin:/usr/bin", "SLURM_CONF": "/etc/t.conf"}),
+    (None, "/etc/t.conf", "/usr/bin", {"SLURM_CONF": "/etc/t.conf"}),
+])
+def test_slurm_client_env(bin_dir: str | None, conf: str | None, path: str,
+                          want: dict[str, str]) -> None:
+    from dethpc.config.model import ClusterConfig
+
+    named = ClusterConfig(slurm_bin=Path(bin_dir) if bin_dir else None,
+                          slurm_conf=Path(conf) if conf else None)
+    environ = {"PATH": path, "SLURM_CONF": "/etc/s.conf"}
+    assert cluster_mod.slurm_client_env(named, environ) == want
