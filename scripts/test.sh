@@ -17,6 +17,14 @@ lanes=${DETHPC_DEVCLUSTER_LANES:-3}
 export DETHPC_DEVCLUSTER_LANES=$lanes
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   python -m dethpc.devcluster up --lanes "$lanes" || { [ "${CI:-}" = true ] && { echo "dev cluster failed to start" >&2; exit 1; }; }
+  # one more cluster on Slurm 25.11 (built once per machine from third_party/slurm, ~4 min
+  # on 2 cores): the version-spanning tests (marker `spanning`) run on it too, in a lane
+  # of its own (docs/dev-cluster.md)
+  if python -m dethpc.devcluster up --slurm 25.11 --lanes 1; then
+    export DETHPC_SPANNING_RELEASES=25.11
+  elif [ "${CI:-}" = true ]; then
+    echo "the Slurm 25.11 dev cluster failed to start" >&2; exit 1
+  fi
   # the container image of tests/slurm/test_containers_slurm.py (Charliecloud; Debian
   # packages + torch 2.13.0 CPU + dethpc), built once per machine and dependency change,
   # refreshed with the checkout's dethpc wheel (seconds) when only its source changed
@@ -31,9 +39,11 @@ fi
 echo "set-up: venv ${t_setup} s, dev cluster and PostgreSQL $((SECONDS - t0 - t_setup)) s" \
   "(CI budget for all of .ci/run: 25 min, see docs/testing.md)"
 # pytest-xdist workers: the first $lanes each bound to its own dev cluster (lane), running
-# the Slurm test files planned for that lane, in order, from the start; one more runs the
+# the Slurm test files planned for that lane, in order, from the start; one per spanning
+# release (25.11) running the spanning tests' variants on that cluster; one more runs the
 # unit, local and PostgreSQL tiers beside them (pytest_xdist_make_scheduler in
 # tests/conftest.py). The 25 slowest tests are listed before the summary. The run's JUnit
 # XML (.pytest-junit.xml) refreshes the lane plan: python -m tests.slurm_lanes .pytest-junit.xml
-python -m pytest -n "$((lanes + 1))" --dist loadgroup --slurm-lanes "$lanes" --durations=25 \
+spanning=$(echo "${DETHPC_SPANNING_RELEASES:-}" | tr ',' '\n' | grep -c .)
+python -m pytest -n "$((lanes + spanning + 1))" --dist loadgroup --slurm-lanes "$lanes" --durations=25 \
   --junitxml .pytest-junit.xml "$@"

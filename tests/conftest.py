@@ -17,6 +17,7 @@ Must not: pick the files of a lane (tests/slurm_lanes.py does).
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -74,18 +75,87 @@ def is_slurm_test(item: pytest.Item) -> bool:
             or SLURM_DIR in Path(str(item.path)).resolve().parents)
 
 
+#: the releases beside Debian's whose cluster also runs the version-spanning tests
+#: (``spanning`` marker), one lane each (scripts/test.sh sets it when their cluster is up)
+SPANNING_ENV = "DETHPC_SPANNING_RELEASES"
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--slurm-lanes", type=int, default=None,
         help="xdist workers that run the Slurm tier, each on its own dev cluster (lane 1..N; "
              "default $DETHPC_DEVCLUSTER_LANES, else 3; at most -n). Only with "
              "--dist loadgroup.")
+    parser.addoption(
+        "--slurm-releases", default=None,
+        help="Slurm releases beside 22.05 (comma-separated, e.g. 25.11) on which the "
+             "version-spanning tests (marker `spanning`) also run: each test once per "
+             f"release, one more lane (and worker) per release (default ${SPANNING_ENV}).")
 
 
 def slurm_lanes(config: pytest.Config) -> int:
     from dethpc.devcluster.lanes import lane_count
 
     return lane_count(config.getoption("slurm_lanes"))
+
+
+def spanning_releases(config: pytest.Config) -> list[Any]:
+    """The releases beside the default one that run the spanning tests too."""
+    from dethpc.devcluster.releases import DEFAULT_RELEASE, SlurmRelease
+
+    raw = config.getoption("slurm_releases")
+    raw = os.environ.get(SPANNING_ENV, "") if raw is None else raw
+    out = [SlurmRelease.parse(w) for w in raw.split(",") if w.strip()]
+    return [r for r in dict.fromkeys(out) if r is not DEFAULT_RELEASE]
+
+
+def slot_cluster(config: pytest.Config, slot: int) -> tuple[Any, int]:
+    """(release, lane) of a worker's lane slot: 1..N are the default release's lanes
+    1..N, N+1.. one lane of each spanning release."""
+    from dethpc.devcluster.releases import DEFAULT_RELEASE
+
+    n = slurm_lanes(config)
+    if slot <= n:
+        return DEFAULT_RELEASE, slot
+    return spanning_releases(config)[slot - n - 1], 1
+
+
+def release_of_nodeid(nodeid: str) -> str | None:
+    """The release a spanning test's variant runs on (its ``slurm-X.Y`` id), else None."""
+    params = nodeid.rsplit("::", 1)[-1].partition("[")[2]
+    m = re.search(r"(?:^|-)slurm-(\d+\.\d+)(?:-|\]$)", params)
+    return m.group(1) if m else None
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A ``spanning`` test runs once per release: on Debian's (the default lanes) and on
+    each ``--slurm-releases`` one (its own lane)."""
+    if metafunc.definition.get_closest_marker("spanning") is None:
+        return
+    extra = spanning_releases(metafunc.config)
+    if not extra:
+        return
+    from dethpc.devcluster.releases import DEFAULT_RELEASE
+
+    values = [DEFAULT_RELEASE.value, *(r.value for r in extra)]
+    metafunc.parametrize("slurm_release", values, indirect=True,
+                         ids=[f"slurm-{v}" for v in values])
+
+
+@pytest.fixture(autouse=True)
+def slurm_release(request: pytest.FixtureRequest) -> str | None:
+    """The release a spanning test's variant is for; a variant of another release than
+    this process's cluster is skipped (under xdist the scheduler never sends it here)."""
+    want = getattr(request, "param", None)
+    if want is None:
+        return None
+    from dethpc.devcluster.lanes import current_release
+
+    bound = current_release().value
+    if want != bound:
+        pytest.skip(f"the Slurm {want} variant; this process is bound to Slurm {bound} "
+                    f"(run it with DETHPC_DEVCLUSTER_SLURM={want})")
+    return str(want)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -95,7 +165,7 @@ def pytest_configure(config: pytest.Config) -> None:
     run without xdist to ``$DETHPC_DEVCLUSTER_LANE`` (default 1). Binding exports the
     lane's ``SLURM_CONF`` (every Slurm command, and every job, then talks to that
     cluster), ``DETHPC_DEVCLUSTER_LANE`` and ``DETHPC_DEVCLUSTER_NODES``."""
-    from dethpc.devcluster.lanes import current_lane, lane_env, lane_layout
+    from dethpc.devcluster.lanes import current_lane, current_release, lane_env, lane_layout
 
     # no test (and no process a test starts) probes Slurm to build a config it did not
     # write: a dev cluster up on this host would turn every config-less CLI call into a
@@ -106,14 +176,16 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["DETHPC_CATCH_UP"] = "0"
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
-        lane = int(workerinput.get(LANE_KEY, 0))
+        slot = int(workerinput.get(LANE_KEY, 0))
+        if not slot:
+            return
+        release, lane = slot_cluster(config, slot)
     elif getattr(config.option, "dist", "no") != "no" \
             and getattr(config.option, "numprocesses", None):
         return  # the xdist controller runs no test
     else:
-        lane = current_lane()
-    if lane:
-        os.environ.update(lane_env(lane_layout(lane)))
+        release, lane = current_release(), current_lane()
+    os.environ.update(lane_env(lane_layout(lane, release=release)))
 
 
 _lane_of_node: dict[object, int] = {}
@@ -127,7 +199,8 @@ def pytest_configure_node(node: object) -> None:
     if config.getvalue("dist") != "loadgroup":
         return
     held = set(_lane_of_node.values())
-    lane = next((k for k in range(1, slurm_lanes(config) + 1) if k not in held), 0)
+    slots = slurm_lanes(config) + len(spanning_releases(config))
+    lane = next((k for k in range(1, slots + 1) if k not in held), 0)
     _lane_of_node[node] = lane
     node.workerinput[LANE_KEY] = lane  # type: ignore[attr-defined]
 
@@ -178,18 +251,26 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
     from tests.slurm_lanes import lane_estimates, plan_lanes, read_durations
 
+    n = slurm_lanes(config)
+    extra_slot = {r.value: n + 1 + i for i, r in enumerate(spanning_releases(config))}
+
     class SlurmLanes(LoadScopeScheduling):
         lane_of_file: dict[str, int] = {}
 
         def _split_scope(self, nodeid: str) -> str:
             f = slurm_file(nodeid)
-            return nodeid if f is None else f"{LANE_SCOPE}{self.lane_of_file.get(f, 1)}"
+            if f is None:
+                return nodeid
+            release = release_of_nodeid(nodeid)
+            if release in extra_slot:  # a spanning test's variant for another release
+                return f"{LANE_SCOPE}{extra_slot[release]}"
+            return f"{LANE_SCOPE}{self.lane_of_file.get(f, 1)}"
 
         def schedule(self) -> None:
             if self.collection is None and not self.lane_of_file:
                 collection = next(iter(self.registered_collections.values()))
                 files = [f for f in map(slurm_file, collection) if f]
-                lanes = max([_lane(n) for n in self.nodes] + [1])
+                lanes = min(max([_lane(n) for n in self.nodes] + [1]), slurm_lanes(config))
                 durations = read_durations()
                 self.lane_of_file = plan_lanes(files, lanes, durations)
                 estimates = lane_estimates(self.lane_of_file, durations)
@@ -307,7 +388,9 @@ def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untype
     for lane in sorted(_lane_end):
         est = _plan.get("estimates", {}).get(lane, 0.0)
         files = len(_plan.get("files", {}).get(lane, ()))
+        release, k = slot_cluster(terminalreporter.config, lane)
+        lay = lane_layout(k, release=release)
         tr.write_line(
-            f"  lane {lane} ({lane_layout(lane).slurm_conf}): {_lane_tests.get(lane, 0)} "
+            f"  lane {lane} (Slurm {release.value}, {lay.slurm_conf}): {_lane_tests.get(lane, 0)} "
             f"tests in {files} files, {_lane_seconds[lane]:7.1f} s of tests "
             f"(planned {est:.0f} s), last one ended {_lane_end[lane]:7.1f} s after the start")

@@ -115,16 +115,15 @@ def lane_count(value: int | None = None) -> int:
 
 
 def lane_env(layout: DevClusterLayout, path: str | None = None) -> dict[str, str]:
-    """The variables that bind a process (and what it starts) to ``layout``'s cluster;
-    for a built release also ``PATH`` (its directories before ``path``, default this
-    process's ``$PATH``) and the release variable."""
+    """The variables that bind a process (and what it starts) to ``layout``'s cluster
+    (its ``SLURM_CONF``, lane, release and node names); for a built release also
+    ``PATH`` (its directories before ``path``, default this process's ``$PATH``)."""
     env = {"SLURM_CONF": str(layout.slurm_conf), LANE_ENV: str(layout.lane),
-           NODES_ENV: ",".join(layout.node_names)}
+           RELEASE_ENV: layout.release.value, NODES_ENV: ",".join(layout.node_names)}
     if layout.path_prefix:
         rest = os.environ.get("PATH", os.defpath) if path is None else path
         kept = [d for d in rest.split(os.pathsep) if d and d not in layout.path_prefix]
         env["PATH"] = os.pathsep.join([*layout.path_prefix, *kept])
-        env[RELEASE_ENV] = layout.release.value
     return env
 
 

@@ -95,6 +95,7 @@ def partition_changed(slurm_cluster: Any, name: str, **changes: str) -> Iterator
             {k: before[k] for k in changes}
 
 
+@pytest.mark.spanning
 def test_matching_config_is_clean(slurm_cluster: Any, tmp_path: Path) -> None:
     config = write_config(tmp_path)
     proc = run_cli(config, "--json")
@@ -177,6 +178,7 @@ def test_limited_qos_limits_are_reported(slurm_cluster: Any, cluster_user: Clust
     assert report["user"] == cluster_user.name
 
 
+@pytest.mark.spanning
 def test_probe_passes_on_the_dev_cluster(slurm_cluster: Any, tmp_path: Path) -> None:
     config = write_config(tmp_path)
     proc = run_cli(config, "--probe", "--json")

@@ -36,6 +36,9 @@ from .test_daemon_slurm import (  # noqa: F401 - env: fixture
     toy_config,
 )  # noqa: F401 - env: fixture
 
+#: the version-spanning tier: also runs on the Slurm 25.11 dev cluster (docs/testing.md)
+pytestmark = pytest.mark.spanning
+
 
 def grid_experiment(setup: Any, tmp_path: Path, *, trials: int, step_time: float, k: int,
                     batches: int) -> tuple[int, Daemon]:

@@ -140,6 +140,7 @@ def stop_latencies(store: Store, d: dict[str, Any]) -> list[tuple[float, float]]
     return sorted(out)
 
 
+@pytest.mark.spanning
 @pytest.mark.parametrize("variant", ["stopping", "promotion"])
 def test_asha_digits(tmp_path: Path, slurm_cluster: Any, variant: str) -> None:
     store, d, sbatch_calls = run_asha(tmp_path, variant)

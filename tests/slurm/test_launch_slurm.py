@@ -47,6 +47,7 @@ def submit(cluster, tmp_path: Path, name: str, shape: list[str], command: list[s
     return state, out.read_text() if out.exists() else ""
 
 
+@pytest.mark.spanning
 @pytest.mark.parametrize(("mode", "shape"), [
     ("srun", ["--nodes=2", "--ntasks-per-node=2"]),
     ("torchrun", ["--nodes=2", "--ntasks-per-node=2"]),

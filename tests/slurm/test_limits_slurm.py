@@ -106,6 +106,7 @@ def assert_completed_within_limit(result: dict[str, Any]) -> None:
     assert most == LIMIT, "the daemon never used the whole headroom"
 
 
+@pytest.mark.spanning
 def test_experiment_of_three_times_the_submit_limit_completes_within_it(
         slurm_cluster: Any, cluster_user: ClusterUser, user_tmp: Path) -> None:
     result = run_daemon(cluster_user, user_tmp, blind=False)

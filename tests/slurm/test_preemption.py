@@ -46,6 +46,7 @@ def harness(tmp_path: Path, slurm_cluster: Any) -> Iterator[DaemonHarness]:
     h.cancel_all_experiments()
 
 
+@pytest.mark.spanning
 def test_partition_preemption_checkpoints_requeues_and_resumes_bit_identical(
         harness: DaemonHarness, slurm_cluster: Any, tmp_path: Path) -> None:
     reference = start_reference(tmp_path / "reference.pt", BATCHES, HPARAMS)

@@ -58,6 +58,7 @@ def run_started(trial_dir: Path, run: int, min_steps: int) -> bool:
     return len(seen) >= min_steps
 
 
+@pytest.mark.spanning
 def test_user_signal_and_manual_requeue_are_free(harness: DaemonHarness, tmp_path: Path) -> None:
     reference = start_reference(tmp_path / "reference.pt", BATCHES, HPARAMS)
     exp = harness.submit(experiment_yaml(batches=BATCHES, pool="debug", hparams=HPARAMS))

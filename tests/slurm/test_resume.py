@@ -51,6 +51,7 @@ def harness_long_grace(tmp_path: Path, slurm_cluster: Any) -> Iterator[DaemonHar
     yield from _harness(tmp_path / "dethpc", debug_grace_s=TIME_LIMIT_GRACE_S)
 
 
+@pytest.mark.spanning
 def test_time_limit_checkpoints_and_requeues_across_allocations(
         harness_long_grace: DaemonHarness, tmp_path: Path) -> None:
     h = harness_long_grace

@@ -105,6 +105,7 @@ def test_existing_array_script_preempted_resumes_from_its_own_checkpoint(
     assert any(a["why"] == "signal" for a in read_jsonl(trial_dir / "stop-acks.jsonl"))
 
 
+@pytest.mark.spanning
 def test_unchanged_script_keeps_running_until_slurms_term_and_is_requeued(
         home: tuple[Path, Store, Daemon], tmp_path: Path) -> None:
     root, store, daemon = home
@@ -163,6 +164,7 @@ def test_unchanged_script_ends_timeout_at_its_time_limit(
     assert max(beats) >= got[1]["time"] - 2 and got[1]["time"] - got[0]["time"] >= 5, got
 
 
+@pytest.mark.spanning
 def test_parsable_output_feeds_a_dependency_as_with_sbatch(
         home: tuple[Path, Store, Daemon], tmp_path: Path) -> None:
     root, store, daemon = home

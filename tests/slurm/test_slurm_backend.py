@@ -20,6 +20,9 @@ from dethpc.common.errors import CommandError, SubmitError
 from dethpc.common.runner import CommandRunner, RecordingRunner
 from tests import backend_polling as polling
 
+#: the version-spanning tier: also runs on the Slurm 25.11 dev cluster (docs/testing.md)
+pytestmark = pytest.mark.spanning
+
 DEADLINE_S = 240.0
 
 

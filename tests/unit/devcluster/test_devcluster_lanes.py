@@ -76,7 +76,7 @@ def test_the_lane_of_a_process_and_its_environment(monkeypatch: pytest.MonkeyPat
     assert lanes.current_layout() == lanes.lane_layout(2, BASE)
     assert lanes.lane_env(lanes.current_layout()) == {
         "SLURM_CONF": "/etc/slurm-lane2/slurm.conf", lanes.LANE_ENV: "2",
-        lanes.NODES_ENV: "l2n1,l2n2,l2n3,l2n4"}
+        lanes.RELEASE_ENV: "22.05", lanes.NODES_ENV: "l2n1,l2n2,l2n3,l2n4"}
     for bad in ("0", "x", str(lanes.MAX_LANES + 1)):
         monkeypatch.setenv(lanes.LANE_ENV, bad)
         with pytest.raises(ValueError):
