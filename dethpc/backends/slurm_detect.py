@@ -125,17 +125,31 @@ def _first(text: str) -> str | None:
     return None
 
 
+PING_ARGV = ["scontrol", "ping"]
+CONFIG_ARGV = ["scontrol", "show", "config"]
+SINFO_ARGV = ["sinfo", "-h", "-o", SINFO_FORMAT]
+
+
+def account_argv(user: str) -> list[str]:
+    return ["sacctmgr", "-n", "-P", "show", "user", user, "format=defaultaccount"]
+
+
+def default_qos_argv(user: str, account: str) -> list[str]:
+    return ["sacctmgr", "-n", "-P", "show", "assoc", f"user={user}", f"account={account}",
+            "format=defaultqos"]
+
+
 def probe(runner: CommandRunner, user: str,
           which: Callable[[str], str | None] = shutil.which) -> SlurmFacts | None:
     """One look at Slurm; None when this is not a login node whose controller answers."""
     if which("sbatch") is None or which("scontrol") is None:
         return None
     try:
-        ping = runner.run(["scontrol", "ping"], check=False, retry=False)
+        ping = runner.run(PING_ARGV, check=False, retry=False)
         if ping.returncode != 0 or " UP" not in ping.stdout.upper():
             return None
-        config = sp.parse_key_values(runner.run(["scontrol", "show", "config"]).stdout)
-        part = default_partition(runner.run(["sinfo", "-h", "-o", SINFO_FORMAT]).stdout)
+        config = sp.parse_key_values(runner.run(CONFIG_ARGV).stdout)
+        part = default_partition(runner.run(SINFO_ARGV).stdout)
     except CommandError as exc:
         log.info("slurm probe: %s", exc)
         return None
@@ -143,12 +157,9 @@ def probe(runner: CommandRunner, user: str,
         return None
     account = qos = None
     try:
-        account = _first(runner.run(["sacctmgr", "-n", "-P", "show", "user", user,
-                                     "format=defaultaccount"], retry=False).stdout)
+        account = _first(runner.run(account_argv(user), retry=False).stdout)
         if account:
-            qos = _first(runner.run(["sacctmgr", "-n", "-P", "show", "assoc",
-                                     f"user={user}", f"account={account}",
-                                     "format=defaultqos"], retry=False).stdout)
+            qos = _first(runner.run(default_qos_argv(user, account), retry=False).stdout)
     except CommandError:
         pass    # no accounting: Slurm applies its own defaults
     return SlurmFacts(cluster_name=config.get("ClusterName", ""),
