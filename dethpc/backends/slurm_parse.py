@@ -238,9 +238,12 @@ def _clean(value: str) -> str:
 
 
 def parse_wait_status(text: str) -> tuple[int | None, int | None]:
-    """squeue ``exit_code`` (a wait status) -> (exit code, signal): "512" -> (2, None),
-    "9" -> (0, 9). Empty or "N/A" -> (None, None)."""
+    """squeue ``exit_code`` -> (exit code, signal). Slurm 22.05 prints the wait status
+    ("512" -> (2, None), "9" -> (0, 9)); 25.11 prints "code:signal" as sacct does
+    ("2:0", "0:9"; tests/golden/slurm). Empty or "N/A" -> (None, None)."""
     t = text.strip()
+    if ":" in t:
+        return parse_exit_code(t)
     if not t.isdigit():
         return None, None
     status = int(t)

@@ -213,7 +213,14 @@ def _build(runner: CommandRunner, tarball: Path, prefix: Path) -> str:
     for sub in ("bin", "sbin", "lib", "include"):
         if not (prefix / sub).is_dir():
             raise DethpcError(f"the Slurm build installed no {prefix / sub}")
-    res = runner.run([str(prefix / "bin" / "sbatch"), "--version"], check=False, retry=False)
+    # every Slurm command reads a config first, even for --version (without one it asks
+    # DNS for a configless controller): a two-line one is enough
+    smoke = prefix / "etc" / "version-check.conf"
+    smoke.parent.mkdir(parents=True, exist_ok=True)
+    smoke.write_text("ClusterName=version-check\nSlurmctldHost=localhost\n")
+    res = CommandRunner(timeout=60.0, retries=0, env={**(runner.env or os.environ),
+                                                      "SLURM_CONF": str(smoke)}).run(
+        [str(prefix / "bin" / "sbatch"), "--version"], check=False, retry=False)
     if res.returncode != 0 or not res.stdout.startswith("slurm "):
         raise DethpcError(f"the built sbatch does not run: {res.stdout or res.stderr}".strip())
     return res.stdout.strip()

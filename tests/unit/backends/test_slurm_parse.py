@@ -176,6 +176,8 @@ def test_parse_squeue() -> None:
 @pytest.mark.parametrize(("text", "expected"), [
     ("0", (0, None)), ("256", (1, None)), ("512", (2, None)), ("9", (0, 9)),
     ("15", (0, 15)), ("N/A", (None, None)), ("", (None, None)),
+    # Slurm 25.11 prints code:signal (tests/golden/slurm/25.11/squeue_jobs.txt)
+    ("3:0", (3, None)), ("0:15", (0, 15)), ("0:0", (0, None)),
 ])
 def test_parse_wait_status(text: str, expected: tuple[int | None, int | None]) -> None:
     assert parse_wait_status(text) == expected
