@@ -134,17 +134,23 @@ def _point(link: Path, prefix: Path) -> None:
 def configure_argv(prefix: Path) -> list[str]:
     """``configure`` for a dev cluster's Slurm: everything under ``prefix`` (its plugins
     and its default config directory), found through ``SLURM_CONF`` at run time."""
+    # --enable-multiple-slurmd: the dev cluster's 4 slurmd share one host (Debian's
+    # package is built so; without it slurmctld finds no address for all but one node)
     return ["./configure", f"--prefix={prefix}", f"--sysconfdir={prefix}/etc",
-            "--disable-debug", "--without-pmix", "--disable-dependency-tracking"]
+            "--enable-multiple-slurmd", "--disable-debug", "--without-pmix",
+            "--disable-dependency-tracking"]
 
 
 def read_stamp(prefix: Path, sha256: str) -> dict[str, object] | None:
-    """The build's stamp when the build under ``prefix`` is complete and from ``sha256``."""
+    """The build's stamp when the build under ``prefix`` is complete, from ``sha256``
+    and configured as ``configure_argv`` says today (else it is built again)."""
     try:
         stamp = json.loads((prefix / STAMP).read_text())
     except (OSError, ValueError):
         return None
-    return stamp if isinstance(stamp, dict) and stamp.get("sha256") == sha256 else None
+    if not isinstance(stamp, dict) or stamp.get("sha256") != sha256:
+        return None
+    return stamp if stamp.get("configure") == configure_argv(prefix)[1:] else None
 
 
 def ensure_slurm_build(release: SlurmRelease, shared: Path, *,

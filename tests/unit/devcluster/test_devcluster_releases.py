@@ -147,7 +147,11 @@ def test_only_a_finished_build_of_the_same_tarball_is_reused(tmp_path: Path) -> 
     assert slurm_build.read_stamp(tmp_path, sha) is None  # another tarball's
     (tmp_path / slurm_build.STAMP).write_text("{not json")
     assert slurm_build.read_stamp(tmp_path, sha) is None
-    done = {"sha256": sha, "version": "slurm 25.11.7"}
+    configure = slurm_build.configure_argv(tmp_path)[1:]
+    (tmp_path / slurm_build.STAMP).write_text(json.dumps(
+        {"sha256": sha, "configure": [*configure[:-1]]}))
+    assert slurm_build.read_stamp(tmp_path, sha) is None  # configured otherwise
+    done = {"sha256": sha, "version": "slurm 25.11.7", "configure": configure}
     (tmp_path / slurm_build.STAMP).write_text(json.dumps(done))
     assert slurm_build.read_stamp(tmp_path, sha) == done
 
@@ -161,7 +165,8 @@ def test_a_cached_build_is_found_through_the_release_link(tmp_path: Path,
     prefix = slurm_build.build_prefix(shared, V25, sha)
     prefix.mkdir(parents=True)
     (prefix / slurm_build.STAMP).write_text(json.dumps(
-        {"sha256": sha, "version": "slurm 25.11.7", "build_seconds": 237.0}))
+        {"sha256": sha, "version": "slurm 25.11.7", "build_seconds": 237.0,
+         "configure": slurm_build.configure_argv(prefix)[1:]}))
     build = slurm_build.ensure_slurm_build(V25, shared, install_deps=lambda _p: pytest.fail(
         "a cached build installs nothing"))
     assert (build.prefix, build.version, build.build_seconds, build.built_now) == (
@@ -184,3 +189,4 @@ def test_configure_installs_everything_under_the_prefix() -> None:
     argv = slurm_build.configure_argv(Path("/p/25.11-x"))
     assert argv[0] == "./configure" and "--prefix=/p/25.11-x" in argv
     assert "--sysconfdir=/p/25.11-x/etc" in argv
+    assert "--enable-multiple-slurmd" in argv  # 4 slurmd on one host
