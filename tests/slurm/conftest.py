@@ -157,7 +157,9 @@ def user_python(cluster_user: ClusterUser) -> list[str]:
 
 @pytest.fixture
 def user_tmp(cluster_user: ClusterUser) -> Iterator[Path]:
-    """A directory ``cluster_user`` owns (mode 755), removed afterwards."""
+    """A directory ``cluster_user`` owns (mode 755), removed afterwards (kept with
+    ``DETHPC_KEEP_TMP=1``, to read a failed run's files)."""
     path = user_dir(cluster_user)
     yield path
-    shutil.rmtree(path, ignore_errors=True)
+    if os.environ.get("DETHPC_KEEP_TMP") != "1":
+        shutil.rmtree(path, ignore_errors=True)

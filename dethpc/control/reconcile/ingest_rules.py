@@ -153,11 +153,14 @@ def job_for_record(jobs: Sequence[J], ref: str) -> J | None:
 
 
 def free_runs(records: Iterable[dict[str, Any]], ref: str) -> frozenset[int]:
-    """Runs of job ``ref`` that ended with a free exit record (``exits.jsonl`` read from
-    its start: the job row keeps only the last record, and one tick may see several
-    runs end)."""
+    """Runs of job ``ref`` whose end counts against no restart: those with a free exit
+    record, and those that completed (a completed run that Slurm requeued once more is
+    Slurm's doing: 25.11 turns the completion after a preemption whose grace ran out into
+    a requeue). ``exits.jsonl`` is read from its start: the job row keeps only the last
+    record, and one tick may see several runs end."""
     return frozenset(rec.run for raw, rec in ((r, parse_exit_record(r)) for r in records)
-                     if str(raw.get("job", "")) == ref and rec.free)
+                     if str(raw.get("job", "")) == ref
+                     and (rec.free or rec.reason is ExitReason.COMPLETED))
 
 
 def free_exit_note(rec: ExitRecord, steps: int) -> str:

@@ -93,8 +93,11 @@ def test_free_runs_are_this_jobs_runs_with_a_free_record() -> None:
         {"job": "6_0", "reason": "preempted", "restart": 4},   # another job's
         {"reason": "preempted", "restart": 5},                  # no job named
         {"job": "5_0", "reason": "completed", "restart": 6},
+        {"job": "5_0", "reason": "stopped", "restart": 7},
     ]
-    assert free_runs(lines, "5_0") == frozenset({0, 2, 3})
+    # a completed run is never a restart to count: when Slurm ran the job once more (25.11,
+    # after a preemption whose grace ran out) that run is Slurm's doing
+    assert free_runs(lines, "5_0") == frozenset({0, 2, 3, 6})
     assert free_runs(lines, "7_0") == frozenset()
 
 
