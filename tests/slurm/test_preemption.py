@@ -74,6 +74,12 @@ def test_partition_preemption_checkpoints_requeues_and_resumes_bit_identical(
     # the same job id ran again: requeued, SLURM_RESTART_COUNT 0, 1, ... (other users of
     # the shared dev cluster may preempt it once more: every run but the last is preempted)
     exits = read_jsonl(trial_dir / "exits.jsonl")
+    # Slurm 25.11 may start the job once more after its completed run (a preemption
+    # leaves its requeue-on-completion flag set; docs/dev-cluster.md): that run only
+    # records another completed run, says so in the log, and is never a restart
+    extra = job_log(trial_dir).count("Slurm started it once more")
+    assert extra <= 1 and all(e["reason"] == "completed" for e in exits[len(exits) - extra:])
+    exits = exits[:len(exits) - extra]
     n = len(exits)
     assert n >= 2, exits
     assert [(e["reason"], e["restart"], e["job"]) for e in exits] == [
@@ -107,4 +113,4 @@ def test_partition_preemption_checkpoints_requeues_and_resumes_bit_identical(
     show = subprocess.run(["scontrol", "-o", "show", "job", ref], capture_output=True,
                           text=True, check=False).stdout
     if "Restarts=" in show:  # while slurmctld still remembers the job (MinJobAge)
-        assert "Restarts=1" in show, show
+        assert f"Restarts={n - 1 + extra}" in show, show
