@@ -84,11 +84,8 @@ def expected_sha256(sums: str, name: str) -> str | None:
 
 
 def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def checked_tarball(release: SlurmRelease, directory: Path | None = None) -> tuple[Path, str]:
