@@ -187,6 +187,13 @@ def _existing_file(ck: Checker, value: Any, path: str, base: Path) -> Path | Non
     return location
 
 
+def path_with_first(first: list[str], path: str) -> str:
+    """``path`` (a ``$PATH``) with the directories ``first`` at its front, in that order,
+    each once (the same directory further on is dropped, as are empty entries)."""
+    rest = [d for d in path.split(os.pathsep) if d and d not in first]
+    return os.pathsep.join([*first, *rest])
+
+
 def slurm_client_env(cluster: ClusterConfig, environ: Mapping[str, str]) -> dict[str, str]:
     """The variables to set so that the Slurm commands dethpc runs (and its jobs, which
     inherit the submitting process's environment) are the cluster config's: ``PATH``
@@ -194,10 +201,9 @@ def slurm_client_env(cluster: ClusterConfig, environ: Mapping[str, str]) -> dict
     or ``environ`` already says so."""
     out: dict[str, str] = {}
     if cluster.slurm_bin is not None:
-        first = str(cluster.slurm_bin)
-        parts = environ.get("PATH", os.defpath).split(os.pathsep)
-        if not parts or parts[0] != first:
-            out["PATH"] = os.pathsep.join([first, *(p for p in parts if p and p != first)])
+        path = environ.get("PATH", os.defpath)
+        if path.split(os.pathsep)[0] != str(cluster.slurm_bin):
+            out["PATH"] = path_with_first([str(cluster.slurm_bin)], path)
     if cluster.slurm_conf is not None and environ.get("SLURM_CONF") != str(cluster.slurm_conf):
         out["SLURM_CONF"] = str(cluster.slurm_conf)
     return out

@@ -26,6 +26,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from dethpc.config.cluster import path_with_first
 from dethpc.devcluster.layout import SLURM_ETC, DevClusterLayout, base_dir
 from dethpc.devcluster.releases import DEFAULT_RELEASE, SlurmRelease
 
@@ -122,8 +123,7 @@ def lane_env(layout: DevClusterLayout, path: str | None = None) -> dict[str, str
            RELEASE_ENV: layout.release.value, NODES_ENV: ",".join(layout.node_names)}
     if layout.path_prefix:
         rest = os.environ.get("PATH", os.defpath) if path is None else path
-        kept = [d for d in rest.split(os.pathsep) if d and d not in layout.path_prefix]
-        env["PATH"] = os.pathsep.join([*layout.path_prefix, *kept])
+        env["PATH"] = path_with_first(layout.path_prefix, rest)
     return env
 
 

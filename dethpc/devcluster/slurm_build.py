@@ -157,14 +157,10 @@ def ensure_slurm_build(release: SlurmRelease, shared: Path, *,
     """The machine's build of ``release`` (built now when missing or interrupted)."""
     tarball, sha = checked_tarball(release)
     prefix = build_prefix(shared, release, sha)
-    stamp = read_stamp(prefix, sha)
-    if stamp is not None:
-        _point(current_link(shared, release), prefix)
-        return _build_of(release, prefix, sha, stamp)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     prefix.parent.chmod(0o755)
-    with flocked(prefix.parent / f".{prefix.name}.lock"):
-        stamp = read_stamp(prefix, sha)  # another process may have built it meanwhile
+    with flocked(prefix.parent / f".{prefix.name}.lock"):  # one builder; others wait, reuse
+        stamp = read_stamp(prefix, sha)
         if stamp is not None:
             _point(current_link(shared, release), prefix)
             return _build_of(release, prefix, sha, stamp)
@@ -206,11 +202,11 @@ def _build(runner: CommandRunner, tarball: Path, prefix: Path) -> str:
     try:
         runner.run(["tar", "-xJf", str(tarball), "-C", str(work), "--strip-components=1"])
         jobs = str(os.cpu_count() or 1)
-        quiet = CommandRunner(timeout=runner.timeout, retries=0, cwd=str(work),
-                              env=runner.env)
-        quiet.run(configure_argv(prefix))
-        quiet.run(["make", f"-j{jobs}"])
-        quiet.run(["make", "install"])
+        in_src = CommandRunner(timeout=runner.timeout, retries=0, cwd=str(work),
+                               env=runner.env)
+        in_src.run(configure_argv(prefix))
+        in_src.run(["make", f"-j{jobs}"])
+        in_src.run(["make", "install"])
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for sub in ("bin", "sbin", "lib", "include"):
