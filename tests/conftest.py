@@ -350,6 +350,7 @@ def _tier(nodeid: str) -> str:
 
 #: per Slurm lane (xdist controller): tests, their seconds, when the last one ended
 _lane_tests: dict[int, int] = {}
+_lane_files: dict[int, set[str]] = {}
 _lane_seconds: dict[int, float] = {}
 _lane_end: dict[int, float] = {}
 _session_start = time.monotonic()
@@ -366,6 +367,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _lane_end[lane] = time.monotonic() - _session_start
         if report.when == "call":
             _lane_tests[lane] = _lane_tests.get(lane, 0) + 1
+            _lane_files.setdefault(lane, set()).add(report.nodeid.split("::")[0])
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
@@ -387,10 +389,11 @@ def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untype
     tr.write_sep("-", "Slurm lanes (one worker and one dev cluster each)")
     for lane in sorted(_lane_end):
         est = _plan.get("estimates", {}).get(lane, 0.0)
-        files = len(_plan.get("files", {}).get(lane, ()))
+        files = len(_lane_files.get(lane, ()))
         release, k = slot_cluster(terminalreporter.config, lane)
         lay = lane_layout(k, release=release)
+        planned = f"planned {est:.0f} s" if est else "release variants, not planned"
         tr.write_line(
             f"  lane {lane} (Slurm {release.value}, {lay.slurm_conf}): {_lane_tests.get(lane, 0)} "
             f"tests in {files} files, {_lane_seconds[lane]:7.1f} s of tests "
-            f"(planned {est:.0f} s), last one ended {_lane_end[lane]:7.1f} s after the start")
+            f"({planned}), last one ended {_lane_end[lane]:7.1f} s after the start")

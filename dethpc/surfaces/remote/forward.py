@@ -106,6 +106,10 @@ def _pump(ch: paramiko.Channel, out: BinaryIO, err: BinaryIO,
             break
         t = ch.get_transport()
         if ch.closed or t is None or not t.is_active():
+            # The far side sends the exit status and then closes the channel: both may
+            # land between the check above and this one. Lost only without a status.
+            if ch.exit_status_ready():
+                continue
             raise RemoteError("the connection to the login node was lost")
         select.select([ch], [], [], 0.1)
     while ch.recv_ready():  # what arrived with the exit status

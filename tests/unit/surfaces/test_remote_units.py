@@ -239,3 +239,51 @@ def test_ctrl_c_only_sets_a_flag_while_output_is_copied() -> None:
             time.sleep(0.01)
         assert interrupted.is_set()
     assert signal.getsignal(signal.SIGINT) is before
+
+
+class _ClosingChannel:
+    """A channel whose exit status and close land between the copy loop's two checks:
+    the far command has printed everything, exited, and the far side closed the channel
+    (what the jump-host run in CI hit once)."""
+
+    closed = True
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def recv_ready(self) -> bool:
+        return False
+
+    def recv_stderr_ready(self) -> bool:
+        return False
+
+    def exit_status_ready(self) -> bool:
+        self.asked += 1
+        return self.asked > 1  # not ready at the first check, ready right after
+
+    def get_transport(self) -> None:
+        return None
+
+    def recv_exit_status(self) -> int:
+        return 0
+
+
+def test_a_channel_closed_with_its_exit_status_is_not_a_lost_connection() -> None:
+    import io
+    import threading
+
+    ch = _ClosingChannel()
+    code = forward._pump(ch, io.BytesIO(), io.BytesIO(),  # type: ignore[arg-type]
+                         threading.Event())
+    assert code == 0
+
+
+def test_a_channel_closed_without_an_exit_status_is_a_lost_connection() -> None:
+    import io
+    import threading
+
+    ch = _ClosingChannel()
+    ch.asked = -10**6  # never ready
+    with pytest.raises(RemoteError, match="connection to the login node was lost"):
+        forward._pump(ch, io.BytesIO(), io.BytesIO(),  # type: ignore[arg-type]
+                      threading.Event())
