@@ -24,7 +24,10 @@ always answers "no" and the CLI is used.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import importlib.util
 import logging
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -38,9 +41,51 @@ log = logging.getLogger(__name__)
 _EMPTY = ("", "(null)", "None", "N/A")
 
 
+#: how the RPC pacer names one ``Jobs.load()`` (one REQUEST_JOB_INFO, measured on 25.11)
+PYSLURM_LOAD: tuple[str, ...] = ("pyslurm.Jobs.load",)
+
+#: the child that imports pyslurm before this process does: an import that cannot find
+#: a slurm.conf makes libslurm print "fatal: Could not establish a configuration source"
+#: and exit the whole process (measured with pyslurm 25.11.2), which a daemon must survive
+PROBE = "import sys, pyslurm; sys.stdout.write(str(pyslurm.__version__))"
+
+
+def pyslurm_installed() -> bool:
+    """True when a ``pyslurm`` package is on the path (found, not imported)."""
+    try:
+        return importlib.util.find_spec("pyslurm") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def installed_version() -> str | None:
+    """pyslurm's version from its package metadata (nothing imported)."""
+    try:
+        return importlib.metadata.version("pyslurm")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def probe_argv() -> list[str]:
+    """This interpreter importing pyslurm in a child and printing its version."""
+    return [sys.executable, "-c", PROBE]
+
+
+def probed_version(returncode: int, stdout: str, stderr: str) -> str | None:
+    """pyslurm's version from the probe child's result; None (logged) when the import
+    failed or exited the child."""
+    if returncode == 0 and stdout.strip():
+        return stdout.strip()
+    tail = (stderr.strip().splitlines() or [f"exit status {returncode}"])[-1]
+    log.info("pyslurm is installed but cannot be imported here (%s): using the Slurm CLI",
+             tail[:300])
+    return None
+
+
 def pyslurm_importable() -> bool:
-    """True when ``import pyslurm`` works; a broken build (libslurm missing or of
-    another version: an ``OSError``/``ImportError`` at import) is logged and is a no."""
+    """True when ``import pyslurm`` works in this process; a broken build (libslurm
+    missing or of another version: an ``OSError``/``ImportError`` at import) is logged
+    and is a no. Call only after the probe child survived the same import."""
     try:
         importlib.import_module("pyslurm")
     except ModuleNotFoundError:
@@ -52,15 +97,23 @@ def pyslurm_importable() -> bool:
     return True
 
 
+def versions_match(pyslurm_version: str, slurm_version: tuple[int, int] | None) -> bool:
+    """pyslurm is built against one libslurm ABI: its major.minor must be Slurm's."""
+    if slurm_version is None:
+        return False
+    if parse_version(pyslurm_version) == slurm_version:
+        return True
+    log.info("pyslurm %s does not match Slurm %s.%02d: using the Slurm CLI",
+             pyslurm_version, *slurm_version)
+    return False
+
+
 def load_query(slurm_version: tuple[int, int] | None) -> PyslurmQuery | None:
     """A query object when pyslurm matches ``slurm_version`` (major, minor), else None."""
     if slurm_version is None or not pyslurm_importable():
         return None
     mod = importlib.import_module("pyslurm")
-    have = parse_version(str(getattr(mod, "__version__", "")))
-    if have != slurm_version:
-        log.info("pyslurm %s does not match Slurm %s.%02d: using the Slurm CLI",
-                 getattr(mod, "__version__", "?"), *slurm_version)
+    if not versions_match(str(getattr(mod, "__version__", "?")), slurm_version):
         return None
     return PyslurmQuery(mod)
 

@@ -16,6 +16,7 @@ do), run commands except through the ``CommandRunner`` it was given, or loop per
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from dethpc.backends import slurm_submit
@@ -23,7 +24,9 @@ from dethpc.backends.base import JobInfo, JobRequest, PoolLimits
 from dethpc.backends.slurm_actions import cancel_argv, requeue_argv, run_tolerant, throttle_argv
 from dethpc.backends.slurm_parse import Partition
 from dethpc.backends.slurm_poll import SlurmPoll
+from dethpc.backends.slurm_ratelimit import RpcPacer, parse_rate_limit, subject_to_limit
 from dethpc.backends.slurm_site import SlurmSite, slurm_up
+from dethpc.common.errors import CommandError
 from dethpc.common.runner import CommandRunner
 from dethpc.common.traits import SLURM, BackendTraits
 
@@ -42,6 +45,12 @@ class SlurmBackend:
         self.signal_flags = tuple(signal_flags)
         self._site = SlurmSite(runner, user)
         self._poll = SlurmPoll(runner, user, self._site)
+        #: waits before Slurm commands where slurmctld rate-limits this user's RPCs
+        #: (set from the site's config before the first job command: ``_paced``)
+        if not isinstance(runner.pacer, RpcPacer):
+            runner.pacer = RpcPacer()
+        self.pacer: RpcPacer = runner.pacer
+        self._pace_known = False
 
     @property
     def limits_retry_s(self) -> float:
@@ -85,31 +94,53 @@ class SlurmBackend:
         None when this backend has no user (its poll then lists only dethpc's jobs)."""
         return self._poll.user_jobs()
 
+    def _paced(self) -> None:
+        """Before the first job command: read the site's config (once; a failed read is
+        tried again at the next command) and pace this process's Slurm commands to its
+        per-user RPC rate limit, when slurmctld has one for this user
+        (``slurm_ratelimit``)."""
+        if self._pace_known:
+            return
+        try:
+            cfg = self._site.config()
+        except CommandError:
+            return
+        self._pace_known = True
+        self.pacer.configure(parse_rate_limit(cfg) if subject_to_limit(cfg, os.geteuid())
+                             else None)
+
     # --------------------------------------------------------------- submit
     def judge(self, request: JobRequest) -> str | None:
         """Slurm's verdict without submitting (``slurm_submit.judge``)."""
+        self._paced()
         return slurm_submit.judge(self.runner, request, self.max_array_size)
 
     def submit(self, request: JobRequest) -> list[str]:
+        self._paced()
         return slurm_submit.submit(self.runner, request, self.max_array_size)
 
     # ---------------------------------------------------------- poll / find
     def poll(self, refs: Sequence[str]) -> dict[str, JobInfo]:
         """One squeue, at most one sacct and one sdiag (``SlurmPoll.poll``)."""
+        self._paced()
         return self._poll.poll(refs)
 
     def find(self, names: Sequence[str]) -> list[JobInfo]:
         """Tasks named ``names``: one squeue, plus one sacct (``SlurmPoll.find``)."""
+        self._paced()
         return self._poll.find(names)
 
     # -------------------------------------------------------------- actions
     def cancel(self, refs: Sequence[str], signal: str | None = None) -> None:
         if refs:
+            self._paced()
             run_tolerant(self.runner, cancel_argv(refs, signal, self.signal_flags))
 
     def requeue(self, refs: Sequence[str]) -> None:
         if refs:
+            self._paced()
             run_tolerant(self.runner, requeue_argv(refs))
 
     def set_throttle(self, array_job_id: str, limit: int) -> None:
+        self._paced()
         run_tolerant(self.runner, throttle_argv(array_job_id, limit))

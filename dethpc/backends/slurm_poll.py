@@ -24,7 +24,16 @@ from dataclasses import replace
 
 from dethpc.backends import slurm_parse as sp
 from dethpc.backends.base import JobInfo, JobState
-from dethpc.backends.pyslurm_query import PyslurmQuery, load_query, pyslurm_importable
+from dethpc.backends.pyslurm_query import (
+    PYSLURM_LOAD,
+    PyslurmQuery,
+    installed_version,
+    load_query,
+    probe_argv,
+    probed_version,
+    pyslurm_installed,
+    versions_match,
+)
 from dethpc.backends.slurm_actions import GONE
 from dethpc.backends.slurm_site import SlurmSite
 from dethpc.common.errors import CommandError
@@ -203,7 +212,15 @@ class SlurmPoll:
     def _squeue(self, bases: list[str]) -> list[JobInfo]:
         query = self._query()
         if query is not None:
-            return query.live_jobs(bases, user=self.user)
+            pacer = self.runner.pacer  # in-process: the runner does not see it
+            if pacer is None:
+                return query.live_jobs(bases, user=self.user)
+            pacer.before(PYSLURM_LOAD)
+            started = time.monotonic()
+            try:
+                return query.live_jobs(bases, user=self.user)
+            finally:
+                pacer.after(PYSLURM_LOAD, time.monotonic() - started)
         res = self.runner.run(squeue_argv(bases, self.user), check=False)
         if res.returncode != 0:
             if any(m in res.stderr for m in GONE):
@@ -233,10 +250,17 @@ class SlurmPoll:
         """The pyslurm query object when a matching pyslurm is importable, else None."""
         if not self._query_chosen:
             self._query_chosen = True
-            if pyslurm_importable():  # only then is the running Slurm's version needed
+            # only with pyslurm installed and of the running Slurm's version (its package
+            # metadata: nothing imported yet); then a child imports it first, since
+            # libslurm may exit the importing process, and only then this process
+            have = installed_version() if pyslurm_installed() else None
+            if have is not None:
                 version = sp.parse_version(
                     self.runner.run(["scontrol", "--version"], check=False).stdout)
-                self._pyslurm = load_query(version)
+                if versions_match(have, version):
+                    probe = self.runner.run(probe_argv(), check=False, retry=False)
+                    if probed_version(probe.returncode, probe.stdout, probe.stderr):
+                        self._pyslurm = load_query(version)
             log.info("slurm backend: polling with %s",
                      "pyslurm" if self._pyslurm is not None else "the Slurm CLI (squeue/sacct)")
         return self._pyslurm

@@ -1,9 +1,10 @@
 """The subprocess seam: every external command dethpc runs goes through here.
 
 Owns: ``CommandRunner`` (argv lists only, never a shell string; timeout;
-retries with backoff on transient errors; ``CommandError`` carrying argv, exit
-code, stdout and stderr) and ``RecordingRunner`` (counts calls, used by tests
-and benchmarks to prove that a tick runs O(1) commands).
+retries with backoff on transient errors; an optional pacer asked before each
+attempt; ``CommandError`` carrying argv, exit code, stdout and stderr) and
+``RecordingRunner`` (counts calls, used by tests and benchmarks to prove that a tick
+runs O(1) commands).
 Must not: know about Slurm semantics beyond the list of transient messages.
 """
 
@@ -14,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from dethpc.common.errors import CommandError
 
@@ -51,6 +53,15 @@ def is_transient(stderr: str, stdout: str = "") -> bool:
     return any(m in stderr for m in TRANSIENT_MARKERS) or CONTROLLER_DOWN in stdout
 
 
+class Pacer(Protocol):
+    """Something that may wait before each command runs (a site's RPC rate limit:
+    ``backends.slurm_ratelimit.RpcPacer``)."""
+
+    def before(self, argv: Sequence[str]) -> None: ...
+
+    def after(self, argv: Sequence[str], seconds: float) -> None: ...
+
+
 @dataclass
 class CommandRunner:
     """Runs argv lists with a timeout, retrying transient failures with backoff."""
@@ -61,6 +72,8 @@ class CommandRunner:
     env: Mapping[str, str] | None = None
     #: the directory commands run in (None: this process's)
     cwd: str | None = None
+    #: asked before every attempt of every command (None: run at once)
+    pacer: Pacer | None = None
 
     def run(
         self,
@@ -79,6 +92,9 @@ class CommandRunner:
         delay = self.backoff
         last: CommandResult | None = None
         for attempt in range(attempts):
+            if self.pacer is not None:
+                self.pacer.before(args)
+            started = time.monotonic()
             try:
                 proc = subprocess.run(  # noqa: S603 - argv list, no shell
                     args,
@@ -102,6 +118,8 @@ class CommandRunner:
                     args, None, _text(exc.stdout), _text(exc.stderr),
                     reason=f"timed out after {timeout or self.timeout:.0f}s",
                 ) from exc
+            if self.pacer is not None:
+                self.pacer.after(args, time.monotonic() - started)
             last = CommandResult(args, proc.returncode, proc.stdout, proc.stderr)
             self._record(last)
             if proc.returncode == 0 or not check:

@@ -1,4 +1,4 @@
-"""``python -m dethpc.devcluster up|down|status|image``: works without the CLI installed.
+"""``python -m dethpc.devcluster up|down|status|image|pyslurm``: works without the CLI installed.
 
 ``up``/``status`` act on every lane (``--lanes N``, default 3) unless one is named
 (``--lane K`` or ``$DETHPC_DEVCLUSTER_LANE``); see ``dethpc.devcluster.lanes``.
@@ -48,7 +48,14 @@ def main(argv: list[str] | None = None) -> int:
     p_image = sub.add_parser("image", help="build (once) the Charliecloud image of dethpc + "
                              "torch under the state directory; print path, size, build time")
     p_image.add_argument("--rebuild", action="store_true", help="build even when up to date")
+    p_pyslurm = sub.add_parser("pyslurm", help="build (once) pyslurm against a built Slurm "
+                               "release and print the wheel's path (a test-only step)")
+    p_pyslurm.add_argument("--slurm", default="25.11",
+                           choices=[r.value for r in SlurmRelease if r.traits.pyslurm],
+                           help="the release whose headers and libslurm it is built against")
     args = parser.parse_args(argv)
+    if args.command == "pyslurm":
+        return commands.pyslurm_wheel(slurm=args.slurm)
     if args.command == "image":
         return _image(rebuild=args.rebuild)
     if args.command == "up":

@@ -111,3 +111,27 @@ def status(*, lane: int | None = None, lanes: int | None = None,
         return 0 if ready else 1
 
     return _guard(run)
+
+
+def pyslurm_wheel(*, slurm: str | None = None) -> int:
+    """Print the path of the pyslurm wheel built against ``slurm``'s build (building the
+    release and the wheel once per machine); scripts/test.sh installs it."""
+    def run() -> int:
+        from dethpc.devcluster.lanes import lane_layout
+        from dethpc.devcluster.pyslurm_build import ensure_pyslurm_wheel
+        from dethpc.devcluster.slurm_build import ensure_slurm_build
+
+        release = chosen_release(slurm)
+        if not release.built:
+            raise DethpcError(f"Slurm {release.value} is Debian's package; PyPI has no "
+                              "pyslurm for it (choose --slurm 25.11)")
+        shared = lane_layout(1, release=release).shared
+        build = ensure_slurm_build(release, shared, say=_stderr)
+        print(ensure_pyslurm_wheel(build, say=_stderr), flush=True)
+        return 0
+
+    return _guard(run)
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,17 +31,26 @@ from dethpc.devcluster.cluster import DevCluster
 #: the copy of slurm.conf a shortened MinJobAge runs on (beside slurm.conf: slurmctld
 #: finds gres.conf and plugstack.conf in the directory of the file it was given)
 FAULT_CONF_NAME = "slurm-fault.conf"
-_MIN_JOB_AGE = re.compile(r"^MinJobAge=\d+$", re.MULTILINE)
 
 
 def with_min_job_age(conf_text: str, seconds: int) -> str:
     """``conf_text`` with its ``MinJobAge`` line set to ``seconds`` (appended if absent)."""
     if seconds < 1:
         raise ValueError(f"min_job_age: {seconds} is not allowed; at least 1 second")
-    line = f"MinJobAge={seconds}"
-    if _MIN_JOB_AGE.search(conf_text):
-        return _MIN_JOB_AGE.sub(line, conf_text)
-    return conf_text.rstrip("\n") + f"\n{line}\n"
+    return with_settings(conf_text, {"MinJobAge": str(seconds)})
+
+
+def with_settings(conf_text: str, settings: Mapping[str, str]) -> str:
+    """``conf_text`` with each ``Key=value`` of ``settings`` in place of that key's line
+    (appended when the file has none): a site policy switched on for one test."""
+    for key, value in settings.items():
+        line = f"{key}={value}"
+        pattern = re.compile(rf"^{re.escape(key)}=.*$", re.MULTILINE | re.IGNORECASE)
+        if pattern.search(conf_text):
+            conf_text = pattern.sub(line.replace("\\", "\\\\"), conf_text)
+        else:
+            conf_text = conf_text.rstrip("\n") + f"\n{line}\n"
+    return conf_text
 
 
 @dataclass(frozen=True)
@@ -65,22 +74,27 @@ class ClusterFaults:
 
     # ------------------------------------------------------------ slurmctld
     def restart_slurmctld(self, *, min_job_age: int | None = None,
+                          settings: Mapping[str, str] | None = None,
                           wait_nodes: bool = True) -> FaultTiming:
-        """Stop slurmctld and start it again; with ``min_job_age``, on a copy of
-        slurm.conf whose ``MinJobAge`` is that many seconds (None: the site's file).
-        ``wait_nodes`` False returns as soon as ``scontrol ping`` answers (the nodes may
-        not have registered yet: ``wait_nodes_usable``)."""
+        """Stop slurmctld and start it again; with ``min_job_age`` or ``settings``, on a
+        copy of slurm.conf whose ``MinJobAge`` is that many seconds and whose lines
+        ``settings`` replaces (neither: the site's file). ``wait_nodes`` False returns
+        as soon as ``scontrol ping`` answers (the nodes may not have registered yet:
+        ``wait_nodes_usable``)."""
         with self.cluster.locked():
-            return self._restart_slurmctld(min_job_age, wait_nodes)
+            return self._restart_slurmctld(min_job_age, wait_nodes, settings)
 
-    def _restart_slurmctld(self, min_job_age: int | None,
-                           wait_nodes: bool = True) -> FaultTiming:
+    def _restart_slurmctld(self, min_job_age: int | None, wait_nodes: bool = True,
+                           settings: Mapping[str, str] | None = None) -> FaultTiming:
         lay = self.cluster.layout
         argv = ["slurmctld"]
-        if min_job_age is None:
+        if min_job_age is None and not settings:
             self.fault_conf.unlink(missing_ok=True)
         else:
-            self.fault_conf.write_text(with_min_job_age(lay.slurm_conf.read_text(), min_job_age))
+            text = lay.slurm_conf.read_text()
+            if min_job_age is not None:
+                text = with_min_job_age(text, min_job_age)
+            self.fault_conf.write_text(with_settings(text, settings or {}))
             self.fault_conf.chmod(0o644)
             argv += ["-f", str(self.fault_conf)]
         t0 = time.monotonic()

@@ -46,9 +46,11 @@ def user_python_env() -> dict[str, str]:
 
 
 def run_daemon(cluster_user: ClusterUser, user_tmp: Path, *, blind: bool,
-               timeout_s: float = 480, release: Path | None = None) -> dict[str, Any]:
+               timeout_s: float = 480, release: Path | None = None,
+               **extra: Any) -> dict[str, Any]:
     """Run tests/slurm/scripts/limits_daemon.py as the test user; ``release``: a file
-    the driver creates after its first tick's sample (jobs may wait on it)."""
+    the driver creates after its first tick's sample (jobs may wait on it); ``extra``:
+    more of the driver's arguments (``sample_queue``)."""
     if not SYSTEM_PYTHON.exists():
         pytest.skip(f"{SYSTEM_PYTHON} (a Python the test user can run) is missing")
     trials = 3 * LIMIT
@@ -66,7 +68,7 @@ def run_daemon(cluster_user: ClusterUser, user_tmp: Path, *, blind: bool,
         "db": f"sqlite:///{user_tmp}/dethpc.db", "runs_root": str(user_tmp / "runs"),
         "config": str(config), "model_dir": str(TOY), "python": str(SYSTEM_PYTHON),
         "timeout_s": timeout_s, "out": str(out), "blind": blind,
-        "release": str(release) if release else None}))
+        "release": str(release) if release else None, **extra}))
     for path in (config, args):
         os.chown(path, cluster_user.uid, cluster_user.gid)
     runner = CommandRunner(timeout=timeout_s + 120, retries=0)

@@ -226,7 +226,9 @@ def test_poll_is_at_most_two_commands(slurm_cluster: Any, tmp_path: Path, n: int
         runner.calls.clear()
         infos = backend.poll(refs)
         assert runner.count() <= 2, runner.calls
-        assert runner.count("squeue") == 1
+        # the live jobs come from one squeue, or from pyslurm where it matches Slurm
+        # (the 25.11 cluster: tests/slurm/test_pyslurm_slurm.py)
+        assert runner.count("squeue") == (0 if backend._poll._query() else 1)
         assert all(i.state is not JobState.UNKNOWN for i in infos.values())
     finally:
         backend.cancel(refs)

@@ -4,9 +4,11 @@ after every tick what Slurm itself lists of the user's jobs; for tests/slurm/tes
 
 Usage: limits_daemon.py ARGS.json. ARGS: db (store URL), runs_root, config (experiment
 YAML), model_dir, python (the interpreter jobs use), timeout_s, out (where the result JSON
-goes), blind (true: the backend does not read the limits, so only sbatch refusals stop it).
+goes), blind (true: the backend does not read the limits, so only sbatch refusals stop it),
+sample_queue (default true; false: no squeue of the driver's own between ticks, so that
+only the daemon's commands reach slurmctld).
 The result: final state, one sample per tick, the trials as ``describe`` shows them, the
-events, and every command the backend ran.
+events, every command the backend ran, and what its RPC pacer did.
 """
 
 from __future__ import annotations
@@ -60,12 +62,13 @@ def main(args: dict) -> dict:
     exp = experiments.create_experiment(store, cluster, cfg, Path(args["model_dir"]), backend)
     daemon = Daemon(store, cluster, backend)
     samples: list[dict] = []
-    deadline = time.monotonic() + float(args["timeout_s"])
+    started = time.monotonic()
+    deadline = started + float(args["timeout_s"])
     state = ""
     while time.monotonic() < deadline:
         before = len(runner.calls)
         stats = daemon.tick()
-        queue = user_queue(user)
+        queue = user_queue(user) if args.get("sample_queue", True) else []
         d = describe_experiment(store, exp)
         samples.append({"jobs": queue, "errors": stats.errors, "submitted": stats.submitted,
                         "commands": [list(c) for c in runner.calls[before:]],
@@ -77,9 +80,12 @@ def main(args: dict) -> dict:
             break
         time.sleep(0.3)
     d = describe_experiment(store, exp)
+    pacer = backend.pacer
     return {"user": user, "state": d["state"], "message": d["message"], "trials": d["trials"],
             "events": events_of(store, exp), "samples": samples,
-            "calls": [list(c) for c in runner.calls]}
+            "calls": [list(c) for c in runner.calls], "seconds": time.monotonic() - started,
+            "pacer": {"limit": None if pacer.limit is None else vars(pacer.limit),
+                      "waits": pacer.waits, "waited_s": pacer.waited_s, "rpcs": pacer.rpcs}}
 
 
 if __name__ == "__main__":

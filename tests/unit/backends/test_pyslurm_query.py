@@ -225,3 +225,44 @@ def test_matching_version_is_used_and_another_is_not(tmp_path: Path, no_pyslurm_
     assert load_query((25, 11)) is None
     assert "pyslurm 22.5.3 does not match Slurm 25.11: using the Slurm CLI" in caplog.text
     assert load_query(None) is None  # the running Slurm's version is unknown
+
+
+@pytest.mark.parametrize(("rc", "out", "err", "expected"), [
+    (0, "25.11.2", "", "25.11.2"),
+    (0, "25.11.2\n", "", "25.11.2"),
+    # libslurm without a reachable slurm.conf exits the importing process (measured)
+    (1, "", "python: error: _establish_config_source: failed to fetch config\n"
+            "python: fatal: Could not establish a configuration source\n", None),
+    (1, "", "", None),
+    (0, "", "", None),
+])
+def test_probed_version(rc: int, out: str, err: str, expected: str | None,
+                        caplog: pytest.LogCaptureFixture) -> None:
+    from dethpc.backends.pyslurm_query import probed_version
+
+    caplog.set_level(logging.INFO)
+    assert probed_version(rc, out, err) == expected
+    if expected is None:
+        assert "cannot be imported here" in caplog.text
+    if "fatal" in err:
+        assert "Could not establish a configuration source" in caplog.text
+
+
+@pytest.mark.parametrize(("have", "slurm", "ok"), [
+    ("25.11.2", (25, 11), True),
+    ("25.11.2", (22, 5), False),
+    ("22.5.3", (22, 5), True),
+    ("25.11.2", None, False),
+])
+def test_versions_match(have: str, slurm: tuple[int, int] | None, ok: bool) -> None:
+    from dethpc.backends.pyslurm_query import versions_match
+
+    assert versions_match(have, slurm) is ok
+
+
+def test_the_probe_child_imports_pyslurm_with_this_interpreter() -> None:
+    import sys
+
+    from dethpc.backends.pyslurm_query import PROBE, probe_argv
+
+    assert probe_argv() == [sys.executable, "-c", PROBE]

@@ -186,3 +186,16 @@ def test_plan_accounting(st: AccountingState, members: list[str], test_user: str
 
 def test_member_names() -> None:
     assert member_names(["root", " ", "", " bob ", "root", "bob"]) == ["root", "bob"]
+
+
+@pytest.mark.parametrize(("conf", "settings", "expected"), [
+    ("A=1\nMinJobAge=300\n", {"MinJobAge": "2"}, "A=1\nMinJobAge=2\n"),
+    ("A=1\n", {"MaxBatchRequeue": "2"}, "A=1\nMaxBatchRequeue=2\n"),
+    ("A=1\nslurmctldparameters=x\n", {"SlurmctldParameters": "rl_enable,rl_bucket_size=10"},
+     "A=1\nSlurmctldParameters=rl_enable,rl_bucket_size=10\n"),
+    ("#MinJobAge=1\nA=1", {"MinJobAge": "5"}, "#MinJobAge=1\nA=1\nMinJobAge=5\n"),
+])
+def test_with_settings(conf: str, settings: dict[str, str], expected: str) -> None:
+    from dethpc.devcluster.faults import with_settings
+
+    assert with_settings(conf, settings) == expected
