@@ -11,6 +11,7 @@ Must not: know about Slurm semantics beyond the list of transient messages.
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -44,13 +45,18 @@ class CommandResult:
 
 #: what ``scontrol show config``/``scontrol ping`` print on stdout (exit 1) when the
 #: controller they ping is down: the rest of their output is the local slurm.conf
-#: (seen on the dev cluster during a slurmctld restart)
+#: (seen on the dev cluster during a slurmctld restart). The banner is printed for root
+#: only (scontrol.c ``_print_ping``); every user gets the ``... is DOWN`` line, also
+#: when slurmctld only refused the ping under its per-user RPC rate limit (measured on
+#: 25.11: the ping is not retried after "back off")
 CONTROLLER_DOWN = "RESTORE SLURMCTLD DAEMON TO SERVICE"
+_PING_DOWN = re.compile(r"^Slurmctld\((?:primary|backup\d*)\) at \S+ is DOWN$", re.MULTILINE)
 
 
 def is_transient(stderr: str, stdout: str = "") -> bool:
     """The command failed because the controller did not answer: ask again later."""
-    return any(m in stderr for m in TRANSIENT_MARKERS) or CONTROLLER_DOWN in stdout
+    return (any(m in stderr for m in TRANSIENT_MARKERS) or CONTROLLER_DOWN in stdout
+            or _PING_DOWN.search(stdout) is not None)
 
 
 class Pacer(Protocol):

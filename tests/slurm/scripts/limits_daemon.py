@@ -6,7 +6,9 @@ Usage: limits_daemon.py ARGS.json. ARGS: db (store URL), runs_root, config (expe
 YAML), model_dir, python (the interpreter jobs use), timeout_s, out (where the result JSON
 goes), blind (true: the backend does not read the limits, so only sbatch refusals stop it),
 sample_queue (default true; false: no squeue of the driver's own between ticks, so that
-only the daemon's commands reach slurmctld).
+only the daemon's commands reach slurmctld), cpus_per_slot (default 1), pace (default
+true; false: the backend never paces its Slurm commands, bench/rpc/ratelimit.py's
+baseline).
 The result: final state, one sample per tick, the trials as ``describe`` shows them, the
 events, every command the backend ran, and what its RPC pacer did.
 """
@@ -52,12 +54,15 @@ def main(args: dict) -> dict:
     user = getpass.getuser()
     cluster = ClusterConfig(
         backend="slurm", runs_root=Path(args["runs_root"]),
-        pools={"default": ResourcePool(name="default", partition="debug", cpus_per_slot=1,
+        pools={"default": ResourcePool(name="default", partition="debug",
+                                       cpus_per_slot=int(args.get("cpus_per_slot", 1)),
                                        signal_grace_s=30)},
         tick_min_s=0.2, tick_max_s=1.0, python=args["python"])
     store = Store(args["db"])
     runner = RecordingRunner(timeout=30.0)
     backend = (BlindBackend if args.get("blind") else SlurmBackend)(runner, user=user)
+    if args.get("pace") is False:  # bench/rpc/ratelimit.py's baseline: no RPC pacing
+        backend._pace_known = True
     cfg = load_experiment_config(args["config"])
     exp = experiments.create_experiment(store, cluster, cfg, Path(args["model_dir"]), backend)
     daemon = Daemon(store, cluster, backend)

@@ -17,6 +17,10 @@ from tests.unit.control.test_daemon_unreachable import SHOW_CONFIG_DOWN
     ("scontrol: error: Unable to contact slurm controller (connect failure)", "", True),
     ("", SHOW_CONFIG_DOWN, True),
     ("", "MaxArraySize = 1001\nSlurmctld(primary) at vm is UP\n", False),
+    # a non-root user gets no banner (measured on 25.11, the ping refused under rl_enable)
+    ("", "SLURM_VERSION           = 25.11.7\nX11Parameters           = (null)\n\n"
+         "Slurmctld(primary) at vm is DOWN\n", True),
+    ("", "Slurmctld(primary) at vm is UP\nSlurmctld(backup) at vm2 is DOWN\n", True),
     ("sbatch: error: Invalid partition name specified", "", False),
     ("", "", False),
 ])
