@@ -11,6 +11,7 @@ from typing import Any
 from sqlmodel import select
 
 from dethpc.backends.base import JobState
+from dethpc.backends.slurm_holds import hold_of
 from dethpc.common.errors import NotFoundError
 from dethpc.store import Store
 from dethpc.store.models import (
@@ -111,6 +112,7 @@ def describe_experiment(store: Store, exp_id: int) -> dict[str, Any]:
     for t in trials:
         d = trial_dict(t)
         d["pending_reason"] = pending_reason(t, live.get(t.id or 0))
+        d["hold"] = hold_note(t, live.get(t.id or 0))
         best = [c for c in ckpts.values()
                 if c.trial_id == t.id and c.state == CheckpointState.COMPLETED]
         scored = [c for c in best if c.validation_metric is not None]
@@ -149,6 +151,15 @@ def pending_reason(t: Trial, job: Job | None) -> str | None:
     if job is not None:
         return (job.reason or "pending") if job.state == JobState.PENDING else None
     return "not submitted yet" if t.needs_job else None
+
+
+def hold_note(t: Trial, job: Job | None) -> str | None:
+    """When the trial's job waits on a hold (an administrator's, the user's, or one
+    Slurm placed after failed launches): who holds it and how it goes on; else None."""
+    if t.state.is_terminal or job is None or job.state != JobState.PENDING:
+        return None
+    hold = hold_of(job.reason)
+    return hold.explain(job.ref or "?") if hold else None
 
 
 def trial_detail(store: Store, trial_id: int) -> dict[str, Any]:

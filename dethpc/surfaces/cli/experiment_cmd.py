@@ -283,6 +283,9 @@ def describe(exp_id: int, json_out: bool = JsonOpt, wide: bool = WideOpt) -> Non
               t["restarts"], t["best_checkpoint"]] for t in d["trials"]]
     cols, rows = hparam_columns(base, cells, [t["hparams"] for t in d["trials"]], wide=wide)
     table("Trials", cols, rows, wide=wide)
+    for t in d["trials"]:
+        if t.get("hold"):
+            say(f"trial {t['id']}: {t['hold']}", wide=wide, hang=2)
     for b in d["rungs"]:
         table(f"ASHA bracket {b.get('bracket', 0)} ({b.get('created', '?')} trial(s) created)",
               ["rung", "length", "reports", "keep", f"cut-off {metric}"],
