@@ -39,7 +39,7 @@ from run import CLIENT_RPCS, delta, sdiag  # noqa: E402
 
 from dethpc.common.runner import CommandRunner  # noqa: E402
 from dethpc.devcluster.cluster import DevCluster  # noqa: E402
-from dethpc.devcluster.faults import ClusterFaults  # noqa: E402
+from dethpc.devcluster.faults import ClusterFaults, refused_rpcs  # noqa: E402
 from dethpc.devcluster.lanes import lane_env, lane_layout  # noqa: E402
 from dethpc.devcluster.releases import SlurmRelease  # noqa: E402
 
@@ -62,14 +62,6 @@ def ensure_bench_user(cluster: DevCluster) -> pwd.struct_passwd:
         entry = pwd.getpwnam(USER)
     cluster.accounting.ensure_accounts([USER])  # the site's default account, normal QoS
     return entry
-
-
-def refused(log: Path, start: int, uid: int) -> list[str]:
-    with log.open("rb") as f:
-        f.seek(start)
-        text = f.read().decode(errors="replace")
-    marker = f"RPC rate limit exceeded by uid {uid} with "
-    return [ln.split(marker, 1)[1].split()[0] for ln in text.splitlines() if marker in ln]
 
 
 def one_mode(pace: bool, args: argparse.Namespace, work: Path, entry: pwd.struct_passwd,
@@ -109,7 +101,7 @@ def one_mode(pace: bool, args: argparse.Namespace, work: Path, entry: pwd.struct
         raise SystemExit(f"driver failed: {res.stderr[-3000:]}")
     result = json.loads(out.read_text())
     moved = delta(after, before)
-    no = refused(log, start, entry.pw_uid)
+    no = refused_rpcs(log, start, entry.pw_uid)
     daemon_ok = sum(v for k, v in moved.items() if k in CLIENT_RPCS and k not in JOB_RPCS)
     jobs_ok = sum(v for k, v in moved.items() if k in JOB_RPCS)
     daemon_no = [t for t in no if t not in JOB_RPCS]

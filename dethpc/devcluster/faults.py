@@ -53,6 +53,17 @@ def with_settings(conf_text: str, settings: Mapping[str, str]) -> str:
     return conf_text
 
 
+def refused_rpcs(log: Path, start: int, uid: int) -> list[str]:
+    """The RPC types slurmctld refused to ``uid`` under its per-user rate limit, read
+    from its log from byte ``start`` on (``rl_log_freq=0`` logs every refusal:
+    "RPC rate limit exceeded by uid U with REQUEST_X from ..., telling to back off")."""
+    with log.open("rb") as f:
+        f.seek(start)
+        text = f.read().decode(errors="replace")
+    marker = f"RPC rate limit exceeded by uid {uid} with "
+    return [ln.split(marker, 1)[1].split()[0] for ln in text.splitlines() if marker in ln]
+
+
 @dataclass(frozen=True)
 class FaultTiming:
     """How long one fault step took (seconds): stopping, and until it answered again."""

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from dethpc.devcluster.cluster import DevCluster
-from dethpc.devcluster.faults import ClusterFaults
+from dethpc.devcluster.faults import ClusterFaults, refused_rpcs
 from dethpc.devcluster.users import ClusterUser
 from tests.slurm.test_limits_slurm import LIMIT, run_daemon
 
@@ -54,21 +54,12 @@ STEP_RPCS = ("REQUEST_HET_JOB_ALLOC_INFO", "REQUEST_JOB_ALLOCATION_INFO",
 JOB_SCRIPT_RPCS = ("REQUEST_JOB_INFO_SINGLE", "REQUEST_FED_INFO")
 
 
-def refusals(log: Path, start: int, uid: int) -> list[str]:
-    """The RPC types slurmctld refused to ``uid`` since byte ``start`` of its log."""
-    with log.open("rb") as f:
-        f.seek(start)
-        text = f.read().decode(errors="replace")
-    marker = f"RPC rate limit exceeded by uid {uid} with "
-    return [ln.split(marker, 1)[1].split()[0] for ln in text.splitlines() if marker in ln]
-
-
 def test_the_daemon_stays_under_slurmctlds_rate_limit(rate_limited: Path,
                                                       cluster_user: ClusterUser,
                                                       user_tmp: Path) -> None:
     start = rate_limited.stat().st_size
     result = run_daemon(cluster_user, user_tmp, blind=False, sample_queue=False)
-    refused = refusals(rate_limited, start, cluster_user.uid)
+    refused = refused_rpcs(rate_limited, start, cluster_user.uid)
     print("refused:", {t: refused.count(t) for t in set(refused)}, "pacer:", result["pacer"])
     assert result["state"] == "COMPLETED", (result["message"], result["events"][-10:])
     assert len(result["trials"]) == 3 * LIMIT

@@ -199,3 +199,19 @@ def test_with_settings(conf: str, settings: dict[str, str], expected: str) -> No
     from dethpc.devcluster.faults import with_settings
 
     assert with_settings(conf, settings) == expected
+
+
+def test_refused_rpcs_reads_one_uids_refusals_after_an_offset(tmp_path: Path) -> None:
+    from dethpc.devcluster.faults import refused_rpcs
+
+    log = tmp_path / "slurmctld.log"
+    old = ("[2026-11-29T08:33:30.901] RPC rate limit exceeded by uid 1001 with "
+           "REQUEST_PING from 127.0.0.1:1, telling to back off\n")
+    log.write_text(old + (
+        "[2026-11-29T08:37:45.705] RPC rate limit exceeded by uid 1001 with "
+        "REQUEST_JOB_INFO from 127.0.0.1:41560, telling to back off\n"
+        "[2026-11-29T08:37:45.800] RPC rate limit exceeded by uid 1002 with "
+        "REQUEST_PING from 127.0.0.1:41561, telling to back off\n"
+        "[2026-11-29T08:37:46.000] sched: Allocate JobId=5\n"))
+    assert refused_rpcs(log, len(old), 1001) == ["REQUEST_JOB_INFO"]
+    assert refused_rpcs(log, 0, 1001) == ["REQUEST_PING", "REQUEST_JOB_INFO"]
