@@ -43,7 +43,7 @@ elif [ "${CI:-}" = true ]; then
   echo "CI needs root to start the dev Slurm cluster" >&2; exit 1
 fi
 echo "set-up: venv ${t_setup} s, dev cluster and PostgreSQL $((SECONDS - t0 - t_setup)) s" \
-  "(CI budget for all of .ci/run: 25 min, see docs/testing.md)"
+  "(CI budget for all of .ci/run: 45 min; issue 30's goal of 25 is missed since the Slurm 25.11 lane, see docs/testing.md)"
 # pytest-xdist workers: the first $lanes each bound to its own dev cluster (lane), running
 # the Slurm test files planned for that lane, in order, from the start; one per spanning
 # release (25.11) running the spanning tests' variants on that cluster; one more runs the

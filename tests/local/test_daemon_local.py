@@ -123,11 +123,17 @@ def test_pause_checkpoints_and_activate_resumes(home, tmp_path):
     # once completed first there, and so did 300 steps once the progress was polled
     # through the CLI (two `describe` processes per poll under CI's load): the trial's
     # own metrics file says when it has trained, then the pause goes out at once
-    cfg = write_config(tmp_path / "c.yaml", hyperparameters={"x": 3.0, "step_time": 0.05},
-                       searcher={"name": "single", "metric": "validation_loss",
-                                 "max_length": {"batches": 600}})
+    # The trial holds before its first step until the run directory is known: f25 saw
+    # the whole 30 s of training pass during that one `describe` under CI's load
+    hold = tmp_path / "hold"
+    hold.touch()
+    cfg = write_config(tmp_path / "c.yaml", hyperparameters={
+        "x": 3.0, "step_time": 0.05, "hold_while": str(hold)},
+        searcher={"name": "single", "metric": "validation_loss",
+                  "max_length": {"batches": 600}})
     exp = submit(cfg)
     trials = Path(describe(exp)["run_dir"]) / "trials"
+    hold.unlink()
     wait_for(lambda: sum(len(f.read_text().splitlines())
                          for f in trials.glob("*/metrics.jsonl")) >= 3,
              interval=0.05, what="some progress")
