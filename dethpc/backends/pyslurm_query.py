@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import importlib.util
 import logging
 import sys
 from collections.abc import Iterable
@@ -50,16 +49,9 @@ PYSLURM_LOAD: tuple[str, ...] = ("pyslurm.Jobs.load",)
 PROBE = "import sys, pyslurm; sys.stdout.write(str(pyslurm.__version__))"
 
 
-def pyslurm_installed() -> bool:
-    """True when a ``pyslurm`` package is on the path (found, not imported)."""
-    try:
-        return importlib.util.find_spec("pyslurm") is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def installed_version() -> str | None:
-    """pyslurm's version from its package metadata (nothing imported)."""
+    """pyslurm's version from its package metadata (nothing imported); None when it is
+    not installed."""
     try:
         return importlib.metadata.version("pyslurm")
     except importlib.metadata.PackageNotFoundError:

@@ -31,7 +31,6 @@ from dethpc.backends.pyslurm_query import (
     load_query,
     probe_argv,
     probed_version,
-    pyslurm_installed,
     versions_match,
 )
 from dethpc.backends.slurm_actions import GONE
@@ -253,7 +252,7 @@ class SlurmPoll:
             # only with pyslurm installed and of the running Slurm's version (its package
             # metadata: nothing imported yet); then a child imports it first, since
             # libslurm may exit the importing process, and only then this process
-            have = installed_version() if pyslurm_installed() else None
+            have = installed_version()
             if have is not None:
                 version = sp.parse_version(
                     self.runner.run(["scontrol", "--version"], check=False).stdout)
