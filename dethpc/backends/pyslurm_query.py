@@ -31,8 +31,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from dethpc.backends.base import JobInfo
-from dethpc.backends.slurm_parse import base_job_id, map_state, parse_array_spec, parse_version
+from dethpc.backends.slurm_parse import map_state, parse_version
 from dethpc.common.errors import DethpcError
+from dethpc.common.jobref import base_job_id, parse_array_spec
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,6 @@
 """Pure parsing and formatting of what the Slurm CLI prints and accepts.
 
-Owns: job-id and array forms (``123``, ``123_4``, ``123_[2-4%25]``, ``123+0``),
-array index specs (``format_array``/``parse_array_spec``), the table from every
+Owns (job ids and array specs are ``dethpc.common.jobref``'s): the table from every
 Slurm job state (long names and squeue's abbreviations) to ``JobState``, the
 ``squeue``/``sacct``/``sinfo`` output formats dethpc asks for and their parsers,
 ``ExitCode`` ("2:0"), ``scontrol show config`` and version strings, the
@@ -13,10 +12,11 @@ function of its arguments, tested by tables in tests/unit/backends/test_slurm_pa
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dethpc.backends.base import JobInfo, JobState
+from dethpc.common.jobref import base_job_id, parse_job_id
 from dethpc.common.sbatch_options import getopt_complaint
 
 # ----------------------------------------------------------------------- states
@@ -75,70 +75,6 @@ def parse_exit_code(text: str) -> tuple[int | None, int | None]:
     return code, (sig or None)
 
 
-# ---------------------------------------------------------------------- job ids
-_JOB_ID_RE = re.compile(
-    r"^(?P<base>\d+)"
-    r"(?:\+(?P<het>\d+))?"
-    r"(?:_(?:(?P<task>\d+)|\[(?P<spec>[^\]]*)\]))?"
-    r"(?:\.(?P<step>[\w+]+))?$"
-)
-
-
-@dataclass(frozen=True)
-class JobId:
-    """One parsed Slurm job id.
-
-    ``tasks`` is set for bracket forms (``123_[1,3-5%2]``), ``task`` for one
-    array task (``123_4``), ``het_offset`` for heterogeneous components
-    (``123+0``), ``step`` for step ids (``123.batch``).
-    """
-
-    base: str
-    task: int | None = None
-    tasks: tuple[int, ...] = ()
-    throttle: int | None = None
-    het_offset: int | None = None
-    step: str | None = None
-
-    @property
-    def is_array_range(self) -> bool:
-        return bool(self.tasks)
-
-    def refs(self) -> list[str]:
-        """The dethpc refs this id stands for (bracket forms expand to one per task)."""
-        if self.tasks:
-            return [f"{self.base}_{i}" for i in self.tasks]
-        if self.task is not None:
-            return [f"{self.base}_{self.task}"]
-        if self.het_offset is not None:
-            return [f"{self.base}+{self.het_offset}"]
-        return [self.base]
-
-
-def parse_job_id(text: str) -> JobId:
-    """Parse a job id as Slurm prints it; raise ``ValueError`` when malformed."""
-    m = _JOB_ID_RE.match(text.strip())
-    if not m:
-        raise ValueError(f"not a Slurm job id: {text!r}")
-    tasks: tuple[int, ...] = ()
-    throttle = None
-    if m["spec"] is not None:
-        tasks, throttle = parse_array_spec(m["spec"])
-    return JobId(
-        base=m["base"],
-        task=int(m["task"]) if m["task"] is not None else None,
-        tasks=tasks,
-        throttle=throttle,
-        het_offset=int(m["het"]) if m["het"] is not None else None,
-        step=m["step"],
-    )
-
-
-def base_job_id(ref: str) -> str:
-    """"123_4" -> "123"; "123+1" -> "123"; "123" -> "123"."""
-    return parse_job_id(ref).base
-
-
 def parse_sbatch_parsable(stdout: str) -> str:
     """``sbatch --parsable`` prints "123" or "123;cluster": return the job id."""
     line = stdout.strip().splitlines()[-1] if stdout.strip() else ""
@@ -148,7 +84,6 @@ def parse_sbatch_parsable(stdout: str) -> str:
     return job_id
 
 
-# ------------------------------------------------------------------ array specs
 _REFUSAL_PREFIXES = ("sbatch: error: ", "sbatch: fatal: ", "allocation failure: ",
                      "Batch job submission failed: ", "sbatch: ")
 #: the hint sbatch prints after getopt's complaint: noise for someone who ran dethpc
@@ -176,49 +111,6 @@ def sbatch_refusal(stderr: str) -> str:
         if text and text.lower() not in (w.lower() for w in words):
             words.append(text)
     return "; ".join(words) or "sbatch refused the job without a message"
-
-
-def parse_array_spec(spec: str) -> tuple[tuple[int, ...], int | None]:
-    """"0-9:2,15%4" -> ((0, 2, 4, 6, 8, 15), 4). Indices sorted and unique."""
-    throttle = None
-    body = spec.strip()
-    if "%" in body:
-        body, _, thr = body.partition("%")
-        throttle = int(thr)
-    out: set[int] = set()
-    for part in filter(None, (p.strip() for p in body.split(","))):
-        rng, _, step_s = part.partition(":")
-        step = int(step_s) if step_s else 1
-        if step < 1:
-            raise ValueError(f"bad array step in {spec!r}")
-        lo_s, _, hi_s = rng.partition("-")
-        lo = int(lo_s)
-        hi = int(hi_s) if hi_s else lo
-        if hi < lo:
-            raise ValueError(f"bad array range {part!r} in {spec!r}")
-        out.update(range(lo, hi + 1, step))
-    return tuple(sorted(out)), throttle
-
-
-def format_array(indices: Iterable[int], throttle: int | None = None) -> str:
-    """Indices -> sbatch ``--array`` spec, runs compressed: [0,1,2,3,7,9,10], 4 ->
-    "0-3,7,9-10%4". A throttle of ``None`` or 0 means unlimited."""
-    values = sorted(set(indices))
-    if not values:
-        raise ValueError("an array needs at least one index")
-    if values[0] < 0:
-        raise ValueError("array indices must be >= 0")
-    parts: list[str] = []
-    start = prev = values[0]
-    for v in [*values[1:], None]:
-        if v is not None and v == prev + 1:
-            prev = v
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if v is not None:
-            start = prev = v
-    spec = ",".join(parts)
-    return f"{spec}%{throttle}" if throttle else spec
 
 
 # --------------------------------------------------------------- squeue / sacct

@@ -9,7 +9,7 @@ user's jobs the last squeue listed (``user_jobs``); ``find``: one squeue and one
 sacct by name. Pure pieces with table tests: the argv of each query
 (``squeue_argv``, ``sacct_argv``, ``find_squeue_argv``, ``find_sacct_argv``),
 ``settle`` (one poll's answer), ``pick`` (a ref's record, an array task falling back
-to its array's), ``accounting_disabled`` and ``ref_key``.
+to its array's) and ``accounting_disabled``.
 Must not: parse Slurm's text itself (``slurm_parse`` does), run commands except
 through the ``CommandRunner`` it was given, loop per job, or read site facts other
 than whether accounting is on (``SlurmSite``, which it tells when sacct says it is off).
@@ -36,6 +36,7 @@ from dethpc.backends.pyslurm_query import (
 from dethpc.backends.slurm_actions import GONE
 from dethpc.backends.slurm_site import SlurmSite
 from dethpc.common.errors import CommandError
+from dethpc.common.jobref import parse_job_id, sort_key
 from dethpc.common.runner import CommandResult, CommandRunner
 
 log = logging.getLogger(__name__)
@@ -103,15 +104,9 @@ def pick(table: dict[str, JobInfo], ref: str) -> JobInfo | None:
     info = table.get(ref) or table.get(f"{ref}+0")  # a het job: its leader component
     if info is not None:
         return info if info.ref == ref else replace(info, ref=ref)
-    jid = sp.parse_job_id(ref)
+    jid = parse_job_id(ref)
     meta = table.get(jid.base) if jid.task is not None else None
     return replace(meta, ref=ref) if meta is not None else None
-
-
-def ref_key(ref: str) -> tuple[int, int]:
-    """Sort key of a ref: job id, then task (a job without tasks first)."""
-    jid = sp.parse_job_id(ref)
-    return int(jid.base), jid.task if jid.task is not None else -1
 
 
 # ------------------------------------------------------------------------ the poll
@@ -172,7 +167,7 @@ class SlurmPoll:
                         "slurmctld has not yet sent slurmdbd every accounting record "
                         "(sdiag: DBD agent queue); looking again on the next tick",
                         reason="cannot tell yet")
-        return sorted(found.values(), key=lambda i: ref_key(i.ref))
+        return sorted(found.values(), key=lambda i: sort_key(i.ref))
 
     def _ended(self, refs: list[str]) -> tuple[dict[str, JobInfo], bool]:
         """sacct's records of ``refs`` (jobs squeue no longer lists), and whether a ref

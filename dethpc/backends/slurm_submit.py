@@ -24,6 +24,7 @@ from dethpc.backends import slurm_parse as sp
 from dethpc.backends.base import JobRequest
 from dethpc.backends.limits import limit_refusal
 from dethpc.common.errors import CommandError, SubmitError, SubmitLimitError
+from dethpc.common.jobref import format_array
 from dethpc.common.runner import CommandRunner
 from dethpc.common.sbatch_options import getopt_complaint
 
@@ -47,7 +48,7 @@ def sbatch_argv(request: JobRequest, mode: str, max_array_size: Callable[[], int
         if indices[-1] >= limit:
             raise SubmitError(f"array index {indices[-1]} is above this cluster's "
                               f"MaxArraySize-1 ({limit - 1}); submit smaller batches")
-        argv.append(f"--array={sp.format_array(indices, request.throttle)}")
+        argv.append(f"--array={format_array(indices, request.throttle)}")
     return [*argv, *export_arg(request), *request.extra_args, str(request.script)]
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from dethpc.common.errors import DethpcError
+from dethpc.common.jobref import ref_from_env
 from dethpc.common.paths import TrialPaths, detached_dir
 
 #: ``DETHPC_DETACHED=0`` turns self-registration off (plain Slurm jobs stay untracked)
@@ -43,14 +44,9 @@ ENV_METRIC = "DETHPC_METRIC"
 
 
 def job_ref(env: Mapping[str, str]) -> str | None:
-    """``<array job id>_<task id>`` in an array task, ``<job id>`` in any other Slurm
-    job, None outside Slurm jobs."""
-    job = env.get("SLURM_JOB_ID", "").strip()
-    if not job:
-        return None
-    array, task = env.get("SLURM_ARRAY_JOB_ID", "").strip(), \
-        env.get("SLURM_ARRAY_TASK_ID", "").strip()
-    return f"{array}_{task}" if array and task else job
+    """The job's own ref (``dethpc.common.jobref.ref_from_env``) in a Slurm job, None
+    outside one."""
+    return ref_from_env(env) if env.get("SLURM_JOB_ID", "").strip() else None
 
 
 def registration(env: Mapping[str, str], ref: str) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from sqlmodel import col, select
 
 from dethpc.backends.base import Backend, JobInfo, JobRequest
 from dethpc.common.errors import SubmitError, SubmitLimitError
+from dethpc.common.jobref import base_job_id
 from dethpc.common.kinds import ExperimentKind
 from dethpc.config.model import ClusterConfig, ExperimentConfig, WorkerPool
 from dethpc.control import pool_view as view
@@ -311,7 +312,7 @@ class PoolTender:
         with self.store.session() as s:
             b = s.get(Batch, batch_id)
             assert b is not None
-            b.state, b.array_job_id = BatchState.SUBMITTED, refs[0].rsplit("_", 1)[0]
+            b.state, b.array_job_id = BatchState.SUBMITTED, base_job_id(refs[0])
             s.add(b)
             s.add(Event(experiment_id=exp.id, kind="workers",
                         message=f"batch {batch_id}: {n} pool worker(s) as job "

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from dethpc.backends.base import JobInfo, JobState
 from dethpc.common.exitcodes import ExitReason
+from dethpc.common.jobref import sort_key
 from dethpc.launch.worker import queue
 
 PREFIX = "pool:"
@@ -183,21 +184,16 @@ def plan_workers(want: int, workers: Sequence[Worker], *, waiting: int, live_ite
     target = min(want, live_items)
     counted = [w for w in live if w.ref not in retired_set]
     pending = sorted((w for w in counted if w.state == JobState.PENDING),
-                     key=lambda w: _ref_key(w.ref), reverse=True)
+                     key=lambda w: sort_key(w.ref), reverse=True)
     running = sorted((w for w in counted if w.state != JobState.PENDING),
-                     key=lambda w: _ref_key(w.ref), reverse=True)
+                     key=lambda w: sort_key(w.ref), reverse=True)
     cancel = [w.ref for w in pending[:max(0, len(counted) - target)]]
     retire = [w.ref for w in running[:max(0, len(running) - want)]]
     have = len(counted) - len(cancel) - len(retire)
     keep: list[str] = []
     submit = 0
     if waiting > 0 and have < target:
-        keep = sorted(retired_set, key=_ref_key)[:target - have]
+        keep = sorted(retired_set, key=sort_key)[:target - have]
         submit = target - have - len(keep)
     return WorkerPlan(submit=submit, cancel=tuple(cancel), retire=tuple(retire),
                       keep=tuple(keep), undrain=active and waiting > 0)
-
-
-def _ref_key(ref: str) -> tuple[int, int]:
-    base, _, task = ref.partition("_")
-    return (int(base) if base.isdigit() else 0, int(task) if task.isdigit() else 0)

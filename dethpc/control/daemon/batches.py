@@ -23,6 +23,7 @@ from sqlmodel import select
 
 from dethpc.backends.base import Backend, JobRequest
 from dethpc.common.errors import SubmitLimitError
+from dethpc.common.jobref import base_job_id
 from dethpc.common.paths import ExperimentPaths
 from dethpc.config.model import ClusterConfig, ExperimentConfig
 from dethpc.control.daemon.budget import SubmitBudget
@@ -140,7 +141,7 @@ class BatchSubmitter:
         with self.store.session() as s:
             b = s.get(Batch, batch_id)
             assert b is not None
-            b.state, b.array_job_id = BatchState.SUBMITTED, refs[0].rsplit("_", 1)[0]
+            b.state, b.array_job_id = BatchState.SUBMITTED, base_job_id(refs[0])
             s.add(b)
             for job in s.exec(select(Job).where(Job.batch_id == batch_id)):
                 job.ref = refs[job.array_index]

@@ -23,6 +23,7 @@ from sqlmodel import Session, select
 
 from dethpc.backends.base import Backend, JobInfo
 from dethpc.common.errors import DethpcError
+from dethpc.common.jobref import parse_job_id
 from dethpc.control.daemon.cancel import Canceller
 from dethpc.control.daemon.shared import Guard, Scope, TickStats
 from dethpc.store import Store
@@ -49,7 +50,8 @@ def found_job(batch_name: str, found: Sequence[JobInfo]) -> Found | None:
     tasks = [i for i in found if i.name == batch_name]
     if not tasks:
         return None
-    return Found(tasks[0].ref.split("+", 1)[0].rsplit("_", 1)[0], "_" in tasks[0].ref)
+    jid = parse_job_id(tasks[0].ref)
+    return Found(jid.base, jid.is_array_task)
 
 
 class Recovery:

@@ -27,7 +27,7 @@ from pathlib import Path
 from sqlmodel import col, select
 
 from dethpc.backends.base import JobState
-from dethpc.common.paths import ExperimentPaths
+from dethpc.common.paths import METRICS_FILE, ExperimentPaths
 from dethpc.config.model import ClusterConfig
 from dethpc.control.daemon.shared import Scope
 from dethpc.launch.worker.queue import PoolPaths
@@ -168,7 +168,7 @@ class Watcher:
             run_dirs = {e.id: e.run_dir for e in s.exec(select(Experiment).where(
                 col(Experiment.id).in_(live_exps)))}
             offsets = {o.trial_id: o.offset for o in s.exec(select(IngestOffset).where(
-                IngestOffset.file == "metrics.jsonl",
+                IngestOffset.file == METRICS_FILE,
                 col(IngestOffset.trial_id).in_(list(trial_exp))))}
         self.watch = {
             trial_id: Watched(exp_id, ExperimentPaths(Path(run_dirs[exp_id]))

@@ -20,6 +20,7 @@ from typing import Any
 from sqlmodel import col, select
 
 from dethpc.common.jsonlines import metric_value, read_new_lines
+from dethpc.common.paths import EXITS_FILE, METRICS_FILE
 from dethpc.config.model import ExperimentConfig
 from dethpc.control.reconcile.ingest_rules import (
     LineKind,
@@ -77,7 +78,7 @@ class Ingest:
         info = self.rows.infos.get(job.ref) if job is not None and job.ref else None
         if info is None or trial.id is None:
             return False
-        self.offset(trial, "metrics.jsonl")  # loads the open trials' rows once
+        self.offset(trial, METRICS_FILE)  # loads the open trials' rows once
         ingested = (trial.id not in self._offsets_of or trial.id in self._ingested
                     or trial.steps_completed > 0 or trial.restarts > 0 or trial.runs > 0)
         return nothing_written_yet(info.state, info.restart_count, ingested=ingested)
@@ -87,9 +88,9 @@ class Ingest:
         exits.jsonl) into rows, from the stored offsets, and store the new offsets."""
         tp = self.rows.tpaths(trial)
         files: list[tuple[str, Path, Callable[[Trial, dict[str, Any]], None]]] = [
-            ("metrics.jsonl", tp.metrics, self._metric_line)]
+            (METRICS_FILE, tp.metrics, self._metric_line)]
         if exits:
-            files.append(("exits.jsonl", tp.exit_log, self._exit_line))
+            files.append((EXITS_FILE, tp.exit_log, self._exit_line))
         for name, path, handler in files:
             row = self.offset(trial, name)
             start = row.offset if row is not None else 0

@@ -7,13 +7,9 @@ import pytest
 from dethpc.backends.base import JobState
 from dethpc.backends.slurm_parse import (
     STATE_TABLE,
-    JobId,
-    format_array,
     map_state,
-    parse_array_spec,
     parse_exit_code,
     parse_gres_gpus,
-    parse_job_id,
     parse_key_values,
     parse_sacct,
     parse_sbatch_parsable,
@@ -24,6 +20,7 @@ from dethpc.backends.slurm_parse import (
     parse_wait_status,
     unique_bases,
 )
+from dethpc.common.jobref import JobId, format_array, parse_array_spec, parse_job_id
 
 S = JobState
 STATES = [

@@ -13,7 +13,6 @@ from dethpc.backends.slurm_poll import (
     find_sacct_argv,
     find_squeue_argv,
     pick,
-    ref_key,
     sacct_argv,
     squeue_argv,
 )
@@ -76,6 +75,3 @@ def test_accounting_disabled(stderr: str, disabled: bool) -> None:
     assert accounting_disabled(stderr) is disabled
 
 
-def test_ref_key_orders_jobs_then_tasks() -> None:
-    refs = ["10_2", "9", "10", "10_10", "9_1", "100"]
-    assert sorted(refs, key=ref_key) == ["9", "9_1", "10", "10_2", "10_10", "100"]
