@@ -2,7 +2,10 @@
 
 Owns: one constant per variable that dethpc sets in a trial's environment and the
 in-job API reads (``dethpc.core`` and ``dethpc.pytorch`` read them; the config layer
-names ``DETHPC_TEST_MODE`` in a test experiment's environment).
+names ``DETHPC_TEST_MODE`` in a test experiment's environment), and ``trial_contract``:
+the variables every trial's job exports, whatever runs in it (a managed trial,
+``dethpc.jobs.render.trial_env``; a search's script, ``dethpc.jobs.script_jobs``; the
+``dethpc sbatch`` wrapper exports the same names, given to its template).
 Must not: import anything, or read the environment (``dethpc.core._info`` does).
 """
 
@@ -17,3 +20,17 @@ ENV_HPARAMS_FILE = "DETHPC_HPARAMS_FILE"
 ENV_EXPERIMENT_CONFIG = "DETHPC_EXPERIMENT_CONFIG"
 ENV_TRIAL_SEED = "DETHPC_TRIAL_SEED"
 ENV_TEST_MODE = "DETHPC_TEST_MODE"
+ENV_BACKEND = "DETHPC_BACKEND"
+ENV_SLOTS_PER_TRIAL = "DETHPC_SLOTS_PER_TRIAL"
+ENV_SOCKET_IFNAME = "DETHPC_SOCKET_IFNAME"
+ENV_HPARAMS = "DETHPC_HPARAMS"
+ENV_TARGET_LENGTH = "DETHPC_TARGET_LENGTH"
+ENV_TARGET_UNIT = "DETHPC_TARGET_UNIT"
+
+
+def trial_contract(*, experiment_id: int, trial_id: int, trial_dir: str, config: str,
+                   signal: str, seed: int) -> list[tuple[str, str]]:
+    """The variables every trial's job exports, in this order."""
+    return [(ENV_EXPERIMENT_ID, str(experiment_id)), (ENV_TRIAL_ID, str(trial_id)),
+            (ENV_TRIAL_DIR, trial_dir), (ENV_EXPERIMENT_CONFIG, config),
+            (ENV_PREEMPT_SIGNAL, signal), (ENV_TRIAL_SEED, str(seed))]

@@ -2,7 +2,8 @@
 
 Owns: reading complete lines from a stored byte offset (a last line without its
 newline is still being written and is left for the next tick), and parsing
-them into records; ``ends_mid_line``, which the writers ask before appending.
+them into records; ``ends_mid_line``, which the writers ask before appending, and
+``append_record``, the writers' append of one record.
 Must not: touch the store (the daemon stores offsets and records in one transaction,
 so a crash re-reads, never skips).
 """
@@ -40,6 +41,15 @@ def ends_mid_line(path: Path) -> bool:
             return f.read(1) != b"\n"
     except FileNotFoundError:
         return False
+
+
+def append_record(path: Path, rec: dict[str, object]) -> None:
+    """Append one JSON line; a last line cut by a kill mid-write (no newline) is closed
+    first, so it cannot swallow this record (the reader skips the cut line alone)."""
+    with open(path, "ab") as fh:
+        if ends_mid_line(path):
+            fh.write(b"\n")
+        fh.write((json.dumps(rec) + "\n").encode())
 
 
 def read_new_lines(path: Path, offset: int, max_bytes: int = MAX_CHUNK) -> Chunk:

@@ -51,6 +51,11 @@ def make_private_dir(path: Path) -> Path:
     return path
 
 
+#: the trial files the daemon ingests by offset (``IngestOffset.file`` names them)
+METRICS_FILE = "metrics.jsonl"
+EXITS_FILE = "exits.jsonl"
+
+
 @dataclass(frozen=True)
 class TrialPaths:
     root: Path
@@ -75,7 +80,7 @@ class TrialPaths:
 
     @property
     def metrics(self) -> Path:
-        return self.root / "metrics.jsonl"
+        return self.root / METRICS_FILE
 
     @property
     def checkpoints(self) -> Path:
@@ -87,7 +92,7 @@ class TrialPaths:
     @property
     def exit_log(self) -> Path:
         """Append-only history of exit records, one JSON object per line."""
-        return self.root / "exits.jsonl"
+        return self.root / EXITS_FILE
 
     @property
     def stop(self) -> Path:

@@ -49,10 +49,16 @@ def shape_directives(alloc: Allocation) -> list[str]:
     return out
 
 
-def placement_directives(pool: ResourcePool, time: str | None) -> list[str]:
+def placement_directives(pool: ResourcePool, time: str | None = None) -> list[str]:
+    """Where a job of ``pool`` runs: its partition, QoS and account, and ``time``."""
     return [f"{flag}={value}" for flag, value in (
         ("--partition", pool.partition), ("--qos", pool.qos), ("--account", pool.account),
         ("--time", time)) if value]
+
+
+def early_signal(pool: ResourcePool) -> str:
+    """The pool's early signal to the batch shell, ``signal_grace_s`` before the end."""
+    return f"--signal=B:{pool.signal}@{pool.signal_grace_s}"
 
 
 def trial_directives(cfg: ExperimentConfig, pool: ResourcePool, *, name: str,
@@ -64,8 +70,7 @@ def trial_directives(cfg: ExperimentConfig, pool: ResourcePool, *, name: str,
 
     alloc = plan_allocation(cfg.resources.slots_per_trial, pool, cfg.slurm)
     own = [f"--job-name={name}", f"--comment={comment}", f"--output={output}",
-           "--open-mode=append", "--requeue",
-           f"--signal=B:{pool.signal}@{pool.signal_grace_s}"]
+           "--open-mode=append", "--requeue", early_signal(pool)]
     out = layer([*own, *placement_directives(pool, job_time(cfg, pool)), *shape_directives(alloc)],
                 pool.sbatch_args, cfg.slurm.sbatch_args)
     return [check_directive(d) for d in out]

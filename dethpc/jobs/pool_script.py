@@ -71,24 +71,20 @@ def worker_array_script(cfg: ExperimentConfig, cluster: ClusterConfig, *,
              '  if [ "$rc" -gt 128 ] && kill -0 "$child" 2>/dev/null; then continue; fi',
              "  break",
              "done"]
-    if requeue:
-        # this task only: the task whose SLURM_JOB_ID is the array's id would requeue
-        # every task of the array with `scontrol requeue $SLURM_JOB_ID` (seen here)
-        # and only while Slurm still has it RUNNING (its early signal: a time limit or a
-        # preemption's grace), as a trial's job does: a scancel'd worker (CANCELLED) ends,
-        # and a preemption Slurm requeues itself is Slurm's
-        lines += [f'if [ "$rc" -eq {LOCAL_REQUEUE_EXIT} ]; then',
-                  '  me="${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}"',
-                  '  state=$(scontrol -o show job "${me:-$SLURM_JOB_ID}" 2>/dev/null'
-                  " | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)",
-                  '  if [ "$state" = RUNNING ]; then',
-                  '    scontrol requeue "${me:-$SLURM_JOB_ID}"'
-                  ' || echo "dethpc: requeue failed" >&2',
-                  "  else",
-                  '    echo "dethpc: worker stopped by a signal; job state ${state:-unknown}:'
-                  ' not requeued" >&2',
-                  "  fi",
-                  "  exit 0",
-                  "fi"]
-    lines.append('exit "$rc"')
+    # the requeue decision is dethpc.launch.run_end's, as every job script's: a worker
+    # that handed its lease back on a signal (exit 85) requeues this task alone while
+    # Slurm still has it RUNNING (its early signal: a time limit or a preemption's
+    # grace); a scancel'd worker (CANCELLED) ends, and a preemption Slurm requeues
+    # itself is Slurm's. On the local backend the 85 itself asks for the requeue.
+    if not requeue:
+        return "\n".join([*lines, 'exit "$rc"']) + "\n"
+    lines += ['reason=error; requeue=0; exit_code=$rc; job_state=""',
+              f'eval "$({shjoin([python, "-m", "dethpc.launch.run_end", "--kind", "worker"])}'
+              ' --rc "$rc")"',
+              'if [ "$requeue" = 1 ]; then',
+              '  scontrol requeue "$JOB_REF" || echo "dethpc: requeue of $JOB_REF failed" >&2',
+              f'elif [ "$rc" -eq {LOCAL_REQUEUE_EXIT} ] && [ -n "$job_state" ]; then',
+              '  echo "dethpc: worker stopped by a signal; job state $job_state: not requeued" >&2',
+              "fi",
+              'exit "$exit_code"']
     return "\n".join(lines) + "\n"

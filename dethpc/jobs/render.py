@@ -23,7 +23,14 @@ from pathlib import Path
 import jinja2
 
 from dethpc.common.errors import SubmitError
-from dethpc.common.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED, LOCAL_REQUEUE_EXIT
+from dethpc.common.jobenv import (
+    ENV_BACKEND,
+    ENV_CHECKPOINT_DIR,
+    ENV_CONTEXT_DIR,
+    ENV_SLOTS_PER_TRIAL,
+    ENV_SOCKET_IFNAME,
+    trial_contract,
+)
 from dethpc.common.traits import BackendTraits
 from dethpc.common.version import __version__
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
@@ -181,9 +188,7 @@ def render_trial_script(ts: TrialScript, jenv: jinja2.Environment | None = None)
         component_names=",".join(("trial", *ts.component_names)),
         srun_steps=ts.traits.srun_steps, hook_env=str(ts.hook_env or _hook_env(ts)),
         python=ts.python,
-        hook_command=ts.hook_command or startup_hook_argv(ts.hook_env or _hook_env(ts)),
-        exit_preempted=EXIT_PREEMPTED,
-        exit_stopped=EXIT_STOPPED, local_requeue_exit=LOCAL_REQUEUE_EXIT)
+        hook_command=ts.hook_command or startup_hook_argv(ts.hook_env or _hook_env(ts)))
 
 
 def _hook_env(ts: TrialScript) -> Path:
@@ -214,20 +219,15 @@ def trial_env(cfg: ExperimentConfig, cluster: ClusterConfig, pool: ResourcePool,
     """The environment a trial's job exports: dethpc's contract, Determined's ``DET_*``
     variables known before the run starts (``dethpc.launch.detenv.static_env``; the job
     script adds the rest when the run starts), then the user's."""
-    env = [
-        ("DETHPC_EXPERIMENT_ID", str(experiment_id)),
-        ("DETHPC_TRIAL_ID", str(trial_id)),
-        ("DETHPC_TRIAL_DIR", str(trial_dir)),
-        ("DETHPC_CHECKPOINT_DIR", str(checkpoint_dir)),
-        ("DETHPC_CONTEXT_DIR", str(context_dir)),
-        ("DETHPC_EXPERIMENT_CONFIG", str(config_path)),
-        ("DETHPC_PREEMPT_SIGNAL", pool.signal),
-        ("DETHPC_BACKEND", backend),
-        ("DETHPC_TRIAL_SEED", str(cfg.experiment_seed + trial_id)),
-        ("DETHPC_SLOTS_PER_TRIAL", str(cfg.resources.slots_per_trial)),
-    ]
+    seed = cfg.experiment_seed + trial_id
+    env = trial_contract(experiment_id=experiment_id, trial_id=trial_id,
+                         trial_dir=str(trial_dir), config=str(config_path),
+                         signal=pool.signal, seed=seed)
+    env += [(ENV_CHECKPOINT_DIR, str(checkpoint_dir)), (ENV_CONTEXT_DIR, str(context_dir)),
+            (ENV_BACKEND, backend),
+            (ENV_SLOTS_PER_TRIAL, str(cfg.resources.slots_per_trial))]
     if pool.socket_ifname:
-        env.append(("DETHPC_SOCKET_IFNAME", pool.socket_ifname))
+        env.append((ENV_SOCKET_IFNAME, pool.socket_ifname))
     env += static_env(experiment_id=experiment_id, trial_id=trial_id,
                       trial_seed=cfg.experiment_seed + trial_id, config=cfg.raw,
                       gpus=uses_gpus(cfg, pool), workdir=str(context_dir),

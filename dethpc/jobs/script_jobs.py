@@ -22,10 +22,17 @@ from typing import Any
 import jinja2
 
 from dethpc.common.errors import DethpcError
+from dethpc.common.jobenv import (
+    ENV_HPARAMS,
+    ENV_TARGET_LENGTH,
+    ENV_TARGET_UNIT,
+    trial_contract,
+)
 from dethpc.common.paths import ExperimentPaths
 from dethpc.common.sbatch_options import canonical_option, option_value
 from dethpc.common.traits import BackendKind
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
+from dethpc.jobs.directives import early_signal, placement_directives
 from dethpc.jobs.protocol import TrialJob
 from dethpc.jobs.render import make_env, uses_gpus
 from dethpc.launch.detenv import static_env
@@ -111,10 +118,7 @@ def pool_directives(cfg: ExperimentConfig, pool: ResourcePool) -> list[str]:
     named pool, nothing: the job goes where plain ``sbatch`` would send it."""
     if cfg.resources.resource_pool is None:
         return []
-    placement = [f"{flag}={value}" for flag, value in (
-        ("--partition", pool.partition), ("--qos", pool.qos), ("--account", pool.account),
-        ("--time", pool.default_time)) if value]
-    return [*placement, *pool.sbatch_args]
+    return [*placement_directives(pool, pool.default_time), *pool.sbatch_args]
 
 
 def dethpc_directives(directives: Sequence[str], pool: ResourcePool) -> list[str]:
@@ -128,7 +132,7 @@ def dethpc_directives(directives: Sequence[str], pool: ResourcePool) -> list[str
     if not chosen & {"--requeue", "--no-requeue"}:
         out.append("--requeue")
     if "--signal" not in chosen:
-        out.append(f"--signal=B:{pool.signal}@{pool.signal_grace_s}")
+        out.append(early_signal(pool))
     return out
 
 
@@ -181,7 +185,6 @@ class ScriptJobs:
         """The trial's wrapper (``TRIAL_TEMPLATE``): the user's script copy with its
         arguments, the trial's environment (``trial_env``), the pool's early signal
         recorded for ``dethpc should-stop``, one exit record per run."""
-        from dethpc.common.exitcodes import LOCAL_REQUEUE_EXIT
         from dethpc.common.traits import traits_of
         from dethpc.common.version import __version__
 
@@ -196,7 +199,7 @@ class ScriptJobs:
             bin_dir=str(self.paths.bin),
             python=python, command=[str(self.paths.script), *self.sub.args],
             signal=pool.signal, signal_grace_s=pool.signal_grace_s,
-            requeue_in_place=traits.requeue_in_place, local_requeue_exit=LOCAL_REQUEUE_EXIT)
+            requeue_in_place=traits.requeue_in_place)
 
 
 def trial_env(cfg: ExperimentConfig, pool: ResourcePool, paths: ExperimentPaths,
@@ -206,17 +209,12 @@ def trial_env(cfg: ExperimentConfig, pool: ResourcePool, paths: ExperimentPaths,
     length when the search has one, and Determined's ``DET_*`` variables known before the
     run (``dethpc.launch.detenv.static_env``; the wrapper adds the rest as it starts)."""
     tp = paths.trial(trial.trial_id)
-    env = [("DETHPC_EXPERIMENT_ID", str(trial.exp_id)),
-           ("DETHPC_TRIAL_ID", str(trial.trial_id)),
-           ("DETHPC_TRIAL_DIR", str(tp.root)),
-           ("DETHPC_EXPERIMENT_CONFIG", str(paths.config)),
-           ("DETHPC_PREEMPT_SIGNAL", pool.signal),
-           ("DETHPC_TRIAL_SEED", str(cfg.experiment_seed + trial.trial_id)),
-           ("DETHPC_HPARAMS", str(tp.hparams)),
-           *sorted(hparam_exports(trial.hparams).items())]
+    env = trial_contract(experiment_id=trial.exp_id, trial_id=trial.trial_id,
+                         trial_dir=str(tp.root), config=str(paths.config), signal=pool.signal,
+                         seed=cfg.experiment_seed + trial.trial_id)
+    env += [(ENV_HPARAMS, str(tp.hparams)), *sorted(hparam_exports(trial.hparams).items())]
     if trial.target_length > 0:
-        env += [("DETHPC_TARGET_LENGTH", str(trial.target_length)),
-                ("DETHPC_TARGET_UNIT", trial.unit)]
+        env += [(ENV_TARGET_LENGTH, str(trial.target_length)), (ENV_TARGET_UNIT, trial.unit)]
     env += static_env(experiment_id=trial.exp_id, trial_id=trial.trial_id,
                       trial_seed=cfg.experiment_seed + trial.trial_id, config=cfg.raw,
                       gpus=uses_gpus(cfg, pool), workdir=str(workdir or paths.context),

@@ -108,3 +108,36 @@ def test_a_scancelled_worker_ends_and_is_not_requeued(tmp_path: Path,
         assert "not requeued" in _outputs(pool), why
     finally:
         slurm_cluster.cancel(job)
+
+
+def test_a_worker_at_its_time_limit_requeues_itself_and_its_trial_resumes(
+        tmp_path: Path, slurm_cluster: Any) -> None:
+    """Issue 36 item 1, the pool worker's time limit: a 1-minute worker task gets the
+    pool's early signal before its limit, hands its trial back, and requeues itself
+    (``dethpc.launch.run_end``: the job is still RUNNING); the trial resumes from its
+    checkpoint in the requeued worker and completes across allocations."""
+    cluster = ClusterConfig(pools={"default": ResourcePool(
+        name="default", partition="debug", default_time="00:01:00", signal="USR2",
+        signal_grace_s=20)})
+    pool = Pool(tmp_path / "run", backend="slurm")
+    script = tmp_path / "pool.sbatch"
+    script.write_text(worker_array_script(CFG, cluster, backend="slurm", run_dir=pool.run_dir,
+                                          exp_id=1, python=sys.executable,
+                                          preload=["dethpc.core"], heartbeat_s=1.0))
+    job = slurm_cluster.sbatch("--array=0", f"--chdir={tmp_path}", str(script))
+    ref = f"{job}_0"
+    try:
+        # ~50 s of training: more than one 1-minute allocation gives once the signal
+        # comes (Slurm checks limits every ~30 s: 10 to 40 s after the start)
+        pool.submit(1, 1, length=500, every=10, step_time=0.1)
+        done = pool.wait_results(1, timeout_s=600)[0]
+        why = f"{done} exits={pool.exits(1)} {pool.diag()} {_outputs(pool)}"
+        assert (done.trial_id, done.reason) == (1, "completed"), why
+        exits = pool.exits(1)
+        assert len(exits) >= 2 and exits[-1] == "completed", why
+        assert set(exits[:-1]) <= {"preempted", "time_limit"}, why
+        assert "toy: resumed at step" in pool.log(1) and pool.steps(1) == 500, why
+        restarts = int(slurm_cluster.show_job(ref).get("Restarts") or 0)
+        assert restarts >= 1, why    # the same task, requeued: not a new job
+    finally:
+        slurm_cluster.cancel(job)

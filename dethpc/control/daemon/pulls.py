@@ -23,6 +23,7 @@ from dethpc.backends.base import Backend, JobInfo, JobRequest, JobState
 from dethpc.common.errors import DethpcError
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
 from dethpc.control.daemon.incidents import event, fail_experiment, fail_unstarted
+from dethpc.jobs.directives import placement_directives
 from dethpc.jobs.imagepull import Puller, PullJob, PullState, images_of, pull_job, pull_job_script
 from dethpc.store import Store
 
@@ -38,9 +39,7 @@ def dependency_args(job_ids: Sequence[str]) -> tuple[str, ...]:
 def placement_args(pool: ResourcePool) -> list[str]:
     """A pre-pull job runs where the experiment's trials will: their partition, QoS and
     account."""
-    return [f"{flag}={value}" for flag, value in (
-        ("--partition", pool.partition), ("--qos", pool.qos),
-        ("--account", pool.account)) if value]
+    return placement_directives(pool)
 
 
 def pull_failed(pj: PullJob, image: str, job_id: str, info: JobInfo) -> str:

@@ -20,7 +20,6 @@ Must not: touch the store, submit jobs, or pick the next trial.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import socket
@@ -31,7 +30,9 @@ from pathlib import Path
 from types import FrameType
 
 from dethpc.common.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED, LOCAL_REQUEUE_EXIT, ExitReason
-from dethpc.common.jsonlines import ends_mid_line
+from dethpc.common.jobref import ref_from_env
+from dethpc.common.jsonlines import append_record
+from dethpc.common.paths import TrialPaths
 from dethpc.launch import detenv
 from dethpc.launch.worker import forkserver, queue
 
@@ -45,15 +46,8 @@ class Flags:
     seen: list[str] = field(default_factory=list)
 
 
-def job_ref(env: dict[str, str] | os._Environ[str]) -> str:
-    array = env.get("SLURM_ARRAY_JOB_ID")
-    if array:
-        return f"{array}_{env.get('SLURM_ARRAY_TASK_ID', '0')}"
-    return env.get("SLURM_JOB_ID", "0")
-
-
 def default_worker_id() -> str:
-    ref = job_ref(os.environ)
+    ref = ref_from_env(os.environ)
     return f"{socket.gethostname()}.{os.getpid()}" if ref == "0" else f"j{ref}.{os.getpid()}"
 
 
@@ -101,16 +95,7 @@ def _append_exit(trial_dir: Path, reason: ExitReason, code: int, item: queue.Wor
     rec = {"reason": str(reason), "code": code, "restart": item.attempt,
            "job": item.ref or ref, "worker_job": ref,
            "signal": sig, "time": int(time.time()), "worker": True}
-    append_record(trial_dir / "exits.jsonl", rec)
-
-
-def append_record(path: Path, rec: dict[str, object]) -> None:
-    """Append one JSON line; a last line cut by a kill mid-write (no newline) is closed
-    first, so it cannot swallow this record (the reader skips the cut line alone)."""
-    with open(path, "ab") as fh:
-        if ends_mid_line(path):
-            fh.write(b"\n")
-        fh.write((json.dumps(rec) + "\n").encode())
+    append_record(TrialPaths(trial_dir).exit_log, rec)
 
 
 @dataclass(frozen=True)
@@ -128,7 +113,7 @@ def run_one(s: Settings, lease: queue.Lease, flags: Flags) -> tuple[queue.RunRes
     trial's exit code)."""
     item = lease.item
     trial_dir = Path(item.trial_dir)
-    ref = job_ref(os.environ)
+    ref = ref_from_env(os.environ)
     t0 = time.time()
     if not trial_dir.is_dir():     # nothing to run it in: an error, never a worker crash
         result = queue.RunResult(trial_id=item.trial_id, seq=item.seq,
@@ -271,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dethpc worker: --preload: cannot import {name!r} ({why}); trials import "
               "it themselves", file=sys.stderr)
     flags = Flags()
-    ref = job_ref(os.environ)
+    ref = ref_from_env(os.environ)
     install_handlers(flags, args.preempt_signal)
     s = Settings(paths=queue.PoolPaths.of_run_dir(args.run_dir),
                  worker=args.worker_id or default_worker_id(),

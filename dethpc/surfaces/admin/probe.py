@@ -23,6 +23,7 @@ from pathlib import Path
 from dethpc.common.errors import CommandError
 from dethpc.common.runner import CommandRunner
 from dethpc.config.model import ClusterConfig, ResourcePool
+from dethpc.jobs.directives import placement_directives
 from dethpc.surfaces.admin.checks import Finding, Severity
 
 #: the folder under runs_root that holds the probes' directories while they run
@@ -73,10 +74,7 @@ def probe_argv(pool: ResourcePool, script: Path, probe_dir: Path, python: str, t
     argv = ["sbatch", "--parsable", "--wait", f"--job-name=dethpc-probe-{token}",
             "--nodes=1", "--ntasks=1", "--cpus-per-task=1", f"--time={time}",
             "--output=/dev/null", "--chdir=/"]
-    for flag, value in (("--partition", pool.partition), ("--qos", pool.qos),
-                        ("--account", pool.account)):
-        if value:
-            argv.append(f"{flag}={value}")
+    argv += placement_directives(pool)
     if pool.gres is not None and pool.gres.split(":", 1)[0] == "gpu":
         argv.append(f"--gres=gpu:{pool.gpu_type}:1" if pool.gpu_type else "--gres=gpu:1")
     argv += [a for a in pool.sbatch_args if a.startswith(PLACEMENT_OPTIONS)]

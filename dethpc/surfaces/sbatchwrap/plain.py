@@ -31,6 +31,7 @@ from pathlib import Path
 import yaml
 from sqlmodel import select
 
+from dethpc.common import jobenv
 from dethpc.common.errors import DethpcError
 from dethpc.common.kinds import ExperimentKind
 from dethpc.common.paths import ExperimentPaths, make_run_dir
@@ -215,7 +216,7 @@ def wrapper_script(job: PlainJob, *, experiment_id: int, paths: ExperimentPaths,
         header=header_of(job.source.text), additions=list(job.additions), tasks=patterns,
         script=str(paths.script), signal=job.pool.signal,
         signal_grace_s=job.pool.signal_grace_s, python=python, bin_dir=str(paths.bin),
-        forward=job.forward, config=str(paths.config))
+        forward=job.forward, config=str(paths.config), names=jobenv)
 
 
 def wrapper_path(paths: ExperimentPaths, job: PlainJob) -> Path:

@@ -140,7 +140,7 @@ class Source:
             return out
         for d in root.iterdir():
             if d.name.isdigit() and (self.trials is None or int(d.name) in self.trials):
-                out[int(d.name)] = d / "metrics.jsonl"
+                out[int(d.name)] = TrialPaths(d).metrics
         return dict(sorted(out.items()))
 
     def to_arg(self) -> str:

@@ -1,4 +1,4 @@
-"""One JSON line appended to a jobs' record file (dethpc.launch.worker.main.append_record)."""
+"""One JSON line appended to a jobs' record file (dethpc.common.jsonlines.append_record)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dethpc.common.jsonlines import read_new_lines
-from dethpc.launch.worker.main import append_record
+from dethpc.common.jsonlines import append_record, read_new_lines
 
 
 @pytest.mark.parametrize(("before", "jobs"), [

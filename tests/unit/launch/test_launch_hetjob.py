@@ -96,7 +96,7 @@ def test_script_directives_steps_and_wait() -> None:
             "--wait cache:file:9 -- srun --ntasks=1 --nodes=1 --kill-on-bad-exit=1 "
             "python3 train.py &\n") in script
     # components start before the trial and are stopped after it
-    assert script.index("--het-group=1") < script.index("--trial") < script.index(
+    assert script.index("--het-group=1") < script.index("hetjob --trial") < script.index(
         "kill $component_pids")
 
 

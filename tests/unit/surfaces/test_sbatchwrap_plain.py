@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -204,7 +205,7 @@ def test_wrapper_maps_tasks_to_trials_and_runs_the_script(
     paths.script.write_text(text)
     paths.script.chmod(0o700)
     wrapper = plain.wrapper_script(job, experiment_id=5, paths=paths, trials=pairs,
-                                   python="python3")
+                                   python=sys.executable)
     assert wrapper.startswith("#!/bin/bash\n#SBATCH -t 1\n")
     assert "#SBATCH --requeue\n#SBATCH --signal=B:USR1@30\n" in wrapper
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
@@ -252,7 +253,7 @@ def test_a_cut_exit_record_does_not_swallow_the_next_one(tmp_path: Path) -> None
     exits.write_text('{"reason": "completed", "code": 0, "restart": 0, "job": "70"}\n'
                      '{"reason": "canc')
     wrapper = plain.wrapper_script(job, experiment_id=5, paths=paths, trials=[(0, 11)],
-                                   python="python3")
+                                   python=sys.executable)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(PATH="/usr/bin:/bin", SLURM_JOB_ID="77")
     (tmp_path / "w.sh").write_text(wrapper)

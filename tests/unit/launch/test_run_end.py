@@ -1,0 +1,220 @@
+"""The requeue decision (``dethpc.launch.run_end``) as a table: every kind of job, every
+signal, every answer of ``scontrol``; and the command the job scripts call."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dethpc.common.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED, LOCAL_REQUEUE_EXIT
+from dethpc.common.exitcodes import ExitReason as R
+from dethpc.launch.run_end import (
+    Decision,
+    JobFacts,
+    RunFacts,
+    RunKind,
+    ask_scontrol,
+    decide,
+    needs_job_facts,
+    parse_job_facts,
+)
+
+T, S, W = RunKind.TRIAL, RunKind.SCRIPT, RunKind.WORKER
+NOW = 1_000_000.0
+RUNNING = JobFacts(state="RUNNING", end_ts=NOW + 3600)
+NEAR_END = JobFacts(state="RUNNING", end_ts=NOW + 100)        # the walltime's early signal
+PREEMPTING = JobFacts(state="RUNNING", end_ts=NOW + 100, preempted=True)
+NO_LIMIT = JobFacts(state="RUNNING")
+TIMEOUT = JobFacts(state="TIMEOUT")
+REQUEUED_BY_SLURM = JobFacts(state="PENDING", restarts=1)
+CANCELLED = JobFacts(state="CANCELLED")
+NO_ANSWER = JobFacts()
+
+
+def facts(kind: RunKind, rc: int, signal: str = "", *, local: bool = False, hook_rc: int = 0,
+          acked: str = "", forward: bool = False) -> RunFacts:
+    return RunFacts(kind=kind, rc=rc, signal=signal, signal_at=NOW if signal else 0.0,
+                    in_place=not local, grace_s=60, hook_rc=hook_rc, acked=acked,
+                    forward=forward, run=0)
+
+
+TABLE: list[tuple[str, RunFacts, JobFacts | None, Decision]] = [
+    # managed trials: the step's exit codes
+    ("trial completed", facts(T, 0), None, Decision(R.COMPLETED, False, 0)),
+    ("trial stopped by the searcher", facts(T, EXIT_STOPPED), None,
+     Decision(R.STOPPED, False, 0)),
+    ("trial failed", facts(T, 3), None, Decision(R.ERROR, False, 3)),
+    ("trial's hook failed", facts(T, 7, hook_rc=7), None, Decision(R.ERROR, False, 7)),
+    ("trial preempted: grace running", facts(T, EXIT_PREEMPTED, "USR2"), PREEMPTING,
+     Decision(R.PREEMPTED, True, 0)),
+    ("trial preempted, no user signal: TERM in the grace", facts(T, EXIT_PREEMPTED, "TERM"),
+     PREEMPTING, Decision(R.PREEMPTED, True, 0)),
+    ("trial's walltime signal", facts(T, EXIT_PREEMPTED, "USR2"), NEAR_END,
+     Decision(R.TIME_LIMIT, True, 0)),
+    ("trial signalled far from its end", facts(T, EXIT_PREEMPTED, "USR2"), RUNNING,
+     Decision(R.PREEMPTED, True, 0)),
+    ("trial signalled, no time limit", facts(T, EXIT_PREEMPTED, "USR2"), NO_LIMIT,
+     Decision(R.PREEMPTED, True, 0)),
+    ("trial ran past the limit: Slurm's TERM", facts(T, EXIT_PREEMPTED, "TERM"), TIMEOUT,
+     Decision(R.TIME_LIMIT, False, 0)),
+    ("trial requeued by scontrol requeue", facts(T, EXIT_PREEMPTED, "TERM"),
+     REQUEUED_BY_SLURM, Decision(R.REQUEUED, False, 0)),
+    ("trial requeued by Slurm after the early signal", facts(T, EXIT_PREEMPTED, "USR2"),
+     REQUEUED_BY_SLURM, Decision(R.PREEMPTED, False, 0)),
+    ("trial scancel'd", facts(T, EXIT_PREEMPTED, "TERM"), CANCELLED,
+     Decision(R.CANCELLED, False, 0)),
+    ("trial: slurmctld never answered", facts(T, EXIT_PREEMPTED, "USR2"), NO_ANSWER,
+     Decision(R.PREEMPTED, False, 0)),
+    ("trial killed by the signal before its handler", facts(T, 140, "USR2"), RUNNING,
+     Decision(R.PREEMPTED, True, 0)),
+    ("trial killed by a signal nobody sent the shell", facts(T, 137), None,
+     Decision(R.ERROR, False, 137)),
+    ("trial's hook failed after a signal", facts(T, 140, "USR2", hook_rc=1), RUNNING,
+     Decision(R.PREEMPTED, True, 0)),
+    ("trial completed despite a signal", facts(T, 0, "USR2"), None,
+     Decision(R.COMPLETED, False, 0)),
+    ("trial preempted, local", facts(T, EXIT_PREEMPTED, "USR2", local=True), None,
+     Decision(R.PREEMPTED, False, LOCAL_REQUEUE_EXIT)),
+    ("trial failed, local", facts(T, 2, local=True), None, Decision(R.ERROR, False, 2)),
+    # wrapped scripts: what should-stop answered, the signal, forwarding
+    ("script completed", facts(S, 0), None, Decision(R.COMPLETED, False, 0)),
+    ("script stopped at should-stop", facts(S, 0, acked="stop"), None,
+     Decision(R.STOPPED, False, 0)),
+    ("script paused at should-stop", facts(S, 0, acked="pause"), None,
+     Decision(R.STOPPED, False, 0)),
+    ("script stopped on the signal at should-stop", facts(S, 0, "USR2", acked="signal"),
+     RUNNING, Decision(R.PREEMPTED, True, 0)),
+    ("script got the forwarded signal, exited 0", facts(S, 0, "USR2", forward=True), RUNNING,
+     Decision(R.PREEMPTED, True, 0)),
+    ("script got TERM, forwarded, exited 0", facts(S, 0, "TERM", forward=True), None,
+     Decision(R.COMPLETED, False, 0)),
+    ("script finished after an unforwarded signal", facts(S, 0, "USR2"), None,
+     Decision(R.COMPLETED, False, 0)),
+    ("script failed", facts(S, 1), None, Decision(R.ERROR, False, 1)),
+    ("script killed at the limit", facts(S, 143, "TERM"), TIMEOUT,
+     Decision(R.TIME_LIMIT, False, 0)),
+    ("script killed in the preemption grace", facts(S, 143, "TERM"), PREEMPTING,
+     Decision(R.PREEMPTED, True, 0)),
+    ("script requeued by scontrol requeue", facts(S, 143, "TERM"), REQUEUED_BY_SLURM,
+     Decision(R.REQUEUED, False, 0)),
+    ("script scancel'd", facts(S, 143, "TERM"), CANCELLED, Decision(R.CANCELLED, False, 0)),
+    ("script preempted, local", facts(S, 143, "USR2", local=True), None,
+     Decision(R.PREEMPTED, False, LOCAL_REQUEUE_EXIT)),
+    # pool workers: 85 is "I handed my lease back on a signal"
+    ("worker idle exit", facts(W, 0), None, Decision(R.COMPLETED, False, 0)),
+    ("worker failed", facts(W, 1), None, Decision(R.ERROR, False, 1)),
+    ("worker handed back, job running", facts(W, LOCAL_REQUEUE_EXIT, "USR2"), RUNNING,
+     Decision(R.PREEMPTED, True, 0)),
+    ("worker handed back, cancelled", facts(W, LOCAL_REQUEUE_EXIT), CANCELLED,
+     Decision(R.PREEMPTED, False, 0)),
+    ("worker handed back, Slurm requeued it", facts(W, LOCAL_REQUEUE_EXIT), REQUEUED_BY_SLURM,
+     Decision(R.PREEMPTED, False, 0)),
+    ("worker handed back, local", facts(W, LOCAL_REQUEUE_EXIT, local=True), None,
+     Decision(R.PREEMPTED, False, LOCAL_REQUEUE_EXIT)),
+]
+
+
+@pytest.mark.parametrize(("case", "run", "job", "expected"), TABLE, ids=[t[0] for t in TABLE])
+def test_decision_table(case: str, run: RunFacts, job: JobFacts | None,
+                        expected: Decision) -> None:
+    assert decide(run, job) == expected
+    # Slurm is asked exactly when the answer can depend on it
+    assert needs_job_facts(run) == (job is not None), case
+
+
+def test_every_kind_decides_a_preemption_the_same_way() -> None:
+    """One decision by construction: a run that stopped on the early signal is judged by
+    the job's state alone, whatever ran in it."""
+    stopped = {T: EXIT_PREEMPTED, S: 143, W: LOCAL_REQUEUE_EXIT}
+    for job in (RUNNING, NEAR_END, PREEMPTING, TIMEOUT, CANCELLED):
+        requeues = {kind: decide(facts(kind, rc, "USR2"), job).requeue
+                    for kind, rc in stopped.items()}
+        assert len(set(requeues.values())) == 1, (job, requeues)
+
+
+SHOW_JOB = ("JobId=77 ArrayJobId=70 ArrayTaskId=7 JobName=x JobState={state} Reason=None "
+            "Requeue=1 Restarts={restarts} BatchFlag=1 RunTime=00:01:02 TimeLimit=00:30:00 "
+            "SubmitTime=2026-11-29T10:00:00 StartTime=2026-11-29T10:00:01 "
+            "EndTime={end} Deadline=N/A PreemptEligibleTime=2026-11-29T10:00:01 "
+            "PreemptTime={preempt} SuspendTime=None\n")
+
+
+@pytest.mark.parametrize(("state", "restarts", "end", "preempt", "expected"), [
+    ("RUNNING", 0, "2026-11-29T10:30:01", "None",
+     JobFacts("RUNNING", 0, time.mktime((2026, 11, 29, 10, 30, 1, 0, 0, -1)), False)),
+    ("RUNNING", 2, "Unknown", "2026-11-29T10:05:00", JobFacts("RUNNING", 2, 0.0, True)),
+    ("TIMEOUT", 1, "2026-11-29T10:30:01", "None",
+     JobFacts("TIMEOUT", 1, time.mktime((2026, 11, 29, 10, 30, 1, 0, 0, -1)), False)),
+    ("PENDING", 1, "Unknown", "None", JobFacts("PENDING", 1, 0.0, False)),
+])
+def test_parse_job_facts(state: str, restarts: int, end: str, preempt: str,
+                         expected: JobFacts) -> None:
+    text = SHOW_JOB.format(state=state, restarts=restarts, end=end, preempt=preempt)
+    # a heterogeneous job prints its leader first: the first record decides
+    assert parse_job_facts(text + SHOW_JOB.format(state="PENDING", restarts=9, end="Unknown",
+                                                  preempt="None")) == expected
+
+
+def test_scontrol_is_asked_again_while_slurmctld_does_not_answer() -> None:
+    answers = [(1, "slurm_load_jobs error: Socket timed out on send/recv operation"),
+               (1, "slurm_load_jobs error: Slurmctld(primary) at ctl is DOWN"),
+               (0, SHOW_JOB.format(state="RUNNING", restarts=0, end="Unknown", preempt="None"))]
+    asked: list[list[str]] = []
+
+    def run(argv: list[str]) -> tuple[int, str]:
+        asked.append(argv)
+        return answers[len(asked) - 1]
+
+    assert ask_scontrol("70_7", run, pause_s=0).state == "RUNNING"
+    assert asked == [["scontrol", "-o", "show", "job", "70_7"]] * 3
+    gone: list[list[str]] = []
+    assert ask_scontrol("70_8", lambda a: (gone.append(a), (1, "Invalid job id specified"))[1],
+                        pause_s=0) == JobFacts()
+    assert len(gone) == 1  # a job slurmctld does not know is not asked about again
+
+
+def _command(args: list[str], env: dict[str, str]) -> dict[str, str]:
+    out = subprocess.run([sys.executable, "-m", "dethpc.launch.run_end", *args],
+                         capture_output=True, text=True, check=True, env=env).stdout
+    return dict(w.split("=", 1) for w in shlex.split(out))
+
+
+@pytest.mark.parametrize(("slurm_env", "ref"), [
+    ({"SLURM_JOB_ID": "123"}, "123"),                                   # a plain or het job
+    ({"SLURM_JOB_ID": "125", "SLURM_ARRAY_JOB_ID": "120", "SLURM_ARRAY_TASK_ID": "5"}, "120_5"),
+    ({}, "0"),
+])
+def test_the_command_records_the_run_under_the_jobs_own_ref(
+        tmp_path: Path, slurm_env: dict[str, str], ref: str) -> None:
+    env = {"PATH": "/usr/bin:/bin", "SLURM_RESTART_COUNT": "2", **slurm_env}
+    (tmp_path / "exits.jsonl").write_text('{"reason": "preempted", "code": 80')  # cut by a kill
+    got = _command(["--kind", "trial", "--rc", "3", "--trial-dir", str(tmp_path), "--local"], env)
+    assert got == {"reason": "error", "requeue": "0", "exit_code": "3", "job_state": "",
+                   "JOB_REF": ref}
+    lines = (tmp_path / "exits.jsonl").read_text().splitlines()
+    rec = json.loads(lines[-1])
+    assert (rec["reason"], rec["code"], rec["restart"], rec["job"]) == ("error", 3, 2, ref)
+    # a later run of the same job that Slurm started after a completed one
+    _command(["--kind", "trial", "--rc", "0", "--trial-dir", str(tmp_path), "--local"], env)
+    start = _command(["start", "--trial-dir", str(tmp_path)], env)
+    assert start == {"JOB_REF": ref, "done_already": "1"}
+    assert json.loads((tmp_path / "exits.jsonl").read_text().splitlines()[-1])["reason"] \
+        == "completed"
+    assert _command(["start"], env) == {"JOB_REF": ref, "done_already": "0"}
+
+
+def test_a_script_run_reads_what_should_stop_answered_in_this_run(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "SLURM_RESTART_COUNT": "1", "SLURM_JOB_ID": "9"}
+    (tmp_path / "stop-acks.jsonl").write_text(
+        '{"run": 1, "why": "pause", "time": 50}\n{"run": 0, "why": "stop", "time": 200}\n'
+        '{"run": 1, "why": "stop", "time": 150}\n')
+    base = ["--kind", "script", "--rc", "0", "--trial-dir", str(tmp_path), "--local"]
+    assert _command([*base, "--started-at", "100"], env)["reason"] == "stopped"
+    # an answer from before this run started is an earlier run's (a job submitted again)
+    assert _command([*base, "--started-at", "160"], env)["reason"] == "completed"
