@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from dethpc.backends.base import JobInfo, JobState
 from dethpc.common.jobref import base_job_id, parse_job_id
-from dethpc.common.sbatch_options import getopt_complaint
+from dethpc.common.sbatch_options import getopt_complaint, parse_time
 
 # ----------------------------------------------------------------------- states
 #: Every Slurm job state (long name and squeue's compact code) -> dethpc state.
@@ -256,33 +256,6 @@ def parse_gres_gpus(gres: str) -> int:
     return total
 
 
-_TIME_RE = re.compile(r"^(?:(?P<d>\d+)-)?(?P<rest>[\d:]+)$")
-
-
-def parse_slurm_time(text: str) -> int | None:
-    """Slurm time strings -> seconds; "infinite"/"UNLIMITED"/"" -> None.
-
-    Forms: "M", "M:S", "H:M:S", "D-H", "D-H:M", "D-H:M:S".
-    """
-    t = text.strip()
-    if not t or t.lower() in ("infinite", "unlimited", "n/a", "none"):
-        return None
-    m = _TIME_RE.match(t)
-    if not m:
-        raise ValueError(f"not a Slurm time: {text!r}")
-    nums = [int(x) for x in m["rest"].split(":")]
-    if m["d"] is not None:
-        days = int(m["d"])
-        h, mi, s = (nums + [0, 0, 0])[:3]
-        return ((days * 24 + h) * 60 + mi) * 60 + s
-    if len(nums) == 1:
-        return nums[0] * 60
-    if len(nums) == 2:
-        return nums[0] * 60 + nums[1]
-    h, mi, s = nums[-3:]
-    return (h * 60 + mi) * 60 + s
-
-
 #: sinfo -o fields: partition, node count, CPUs per node, GRES, time limit.
 SINFO_FORMAT = "%R|%D|%c|%G|%l"
 
@@ -328,7 +301,7 @@ def parse_sinfo(text: str) -> dict[str, Partition]:
         groups.setdefault(name, []).append(
             NodeGroup(_int_prefix(count), _int_prefix(cpus), parse_gres_gpus(gres)))
         try:
-            limits[name] = parse_slurm_time(limit)
+            limits[name] = parse_time(limit)
         except ValueError:
             limits[name] = None
     return {n: Partition(n, tuple(g), limits[n]) for n, g in groups.items()}

@@ -334,3 +334,30 @@ def script_header(text: str) -> list[tuple[str, str]]:
                 out.append((word, f"script line {number}"))
                 j += 1
     return out
+
+
+# ----------------------------------------------------------------- time limits
+_TIME = re.compile(r"^(?:(?P<d>\d+)-)?(?P<a>\d+)(?::(?P<b>\d+))?(?::(?P<c>\d+))?$")
+#: what Slurm prints, and sbatch takes, for no limit
+NO_TIME_LIMIT = ("", "INFINITE", "UNLIMITED", "N/A", "NONE")
+
+
+def parse_time(value: str | None) -> int | None:
+    """Slurm's time syntax (sbatch ``--time``, and what ``sinfo``/``scontrol`` print) ->
+    seconds; None for no limit. "M", "M:S", "H:M:S", "D-H", "D-H:M", "D-H:M:S".
+    Raises ``ValueError`` for anything else."""
+    text = "" if value is None else str(value).strip()
+    if text.upper() in NO_TIME_LIMIT:
+        return None
+    m = _TIME.match(text)
+    if not m:
+        raise ValueError(f"not in Slurm's time syntax: {value!r}")
+    d, b, c = (int(x) if x is not None else None for x in m.group("d", "b", "c"))
+    a = int(m.group("a"))
+    if d is not None:  # D-HH[:MM[:SS]]
+        return d * 86400 + a * 3600 + (b or 0) * 60 + (c or 0)
+    if b is None:      # MM
+        return a * 60
+    if c is None:      # MM:SS
+        return a * 60 + b
+    return a * 3600 + b * 60 + c  # HH:MM:SS

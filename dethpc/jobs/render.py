@@ -31,6 +31,7 @@ from dethpc.common.jobenv import (
     ENV_SOCKET_IFNAME,
     trial_contract,
 )
+from dethpc.common.sbatch_options import parse_time
 from dethpc.common.traits import BackendTraits
 from dethpc.common.version import __version__
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
@@ -101,26 +102,13 @@ def make_env(site_dir: Path | None = None) -> jinja2.Environment:
 
 
 # ------------------------------------------------------------------ pure helpers
-_TIME = re.compile(
-    r"^(?:(?P<d>\d+)-)?(?P<a>\d+)(?::(?P<b>\d+))?(?::(?P<c>\d+))?$")
-
-
 def parse_slurm_time(value: str | None) -> int | None:
-    """sbatch ``--time`` syntax -> seconds (None for unset/UNLIMITED)."""
-    if value is None or str(value).upper() in ("", "UNLIMITED", "INFINITE"):
-        return None
-    m = _TIME.match(str(value).strip())
-    if not m:
-        raise SubmitError(f"time limit {value!r} is not in sbatch --time syntax")
-    d, b, c = (int(x) if x is not None else None for x in m.group("d", "b", "c"))
-    a = int(m.group("a"))
-    if d is not None:  # D-HH[:MM[:SS]]
-        return d * 86400 + a * 3600 + (b or 0) * 60 + (c or 0)
-    if b is None:      # MM
-        return a * 60
-    if c is None:      # MM:SS
-        return a * 60 + b
-    return a * 3600 + b * 60 + c  # HH:MM:SS
+    """sbatch ``--time`` syntax -> seconds (None for unset/UNLIMITED); a config's bad
+    value is a submit error (``dethpc.common.sbatch_options.parse_time`` is the grammar)."""
+    try:
+        return parse_time(value)
+    except ValueError:
+        raise SubmitError(f"time limit {value!r} is not in sbatch --time syntax") from None
 
 
 def entrypoint_argv(entrypoint: str | Sequence[str], python: str) -> list[str]:

@@ -164,6 +164,37 @@ def test_unchanged_script_ends_timeout_at_its_time_limit(
     assert max(beats) >= got[1]["time"] - 2 and got[1]["time"] - got[0]["time"] >= 5, got
 
 
+
+def test_a_script_that_stops_at_its_time_limit_requeues_and_resumes(
+        home: tuple[Path, Store, Daemon], tmp_path: Path) -> None:
+    """Issue 36 item 1, the wrapper's time limit: the existing array script under
+    ``--time=1`` stops at ``dethpc should-stop`` on the early signal, checkpoints and
+    exits 0; the wrapper (``dethpc.launch.run_end``: RUNNING, close to its end time)
+    records ``time_limit`` and requeues the task, which resumes after its checkpoint;
+    nothing is counted and no step is lost."""
+    root, store, daemon = home
+    work = copy(["array_train.sh"], tmp_path / "limited")
+    steps = 150    # 75 s: more than one 1-minute allocation gives
+    proc = dethpc_sbatch(root, work, "--parsable", "--time=1", "-p", "debug", "--array=0",
+                         "array_train.sh", STEPS=str(steps))
+    assert proc.returncode == 0, proc.stderr
+    jid = proc.stdout.strip()
+    exp_id = experiment_of_job(store, jid)
+    d = tick_until(store, daemon, exp_id, 480)
+    (t,) = d["trials"]
+    trial_dir = Path(d["run_dir"]) / "trials" / str(t["id"])
+    exits = read_jsonl(trial_dir / "exits.jsonl")
+    why = f"{d['state']} {t} {exits}"
+    assert d["state"] == "COMPLETED" and t["restarts"] == 0, why
+    assert len(exits) >= 2, why
+    assert [e["reason"] for e in exits] == ["time_limit"] * (len(exits) - 1) + ["completed"], why
+    assert {e["job"] for e in exits} == {f"{jid}_0"}, why
+    lines = [tuple(map(int, line.split()))
+             for line in (work / "steps-0.log").read_text().splitlines()]
+    assert [step for step, _ in lines] == list(range(1, steps + 1)), lines   # none lost
+    assert {run for _, run in lines} == set(range(len(exits))), lines
+
+
 @pytest.mark.spanning
 def test_parsable_output_feeds_a_dependency_as_with_sbatch(
         home: tuple[Path, Store, Daemon], tmp_path: Path) -> None:

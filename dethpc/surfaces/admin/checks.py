@@ -17,8 +17,8 @@ from enum import StrEnum
 
 from dethpc.backends.base import PoolLimits
 from dethpc.backends.slurm_limits import Assoc, QosLimits, UserAssocs, pool_limits
-from dethpc.backends.slurm_parse import parse_slurm_time
 from dethpc.common.errors import SubmitError
+from dethpc.common.sbatch_options import parse_time
 from dethpc.config.model import ClusterConfig, ResourcePool
 from dethpc.jobs.allocation import mem_per_node_mb
 from dethpc.surfaces.admin.facts import (
@@ -379,7 +379,7 @@ def _time(s: _Scope) -> list[Finding]:
         out = [s.finding(Severity.OK, "time", f"no default_time: jobs get the partition's "
                          f"default ({shown})")]
         return out + _grace_vs_time(s, got)
-    wanted = parse_slurm_time(pool.default_time)
+    wanted = parse_time(pool.default_time)
     if limit is not None and (wanted is None or wanted > limit):
         return [s.finding(Severity.ERROR, "time",
                           f"default_time {pool.default_time} is over partition {part.name}'s "

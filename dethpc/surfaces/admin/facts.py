@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from dethpc.backends import slurm_parse as sp
 from dethpc.common.runner import CommandRunner
+from dethpc.common.sbatch_options import parse_time
 
 # ------------------------------------------------------------------ records
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:.]*)=")
@@ -60,7 +61,7 @@ def _limit(value: str) -> int | None:
 
 def _time(value: str) -> int | None:
     try:
-        return sp.parse_slurm_time(value)
+        return parse_time(value)
     except ValueError:
         return None
 

@@ -14,13 +14,13 @@ from dethpc.backends.slurm_parse import (
     parse_sacct,
     parse_sbatch_parsable,
     parse_sinfo,
-    parse_slurm_time,
     parse_squeue,
     parse_version,
     parse_wait_status,
     unique_bases,
 )
 from dethpc.common.jobref import JobId, format_array, parse_array_spec, parse_job_id
+from dethpc.common.sbatch_options import parse_time
 
 S = JobState
 STATES = [
@@ -236,7 +236,7 @@ def test_parse_gres_gpus(gres: str, gpus: int) -> None:
     ("1-2:30", 86400 + 2 * 3600 + 30 * 60),
 ])
 def test_parse_slurm_time(text: str, seconds: int | None) -> None:
-    assert parse_slurm_time(text) == seconds
+    assert parse_time(text) == seconds
 
 
 def test_parse_sinfo_merges_groups() -> None:
