@@ -45,6 +45,7 @@ from dethpc.backends.local_spool import (
 )
 from dethpc.backends.local_supervisor import kill_group, signal_number
 from dethpc.common.errors import NotFoundError, SubmitError
+from dethpc.common.jobref import sort_key
 from dethpc.common.sbatch_options import script_header, task_count
 from dethpc.common.traits import LOCAL, BackendTraits
 
@@ -295,5 +296,5 @@ def _to_info(ref: str, state: dict[str, Any], req: dict[str, Any]) -> JobInfo:
 
 
 def _ref_key(path: Path) -> tuple[int, int, str]:
-    job, _, idx = path.name.partition("_")
-    return (int(job) if job.isdigit() else 0, int(idx) if idx.isdigit() else -1, path.name)
+    """A spooled task's directory is named by its ref: in job, then task order."""
+    return (*sort_key(path.name), path.name)

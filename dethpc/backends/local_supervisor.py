@@ -37,6 +37,7 @@ from dethpc.backends.local_spool import (
     write_json_atomic,
 )
 from dethpc.common.exitcodes import LOCAL_REQUEUE_EXIT
+from dethpc.common.jobenv import ENV_BACKEND
 from dethpc.common.traits import BackendKind
 
 #: seconds between SIGTERM and SIGKILL (Slurm's KillWait)
@@ -191,7 +192,7 @@ class Supervisor:
             "SLURMD_NODENAME": NODENAME, "SLURM_TASKS_PER_NODE": str(self.tasks),
             "SLURM_RESTART_COUNT": str(restart), "SLURM_SUBMIT_DIR": str(req["workdir"]),
             "SLURM_SUBMIT_HOST": socket.gethostname(), "SLURM_CPUS_ON_NODE": ncpu,
-            "SLURM_JOB_CPUS_PER_NODE": ncpu, "DETHPC_BACKEND": BackendKind.LOCAL.value,
+            "SLURM_JOB_CPUS_PER_NODE": ncpu, ENV_BACKEND: BackendKind.LOCAL.value,
         })
         if req.get("is_array"):
             env["SLURM_ARRAY_JOB_ID"] = str(req["array_job_id"])

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from dethpc.common.errors import DethpcError
+from dethpc.common.jobenv import ENV_TRIAL_DIR
 from dethpc.common.jobref import ref_from_env
 from dethpc.common.paths import TrialPaths, detached_dir
 
@@ -141,7 +142,7 @@ def trial_dir(env: Mapping[str, str] | None = None) -> Path | None:
     """The running job's trial directory, registering a detached job on first use;
     None outside any dethpc trial and any Slurm job (and with ``DETHPC_DETACHED=0``)."""
     env = os.environ if env is None else env
-    raw = env.get("DETHPC_TRIAL_DIR")
+    raw = env.get(ENV_TRIAL_DIR)
     if raw:
         return Path(raw)
     if env.get(ENV_DETACHED, "").strip() == "0":

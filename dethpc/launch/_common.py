@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from dethpc.common.errors import DethpcError
 from dethpc.common.hostlist import expand_hostlist
+from dethpc.common.jobenv import ENV_BACKEND, ENV_SLOTS_PER_TRIAL, ENV_SOCKET_IFNAME
 from dethpc.common.traits import BackendKind, traits_of
 from dethpc.launch._run_main import guarded_argv
 
@@ -118,7 +119,7 @@ def read_slurm_env(env: Mapping[str, str]) -> SlurmEnv:
 def use_slurm(env: Mapping[str, str], which: Callable[[str], str | None] = shutil.which) -> bool:
     """True when the launcher should go through Slurm: a job id, not the local backend, and
     srun, or already one task of a step (inside a container image without srun, say)."""
-    kind = BackendKind.parse(env.get("DETHPC_BACKEND"))
+    kind = BackendKind.parse(env.get(ENV_BACKEND))
     if kind is not None and not traits_of(kind).srun_steps:
         return False
     return bool(_first(env, "SLURM_JOB_ID", "SLURM_JOBID")) and (
@@ -204,7 +205,7 @@ def local_nproc(env: Mapping[str, str], override: str | None = None) -> int:
     ``--nproc-per-node``, ``DETHPC_NPROC``, the trial's ``resources.slots_per_trial``
     (``DETHPC_SLOTS_PER_TRIAL``, set by every trial's job script: on the local backend
     one process per slot, as on Slurm), ``SLURM_NTASKS``, else 1."""
-    for value in (override, env.get("DETHPC_NPROC"), env.get("DETHPC_SLOTS_PER_TRIAL"),
+    for value in (override, env.get("DETHPC_NPROC"), env.get(ENV_SLOTS_PER_TRIAL),
                   env.get("SLURM_NTASKS")):
         if value and value.isdigit() and int(value) > 0:
             return int(value)
@@ -261,7 +262,7 @@ def rendezvous_env(layout: JobLayout) -> dict[str, str]:
 
 def socket_env(env: Mapping[str, str]) -> dict[str, str]:
     """NCCL/GLOO socket interface from ``DETHPC_SOCKET_IFNAME`` unless already set."""
-    ifname = env.get("DETHPC_SOCKET_IFNAME", "").strip()
+    ifname = env.get(ENV_SOCKET_IFNAME, "").strip()
     if not ifname:
         return {}
     names = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "HOROVOD_GLOO_IFACE")

@@ -24,6 +24,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from dethpc.common.jobenv import ENV_TRIAL_DIR
 from dethpc.launch._common import (
     JobLayout,
     LaunchError,
@@ -119,7 +120,7 @@ def plan(
     if mode == "srun":
         return srun_workers_plan(layout, target_argv, env, extra_srun=args.overrides,
                                  python=python)
-    hostfile = str(Path(env.get("DETHPC_TRIAL_DIR") or (cwd or Path.cwd()))
+    hostfile = str(Path(env.get(ENV_TRIAL_DIR) or (cwd or Path.cwd()))
                    / f".dethpc-hostfile-{layout.job_id}")
     from dethpc.launch.mpi import detect_plugin
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dethpc.common.hostlist import expand_hostlist
+from dethpc.common.jobenv import ENV_TRIAL_DIR
 from dethpc.launch._common import PORT_SPAN, LaunchError, derive_port
 from dethpc.launch._procs import launcher_main, log, run_one
 
@@ -73,7 +74,7 @@ def het_job_id(env: Mapping[str, str]) -> str:
 def ready_file(env: Mapping[str, str], name: str) -> str:
     """The file component ``name`` creates when it is up; unique per job run, so a
     requeued job never sees the file of its previous run."""
-    trial_dir = env.get("DETHPC_TRIAL_DIR", ".")
+    trial_dir = env.get(ENV_TRIAL_DIR, ".")
     run = env.get("SLURM_RESTART_COUNT", "0") or "0"
     return str(Path(trial_dir) / f"ready-{name}-{het_job_id(env)}-{run}")
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dethpc.common.jobenv import ENV_HPARAMS, ENV_HPARAMS_FILE
 from dethpc.common.paths import TrialPaths
 from dethpc.launch.jobapi._values import JobApiError, StopWhy, current_run, stop_reason
 
@@ -28,7 +29,7 @@ from dethpc.launch.jobapi._values import JobApiError, StopWhy, current_run, stop
 PATH_KEY = "dethpc_path"
 #: metadata keys the user may not set with ``--meta``
 RESERVED_META = frozenset({PATH_KEY, "steps_completed"})
-ENV_HPARAMS = ("DETHPC_HPARAMS", "DETHPC_HPARAMS_FILE")
+HPARAMS_VARS = (ENV_HPARAMS, ENV_HPARAMS_FILE)
 
 
 def _checkpoint_dir(trial: Path, env: Mapping[str, str]) -> Path:
@@ -180,7 +181,7 @@ def read_hparams(trial: Path | None, env: Mapping[str, str]) -> dict[str, Any]:
     """The trial's hyperparameters: ``$DETHPC_HPARAMS`` (search mode), else
     ``$DETHPC_HPARAMS_FILE``, else ``<trial>/hparams.json``; {} when there is none."""
     path: Path | None = None
-    for name in ENV_HPARAMS:
+    for name in HPARAMS_VARS:
         if env.get(name):
             path = Path(env[name])
             break

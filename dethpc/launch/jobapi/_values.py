@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dethpc.common.errors import DethpcError
+from dethpc.common.jobenv import ENV_RUN_ID
 
 #: words that mean a non-finite float: written as null, as ``dethpc.core`` writes NaN
 _NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity",
@@ -83,7 +84,7 @@ def hparam_env(hparams: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 def current_run(env: Mapping[str, str]) -> int:
     """The run number of this job: ``DETHPC_RUN_ID``, else ``SLURM_RESTART_COUNT``, else 0."""
-    for name in ("DETHPC_RUN_ID", "SLURM_RESTART_COUNT"):
+    for name in (ENV_RUN_ID, "SLURM_RESTART_COUNT"):
         raw = env.get(name, "").strip()
         if raw:
             try:

@@ -30,6 +30,7 @@ from pathlib import Path
 from types import FrameType
 
 from dethpc.common.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED, LOCAL_REQUEUE_EXIT, ExitReason
+from dethpc.common.jobenv import ENV_PREEMPT_SIGNAL, ENV_RUN_ID
 from dethpc.common.jobref import ref_from_env
 from dethpc.common.jsonlines import append_record
 from dethpc.common.paths import TrialPaths
@@ -76,7 +77,7 @@ def trial_env(item: queue.WorkItem) -> dict[str, str]:
     """The worker's own environment (SLURM_*, PATH) with the item's contract on top."""
     env = dict(os.environ)
     env.update(item.env)
-    env["DETHPC_RUN_ID"] = str(item.attempt)
+    env[ENV_RUN_ID] = str(item.attempt)
     for name in detenv.RUN:  # Determined's DET_* of this run, none left from another's
         env.pop(name, None)
     env.update(detenv.run_env(env))
@@ -225,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", default="",
                    help="this worker's name in pool/retire/ (default: its job ref, "
                         "<array>_<task>, when it runs as a job)")
-    p.add_argument("--preempt-signal", default=os.environ.get("DETHPC_PREEMPT_SIGNAL", "USR2"))
+    p.add_argument("--preempt-signal", default=os.environ.get(ENV_PREEMPT_SIGNAL, "USR2"))
     return p
 
 

@@ -27,6 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from dethpc.common.errors import ConfigError, DethpcError, FieldError
+from dethpc.common.jobenv import (
+    ENV_BACKEND,
+    ENV_CONTEXT_DIR,
+    ENV_SLOTS_PER_TRIAL,
+    ENV_SOCKET_IFNAME,
+)
 from dethpc.common.sbatch_options import layer
 from dethpc.common.traits import BackendKind, traits_of
 from dethpc.common.version import __version__
@@ -125,12 +131,12 @@ def task_env(cfg: ExperimentConfig, pool: ResourcePool, *, task_id: int, kind: T
     when there is a context, ...) then the config's ``environment_variables`` (the GPU
     ones on a GPU pool), names checked as a trial's are."""
     env = [("DETHPC_TASK_ID", str(task_id)), ("DETHPC_TASK_KIND", kind.value),
-           ("DETHPC_TASK_DIR", str(work_dir)), ("DETHPC_BACKEND", "slurm"),
-           ("DETHPC_SLOTS_PER_TRIAL", str(cfg.resources.slots_per_trial))]
+           ("DETHPC_TASK_DIR", str(work_dir)), (ENV_BACKEND, "slurm"),
+           (ENV_SLOTS_PER_TRIAL, str(cfg.resources.slots_per_trial))]
     if context_dir is not None:
-        env.append(("DETHPC_CONTEXT_DIR", str(context_dir)))
+        env.append((ENV_CONTEXT_DIR, str(context_dir)))
     if pool.socket_ifname:
-        env.append(("DETHPC_SOCKET_IFNAME", pool.socket_ifname))
+        env.append((ENV_SOCKET_IFNAME, pool.socket_ifname))
     user_env = cfg.environment.environment_variables
     if pool.gres and cfg.environment.environment_variables_gpu is not None:
         user_env = cfg.environment.environment_variables_gpu
