@@ -129,10 +129,16 @@ def trial_command(cfg: ExperimentConfig, cluster: ClusterConfig, backend: Backen
 
 def component_step(cfg: ExperimentConfig, cluster: ClusterConfig, comp: HetComponent,
                    group: int, python: str, run_dir: Path) -> list[str]:
-    """The ``srun`` starting every task of het group ``group`` (component ``comp``)."""
+    """The ``srun`` starting every task of het group ``group`` (component ``comp``), its
+    shape spelled out: the batch shell's ``SLURM_NTASKS`` and ``SLURM_NTASKS_PER_NODE``
+    are the trial's (group 0), and Slurm 25.11's srun applies them to ``--het-group=1``
+    too ("More processors requested than permitted"); 22.05 read the group's own."""
     argv = _contained(cfg, cluster, entrypoint_argv(comp.entrypoint, python),
                       comp.resource_pool or cfg.resources.resource_pool, run_dir)
-    return ["srun", f"--het-group={group}", "--kill-on-bad-exit=1", python, "-m",
+    return ["srun", f"--het-group={group}", f"--nodes={comp.nodes}",
+            f"--ntasks={comp.nodes * comp.tasks_per_node}",
+            f"--ntasks-per-node={comp.tasks_per_node}", f"--cpus-per-task={comp.cpus_per_task}",
+            "--kill-on-bad-exit=1", python, "-m",
             "dethpc.launch.hetjob", "--component", comp.name, "--", *argv]
 
 

@@ -88,10 +88,13 @@ def test_script_directives_steps_and_wait() -> None:
         "#SBATCH hetjob", "#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=1",
         "#SBATCH --cpus-per-task=1", "#SBATCH --partition=debug"]
     assert "export DETHPC_HET_COMPONENTS=trial,server,cache,logger\n" in script
-    assert ("srun --het-group=1 --kill-on-bad-exit=1 /py/python -m dethpc.launch.hetjob "
-            "--component server -- python3 server.py '$(x)' &\n") in script
-    assert ("srun --het-group=2 --kill-on-bad-exit=1 /py/python -m dethpc.launch.hetjob "
-            "--component cache -- cache --size '1 G' &\n") in script
+    # each component's shape spelled out (25.11's srun would take the trial's SLURM_NTASKS)
+    assert ("srun --het-group=1 --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=1 "
+            "--kill-on-bad-exit=1 /py/python -m dethpc.launch.hetjob "
+            "--component server -- python3 server.py '$(x)' &\n") in script, script
+    assert ("srun --het-group=2 --nodes=2 --ntasks=4 --ntasks-per-node=2 --cpus-per-task=3 "
+            "--kill-on-bad-exit=1 /py/python -m dethpc.launch.hetjob "
+            "--component cache -- cache --size '1 G' &\n") in script, script
     assert ("/py/python -m dethpc.launch.hetjob --trial --wait server:port:300 "
             "--wait cache:file:9 -- srun --ntasks=1 --nodes=1 --kill-on-bad-exit=1 "
             "python3 train.py &\n") in script
