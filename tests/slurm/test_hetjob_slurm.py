@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from sqlmodel import select
 
@@ -23,6 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 HET = REPO / "tests" / "fixtures" / "het"
 
 
+@pytest.mark.spanning   # 25.11's srun needs the component's shape spelled out (jobscript)
 def test_server_component_and_two_trainers_exchange_data(env, tmp_path):  # noqa: F811
     cluster, store, runner, backend = env
     path = tmp_path / "het.yaml"
@@ -65,8 +67,6 @@ def test_server_component_and_two_trainers_exchange_data(env, tmp_path):  # noqa
 
 def test_component_that_cannot_fit_is_refused_at_submit(env, tmp_path):  # noqa: F811
     import dataclasses
-
-    import pytest
 
     from dethpc.common.errors import SubmitError
     from dethpc.config.model import ResourcePool
