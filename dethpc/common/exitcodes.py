@@ -1,6 +1,9 @@
 """Exit codes agreed between the training process, the job wrapper and the backends.
 
-Owns: the numbers, and the mapping from a training exit code to an exit reason.
+Owns: the numbers, the reasons a run ends (``ExitReason``) and the shape of the record
+each run's end appends to ``exits.jsonl`` (``exit_record``: written by the job scripts'
+``dethpc.launch.run_end`` and by a pool worker for each run it forked; read by
+``dethpc.control.job_end``).
 """
 
 from __future__ import annotations
@@ -26,3 +29,10 @@ class ExitReason(StrEnum):
     NODE_FAIL = "node_fail"      # node died / job lost
     ERROR = "error"              # training code failed
     CANCELLED = "cancelled"      # scancel outside dethpc / kill
+
+
+def exit_record(reason: ExitReason, code: int, run: int, job: str, signal: str,
+                at: float) -> dict[str, object]:
+    """One line of ``exits.jsonl``: why run ``run`` of job ``job`` ended."""
+    return {"reason": reason.value, "code": code, "restart": run, "job": job,
+            "signal": signal, "time": int(at)}

@@ -27,7 +27,6 @@ run, inside a preemption's grace).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shlex
@@ -39,9 +38,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from dethpc.common.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED, LOCAL_REQUEUE_EXIT, ExitReason
+from dethpc.common.exitcodes import (
+    EXIT_PREEMPTED,
+    EXIT_STOPPED,
+    LOCAL_REQUEUE_EXIT,
+    ExitReason,
+    exit_record,
+)
 from dethpc.common.jobref import ref_from_env
-from dethpc.common.jsonlines import append_record
+from dethpc.common.jsonlines import append_record, read_new_lines
 from dethpc.common.paths import TrialPaths
 
 #: a signal this close to the job's end time (plus the pool's grace) is the walltime's
@@ -238,49 +243,22 @@ def _run(argv: list[str]) -> tuple[int, str]:
 
 
 # ------------------------------------------------------------------ the run's files
-def exit_record(reason: ExitReason, code: int, run: int, job: str, signal: str,
-                at: float) -> dict[str, object]:
-    """One line of ``exits.jsonl`` (read by ``dethpc.control.job_end``)."""
-    return {"reason": reason.value, "code": code, "restart": run, "job": job,
-            "signal": signal, "time": int(at)}
-
-
 def append_exit_record(trial_dir: Path, record: dict[str, object]) -> None:
     append_record(TrialPaths(trial_dir).exit_log, record)
 
 
 def last_exit_record(trial_dir: Path) -> dict[str, object] | None:
-    path = TrialPaths(trial_dir).exit_log
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        return rec if isinstance(rec, dict) else None
-    return None
+    records = read_new_lines(TrialPaths(trial_dir).exit_log, 0).records
+    return records[-1] if records else None
 
 
 def acked_in_run(trial_dir: Path, run: int, started_at: float) -> str:
     """What ``dethpc should-stop`` last answered yes to in run ``run``, since it started
     (``stop-acks.jsonl``; a job the daemon submitted again starts at run 0 again)."""
-    path = TrialPaths(trial_dir).stop_acks
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return ""
-    for line in reversed(lines):
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and rec.get("run") == run:
-            if float(rec.get("time") or 0) >= started_at:
-                return str(rec.get("why") or "")
-            return ""
+    acks = [r for r in read_new_lines(TrialPaths(trial_dir).stop_acks, 0).records
+            if r.get("run") == run]
+    if acks and float(acks[-1].get("time") or 0) >= started_at:
+        return str(acks[-1].get("why") or "")
     return ""
 
 

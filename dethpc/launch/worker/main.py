@@ -29,7 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from dethpc.common.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED, LOCAL_REQUEUE_EXIT, ExitReason
+from dethpc.common.exitcodes import (
+    EXIT_PREEMPTED,
+    EXIT_STOPPED,
+    LOCAL_REQUEUE_EXIT,
+    ExitReason,
+    exit_record,
+)
 from dethpc.common.jobenv import ENV_PREEMPT_SIGNAL, ENV_RUN_ID
 from dethpc.common.jobref import ref_from_env
 from dethpc.common.jsonlines import append_record
@@ -93,9 +99,8 @@ def _append_exit(trial_dir: Path, reason: ExitReason, code: int, item: queue.Wor
                  ref: str, sig: str) -> None:
     """One exit record per run; its ``job`` is the item's ref (the daemon's Job row)
     when the daemon put the item, else the worker's own job."""
-    rec = {"reason": str(reason), "code": code, "restart": item.attempt,
-           "job": item.ref or ref, "worker_job": ref,
-           "signal": sig, "time": int(time.time()), "worker": True}
+    rec = {**exit_record(reason, code, item.attempt, item.ref or ref, sig, time.time()),
+           "worker_job": ref, "worker": True}
     append_record(TrialPaths(trial_dir).exit_log, rec)
 
 
