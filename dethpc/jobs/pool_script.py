@@ -79,6 +79,8 @@ def worker_array_script(cfg: ExperimentConfig, cluster: ClusterConfig, *,
     if not requeue:
         return "\n".join([*lines, 'exit "$rc"']) + "\n"
     lines += ['reason=error; requeue=0; exit_code=$rc; job_state=""',
+              # as _run_end.j2: a signal now must not kill the decision mid-record
+              f"trap '' TERM {pool.signal}",
               f'eval "$({shjoin([python, "-m", "dethpc.launch.run_end", "--kind", "worker"])}'
               ' --rc "$rc")"',
               'if [ "$requeue" = 1 ]; then',

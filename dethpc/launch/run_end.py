@@ -30,7 +30,6 @@ import argparse
 import os
 import re
 import shlex
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -51,8 +50,12 @@ from dethpc.common.paths import TrialPaths
 
 #: a signal this close to the job's end time (plus the pool's grace) is the walltime's
 END_TIME_SLACK_S = 60
-#: ``scontrol show job`` tries (a rate-limited or restarting slurmctld answers later)
+#: ``scontrol show job`` tries (a rate-limited or restarting slurmctld answers later),
+#: the pause before the second (the third waits twice that) and each try's limit: all
+#: of it inside Slurm's KillWait after a TERM (30 s by default; 5 s on the dev cluster)
 SCONTROL_TRIES = 3
+SCONTROL_PAUSE_S = 0.5
+SCONTROL_TIMEOUT_S = 10.0
 
 
 class RunKind(StrEnum):
@@ -219,7 +222,7 @@ def parse_job_facts(text: str) -> JobFacts:
 
 
 def ask_scontrol(ref: str, run: Callable[[list[str]], tuple[int, str]] | None = None,
-                 tries: int = SCONTROL_TRIES, pause_s: float = 1.0) -> JobFacts:
+                 tries: int = SCONTROL_TRIES, pause_s: float = SCONTROL_PAUSE_S) -> JobFacts:
     """``scontrol show job`` of this job, tried again when slurmctld did not answer
     (a rate limit, a restart); ``JobFacts()`` when it never did."""
     run = run or _run
@@ -235,8 +238,11 @@ def ask_scontrol(ref: str, run: Callable[[list[str]], tuple[int, str]] | None = 
 
 
 def _run(argv: list[str]) -> tuple[int, str]:
+    import subprocess  # only a run that stopped on a signal asks: the rest start faster
+
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_S,
+                           check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return 1, str(exc)
     return p.returncode, p.stdout + p.stderr

@@ -218,3 +218,32 @@ def test_a_script_run_reads_what_should_stop_answered_in_this_run(tmp_path: Path
     assert _command([*base, "--started-at", "100"], env)["reason"] == "stopped"
     # an answer from before this run started is an earlier run's (a job submitted again)
     assert _command([*base, "--started-at", "160"], env)["reason"] == "completed"
+
+
+def test_a_signal_while_the_decision_runs_does_not_lose_the_record(tmp_path: Path) -> None:
+    """The end of a run ignores the job's signals (``trap ''`` in _run_end.j2, inherited
+    by the python): Slurm's TERM at the end of a preemption's grace, or scontrol
+    requeue's, may come while the decision asks scontrol. Here the ``scontrol`` it asks
+    signals the whole process group (batch shell, python, itself) before it answers;
+    without the ignore the python dies and the run has no exit record."""
+    from dethpc.jobs.render import make_env
+
+    macro = make_env().get_template("_run_end.j2").module.run_end  # type: ignore[attr-defined]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(
+        "#!/bin/sh\nkill -TERM 0; kill -USR1 0\n"
+        "echo 'JobId=7 JobState=RUNNING Restarts=0 EndTime=Unknown PreemptTime=None'\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    script = "\n".join([
+        f"TRIAL_DIR={shlex.quote(str(tmp_path))}", "rc=80; got_signal=USR1; signal_at=1; hook_rc=0",
+        str(macro(sys.executable, "trial", "USR1", 30, True, hook=True)),
+        'echo "reason=$reason requeue=$requeue exit_code=$exit_code"'])
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": "0",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    p = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env,
+                       timeout=60, start_new_session=True, check=False)
+    assert (p.returncode, p.stdout.strip()) == (0, "reason=preempted requeue=1 exit_code=0"), \
+        p.stderr
+    rec = json.loads((tmp_path / "exits.jsonl").read_text())
+    assert (rec["reason"], rec["job"], rec["signal"]) == ("preempted", "7", "USR1")
