@@ -27,6 +27,7 @@ from tests.slurm.fixtures.harness import (
     max_step,
     preempt,
     read_jsonl,
+    steps_log,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,25 +117,29 @@ def harness_long_grace(tmp_path: Path, slurm_cluster: Any) -> Iterator[DaemonHar
 
 def test_het_trial_at_its_time_limit_checkpoints_and_requeues(
         harness_long_grace: DaemonHarness, tmp_path: Path) -> None:
-    """The same heterogeneous trial under ``--time=1``: every allocation ends on the
+    """The same heterogeneous trial under ``--time=1``: its first allocation ends on the
     pool's early signal before the limit, the trainers checkpoint, the job requeues
-    itself (still RUNNING: ``dethpc.launch.run_end``), and the next run resumes there;
-    no restart is counted."""
+    itself (still RUNNING: ``dethpc.launch.run_end``), and the next run resumes at the
+    step the first stopped at; the daemon counts no restart. The test ends there: how
+    many more allocations the rest takes depends on the machine's load (CI's took more
+    than 600 s to finish 450 batches), not on what is tested."""
     h = harness_long_grace
     raw = het_trial("debug")
-    raw["entrypoint"] = raw["entrypoint"].replace(f"--batches {BATCHES}", "--batches 450")
-    raw["searcher"]["max_length"] = {"batches": 450}
+    raw["entrypoint"] = raw["entrypoint"].replace(f"--batches {BATCHES}", "--batches 1000")
+    raw["searcher"]["max_length"] = {"batches": 1000}
     raw["slurm"]["time"] = "1"
     exp = h.submit(raw, context=het_context(tmp_path))
     ref = h.wait("the het trial's job", lambda: h.job_ref(exp))
     trial_dir = h.trial_dir(exp)
-    done = h.wait_done(exp, timeout=600)
-    log = job_log(trial_dir)
-    assert done.state == "COMPLETED", (h.events(exp), log[-3000:])
+    h.wait("run 1 to train a step", lambda: any(run == 1 for run, _ in steps_log(trial_dir)),
+           timeout=480)
+    h.wait("the daemon to see the requeue", lambda: h.job_restarts(exp) >= 1)
     trial = h.trial(exp)
+    assert trial.restarts == 0 and trial.state in ("QUEUED", "RUNNING"), h.story(exp)
     exits = read_jsonl(trial_dir / "exits.jsonl")
-    assert trial.restarts == 0 and trial.steps_completed == 450, "\n".join(
-        [*map(str, h.events(exp)), *map(str, exits), log[-4000:]])
-    assert len(exits) >= 2, f"the trial fit in one allocation; make it longer: {exits}"
-    assert {e["job"] for e in exits} == {ref}, exits
-    assert [e["reason"] for e in exits] == ["time_limit"] * (len(exits) - 1) + ["completed"]
+    assert [(e["reason"], e["job"], e["restart"]) for e in exits] == \
+        [("time_limit", ref, 0)], h.story(exp)
+    # both ranks stopped at one step, and run 1 began right after it
+    stopped = {r["batches_done"] for r in read_jsonl(trial_dir / "runs.jsonl") if r["run"] == 0}
+    first = min(step for run, step in steps_log(trial_dir) if run == 1)
+    assert len(stopped) == 1 and first == stopped.pop() + 1, h.story(exp)
