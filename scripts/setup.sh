@@ -3,7 +3,7 @@
 #
 #   bash scripts/setup.sh           the main job's needs (scripts/run-example.sh): a
 #                                   virtualenv in .venv with dethpc, torch 2.13.0 (CPU) and
-#                                   scikit-learn (the digits example's data); nothing else
+#                                   numpy; nothing else
 #   bash scripts/setup.sh --tests   the test suite's needs (scripts/test.sh) on top: every
 #                                   optional extra the tests use and, as root, Debian's
 #                                   chromium + chromium-driver (the dashboard's browser

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("sklearn")
 
 from dethpc.common.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED  # noqa: E402
 from dethpc.core import CheckpointContext, DistributedContext  # noqa: E402

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
-pytest.importorskip("sklearn")
 
 from dethpc.core import CheckpointContext, DistributedContext  # noqa: E402
 from dethpc.pytorch import entrypoint_argv, run_test_mode  # noqa: E402

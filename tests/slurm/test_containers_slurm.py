@@ -155,7 +155,8 @@ def test_missing_runtime_is_refused_at_submit(harness: DaemonHarness, image: Pat
 
 def test_digits_example_runs_in_the_container(harness: DaemonHarness, image: Path) -> None:
     """examples/digits (const.yaml, unchanged but for the image) trains inside the image:
-    scikit-learn's digits and torch from the image, validation reported, COMPLETED."""
+    the example's digits.npz, numpy and torch from the image, validation reported,
+    COMPLETED."""
     import yaml
 
     from dethpc.config import load_experiment_config

@@ -143,7 +143,7 @@ def shell(login: dict[str, Any], user_python: list[str]) -> dict[str, Any]:
     (bindir / "dethpc").chmod(0o755)
     (login["work"] / "examples").symlink_to(REPO / "examples")
     login["env"]["PATH"] = f"{bindir}:{login['env']['PATH']}"
-    # what the user's install brings (dethpc, torch, scikit-learn) for the jobs' python3
+    # what the user's install brings (dethpc, torch, numpy) for the jobs' python3
     login["env"]["PYTHONPATH"] = pythonpath.split("=", 1)[1]
     return login
 
