@@ -38,10 +38,12 @@ class SlurmBackend:
     traits: BackendTraits = SLURM
 
     def __init__(self, runner: CommandRunner, user: str | None = None,
-                 signal_flags: Sequence[str] = ()) -> None:
+                 signal_flags: Sequence[str] = ("--batch",)) -> None:
         self.runner = runner
         self.user = user
-        #: extra scancel flags with a signal, e.g. ("--batch",) or ("--full",)
+        #: extra scancel flags with a signal: by default the batch shell alone, where
+        #: every dethpc job's ``--signal=B:`` has Slurm send its early signal (and where
+        #: its traps forward it to the step); ("--full",) would signal the steps too
         self.signal_flags = tuple(signal_flags)
         self._site = SlurmSite(runner, user)
         self._poll = SlurmPoll(runner, user, self._site)

@@ -132,6 +132,14 @@ class TrialPaths:
         return self.root / "stop-acks.jsonl"
 
     @property
+    def rehearsal(self) -> Path:
+        """Written by ``dethpc trial preempt`` just before it sends the pool's early
+        signal: ``{"what": "preemption|time_limit", "job", "run", "time"}``. The run's
+        end (``dethpc.launch.run_end``) records a time-limit rehearsal of its own job
+        and run as ``time_limit``."""
+        return self.root / "rehearsal.json"
+
+    @property
     def outputs(self) -> Path:
         """The job output files of a wrapped script (the user's own ``--output`` and
         ``--error``, resolved by the job shell at each run start): one path per line."""

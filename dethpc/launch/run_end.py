@@ -27,6 +27,7 @@ run, inside a preemption's grace).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -88,6 +89,8 @@ class RunFacts:
     forward: bool = False
     #: this run's number (``SLURM_RESTART_COUNT``)
     run: int = 0
+    #: ``dethpc trial preempt --time-limit`` sent this run's signal: the time limit's path
+    rehearsed_limit: bool = False
 
 
 @dataclass(frozen=True)
@@ -178,8 +181,9 @@ def who_ends(f: RunFacts, job: JobFacts) -> tuple[ExitReason, bool]:
     if job.state == "TIMEOUT":
         return ExitReason.TIME_LIMIT, False
     if job.state == "RUNNING":
-        walltime = (not job.preempted and job.end_ts > 0
-                    and job.end_ts - f.signal_at <= f.grace_s + END_TIME_SLACK_S)
+        walltime = f.rehearsed_limit or (not job.preempted and job.end_ts > 0
+                                         and job.end_ts - f.signal_at
+                                         <= f.grace_s + END_TIME_SLACK_S)
         return (ExitReason.TIME_LIMIT if walltime else ExitReason.PREEMPTED), True
     if f.kind is RunKind.WORKER or not job.state:
         # a worker's runs keep their own records; no answer is no reason to cancel
@@ -258,6 +262,16 @@ def last_exit_record(trial_dir: Path) -> dict[str, object] | None:
     return records[-1] if records else None
 
 
+def rehearsed_limit(trial_dir: Path, ref: str, run: int) -> bool:
+    """``dethpc trial preempt --time-limit`` marked this job's run (``rehearsal.json``)."""
+    try:
+        mark = json.loads(TrialPaths(trial_dir).rehearsal.read_text())
+    except (OSError, ValueError):
+        return False
+    return (isinstance(mark, dict) and mark.get("what") == "time_limit"
+            and mark.get("job") == ref and mark.get("run") == run)
+
+
 def acked_in_run(trial_dir: Path, run: int, started_at: float) -> str:
     """What ``dethpc should-stop`` last answered yes to in run ``run``, since it started
     (``stop-acks.jsonl``; a job the daemon submitted again starts at run 0 again)."""
@@ -290,6 +304,8 @@ def end(argv: Sequence[str], env: Mapping[str, str]) -> str:
     facts = RunFacts(kind=a.kind, rc=a.rc, signal=a.signal, signal_at=a.signal_at,
                      in_place=not a.local, grace_s=a.grace, hook_rc=a.hook_rc,
                      forward=a.forward, run=run,
+                     rehearsed_limit=(a.trial_dir is not None and bool(a.signal)
+                                      and rehearsed_limit(a.trial_dir, ref, run)),
                      acked=(acked_in_run(a.trial_dir, run, a.started_at)
                             if a.trial_dir is not None and a.kind is RunKind.SCRIPT else ""))
     job = ask_scontrol(ref) if needs_job_facts(facts) else None

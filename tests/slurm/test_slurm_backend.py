@@ -111,7 +111,7 @@ def test_cancel_pending_and_running_in_one_call(backend: SlurmBackend, tmp_path:
 
 
 def test_cancel_with_signal_reaches_batch_shell(slurm_cluster: Any, tmp_path: Path) -> None:
-    backend = SlurmBackend(CommandRunner(), signal_flags=("--batch",))
+    backend = SlurmBackend(CommandRunner())     # the default: the batch shell, as B:
     req = make_request(tmp_path, "trap 'touch got-usr2; exit 0' USR2\ntouch started\n"
                        "for i in $(seq 3000); do sleep 0.1; done\nexit 1\n")
     refs = backend.submit(req)

@@ -29,7 +29,13 @@ from dethpc.surfaces.cli.common import (
     table,
 )
 from dethpc.surfaces.cli.daemon_cmd import UntrackedLook, catch_up_if_untracked
-from dethpc.surfaces.cli.shared import print_checkpoints, stream_trial_log
+from dethpc.surfaces.cli.shared import (
+    TimeLimitOpt,
+    WaitOpt,
+    print_checkpoints,
+    rehearse_targets,
+    stream_trial_log,
+)
 from dethpc.surfaces.layout import (
     Col,
     fit,
@@ -395,6 +401,14 @@ def _state_command(action: str) -> None:
 
 for _action in ("pause", "activate", "cancel", "kill"):
     _state_command(_action)
+
+
+@experiment_app.command("preempt")
+def preempt(exp_id: int, time_limit: bool = TimeLimitOpt, wait: bool = WaitOpt) -> None:
+    """Rehearse a preemption of every running trial (``dethpc trial preempt``)."""
+    from dethpc.control.rehearse import experiment_targets
+
+    rehearse_targets(experiment_targets(ENV.store, ENV.cluster, exp_id), time_limit, wait)
 
 
 @experiment_app.command("unpause", hidden=True)

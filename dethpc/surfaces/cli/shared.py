@@ -1,9 +1,11 @@
-"""What two command groups print alike: a trial's log stream and a checkpoint table.
+"""What two command groups do alike: a trial's log stream, a checkpoint table, and a
+rehearsed preemption.
 
 Owns: ``stream_trial_log`` (``dethpc trial logs`` and ``dethpc experiment logs``; a trial
 that ended without output gets its exit reason, ``unrun_note``) and
 ``print_checkpoints`` (``dethpc experiment list-checkpoints`` and ``dethpc checkpoint
-list``), so that neither command module imports the other.
+list``) and ``rehearse_targets`` with its options (``dethpc trial preempt`` and
+``dethpc experiment preempt``), so that neither command module imports the other.
 Must not: define commands.
 """
 
@@ -11,16 +13,29 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import typer
 
 from dethpc.common.paths import ExperimentPaths
 from dethpc.control import experiments
 from dethpc.store.models import TrialState
 from dethpc.surfaces import views
-from dethpc.surfaces.cli.common import ENV, err_console, fmt_metric, print_json, table
+from dethpc.surfaces.cli.common import (
+    ENV,
+    console,
+    err_console,
+    fmt_metric,
+    print_json,
+    table,
+)
 from dethpc.surfaces.cli.daemon_cmd import UntrackedLook
 from dethpc.surfaces.layout import Col
+
+if TYPE_CHECKING:
+    from dethpc.control.rehearse import Target
 
 
 def _say_unrun(detail: dict[str, Any], printed: bool) -> None:
@@ -89,3 +104,26 @@ def stream_trial_log(trial_id: int, *, follow: bool, tail: int) -> None:
             _say_unrun(views.trial_detail(ENV.store, trial_id), printed)
             return
         time.sleep(0.5)
+
+
+# ------------------------------------------------------------------ preempt
+TimeLimitOpt = typer.Option(
+    False, "--time-limit",
+    help="rehearse the time limit instead: the same early signal, recorded time_limit")
+WaitOpt = typer.Option(
+    True, "--wait/--no-wait",
+    help="wait for the job to requeue itself (at most the pool's signal_grace_s), and "
+         "requeue it then if it has not, as Slurm does when a preemption's grace ends")
+
+
+def rehearse_targets(targets: Sequence[Target], time_limit: bool, wait: bool) -> None:
+    """Rehearse on each target's job (``dethpc.control.rehearse``), saying what it does."""
+    from dethpc.control.rehearse import Rehearsal, rehearse
+
+    what = Rehearsal.TIME_LIMIT if time_limit else Rehearsal.PREEMPTION
+    for t in targets:
+        console.print(f"trial {t.trial_id}: SIG{t.signal} to job {t.ref} (run {t.run})"
+                      + (f"; waiting up to {t.grace_s} s for it to requeue itself"
+                         if wait else ""), highlight=False, soft_wrap=True)
+    for out in rehearse(ENV.store, ENV.backend, list(targets), what, wait=wait):
+        console.print(out.summary(what), highlight=False, soft_wrap=True)

@@ -22,7 +22,13 @@ from dethpc.surfaces.cli.common import (
     say,
     table,
 )
-from dethpc.surfaces.cli.shared import print_checkpoints, stream_trial_log
+from dethpc.surfaces.cli.shared import (
+    TimeLimitOpt,
+    WaitOpt,
+    print_checkpoints,
+    rehearse_targets,
+    stream_trial_log,
+)
 from dethpc.surfaces.layout import Col, kv_text
 
 trial_app = typer.Typer(help="Inspect trials.", no_args_is_help=True)
@@ -63,6 +69,15 @@ def logs(trial_id: int, follow: bool = typer.Option(False, "--follow", "-f"),
     """The trial's job output (all runs, requeues appended)."""
     views.trial_detail(ENV.store, trial_id)  # a clear error for an unknown trial
     stream_trial_log(trial_id, follow=follow, tail=tail)
+
+
+@trial_app.command("preempt")
+def preempt(trial_id: int, time_limit: bool = TimeLimitOpt, wait: bool = WaitOpt) -> None:
+    """Rehearse a preemption of a running trial: what Slurm sends on a real one (the
+    pool's early signal to the job's shell, then the requeue). Not a restart."""
+    from dethpc.control.rehearse import find_target
+
+    rehearse_targets([find_target(ENV.store, ENV.cluster, trial_id)], time_limit, wait)
 
 
 @checkpoint_app.command("describe")

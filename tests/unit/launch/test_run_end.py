@@ -38,10 +38,10 @@ NO_ANSWER = JobFacts()
 
 
 def facts(kind: RunKind, rc: int, signal: str = "", *, local: bool = False, hook_rc: int = 0,
-          acked: str = "", forward: bool = False) -> RunFacts:
+          acked: str = "", forward: bool = False, rehearsed: bool = False) -> RunFacts:
     return RunFacts(kind=kind, rc=rc, signal=signal, signal_at=NOW if signal else 0.0,
                     in_place=not local, grace_s=60, hook_rc=hook_rc, acked=acked,
-                    forward=forward, run=0)
+                    forward=forward, run=0, rehearsed_limit=rehearsed)
 
 
 TABLE: list[tuple[str, RunFacts, JobFacts | None, Decision]] = [
@@ -61,6 +61,14 @@ TABLE: list[tuple[str, RunFacts, JobFacts | None, Decision]] = [
      Decision(R.PREEMPTED, True, 0)),
     ("trial signalled, no time limit", facts(T, EXIT_PREEMPTED, "USR2"), NO_LIMIT,
      Decision(R.PREEMPTED, True, 0)),
+    ("trial's rehearsed time limit (dethpc trial preempt --time-limit)",
+     facts(T, EXIT_PREEMPTED, "USR2", rehearsed=True), RUNNING,
+     Decision(R.TIME_LIMIT, True, 0)),
+    ("a rehearsed limit that Slurm requeued meanwhile", facts(
+        T, EXIT_PREEMPTED, "TERM", rehearsed=True), REQUEUED_BY_SLURM,
+     Decision(R.REQUEUED, False, 0)),
+    ("script's rehearsed time limit", facts(S, 0, "USR2", acked="signal", rehearsed=True),
+     RUNNING, Decision(R.TIME_LIMIT, True, 0)),
     ("trial ran past the limit: Slurm's TERM", facts(T, EXIT_PREEMPTED, "TERM"), TIMEOUT,
      Decision(R.TIME_LIMIT, False, 0)),
     ("trial requeued by scontrol requeue", facts(T, EXIT_PREEMPTED, "TERM"),
@@ -247,3 +255,20 @@ def test_a_signal_while_the_decision_runs_does_not_lose_the_record(tmp_path: Pat
         p.stderr
     rec = json.loads((tmp_path / "exits.jsonl").read_text())
     assert (rec["reason"], rec["job"], rec["signal"]) == ("preempted", "7", "USR1")
+
+
+@pytest.mark.parametrize(("mark", "expected"), [
+    ({"what": "time_limit", "job": "7_1", "run": 2, "time": 1}, True),
+    ({"what": "preemption", "job": "7_1", "run": 2, "time": 1}, False),
+    ({"what": "time_limit", "job": "7_1", "run": 1, "time": 1}, False),   # an earlier run's
+    ({"what": "time_limit", "job": "8_1", "run": 2, "time": 1}, False),   # another job's
+    ("not an object", False),
+    (None, False),                                                         # no rehearsal
+])
+def test_a_time_limit_rehearsal_marks_its_own_job_and_run(
+        tmp_path: Path, mark: object, expected: bool) -> None:
+    from dethpc.launch.run_end import rehearsed_limit
+
+    if mark is not None:
+        (tmp_path / "rehearsal.json").write_text(json.dumps(mark))
+    assert rehearsed_limit(tmp_path, "7_1", 2) is expected
