@@ -42,9 +42,9 @@ def view(root: Path, *args: str, catch_up: bool) -> subprocess.CompletedProcess[
                           capture_output=True, text=True, timeout=120)
 
 
-def submit(root: Path, work: Path, body: str) -> str:
+def submit(root: Path, work: Path, body: str, minutes: int = 2) -> str:
     script = work / f"job{len(list(work.glob('*.sh')))}.sh"
-    script.write_text(f"#!/bin/bash\n#SBATCH -p debug\n#SBATCH -t 2\n{body}\n")
+    script.write_text(f"#!/bin/bash\n#SBATCH -p debug\n#SBATCH -t {minutes}\n{body}\n")
     proc = dethpc_sbatch(root, work, "--parsable", script.name)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
@@ -56,7 +56,9 @@ def test_describe_reads_the_ends_from_slurm_when_no_daemon_runs(
     work = tmp_path / "work"
     work.mkdir()
     ok, bad = submit(root, work, "echo fine"), submit(root, work, "exit 4")
-    held = submit(root, work, "sleep 600")
+    # still running when the views read it: under CI's load the views below took more
+    # than the 2 minutes the others have (f28: the held job ended TIMEOUT meanwhile)
+    held = submit(root, work, "sleep 600", minutes=30)
     for job in (ok, bad):
         wait_until(f"job {job} to end in accounting",
                    lambda j=job: set(sacct(j, "State")) & {"COMPLETED", "FAILED"},  # type: ignore[misc]
@@ -97,7 +99,11 @@ def test_wait_ends_with_the_job_when_no_daemon_runs(home: tuple[Path, Store, Dae
     root, store, _ = home
     work = tmp_path / "work"
     work.mkdir()
-    job = submit(root, work, "sleep 40")   # still running at the first look, on any machine
+    # the job runs until the test lets it end: still running at both first looks, on
+    # any machine (f28, loaded: a `sleep 40` ended before the second `wait` looked)
+    hold = work / "hold"
+    hold.touch()
+    job = submit(root, work, f"while [ -e {hold} ]; do sleep 0.5; done", minutes=10)
     exp_id = str(experiment_of_job(store, job))
     stale = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "experiment",
                             "wait", exp_id, "--timeout", "2"],
@@ -105,10 +111,22 @@ def test_wait_ends_with_the_job_when_no_daemon_runs(home: tuple[Path, Store, Dae
                            text=True, timeout=120)
     assert stale.returncode != 0 and "still ACTIVE" in stale.stderr, stale
     assert "not being updated" in stale.stderr, stale.stderr
-    waited = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "experiment",
-                             "wait", exp_id, "--timeout", "180"],
-                            env=env_for(root, DETHPC_CATCH_UP="1"), capture_output=True,
-                            text=True, timeout=240)
-    assert waited.returncode == 0, (waited.stdout, waited.stderr)
-    assert f"experiment {exp_id}: COMPLETED" in waited.stdout
-    assert "no dethpc daemon is running" in waited.stderr, waited.stderr
+    waiting = subprocess.Popen([sys.executable, "-m", "dethpc.surfaces.cli.main", "experiment",
+                                "wait", exp_id, "--timeout", "180"],
+                               env=env_for(root, DETHPC_CATCH_UP="1"), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        assert waiting.stderr is not None
+        said = ""                             # what it says while the job still runs
+        while "no dethpc daemon is running" not in said:
+            line = waiting.stderr.readline()
+            if not line:
+                break                             # it ended without saying it: fails below
+            said += line
+        hold.unlink()
+        out, rest = waiting.communicate(timeout=240)
+    finally:
+        waiting.kill()
+    assert waiting.returncode == 0, (out, said + rest)
+    assert f"experiment {exp_id}: COMPLETED" in out
+    assert "no dethpc daemon is running" in said + rest, said + rest

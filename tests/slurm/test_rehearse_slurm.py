@@ -23,7 +23,7 @@ from tests.slurm.fixtures.harness import (
     steps_log,
 )
 
-BATCHES = 200
+BATCHES = 120
 HPARAMS = {"step_time": 0.1}
 
 
@@ -50,6 +50,7 @@ def test_rehearsed_preemption_and_time_limit_requeue_resume_and_are_free(
         harness: DaemonHarness) -> None:
     h = harness
     exp = h.submit(experiment_yaml(batches=BATCHES, pool="debug", hparams=HPARAMS))
+    h.wait("the trial's job", lambda: h.job_ref(exp))
     trial_dir = h.trial_dir(exp)
     outcomes = []
     for run, what in enumerate([Rehearsal.PREEMPTION, Rehearsal.TIME_LIMIT]):
