@@ -55,4 +55,6 @@ def test_trial_preempt_rehearses_a_preemption_that_costs_no_restart(home, tmp_pa
     assert done.returncode == 1 and "has no running job" in done.stdout + done.stderr, done
     missing = cli("trial", "preempt", 999, check=False)
     assert missing.returncode == 1 and "no trial 999" in missing.stdout + missing.stderr
-    assert "Traceback" not in done.stderr + missing.stderr
+    whole = cli("experiment", "preempt", exp, check=False)
+    assert whole.returncode == 1 and "has no running trial" in whole.stdout + whole.stderr
+    assert "Traceback" not in done.stderr + missing.stderr + whole.stderr

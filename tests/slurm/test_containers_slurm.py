@@ -90,9 +90,9 @@ def test_trial_in_the_container_is_preempted_and_resumes_bit_identical(
         slurm_cluster.cancel(*preemptors)
     runs = read_jsonl(trial_dir / "runs.jsonl")
     print(f"container trial: {done.state}, runs {[(r['run'], r['preempted']) for r in runs]}")
-    assert done.state == "COMPLETED", harness.events(exp)
+    assert done.state == "COMPLETED", harness.story(exp)
     trial = harness.trial(exp)
-    assert trial.restarts == 0 and trial.steps_completed == BATCHES
+    assert trial.restarts == 0 and trial.steps_completed == BATCHES, harness.story(exp)
     assert runs[0]["preempted"] and not runs[-1]["preempted"], runs
     assert {r["python"] for r in runs} == {IMAGE_PYTHON}, runs      # inside the image
     assert runs[1]["first_batch"] == runs[0]["batches_done"] + 1 \

@@ -75,9 +75,9 @@ def test_user_signal_and_manual_requeue_are_free(harness: DaemonHarness, tmp_pat
                  lambda: len(read_jsonl(trial_dir / "runs.jsonl")) == 2, timeout=120)
     done = harness.wait_done(exp, timeout=400)
 
-    assert done.state == "COMPLETED", harness.events(exp)
+    assert done.state == "COMPLETED", harness.story(exp)
     trial = harness.trial(exp)
-    assert trial.restarts == 0, harness.events(exp)
+    assert trial.restarts == 0, harness.story(exp)
     exits = read_jsonl(trial_dir / "exits.jsonl")
     assert [e["restart"] for e in exits] == [0, 1, 2] and {e["job"] for e in exits} == {ref}
     assert [e["code"] for e in exits] == [80, 80, 0], exits
