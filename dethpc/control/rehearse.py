@@ -30,8 +30,8 @@ from dethpc.common.errors import DethpcError, NotFoundError
 from dethpc.common.markers import replace_text
 from dethpc.common.paths import ExperimentPaths, TrialPaths
 from dethpc.config.model import ClusterConfig
-from dethpc.config.stored import parse_stored
 from dethpc.control.pool_view import PREFIX as POOL_REF_PREFIX
+from dethpc.control.reconcile import load_config
 from dethpc.store import Store
 from dethpc.store.models import Event, Experiment, Job, Trial
 
@@ -93,7 +93,7 @@ def find_target(store: Store, cluster: ClusterConfig, trial_id: int) -> Target:
                               "a preemption of a pool worker is not supported yet; "
                               "`scancel --signal=<pool signal> --batch <worker job>` does "
                               "what a preemption does to the worker")
-        pool = cluster.pool(parse_stored(exp.config_yaml).resources.resource_pool)
+        pool = cluster.pool(load_config(exp).resources.resource_pool)
         return Target(experiment_id=exp.id or 0, trial_id=trial_id, ref=ref,
                       run=job.restart_count, signal=pool.signal, grace_s=pool.signal_grace_s,
                       trial_dir=ExperimentPaths(Path(exp.run_dir)).trial(trial_id).root)
