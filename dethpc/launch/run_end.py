@@ -73,7 +73,9 @@ class RunFacts:
 
     kind: RunKind
     rc: int
-    #: the last signal the batch shell got ("" none): the pool's early one, or TERM
+    #: the first signal the batch shell got in this run ("" none): its cause, the pool's
+    #: early one or TERM (a TERM after the early one, at the end of a preemption's
+    #: grace, is not recorded: that run was preempted, not requeued by hand)
     signal: str = ""
     signal_at: float = 0.0
     #: Slurm requeues in place (``scontrol requeue``); else the local backend, which

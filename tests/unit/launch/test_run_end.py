@@ -272,3 +272,57 @@ def test_a_time_limit_rehearsal_marks_its_own_job_and_run(
     if mark is not None:
         (tmp_path / "rehearsal.json").write_text(json.dumps(mark))
     assert rehearsed_limit(tmp_path, "7_1", 2) is expected
+
+
+def _on_signal(script: str) -> str:
+    """The ``on_signal`` function of a rendered job script."""
+    import re
+
+    found = re.search(r"^on_signal\(\) \{\n.*?^\}\n", script, re.M | re.S)
+    assert found, script
+    return found.group(0)
+
+
+def _trial_script() -> str:
+    from dethpc.config import parse_experiment_config
+    from dethpc.config.cluster import parse_cluster_config
+    from dethpc.jobs.jobscript import trial_script
+
+    cluster = parse_cluster_config({"backend": "slurm", "runs_root": "/r", "default_pool": "p",
+                                    "pools": {"p": {"partition": "low", "signal": "USR2"}}},
+                                   "test cluster")
+    cfg = parse_experiment_config({
+        "name": "x", "entrypoint": "python3 train.py",
+        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}}})
+    return trial_script(cfg, cluster, backend="slurm", python=sys.executable,
+                        run_dir=Path("/r/exp-1"), exp_id=1, trial_id=1)
+
+
+def _wrapped_script() -> str:
+    from dethpc.jobs.render import make_env
+
+    return make_env().from_string(
+        '{% from "_wrapped_run.j2" import run_script %}'
+        '{% call run_script("s.sh", "bash s.sh", "USR2", 30, true, "/py", "/bin", false) %}'
+        '{% endcall %}').render()
+
+
+@pytest.mark.parametrize("which", ["trial", "wrapped"])
+def test_a_runs_first_signal_is_its_cause(tmp_path: Path, which: str) -> None:
+    """A preemption's early signal, then Slurm's TERM when the grace ran out (a loaded
+    node checkpoints slowly): the run's record keeps the early signal, so the decision
+    says preempted, not requeued by hand (CI on stop 45: the container trial's record
+    said "requeued", code 143). The wrapper's signal.json keeps the latest, for
+    ``dethpc should-stop``."""
+    script = _trial_script() if which == "trial" else _wrapped_script()
+    body = "\n".join([
+        f"TRIAL_DIR={shlex.quote(str(tmp_path))}", "RUN=0; child=0; got_signal=''; signal_at=0",
+        _on_signal(script), "on_signal USR2 USR2", "first_at=$signal_at", "sleep 1.1",
+        "on_signal TERM TERM", 'echo "$got_signal $((signal_at - first_at))" >&3'])
+    p = subprocess.run(["bash", "-c", f"{{ {body}\n}} 3>&1 >/dev/null"], capture_output=True,
+                       text=True, timeout=30, check=False)
+    assert (p.returncode, p.stdout.split()) == (0, ["USR2", "0"]), p.stderr
+    if which == "wrapped":
+        assert json.loads((tmp_path / "signal.json").read_text())["signal"] == "TERM"
+        assert [json.loads(line)["signal"] for line in
+                (tmp_path / "signals.jsonl").read_text().splitlines()] == ["USR2", "TERM"]
