@@ -14,11 +14,15 @@ import logging
 import shutil
 from pathlib import Path
 
+from sqlmodel import col, select
+
 from dethpc.control.daemon.shared import fault_point
 from dethpc.store import Store
 from dethpc.store.models import Checkpoint, CheckpointState
 
 log = logging.getLogger(__name__)
+#: checkpoints marked per query (SQLite before 3.32 allows 999 parameters)
+IN_BATCH = 500
 
 
 class CheckpointDeleter:
@@ -39,8 +43,9 @@ class CheckpointDeleter:
                 log.warning("checkpoint %s: could not delete %s; will retry", uuid, path)
         fault_point("after_gc_rmtree")
         with self.store.session() as s:
-            for uuid in gone:
-                ck = s.get(Checkpoint, uuid)
-                if ck is not None and ck.state == CheckpointState.DELETING:
+            for i in range(0, len(gone), IN_BATCH):
+                for ck in list(s.exec(select(Checkpoint).where(
+                        col(Checkpoint.uuid).in_(gone[i:i + IN_BATCH]),
+                        Checkpoint.state == CheckpointState.DELETING))):
                     ck.state = CheckpointState.DELETED
                     s.add(ck)

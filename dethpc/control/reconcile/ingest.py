@@ -38,6 +38,9 @@ from dethpc.jobs.jobscript import checkpoint_dir
 from dethpc.searchers import replay
 from dethpc.store.models import Checkpoint, IngestOffset, Metric, Trial
 
+#: values per ``IN (...)`` of a prefetch (SQLite before 3.32 allows 999 parameters)
+IN_BATCH = 500
+
 
 class Ingest:
     """Reads the trial files of one experiment's tick."""
@@ -52,6 +55,14 @@ class Ingest:
         self._offsets_of: set[int] = set()
         #: the trials among those with an offset row (something was ingested)
         self._ingested: set[int] = set()
+        #: rows this tick added, looked up without a flush: a flush and two queries per
+        #: checkpoint line were most of a busy tick's CPU (``_checkpoint``)
+        self._fresh_checkpoints: dict[str, Checkpoint] = {}
+        #: validations' metrics by (trial, steps): this tick's lines, and the stored ones
+        #: at the steps of this tick's checkpoint lines (``_prefetch``: those keys are
+        #: in ``_validations_known``, found or not)
+        self._validations: dict[tuple[int, int], dict[str, Any]] = {}
+        self._validations_known: set[tuple[int, int]] = set()
 
     def offset(self, trial: Trial, name: str) -> IngestOffset | None:
         """The stored offset row of one file of ``trial`` (None: nothing ingested yet).
@@ -103,10 +114,35 @@ class Ingest:
                 if self._offsets is not None:
                     self._offsets[(trial.id, name)] = row
                     self._ingested.add(trial.id)
+            if name == METRICS_FILE:
+                self._prefetch(trial, chunk.records)
             for rec in chunk.records:
                 handler(trial, rec)
             row.offset = chunk.new_offset
             self.rows.s.add(row)
+
+    def _prefetch(self, trial: Trial, records: list[dict[str, Any]]) -> None:
+        """Two queries for a chunk's checkpoint lines instead of two per line: the stored
+        checkpoint rows of their uuids (into the session's identity map, where
+        ``Session.get`` finds them) and the stored validations at their steps."""
+        ckpts = [(str(r["uuid"]), int(r.get("steps") or 0)) for r in records
+                 if line_kind(r) == LineKind.CHECKPOINT and "uuid" in r]
+        if not ckpts or trial.id is None:
+            return
+        s = self.rows.s
+        uuids = sorted({uuid for uuid, _ in ckpts})
+        steps = sorted({steps for _, steps in ckpts})
+        with s.no_autoflush:
+            for i in range(0, len(uuids), IN_BATCH):
+                list(s.exec(select(Checkpoint).where(
+                    col(Checkpoint.uuid).in_(uuids[i:i + IN_BATCH]))))
+            for i in range(0, len(steps), IN_BATCH):
+                for m in s.exec(select(Metric).where(
+                        Metric.trial_id == trial.id, Metric.kind == LineKind.VALIDATION.value,
+                        col(Metric.steps).in_(steps[i:i + IN_BATCH]))
+                        .order_by(col(Metric.id))):
+                    self._validations.setdefault((trial.id, m.steps), m.metrics)
+        self._validations_known.update((trial.id, n) for n in steps)
 
     # ------------------------------------------------------------------ lines
     def _metric_line(self, trial: Trial, rec: dict[str, Any]) -> None:
@@ -120,6 +156,7 @@ class Ingest:
             trial.steps_completed = max(trial.steps_completed, steps)
             self.rows.s.add(trial)
             if kind == LineKind.VALIDATION:
+                self._validations.setdefault((trial.id, steps), dict(metrics))
                 self._validation(trial, steps, metrics)
         elif kind == LineKind.CHECKPOINT:
             self._checkpoint(trial, steps, rec)
@@ -142,8 +179,7 @@ class Ingest:
         if improves(value, trial.best_validation,
                     smaller_is_better=self.cfg.searcher.smaller_is_better):
             trial.best_validation = value
-        for ck in self.rows.s.exec(select(Checkpoint).where(
-                Checkpoint.trial_id == trial.id, Checkpoint.steps_completed == steps)):
+        for ck in self._checkpoints_at(trial, steps):
             ck.validation_metric = value
             self.rows.s.add(ck)
         self.rows.s.add(trial)
@@ -155,22 +191,47 @@ class Ingest:
             marker = str(self.rows.tpaths(trial).searched)
             self.rows.out.searched[marker] = max(self.rows.out.searched.get(marker, 0), steps)
 
+    def _checkpoints_at(self, trial: Trial, steps: int) -> list[Checkpoint]:
+        """The trial's checkpoint rows at ``steps``: stored, and added this tick."""
+        with self.rows.s.no_autoflush:
+            found = {ck.uuid: ck for ck in self.rows.s.exec(select(Checkpoint).where(
+                Checkpoint.trial_id == trial.id, Checkpoint.steps_completed == steps))}
+        found.update((ck.uuid, ck) for ck in self._fresh_checkpoints.values()
+                     if ck.trial_id == trial.id and ck.steps_completed == steps)
+        return list(found.values())
+
+    def _validation_at(self, trial: Trial, steps: int) -> dict[str, Any] | None:
+        """The metrics of the trial's (first) validation at ``steps``: stored, or added
+        this tick."""
+        assert trial.id is not None
+        key = (trial.id, steps)
+        if key in self._validations or key in self._validations_known:
+            return self._validations.get(key)
+        with self.rows.s.no_autoflush:
+            metric = self.rows.s.exec(select(Metric).where(
+                Metric.trial_id == trial.id, Metric.kind == LineKind.VALIDATION.value,
+                Metric.steps == steps).order_by(col(Metric.id))).first()
+        return metric.metrics if metric is not None else None
+
     def _checkpoint(self, trial: Trial, steps: int, rec: dict[str, Any]) -> None:
         assert trial.id is not None
         s, uuid = self.rows.s, str(rec["uuid"])
-        if s.get(Checkpoint, uuid) is not None:
+        if uuid in self._fresh_checkpoints:
             return
-        metric = s.exec(select(Metric).where(
-            Metric.trial_id == trial.id, Metric.kind == LineKind.VALIDATION.value,
-            Metric.steps == steps)).first()
-        value = metric_value(metric.metrics, self.cfg.searcher.metric) if metric else None
+        with s.no_autoflush:
+            if s.get(Checkpoint, uuid) is not None:
+                return
+        metrics = self._validation_at(trial, steps)
+        value = metric_value(metrics, self.cfg.searcher.metric) if metrics else None
         exp = self.rows.exp
         path = checkpoint_dir(self.cfg, Path(exp.run_dir), self.rows.exp_id, trial.id) / uuid
-        s.add(Checkpoint(uuid=uuid, experiment_id=self.rows.exp_id, trial_id=trial.id,
-                         steps_completed=steps, path=str(path),
-                         meta=dict(rec.get("metadata") or {}),
-                         validation_metric=value,
-                         created_at=float(rec.get("time") or self.rows.now)))
+        ck = Checkpoint(uuid=uuid, experiment_id=self.rows.exp_id, trial_id=trial.id,
+                        steps_completed=steps, path=str(path),
+                        meta=dict(rec.get("metadata") or {}),
+                        validation_metric=value,
+                        created_at=float(rec.get("time") or self.rows.now))
+        s.add(ck)
+        self._fresh_checkpoints[uuid] = ck
         trial.latest_checkpoint = uuid
         # a checkpoint at step N is N steps done, metrics reported or not (a bash loop
         # may only checkpoint: `dethpc report checkpoint --step N`)

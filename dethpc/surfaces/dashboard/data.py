@@ -109,17 +109,11 @@ def untracked(store: Store, user: str, rows: list[dict[str, Any]]) -> int:
     return open_ if open_ and not views.daemon_running(store, user) else 0
 
 
-_configs: dict[tuple[int, float], Any] = {}
-
-
 def _config(exp: Experiment) -> Any:
-    """The experiment's validated config (never changes after creation: cached)."""
+    """The experiment's validated config (``parse_stored`` remembers it by its text)."""
     from dethpc.control.reconcile import load_config
 
-    key = (exp.id or 0, exp.created_at)
-    if key not in _configs:
-        _configs[key] = load_config(exp)
-    return _configs[key]
+    return load_config(exp)
 
 
 def experiment_page(store: Store, exp_id: int, owner: str | None,

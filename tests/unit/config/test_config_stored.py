@@ -22,3 +22,12 @@ def test_a_dumped_config_reads_back_the_same() -> None:
 def test_empty_text_is_refused_by_name(text: str) -> None:
     with pytest.raises(ConfigError, match="entrypoint"):
         parse_stored(text)
+
+
+def test_the_same_text_is_parsed_once() -> None:
+    """A tick reads every open experiment's config more than once: the parse is
+    remembered by the text; another text (a changed config) is parsed anew."""
+    text = dump_config(RAW)
+    assert parse_stored(text) is parse_stored(text)
+    other = parse_stored(dump_config({**RAW, "name": "u"}))
+    assert other.name == "u" and other is not parse_stored(text)

@@ -209,3 +209,56 @@ def test_describe_says_a_trial_dethpc_holds_back_is_not_submitted_yet(store, tmp
     exp_id = bare_experiment(store, tmp_path)  # the searcher creates the trial; no job yet
     assert describe_experiment(store, exp_id)["trials"][0]["pending_reason"] == \
         "not submitted yet"
+
+
+def _line(kind: str, steps: int, **extra: object) -> str:
+    rec: dict[str, object] = {"kind": kind, "steps": steps, "time": 1000.0 + steps, **extra}
+    if kind == "validation":
+        rec["metrics"] = {"loss": extra.pop("loss")}
+        rec.pop("loss")
+    return json.dumps(rec) + "\n"
+
+
+@pytest.mark.parametrize(("ticks", "expected"), [
+    # validation then checkpoint in one chunk: the checkpoint row takes its metric
+    ([[("validation", 10, {"loss": 0.5}), ("checkpoint", 10, {"uuid": "a"})]],
+     {"a": (10, 0.5)}),
+    # checkpoint first, its validation later in the same chunk: set on the pending row
+    ([[("checkpoint", 10, {"uuid": "a"}), ("validation", 10, {"loss": 0.25})]],
+     {"a": (10, 0.25)}),
+    # the validation was stored by an earlier tick
+    ([[("validation", 10, {"loss": 0.5})], [("checkpoint", 10, {"uuid": "a"})]],
+     {"a": (10, 0.5)}),
+    # the same checkpoint line twice in a chunk, and again in a later tick: one row
+    ([[("checkpoint", 10, {"uuid": "a"}), ("checkpoint", 10, {"uuid": "a"})],
+      [("checkpoint", 10, {"uuid": "a"}), ("checkpoint", 20, {"uuid": "b"})]],
+     {"a": (10, None), "b": (20, None)}),
+    # two validations at one step (a re-run): the first stored one counts, as before
+    ([[("validation", 10, {"loss": 0.5})],
+      [("validation", 10, {"loss": 0.75}), ("checkpoint", 10, {"uuid": "a"})]],
+     {"a": (10, 0.5)}),
+], ids=["validation-first", "checkpoint-first", "stored-validation", "duplicates",
+        "re-run-validation"])
+def test_checkpoint_lines_become_one_row_each_with_their_validation(
+        store, tmp_path, ticks, expected):
+    """Checkpoint and validation lines, in one tick's chunk or across ticks, become one
+    checkpoint row per uuid carrying its step's validation metric (the ingest looks the
+    chunk's checkpoints and validations up in two queries, without a flush per line)."""
+    exp_id, trial_id, ref = new_experiment(store, tmp_path)
+    with store.session() as s:
+        exp = s.get(Experiment, exp_id)
+        assert exp is not None
+        metrics = ExperimentPaths(Path(exp.run_dir)).trial(trial_id).ensure().metrics
+    running = {ref: JobInfo(ref=ref, state=JobState.RUNNING)}
+    for n, lines in enumerate(ticks):
+        with metrics.open("a") as f:
+            for kind, steps, extra in lines:
+                f.write(_line(kind, steps, **extra))
+        tick(store, exp_id, running, now=1000.0 + n)
+    with store.session() as s:
+        rows = {c.uuid: (c.steps_completed, c.validation_metric)
+                for c in s.exec(select(Checkpoint))}
+        trial = s.get(Trial, trial_id)
+        assert trial is not None
+    assert rows == expected
+    assert trial.latest_checkpoint == max(expected, key=lambda u: expected[u][0])
