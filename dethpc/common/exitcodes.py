@@ -8,6 +8,7 @@ each run's end appends to ``exits.jsonl`` (``exit_record``: written by the job s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
 
 #: training process checkpointed after a preemption/time-limit signal: requeue me
@@ -32,7 +33,11 @@ class ExitReason(StrEnum):
 
 
 def exit_record(reason: ExitReason, code: int, run: int, job: str, signal: str,
-                at: float) -> dict[str, object]:
-    """One line of ``exits.jsonl``: why run ``run`` of job ``job`` ended."""
-    return {"reason": reason.value, "code": code, "restart": run, "job": job,
-            "signal": signal, "time": int(at)}
+                at: float, nodes: Sequence[str] = ()) -> dict[str, object]:
+    """One line of ``exits.jsonl``: why run ``run`` of job ``job`` ended (and, on Slurm,
+    on which ``nodes``)."""
+    rec: dict[str, object] = {"reason": reason.value, "code": code, "restart": run,
+                              "job": job, "signal": signal, "time": int(at)}
+    if nodes:
+        rec["nodes"] = list(nodes)
+    return rec

@@ -32,6 +32,7 @@ from dethpc.config._yaml import dump_yaml, load_yaml_file
 from dethpc.config.expconf import Verdict, verdict
 from dethpc.config.hparams import parse_hparams
 from dethpc.config.model import (
+    BadNodes,
     BindMount,
     CheckpointStorage,
     EnvironmentConfig,
@@ -426,7 +427,7 @@ def _seed(ck: Checker, value: Any) -> int:
 def _slurm(ck: Checker, value: Any) -> SlurmSection:
     data = ck.mapping(value, "slurm")
     ck.keys(data, "slurm", ("sbatch_args", "gpu_type", "slots_per_node", "time", "components",
-                            "workers"))
+                            "workers", "bad_nodes"))
     return SlurmSection(
         sbatch_args=sbatch_args(ck, data.get("sbatch_args"), "slurm.sbatch_args"),
         gpu_type=ck.string(data.get("gpu_type"), "slurm.gpu_type", None),
@@ -435,7 +436,22 @@ def _slurm(ck: Checker, value: Any) -> SlurmSection:
         time=sbatch_time(ck, data.get("time"), "slurm.time"),
         components=_components(ck, data.get("components")),
         workers=parse_workers(ck, data.get("workers"), "slurm.workers"),
+        bad_nodes=_bad_nodes(ck, data.get("bad_nodes")),
     )
+
+
+def _bad_nodes(ck: Checker, value: Any) -> BadNodes:
+    """``slurm.bad_nodes``: ``{failures: N, window_s: S}`` (``failures: 0`` turns it off)."""
+    if value is None:
+        return BadNodes()
+    data = ck.mapping(value, "slurm.bad_nodes")
+    ck.keys(data, "slurm.bad_nodes", ("failures", "window_s"))
+    default = BadNodes()
+    return BadNodes(
+        failures=int(ck.integer(data.get("failures"), "slurm.bad_nodes.failures",
+                                default.failures, minimum=0)),
+        window_s=int(ck.integer(data.get("window_s"), "slurm.bad_nodes.window_s",
+                                default.window_s, minimum=1)))
 
 
 def _components(ck: Checker, value: Any) -> tuple[HetComponent, ...]:

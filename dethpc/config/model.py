@@ -196,6 +196,16 @@ class WorkerPool:
 
 
 @dataclass(frozen=True)
+class BadNodes:
+    """``slurm.bad_nodes``: a node on which ``failures`` runs of the experiment's trials
+    failed in a row, the last within ``window_s``, is left out of its later jobs
+    (``--exclude``; docs/reliability.md, "Bad nodes"). ``failures`` 0: never."""
+
+    failures: int = 3
+    window_s: int = 3600
+
+
+@dataclass(frozen=True)
 class SlurmSection:
     sbatch_args: tuple[str, ...] = ()
     gpu_type: str | None = None
@@ -204,6 +214,7 @@ class SlurmSection:
     components: tuple[HetComponent, ...] = ()
     #: None: the resource pool's default (``ClusterConfig.worker_pool``)
     workers: WorkerPool | None = None
+    bad_nodes: BadNodes = field(default_factory=BadNodes)
 
 
 @dataclass(frozen=True)
@@ -323,6 +334,9 @@ class ClusterConfig:
     slurm_bin: Path | None = None
     #: the slurm.conf those commands read (``$SLURM_CONF``); None: theirs by default
     slurm_conf: Path | None = None
+    #: ``dethpc admin check`` lists the nodes that experiments left out as bad nodes
+    #: (``slurm.bad_nodes``), with the failed runs and when; dethpc never drains a node
+    report_bad_nodes: bool = False
     source: str = "<built-in defaults>"
 
     def worker_pool(self, cfg: ExperimentConfig) -> WorkerPool:

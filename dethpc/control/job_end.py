@@ -74,6 +74,8 @@ class ExitRecord:
     code: int
     run: int              # the run's SLURM_RESTART_COUNT
     signal: str = ""
+    #: the run's nodes (Slurm; ``dethpc.launch.run_end.run_nodes``), () unknown
+    nodes: tuple[str, ...] = ()
 
     @property
     def free(self) -> bool:

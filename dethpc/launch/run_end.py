@@ -254,6 +254,19 @@ def _run(argv: list[str]) -> tuple[int, str]:
     return p.returncode, p.stdout + p.stderr
 
 
+# ------------------------------------------------------------------ the run's nodes
+def run_nodes(env: Mapping[str, str]) -> list[str]:
+    """The nodes this run had (``SLURM_JOB_NODELIST``, expanded): what the daemon's
+    bad-node rule counts (``dethpc.control.bad_nodes``); [] without Slurm, or for a
+    list this parser does not read (it asks no command at the end of a run)."""
+    from dethpc.common.hostlist import HostlistSyntaxError, expand_hostlist
+
+    try:
+        return expand_hostlist(env.get("SLURM_JOB_NODELIST", "").strip())
+    except HostlistSyntaxError:
+        return []
+
+
 # ------------------------------------------------------------------ the run's files
 def append_exit_record(trial_dir: Path, record: dict[str, object]) -> None:
     append_record(TrialPaths(trial_dir).exit_log, record)
@@ -314,7 +327,7 @@ def end(argv: Sequence[str], env: Mapping[str, str]) -> str:
     d = decide(facts, job)
     if a.trial_dir is not None and a.kind is not RunKind.WORKER:
         append_exit_record(a.trial_dir, exit_record(d.reason, a.rc, run, ref, a.signal,
-                                                    time.time()))
+                                                    time.time(), nodes=run_nodes(env)))
     return _shell(reason=d.reason.value, requeue=int(d.requeue), exit_code=d.exit_code,
                   job_state=job.state if job is not None else "", JOB_REF=ref)
 

@@ -6,6 +6,7 @@ Must not: change state.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from sqlmodel import select
@@ -88,6 +89,7 @@ def list_experiments(store: Store, include_ended: bool = True,
 
 
 def describe_experiment(store: Store, exp_id: int) -> dict[str, Any]:
+    from dethpc.control.bad_nodes import excluded
     from dethpc.control.reconcile import load_config
     from dethpc.searchers.factory import make_searcher
 
@@ -103,9 +105,14 @@ def describe_experiment(store: Store, exp_id: int) -> dict[str, Any]:
         live = {j.trial_id: j for j in s.exec(select(Job).where(
             Job.experiment_id == exp_id, Job.live == True)  # noqa: E712
             .order_by(Job.id))}  # type: ignore[arg-type]
-    cfg = load_config(exp)
+        cfg = load_config(exp)
+        bad = excluded(s, exp_id, cfg.slurm.bad_nodes, time.time())
     sib = cfg.searcher.smaller_is_better
     out = experiment_dict(exp)
+    out["excluded_nodes"] = [
+        {"node": b.node, "failures": len(b.evidence), "last_at": b.last_at,
+         "evidence": [{"trial_id": r.trial_id, "job": r.job, "at": r.at}
+                      for r in b.evidence]} for b in bad]
     out["searcher"] = {"name": cfg.searcher.name, "metric": cfg.searcher.metric,
                        "smaller_is_better": sib}
     out["trials"] = []

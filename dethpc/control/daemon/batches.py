@@ -4,7 +4,8 @@ Owns: ``BatchSubmitter.submit_recorded`` — the batch row and its job rows are 
 *before* ``sbatch`` (job name ``dethpc-e<exp>-b<batch>`` and ``--comment`` carry the
 identity the recover phase adopts it by), the trials' files and the array script are
 written, one ``sbatch`` (an array with one task per trial, or one trial's own job
-script), and the refs after. A refusal over a limit goes to the budget
+script; with ``--exclude`` of the nodes where the experiment's trials keep failing,
+``dethpc.control.bad_nodes``), and the refs after. A refusal over a limit goes to the budget
 (``SubmitBudget.refusal``); any other error propagates with the batch left SUBMITTING
 for the next tick's recovery. ``TrialFiles.write`` writes one trial's ``hparams.json``,
 ``target.json`` and ``job.sbatch`` (idempotent; the worker pool uses it too).
@@ -16,6 +17,7 @@ batch it did not record first.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from dethpc.common.errors import SubmitLimitError
 from dethpc.common.jobref import base_job_id
 from dethpc.common.paths import ExperimentPaths
 from dethpc.config.model import ClusterConfig, ExperimentConfig
+from dethpc.control.bad_nodes import exclude_option, excluded
 from dethpc.control.daemon.budget import SubmitBudget
 from dethpc.control.daemon.shared import fault_point
 from dethpc.jobs.jobscript import batch_comment, batch_name, checkpoint_dir
@@ -84,6 +87,9 @@ class BatchSubmitter:
         assert exp.id is not None
         pool = self.cluster.pool(cfg.resources.resource_pool)
         paths = ExperimentPaths(Path(exp.run_dir)).ensure()
+        with self.store.session() as s:   # nodes where this experiment's trials keep failing
+            bad = excluded(s, exp.id, cfg.slurm.bad_nodes, time.time())
+        exclude = exclude_option(bad, pool.sbatch_args, cfg.slurm.sbatch_args)
         batch_id, name, throttle = self.record(exp, cfg, trials, array)
         tasks = [(i, self.files.write(exp, cfg, t)) for i, t in enumerate(trials)]
         jobs = jobs_for(exp.kind, paths.root)
@@ -100,7 +106,8 @@ class BatchSubmitter:
             array_indices=tuple(range(len(trials))) if array else (),
             throttle=throttle or None,
             time_limit_s=parse_slurm_time(cfg.slurm.time or pool.default_time),
-            signal=pool.signal, signal_lead_s=pool.signal_grace_s, extra_args=deps)
+            signal=pool.signal, signal_lead_s=pool.signal_grace_s,
+            extra_args=(*deps, exclude) if exclude else deps)
         try:
             refs = self.backend.submit(request)
         except SubmitLimitError as exc:
@@ -109,7 +116,8 @@ class BatchSubmitter:
         fault_point("after_sbatch")
         self.budget.succeeded()
         self.budget.count_submitted(pool, len(refs) * max(1, len(cfg.slurm.components)))
-        self.confirm(exp.id, batch_id, refs)
+        self.confirm(exp.id, batch_id, refs, note="; ".join(
+            [f"with {exclude}", *(b.summary() for b in bad)]) if exclude else "")
         return len(refs)
 
     def record(self, exp: Experiment, cfg: ExperimentConfig, trials: list[Trial],
@@ -136,8 +144,9 @@ class BatchSubmitter:
             s.add(batch)
             return batch.id, batch.name, batch.throttle
 
-    def confirm(self, exp_id: int, batch_id: int, refs: list[str]) -> None:
-        """sbatch answered: the batch SUBMITTED under its array job id, each job its ref."""
+    def confirm(self, exp_id: int, batch_id: int, refs: list[str], note: str = "") -> None:
+        """sbatch answered: the batch SUBMITTED under its array job id, each job its ref;
+        the event says ``note`` too (the nodes it excludes, and why)."""
         with self.store.session() as s:
             b = s.get(Batch, batch_id)
             assert b is not None
@@ -148,4 +157,4 @@ class BatchSubmitter:
                 s.add(job)
             s.add(Event(experiment_id=exp_id, kind="submitted",
                         message=f"batch {batch_id}: {len(refs)} trial(s) as job "
-                        f"{b.array_job_id}"))
+                        f"{b.array_job_id}" + (f" {note}" if note else "")))

@@ -246,6 +246,9 @@ class Ingest:
         if job is None:
             return
         job.exit_reason, job.exit_code, job.exit_run = rec.reason, rec.code, rec.run
+        if rec.nodes:   # the run's nodes and end: what the bad-node rule counts
+            job.nodes = ",".join(rec.nodes)
+        job.ended_at = float(raw.get("time") or self.rows.now)
         self.rows.s.add(job)
         if rec.free:
             trial.runs += 1

@@ -30,8 +30,10 @@ def parse_exit_record(rec: dict[str, Any]) -> ExitRecord:
         reason = ExitReason(str(rec.get("reason", "")))
     except ValueError:
         reason = ExitReason.ERROR
+    nodes = rec.get("nodes")
     return ExitRecord(reason=reason, code=int(rec.get("code", 0) or 0),
-                      run=int(rec.get("restart", 0) or 0), signal=str(rec.get("signal") or ""))
+                      run=int(rec.get("restart", 0) or 0), signal=str(rec.get("signal") or ""),
+                      nodes=tuple(str(n) for n in nodes) if isinstance(nodes, list) else ())
 
 
 class LineKind(StrEnum):

@@ -61,6 +61,10 @@ def check(
     runner = CommandRunner(timeout=cfg.command_timeout_s, retries=cfg.command_retries)
     facts = gather_facts(runner, user or getpass.getuser())
     findings = check_cluster(cfg, facts, names)
+    if cfg.report_bad_nodes:
+        from dethpc.surfaces.admin.bad_nodes import bad_node_findings
+
+        findings += [f for f in bad_node_findings(ENV.store, cfg) if f.pool in names]
     if probe:
         findings += run_probes(cfg, runner, names, timeout_s=probe_timeout)
     code = exit_code(findings)

@@ -292,6 +292,11 @@ def describe(exp_id: int, json_out: bool = JsonOpt, wide: bool = WideOpt) -> Non
     for t in d["trials"]:
         if t.get("hold"):
             say(f"trial {t['id']}: {t['hold']}", wide=wide, hang=2)
+    for n in d.get("excluded_nodes", []):
+        runs = ", ".join(f"trial {r['trial_id']} job {r['job']}" for r in n["evidence"])
+        last = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(n["last_at"]))
+        say(f"node {n['node']} excluded from later jobs: {n['failures']} failed runs in a "
+            f"row, the last at {last} ({runs})", wide=wide, hang=2)
     for b in d["rungs"]:
         table(f"ASHA bracket {b.get('bracket', 0)} ({b.get('created', '?')} trial(s) created)",
               ["rung", "length", "reports", "keep", f"cut-off {metric}"],

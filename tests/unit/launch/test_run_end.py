@@ -326,3 +326,28 @@ def test_a_runs_first_signal_is_its_cause(tmp_path: Path, which: str) -> None:
         assert json.loads((tmp_path / "signal.json").read_text())["signal"] == "TERM"
         assert [json.loads(line)["signal"] for line in
                 (tmp_path / "signals.jsonl").read_text().splitlines()] == ["USR2", "TERM"]
+
+
+@pytest.mark.parametrize(("nodelist", "nodes"), [
+    (None, []),                                     # no Slurm (local)
+    ("n1", ["n1"]),
+    ("n1,gpu-02", ["n1", "gpu-02"]),
+    ("n[1-3],gpu[07-08]", ["n1", "n2", "n3", "gpu07", "gpu08"]),
+    ("n[1-", []),                                   # unreadable: unknown, not wrong
+])
+def test_a_runs_nodes_are_its_nodelist_expanded(nodelist: str | None, nodes: list[str]) -> None:
+    from dethpc.launch.run_end import run_nodes
+
+    assert run_nodes({} if nodelist is None else {"SLURM_JOB_NODELIST": nodelist}) == nodes
+
+
+def test_the_exit_record_names_the_runs_nodes(tmp_path: Path) -> None:
+    from dethpc.control.reconcile.ingest_rules import parse_exit_record
+
+    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "n[2,4]"}
+    assert _command(["--kind", "trial", "--rc", "1", "--trial-dir", str(tmp_path)],
+                    env)["reason"] == "error"
+    raw = json.loads((tmp_path / "exits.jsonl").read_text())
+    assert raw["nodes"] == ["n2", "n4"]
+    assert parse_exit_record(raw).nodes == ("n2", "n4")
+    assert parse_exit_record({"reason": "error", "nodes": "n1"}).nodes == ()  # not a list
