@@ -114,6 +114,12 @@ class Backend(Protocol):
     def requeue(self, refs: Sequence[str]) -> None:
         ...
 
+    def signal_steps(self, refs: Sequence[str], signal: str) -> None:
+        """Send ``signal`` to the processes of the jobs' steps (every rank), not to
+        their batch shells (the hang watchdog's stack dump; ``KILL``: the steps end and
+        the batch shells record the run's end). O(1) calls for all refs."""
+        ...
+
     def set_throttle(self, array_job_id: str, limit: int) -> None:
         """Change the running-task limit of a live array (``ArrayTaskThrottle``)."""
         ...

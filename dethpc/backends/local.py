@@ -141,6 +141,12 @@ class LocalBackend:
             else:
                 self._cancel(ref)
 
+    def signal_steps(self, refs: Sequence[str], signal: str) -> None:
+        """A local task is one process group (its shell and its step): all of it gets
+        ``signal`` (the hang watchdog's stack-dump signal is ignored by a shell)."""
+        for ref in refs:
+            self._signal(ref, signal_number(signal))
+
     def requeue(self, refs: Sequence[str]) -> None:
         for ref in refs:
             self._requeue(ref)

@@ -21,7 +21,14 @@ from collections.abc import Sequence
 
 from dethpc.backends import slurm_submit
 from dethpc.backends.base import JobInfo, JobRequest, PoolLimits
-from dethpc.backends.slurm_actions import cancel_argv, requeue_argv, run_tolerant, throttle_argv
+from dethpc.backends.slurm_actions import (
+    cancel_argv,
+    launched_steps,
+    requeue_argv,
+    run_tolerant,
+    steps_argv,
+    throttle_argv,
+)
 from dethpc.backends.slurm_parse import Partition
 from dethpc.backends.slurm_poll import SlurmPoll
 from dethpc.backends.slurm_ratelimit import RpcPacer, parse_rate_limit, subject_to_limit
@@ -137,6 +144,22 @@ class SlurmBackend:
         if refs:
             self._paced()
             run_tolerant(self.runner, cancel_argv(refs, signal, self.signal_flags))
+
+    def signal_steps(self, refs: Sequence[str], signal: str) -> None:
+        """``scancel --signal=SIG ref ...``: without ``--batch`` or ``--full`` Slurm
+        signals every step of the job and spares its batch shell. KILL goes to each
+        launched step by its id (``squeue --steps`` first): KILL to a job id cancels the
+        job, and its KillWait's SIGKILL would take the batch shell too."""
+        if not refs:
+            return
+        self._paced()
+        if signal.upper().removeprefix("SIG") not in ("KILL", "9"):
+            run_tolerant(self.runner, cancel_argv(refs, signal, ()))
+            return
+        steps = launched_steps(self.runner.run(steps_argv(refs), check=False).stdout)
+        if steps:
+            self._paced()
+            run_tolerant(self.runner, cancel_argv(steps, "KILL", ()))
 
     def requeue(self, refs: Sequence[str]) -> None:
         if refs:

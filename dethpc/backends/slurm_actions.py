@@ -1,7 +1,9 @@
 """Actions on jobs already in Slurm: cancel (or signal), requeue, change an array's throttle.
 
 Owns: the argv of each action (``cancel_argv``: one ``scancel`` for all refs, with
-``--signal`` and the site's signal flags; ``requeue_argv``: one ``scontrol requeue``;
+``--signal`` and the site's signal flags; ``steps_argv`` and ``launched_steps``: the
+jobs' launched steps, whose ``scancel --signal=KILL`` ends each step and spares its
+job; ``requeue_argv``: one ``scontrol requeue``;
 ``throttle_argv``: ``scontrol update ... ArrayTaskThrottle``), which stderr lines mean
 the job is finished, finishing or unknown (``GONE``, ``HARMLESS``,
 ``harmless_errors``), all pure with table tests, and ``run_tolerant``, which runs one
@@ -34,6 +36,22 @@ def cancel_argv(refs: Sequence[str], signal: str | None,
     if signal is not None:
         argv += [f"--signal={signal}", *signal_flags]
     return argv + list(refs)
+
+
+def steps_argv(refs: Sequence[str]) -> list[str]:
+    """``squeue --steps`` of the refs: one step id (``123_4.0``) per line."""
+    return ["squeue", "--steps", "--noheader", "--format=%i", "--jobs", ",".join(refs)]
+
+
+#: the steps of a job that are not a launched step (the shell, the container, salloc's)
+_NOT_LAUNCHED = (".batch", ".extern", ".interactive")
+
+
+def launched_steps(text: str) -> list[str]:
+    """The launched steps (``srun``'s: ``123_4.0``, ``123.1``, ``123+1.0``) in
+    ``squeue --steps`` output; the batch shell and the other pseudo-steps left out."""
+    return [w for w in (ln.strip() for ln in text.splitlines())
+            if "." in w and not w.endswith(_NOT_LAUNCHED)]
 
 
 def requeue_argv(refs: Sequence[str]) -> list[str]:

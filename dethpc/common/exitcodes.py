@@ -30,6 +30,7 @@ class ExitReason(StrEnum):
     NODE_FAIL = "node_fail"      # node died / job lost
     ERROR = "error"              # training code failed
     CANCELLED = "cancelled"      # scancel outside dethpc / kill
+    HUNG = "hung"                # no progress for max_idle: ended by the hang watchdog
 
 
 def exit_record(reason: ExitReason, code: int, run: int, job: str, signal: str,

@@ -27,6 +27,12 @@ ENV_HPARAMS = "DETHPC_HPARAMS"
 ENV_TARGET_LENGTH = "DETHPC_TARGET_LENGTH"
 ENV_TARGET_UNIT = "DETHPC_TARGET_UNIT"
 
+#: the signal on which a trial's processes write the Python stacks of all their threads
+#: to their stderr (the trial log): the hang watchdog sends it to every rank before it
+#: ends a hung job. URG: ignored by default, so a process without the handler (a user's
+#: script, a launcher) is not harmed by it
+STACK_DUMP_SIGNAL = "URG"
+
 
 def trial_contract(*, experiment_id: int, trial_id: int, trial_dir: str, config: str,
                    signal: str, seed: int) -> list[tuple[str, str]]:

@@ -140,6 +140,20 @@ class TrialPaths:
         return self.root / "rehearsal.json"
 
     @property
+    def heartbeat(self) -> Path:
+        """Touched by the in-job API while the training loop runs (``should_preempt``, at
+        most every ``dethpc.core._preempt.HEARTBEAT_S``): with ``metrics.jsonl``'s
+        growth, what the daemon's hang watchdog counts as progress."""
+        return self.root / "heartbeat"
+
+    @property
+    def hung(self) -> Path:
+        """Written by the daemon's hang watchdog before it asks the ranks for their
+        stacks and ends the job: ``{"job", "run", "time", "idle_s", "max_idle_s"}``. The
+        run's end (``dethpc.launch.run_end``) records that job's run as ``hung``."""
+        return self.root / "hung.json"
+
+    @property
     def outputs(self) -> Path:
         """The job output files of a wrapped script (the user's own ``--output`` and
         ``--error``, resolved by the job shell at each run start): one path per line."""

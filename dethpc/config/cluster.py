@@ -45,7 +45,7 @@ DETECTED = "<detected from Slurm>"
 _TOP = ("backend", "runs_root", "database_url", "database_url_file", "default_pool", "pools",
         "containers", "local_max_concurrent", "command_timeout_s", "command_retries", "tick_min_s",
         "tick_max_s", "metrics_poll_s", "pool_poll_s", "daemon_lease_s", "runs_mode", "python",
-        "slurm_bin", "slurm_conf", "report_bad_nodes")
+        "slurm_bin", "slurm_conf", "report_bad_nodes", "max_idle_cap_s")
 _POOL = ("partition", "qos", "account", "slots_per_node", "gres", "gpu_type",
          "cpus_per_slot", "mem_per_slot", "preemptible", "default_time", "signal",
          "signal_grace_s", "socket_ifname", "sbatch_args", "workers")
@@ -157,6 +157,8 @@ def parse_cluster_config(raw: Any, source: str = "cluster config",
         slurm_conf=_existing_file(ck, raw.get("slurm_conf"), "slurm_conf", base),
         report_bad_nodes=bool(ck.boolean(raw.get("report_bad_nodes"), "report_bad_nodes",
                                          False)),
+        max_idle_cap_s=float(ck.number(raw.get("max_idle_cap_s"), "max_idle_cap_s", 0.0,
+                                       minimum=0)),
         source=source,
     )
     if cfg.database_url and cfg.database_url_file is not None:

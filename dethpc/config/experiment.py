@@ -41,6 +41,7 @@ from dethpc.config.model import (
     Length,
     ResourcesConfig,
     SlurmSection,
+    Watchdog,
 )
 from dethpc.config.overrides import apply_overrides
 from dethpc.config.searcher import parse_length, parse_searcher
@@ -427,7 +428,7 @@ def _seed(ck: Checker, value: Any) -> int:
 def _slurm(ck: Checker, value: Any) -> SlurmSection:
     data = ck.mapping(value, "slurm")
     ck.keys(data, "slurm", ("sbatch_args", "gpu_type", "slots_per_node", "time", "components",
-                            "workers", "bad_nodes"))
+                            "workers", "bad_nodes", "watchdog"))
     return SlurmSection(
         sbatch_args=sbatch_args(ck, data.get("sbatch_args"), "slurm.sbatch_args"),
         gpu_type=ck.string(data.get("gpu_type"), "slurm.gpu_type", None),
@@ -437,7 +438,29 @@ def _slurm(ck: Checker, value: Any) -> SlurmSection:
         components=_components(ck, data.get("components")),
         workers=parse_workers(ck, data.get("workers"), "slurm.workers"),
         bad_nodes=_bad_nodes(ck, data.get("bad_nodes")),
+        watchdog=_watchdog(ck, data.get("watchdog")),
     )
+
+
+def _watchdog(ck: Checker, value: Any) -> Watchdog:
+    """``slurm.watchdog``: ``false`` (off), or ``{max_idle_s: auto | seconds | 0,
+    startup_s: seconds}``."""
+    path = "slurm.watchdog"
+    if value is None or value is True:
+        return Watchdog()
+    if value is False:
+        return Watchdog(max_idle_s=0)
+    data = ck.mapping(value, path)
+    ck.keys(data, path, ("max_idle_s", "startup_s"))
+    raw = data.get("max_idle_s")
+    max_idle: float | None = None
+    if isinstance(raw, str) and raw != "auto":
+        ck.error(f"{path}.max_idle_s", f"expected auto, 0 (off) or seconds, got {raw!r}")
+    elif raw is not None and raw != "auto":
+        max_idle = float(ck.number(raw, f"{path}.max_idle_s", 0.0, minimum=0))
+    startup = float(ck.number(data.get("startup_s"), f"{path}.startup_s",
+                              Watchdog().startup_s, above=0))
+    return Watchdog(max_idle_s=max_idle, startup_s=startup)
 
 
 def _bad_nodes(ck: Checker, value: Any) -> BadNodes:

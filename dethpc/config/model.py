@@ -206,6 +206,24 @@ class BadNodes:
 
 
 @dataclass(frozen=True)
+class Watchdog:
+    """``slurm.watchdog``: a running trial that shows no progress (``metrics.jsonl``
+    growing, the in-job API's heartbeat) for its allowed idle time is hung: its ranks
+    dump their stacks and the job ends, a counted restart (docs/reliability.md)."""
+
+    #: allowed idle seconds once the run made progress; None: ``auto`` (from the trial's
+    #: own longest gap, ``dethpc.control.hangs``); 0: the watchdog is off
+    max_idle_s: float | None = None
+    #: allowed seconds before a run's first progress (imports, data loading); at least
+    #: ``max_idle_s``
+    startup_s: float = 1800.0
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_idle_s != 0
+
+
+@dataclass(frozen=True)
 class SlurmSection:
     sbatch_args: tuple[str, ...] = ()
     gpu_type: str | None = None
@@ -215,6 +233,7 @@ class SlurmSection:
     #: None: the resource pool's default (``ClusterConfig.worker_pool``)
     workers: WorkerPool | None = None
     bad_nodes: BadNodes = field(default_factory=BadNodes)
+    watchdog: Watchdog = field(default_factory=Watchdog)
 
 
 @dataclass(frozen=True)
@@ -337,6 +356,9 @@ class ClusterConfig:
     #: ``dethpc admin check`` lists the nodes that experiments left out as bad nodes
     #: (``slurm.bad_nodes``), with the failed runs and when; dethpc never drains a node
     report_bad_nodes: bool = False
+    #: the longest idle time the hang watchdog allows any trial (auto or an experiment's
+    #: own ``slurm.watchdog.max_idle_s``, startup included); 0: no cap
+    max_idle_cap_s: float = 0.0
     source: str = "<built-in defaults>"
 
     def worker_pool(self, cfg: ExperimentConfig) -> WorkerPool:

@@ -29,7 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from dethpc.common.errors import InvalidHP
-from dethpc.common.jobenv import ENV_CHECKPOINT_DIR, ENV_PREEMPT_SIGNAL, ENV_TRIAL_DIR
+from dethpc.common.jobenv import (
+    ENV_CHECKPOINT_DIR,
+    ENV_PREEMPT_SIGNAL,
+    ENV_TRIAL_DIR,
+    STACK_DUMP_SIGNAL,
+)
 from dethpc.common.paths import TrialPaths
 from dethpc.core._checkpoint import CheckpointContext, DummyCheckpointContext
 from dethpc.core._distributed import DistributedContext
@@ -46,6 +51,7 @@ from dethpc.core._preempt import (
     DummyPreemptContext,
     PreemptContext,
     PreemptMode,
+    dump_stacks_on,
     rung_hook,
     verdict_wait_s,
 )
@@ -196,7 +202,9 @@ def build_context(*, distributed: DistributedContext | None = None,
                                  signal_name=env.get(ENV_PREEMPT_SIGNAL) or "USR2",
                                  mode=preempt_mode, stop_check_interval_s=stop_check_interval_s,
                                  searched_file=paths.searched,
-                                 verdict_wait=verdict_wait_s(env.get(ENV_VERDICT_WAIT_S)))
+                                 verdict_wait=verdict_wait_s(env.get(ENV_VERDICT_WAIT_S)),
+                                 heartbeat_file=paths.heartbeat)
+        dump_stacks_on(STACK_DUMP_SIGNAL)
         if target is not None:
             train.on_validation = rung_hook(target.validate_at, target.length, preempt)
         searcher = SearcherContext(target, dist) if target else SearcherContextMissing(dist)

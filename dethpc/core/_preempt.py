@@ -8,7 +8,8 @@ the daemon's ``searched`` marker reaches it or the stop file appears, at most
 ``$DETHPC_VERDICT_WAIT_S``), the rank-0 broadcast so every rank stops at the same
 step, and the exit code the process must end with.
 Must not: checkpoint or exit by itself (``init()`` exits when the context is
-left), import torch, or write any file.
+left), import torch, or write any file but the ``heartbeat`` it touches (at most every
+``HEARTBEAT_S``: the hang watchdog's sign of life, docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ REASON_PAUSE = "pause"
 #: stat's cost) per step at most every 0.1 s, small next to the daemon's own part of
 #: the stop path (docs/searchers.md, "Stop latency")
 STOP_CHECK_INTERVAL_S = 0.1
+#: how often (at most) a check touches the trial's ``heartbeat`` file: what the daemon's
+#: hang watchdog counts as progress besides metrics (one ``utime`` per 10 s)
+HEARTBEAT_S = 10.0
 #: the longest a trial waits at a rung for the searcher's verdict on its validation
 #: (``$DETHPC_VERDICT_WAIT_S``; 0: never waits). The daemon takes a validation within
 #: about ``metrics_poll_s`` (0.2 s) plus its ingest; the bound only matters when no
@@ -46,6 +50,20 @@ VERDICT_WAIT_S = 2.0
 ENV_VERDICT_WAIT_S = "DETHPC_VERDICT_WAIT_S"
 #: how often the wait looks at the marker and the stop file
 VERDICT_POLL_S = 0.02
+
+
+def dump_stacks_on(signal_name: str) -> bool:
+    """Write every thread's Python stack to stderr (the trial log) when ``signal_name``
+    comes (``faulthandler``: from C, so a thread blocked in a collective or a sleep is
+    dumped too); False where it cannot (not the main thread, no such signal)."""
+    import faulthandler
+
+    try:
+        faulthandler.register(parse_signal(signal_name), all_threads=True, chain=False)
+    except (ValueError, RuntimeError, DethpcError) as exc:
+        log.debug("no stack dump on SIG%s: %s", signal_name, exc)
+        return False
+    return True
 
 
 def verdict_wait_s(raw: str | None) -> float:
@@ -116,8 +134,11 @@ class PreemptContext:
                  signal_name: str = "USR2", mode: PreemptMode = PreemptMode.WorkersAskChief,
                  stop_check_interval_s: float = STOP_CHECK_INTERVAL_S,
                  searched_file: Path | None = None,
-                 verdict_wait: float = VERDICT_WAIT_S) -> None:
+                 verdict_wait: float = VERDICT_WAIT_S,
+                 heartbeat_file: Path | None = None) -> None:
         self._dist = dist
+        self._heartbeat_file = heartbeat_file
+        self._last_beat = float("-inf")
         self._stop_file = stop_file
         self._mode = mode
         self._interval = stop_check_interval_s
@@ -178,10 +199,21 @@ class PreemptContext:
         self._previous.clear()
 
     # --------------------------------------------------------------- queries
+    def _beat(self, now: float) -> None:
+        """Touch the heartbeat file, at most every ``HEARTBEAT_S``: the loop is alive."""
+        if self._heartbeat_file is None or now - self._last_beat < HEARTBEAT_S:
+            return
+        self._last_beat = now
+        try:
+            self._heartbeat_file.touch()
+        except OSError as exc:
+            log.warning("cannot touch heartbeat %s: %s", self._heartbeat_file, exc)
+
     def _read_stop_file(self) -> str | None:
         if self._stop_file is None:
             return None
         now = time.monotonic()
+        self._beat(now)
         if now - self._last_stop_check < self._interval:
             return None
         self._last_stop_check = now

@@ -93,6 +93,8 @@ class RunFacts:
     run: int = 0
     #: ``dethpc trial preempt --time-limit`` sent this run's signal: the time limit's path
     rehearsed_limit: bool = False
+    #: the daemon's hang watchdog ended this run (``hung.json`` names this job and run)
+    hung: bool = False
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,9 @@ def decide(f: RunFacts, job: JobFacts | None = None) -> Decision:
     job (``who_ends``). Without Slurm (local), a preempted run exits
     ``LOCAL_REQUEUE_EXIT``. An error exits with its code; a worker with its own; every
     other end exits 0."""
+    if f.hung and f.rc != 0:
+        # ended by the watchdog (its TERM): a counted end, never requeued in place
+        return Decision(ExitReason.HUNG, False, f.rc)
     reason, requeue = exit_reason(f), False
     if reason is ExitReason.PREEMPTED and f.in_place:
         reason, requeue = who_ends(f, job or JobFacts())
@@ -287,6 +292,15 @@ def rehearsed_limit(trial_dir: Path, ref: str, run: int) -> bool:
             and mark.get("job") == ref and mark.get("run") == run)
 
 
+def hung_marked(trial_dir: Path, ref: str, run: int) -> bool:
+    """The daemon's hang watchdog ended this job's run (``hung.json``)."""
+    try:
+        mark = json.loads(TrialPaths(trial_dir).hung.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(mark, dict) and mark.get("job") == ref and mark.get("run") == run
+
+
 def acked_in_run(trial_dir: Path, run: int, started_at: float) -> str:
     """What ``dethpc should-stop`` last answered yes to in run ``run``, since it started
     (``stop-acks.jsonl``; a job the daemon submitted again starts at run 0 again)."""
@@ -321,6 +335,7 @@ def end(argv: Sequence[str], env: Mapping[str, str]) -> str:
                      forward=a.forward, run=run,
                      rehearsed_limit=(a.trial_dir is not None and bool(a.signal)
                                       and rehearsed_limit(a.trial_dir, ref, run)),
+                     hung=a.trial_dir is not None and hung_marked(a.trial_dir, ref, run),
                      acked=(acked_in_run(a.trial_dir, run, a.started_at)
                             if a.trial_dir is not None and a.kind is RunKind.SCRIPT else ""))
     job = ask_scontrol(ref) if needs_job_facts(facts) else None

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from dethpc.backends import slurm_detect, slurm_limits, slurm_poll
+from dethpc.backends import slurm_actions, slurm_detect, slurm_limits, slurm_poll
 from dethpc.backends import slurm_parse as sp
 from dethpc.backends.base import JobState
 from dethpc.common.runner import CommandRunner
@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 USER = "root"
 #: what each scenario job is submitted with (sbatch words after the common ones)
 SCENARIO: dict[str, list[str]] = {
-    "running": ["--comment=dethpc|golden run", "--wrap=sleep 600"],
+    "running": ["--comment=dethpc|golden run", "--wrap=srun sleep 600"],
     "array": ["--array=0-5%2", "--wrap=sleep 600"],
     "held": ["--hold", "--wrap=true"],
     "completed": ["--wrap=true"],
@@ -64,6 +64,8 @@ def commands(jobs: dict[str, str], nodes: list[str], cluster: str) -> dict[str, 
         "scontrol_job": ["scontrol", "-o", "show", "job", jobs["running"]],
         "scontrol_hostnames": ["scontrol", "show", "hostnames", f"{nodes[0]},{nodes[1]}"],
         "sdiag": ["sdiag"],
+        # the hang watchdog's kill of a job's launched steps (slurm_actions)
+        "squeue_steps": slurm_actions.steps_argv([jobs["running"], jobs["array"]]),
         # the node states a submit checks (slurm_submit), and the interactive tasks' and
         # TensorBoard's own squeue formats (surfaces/tasks)
         "sinfo_node_states": ["sinfo", "-h", "-N", "-o", "%T"],
@@ -118,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
 
         wait_for("the running job to start",
                  lambda: states().get(jobs["running"]) is JobState.RUNNING)
+        wait_for("the running job's srun step", lambda: f"{jobs['running']}.0" in run.run(
+            slurm_actions.steps_argv([jobs["running"]])).stdout.split())
         run.run(["scancel", jobs["cancelled"]])
         wait_for("the finished jobs' records", lambda: {
             states().get(jobs[k]) for k in ("completed", "failed", "cancelled")}

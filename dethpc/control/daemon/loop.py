@@ -3,9 +3,10 @@
 Owns: ``Daemon.tick()`` — the order of the phases, read top to bottom — and
 ``Daemon.run()``, the loop that ticks and waits with back-off. The phases are units of
 their own (``dethpc.control.daemon``'s modules): recover, poll, reconcile, cancel,
-submit (throttles, trials, the worker pool), the image gate, housekeeping and the watch
-between ticks. Backend calls per tick do not grow with the number of trials: one poll,
-at most one cancel, one sbatch per batch of new trials.
+submit (throttles, trials, the worker pool), the image gate, housekeeping, the hang
+watchdog and the watch between ticks. Backend calls per tick do not grow with the
+number of trials: one poll, at most one cancel (and one stack-dump signal), one sbatch
+per batch of new trials.
 Must not: hold state outside the store and the run directories (a killed daemon loses
 nothing and submits nothing twice; what the phases keep in memory is a hint), call the
 backend per job, or decide anything a phase decides.
@@ -34,6 +35,7 @@ from dethpc.control.daemon.recovery import Recovery
 from dethpc.control.daemon.shared import Guard, LeaseLost, Scope, TickStats
 from dethpc.control.daemon.submit import SubmitPhase, Submitter
 from dethpc.control.daemon.watch import Watched, Watcher, next_delay
+from dethpc.control.daemon.watchdog import Watchdog
 from dethpc.control.lease import Lease
 from dethpc.control.pool_tend import PoolTender
 from dethpc.jobs.containers import PULL_TIMEOUT_S
@@ -78,6 +80,7 @@ class Daemon:
         self.submitting = SubmitPhase(store, backend, self.guard, self.submitter, self.pools,
                                       runs_root=cluster.runs_root, clock=clock)
         self.watcher = Watcher(store, cluster, self.scope, wake)
+        self.watchdog = Watchdog(store, cluster, backend, clock)
 
     # ------------------------------------------------------------------ tick
     def tick(self) -> TickStats:
@@ -101,6 +104,8 @@ class Daemon:
         self.budget.start_tick(seen.user_jobs)
         # ingest, feed the searchers, judge job ends; then the checkpoints GC doomed
         cancel = self.reconciling.run(exp_ids, seen.infos, stats)
+        # running trials without progress: stacks asked for, then their jobs ended
+        cancel += self.watchdog.run(exp_ids, seen.infos, stats)
         self.canceller.cancel_wanted(cancel, stats)            # one scancel
         self.submitting.run(exp_ids, seen.infos, stats,        # throttles, sbatch, pools
                             fresh=seen.fresh)

@@ -53,3 +53,15 @@ def test_throttle_argv(limit: int, arg: str) -> None:
 ])
 def test_harmless_errors(stderr: str, errors: list[str] | None) -> None:
     assert harmless_errors(stderr) == errors
+
+
+def test_the_launched_steps_of_squeue_steps() -> None:
+    """``squeue --steps`` of a hung array task, a plain job and a het job: the srun steps,
+    never the batch shell or the other pseudo-steps (KILL to those ends the job)."""
+    from dethpc.backends.slurm_actions import launched_steps, steps_argv
+
+    out = "1244_0.0\n1244_0.batch\n1244_0.1\n1244_0.extern\n99.0\n99.interactive\n7+1.0\n\n"
+    assert launched_steps(out) == ["1244_0.0", "1244_0.1", "99.0", "7+1.0"]
+    assert launched_steps("") == []
+    assert steps_argv(["1244_0", "99"]) == ["squeue", "--steps", "--noheader", "--format=%i",
+                                            "--jobs", "1244_0,99"]

@@ -230,3 +230,14 @@ def test_every_read_command_in_dethpc_has_a_golden() -> None:
     missing = [c for c in in_source
                if not any(c[:2] == k[:2] and c[2] in (k[2], "X") for k in captured)]
     assert not missing, f"no golden output for {sorted(missing)}"
+
+
+def test_the_launched_steps_of_a_running_job(golden: Golden) -> None:
+    """``squeue --steps`` (the hang watchdog's kill of a hung job's steps): the running
+    job's srun step, never a batch shell (KILL to it would end the job's record)."""
+    from dethpc.backends.slurm_actions import launched_steps
+
+    steps = launched_steps(golden.text("squeue_steps"))
+    assert f"{golden.jobs['running']}.0" in steps, steps
+    assert not [s for s in steps if s.endswith((".batch", ".extern"))], steps
+    assert ".batch" in golden.text("squeue_steps")   # the batch steps were there to leave out

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -200,3 +201,56 @@ def test_rank0_answer_is_broadcast(tmp_path: Path) -> None:
         assert ctx.preempt.should_preempt() and ctx.preempt.reason == "pause"
         ctx.preempt._acknowledged = False
     assert dist.broadcasts == 3
+
+
+def test_a_check_touches_the_heartbeat_at_most_every_interval(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hang watchdog's sign of life: ``should_preempt`` touches the trial's
+    ``heartbeat`` file, at most every ``HEARTBEAT_S`` (one utime, not one per step)."""
+    from dethpc.core import _preempt
+
+    clock = [100.0]
+    monkeypatch.setattr(_preempt.time, "monotonic", lambda: clock[0])
+    trial = _trial(tmp_path)
+    beat = trial / "heartbeat"
+    with core.init(env=_env(trial), exit_on_preempt=False) as ctx:
+        ctx.preempt.should_preempt()
+        assert beat.exists()
+        os.utime(beat, (1, 1))
+        clock[0] += _preempt.HEARTBEAT_S / 2
+        ctx.preempt.should_preempt()
+        assert beat.stat().st_mtime == 1                 # too soon: untouched
+        clock[0] += _preempt.HEARTBEAT_S
+        ctx.preempt.should_preempt()
+        assert beat.stat().st_mtime > 1
+
+
+def test_the_stack_dump_signal_writes_every_threads_stack(tmp_path: Path) -> None:
+    """A trial process stuck in a sleep loop writes its Python stacks to stderr (the trial
+    log) on the watchdog's signal, and goes on (it is not killed by it)."""
+    from dethpc.common.jobenv import STACK_DUMP_SIGNAL
+
+    trial = _trial(tmp_path)
+    code = ("import time, dethpc.core\n"
+            "with dethpc.core.init() as ctx:\n"
+            "    print('ready', flush=True)\n"
+            "    def stuck_here():\n"
+            "        while True:\n"
+            "            time.sleep(0.1)\n"
+            "    stuck_here()\n")
+    err_path = tmp_path / "stderr"
+    with err_path.open("w") as err_file:
+        p = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, **_env(trial)},
+                             stdout=subprocess.PIPE, stderr=err_file, text=True)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        p.send_signal(parse_signal(STACK_DUMP_SIGNAL))
+        deadline = time.monotonic() + 60     # a loaded machine schedules it late
+        while "in stuck_here" not in err_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert p.poll() is None, "the dump signal ended the process"
+    finally:
+        p.kill()
+        p.communicate(timeout=30)
+    err = err_path.read_text()
+    assert "most recent call first" in err and "in stuck_here" in err, err

@@ -38,10 +38,11 @@ NO_ANSWER = JobFacts()
 
 
 def facts(kind: RunKind, rc: int, signal: str = "", *, local: bool = False, hook_rc: int = 0,
-          acked: str = "", forward: bool = False, rehearsed: bool = False) -> RunFacts:
+          acked: str = "", forward: bool = False, rehearsed: bool = False,
+          hung: bool = False) -> RunFacts:
     return RunFacts(kind=kind, rc=rc, signal=signal, signal_at=NOW if signal else 0.0,
                     in_place=not local, grace_s=60, hook_rc=hook_rc, acked=acked,
-                    forward=forward, run=0, rehearsed_limit=rehearsed)
+                    forward=forward, run=0, rehearsed_limit=rehearsed, hung=hung)
 
 
 TABLE: list[tuple[str, RunFacts, JobFacts | None, Decision]] = [
@@ -50,6 +51,13 @@ TABLE: list[tuple[str, RunFacts, JobFacts | None, Decision]] = [
     ("trial stopped by the searcher", facts(T, EXIT_STOPPED), None,
      Decision(R.STOPPED, False, 0)),
     ("trial failed", facts(T, 3), None, Decision(R.ERROR, False, 3)),
+    # the hang watchdog's end (hung.json names this run): counted, never requeued
+    ("trial ended by the watchdog", facts(T, 143, "TERM", hung=True), CANCELLED,
+     Decision(R.HUNG, False, 143)),
+    ("script ended by the watchdog", facts(S, 143, "TERM", hung=True), CANCELLED,
+     Decision(R.HUNG, False, 143)),
+    ("trial completed as the watchdog struck", facts(T, 0, hung=True), None,
+     Decision(R.COMPLETED, False, 0)),
     ("trial's hook failed", facts(T, 7, hook_rc=7), None, Decision(R.ERROR, False, 7)),
     ("trial preempted: grace running", facts(T, EXIT_PREEMPTED, "USR2"), PREEMPTING,
      Decision(R.PREEMPTED, True, 0)),
@@ -351,3 +359,19 @@ def test_the_exit_record_names_the_runs_nodes(tmp_path: Path) -> None:
     assert raw["nodes"] == ["n2", "n4"]
     assert parse_exit_record(raw).nodes == ("n2", "n4")
     assert parse_exit_record({"reason": "error", "nodes": "n1"}).nodes == ()  # not a list
+
+
+@pytest.mark.parametrize(("mark", "expected"), [
+    ({"job": "7_1", "run": 2, "time": 1, "idle_s": 40, "max_idle_s": 30}, True),
+    ({"job": "7_1", "run": 1, "time": 1}, False),       # an earlier run's
+    ({"job": "8_1", "run": 2, "time": 1}, False),       # another job's
+    ([1, 2], False),
+    (None, False),
+])
+def test_the_watchdogs_mark_names_its_own_job_and_run(
+        tmp_path: Path, mark: object, expected: bool) -> None:
+    from dethpc.launch.run_end import hung_marked
+
+    if mark is not None:
+        (tmp_path / "hung.json").write_text(json.dumps(mark))
+    assert hung_marked(tmp_path, "7_1", 2) is expected
