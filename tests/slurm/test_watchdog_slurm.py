@@ -4,7 +4,8 @@ A trial whose first run stops in a ``time.sleep`` loop after a few steps (no met
 no heartbeat; its job stays RUNNING): the daemon declares it hung once it was idle
 ``slurm.watchdog.max_idle_s`` (15 s), asks its ranks for their stacks (they are in the
 trial log), ends the job, counts a restart with reason ``hung``, and the next job
-resumes from the last checkpoint and completes.
+resumes from the last checkpoint and completes. And a 2x2 DDP trial one of whose ranks
+is frozen (SIGSTOP): the others block in the next collective, their stacks show it.
 """
 
 from __future__ import annotations
@@ -74,3 +75,77 @@ def test_a_trial_stuck_in_a_sleep_loop_is_ended_with_its_stacks_and_resumes(
     assert "toy: resumed at step 4" in log, log[-3000:]
     events = h.events(exp)
     assert any(k == "hung" and "no progress for" in m for k, m in events), events
+
+
+def rank_pids(trial_dir: Path) -> dict[int, int]:
+    """The trial's rank processes on this machine (the dev cluster's nodes are local):
+    ``{RANK: pid}`` from each python's environment."""
+    out: dict[int, int] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            env = dict(kv.split("=", 1) for kv in
+                       (proc / "environ").read_bytes().decode(errors="replace").split("\0")
+                       if "=" in kv)
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if env.get("DETHPC_TRIAL_DIR") == str(trial_dir) and "RANK" in env \
+                and any(c.endswith(b"train.py") for c in cmd):
+            out[int(env["RANK"])] = int(proc.name)
+    return out
+
+
+@pytest.fixture
+def harness_2x2(tmp_path: Path, slurm_cluster: Any) -> Iterator[DaemonHarness]:
+    h = DaemonHarness.create(tmp_path / "dethpc", slots_per_node=2)
+    yield h
+    h.cancel_all_experiments()
+
+
+def test_a_ddp_trial_with_a_frozen_rank_is_ended_and_resumes(
+        harness_2x2: DaemonHarness, tmp_path: Path) -> None:
+    """A 2-node x 2-rank DDP trial (srun launcher): the test freezes rank 3's process
+    (SIGSTOP, on the second node; the job and the other ranks go on), so the others
+    block in the next collective and nothing is reported; the watchdog ends the job
+    and the trial resumes from its latest checkpoint and completes."""
+    import os
+    import signal
+
+    from tests.slurm.fixtures.harness import TRIAL_DIR, experiment_yaml
+
+    h = harness_2x2
+    batches = 120
+    raw = experiment_yaml(batches=batches, pool="debug", hparams={"step_time": 0.1})
+    raw["entrypoint"] = ("python3 -m dethpc.launch.torch_distributed --mode srun -- "
+                         f"python3 train.py --batches {batches}")
+    raw["resources"] = {"resource_pool": "debug", "slots_per_trial": 4}
+    raw["slurm"] = {"watchdog": {"max_idle_s": 20}}
+    exp = h.submit(raw, context=TRIAL_DIR)
+    ref = h.wait("the trial's job", lambda: h.job_ref(exp))
+    trial_dir = h.trial_dir(exp)
+    h.wait("two checkpoints", lambda: len(list(h.ckpt_dir(exp).glob("*"))) >= 2,
+           timeout=300, story_of=exp)
+    pids = h.wait("the 4 ranks", lambda: (lambda p: p if len(p) == 4 else None)(
+        rank_pids(trial_dir)), timeout=60, story_of=exp)
+    os.kill(pids[3], signal.SIGSTOP)
+    hung = h.wait("the watchdog to declare the trial hung", lambda: (
+        trial_dir / "hung.json").exists() and json.loads((trial_dir / "hung.json").read_text()),
+        timeout=240, story_of=exp)
+    print(f"hung.json: {hung}")
+    assert hung["job"] == ref and 20 <= hung["idle_s"] <= 20 + 8, hung
+    done = h.wait_done(exp, timeout=400)
+    trial = h.trial(exp)
+    assert done.state == "COMPLETED" and trial.restarts == 1, h.story(exp)
+    assert trial.steps_completed == batches, h.story(exp)
+    exits = read_jsonl(trial_dir / "exits.jsonl")
+    assert [e["reason"] for e in exits if e["job"] == ref] == ["hung", "hung"], exits
+    log = (trial_dir / f"slurm-{ref}.out").read_text()
+    # the ranks that were not frozen wrote their stacks (the frozen one cannot)
+    assert log.count("most recent call first") >= 2, log[-4000:]
+    # the hung run wrote no record (its steps were killed); the next job's 4 ranks
+    # resumed together from the latest checkpoint, not from the start, and finished
+    runs = read_jsonl(trial_dir / "runs.jsonl")
+    assert len(runs) == 4 and len({r["first_batch"] for r in runs}) == 1, runs
+    assert runs[0]["first_batch"] > 10 and {r["batches_done"] for r in runs} == {batches}, runs
