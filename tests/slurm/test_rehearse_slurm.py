@@ -73,3 +73,54 @@ def test_rehearsed_preemption_and_time_limit_requeue_resume_and_are_free(
         assert after["first_batch"] == before["batches_done"], runs   # nothing lost
     rehearsals = [m for k, m in h.events(exp) if k == "rehearsal"]
     assert len(rehearsals) == 4 and "requeued itself" in rehearsals[1], rehearsals
+
+
+def test_a_dethpc_sbatch_job_rehearses_a_preemption_with_the_cli(
+        tmp_path: Path, slurm_cluster: Any) -> None:
+    """The existing array script under ``dethpc sbatch`` (it checkpoints when
+    ``dethpc should-stop`` says so): ``dethpc trial preempt ID`` sends the wrapper the
+    early signal, the script stops at its next step and checkpoints, the wrapper requeues
+    the task, which resumes after the checkpoint and completes; nothing is counted and no
+    step is lost."""
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.slurm.fixtures.sbatch_kit import (
+        dethpc_sbatch,
+        env_for,
+        experiment_of_job,
+        sbatch_home,
+        tick_until,
+    )
+
+    script = Path(__file__).parent / "fixtures" / "existing_scripts" / "array_train.sh"
+    with sbatch_home(tmp_path) as (root, store, daemon):
+        work = tmp_path / "work"
+        work.mkdir()
+        shutil.copy2(script, work / script.name)
+        steps = 40
+        proc = dethpc_sbatch(root, work, "--parsable", "-p", "debug", "--array=0",
+                             script.name, STEPS=str(steps))
+        assert proc.returncode == 0, proc.stderr
+        jid = proc.stdout.strip()
+        exp_id = experiment_of_job(store, jid)
+        log = work / "steps-0.log"
+        d = tick_until(store, daemon, exp_id, 180, until=lambda d: d["trials"][0]["state"]
+                       == "RUNNING" and log.exists() and len(log.read_text().splitlines()) >= 5)
+        trial_id = d["trials"][0]["id"]
+        cli = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "trial",
+                              "preempt", str(trial_id)], env=env_for(root), cwd=work,
+                             capture_output=True, text=True, timeout=180)
+        assert cli.returncode == 0, cli.stdout + cli.stderr
+        d = tick_until(store, daemon, exp_id, 240)
+        (t,) = d["trials"]
+        trial_dir = Path(d["run_dir"]) / "trials" / str(t["id"])
+        exits = read_jsonl(trial_dir / "exits.jsonl")
+        why = f"{cli.stdout} {d['state']} {t} {exits}"
+        assert d["state"] == "COMPLETED" and t["restarts"] == 0, why
+        assert [e["reason"] for e in exits] == ["preempted", "completed"], why
+        assert {e["job"] for e in exits} == {f"{jid}_0"}, why
+        lines = [tuple(map(int, line.split())) for line in log.read_text().splitlines()]
+        assert [step for step, _ in lines] == list(range(1, steps + 1)), lines  # none lost
+        assert {run for _, run in lines} == {0, 1}, lines
