@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 LOCAL_MAX_ARRAY_SIZE = 10001
 #: how long ``requeue`` waits for a just-finished supervisor to exit
 _LOCK_WAIT_S = 5.0
+#: how long a signal waits for a starting task to be recorded running (``_signal``)
+SIGNAL_WAIT_S = 5.0
 
 _RAW = {
     "pending": "PENDING", "running": "RUNNING", "completed": "COMPLETED",
@@ -220,9 +222,19 @@ class LocalBackend:
             unlock(fd)
 
     def _signal(self, ref: str, signum: int) -> None:
-        state = read_json(self.spool.task(ref).state) or {}
-        if state.get("state") == "running":
-            kill_group(state.get("pgid"), signum)
+        """Signal a running task's process group. The supervisor records "running"
+        just after it started the script, which may already be running (and visible)
+        by then: a task not yet recorded running gets ``SIGNAL_WAIT_S`` to be (f31 on
+        a loaded machine: the signal was dropped and the job ran on)."""
+        deadline = time.monotonic() + SIGNAL_WAIT_S
+        while True:
+            state = read_json(self.spool.task(ref).state) or {}
+            if state.get("state") == "running":
+                kill_group(state.get("pgid"), signum)
+                return
+            if state.get("state") != "pending" or time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
 
     def _cancel(self, ref: str) -> None:
         paths = self.spool.task(ref)

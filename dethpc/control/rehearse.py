@@ -10,8 +10,12 @@ itself, and otherwise requeues it as Slurm would once the grace ran out (its TER
 the requeue). Either way the run ends free: ``preempted`` (or ``time_limit`` for a
 time-limit rehearsal, recorded so by the job's own decision, ``dethpc.launch.run_end``),
 or ``requeued``; none counts against ``max_restarts``.
-Must not: decide how the run ends (the job does); touch a pool worker's trial (its
-worker job holds several trials in turn: not rehearsed yet, refused with that reason).
+A trial in a pool worker is rehearsed on the worker that holds it (its lease names the
+worker's job): the worker forwards the signal to its trial, hands the trial back when it
+checkpointed and requeues itself, as at a real preemption; another worker (or the same,
+requeued) resumes it. Its time limit is not rehearsed (a worker's trial ends that as a
+preemption).
+Must not: decide how the run ends (the job does).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 
@@ -31,7 +35,9 @@ from dethpc.common.markers import replace_text
 from dethpc.common.paths import ExperimentPaths, TrialPaths
 from dethpc.config.model import ClusterConfig
 from dethpc.control.pool_view import PREFIX as POOL_REF_PREFIX
+from dethpc.control.pool_view import parse_item_ref
 from dethpc.control.reconcile import load_config
+from dethpc.launch.worker.queue import LEASE_SEP, PoolPaths, job_of_worker
 from dethpc.store import Store
 from dethpc.store.models import Event, Experiment, Job, Trial
 
@@ -53,6 +59,8 @@ class Target:
     signal: str
     grace_s: int
     trial_dir: Path
+    #: the trial runs in a pool worker: ``ref`` is the worker's job, which holds it
+    pooled: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,16 +95,32 @@ def find_target(store: Store, cluster: ClusterConfig, trial_id: int) -> Target:
                               f"on (trial {trial.state.value}; jobs: {states or 'none'}); "
                               "try again once it runs")
         job = running[-1]
-        ref = job.ref or ""
+        ref, run, pooled = job.ref or "", job.restart_count, False
         if ref.startswith(POOL_REF_PREFIX):
-            raise DethpcError(f"trial {trial_id} runs in a worker pool ({ref}): rehearsing "
-                              "a preemption of a pool worker is not supported yet; "
-                              "`scancel --signal=<pool signal> --batch <worker job>` does "
-                              "what a preemption does to the worker")
+            # a worker runs it: the rehearsal is the worker's preemption (the run's own
+            # count is the worker job's, read when the signal goes)
+            worker = worker_of(Path(exp.run_dir), ref)
+            if worker is None:
+                raise DethpcError(f"trial {trial_id}'s work item {ref} is held by no worker "
+                                  "right now; try again once a worker runs it")
+            ref, run, pooled = worker, -1, True
         pool = cluster.pool(load_config(exp).resources.resource_pool)
         return Target(experiment_id=exp.id or 0, trial_id=trial_id, ref=ref,
-                      run=job.restart_count, signal=pool.signal, grace_s=pool.signal_grace_s,
-                      trial_dir=ExperimentPaths(Path(exp.run_dir)).trial(trial_id).root)
+                      run=run, signal=pool.signal, grace_s=pool.signal_grace_s,
+                      trial_dir=ExperimentPaths(Path(exp.run_dir)).trial(trial_id).root,
+                      pooled=pooled)
+
+
+def worker_of(run_dir: Path, item_ref: str) -> str | None:
+    """The job ref of the pool worker that holds work item ``item_ref`` (its lease,
+    ``leases/<worker>--<item>.json``); None when no worker holds it."""
+    parsed = parse_item_ref(item_ref)
+    if parsed is None:
+        return None
+    leases = PoolPaths.of_run_dir(run_dir).leases
+    for lease in sorted(leases.glob(f"*{LEASE_SEP}{parsed[1]}.json")):
+        return job_of_worker(lease.name.rsplit(LEASE_SEP, 1)[0])
+    return None
 
 
 def experiment_targets(store: Store, cluster: ClusterConfig, exp_id: int) -> list[Target]:
@@ -138,6 +162,15 @@ def rehearse(store: Store, backend: Backend, targets: list[Target], what: Rehear
     """Mark each run, send the early signals (one ``scancel`` per pool signal), and
     (``wait``) see each job requeue itself within its grace, or requeue it then.
     Nothing is returned when not waiting."""
+    pooled = [t for t in targets if t.pooled]
+    if pooled and what is Rehearsal.TIME_LIMIT:
+        raise DethpcError(f"trial {pooled[0].trial_id} runs in a pool worker: a worker's time "
+                          "limit ends its trial's run as a preemption (the worker hands the "
+                          "trial back and requeues itself); rehearse it without --time-limit")
+    if any(t.run < 0 for t in targets):   # a worker's run: its job's count, now
+        infos = backend.poll([t.ref for t in targets if t.run < 0])
+        targets = [replace(t, run=infos[t.ref].restart_count) if t.run < 0 and t.ref in infos
+                   else t for t in targets]
     now = time.time()
     for t in targets:
         mark(t, what, now)

@@ -124,3 +124,59 @@ def test_a_dethpc_sbatch_job_rehearses_a_preemption_with_the_cli(
         lines = [tuple(map(int, line.split())) for line in log.read_text().splitlines()]
         assert [step for step, _ in lines] == list(range(1, steps + 1)), lines  # none lost
         assert {run for _, run in lines} == {0, 1}, lines
+
+
+def test_a_pool_workers_trial_rehearses_a_preemption_on_its_worker(
+        tmp_path: Path, slurm_cluster: Any) -> None:
+    """A trial run by a pool worker (``slurm.workers``): the rehearsal signals the worker
+    that holds it (its lease names the worker's job), as a preemption of that worker
+    does; the worker forwards it, its trial checkpoints, the worker hands the trial back
+    and requeues itself within the grace, and the trial resumes from its checkpoint and
+    completes; nothing is counted. A time-limit rehearsal of it is refused."""
+    import shutil
+
+    from dethpc.common.errors import DethpcError as Refused
+
+    h = DaemonHarness.create(tmp_path / "dethpc", debug_grace_s=20)
+    try:
+        ctx = tmp_path / "ctx"
+        ctx.mkdir()
+        toy = Path(__file__).resolve().parents[1] / "fixtures" / "toy" / "train.py"
+        shutil.copy(toy, ctx / "train.py")
+        exp = h.submit({
+            "name": "pool-rehearsal", "entrypoint": "python3 train.py",
+            "hyperparameters": {"x": 3, "step_time": 0.2, "save_every": 5},
+            "searcher": {"name": "single", "metric": "validation_loss",
+                         "max_length": {"batches": 80}},
+            "resources": {"resource_pool": "debug"}, "max_restarts": 2,
+            "slurm": {"workers": {"count": 1, "preload": ["dethpc.core"],
+                                  "heartbeat_s": 1, "idle_exit_s": 10}}}, context=ctx)
+        trial_dir = h.wait("the trial", lambda: h.trial_dir(exp), timeout=120)
+
+        def trained_target() -> Target | None:
+            metrics = trial_dir / "metrics.jsonl"
+            if not metrics.exists() or len(metrics.read_text().splitlines()) < 12:
+                return None
+            try:
+                return find_target(h.store, h.cluster, h.trial(exp).id or 0)
+            except DethpcError:
+                return None
+
+        target = h.wait("the trial to train in its worker", trained_target, timeout=300,
+                        story_of=exp)
+        assert target.pooled and not target.ref.startswith("pool:"), target
+        with pytest.raises(Refused, match="pool worker"):
+            rehearse(h.store, h.backend, [target], Rehearsal.TIME_LIMIT)
+        (outcome,) = rehearse(h.store, h.backend, [target], Rehearsal.PREEMPTION)
+        assert outcome.by_itself, outcome
+        done = h.wait_done(exp, timeout=400)
+        trial = h.trial(exp)
+        assert done.state == "COMPLETED", h.story(exp)
+        assert trial.restarts == 0 and trial.steps_completed == 80, h.story(exp)
+        logs = "".join(p.read_text(errors="replace") for p in Path(h.experiment(exp).run_dir)
+                       .rglob("*") if p.is_file() and p.suffix in (".out", ".log"))
+        assert "toy: resumed at step" in logs, logs[-3000:]
+        rehearsals = [m for k, m in h.events(exp) if k == "rehearsal"]
+        assert len(rehearsals) == 2 and "requeued itself" in rehearsals[1], rehearsals
+    finally:
+        h.cancel_all_experiments()

@@ -54,8 +54,7 @@ class Flags:
 
 
 def default_worker_id() -> str:
-    ref = ref_from_env(os.environ)
-    return f"{socket.gethostname()}.{os.getpid()}" if ref == "0" else f"j{ref}.{os.getpid()}"
+    return queue.worker_id(ref_from_env(os.environ), os.getpid(), socket.gethostname())
 
 
 def exit_reason(code: int, preempted: bool) -> ExitReason:

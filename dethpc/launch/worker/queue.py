@@ -38,6 +38,19 @@ from dethpc.common.markers import replace_text
 LEASE_SEP = "--"
 
 
+def worker_id(ref: str, pid: int, host: str) -> str:
+    """A worker's name in its leases: ``j<job ref>.<pid>`` in a job, ``<host>.<pid>``
+    outside one (``ref`` "0")."""
+    return f"{host}.{pid}" if ref == "0" else f"j{ref}.{pid}"
+
+
+def job_of_worker(worker: str) -> str | None:
+    """The job ref in a worker's name (``worker_id``); None for a worker outside a job."""
+    if not worker.startswith("j") or "." not in worker:
+        return None
+    return worker[1:].rsplit(".", 1)[0] or None
+
+
 @dataclass(frozen=True)
 class PoolPaths:
     """The files of one experiment's pool (``<run_dir>/pool``)."""
