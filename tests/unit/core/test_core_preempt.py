@@ -233,8 +233,8 @@ def test_the_stack_dump_signal_writes_every_threads_stack(tmp_path: Path) -> Non
     trial = _trial(tmp_path)
     code = ("import time, dethpc.core\n"
             "with dethpc.core.init() as ctx:\n"
-            "    print('ready', flush=True)\n"
             "    def stuck_here():\n"
+            "        print('ready', flush=True)\n"
             "        while True:\n"
             "            time.sleep(0.1)\n"
             "    stuck_here()\n")
