@@ -80,7 +80,10 @@ class Ingest:
             self._ingested = {trial_id for trial_id, _ in self._offsets}
         if trial.id in self._offsets_of:
             return self._offsets.get((trial.id, name))
-        return self.rows.s.get(IngestOffset, (trial.id, name))
+        # added this tick and not flushed yet (``Session.get`` finds no pending row; the
+        # ingest no longer flushes per line: f32 added a second row for one file)
+        known = self._offsets.get((trial.id, name))
+        return known if known is not None else self.rows.s.get(IngestOffset, (trial.id, name))
 
     def unwritten(self, trial: Trial) -> bool:
         """``nothing_written_yet`` for ``trial``: its live job as this tick's poll saw it,
