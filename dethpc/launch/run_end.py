@@ -27,7 +27,6 @@ run, inside a preemption's grace).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shlex
@@ -47,6 +46,7 @@ from dethpc.common.exitcodes import (
 )
 from dethpc.common.jobref import ref_from_env
 from dethpc.common.jsonlines import append_record, read_new_lines
+from dethpc.common.markers import run_mark
 from dethpc.common.paths import TrialPaths
 
 #: a signal this close to the job's end time (plus the pool's grace) is the walltime's
@@ -284,21 +284,13 @@ def last_exit_record(trial_dir: Path) -> dict[str, object] | None:
 
 def rehearsed_limit(trial_dir: Path, ref: str, run: int) -> bool:
     """``dethpc trial preempt --time-limit`` marked this job's run (``rehearsal.json``)."""
-    try:
-        mark = json.loads(TrialPaths(trial_dir).rehearsal.read_text())
-    except (OSError, ValueError):
-        return False
-    return (isinstance(mark, dict) and mark.get("what") == "time_limit"
-            and mark.get("job") == ref and mark.get("run") == run)
+    mark = run_mark(TrialPaths(trial_dir).rehearsal, ref, run)
+    return mark is not None and mark.get("what") == "time_limit"
 
 
 def hung_marked(trial_dir: Path, ref: str, run: int) -> bool:
     """The daemon's hang watchdog ended this job's run (``hung.json``)."""
-    try:
-        mark = json.loads(TrialPaths(trial_dir).hung.read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(mark, dict) and mark.get("job") == ref and mark.get("run") == run
+    return run_mark(TrialPaths(trial_dir).hung, ref, run) is not None
 
 
 def acked_in_run(trial_dir: Path, run: int, started_at: float) -> str:

@@ -32,6 +32,7 @@ from dethpc.common.exitcodes import ExitReason, exit_record
 from dethpc.common.jobenv import STACK_DUMP_SIGNAL
 from dethpc.common.jsonlines import append_record
 from dethpc.common.kinds import ExperimentKind
+from dethpc.common.markers import run_mark
 from dethpc.common.paths import ExperimentPaths, TrialPaths
 from dethpc.config.model import ClusterConfig
 from dethpc.control.daemon.shared import TickStats
@@ -53,14 +54,6 @@ def newest_mark(tp: TrialPaths) -> float:
         except OSError:
             continue
     return out
-
-
-def read_hung(tp: TrialPaths) -> dict[str, object] | None:
-    try:
-        mark = json.loads(tp.hung.read_text())
-    except (OSError, ValueError):
-        return None
-    return mark if isinstance(mark, dict) else None
 
 
 class Watchdog:
@@ -100,9 +93,8 @@ class Watchdog:
                     tp = paths.trial(job.trial_id)
                     if tp.stop.exists():       # asked to stop: its end is the stop's
                         continue
-                    marked = read_hung(tp)
-                    if marked is not None and marked.get("job") == job.ref \
-                            and marked.get("run") == info.restart_count:
+                    marked = run_mark(tp.hung, job.ref, info.restart_count)
+                    if marked is not None:
                         waited = now - float(str(marked.get("time") or 0))
                         if waited >= CANCEL_WAIT_S:    # the batch shell did not end it
                             cancel.append(job.ref)
