@@ -7,11 +7,12 @@ mandatory and they FAIL. The cluster is probed once per session (per xdist worke
 ``DETHPC_TEST_START_CLUSTER=1`` (as root) lets the probe run ``up`` first.
 Also the Slurm lanes under ``pytest -n N --dist loadgroup``: which worker runs which
 lane, binding a worker to its lane's dev cluster before any test runs, the xdist
-scheduler that keeps a lane's tests on its worker, and the time per tier and per lane.
+scheduler that hands Slurm test files only to lane workers (a lane of Debian's release
+takes the next file as it runs low), and the time per tier and per lane.
 It also sets ``DETHPC_DETECT=0`` for the session (no config means local, as the tests
 expect; docs/config.md#cluster-config) and ``DETHPC_CATCH_UP=0`` (a CLI view must not
 judge jobs beside the in-process daemon a test ticks; docs/existing-scripts.md).
-Must not: pick the files of a lane (tests/slurm_lanes.py does).
+Must not: pick which file a lane takes next (tests/slurm_lanes.py does).
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ SLURM_DIR = Path(__file__).resolve().parent / "slurm"
 #: dev cluster, runs its tests one after another (they share that cluster's 4 nodes;
 #: preemption, node-crash and limit tests need them to themselves)
 LANE_SCOPE = "slurm-lane-"
+#: the work unit of one Slurm test file (its tests for Debian's release), which any lane of
+#: that release may take (it starts with LANE_SCOPE: no other worker takes it)
+FILE_SCOPE = LANE_SCOPE + "file:"
 #: xdist's ``workerinput`` key of a worker's Slurm lane (0: no lane, the other tiers)
 LANE_KEY = "slurm_lane"
 
@@ -237,25 +241,28 @@ def slurm_file(nodeid: str) -> str | None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """``pytest -n N --dist loadgroup`` (scripts/test.sh): the Slurm tier runs in lanes.
-    Each of the first ``--slurm-lanes`` workers is bound to its own dev cluster
-    (``pytest_configure_node``, ``pytest_configure``) and runs, in file order, the Slurm
-    test files ``tests/slurm_lanes.plan_lanes`` gave its lane (every file in exactly one
-    lane, balanced by tests/slurm/durations.json); every other test is its own work
-    unit, handed to whichever worker runs low (the other workers from the start, a lane's
-    worker once its lane is done). The grouping is by path here, not by xdist's
-    ``xdist_group`` marker: under pytest 9 that marker no longer groups (xdist 3.8 renames
-    ``item._nodeid``, which pytest 9 does not read back)."""
+    Each of the first ``--slurm-lanes`` workers is bound to its own dev cluster of
+    Debian's release (``pytest_configure_node``, ``pytest_configure``); each Slurm test
+    file is a work unit of its own, and a lane's worker that runs low takes the longest
+    file left (``tests.slurm_lanes.next_file``, by tests/slurm/durations.json), so the
+    lanes end together whatever the load does to their pace (a static plan left one lane
+    running alone for 5 minutes at the end: CI, stop 46). A spanning test's variant for
+    another release is its release lane's (one unit, that lane's worker). Every other
+    test is its own work unit, handed to whichever worker runs low (the other workers from
+    the start, a lane's worker once no Slurm file is left for it). The grouping is by path
+    here, not by xdist's ``xdist_group`` marker: under pytest 9 that marker no longer
+    groups (xdist 3.8 renames ``item._nodeid``, which pytest 9 does not read back)."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    from tests.slurm_lanes import lane_estimates, plan_lanes, read_durations
+    from tests.slurm_lanes import DEFAULT_S, next_file, read_durations
 
     n = slurm_lanes(config)
     extra_slot = {r.value: n + 1 + i for i, r in enumerate(spanning_releases(config))}
 
     class SlurmLanes(LoadScopeScheduling):
-        lane_of_file: dict[str, int] = {}
+        durations: dict[str, float] | None = None
 
         def _split_scope(self, nodeid: str) -> str:
             f = slurm_file(nodeid)
@@ -264,29 +271,32 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
             release = release_of_nodeid(nodeid)
             if release in extra_slot:  # a spanning test's variant for another release
                 return f"{LANE_SCOPE}{extra_slot[release]}"
-            return f"{LANE_SCOPE}{self.lane_of_file.get(f, 1)}"
+            return f"{FILE_SCOPE}{f}"
 
         def schedule(self) -> None:
-            if self.collection is None and not self.lane_of_file:
+            if self.collection is None and self.durations is None:
+                self.durations = read_durations()
                 collection = next(iter(self.registered_collections.values()))
-                files = [f for f in map(slurm_file, collection) if f]
-                lanes = min(max([_lane(n) for n in self.nodes] + [1]), slurm_lanes(config))
-                durations = read_durations()
-                self.lane_of_file = plan_lanes(files, lanes, durations)
-                estimates = lane_estimates(self.lane_of_file, durations)
-                self.log(f"Slurm lanes (estimated seconds): {estimates}")
-                _plan.update(lanes=lanes, estimates=estimates,
-                             files={k: sorted(f for f, v in self.lane_of_file.items() if v == k)
-                                    for k in estimates})
+                files = {f for nodeid in collection if (f := slurm_file(nodeid))
+                         and release_of_nodeid(nodeid) not in extra_slot}
+                total = sum(self.durations.get(f, DEFAULT_S) for f in files)
+                self.log(f"Slurm files: {len(files)}, estimated {total:.0f} s for {n} lanes")
+                _plan.update(lanes=n, estimated_s=total)
             super().schedule()
 
+        def _next_scope(self, lane: int) -> str | None:
+            if 1 <= lane <= n:   # a lane of Debian's release: the longest file left
+                f = next_file([s.removeprefix(FILE_SCOPE) for s in self.workqueue
+                               if s.startswith(FILE_SCOPE)], self.durations or {})
+                if f is not None:
+                    return f"{FILE_SCOPE}{f}"
+            elif lane and f"{LANE_SCOPE}{lane}" in self.workqueue:
+                return f"{LANE_SCOPE}{lane}"
+            # never a Slurm unit on a worker not bound to its cluster
+            return next((s for s in self.workqueue if not s.startswith(LANE_SCOPE)), None)
+
         def _assign_work_unit(self, node: Any) -> None:
-            lane = _lane(node)
-            own = f"{LANE_SCOPE}{lane}"
-            if lane and own in self.workqueue:
-                scope: str | None = own
-            else:  # never another lane's unit: this worker is not bound to its cluster
-                scope = next((s for s in self.workqueue if not s.startswith(LANE_SCOPE)), None)
+            scope = self._next_scope(_lane(node))
             if scope is None:
                 return
             work_unit = self.workqueue.pop(scope)
@@ -307,7 +317,7 @@ def _lane(node: Any) -> int:
     return int(getattr(node, "workerinput", {}).get(LANE_KEY, 0))
 
 
-#: the lane plan, for the summary: lanes, estimated seconds and files per lane
+#: for the summary: the lanes of Debian's release and the files' estimated seconds
 _plan: dict[str, Any] = {}
 
 
@@ -387,12 +397,15 @@ def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untype
     from dethpc.devcluster.lanes import lane_layout
 
     tr.write_sep("-", "Slurm lanes (one worker and one dev cluster each)")
+    if _plan.get("lanes"):
+        tr.write_line(f"  durations.json estimated {_plan['estimated_s']:.0f} s of Debian's "
+                      f"release's files for {_plan['lanes']} lanes, taken longest first")
     for lane in sorted(_lane_end):
-        est = _plan.get("estimates", {}).get(lane, 0.0)
         files = len(_lane_files.get(lane, ()))
         release, k = slot_cluster(terminalreporter.config, lane)
         lay = lane_layout(k, release=release)
-        planned = f"planned {est:.0f} s" if est else "release variants, not planned"
+        planned = ("files taken as it ran low" if lane <= _plan.get("lanes", 0)
+                   else "release variants")
         tr.write_line(
             f"  lane {lane} (Slurm {release.value}, {lay.slurm_conf}): {_lane_tests.get(lane, 0)} "
             f"tests in {files} files, {_lane_seconds[lane]:7.1f} s of tests "

@@ -1,12 +1,12 @@
-"""Which Slurm test file runs in which lane (each lane: one xdist worker on its own
-dev cluster, see docs/testing.md).
+"""Which Slurm test file a lane runs next (each lane: one xdist worker on its own dev
+cluster, see docs/testing.md).
 
-Owns: the lane plan -- ``plan_lanes``: every file under tests/slurm/ in exactly one lane,
-longest first onto the lane with the least estimated time so far (ties: the lower
-lane), from the committed per-file seconds in ``tests/slurm/durations.json``; a file
-not listed there counts ``DEFAULT_S`` -- and refreshing that file from a run's JUnit
-XML (``python -m tests.slurm_lanes JUNIT.xml``: setup + call + teardown of each test,
-summed per file).
+Owns: ``next_file`` -- a lane of Debian's release that needs work takes the longest file
+not yet taken (longest-processing-time first, taken when a lane runs low, so the lanes
+end together however the machine's load shifts their pace), by the committed per-file
+seconds in ``tests/slurm/durations.json`` (a file not listed counts ``DEFAULT_S``) -- and
+refreshing that file from a run's JUnit XML (``python -m tests.slurm_lanes JUNIT.xml``:
+setup + call + teardown of each test, summed per file).
 Must not: know xdist's workers or clusters (tests/conftest.py binds a lane to a worker
 and the worker to the lane's cluster), or import pytest plugins.
 """
@@ -34,25 +34,9 @@ def read_durations(path: Path = DURATIONS) -> dict[str, float]:
     return {str(k): float(v) for k, v in raw.get("files", {}).items()}
 
 
-def plan_lanes(files: Iterable[str], lanes: int,
-               durations: Mapping[str, float]) -> dict[str, int]:
-    """``{file: lane}`` (lanes 1..``lanes``), greedy longest-processing-time first."""
-    unique = list(dict.fromkeys(files))
-    load = dict.fromkeys(range(1, max(1, lanes) + 1), 0.0)
-    plan: dict[str, int] = {}
-    for f in sorted(unique, key=lambda f: (-durations.get(f, DEFAULT_S), f)):
-        lane = min(load, key=lambda k: (load[k], k))
-        plan[f] = lane
-        load[lane] += durations.get(f, DEFAULT_S)
-    return plan
-
-
-def lane_estimates(plan: Mapping[str, int], durations: Mapping[str, float]) -> dict[int, float]:
-    """Estimated seconds of each lane of ``plan``."""
-    out: dict[int, float] = {}
-    for f, lane in plan.items():
-        out[lane] = out.get(lane, 0.0) + durations.get(f, DEFAULT_S)
-    return dict(sorted(out.items()))
+def next_file(files: Iterable[str], durations: Mapping[str, float]) -> str | None:
+    """The longest of ``files`` by ``durations`` (ties: by name); None when empty."""
+    return min(files, key=lambda f: (-durations.get(f, DEFAULT_S), f), default=None)
 
 
 #: a spanning test's variant for a release beside Debian's 22.05 (its own lane, not planned)
@@ -82,8 +66,8 @@ def main(argv: list[str]) -> int:
     files = durations_from_junit(Path(argv[0]))
     DURATIONS.write_text(json.dumps({
         "about": "seconds per Slurm test file (setup+call+teardown), from a run's JUnit XML "
-                 "(python -m tests.slurm_lanes JUNIT.xml); tests/conftest.py splits the "
-                 "files into lanes by these", "source": Path(argv[0]).name,
+                 "(python -m tests.slurm_lanes JUNIT.xml); tests/conftest.py hands the "
+                 "files to the lanes longest first by these", "source": Path(argv[0]).name,
         "files": files}, indent=1) + "\n")
     print(f"{len(files)} files, {sum(files.values()):.0f} s -> {DURATIONS}")
     return 0
