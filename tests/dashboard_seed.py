@@ -118,7 +118,11 @@ def seed(home: Path, url: str | None = None) -> dict[str, Any]:
         assert waiting.id is not None
         s.add(Job(experiment_id=run.id, trial_id=waiting.id, batch_id=rb.id or 0,
                   ref="200_0", state=JobState.PENDING, reason="QOSMaxJobsPerUserLimit"))
-        out.update(running=run.id, waiting_trial=waiting.id)
+        straggling = Trial(experiment_id=run.id, request_id=1, state=TrialState.RUNNING,
+                           needs_job=False, target_length=50)
+        s.add(straggling)
+        s.flush()
+        out.update(running=run.id, waiting_trial=waiting.id, straggling_trial=straggling.id)
 
         other = Experiment(name="someone-elses", config_yaml=yaml.safe_dump(RANDOM),
                            run_dir=str(home / "runs" / "3"), owner=f"not-{me}")
@@ -133,6 +137,13 @@ def seed(home: Path, url: str | None = None) -> dict[str, Any]:
     log = home / "runs" / "2" / "trials" / str(out["waiting_trial"]) / "slurm-200_0.out"
     log.parent.mkdir(parents=True)
     log.write_text("".join(f"log line {i}\n" for i in range(LOG_LINES)))
+    # a 2x2 trial's ranks (dethpc.core._steps): rank 3, on n2, twice the others' busy time
+    ranks = home / "runs" / "2" / "trials" / str(out["straggling_trial"]) / "ranks"
+    ranks.mkdir(parents=True)
+    for rank in range(4):
+        (ranks / f"{rank}.json").write_text(json.dumps({
+            "rank": rank, "world": 4, "node": f"n{rank // 2 + 1}", "run": 0, "steps": 40,
+            "busy_s": 0.2 if rank == 3 else 0.1, "step_s": 0.25, "at": 1.0e9}))
     out["asha"] = seed_asha(store, home)
     return out
 

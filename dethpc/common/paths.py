@@ -10,7 +10,7 @@ Layout::
       config.yaml  context/  arrays/<batch>.sbatch
       trials/<trial-id>/
         hparams.json  target.json  job.sbatch  slurm-%A_%a.out
-        metrics.jsonl  checkpoints/<uuid>/  exits.jsonl  stop
+        metrics.jsonl  checkpoints/<uuid>/  exits.jsonl  stop  heartbeat  ranks/<rank>.json
         trial-metadata.json  tensorboard/
         checkpoints/.tmp-<uuid>/      (being written)  checkpoints/.deleted-<uuid>/  (being deleted)
 """
@@ -145,6 +145,16 @@ class TrialPaths:
         most every ``dethpc.core._preempt.HEARTBEAT_S``): with ``metrics.jsonl``'s
         growth, what the daemon's hang watchdog counts as progress."""
         return self.root / "heartbeat"
+
+    @property
+    def ranks(self) -> Path:
+        """One file per rank of a multi-rank trial, ``<rank>.json``, replaced atomically
+        by that rank (``dethpc.core._steps``): its recent step times, which the straggler
+        view (``dethpc.control.stragglers``) compares."""
+        return self.root / "ranks"
+
+    def rank_times(self, rank: int) -> Path:
+        return self.ranks / f"{rank}.json"
 
     @property
     def hung(self) -> Path:

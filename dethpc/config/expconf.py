@@ -409,7 +409,7 @@ def _grid_in_use(obj: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def _dethpc_slurm_keys() -> Iterable[str]:
-    return ("time", "components", "workers", "bad_nodes", "watchdog")
+    return ("time", "components", "workers", "bad_nodes", "watchdog", "stragglers")
 
 
 EXPERIMENT = Obj({

@@ -41,6 +41,7 @@ from dethpc.config.model import (
     Length,
     ResourcesConfig,
     SlurmSection,
+    Stragglers,
     Watchdog,
 )
 from dethpc.config.overrides import apply_overrides
@@ -428,7 +429,7 @@ def _seed(ck: Checker, value: Any) -> int:
 def _slurm(ck: Checker, value: Any) -> SlurmSection:
     data = ck.mapping(value, "slurm")
     ck.keys(data, "slurm", ("sbatch_args", "gpu_type", "slots_per_node", "time", "components",
-                            "workers", "bad_nodes", "watchdog"))
+                            "workers", "bad_nodes", "watchdog", "stragglers"))
     return SlurmSection(
         sbatch_args=sbatch_args(ck, data.get("sbatch_args"), "slurm.sbatch_args"),
         gpu_type=ck.string(data.get("gpu_type"), "slurm.gpu_type", None),
@@ -439,7 +440,19 @@ def _slurm(ck: Checker, value: Any) -> SlurmSection:
         workers=parse_workers(ck, data.get("workers"), "slurm.workers"),
         bad_nodes=_bad_nodes(ck, data.get("bad_nodes")),
         watchdog=_watchdog(ck, data.get("watchdog")),
+        stragglers=_stragglers(ck, data.get("stragglers")),
     )
+
+
+def _stragglers(ck: Checker, value: Any) -> Stragglers:
+    """``slurm.stragglers``: ``{behind_pct: P}`` (``0`` turns the view off)."""
+    if value is None:
+        return Stragglers()
+    data = ck.mapping(value, "slurm.stragglers")
+    ck.keys(data, "slurm.stragglers", ("behind_pct",))
+    return Stragglers(behind_pct=float(ck.number(
+        data.get("behind_pct"), "slurm.stragglers.behind_pct", Stragglers().behind_pct,
+        minimum=0)))
 
 
 def _watchdog(ck: Checker, value: Any) -> Watchdog:

@@ -224,6 +224,16 @@ class Watchdog:
 
 
 @dataclass(frozen=True)
+class Stragglers:
+    """``slurm.stragglers``: in a multi-rank trial, a rank whose own time per step (its
+    batch loading and ``train_batch`` outside the gradient all-reduce) is more than
+    ``behind_pct`` percent over the ranks' median is shown as the trial's straggler in
+    ``describe`` and the dashboard, with its node (docs/reliability.md). 0: never."""
+
+    behind_pct: float = 20.0
+
+
+@dataclass(frozen=True)
 class SlurmSection:
     sbatch_args: tuple[str, ...] = ()
     gpu_type: str | None = None
@@ -234,6 +244,7 @@ class SlurmSection:
     workers: WorkerPool | None = None
     bad_nodes: BadNodes = field(default_factory=BadNodes)
     watchdog: Watchdog = field(default_factory=Watchdog)
+    stragglers: Stragglers = field(default_factory=Stragglers)
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ from dethpc.core._searcher import (
     SearcherContextMissing,
     Target,
 )
+from dethpc.core._steps import StepTimes
 from dethpc.core._train import (
     DummyTrainContext,
     EarlyExitReason,
@@ -83,7 +84,8 @@ class Context:
                  experimental: ExperimentalCoreContext | None = None,
                  profiler: ProfilerContext | None = None, *,
                  hparams: Mapping[str, Any] | None = None,
-                 exit_on_preempt: bool = True) -> None:
+                 exit_on_preempt: bool = True,
+                 step_times: StepTimes | None = None) -> None:
         dist = distributed or DistributedContext()
         self.checkpoint = checkpoint
         self.distributed = dist
@@ -95,6 +97,9 @@ class Context:
         self.profiler = profiler or ProfilerContext(distributed=dist)
         self.hparams: dict[str, Any] = dict(hparams or {})
         self.exit_on_preempt = exit_on_preempt
+        #: this rank's step times for the straggler view (dethpc's; a trial of more than
+        #: one rank on the cluster), fed by the Trainer
+        self.step_times = step_times
         self._closed = False
 
     # ------------------------------------------------------------ life cycle
@@ -110,6 +115,8 @@ class Context:
         if self._closed:
             return
         self._closed = True
+        if self.step_times is not None:
+            self.step_times.write()
         self.preempt.close()
         self.train.close()
         self.distributed.close()
@@ -208,10 +215,12 @@ def build_context(*, distributed: DistributedContext | None = None,
         if target is not None:
             train.on_validation = rung_hook(target.validate_at, target.length, preempt)
         searcher = SearcherContext(target, dist) if target else SearcherContextMissing(dist)
+        steps = (StepTimes(paths.rank_times(dist.rank), rank=dist.rank, world=dist.size,
+                           node=info.agent_id, run=info.run_id) if dist.size > 1 else None)
         ctx = Context(ckpt, dist, preempt, train, searcher, info,
                       ExperimentalCoreContext(trial_id=info.trial_id),
                       ProfilerContext(info.agent_id, distributed=dist), hparams=hparams,
-                      exit_on_preempt=exit_on_preempt)
+                      exit_on_preempt=exit_on_preempt, step_times=steps)
     info._latest = ctx.checkpoint.latest
     return ctx
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -225,18 +226,28 @@ class Trainer:
 
     def _train(self, plan: _Plan) -> bool:
         """Train until the length is reached (False) or preemption (True)."""
+        times = self.core.step_times
         while self.progress.batches < plan.max_batches:
             epoch, offset = divmod(self.progress.batches, plan.batches_per_epoch)
+            begun = time.monotonic()
             for batch in self._train_data.epoch(epoch, offset):
+                backward_s = self.context._backward_s
                 batch_idx = self.context._batches = self.progress.batches
                 metrics = self.trial.train_batch(self._device(batch), epoch, batch_idx)
                 if not isinstance(metrics, Mapping):
                     raise DethpcError(f"train_batch() must return a dict of metrics, got "
                                       f"{type(metrics).__name__}")
+                # this rank's own work: its batch and train_batch, outside backward()
+                busy = time.monotonic() - begun - (self.context._backward_s - backward_s)
                 self._pending.append({k: _to_float(v) for k, v in metrics.items()})
                 self.progress.batches += 1
                 self._step_schedulers(plan)
-                if self._after_step(plan):
+                stop = self._after_step(plan)
+                if times is not None:
+                    now = time.monotonic()
+                    times.add(busy, now - begun)
+                    begun = now
+                if stop:
                     return True
                 if self.progress.batches >= plan.max_batches:
                     return False

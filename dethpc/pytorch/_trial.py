@@ -19,6 +19,7 @@ import enum
 import logging
 import os
 import random
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -160,6 +161,9 @@ class PyTorchTrialContext:
         self._batches = 0
         self._batches_per_epoch = 0
         self._initial_batch = 0
+        #: seconds this process spent in ``backward()`` (where DDP's gradient all-reduce
+        #: waits for the slowest rank): the Trainer leaves them out of a rank's busy time
+        self._backward_s = 0.0
 
     # ------------------------------------------------------------ accessors
     @property
@@ -369,7 +373,9 @@ class PyTorchTrialContext:
         """``loss.backward(...)``; scaled first when a scaler is wrapped."""
         if self._scaler is not None:
             loss = self._scaler.scale(loss)
+        start = time.monotonic()
         loss.backward(gradient=gradient, retain_graph=retain_graph, create_graph=create_graph)
+        self._backward_s += time.monotonic() - start
 
     def step_optimizer(self, optimizer: torch.optim.Optimizer,
                        clip_grads: Callable[[Iterator[nn.Parameter]], None] | None = None,

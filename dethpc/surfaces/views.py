@@ -7,6 +7,7 @@ Must not: change state.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from sqlmodel import select
@@ -120,6 +121,7 @@ def describe_experiment(store: Store, exp_id: int) -> dict[str, Any]:
         d = trial_dict(t)
         d["pending_reason"] = pending_reason(t, live.get(t.id or 0))
         d["hold"] = hold_note(t, live.get(t.id or 0))
+        d["straggler"] = straggler_of(exp.run_dir, t.id or 0, cfg.slurm.stragglers.behind_pct)
         best = [c for c in ckpts.values()
                 if c.trial_id == t.id and c.state == CheckpointState.COMPLETED]
         scored = [c for c in best if c.validation_metric is not None]
@@ -146,6 +148,19 @@ def describe_experiment(store: Store, exp_id: int) -> dict[str, Any]:
         d["rung"] = rec.rung if rec else None
         d["searcher_status"] = rec.status if rec else None
     return out
+
+
+def straggler_of(run_dir: str, trial_id: int, behind_pct: float) -> dict[str, Any] | None:
+    """The rank that holds a multi-rank trial up in its latest run, by more than
+    ``behind_pct`` percent (``dethpc.control.stragglers``), as a dict; else None."""
+    from dethpc.common.paths import ExperimentPaths
+    from dethpc.control.stragglers import find_straggler, read_rank_times
+
+    ranks = ExperimentPaths(Path(run_dir)).trial(trial_id).ranks
+    if not ranks.is_dir():
+        return None
+    found = find_straggler(read_rank_times(ranks), behind_pct)
+    return found.as_dict() if found is not None else None
 
 
 def pending_reason(t: Trial, job: Job | None) -> str | None:

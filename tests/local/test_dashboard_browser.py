@@ -142,6 +142,11 @@ def test_refused_without_the_token_then_lists_curves_and_logs(
     assert log.splitlines()[-1] == f"log line {LOG_LINES - 1}"
     assert "log line 0\n" not in log
     browser.save_screenshot(str(tmp_path / "trial.png"))
+    # a 2x2 trial whose rank 3 is slow (issue 35 item 4): the rank and its node
+    browser.get(f"{dash.base}/#/t/{ids['straggling_trial']}")
+    slow = wait_for("the straggler", lambda: browser.execute_script(
+        "const s = document.getElementById('straggler'); return s ? s.innerText : null;"))
+    assert slow.startswith("slowest rank: rank 3 on n2: 100% over the median"), slow
     if os.environ.get("DETHPC_DASHBOARD_SCREENSHOT_DIR"):   # to refresh docs/img
         out = Path(os.environ["DETHPC_DASHBOARD_SCREENSHOT_DIR"])
         browser.get(f"{dash.base}/#/e/{ids['finished']}")

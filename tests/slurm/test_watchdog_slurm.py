@@ -6,6 +6,8 @@ no heartbeat; its job stays RUNNING): the daemon declares it hung once it was id
 trial log), ends the job, counts a restart with reason ``hung``, and the next job
 resumes from the last checkpoint and completes. And a 2x2 DDP trial one of whose ranks
 is frozen (SIGSTOP): the others block in the next collective, their stacks show it.
+Before the freeze the same trial proves issue 35 item 4: its rank 3 is slowed on purpose
+(0.1 s more per batch), and ``describe`` names rank 3 and its node as the straggler.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from dethpc.surfaces import views
 from tests.slurm.fixtures.harness import DaemonHarness, job_log, read_jsonl
 
 pytestmark = pytest.mark.slurm
@@ -77,6 +80,12 @@ def test_a_trial_stuck_in_a_sleep_loop_is_ended_with_its_stacks_and_resumes(
     assert any(k == "hung" and "no progress for" in m for k, m in events), events
 
 
+def proc_env(pid: int) -> dict[str, str]:
+    """The environment process ``pid`` started with."""
+    return dict(kv.split("=", 1) for kv in Path(f"/proc/{pid}/environ").read_bytes()
+                .decode(errors="replace").split("\0") if "=" in kv)
+
+
 def rank_pids(trial_dir: Path) -> dict[int, int]:
     """The trial's rank processes on this machine (the dev cluster's nodes are local):
     ``{RANK: pid}`` from each python's environment."""
@@ -117,7 +126,9 @@ def test_a_ddp_trial_with_a_frozen_rank_is_ended_and_resumes(
 
     h = harness_2x2
     batches = 120
-    raw = experiment_yaml(batches=batches, pool="debug", hparams={"step_time": 0.1})
+    # rank 3 sleeps 0.1 s more per batch: the straggler describe must name
+    raw = experiment_yaml(batches=batches, pool="debug",
+                          hparams={"step_time": 0.1, "slow_rank": 3, "slow_s": 0.1})
     raw["entrypoint"] = ("python3 -m dethpc.launch.torch_distributed --mode srun -- "
                          f"python3 train.py --batches {batches}")
     raw["resources"] = {"resource_pool": "debug", "slots_per_trial": 4}
@@ -129,6 +140,14 @@ def test_a_ddp_trial_with_a_frozen_rank_is_ended_and_resumes(
            timeout=300, story_of=exp)
     pids = h.wait("the 4 ranks", lambda: (lambda p: p if len(p) == 4 else None)(
         rank_pids(trial_dir)), timeout=60, story_of=exp)
+    # issue 35 item 4: rank 3 (0.2 s of its own work a batch, the others 0.1 s) is
+    # named with its node; without the per-rank step times there is no straggler
+    node_of_3 = proc_env(pids[3]).get("SLURMD_NODENAME")
+    slow = h.wait("describe to name the straggler", lambda: next(
+        (t["straggler"] for t in views.describe_experiment(h.store, exp)["trials"]
+         if t["straggler"]), None), timeout=120, story_of=exp)
+    print(f"straggler: {slow}")
+    assert slow["rank"] == 3 and slow["node"] == node_of_3 and slow["ranks"] == 4, slow
     os.kill(pids[3], signal.SIGSTOP)
     hung = h.wait("the watchdog to declare the trial hung", lambda: (
         trial_dir / "hung.json").exists() and json.loads((trial_dir / "hung.json").read_text()),

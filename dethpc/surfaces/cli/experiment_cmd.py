@@ -292,6 +292,9 @@ def describe(exp_id: int, json_out: bool = JsonOpt, wide: bool = WideOpt) -> Non
     for t in d["trials"]:
         if t.get("hold"):
             say(f"trial {t['id']}: {t['hold']}", wide=wide, hang=2)
+        if t.get("straggler"):
+            say(f"trial {t['id']}: slowest {straggler_text(t['straggler'])}", wide=wide,
+                hang=2)
     for n in d.get("excluded_nodes", []):
         runs = ", ".join(f"trial {r['trial_id']} job {r['job']}" for r in n["evidence"])
         last = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(n["last_at"]))
@@ -309,6 +312,13 @@ def describe(exp_id: int, json_out: bool = JsonOpt, wide: bool = WideOpt) -> Non
         say(f"best trial {best['id']}: {metric}={fmt_metric(best['best_validation'])}"
             + (f" checkpoint {ckpt}" if ckpt else ""), wide=wide, hang=2)
         say(f"  hparams: {kv_text(best['hparams'])}", wide=wide, hang=4)
+
+
+def straggler_text(s: dict[str, object]) -> str:
+    """``describe``'s words for a trial's straggler (``views.straggler_of``)."""
+    from dethpc.control.stragglers import Straggler
+
+    return Straggler(**s).describe()  # type: ignore[arg-type]
 
 
 def hparam_columns(base: list[Col], cells: list[list[object]], hparams: list[dict[str, object]],

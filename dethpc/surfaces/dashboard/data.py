@@ -183,6 +183,8 @@ def experiment_page(store: Store, exp_id: int, owner: str | None,
         d["pending_reason"] = views.pending_reason(t, live.get(t.id or 0))
         d["best_checkpoint"] = _best_checkpoint(ckpts.get(t.id or 0, []), sib)
         d["curve"] = curves.get(t.id or 0, [])
+        d["straggler"] = views.straggler_of(exp.run_dir, t.id or 0,
+                                            cfg.slurm.stragglers.behind_pct)
         rows.append(d)
     out["trials"] = rows
     out["rungs"] = _rungs(cfg, snapshot)
@@ -253,6 +255,7 @@ def trial_page(store: Store, trial_id: int, owner: str | None) -> dict[str, Any]
     d["searcher"] = {"metric": cfg.searcher.metric,
                      "smaller_is_better": cfg.searcher.smaller_is_better}
     d["log_tail"] = log_tail(ExperimentPaths(Path(exp.run_dir)).trial(trial_id).logs())
+    d["straggler"] = views.straggler_of(exp.run_dir, trial_id, cfg.slurm.stragglers.behind_pct)
     return d
 
 

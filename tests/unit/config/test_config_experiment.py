@@ -229,6 +229,20 @@ def test_environment_dict_forms() -> None:
     assert cfg.environment.environment_variables_gpu == {"A": "gpu", "B": "2"}
 
 
+@pytest.mark.parametrize(("slurm", "expected"), [
+    ({}, (None, 1800.0, 3, 3600, 20.0)),
+    ({"watchdog": False}, (0, 1800.0, 3, 3600, 20.0)),
+    ({"watchdog": {"max_idle_s": "auto", "startup_s": 60}}, (None, 60.0, 3, 3600, 20.0)),
+    ({"watchdog": {"max_idle_s": 300}, "bad_nodes": {"failures": 0, "window_s": 60},
+      "stragglers": {"behind_pct": 0}}, (300.0, 1800.0, 0, 60, 0.0)),
+    ({"stragglers": {"behind_pct": 12.5}}, (None, 1800.0, 3, 3600, 12.5)),
+])
+def test_dethpc_slurm_settings(slurm: dict[str, Any], expected: tuple[Any, ...]) -> None:
+    s = parse_experiment_config(patched({"slurm": slurm})).slurm
+    assert (s.watchdog.max_idle_s, s.watchdog.startup_s, s.bad_nodes.failures,
+            s.bad_nodes.window_s, s.stragglers.behind_pct) == expected
+
+
 @pytest.mark.parametrize("time", ["90", 90, "10:30", "01:00:00", "100:00:00", "2-0",
                                   "2-12:30", "2-12:30:00", "UNLIMITED", "infinite"])
 def test_slurm_time_valid(time: Any) -> None:
@@ -433,6 +447,17 @@ def test_warnings(changes: dict[str, Any], warning: str) -> None:
          "slurm.sbatch_args: expected a list of strings, got '--mem=1G'"),
         ({"slurm": {"sbatch_argz": []}}, "slurm.sbatch_argz: unknown field 'sbatch_argz'; did "
                                          "you mean 'sbatch_args'?"),
+        # dethpc's own slurm settings (docs/reliability.md)
+        ({"slurm": {"watchdog": {"max_idle_s": "soon"}}},
+         "slurm.watchdog.max_idle_s: expected auto, 0 (off) or seconds, got 'soon'"),
+        ({"slurm": {"watchdog": {"startup_s": 0}}}, "slurm.watchdog.startup_s: expected a number"),
+        ({"slurm": {"bad_nodes": {"failures": -1}}},
+         "slurm.bad_nodes.failures: expected an integer"),
+        ({"slurm": {"bad_nodes": {"window": 60}}}, "slurm.bad_nodes.window: unknown field"),
+        ({"slurm": {"stragglers": {"behind_pct": -5}}},
+         "slurm.stragglers.behind_pct: expected a number >= 0"),
+        ({"slurm": {"stragglers": {"behind": 5}}}, "slurm.stragglers.behind: unknown field"),
+        ({"slurm": {"stragglers": 20}}, "slurm.stragglers: expected a mapping"),
     ],
 )
 def test_errors(changes: dict[str, Any], expected: str) -> None:

@@ -106,7 +106,7 @@ def test_url_and_ssh_line(host: str, url: str, ssh: str) -> None:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Dashboard, dict[str, Any]]]:
     home = tmp_path_factory.mktemp("home")
-    ids = seed(home)
+    ids = {**seed(home), "home": home}
     dash = Dashboard.in_thread(home)
     try:
         yield dash, ids
@@ -205,6 +205,29 @@ def test_rungs_pending_reason_log_and_nan(served: tuple[Dashboard, dict[str, Any
     assert t["pending_reason"] == "QOSMaxJobsPerUserLimit"
     lines = t["log_tail"].splitlines()
     assert len(lines) == 200 and lines[-1] == f"log line {LOG_LINES - 1}"
+
+
+def test_the_straggler_of_a_multi_rank_trial(served: tuple[Dashboard, dict[str, Any]]) -> None:
+    """Issue 35 item 4: the slowest rank and its node, on the experiment's page, the
+    trial's page and in ``experiment describe`` (its JSON and its words)."""
+    from dethpc.store import Store
+    from dethpc.surfaces import views
+    from dethpc.surfaces.cli.experiment_cmd import straggler_text
+
+    dash, ids = served
+    want = {"rank": 3, "node": "n2", "run": 0, "busy_s": 0.2, "median_busy_s": 0.1,
+            "behind_pct": 100.0, "ranks": 4, "at": 1.0e9}
+    rows = {t["id"]: t for t in dash.json(f"/api/experiments/{ids['running']}")["trials"]}
+    assert rows[ids["straggling_trial"]]["straggler"] == want
+    assert rows[ids["waiting_trial"]]["straggler"] is None       # no ranks reported
+    assert dash.json(f"/api/trials/{ids['straggling_trial']}")["straggler"] == want
+    store = Store(f"sqlite:///{ids['home'] / 'dethpc.db'}")
+    described = views.describe_experiment(store, ids["running"])
+    assert [t["straggler"] for t in described["trials"]] == [None, want]
+    assert straggler_text(want) == ("rank 3 on n2: 200 ms of its own work per step, 100% "
+                                    "over the median (100 ms) of 4 ranks")
+    js = dash.get("/static/dashboard.js", token=dash.token)[2].decode()
+    assert "slowest rank" in js and "s.behind_pct" in js
 
 
 @pytest.mark.parametrize("args,block,words", [

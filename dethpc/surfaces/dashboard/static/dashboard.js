@@ -134,11 +134,11 @@ async function experimentView(id, page) {
     curves(d.trials.map((t) => ({ id: t.id, points: t.curve })), m, best ? best.id : null),
     h("h2", {}, "Trials"), pager,
     table(["trial", "state", "steps", `best ${m}`, `latest ${m}`, "waiting for", "rung",
-           "best checkpoint", "restarts", "hyperparameters"],
+           "best checkpoint", "restarts", "slowest rank", "hyperparameters"],
       d.trials.map((t) => [h("a", { href: `#/t/${t.id}` }, String(t.id)), state(t.state),
         `${t.steps_completed}/${t.target_length}`, fmt(t.best_validation),
         fmt(t.latest_validation), t.pending_reason || "", fmt(t.rung), t.best_checkpoint || "",
-        t.restarts, fmt(t.hparams)]), [0, 2, 3, 4, 8]),
+        t.restarts, straggler(t.straggler), fmt(t.hparams)]), [0, 2, 3, 4, 8]),
   ];
   if (d.rungs.length) {
     out.push(h("h2", {}, "ASHA rungs"));
@@ -158,6 +158,13 @@ async function experimentView(id, page) {
   return out;
 }
 
+// a multi-rank trial's straggler (slurm.stragglers): the rank, its node, how far behind
+function straggler(s) {
+  if (!s) return "";
+  return `rank ${s.rank} on ${s.node}: ${Math.round(s.behind_pct)}% over the median ` +
+    `(${Math.round(s.busy_s * 1000)} vs ${Math.round(s.median_busy_s * 1000)} ms a step)`;
+}
+
 async function trialView(id) {
   const d = await getJSON(`/api/trials/${id}`);
   const m = d.searcher.metric;
@@ -174,7 +181,8 @@ async function trialView(id) {
       h("span", {}, `best ${m} ${fmt(d.best_validation)}`),
       h("span", {}, `restarts ${d.restarts}, runs ${d.runs}`),
       d.pending_reason ? h("span", { id: "pending" }, `waiting for: ${d.pending_reason}`) : null,
-      d.exit_reason ? h("span", {}, `exit ${d.exit_reason}`) : null),
+      d.exit_reason ? h("span", {}, `exit ${d.exit_reason}`) : null,
+      d.straggler ? h("span", { id: "straggler" }, `slowest rank: ${straggler(d.straggler)}`) : null),
     h("p", {}, `hyperparameters: ${fmt(d.hparams)}`),
     h("h2", {}, `Learning curve (${m})`),
     curves([{ id: d.id, points }], m, d.id),
