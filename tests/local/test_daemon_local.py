@@ -118,19 +118,18 @@ def test_failing_trial_is_retried_then_errors_past_max_restarts(home, tmp_path):
 
 
 def test_pause_checkpoints_and_activate_resumes(home, tmp_path):
-    # 600 steps of 0.05 s: long enough that the pause (daemon tick, stop file read at most
-    # once a second) lands before the end even on a loaded 2-core box; 40 steps of 0.1 s
-    # once completed first there, and so did 300 steps once the progress was polled
-    # through the CLI (two `describe` processes per poll under CI's load): the trial's
-    # own metrics file says when it has trained, then the pause goes out at once
-    # The trial holds before its first step until the run directory is known: f25 saw
-    # the whole 30 s of training pass during that one `describe` under CI's load
-    hold = tmp_path / "hold"
+    # The trial holds before its first step until the run directory is known (f25 saw
+    # the whole 30 s of training pass during one `describe` under CI's load), and waits
+    # after step 3 until the test lets it go, so the pause lands mid-training however
+    # slow the CLI and the daemon's tick are (f33 saw 600 steps of 0.05 s end first)
+    hold, wait = tmp_path / "hold", tmp_path / "wait"
     hold.touch()
+    wait.touch()
     cfg = write_config(tmp_path / "c.yaml", hyperparameters={
-        "x": 3.0, "step_time": 0.05, "hold_while": str(hold)},
+        "x": 3.0, "step_time": 0.05, "hold_while": str(hold), "wait_at": 3,
+        "wait_while": str(wait)},
         searcher={"name": "single", "metric": "validation_loss",
-                  "max_length": {"batches": 600}})
+                  "max_length": {"batches": 100}})
     exp = submit(cfg)
     trials = Path(describe(exp)["run_dir"]) / "trials"
     hold.unlink()
@@ -142,12 +141,13 @@ def test_pause_checkpoints_and_activate_resumes(home, tmp_path):
                      and describe(exp)["trials"][0]["state"], what="paused trial")
     assert state == "PAUSED", "the trial completed before the pause took effect"
     paused_at = describe(exp)["trials"][0]["steps_completed"]
-    assert 3 <= paused_at < 600
+    assert paused_at == 3
+    wait.unlink()
     cli("experiment", "activate", exp)
     cli("experiment", "wait", exp, "--timeout", "150", timeout=180)
     d = describe(exp)
     (t,) = d["trials"]
-    assert t["state"] == "COMPLETED" and t["steps_completed"] == 600
+    assert t["state"] == "COMPLETED" and t["steps_completed"] == 100
     reasons = [r["reason"] for r in exits_per_trial(d["run_dir"])[t["id"]]]
     assert reasons == ["stopped", "completed"]
     log = cli("trial", "logs", t["id"]).stdout
