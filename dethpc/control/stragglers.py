@@ -2,7 +2,8 @@
 
 Owns: reading the ranks' step-time files (``TrialPaths.ranks``, written by
 ``dethpc.core._steps``) and ``find_straggler``, the rule: among the ranks of the trial's
-latest run that have reported at least ``MIN_STEPS`` steps, the rank with the largest
+latest run (the job and run of the newest report) that have reported at least
+``MIN_STEPS`` steps, the rank with the largest
 busy time per step (its own work, outside the gradient all-reduce) is the straggler when
 it is more than ``behind_pct`` percent over the median of all those ranks' busy times
 (the median of an even count is the mean of the middle two). Fewer than two ranks, a
@@ -35,6 +36,9 @@ class RankTime:
     busy_s: float
     step_s: float
     at: float
+    #: the Slurm job id ("" without Slurm): a trial restarted in a new job counts its
+    #: runs from 0 again
+    job: str = ""
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,8 @@ def parse_rank_time(raw: Any) -> RankTime | None:
             return None
         return RankTime(rank=int(raw["rank"]), node=str(raw.get("node") or "?"),
                         run=int(raw.get("run") or 0), steps=int(raw.get("steps") or 0),
-                        busy_s=float(busy), step_s=float(step), at=float(raw.get("at") or 0))
+                        busy_s=float(busy), step_s=float(step), at=float(raw.get("at") or 0),
+                        job=str(raw.get("job") or ""))
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -100,8 +105,9 @@ def find_straggler(times: Iterable[RankTime], behind_pct: float) -> Straggler | 
     seen = [t for t in times if t.steps >= MIN_STEPS]
     if not seen:
         return None
-    run = max(t.run for t in seen)
-    ranks = {t.rank: t for t in seen if t.run == run}
+    newest = max(seen, key=lambda t: t.at)
+    run = newest.run
+    ranks = {t.rank: t for t in seen if (t.job, t.run) == (newest.job, run)}
     if len(ranks) < 2:
         return None
     median = statistics.median(t.busy_s for t in ranks.values())

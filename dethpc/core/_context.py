@@ -216,7 +216,8 @@ def build_context(*, distributed: DistributedContext | None = None,
             train.on_validation = rung_hook(target.validate_at, target.length, preempt)
         searcher = SearcherContext(target, dist) if target else SearcherContextMissing(dist)
         steps = (StepTimes(paths.rank_times(dist.rank), rank=dist.rank, world=dist.size,
-                           node=info.agent_id, run=info.run_id) if dist.size > 1 else None)
+                           node=info.agent_id, run=info.run_id,
+                           job=env.get("SLURM_JOB_ID", "")) if dist.size > 1 else None)
         ctx = Context(ckpt, dist, preempt, train, searcher, info,
                       ExperimentalCoreContext(trial_id=info.trial_id),
                       ProfilerContext(info.agent_id, distributed=dist), hparams=hparams,

@@ -2,13 +2,15 @@
 
 Owns: ``StepTimes``, one per rank of a trial with more than one rank. The training loop
 (``dethpc.pytorch``'s Trainer) gives it each step's wall seconds and its *busy* seconds:
-the rank's own work (loading its batch, ``train_batch``) without the time spent inside
-``backward()``, where DDP's gradient all-reduce makes a fast rank wait for the slowest
-(so every rank's wall time per step is the same, and only the busy time tells which
-rank holds the others up). It keeps the last ``WINDOW`` steps and replaces
+the rank's own work (loading its batch, ``train_batch``) without the time spent where
+DDP makes a fast rank wait for the slowest -- inside ``backward()`` (the gradient
+all-reduce) and at the head of the wrapped model's forward (its buffer broadcast) -- so
+that, where every rank's wall time per step is the same, the busy time tells which rank
+holds the others up. It keeps the last ``WINDOW`` steps and replaces
 ``<trial>/ranks/<rank>.json`` at most every ``REPORT_S`` and when the loop ends:
-``{"rank", "world", "node", "run", "steps", "busy_s", "step_s", "at"}`` (medians of the
-window; ``steps``: this run's steps so far).
+``{"rank", "world", "node", "job", "run", "steps", "busy_s", "step_s", "at"}`` (medians
+of the window; ``steps``: this run's steps so far; ``job``: the Slurm job id, "" without
+Slurm, since a trial restarted in a new job starts its runs at 0 again).
 Must not: import torch, judge ranks (``dethpc.control.stragglers`` does), or write any
 other file.
 """
@@ -36,9 +38,10 @@ FIRST = 5
 class StepTimes:
     """One rank's recent step times, written to its file in the trial's ``ranks/``."""
 
-    def __init__(self, path: Path, *, rank: int, world: int, node: str, run: int) -> None:
+    def __init__(self, path: Path, *, rank: int, world: int, node: str, run: int,
+                 job: str = "") -> None:
         self.path = path
-        self.rank, self.world, self.node, self.run = rank, world, node, run
+        self.rank, self.world, self.node, self.run, self.job = rank, world, node, run, job
         self._busy: deque[float] = deque(maxlen=WINDOW)
         self._wall: deque[float] = deque(maxlen=WINDOW)
         self.steps = 0
@@ -57,7 +60,8 @@ class StepTimes:
 
     def record(self) -> dict[str, object]:
         """What the file holds now."""
-        return {"rank": self.rank, "world": self.world, "node": self.node, "run": self.run,
+        return {"rank": self.rank, "world": self.world, "node": self.node, "job": self.job,
+                "run": self.run,
                 "steps": self.steps,
                 "busy_s": round(statistics.median(self._busy), 6) if self._busy else None,
                 "step_s": round(statistics.median(self._wall), 6) if self._wall else None,

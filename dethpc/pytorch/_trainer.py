@@ -231,14 +231,14 @@ class Trainer:
             epoch, offset = divmod(self.progress.batches, plan.batches_per_epoch)
             begun = time.monotonic()
             for batch in self._train_data.epoch(epoch, offset):
-                backward_s = self.context._backward_s
+                sync_s = self.context._sync_s
                 batch_idx = self.context._batches = self.progress.batches
                 metrics = self.trial.train_batch(self._device(batch), epoch, batch_idx)
                 if not isinstance(metrics, Mapping):
                     raise DethpcError(f"train_batch() must return a dict of metrics, got "
                                       f"{type(metrics).__name__}")
-                # this rank's own work: its batch and train_batch, outside backward()
-                busy = time.monotonic() - begun - (self.context._backward_s - backward_s)
+                # this rank's own work: its batch and train_batch, without DDP's waits
+                busy = time.monotonic() - begun - (self.context._sync_s - sync_s)
                 self._pending.append({k: _to_float(v) for k, v in metrics.items()})
                 self.progress.batches += 1
                 self._step_schedulers(plan)

@@ -161,9 +161,11 @@ class PyTorchTrialContext:
         self._batches = 0
         self._batches_per_epoch = 0
         self._initial_batch = 0
-        #: seconds this process spent in ``backward()`` (where DDP's gradient all-reduce
-        #: waits for the slowest rank): the Trainer leaves them out of a rank's busy time
-        self._backward_s = 0.0
+        #: seconds this process spent where DDP waits for the other ranks: in
+        #: ``backward()`` (the gradient all-reduce) and at the head of a wrapped model's
+        #: forward (its buffer broadcast from rank 0, before the module runs); the Trainer
+        #: leaves them out of a rank's busy time (the straggler view)
+        self._sync_s = 0.0
 
     # ------------------------------------------------------------ accessors
     @property
@@ -318,9 +320,26 @@ class PyTorchTrialContext:
         model = model.to(self.device)
         if self.is_ddp:
             ids = [self.device.index] if self.device.type == "cuda" else None
-            model = nn.parallel.DistributedDataParallel(model, device_ids=ids, **ddp_options)
+            inner = model
+            model = nn.parallel.DistributedDataParallel(inner, device_ids=ids, **ddp_options)
+            self._time_forward_sync(model, inner)
         self.models.append(model)
         return model
+
+    def _time_forward_sync(self, wrapper: nn.Module, inner: nn.Module) -> None:
+        """Count the time between entering ``wrapper``'s forward and ``inner``'s (DDP's
+        buffer broadcast, where a rank waits for rank 0 and so for the slowest) as sync."""
+        entered: list[float] = []
+
+        def before_wrapper(_module: nn.Module, _args: Any) -> None:
+            entered[:] = [time.monotonic()]
+
+        def before_inner(_module: nn.Module, _args: Any) -> None:
+            if entered:
+                self._sync_s += time.monotonic() - entered.pop()
+
+        wrapper.register_forward_pre_hook(before_wrapper)
+        inner.register_forward_pre_hook(before_inner)
 
     def wrap_optimizer(self, optimizer: torch.optim.Optimizer,
                        backward_passes_per_step: int = 1,
@@ -375,7 +394,7 @@ class PyTorchTrialContext:
             loss = self._scaler.scale(loss)
         start = time.monotonic()
         loss.backward(gradient=gradient, retain_graph=retain_graph, create_graph=create_graph)
-        self._backward_s += time.monotonic() - start
+        self._sync_s += time.monotonic() - start
 
     def step_optimizer(self, optimizer: torch.optim.Optimizer,
                        clip_grads: Callable[[Iterator[nn.Parameter]], None] | None = None,

@@ -10,9 +10,12 @@ import pytest
 from dethpc.control.stragglers import MIN_STEPS, RankTime, find_straggler, read_rank_times
 
 
-def rt(rank: int, busy: float, *, run: int = 0, steps: int = 50, node: str = "") -> RankTime:
+def rt(rank: int, busy: float, *, run: int = 0, steps: int = 50, node: str = "",
+       job: str = "7") -> RankTime:
+    """A rank's report; a later run's (or job's) reports are newer."""
     return RankTime(rank=rank, node=node or f"n{rank // 2 + 1}", run=run, steps=steps,
-                    busy_s=busy, step_s=1.0, at=100.0 + rank)
+                    busy_s=busy, step_s=1.0, at=100.0 + rank + 1000 * run + 10000 * int(job),
+                    job=job)
 
 
 @pytest.mark.parametrize(("times", "pct", "expected"), [
@@ -39,6 +42,11 @@ def rt(rank: int, busy: float, *, run: int = 0, steps: int = 50, node: str = "")
     ([rt(0, 0.1), rt(1, 0.5), rt(0, 0.1, run=1), rt(1, 0.1, run=1)], 20, None),
     ([rt(0, 0.1), rt(1, 0.1), rt(0, 0.1, run=1), rt(1, 0.4, run=1, node="n9")], 20,
      (1, "n9", 60.0)),
+    # a trial restarted in a new job counts its runs from 0 again: the newest job counts
+    ([rt(0, 0.1, run=2), rt(1, 0.5, run=2), rt(0, 0.1, job="8"), rt(1, 0.1, job="8")], 20,
+     None),
+    ([rt(0, 0.1, run=2), rt(1, 0.1, run=2), rt(0, 0.1, job="8"), rt(1, 0.3, job="8")], 20,
+     (1, "n1", 50.0)),
 ])
 def test_find_straggler(times: list[RankTime], pct: float,
                         expected: tuple[int, str, float] | None) -> None:
@@ -53,12 +61,12 @@ def test_find_straggler(times: list[RankTime], pct: float,
 
 def test_read_rank_times_skips_what_it_cannot_use(tmp_path: Path) -> None:
     assert read_rank_times(tmp_path / "missing") == []
-    good = {"rank": 1, "world": 2, "node": "n2", "run": 0, "steps": 9, "busy_s": 0.2,
-            "step_s": 0.3, "at": 5.0}
+    good = {"rank": 1, "world": 2, "node": "n2", "job": "12", "run": 0, "steps": 9,
+            "busy_s": 0.2, "step_s": 0.3, "at": 5.0}
     (tmp_path / "1.json").write_text(json.dumps(good))
     (tmp_path / "0.json").write_text("{half")                        # torn or foreign
     (tmp_path / "2.json").write_text(json.dumps({**good, "rank": 2, "busy_s": None}))
     (tmp_path / "3.json").write_text(json.dumps(["not", "a", "record"]))
     (tmp_path / ".1.json.99.tmp").write_text(json.dumps(good))       # being replaced
     assert read_rank_times(tmp_path) == [RankTime(rank=1, node="n2", run=0, steps=9,
-                                                  busy_s=0.2, step_s=0.3, at=5.0)]
+                                                  busy_s=0.2, step_s=0.3, at=5.0, job="12")]
