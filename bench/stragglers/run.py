@@ -15,6 +15,7 @@ records:
                   (the figure the 20% threshold is compared with), whether or not named
   busy_ms         each rank's busy time per step (ms) at the last sample
   first_named_s   seconds from the trial's first step to the first sample naming rank 3
+                  (the samples start once all 4 ranks have reported: after 5 steps each)
 Writes bench/results/stragglers.json (parameters, raw samples, summary).
 
 Usage: python bench/stragglers/run.py [--slow 0 0.01 0.03 0.1] [--samples 10] [--every 2]
@@ -92,7 +93,7 @@ def cell(root: Path, slow_s: float, samples: int, every: float) -> dict[str, Any
                              / len(rows), 3),
         "named_other": round(sum(1 for r in rows if r["named"] and r["named"][0] != 3)
                              / len(rows), 3),
-        "behind_pct": statistics.median(pct) if pct else None,
+        "behind_pct": round(statistics.median(pct), 1) if pct else None,
         "busy_ms": rows[-1]["busy_ms"], "first_named_s": first_named,
     }
 
@@ -105,7 +106,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "stragglers.json")
     args = ap.parse_args()
     cells = []
-    with tempfile.TemporaryDirectory(prefix="stragglers-") as tmp:
+    # a cancelled job's ranks may still write while the directory is removed
+    with tempfile.TemporaryDirectory(prefix="stragglers-", ignore_cleanup_errors=True) as tmp:
         for i, slow in enumerate(args.slow):
             c = cell(Path(tmp) / f"c{i}" / "dethpc", slow, args.samples, args.every)
             print(f"slow_s={slow:g}: rank 3 named in {c['named_rank3']:.0%} of samples, "
