@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +55,7 @@ class Straggler:
     at: float
 
     def as_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "node": self.node, "run": self.run,
-                "busy_s": self.busy_s, "median_busy_s": self.median_busy_s,
-                "behind_pct": self.behind_pct, "ranks": self.ranks, "at": self.at}
+        return asdict(self)
 
     def describe(self) -> str:
         return (f"rank {self.rank} on {self.node}: {self.busy_s * 1000:.0f} ms of its own "

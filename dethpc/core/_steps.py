@@ -17,6 +17,7 @@ other file.
 
 from __future__ import annotations
 
+import json
 import logging
 import statistics
 import time
@@ -59,20 +60,18 @@ class StepTimes:
             self.write()
 
     def record(self) -> dict[str, object]:
-        """What the file holds now."""
+        """What the file holds now (after at least one step)."""
         return {"rank": self.rank, "world": self.world, "node": self.node, "job": self.job,
-                "run": self.run,
-                "steps": self.steps,
-                "busy_s": round(statistics.median(self._busy), 6) if self._busy else None,
-                "step_s": round(statistics.median(self._wall), 6) if self._wall else None,
+                "run": self.run, "steps": self.steps,
+                "busy_s": round(statistics.median(self._busy), 6),
+                "step_s": round(statistics.median(self._wall), 6),
                 "at": round(time.time(), 3)}
 
     def write(self) -> None:
-        """Replace the rank's file (a failure is logged once; training goes on)."""
+        """Replace the rank's file (a failure is logged once; training goes on); nothing
+        before the first step."""
         if not self._busy or self._broken:
             return
-        import json
-
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             replace_text(self.path, json.dumps(self.record()) + "\n")

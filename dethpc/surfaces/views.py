@@ -157,8 +157,6 @@ def straggler_of(run_dir: str, trial_id: int, behind_pct: float) -> dict[str, An
     from dethpc.control.stragglers import find_straggler, read_rank_times
 
     ranks = ExperimentPaths(Path(run_dir)).trial(trial_id).ranks
-    if not ranks.is_dir():
-        return None
     found = find_straggler(read_rank_times(ranks), behind_pct)
     return found.as_dict() if found is not None else None
 
