@@ -30,6 +30,12 @@ class ExperimentKind(StrEnum):
         return self in (ExperimentKind.MANAGED, ExperimentKind.SCRIPT)
 
     @property
+    def user_script(self) -> bool:
+        """The job runs the user's own script under dethpc's wrapper (no in-job API
+        assumed: no heartbeat, no metrics unless it reports them)."""
+        return self in (ExperimentKind.SCRIPT, ExperimentKind.SBATCH)
+
+    @property
     def wrapped(self) -> bool:
         """A dethpc job script runs the work and writes ``exits.jsonl`` per run."""
         return self != ExperimentKind.DETACHED

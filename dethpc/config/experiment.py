@@ -457,14 +457,14 @@ def _stragglers(ck: Checker, value: Any) -> Stragglers:
 
 def _watchdog(ck: Checker, value: Any) -> Watchdog:
     """``slurm.watchdog``: ``false`` (off), or ``{max_idle_s: auto | seconds | 0,
-    startup_s: seconds}``."""
+    startup_s: seconds, output: bool}``."""
     path = "slurm.watchdog"
     if value is None or value is True:
         return Watchdog()
     if value is False:
         return Watchdog(max_idle_s=0)
     data = ck.mapping(value, path)
-    ck.keys(data, path, ("max_idle_s", "startup_s"))
+    ck.keys(data, path, ("max_idle_s", "startup_s", "output"))
     raw = data.get("max_idle_s")
     max_idle: float | None = None
     if isinstance(raw, str) and raw != "auto":
@@ -473,7 +473,8 @@ def _watchdog(ck: Checker, value: Any) -> Watchdog:
         max_idle = float(ck.number(raw, f"{path}.max_idle_s", 0.0, minimum=0))
     startup = float(ck.number(data.get("startup_s"), f"{path}.startup_s",
                               Watchdog().startup_s, above=0))
-    return Watchdog(max_idle_s=max_idle, startup_s=startup)
+    output = ck.boolean(data.get("output"), f"{path}.output", False)
+    return Watchdog(max_idle_s=max_idle, startup_s=startup, output=output)
 
 
 def _bad_nodes(ck: Checker, value: Any) -> BadNodes:

@@ -208,8 +208,10 @@ class BadNodes:
 @dataclass(frozen=True)
 class Watchdog:
     """``slurm.watchdog``: a running trial that shows no progress (``metrics.jsonl``
-    growing, the in-job API's heartbeat) for its allowed idle time is hung: its ranks
-    dump their stacks and the job ends, a counted restart (docs/reliability.md)."""
+    growing, the in-job API's heartbeat; with ``output``, its job output files growing)
+    for its allowed idle time is hung: its ranks dump their stacks and the job ends, a
+    counted restart (docs/reliability.md). A wrapped script (``dethpc sbatch``, a search
+    of scripts) has no heartbeat: it is watched only when ``output`` opts it in."""
 
     #: allowed idle seconds once the run made progress; None: ``auto`` (from the trial's
     #: own longest gap, ``dethpc.control.hangs``); 0: the watchdog is off
@@ -217,10 +219,19 @@ class Watchdog:
     #: allowed seconds before a run's first progress (imports, data loading); at least
     #: ``max_idle_s``
     startup_s: float = 1800.0
+    #: the job's output files growing (stdout/stderr: the trial log, a wrapped script's
+    #: own ``--output``/``--error``) count as progress too; for a wrapped script, the
+    #: opt-in to being watched at all
+    output: bool = False
 
     @property
     def enabled(self) -> bool:
         return self.max_idle_s != 0
+
+    def watches(self, wrapped_script: bool) -> bool:
+        """Whether the watchdog watches a trial: a managed one unless turned off; a
+        wrapped script (no heartbeat, maybe no metrics) only when ``output`` is on."""
+        return self.enabled and (self.output or not wrapped_script)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,11 @@
 """The hang watchdog: running trials that make no progress get their stacks dumped and
 their job ended, a counted restart.
 
-Owns: ``Watchdog.run`` -- after the reconcile, for each running job of a managed
-experiment with ``slurm.watchdog`` on: the newest progress mark of its trial (the
-modification time of ``metrics.jsonl`` and of the in-job API's ``heartbeat``), kept per
+Owns: ``Watchdog.run`` -- after the reconcile, for each running job of an experiment
+whose ``slurm.watchdog`` watches it (managed: unless off; a wrapped script: only with
+``output: true``, ``dethpc sbatch --max-idle``): the newest progress mark of its trial
+(the modification time of ``metrics.jsonl``, of the in-job API's ``heartbeat`` and,
+with ``output``, of the job's output files), kept per
 run in memory (``dethpc.control.hangs.RunWatch``: a restarted daemon starts counting
 afresh, which only delays a verdict); a run idle past its allowance
 (``hangs.judge``) gets ``hung.json`` (job, run, idle and allowed seconds), an event, and
@@ -13,9 +15,13 @@ are killed (one call): the batch shell's end reads ``hung.json``, records ``hung
 (``dethpc.launch.run_end``) and ends the job; one still running ``CANCEL_WAIT_S`` after
 the verdict is returned for the tick's one cancel. The reconciler
 counts it as a restart: the trial resumes from its latest checkpoint in a new job.
+A wrapped script runs in the batch step itself, not in steps of its own: its job is
+requeued instead (``scontrol requeue``: Slurm's TERM, then KILL, to every process of
+the job, and the same job runs again), a counted run of the same job that starts with
+``$DETHPC_LATEST_CHECKPOINT``.
 Must not: judge (``hangs`` does), cancel by itself (the cancel phase does), or watch
-jobs that are not running, trials that were asked to stop, or the other kinds of
-experiment (a wrapped script has no heartbeat).
+jobs that are not running, trials that were asked to stop, or detached jobs (no
+wrapper: nothing records their runs).
 """
 
 from __future__ import annotations
@@ -31,7 +37,6 @@ from dethpc.backends.base import Backend, JobInfo, JobState
 from dethpc.common.exitcodes import ExitReason, exit_record
 from dethpc.common.jobenv import STACK_DUMP_SIGNAL
 from dethpc.common.jsonlines import append_record
-from dethpc.common.kinds import ExperimentKind
 from dethpc.common.markers import run_mark
 from dethpc.common.paths import ExperimentPaths, TrialPaths
 from dethpc.config.model import ClusterConfig
@@ -45,10 +50,11 @@ from dethpc.store.models import Event, Experiment, Job
 log = logging.getLogger(__name__)
 
 
-def newest_mark(tp: TrialPaths) -> float:
-    """The newest modification time of the trial's progress files (0: none yet)."""
+def newest_mark(tp: TrialPaths, output: bool = False) -> float:
+    """The newest modification time of the trial's progress files (0: none yet);
+    ``output``: its job output files too (``TrialPaths.logs``)."""
     out = 0.0
-    for path in (tp.metrics, tp.heartbeat):
+    for path in (tp.metrics, tp.heartbeat, *(tp.logs() if output else ())):
         try:
             out = max(out, path.stat().st_mtime)
         except OSError:
@@ -72,15 +78,17 @@ class Watchdog:
         now = self.clock()
         dump: list[str] = []
         kill: list[str] = []
+        requeue: list[str] = []
         cancel: list[str] = []
         running: set[str] = set()
         with self.store.session() as s:
             for exp_id in exp_ids:
                 exp = s.get(Experiment, exp_id)
-                if exp is None or exp.kind != ExperimentKind.MANAGED:
+                if exp is None or not exp.kind.wrapped:
                     continue
                 policy = load_config(exp).slurm.watchdog
-                if not policy.enabled:
+                script = exp.kind.user_script
+                if not policy.watches(script):
                     continue
                 paths = ExperimentPaths(Path(exp.run_dir))
                 for job in s.exec(select(Job).where(Job.experiment_id == exp_id,
@@ -100,10 +108,11 @@ class Watchdog:
                             cancel.append(job.ref)
                         elif waited >= DUMP_WAIT_S and self._record_end(
                                 tp, job.ref, info.restart_count, now):
-                            kill.append(job.ref)
+                            (requeue if script else kill).append(job.ref)
                         continue
                     watch = self._seen(job.ref, info.restart_count, now)
-                    watch = self._watch[job.ref] = observe(watch, newest_mark(tp))
+                    watch = self._watch[job.ref] = observe(
+                        watch, newest_mark(tp, policy.output))
                     hang = judge(policy, watch, now, self.cluster.max_idle_cap_s)
                     if hang is None:
                         continue
@@ -112,13 +121,16 @@ class Watchdog:
                         "idle_s": round(hang.idle_s, 1), "max_idle_s": hang.allowed_s}))
                     what = "since its last progress" if hang.started else \
                         "since its run started (no progress yet)"
+                    then = (f"the job is requeued in {DUMP_WAIT_S:.0f} s and the script "
+                            "runs again with its latest reported checkpoint (counted)"
+                            if script else
+                            f"the job ends in {DUMP_WAIT_S:.0f} s and the trial restarts "
+                            "from its latest checkpoint (counted)")
                     s.add(Event(experiment_id=exp_id, trial_id=job.trial_id, kind="hung",
                                 message=f"trial {job.trial_id} job {job.ref} run "
                                 f"{info.restart_count}: no progress for {hang.idle_s:.0f} s "
                                 f"{what}, allowed {hang.allowed_s:.0f} s: stacks asked "
-                                f"for (SIG{STACK_DUMP_SIGNAL}, in the trial log), the job "
-                                f"ends in {DUMP_WAIT_S:.0f} s and the trial restarts "
-                                "from its latest checkpoint (counted)"))
+                                f"for (SIG{STACK_DUMP_SIGNAL}, in the trial log), {then}"))
                     dump.append(job.ref)
         for ref in set(self._watch) - running:
             del self._watch[ref]
@@ -132,6 +144,11 @@ class Watchdog:
             # SIGKILL takes the batch shell too: KILL the steps alone, and the batch
             # shell records the run's end (``hung``) and ends the job at once
             self.backend.signal_steps(sorted(kill), "KILL")
+        if requeue:
+            # a wrapped script runs in the batch step: the requeue's TERM and KILL reach
+            # it, and Slurm runs the job again (a counted run: its record says hung)
+            self.backend.requeue(sorted(requeue))
+            log.warning("hung: %s requeued", ", ".join(sorted(requeue)))
         return cancel
 
     def _record_end(self, tp: TrialPaths, ref: str, run: int, now: float) -> bool:

@@ -88,8 +88,11 @@ class JobEnds:
         rows = self.rows
         info = rows.infos[job.ref or ""]
         trial = rows.trials[job.trial_id]
+        recorded = ((job.exit_run, job.exit_reason)
+                    if job.exit_reason is not None and job.exit_run >= 0 else None)
         change = job_change(d, wrapped=rows.exp.kind.wrapped, restarts=trial.restarts,
-                            max_restarts=self.cfg.max_restarts, ref=job.ref or "")
+                            max_restarts=self.cfg.max_restarts, ref=job.ref or "",
+                            recorded=recorded)
         for note in change.restarts:
             trial.restarts += 1
             trial.runs += 1

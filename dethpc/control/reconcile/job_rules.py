@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dethpc.backends.base import JobInfo, JobState
+from dethpc.common.exitcodes import ExitReason
 from dethpc.common.kinds import ExperimentKind
 from dethpc.control.job_end import Decision, Kind, Verdict
 from dethpc.control.reconcile.changes import Exited, Note, TrialChange
@@ -92,14 +93,18 @@ class JobChange:
 
 
 def job_change(d: Decision, *, wrapped: bool, restarts: int, max_restarts: int,
-               ref: str) -> JobChange:
+               ref: str, recorded: tuple[int, ExitReason] | None = None) -> JobChange:
     """``restarts``: counted before this decision; ``wrapped``: the job writes exit
-    records (``ExperimentKind.wrapped``); ``ref``: the job's, for the events."""
+    records (``ExperimentKind.wrapped``); ``ref``: the job's, for the events;
+    ``recorded``: the run and reason of the job's newest exit record (a requeued run
+    that recorded why it ended, ``hung`` say, is named by it)."""
     notes = []
     for i, run in enumerate(d.counted_runs):
         why = (f"run {run} ended without a checkpointed exit (node failure or kill)"
                if d.kind == Kind.REQUEUED or run != d.restart_count
                else f"{d.reason.value if d.reason else 'error'}")
+        if d.kind == Kind.REQUEUED and recorded is not None and recorded[0] == run:
+            why = f"run {run} ended {recorded[1].value} and Slurm requeued the job"
         notes.append(f"{why}; restart {restarts + i + 1} of {max_restarts}")
     requeued = None
     if d.kind == Kind.REQUEUED and not wrapped:

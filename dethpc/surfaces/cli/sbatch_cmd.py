@@ -28,6 +28,9 @@ def run_search(argv: Sequence[str], environ: Mapping[str, str], cwd: Path) -> st
     if cmd.forward_signal:
         raise UsageError("--forward-signal cannot be used with --search: a search's trials "
                          "learn of the signal through `dethpc should-stop`")
+    if cmd.max_idle is not None:
+        raise UsageError("--max-idle cannot be used with --search: set slurm.watchdog "
+                         "(max_idle_s, output: true) in the search file")
     refuse_options([(canonical_option(o) or o, "command line") for o in cmd.options])
     if cmd.script is None:
         raise UsageError("no script given: dethpc sbatch --search search.yaml [sbatch "
@@ -72,7 +75,8 @@ def run_plain(argv: Sequence[str], environ: Mapping[str, str], cwd: Path,
     return out.stdout, out.stderr, out.code
 
 
-USAGE = """Usage: dethpc sbatch [--forward-signal] [--no-daemon] [sbatch options] SCRIPT [ARGS...]
+USAGE = """Usage: dethpc sbatch [--forward-signal] [--max-idle auto|SECONDS] [--no-daemon]
+                     [sbatch options] SCRIPT [ARGS...]
        dethpc sbatch --search SEARCH.yaml [--parsable] [--config KEY=VALUE]
                      [sbatch options] SCRIPT [ARGS...]
 
@@ -81,13 +85,28 @@ The first form is sbatch itself: the same options and #SBATCH lines, the same ou
 --requeue and the pool's early --signal=B:SIG@GRACE unless set, records the job (one
 trial per array task) and tracks it: `dethpc experiment list`, `dethpc trial logs`.
 The early signal is recorded for `dethpc should-stop`, forwarded to the script only
-with --forward-signal (or a '#DETHPC --forward-signal' line in its header). The
-daemon that tracks the job is started unless one runs (--no-daemon: do not).
+with --forward-signal (or a '#DETHPC --forward-signal' line in its header). With
+--max-idle (or '#DETHPC --max-idle SECONDS'), a run whose output files do not grow for
+that long is hung: its job is requeued, a counted restart. The daemon that tracks the
+job is started unless one runs (--no-daemon: do not).
 
 The second runs a searcher over an unchanged script: each trial runs SCRIPT with its
 hyperparameters as $DETHPC_HP_<NAME> and in the JSON file $DETHPC_HPARAMS, and prints
 'Submitted experiment N'. See docs/existing-scripts.md. `sbatch --help` lists sbatch's
 options (also `dethpc sbatch --help-sbatch`)."""
+
+
+#: dethpc's own options before the script that take a value as the next word
+VALUE_OPTIONS = ("--search", "--config", "--max-idle")
+
+
+def dethpc_head(args: Sequence[str]) -> list[str]:
+    """The words before the script (the first word that is neither an option nor the
+    value of one of dethpc's own options): where dethpc's flags are looked for."""
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        i += 2 if args[i] in VALUE_OPTIONS else 1
+    return list(args[:min(i, len(args))])
 
 
 def ensure_daemon() -> None:
@@ -105,7 +124,7 @@ def sbatch(ctx: typer.Context) -> None:
     """sbatch, tracked by dethpc; --search runs a searcher over the script
     (docs/existing-scripts.md)."""
     args = list(ctx.args)
-    head = args[:next((i for i, a in enumerate(args) if not a.startswith("-")), len(args))]
+    head = dethpc_head(args)
     # dethpc's own flag, before the script: do not start the daemon
     no_daemon = "--no-daemon" in head
     if no_daemon:

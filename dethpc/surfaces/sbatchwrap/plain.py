@@ -45,13 +45,20 @@ from dethpc.store import Store
 from dethpc.store.models import Batch, BatchState, Event, Experiment, Job, SearcherState, Trial
 from dethpc.surfaces.sbatchwrap.arrays import ArraySpec, parse_array
 from dethpc.surfaces.sbatchwrap.search import write_shim
-from dethpc.surfaces.sbatchwrap.search_cli import SearchCommand, UsageError, submission_options
+from dethpc.surfaces.sbatchwrap.search_cli import (
+    MAX_IDLE_OPTION,
+    SearchCommand,
+    UsageError,
+    submission_options,
+)
 
 TEMPLATE = "sbatch_wrapper.sbatch.j2"
 #: ``#DETHPC --forward-signal`` in the script's header, or ``--forward-signal`` before it
 FORWARD_OPTION = "--forward-signal"
 #: the header line that opts a script in from the inside
 FORWARD_LINE = "#DETHPC --forward-signal"
+#: how dethpc's own header lines start (``#DETHPC --max-idle 600``)
+DETHPC_PREFIX = "#DETHPC"
 #: options that make sbatch print and exit without a job: passed straight through
 INFO_OPTIONS = frozenset({"--help", "--usage", "--version"})
 INFO_SHORT = frozenset({"-h", "-V"})
@@ -127,6 +134,32 @@ def forward_requested(cmd: SearchCommand, text: str) -> bool:
                                      for line in header_of(text).splitlines())
 
 
+def max_idle_requested(cmd: SearchCommand, source: ScriptSource) -> float | str | None:
+    """The hang watchdog's allowance for the script's output, from ``--max-idle`` or
+    else the header's last ``#DETHPC --max-idle VALUE`` (or ``=VALUE``): ``"auto"``,
+    seconds > 0, or None (not watched)."""
+    value, where = cmd.max_idle, f"{MAX_IDLE_OPTION} (before the script)"
+    if value is None:
+        for line in header_of(source.text).splitlines():
+            words = line.strip().replace("=", " ", 1).split()
+            if words[:2] == [DETHPC_PREFIX, MAX_IDLE_OPTION]:
+                value = words[2] if len(words) == 3 else " ".join(words[2:])
+                where = f"'{DETHPC_PREFIX} {MAX_IDLE_OPTION}' in {source.name}"
+    if value is None:
+        return None
+    if value == "auto":
+        return value
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise UsageError(f"{where}: expected auto or a number of seconds > 0, got "
+                         f"{value!r} (the longest the script's output may stay unchanged "
+                         "before the job is requeued as hung)")
+    return seconds
+
+
 def pool_for(cluster: ClusterConfig, partition: str | None) -> ResourcePool:
     """The pool whose partition the job asked for (its signal and grace), else the
     cluster's default pool, else the defaults of a pool."""
@@ -155,6 +188,8 @@ class PlainJob:
     array: ArraySpec | None
     pool: ResourcePool
     forward: bool
+    #: the hang watchdog's allowance for the script's output (None: not watched)
+    max_idle: float | str | None
     parsable: bool
     quiet: bool
     wait: bool
@@ -199,6 +234,7 @@ def plan(cmd: SearchCommand, cluster: ClusterConfig, *, cwd: Path,
     return PlainJob(source=source, args=tuple(cmd.args), sbatch_words=tuple(words),
                     directives=directives, additions=tuple(dethpc_directives(directives, pool)),
                     array=array, pool=pool, forward=forward_requested(cmd, source.text),
+                    max_idle=max_idle_requested(cmd, source),
                     parsable=cmd.parsable, quiet="--quiet" in last, wait="--wait" in last,
                     test_only="--test-only" in last, submit_dir=cwd)
 
@@ -238,6 +274,9 @@ def config_yaml(job: PlainJob) -> str:
         "max_restarts": MAX_RESTARTS,
         "searcher": {"name": "single", "metric": "loss", "smaller_is_better": True},
     }
+    if job.max_idle is not None:
+        # opted in: the script's output growing is its progress (docs/reliability.md)
+        cfg["slurm"] = {"watchdog": {"max_idle_s": job.max_idle, "output": True}}
     return yaml.safe_dump(cfg, sort_keys=False)
 
 

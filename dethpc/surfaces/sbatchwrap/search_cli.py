@@ -56,11 +56,18 @@ class SearchCommand:
     parsable: bool = False
     #: ``--forward-signal``: the early signal reaches the script too (plain mode only)
     forward_signal: bool = False
+    #: ``--max-idle auto|SECONDS``: the hang watchdog watches the script's output
+    #: (plain mode only; a search sets ``slurm.watchdog`` in its file)
+    max_idle: str | None = None
     overrides: list[str] = field(default_factory=list)
     #: the sbatch options of the command line, one ``#SBATCH`` argument each
     options: list[str] = field(default_factory=list)
     script: Path | None = None
     args: list[str] = field(default_factory=list)
+
+
+#: ``dethpc sbatch --max-idle auto|SECONDS`` (or ``#DETHPC --max-idle ...``)
+MAX_IDLE_OPTION = "--max-idle"
 
 
 class UsageError(DethpcError):
@@ -78,13 +85,15 @@ def parse_command(argv: Sequence[str]) -> SearchCommand:
             cmd.script, cmd.args = Path(arg), list(argv[i + 1:])
             return cmd
         name, eq, value = arg.partition("=")
-        if name in ("--search", "--config"):
+        if name in ("--search", "--config", MAX_IDLE_OPTION):
             if not eq:
                 if i + 1 >= len(argv):
                     raise UsageError(f"{name} needs a value")
                 i, value = i + 1, argv[i + 1]
             if name == "--search":
                 cmd.search_file = Path(value)
+            elif name == MAX_IDLE_OPTION:
+                cmd.max_idle = value
             else:
                 cmd.overrides.append(value)
         elif arg == "--forward-signal":

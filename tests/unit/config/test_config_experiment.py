@@ -243,6 +243,21 @@ def test_dethpc_slurm_settings(slurm: dict[str, Any], expected: tuple[Any, ...])
             s.bad_nodes.window_s, s.stragglers.behind_pct) == expected
 
 
+@pytest.mark.parametrize(("watchdog", "managed", "script"), [
+    # (slurm.watchdog) -> watches a managed trial, watches a wrapped script
+    (None, True, False),                         # scripts have no heartbeat: opt-in
+    (False, False, False),
+    ({"max_idle_s": 0, "output": True}, False, False),
+    ({"output": True}, True, True),
+    ({"max_idle_s": 600, "output": False}, True, False),
+])
+def test_the_watchdog_watches_scripts_only_when_their_output_is_opted_in(
+        watchdog: Any, managed: bool, script: bool) -> None:
+    slurm = {} if watchdog is None else {"watchdog": watchdog}
+    w = parse_experiment_config(patched({"slurm": slurm})).slurm.watchdog
+    assert (w.watches(wrapped_script=False), w.watches(wrapped_script=True)) == (managed, script)
+
+
 @pytest.mark.parametrize("time", ["90", 90, "10:30", "01:00:00", "100:00:00", "2-0",
                                   "2-12:30", "2-12:30:00", "UNLIMITED", "infinite"])
 def test_slurm_time_valid(time: Any) -> None:
@@ -451,6 +466,8 @@ def test_warnings(changes: dict[str, Any], warning: str) -> None:
         ({"slurm": {"watchdog": {"max_idle_s": "soon"}}},
          "slurm.watchdog.max_idle_s: expected auto, 0 (off) or seconds, got 'soon'"),
         ({"slurm": {"watchdog": {"startup_s": 0}}}, "slurm.watchdog.startup_s: expected a number"),
+        ({"slurm": {"watchdog": {"output": "yes"}}},
+         "slurm.watchdog.output: expected true or false, got 'yes'"),
         ({"slurm": {"bad_nodes": {"failures": -1}}},
          "slurm.bad_nodes.failures: expected an integer"),
         ({"slurm": {"bad_nodes": {"window": 60}}}, "slurm.bad_nodes.window: unknown field"),

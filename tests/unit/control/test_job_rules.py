@@ -125,6 +125,20 @@ def test_job_change(name: str, d: Decision, wrapped: bool, restarts: int,
                       ref="7_0") == expected
 
 
+@pytest.mark.parametrize(("recorded", "note"), [
+    (None, f"run 0 {NODE}; restart 1 of 3"),
+    ((0, R.HUNG), "run 0 ended hung and Slurm requeued the job; restart 1 of 3"),
+    ((1, R.HUNG), f"run 0 {NODE}; restart 1 of 3"),          # another run's record
+])
+def test_a_requeued_run_is_named_by_its_own_record(
+        recorded: tuple[int, R] | None, note: str) -> None:
+    """The hang watchdog requeues a wrapped script's job in place: its counted run says
+    ``hung`` (its exit record), not a node failure."""
+    d = decision(Kind.REQUEUED, counted=(0,), restart_count=1)
+    assert job_change(d, wrapped=True, restarts=0, max_restarts=3, ref="7",
+                      recorded=recorded).restarts == (note,)
+
+
 def facts(kind: ExperimentKind = ExperimentKind.MANAGED, target: int = 100, full: int = 100,
           restarts: int = 0, stop: StopReason | None = None, job_state: str = "FAILED",
           code: int | None = 1) -> EndFacts:

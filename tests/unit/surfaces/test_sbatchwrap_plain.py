@@ -159,6 +159,51 @@ def test_forward_is_opt_in(tmp_path: Path, argv: list[str], header: str, want: b
     assert plan([*argv, "job.sh"], text, tmp=tmp_path).forward is want
 
 
+@pytest.mark.parametrize(("argv", "header", "want"), [
+    ([], "", None),
+    (["--max-idle", "600"], "", 600.0), (["--max-idle=90.5"], "", 90.5),
+    (["--max-idle", "auto"], "", "auto"),
+    ([], "#DETHPC --max-idle 300\n", 300.0), ([], "#DETHPC --max-idle=auto\n", "auto"),
+    (["--max-idle", "60"], "#DETHPC --max-idle 300\n", 60.0),     # the command line wins
+    ([], "#DETHPC --max-idle 300\n#DETHPC --max-idle 200\n", 200.0),  # the last line
+    ([], "#DETHPC --max-idlex 300\n", None),
+])
+def test_the_output_watchdog_is_opt_in(tmp_path: Path, argv: list[str], header: str,
+                                       want: float | str | None) -> None:
+    import yaml
+
+    from dethpc.config.experiment import parse_experiment_config
+
+    text = "#!/bin/bash\n" + header + "#SBATCH -t 1\nsleep 1\n"
+    write(tmp_path, text)
+    job = plan([*argv, "job.sh"], text, tmp=tmp_path)
+    assert job.max_idle == want
+    watchdog = parse_experiment_config(yaml.safe_load(plain.config_yaml(job))).slurm.watchdog
+    # not opted in: a script is not watched (it has no heartbeat); opted in: its output
+    assert watchdog.watches(wrapped_script=True) is (want is not None)
+    if want is not None:
+        assert watchdog.output and watchdog.max_idle_s == (None if want == "auto" else want)
+
+
+@pytest.mark.parametrize(("argv", "header", "words"), [
+    (["--max-idle", "soon"], "", "--max-idle (before the script): expected auto or a number "
+                                 "of seconds > 0, got 'soon'"),
+    (["--max-idle=0"], "", "got '0'"), (["--max-idle=-5"], "", "got '-5'"),
+    (["--max-idle=inf"], "", "got 'inf'"),
+    ([], "#DETHPC --max-idle\n", "'#DETHPC --max-idle' in job.sh: expected auto or a number"),
+    ([], "#DETHPC --max-idle 10 20\n", "got '10 20'"),
+])
+def test_a_bad_max_idle_is_refused_with_where_and_what(
+        tmp_path: Path, argv: list[str], header: str, words: str) -> None:
+    from dethpc.surfaces.sbatchwrap.search_cli import UsageError
+
+    text = "#!/bin/bash\n" + header + "#SBATCH -t 1\nsleep 1\n"
+    write(tmp_path, text)
+    with pytest.raises(UsageError) as err:
+        plan([*argv, "job.sh"], text, tmp=tmp_path)
+    assert words in str(err.value)
+
+
 @pytest.mark.parametrize(("parsable", "quiet", "cluster", "want"), [
     (False, False, None, "Submitted batch job 42"),
     (True, False, None, "42"),
@@ -262,3 +307,18 @@ def test_a_cut_exit_record_does_not_swallow_the_next_one(tmp_path: Path) -> None
     assert res.returncode == 0, res.stderr
     records = read_new_lines(exits, 0).records
     assert [r["job"] for r in records] == ["70", "77"]
+
+
+@pytest.mark.parametrize(("argv", "head"), [
+    (["job.sh", "--no-daemon"], []),
+    (["--no-daemon", "job.sh"], ["--no-daemon"]),
+    (["--max-idle", "60", "--no-daemon", "job.sh"], ["--max-idle", "60", "--no-daemon"]),
+    (["--search", "s.yaml", "--no-daemon", "-p", "debug", "job.sh"],
+     ["--search", "s.yaml", "--no-daemon", "-p"]),
+    (["--max-idle=60", "--no-daemon", "job.sh", "--max-idle"], ["--max-idle=60", "--no-daemon"]),
+])
+def test_dethpcs_own_flags_are_found_after_its_options_values(
+        argv: list[str], head: list[str]) -> None:
+    from dethpc.surfaces.cli.sbatch_cmd import dethpc_head
+
+    assert dethpc_head(argv) == head
