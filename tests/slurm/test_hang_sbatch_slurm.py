@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from sqlmodel import select
 
 from dethpc.control.daemon import Daemon
@@ -101,3 +102,37 @@ def test_a_wrapped_script_whose_output_stops_is_requeued_and_resumes(
             select(Event).where(Event.experiment_id == exp_id))]
     assert any(k == "hung" and "requeued" in m for k, m in events), events
     assert any(k == "restart" and "run 0 ended hung" in m for k, m in events), events
+
+
+def test_a_search_trial_whose_output_stops_is_requeued_and_resumes(
+        home: tuple[Path, Store, Daemon], tmp_path: Path) -> None:
+    """The same script as a search's one trial (``dethpc sbatch --search``), opted in by
+    the search file's ``slurm.watchdog.output``: the daemon submits these jobs, and the
+    hung one is requeued in place as for ``dethpc sbatch``."""
+    root, store, daemon = home
+    work = tmp_path / "search"
+    work.mkdir()
+    shutil.copy2(FIXTURES / "goes_quiet.sh", work / "goes_quiet.sh")
+    (work / "search.yaml").write_text(yaml.safe_dump({
+        "name": "quiet search",
+        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}},
+        "hyperparameters": {}, "max_restarts": 2,
+        "slurm": {"watchdog": {"output": True, "max_idle_s": MAX_IDLE_S}}}))
+    proc = dethpc_sbatch(root, work, "--parsable", "--search", "search.yaml", "goes_quiet.sh",
+                         STEPS=str(STEPS), QUIET_AFTER=str(QUIET_AFTER),
+                         CKPT_STEPS=f"2 {CHECKPOINT}")
+    assert proc.returncode == 0, proc.stderr
+    exp_id = int(proc.stdout)
+    d = tick_until(store, daemon, exp_id, 300)
+    t = d["trials"][0]
+    trial_dir = Path(d["run_dir"]) / "trials" / str(t["id"])
+    hung = json.loads((trial_dir / "hung.json").read_text())
+    print(f"search: {d['state']}, trial {t['state']} restarts {t['restarts']}, hung {hung}")
+    assert d["state"] == "COMPLETED" and t["restarts"] == 1, t
+    assert MAX_IDLE_S <= hung["idle_s"] <= MAX_IDLE_S + 8, hung
+    steps = [tuple(map(int, line.split()))
+             for line in (work / "steps.log").read_text().splitlines()]
+    assert steps == ([(s, 0) for s in range(1, QUIET_AFTER + 1)]
+                     + [(s, 1) for s in range(CHECKPOINT + 1, STEPS + 1)]), steps
+    reasons = [(e["reason"], e["restart"]) for e in read_jsonl(trial_dir / "exits.jsonl")]
+    assert reasons[0] == ("hung", 0) and reasons[-1] == ("completed", 1), reasons

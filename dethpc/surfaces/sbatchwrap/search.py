@@ -44,7 +44,11 @@ from dethpc.store import Store
 
 #: top-level fields of a search file (Determined's names)
 SEARCH_FIELDS = ("name", "description", "labels", "searcher", "hyperparameters",
-                 "max_restarts", "resources", "checkpoint_storage", "reproducibility")
+                 "max_restarts", "resources", "checkpoint_storage", "reproducibility",
+                 "slurm")
+#: ``slurm``: only the hang watchdog (opted in with ``output: true``); the script's own
+#: #SBATCH lines and the sbatch options shape the job
+SLURM_FIELDS = ("watchdog",)
 #: ``resources``: only the pool; the script's own #SBATCH lines shape the job
 RESOURCES_FIELDS = ("resource_pool",)
 #: ``checkpoint_storage``: only the GC counts; the script writes its checkpoints
@@ -58,7 +62,6 @@ _NOT_FOR_SCRIPTS = {
     "environment": "the script runs in the environment it is submitted from, as with "
                    "sbatch; set variables in the script or with --export",
     "bind_mounts": "containers are the script's own business (e.g. apptainer exec in it)",
-    "slurm": "give sbatch options on the command line or as #SBATCH lines in the script",
     "min_validation_period": "the script decides when it validates "
                              "(dethpc report metrics --validation)",
     "min_checkpoint_period": "the script decides when it checkpoints "
@@ -69,6 +72,8 @@ _NOT_FOR_SCRIPTS = {
 _RESOURCES_WHY = ("the script's #SBATCH lines and the sbatch options shape the job "
                   "(--nodes, --gres, --cpus-per-task...); only resources.resource_pool "
                   "is read here")
+_SLURM_WHY = ("give sbatch options on the command line or as #SBATCH lines in the script; "
+              "only slurm.watchdog (the hang watchdog, with output: true) is read here")
 _CHECKPOINT_WHY = ("the script writes its checkpoints where it likes and registers them "
                    "with `dethpc report checkpoint PATH`; only the GC counts are read here")
 
@@ -133,6 +138,8 @@ def _check_fields(ck: Checker, raw: Mapping[str, Any]) -> None:
             ck.error(path, f"not read by a search over a script: {_NOT_FOR_SCRIPTS[key]}")
         elif key == "resources" and isinstance(value, dict):
             _only(ck, value, "resources", RESOURCES_FIELDS, _RESOURCES_WHY)
+        elif key == "slurm" and isinstance(value, dict):
+            _only(ck, value, "slurm", SLURM_FIELDS, _SLURM_WHY)
         elif key == "checkpoint_storage" and isinstance(value, dict):
             _only(ck, value, "checkpoint_storage", CHECKPOINT_FIELDS, _CHECKPOINT_WHY)
         elif key not in SEARCH_FIELDS and key not in _IGNORED_TOP:  # those: a warning

@@ -68,11 +68,27 @@ def test_values_reach_the_config() -> None:
     assert cfg.searcher.variant == AshaVariant.STOPPING
 
 
+def test_a_search_opts_its_scripts_into_the_watchdog() -> None:
+    """A script has no heartbeat: its trials are watched only with ``output: true``."""
+    plain = parse_search_config(search(), SCRIPT).slurm.watchdog
+    assert not plain.watches(wrapped_script=True)
+    cfg = parse_search_config(search(slurm={"watchdog": {"output": True, "max_idle_s": 600}}),
+                              SCRIPT)
+    assert cfg.slurm.watchdog.watches(wrapped_script=True)
+    assert cfg.slurm.watchdog.max_idle_s == 600
+
+
 # ------------------------------------------------------------------ bad files
 BAD = [
     ("entrypoint", search(entrypoint="python3 train.py"), "entrypoint",
      "the script is the entrypoint"),
-    ("slurm section", search(slurm={"sbatch_args": ["-N2"]}), "slurm", "#SBATCH"),
+    ("slurm section", search(slurm={"sbatch_args": ["-N2"]}), "slurm.sbatch_args",
+     "#SBATCH"),
+    ("slurm section, beside the watchdog",
+     search(slurm={"watchdog": {"output": True}, "time": "10"}), "slurm.time",
+     "allowed: 'watchdog'"),
+    ("slurm, a bad watchdog", search(slurm={"watchdog": {"output": "on"}}),
+     "slurm.watchdog.output", "expected true or false"),
     ("environment", search(environment={"environment_variables": ["A=1"]}), "environment",
      "--export"),
     ("slots", search(resources={"slots_per_trial": 2}), "resources.slots_per_trial",
