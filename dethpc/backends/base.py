@@ -22,6 +22,15 @@ from typing import Protocol, runtime_checkable
 from dethpc.common.traits import BackendTraits
 
 
+class JobAction(StrEnum):
+    """What ``Backend.act`` does to jobs (the value is ``scontrol``'s verb)."""
+
+    #: end the run and queue the same job again (``SLURM_RESTART_COUNT`` grows)
+    REQUEUE = "requeue"
+    #: lift a hold: a job Slurm requeued held after an expedited requeue's failed run
+    RELEASE = "release"
+
+
 class JobState(StrEnum):
     PENDING = "pending"          # queued (also: requeued and waiting, held, configuring)
     RUNNING = "running"          # running, completing, stage-out, resizing, signaling
@@ -111,7 +120,8 @@ class Backend(Protocol):
         """Cancel (or signal, when ``signal`` is given) all refs in one call."""
         ...
 
-    def requeue(self, refs: Sequence[str]) -> None:
+    def act(self, refs: Sequence[str], action: JobAction) -> None:
+        """``action`` on all refs in one call (Slurm: ``scontrol requeue|release``)."""
         ...
 
     def signal_steps(self, refs: Sequence[str], signal: str) -> None:

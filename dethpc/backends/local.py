@@ -31,7 +31,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dethpc.backends.base import UNLIMITED, JobInfo, JobRequest, JobState, PoolLimits
+from dethpc.backends.base import (
+    UNLIMITED,
+    JobAction,
+    JobInfo,
+    JobRequest,
+    JobState,
+    PoolLimits,
+)
 from dethpc.backends.local_spool import (
     TERMINAL,
     Spool,
@@ -149,9 +156,11 @@ class LocalBackend:
         for ref in refs:
             self._signal(ref, signal_number(signal))
 
-    def requeue(self, refs: Sequence[str]) -> None:
-        for ref in refs:
-            self._requeue(ref)
+    def act(self, refs: Sequence[str], action: JobAction) -> None:
+        """Local tasks are never held: a release does nothing."""
+        if action is JobAction.REQUEUE:
+            for ref in refs:
+                self._requeue(ref)
 
     def set_throttle(self, array_job_id: str, limit: int) -> None:
         if not self.spool.array_dir(array_job_id).is_dir():

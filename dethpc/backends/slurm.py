@@ -20,11 +20,11 @@ import os
 from collections.abc import Sequence
 
 from dethpc.backends import slurm_submit
-from dethpc.backends.base import JobInfo, JobRequest, PoolLimits
+from dethpc.backends.base import JobAction, JobInfo, JobRequest, PoolLimits
 from dethpc.backends.slurm_actions import (
+    action_argv,
     cancel_argv,
     launched_steps,
-    requeue_argv,
     run_tolerant,
     steps_argv,
     throttle_argv,
@@ -161,10 +161,10 @@ class SlurmBackend:
             self._paced()
             run_tolerant(self.runner, cancel_argv(steps, "KILL", ()))
 
-    def requeue(self, refs: Sequence[str]) -> None:
+    def act(self, refs: Sequence[str], action: JobAction) -> None:
         if refs:
             self._paced()
-            run_tolerant(self.runner, requeue_argv(refs))
+            run_tolerant(self.runner, action_argv(refs, action))
 
     def set_throttle(self, array_job_id: str, limit: int) -> None:
         self._paced()

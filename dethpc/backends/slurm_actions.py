@@ -1,9 +1,10 @@
-"""Actions on jobs already in Slurm: cancel (or signal), requeue, change an array's throttle.
+"""Actions on jobs already in Slurm: cancel (or signal), requeue or release, change an
+array's throttle.
 
 Owns: the argv of each action (``cancel_argv``: one ``scancel`` for all refs, with
 ``--signal`` and the site's signal flags; ``steps_argv`` and ``launched_steps``: the
 jobs' launched steps, whose ``scancel --signal=KILL`` ends each step and spares its
-job; ``requeue_argv``: one ``scontrol requeue``;
+job; ``action_argv``: one ``scontrol requeue`` or ``scontrol release``;
 ``throttle_argv``: ``scontrol update ... ArrayTaskThrottle``), which stderr lines mean
 the job is finished, finishing or unknown (``GONE``, ``HARMLESS``,
 ``harmless_errors``), all pure with table tests, and ``run_tolerant``, which runs one
@@ -17,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from dethpc.backends.base import JobAction
 from dethpc.common.errors import CommandError
 from dethpc.common.runner import CommandRunner
 
@@ -54,8 +56,14 @@ def launched_steps(text: str) -> list[str]:
             if "." in w and not w.endswith(_NOT_LAUNCHED)]
 
 
-def requeue_argv(refs: Sequence[str]) -> list[str]:
-    return ["scontrol", "requeue", ",".join(refs)]
+#: each action's command (spelled out: the golden test finds Slurm commands in the source)
+_ACTION_WORDS = {JobAction.REQUEUE: ["scontrol", "requeue"],
+                 JobAction.RELEASE: ["scontrol", "release"]}
+
+
+def action_argv(refs: Sequence[str], action: JobAction) -> list[str]:
+    """``scontrol requeue|release ref,ref``."""
+    return [*_ACTION_WORDS[action], ",".join(refs)]
 
 
 def throttle_argv(array_job_id: str, limit: int) -> list[str]:

@@ -15,6 +15,7 @@ to the file's directory; ``~`` is expanded.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -33,7 +34,13 @@ from dethpc.config._check import (
     signal_name,
 )
 from dethpc.config._yaml import load_yaml_text
-from dethpc.config.model import ClusterConfig, ContainerSettings, ResourcePool, WorkerPool
+from dethpc.config.model import (
+    ClusterConfig,
+    ContainerSettings,
+    RequeueMode,
+    ResourcePool,
+    WorkerPool,
+)
 from dethpc.config.workers import parse_workers
 
 ENV_VAR = "DETHPC_CLUSTER_CONFIG"
@@ -48,7 +55,7 @@ _TOP = ("backend", "runs_root", "database_url", "database_url_file", "default_po
         "slurm_bin", "slurm_conf", "report_bad_nodes", "max_idle_cap_s")
 _POOL = ("partition", "qos", "account", "slots_per_node", "gres", "gpu_type",
          "cpus_per_slot", "mem_per_slot", "preemptible", "default_time", "signal",
-         "signal_grace_s", "socket_ifname", "sbatch_args", "workers")
+         "signal_grace_s", "socket_ifname", "sbatch_args", "requeue", "workers")
 _CONTAINERS = ("runtime", "sif_cache", "binds", "pull", "cache_dir", "tmp_dir", "cleanenv",
                "pass_env", "containall", "python")
 _MEMORY = re.compile(r"^\d+[KMGT]?$", re.IGNORECASE)
@@ -255,6 +262,8 @@ def _pool(ck: Checker, name: str, value: Any, path: str) -> ResourcePool:
                                       120, minimum=0)),
         socket_ifname=text("socket_ifname"),
         sbatch_args=sbatch_args(ck, data.get("sbatch_args"), join(path, "sbatch_args")),
+        requeue=RequeueMode(ck.choice(data.get("requeue"), join(path, "requeue"),
+                                      [m.value for m in RequeueMode], RequeueMode.NORMAL.value)),
         workers=parse_workers(ck, data.get("workers"), join(path, "workers")) or WorkerPool(),
     )
 
@@ -330,6 +339,6 @@ def _plain(value: Any) -> Any:
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
+    if isinstance(value, Path | enum.Enum):
+        return str(value.value if isinstance(value, enum.Enum) else value)
     return value

@@ -286,6 +286,24 @@ class ExperimentConfig:
 
 
 # ------------------------------------------------------------------ cluster config
+class RequeueMode(StrEnum):
+    """How a pool's jobs ask Slurm to requeue them (cluster config ``pools.X.requeue``)."""
+
+    #: ``--requeue``: a job requeued after a node failure waits Slurm's ``requeue_delay``
+    #: (``cred_expire``, 120 s by default) and queues again by its priority
+    NORMAL = "normal"
+    #: ``--requeue=expedite`` (new in Slurm 25.11; the site must set
+    #: ``SlurmctldParameters=enable_expedited_requeue``): after a node failure the job is
+    #: eligible at once, at the top of the queue; after a run that exits non-zero Slurm
+    #: requeues it *held* (the daemon releases it when the trial has restarts left:
+    #: docs/admin.md)
+    EXPEDITE = "expedite"
+
+    @property
+    def sbatch_option(self) -> str:
+        return "--requeue=expedite" if self is RequeueMode.EXPEDITE else "--requeue"
+
+
 @dataclass(frozen=True)
 class ResourcePool:
     name: str
@@ -304,6 +322,8 @@ class ResourcePool:
     signal_grace_s: int = 120           # seconds before the limit the signal is sent
     socket_ifname: str | None = None    # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
     sbatch_args: tuple[str, ...] = ()
+    #: ``--requeue`` or ``--requeue=expedite`` on this pool's jobs
+    requeue: RequeueMode = RequeueMode.NORMAL
     #: the site's default for experiments on this pool that do not set ``slurm.workers``
     workers: WorkerPool = field(default_factory=WorkerPool)
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from sqlmodel import select
 
-from dethpc.backends.base import Backend, JobState
+from dethpc.backends.base import Backend, JobAction, JobState
 from dethpc.common.errors import DethpcError, NotFoundError
 from dethpc.common.markers import replace_text
 from dethpc.common.paths import ExperimentPaths, TrialPaths
@@ -187,7 +187,7 @@ def rehearse(store: Store, backend: Backend, targets: list[Target], what: Rehear
         done = requeued(backend, left)
         late = [t for t in left if t.ref not in done and waited >= t.grace_s]
         if late:
-            backend.requeue([t.ref for t in late])
+            backend.act([t.ref for t in late], JobAction.REQUEUE)
         for t in left:
             if t.ref in done or t in late:
                 out.append(Outcome(t, t.ref in done, waited))

@@ -28,6 +28,9 @@ class ReleaseTraits:
     max_batch_requeue: int | None
     #: SlurmctldParameters=rl_enable (per-user RPC rate limiting) exists (23.02+)
     rate_limiting: bool
+    #: ``--requeue=expedite`` exists; the dev cluster allows it
+    #: (``SlurmctldParameters=enable_expedited_requeue``)
+    expedited_requeue: bool = False
     #: the pyslurm release built against this Slurm for the tests (None: PyPI has no
     #: pyslurm for it; pyslurm's major.minor must equal Slurm's)
     pyslurm: str | None = None
@@ -68,7 +71,7 @@ _TRAITS: dict[SlurmRelease, ReleaseTraits] = {
         max_batch_requeue=None, rate_limiting=False),
     SlurmRelease.V25_11: ReleaseTraits(
         tarball="slurm-25.11.7.tar.xz", send_user_signal=("PreemptParameters", "send_user_signal"),
-        max_batch_requeue=5, rate_limiting=True, pyslurm="25.11.2"),
+        max_batch_requeue=5, rate_limiting=True, pyslurm="25.11.2", expedited_requeue=True),
 }
 
 

@@ -70,7 +70,7 @@ def trial_directives(cfg: ExperimentConfig, pool: ResourcePool, *, name: str,
 
     alloc = plan_allocation(cfg.resources.slots_per_trial, pool, cfg.slurm)
     own = [f"--job-name={name}", f"--comment={comment}", f"--output={output}",
-           "--open-mode=append", "--requeue", early_signal(pool)]
+           "--open-mode=append", pool.requeue.sbatch_option, early_signal(pool)]
     out = layer([*own, *placement_directives(pool, job_time(cfg, pool)), *shape_directives(alloc)],
                 pool.sbatch_args, cfg.slurm.sbatch_args)
     return [check_directive(d) for d in out]

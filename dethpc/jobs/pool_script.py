@@ -18,11 +18,12 @@ Must not: write or submit the script (the daemon side does).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from dethpc.common.exitcodes import LOCAL_REQUEUE_EXIT
 from dethpc.common.traits import BackendKind, traits_of
-from dethpc.config.model import ClusterConfig, ExperimentConfig
+from dethpc.config.model import ClusterConfig, ExperimentConfig, RequeueMode
 from dethpc.jobs.directives import trial_directives
 from dethpc.jobs.jobscript import batch_comment, batch_name, container_prefix
 from dethpc.jobs.render import shjoin
@@ -43,7 +44,9 @@ def worker_array_script(cfg: ExperimentConfig, cluster: ClusterConfig, *,
                         backend: BackendKind | str, run_dir: Path, exp_id: int, python: str,
                         preload: Sequence[str] = (), heartbeat_s: float = 5.0,
                         idle_exit_s: float = 0.0, batch_id: int = 0, tag: str = "") -> str:
-    pool = cluster.pool(cfg.resources.resource_pool)
+    # a worker's own failure is no trial's: its job keeps the plain --requeue (an
+    # expedited one would be held after any non-zero exit, with no trial to decide)
+    pool = replace(cluster.pool(cfg.resources.resource_pool), requeue=RequeueMode.NORMAL)
     paths = PoolPaths.of_run_dir(run_dir)
     directives = trial_directives(cfg, pool, name=pool_name(exp_id, batch_id, tag),
                                   comment=pool_comment(exp_id, batch_id, tag),

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from dethpc.backends.base import Backend, JobInfo, JobRequest, JobState
+from dethpc.backends.base import Backend, JobAction, JobInfo, JobRequest, JobState
 from dethpc.backends.local import LocalBackend
 from dethpc.backends.local_spool import read_json
 from tests import backend_polling as polling
@@ -289,12 +289,12 @@ def test_requeue_running_and_finished(spool: Path, work: Path) -> None:
     """)
     refs = backend.submit(request(work, path))
     wait_file(work / "started-0")
-    backend.requeue(refs)
+    backend.act(refs, JobAction.REQUEUE)
     wait_file(work / "started-1")
     (work / "release").touch()
     info = wait_terminal(backend, refs)[refs[0]]
     assert info.state is JobState.COMPLETED and info.restart_count == 1
-    backend.requeue(refs)  # like `scontrol requeue` of a finished job: runs again
+    backend.act(refs, JobAction.REQUEUE)  # like `scontrol requeue` of a finished job: runs again
     info = wait_for(backend, refs, lambda i: i[refs[0]].restart_count == 2
                     and i[refs[0]].state is JobState.COMPLETED, "second rerun")[refs[0]]
     assert (work / "runs").read_text().split() == ["0", "1", "2"]

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from dethpc.backends.base import Backend, JobInfo, JobRequest, JobState
+from dethpc.backends.base import Backend, JobAction, JobInfo, JobRequest, JobState
 from dethpc.backends.slurm import SlurmBackend
 from dethpc.common.errors import CommandError, SubmitError
 from dethpc.common.runner import CommandRunner, RecordingRunner
@@ -135,7 +135,7 @@ def test_requeue(backend: SlurmBackend, tmp_path: Path) -> None:
     refs = backend.submit(req)
     wait_file(tmp_path / "started-0")
     wait_for(backend, refs, lambda i: count(i, JobState.RUNNING) == 1, "running")
-    backend.requeue(refs)
+    backend.act(refs, JobAction.REQUEUE)
     wait_file(tmp_path / "started-1")  # Slurm starts it again (after cred_expire)
     (tmp_path / "release").touch()
     infos = wait_for(backend, refs, terminal, "requeued job to finish")

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from dethpc.backends.base import Backend
+from dethpc.backends.base import Backend, JobAction
 from dethpc.common.errors import DethpcError
 from dethpc.config.model import ClusterConfig
 from dethpc.control.adoption import Adopter
@@ -104,6 +104,9 @@ class Daemon:
         self.budget.start_tick(seen.user_jobs)
         # ingest, feed the searchers, judge job ends; then the checkpoints GC doomed
         cancel = self.reconciling.run(exp_ids, seen.infos, stats)
+        if self.reconciling.release:            # held by their expedited requeue
+            self.backend.act(self.reconciling.release, JobAction.RELEASE)
+            stats.changed = True
         # running trials without progress: stacks asked for, then their jobs ended
         cancel += self.watchdog.run(exp_ids, seen.infos, stats)
         self.canceller.cancel_wanted(cancel, stats)            # one scancel

@@ -37,11 +37,15 @@ class Reconciling:
                  canceller: Canceller, checkpoints: CheckpointDeleter) -> None:
         self.store, self.clock, self.guard = store, clock, guard
         self.canceller, self.checkpoints = canceller, checkpoints
+        #: the last run's jobs to release (held after an expedited requeue's failed run)
+        self.release: list[str] = []
 
     def run(self, exp_ids: list[int], infos: dict[str, JobInfo],
             stats: TickStats) -> list[str]:
-        """Reconcile each experiment; returns the refs they want cancelled."""
+        """Reconcile each experiment; returns the refs they want cancelled (and keeps
+        those to release in ``release``)."""
         cancel: list[str] = []
+        self.release = []
         for exp_id in exp_ids:
             try:
                 with self.store.session() as s:
@@ -50,6 +54,7 @@ class Reconciling:
                     out = ExperimentReconciler(s, exp, infos, self.clock()).run()
                 write_searched(out.searched)
                 cancel += out.cancel
+                self.release += out.release
                 stats.changed |= out.changed
                 self.checkpoints.delete(out.delete)
             except DethpcError as exc:

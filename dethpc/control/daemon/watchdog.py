@@ -33,7 +33,7 @@ from pathlib import Path
 
 from sqlmodel import col, select
 
-from dethpc.backends.base import Backend, JobInfo, JobState
+from dethpc.backends.base import Backend, JobAction, JobInfo, JobState
 from dethpc.common.exitcodes import ExitReason, exit_record
 from dethpc.common.jobenv import STACK_DUMP_SIGNAL
 from dethpc.common.jsonlines import append_record
@@ -147,7 +147,7 @@ class Watchdog:
         if requeue:
             # a wrapped script runs in the batch step: the requeue's TERM and KILL reach
             # it, and Slurm runs the job again (a counted run: its record says hung)
-            self.backend.requeue(sorted(requeue))
+            self.backend.act(sorted(requeue), JobAction.REQUEUE)
             log.warning("hung: %s requeued", ", ".join(sorted(requeue)))
         return cancel
 

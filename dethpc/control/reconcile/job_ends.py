@@ -25,7 +25,14 @@ from dethpc.control.job_end import (
     nothing_to_judge,
 )
 from dethpc.control.reconcile.ingest_rules import free_runs
-from dethpc.control.reconcile.job_rules import EndFacts, JobSeen, job_change, observe, trial_change
+from dethpc.control.reconcile.job_rules import (
+    EndFacts,
+    JobSeen,
+    job_change,
+    observe,
+    release_expedited,
+    trial_change,
+)
 from dethpc.control.reconcile.rows import TickRows
 from dethpc.control.reconcile.searcher_ops import SearcherOps
 from dethpc.store.models import EarlyExit, ExperimentState, Job, Trial
@@ -113,6 +120,21 @@ class JobEnds:
         if settled is not None:
             self.ops.settle(trial, settled)
         rows.s.add(trial)
+
+    def release_held(self, job: Job) -> None:
+        """A job Slurm requeued held after its expedited requeue's failed run, whose trial
+        goes on: released (``job_rules.release_expedited``)."""
+        info = self.rows.infos.get(job.ref or "")
+        trial = self.rows.trials.get(job.trial_id)
+        if info is None or trial is None or not job.live or job.ref is None:
+            return
+        recorded = ((job.exit_run, job.exit_reason)
+                    if job.exit_reason is not None and job.exit_run >= 0 else None)
+        goes_on = (not trial.state.is_terminal and trial.stop_requested_at is None
+                   and self.rows.exp.state == ExperimentState.ACTIVE
+                   and job.ref not in self.rows.out.cancel)
+        if release_expedited(info.raw_state, info.restart_count, recorded, goes_on=goes_on):
+            self.rows.out.release.append(job.ref)
 
     def _end_facts(self, trial: Trial, info: JobInfo) -> EndFacts:
         ml = self.cfg.searcher.max_length

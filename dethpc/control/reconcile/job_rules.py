@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from dethpc.backends.base import JobInfo, JobState
 from dethpc.common.exitcodes import ExitReason
 from dethpc.common.kinds import ExperimentKind
-from dethpc.control.job_end import Decision, Kind, Verdict
+from dethpc.control.job_end import FREE_REASONS, Decision, Kind, Verdict
 from dethpc.control.reconcile.changes import Exited, Note, TrialChange
 from dethpc.control.reconcile.stop_rules import stopped_change
 from dethpc.store.models import EarlyExit, StopReason, TrialState
@@ -113,6 +113,26 @@ def job_change(d: Decision, *, wrapped: bool, restarts: int, max_restarts: int,
                     "--requeue decided")
     return JobChange(close=d.kind == Kind.ENDED, cancel=d.kind != Kind.ENDED and d.cancel,
                      restarts=tuple(notes), requeued=requeued)
+
+
+#: raw Slurm states of a job requeued and held (``--requeue=expedite`` after a run that
+#: exited non-zero; also ``scontrol requeuehold``)
+REQUEUE_HELD = frozenset({"REQUEUE_HOLD", "RH"})
+
+
+def release_expedited(raw_state: str, restart_count: int,
+                      recorded: tuple[int, ExitReason] | None, *, goes_on: bool) -> bool:
+    """Release a job Slurm requeued held: an expedited requeue holds the job after any
+    run that exited non-zero (Slurm 25.11's ``batch_requeue_fini``: "holding expedited
+    requeue ... as no epilogs failed"). dethpc asked for that requeue, so it finishes it
+    when the run that just ended (``restart_count - 1``) recorded a counted end (an
+    error, a hang) and the trial ``goes_on`` (not ended, not stopping, restarts left: the
+    reconcile's own decision). A free end (a run requeued by ``scontrol requeuehold``,
+    which the run records as ``requeued``) or no record is someone's hold: left alone."""
+    if raw_state not in REQUEUE_HELD or not goes_on or recorded is None:
+        return False
+    run, reason = recorded
+    return run == restart_count - 1 and reason not in FREE_REASONS
 
 
 @dataclass(frozen=True)

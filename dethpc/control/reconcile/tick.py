@@ -88,6 +88,7 @@ class ExperimentReconciler:
         for job in rows.jobs:   # a job woken meanwhile is judged too
             if job.live:
                 self.job_ends.carry_out(job, self.job_ends.judge(job))
+                self.job_ends.release_held(job)
         concurrency = self.cfg.searcher.max_concurrent_trials
         if top_up_due(state, last=self.last_concurrency, current=concurrency):
             self.ops.feed(replay.top_up())  # set-concurrency changed the limit

@@ -77,6 +77,11 @@ _SLURM_WHY = ("give sbatch options on the command line or as #SBATCH lines in th
 _CHECKPOINT_WHY = ("the script writes its checkpoints where it likes and registers them "
                    "with `dethpc report checkpoint PATH`; only the GC counts are read here")
 
+#: sections a search file reads only in part: what it reads, and why not the rest
+_PARTLY_READ = {"resources": (RESOURCES_FIELDS, _RESOURCES_WHY),
+                "slurm": (SLURM_FIELDS, _SLURM_WHY),
+                "checkpoint_storage": (CHECKPOINT_FIELDS, _CHECKPOINT_WHY)}
+
 #: sbatch options a search cannot honour (canonical long name -> why)
 REFUSED_OPTIONS = {
     "--wrap": "a search runs a script file; put the command in a script",
@@ -136,12 +141,9 @@ def _check_fields(ck: Checker, raw: Mapping[str, Any]) -> None:
         path = str(key)
         if key in _NOT_FOR_SCRIPTS:
             ck.error(path, f"not read by a search over a script: {_NOT_FOR_SCRIPTS[key]}")
-        elif key == "resources" and isinstance(value, dict):
-            _only(ck, value, "resources", RESOURCES_FIELDS, _RESOURCES_WHY)
-        elif key == "slurm" and isinstance(value, dict):
-            _only(ck, value, "slurm", SLURM_FIELDS, _SLURM_WHY)
-        elif key == "checkpoint_storage" and isinstance(value, dict):
-            _only(ck, value, "checkpoint_storage", CHECKPOINT_FIELDS, _CHECKPOINT_WHY)
+        elif key in _PARTLY_READ and isinstance(value, dict):
+            allowed, why = _PARTLY_READ[key]
+            _only(ck, value, path, allowed, why)
         elif key not in SEARCH_FIELDS and key not in _IGNORED_TOP:  # those: a warning
             hint = did_you_mean(path, SEARCH_FIELDS)
             ck.error(path, f"unknown field {show(key)} for a search over a script; {hint}"

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from dethpc.backends.base import JobAction
 from dethpc.backends.slurm_actions import (
+    action_argv,
     cancel_argv,
     harmless_errors,
-    requeue_argv,
     throttle_argv,
 )
 
@@ -25,12 +26,13 @@ def test_cancel_argv(refs: list[str], signal: str | None, flags: tuple[str, ...]
     assert cancel_argv(refs, signal, flags) == argv
 
 
-@pytest.mark.parametrize(("refs", "argv"), [
-    (["4_1"], ["scontrol", "requeue", "4_1"]),
-    (["4_1", "5"], ["scontrol", "requeue", "4_1,5"]),
+@pytest.mark.parametrize(("refs", "action", "argv"), [
+    (["4_1"], JobAction.REQUEUE, ["scontrol", "requeue", "4_1"]),
+    (["4_1", "5"], JobAction.REQUEUE, ["scontrol", "requeue", "4_1,5"]),
+    (["4_1", "5"], JobAction.RELEASE, ["scontrol", "release", "4_1,5"]),
 ])
-def test_requeue_argv(refs: list[str], argv: list[str]) -> None:
-    assert requeue_argv(refs) == argv
+def test_action_argv(refs: list[str], action: JobAction, argv: list[str]) -> None:
+    assert action_argv(refs, action) == argv
 
 
 @pytest.mark.parametrize(("limit", "arg"), [(3, "ArrayTaskThrottle=3"), (0, "ArrayTaskThrottle=0"),

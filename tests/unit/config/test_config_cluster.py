@@ -15,7 +15,7 @@ from dethpc.config import (
     load_cluster_config,
     parse_cluster_config,
 )
-from dethpc.config.model import ResourcePool
+from dethpc.config.model import RequeueMode, ResourcePool
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -134,6 +134,8 @@ def test_valid_top_level(raw: dict[str, Any], attr: str, expected: Any) -> None:
         ({"sbatch_args": ["--exclusive"]}, "sbatch_args", ("--exclusive",)),
         ({"preemptible": True}, "preemptible", True),
         ({"signal_grace_s": 0}, "signal_grace_s", 0),
+        ({}, "requeue", RequeueMode.NORMAL),
+        ({"requeue": "expedite"}, "requeue", RequeueMode.EXPEDITE),
     ],
 )
 def test_valid_pool_fields(spec: dict[str, Any], attr: str, expected: Any) -> None:
@@ -179,6 +181,8 @@ def test_valid_pool_fields(spec: dict[str, Any], attr: str, expected: Any) -> No
         ({"pools": {"p": {"sbatch_args": [3]}}}, "pools.p.sbatch_args[0]: expected a non-empty "
                                                  "string, got 3"),
         ({"pools": {"p": 3}}, "pools.p: expected a mapping, got 3"),
+        ({"pools": {"p": {"requeue": "fast"}}}, "pools.p.requeue: invalid value 'fast'; "
+                                                "allowed: 'normal', 'expedite'"),
         ({"containers": {"runtime": "docker"}}, "containers.runtime: invalid value 'docker'; "
                                                 "allowed: 'none', 'apptainer', 'singularity'"),
         ({"containers": {"binds": "/a:/b"}}, "containers.binds: expected a list of strings"),

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from sqlmodel import select
 
-from dethpc.backends.base import JobInfo, JobRequest, JobState, PoolLimits
+from dethpc.backends.base import JobAction, JobInfo, JobRequest, JobState, PoolLimits
 from dethpc.backends.local import LocalBackend
 from dethpc.common.traits import SLURM
 from dethpc.config import load_experiment_config
@@ -73,6 +73,9 @@ class Recorder(LocalBackend):
         self.calls.append(("cancel", list(refs)))
         if self.cancel_error is not None:
             raise self.cancel_error
+
+    def act(self, refs: Sequence[str], action: JobAction) -> None:
+        self.calls.append((action.value, list(refs)))
 
     def set_throttle(self, array_job_id: str, limit: int) -> None:
         self.calls.append(("set_throttle", (array_job_id, limit)))

@@ -31,6 +31,7 @@ class Out:
     changed: bool = False
     delete: dict[str, str] = field(default_factory=dict)
     searched: dict[str, int] = field(default_factory=dict)
+    release: list[str] = field(default_factory=list)
 
 
 class Script:

@@ -20,6 +20,7 @@ from dethpc.control.reconcile.job_rules import (
     Observation,
     job_change,
     observe,
+    release_expedited,
     trial_change,
 )
 from dethpc.store.models import StopReason, TrialState
@@ -211,3 +212,19 @@ def test_trial_change(name: str, d: Decision, f: EndFacts,
 
 def test_every_verdict_has_a_trial_change_row() -> None:
     assert {d.verdict for _, d, _, _ in TRIAL_CHANGES} == set(Verdict)
+
+
+@pytest.mark.parametrize(("raw", "restarts", "recorded", "goes_on", "release"), [
+    ("REQUEUE_HOLD", 1, (0, R.ERROR), True, True),     # expedite held it after an error
+    ("RH", 1, (0, R.HUNG), True, True),
+    ("REQUEUE_HOLD", 1, (0, R.ERROR), False, False),   # the trial ends or stops: no
+    ("REQUEUE_HOLD", 1, (0, R.REQUEUED), True, False),  # `scontrol requeuehold`: someone's
+    ("REQUEUE_HOLD", 1, (0, R.PREEMPTED), True, False),
+    ("REQUEUE_HOLD", 1, None, True, False),            # no record of why: left alone
+    ("REQUEUE_HOLD", 2, (0, R.ERROR), True, False),    # an older run's record
+    ("PENDING", 1, (0, R.ERROR), True, False),          # not held
+    ("RUNNING", 1, (0, R.ERROR), True, False),
+])
+def test_release_expedited(raw: str, restarts: int, recorded: tuple[int, R] | None,
+                           goes_on: bool, release: bool) -> None:
+    assert release_expedited(raw, restarts, recorded, goes_on=goes_on) is release

@@ -4,6 +4,8 @@ drop), the refusals at config time and sbatch's own conflicts."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from dethpc.common.sbatch_options import (
@@ -15,7 +17,7 @@ from dethpc.common.sbatch_options import (
     task_count,
 )
 from dethpc.config import parse_experiment_config
-from dethpc.config.model import HetComponent, ResourcePool
+from dethpc.config.model import HetComponent, RequeueMode, ResourcePool
 from dethpc.jobs.directives import component_directives, trial_directives
 
 
@@ -138,6 +140,28 @@ def test_trial_directives_layer_pool_then_experiment() -> None:
                    "--requeue", "--signal=B:USR2@120", "--partition=low", "-t 10",
                    "--nodes=1", "--ntasks-per-node=1", "--cpus-per-task=4",
                    "--gpus-per-node=a100:1", "--mem-per-gpu=5G", "--exclude=n3"]
+
+
+@pytest.mark.parametrize(("mode", "option"), [
+    (RequeueMode.NORMAL, "--requeue"), (RequeueMode.EXPEDITE, "--requeue=expedite")])
+def test_a_pools_requeue_mode_reaches_its_trials_not_its_workers(
+        mode: RequeueMode, option: str) -> None:
+    from dataclasses import replace
+
+    from dethpc.config.model import ClusterConfig
+    from dethpc.jobs.pool_script import worker_array_script
+
+    cfg = parse_experiment_config({
+        "name": "x", "entrypoint": "true", "searcher": {"name": "single", "metric": "loss",
+                     "max_length": {"batches": 1}}, "resources": {"resource_pool": "gpu"}})
+    pool = replace(GPU_POOL, requeue=mode)
+    assert option in trial_directives(cfg, pool, name="n", comment="c", output="o")
+    worker = worker_array_script(cfg, ClusterConfig(backend="slurm", pools={"gpu": pool},
+                                                    default_pool="gpu"),
+                                 backend="slurm", run_dir=Path("/runs/x"), exp_id=1,
+                                 python="python3")
+    # a worker's failure is no trial's: never held by an expedited requeue
+    assert "#SBATCH --requeue\n" in worker and "expedite" not in worker
 
 
 def test_component_directives_take_the_pool_args_not_the_experiment_ones() -> None:
