@@ -8,9 +8,12 @@ Measured on Slurm 25.11 (docs/dev-cluster.md): ``scontrol hold`` by root reads
 ``scontrol uhold`` reads ``JobHeldUser`` and the owner may release it; a batch job
 whose launch failed more than ``MaxBatchRequeue`` times reads ``JobHoldMaxRequeue``
 (job_mgr.c ``_handle_requeue_limit``); one whose launch failed (a prolog error) is
-held as the user's (``JobHeldUser``, "launch failed requeued held").
-Must not: run commands or release anything (a hold is someone's decision: dethpc says
-what it is and how to lift it).
+held as the user's (``JobHeldUser``, "launch failed requeued held"), and the node is
+drained ("Prolog error"). Which holds dethpc lifts itself is the reconcile's rule
+(``job_rules.release_held``): a single failed launch (``LAUNCH_FAILED``: the node that
+failed is drained, so the job starts elsewhere) and an expedited requeue's hold; never
+an administrator's, the user's own or the launch-failure limit's (``LAUNCH_LIMIT``).
+Must not: run commands or release anything itself.
 """
 
 from __future__ import annotations
@@ -22,7 +25,10 @@ from dataclasses import dataclass
 class HoldKind(enum.Enum):
     ADMIN = "admin"
     USER = "user"
+    #: one failed launch (a prolog error): Slurm drained the node and held the job
     LAUNCH_FAILED = "launch_failed"
+    #: launches failed past ``MaxBatchRequeue``: something beyond one node is wrong
+    LAUNCH_LIMIT = "launch_limit"
 
 
 @dataclass(frozen=True)
@@ -38,17 +44,21 @@ class Hold:
                     "they release it (only an operator may); `dethpc experiment kill` if it "
                     "should not wait")
         if self.kind is HoldKind.LAUNCH_FAILED:
-            return (f"Slurm held job {ref} after its launch failed ({self.reason}; a bad "
-                    f"node? `sinfo -R`): `scontrol release {ref}` runs it again, from the "
-                    "trial's last checkpoint")
+            return (f"Slurm held job {ref} after its launch failed ({self.reason}; the node "
+                    "is drained: `sinfo -R`): the daemon releases it and it runs elsewhere, "
+                    "from the trial's last checkpoint (a counted restart)")
+        if self.kind is HoldKind.LAUNCH_LIMIT:
+            return (f"Slurm held job {ref} after its launches failed too often "
+                    f"({self.reason}; bad nodes? `sinfo -R`): `scontrol release {ref}` runs "
+                    "it again, from the trial's last checkpoint")
         return (f"job {ref} is held ({self.reason}): `scontrol release {ref}` lets it run")
 
 
 #: reasons (squeue's Reason column; state descriptions included) -> kind
 _KINDS: tuple[tuple[str, HoldKind], ...] = (
     ("launch failed requeued held", HoldKind.LAUNCH_FAILED),
-    ("launch failure limit exceeded requeued held", HoldKind.LAUNCH_FAILED),
-    ("JobHoldMaxRequeue", HoldKind.LAUNCH_FAILED),
+    ("launch failure limit exceeded requeued held", HoldKind.LAUNCH_LIMIT),
+    ("JobHoldMaxRequeue", HoldKind.LAUNCH_LIMIT),
     ("JobHeldAdmin", HoldKind.ADMIN),
     ("JobHeldUser", HoldKind.USER),
     ("job requeued in held state", HoldKind.USER),

@@ -29,6 +29,18 @@ HOSTS = Path("/etc/hosts")
 GPU_DEVICE_TARGET = Path("/dev/null")
 
 
+#: the nodes' Prolog (``DevClusterLayout.prolog``): a launch failure when a test asks
+PROLOG = """#!/bin/sh
+# dethpc dev cluster: fails the next job launch (on whichever node) when
+# {flag} exists, once: the file is taken here.
+if rm {flag} 2>/dev/null; then
+  echo "dev cluster: launch failure asked for by a test" >&2
+  exit 1
+fi
+exit 0
+"""
+
+
 class HostSetup:
     """Packages, directories, /etc/hosts, the munge key and device files for ``layout``."""
 
@@ -80,6 +92,9 @@ class HostSetup:
             shutil.chown(d, "mysql", "mysql")
             d.chmod(mode)  # run/mysqld readable: `status` works for any user
         lay.slurm_etc.mkdir(parents=True, exist_ok=True)
+        if lay.release.traits.fault_prolog:
+            lay.prolog.write_text(PROLOG.format(flag=lay.fail_next_prolog))
+            lay.prolog.chmod(0o755)
 
     def ensure_hosts(self) -> None:
         """Map every node name to 127.0.0.1 in /etc/hosts (appended once, never duplicated)."""

@@ -137,6 +137,18 @@ class DevClusterLayout:
         return self.slurm_etc / "gres.conf"
 
     @property
+    def prolog(self) -> Path:
+        """The nodes' Prolog (releases with ``fault_prolog``): a launch failure on demand."""
+        return self.state_dir / "prolog.sh"
+
+    @property
+    def fail_next_prolog(self) -> Path:
+        """Created by a test: the next job launch on any node fails in the Prolog (once:
+        the Prolog takes the file). Slurm drains that node ("Prolog error") and requeues
+        the job held ("launch failed requeued held")."""
+        return self.state_dir / "fail-next-prolog"
+
+    @property
     def dev_dir(self) -> Path:
         """The fake GPUs' device files (symlinks to /dev/null)."""
         return self.state_dir / "dev"

@@ -31,6 +31,9 @@ class ReleaseTraits:
     #: ``--requeue=expedite`` exists; the dev cluster allows it
     #: (``SlurmctldParameters=enable_expedited_requeue``)
     expedited_requeue: bool = False
+    #: the nodes run the dev cluster's Prolog (``DevClusterLayout.prolog``), which fails a
+    #: launch when a test asks: the launch-failure hold, proven where the tests run
+    fault_prolog: bool = False
     #: the pyslurm release built against this Slurm for the tests (None: PyPI has no
     #: pyslurm for it; pyslurm's major.minor must equal Slurm's)
     pyslurm: str | None = None
@@ -71,7 +74,8 @@ _TRAITS: dict[SlurmRelease, ReleaseTraits] = {
         max_batch_requeue=None, rate_limiting=False),
     SlurmRelease.V25_11: ReleaseTraits(
         tarball="slurm-25.11.7.tar.xz", send_user_signal=("PreemptParameters", "send_user_signal"),
-        max_batch_requeue=5, rate_limiting=True, pyslurm="25.11.2", expedited_requeue=True),
+        max_batch_requeue=5, rate_limiting=True, pyslurm="25.11.2", expedited_requeue=True,
+        fault_prolog=True),
 }
 
 

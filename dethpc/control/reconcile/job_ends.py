@@ -12,6 +12,7 @@ Must not: decide (``job_end.judge``, ``job_rules``), write files or call a backe
 from __future__ import annotations
 
 from dethpc.backends.base import JobInfo
+from dethpc.backends.slurm_holds import HoldKind, hold_of
 from dethpc.common.jsonlines import read_new_lines
 from dethpc.config.model import ExperimentConfig
 from dethpc.control.job_end import (
@@ -30,7 +31,7 @@ from dethpc.control.reconcile.job_rules import (
     JobSeen,
     job_change,
     observe,
-    release_expedited,
+    release_held,
     trial_change,
 )
 from dethpc.control.reconcile.rows import TickRows
@@ -97,9 +98,11 @@ class JobEnds:
         trial = rows.trials[job.trial_id]
         recorded = ((job.exit_run, job.exit_reason)
                     if job.exit_reason is not None and job.exit_run >= 0 else None)
+        hold = hold_of(info.reason)
         change = job_change(d, wrapped=rows.exp.kind.wrapped, restarts=trial.restarts,
                             max_restarts=self.cfg.max_restarts, ref=job.ref or "",
-                            recorded=recorded)
+                            recorded=recorded, launch_failed=hold is not None and hold.kind
+                            in (HoldKind.LAUNCH_FAILED, HoldKind.LAUNCH_LIMIT))
         for note in change.restarts:
             trial.restarts += 1
             trial.runs += 1
@@ -122,8 +125,8 @@ class JobEnds:
         rows.s.add(trial)
 
     def release_held(self, job: Job) -> None:
-        """A job Slurm requeued held after its expedited requeue's failed run, whose trial
-        goes on: released (``job_rules.release_expedited``)."""
+        """A job Slurm held after a failed launch, or after its expedited requeue's
+        failed run, whose trial goes on: released (``job_rules.release_held``)."""
         info = self.rows.infos.get(job.ref or "")
         trial = self.rows.trials.get(job.trial_id)
         if info is None or trial is None or not job.live or job.ref is None:
@@ -133,7 +136,8 @@ class JobEnds:
         goes_on = (not trial.state.is_terminal and trial.stop_requested_at is None
                    and self.rows.exp.state == ExperimentState.ACTIVE
                    and job.ref not in self.rows.out.cancel)
-        if release_expedited(info.raw_state, info.restart_count, recorded, goes_on=goes_on):
+        if release_held(info.raw_state, info.reason, info.restart_count, recorded,
+                        goes_on=goes_on):
             self.rows.out.release.append(job.ref)
 
     def _end_facts(self, trial: Trial, info: JobInfo) -> EndFacts:

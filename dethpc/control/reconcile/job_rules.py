@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dethpc.backends.base import JobInfo, JobState
+from dethpc.backends.slurm_holds import HoldKind, hold_of
 from dethpc.common.exitcodes import ExitReason
 from dethpc.common.kinds import ExperimentKind
 from dethpc.control.job_end import FREE_REASONS, Decision, Kind, Verdict
@@ -93,11 +94,13 @@ class JobChange:
 
 
 def job_change(d: Decision, *, wrapped: bool, restarts: int, max_restarts: int,
-               ref: str, recorded: tuple[int, ExitReason] | None = None) -> JobChange:
+               ref: str, recorded: tuple[int, ExitReason] | None = None,
+               launch_failed: bool = False) -> JobChange:
     """``restarts``: counted before this decision; ``wrapped``: the job writes exit
     records (``ExperimentKind.wrapped``); ``ref``: the job's, for the events;
     ``recorded``: the run and reason of the job's newest exit record (a requeued run
-    that recorded why it ended, ``hung`` say, is named by it)."""
+    that recorded why it ended, ``hung`` say, is named by it); ``launch_failed``: Slurm
+    holds the requeued job after its last launch failed (the run never started)."""
     notes = []
     for i, run in enumerate(d.counted_runs):
         why = (f"run {run} ended without a checkpointed exit (node failure or kill)"
@@ -105,6 +108,9 @@ def job_change(d: Decision, *, wrapped: bool, restarts: int, max_restarts: int,
                else f"{d.reason.value if d.reason else 'error'}")
         if d.kind == Kind.REQUEUED and recorded is not None and recorded[0] == run:
             why = f"run {run} ended {recorded[1].value} and Slurm requeued the job"
+        elif d.kind == Kind.REQUEUED and launch_failed and run == d.restart_count - 1:
+            why = (f"run {run} never started: its launch failed and Slurm held the job "
+                   "(the node is drained)")
         notes.append(f"{why}; restart {restarts + i + 1} of {max_restarts}")
     requeued = None
     if d.kind == Kind.REQUEUED and not wrapped:
@@ -120,19 +126,31 @@ def job_change(d: Decision, *, wrapped: bool, restarts: int, max_restarts: int,
 REQUEUE_HELD = frozenset({"REQUEUE_HOLD", "RH"})
 
 
-def release_expedited(raw_state: str, restart_count: int,
-                      recorded: tuple[int, ExitReason] | None, *, goes_on: bool) -> bool:
-    """Release a job Slurm requeued held: an expedited requeue holds the job after any
-    run that exited non-zero (Slurm 25.11's ``batch_requeue_fini``: "holding expedited
-    requeue ... as no epilogs failed"). dethpc asked for that requeue, so it finishes it
-    when the run that just ended (``restart_count - 1``) recorded a counted end (an
-    error, a hang) and the trial ``goes_on`` (not ended, not stopping, restarts left: the
-    reconcile's own decision). A free end (a run requeued by ``scontrol requeuehold``,
-    which the run records as ``requeued``) or no record is someone's hold: left alone."""
-    if raw_state not in REQUEUE_HELD or not goes_on or recorded is None:
+def release_held(raw_state: str, reason: str, restart_count: int,
+                 recorded: tuple[int, ExitReason] | None, *, goes_on: bool) -> bool:
+    """Release a held job whose trial ``goes_on`` (not ended, not stopping, restarts
+    left: the reconcile's own decision), for two holds that Slurm placed mechanically:
+
+    * one failed launch ("launch failed requeued held", a prolog error): Slurm drained
+      the node, so the released job starts on another one (the run never started: it
+      counts as a restart, which bounds a cluster whose every node fails);
+    * an expedited requeue (``REQUEUE_HOLD``) after a run that exited non-zero (Slurm
+      25.11's ``batch_requeue_fini``: "holding expedited requeue ... as no epilogs
+      failed"): dethpc asked for that requeue, so it finishes it when the run that just
+      ended (``restart_count - 1``) recorded a counted end (an error, a hang). A free end
+      (``scontrol requeuehold`` of a running job, which the run records as
+      ``requeued``) or no record is someone's hold.
+
+    Never an administrator's hold, the user's own, or the launch-failure limit's."""
+    if not goes_on:
         return False
-    run, reason = recorded
-    return run == restart_count - 1 and reason not in FREE_REASONS
+    hold = hold_of(reason)
+    if hold is not None and hold.kind is HoldKind.LAUNCH_FAILED:
+        return True
+    if raw_state not in REQUEUE_HELD or recorded is None:
+        return False
+    run, why = recorded
+    return run == restart_count - 1 and why not in FREE_REASONS
 
 
 @dataclass(frozen=True)

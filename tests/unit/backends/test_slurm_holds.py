@@ -12,9 +12,9 @@ from dethpc.backends.slurm_holds import HoldKind, hold_of
     ("JobHeldAdmin", HoldKind.ADMIN),
     ("JobHeldUser", HoldKind.USER),
     ("job requeued in held state", HoldKind.USER),
-    ("JobHoldMaxRequeue", HoldKind.LAUNCH_FAILED),
+    ("JobHoldMaxRequeue", HoldKind.LAUNCH_LIMIT),
     ("launch failed requeued held", HoldKind.LAUNCH_FAILED),
-    ("launch failure limit exceeded requeued held", HoldKind.LAUNCH_FAILED),
+    ("launch failure limit exceeded requeued held", HoldKind.LAUNCH_LIMIT),
     ("Priority", None),
     ("BeginTime", None),
     ("QOSMaxJobsPerUserLimit", None),
@@ -30,6 +30,7 @@ def test_hold_of(reason: str | None, kind: HoldKind | None) -> None:
     ("JobHeldAdmin", "only an operator may"),
     ("JobHeldUser", "`scontrol release 7_1` lets it run"),
     ("JobHoldMaxRequeue", "`scontrol release 7_1` runs it again"),
+    ("launch failed requeued held", "the daemon releases it and it runs elsewhere"),
 ])
 def test_explain(reason: str, words: str) -> None:
     hold = hold_of(reason)

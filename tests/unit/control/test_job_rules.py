@@ -20,7 +20,7 @@ from dethpc.control.reconcile.job_rules import (
     Observation,
     job_change,
     observe,
-    release_expedited,
+    release_held,
     trial_change,
 )
 from dethpc.store.models import StopReason, TrialState
@@ -128,16 +128,20 @@ def test_job_change(name: str, d: Decision, wrapped: bool, restarts: int,
 
 @pytest.mark.parametrize(("recorded", "note"), [
     (None, f"run 0 {NODE}; restart 1 of 3"),
+    ("launch", "run 0 never started: its launch failed and Slurm held the job (the node is "
+               "drained); restart 1 of 3"),
     ((0, R.HUNG), "run 0 ended hung and Slurm requeued the job; restart 1 of 3"),
     ((1, R.HUNG), f"run 0 {NODE}; restart 1 of 3"),          # another run's record
 ])
 def test_a_requeued_run_is_named_by_its_own_record(
-        recorded: tuple[int, R] | None, note: str) -> None:
+        recorded: tuple[int, R] | str | None, note: str) -> None:
     """The hang watchdog requeues a wrapped script's job in place: its counted run says
     ``hung`` (its exit record), not a node failure."""
     d = decision(Kind.REQUEUED, counted=(0,), restart_count=1)
+    launch = recorded == "launch"
     assert job_change(d, wrapped=True, restarts=0, max_restarts=3, ref="7",
-                      recorded=recorded).restarts == (note,)
+                      recorded=None if launch else recorded,
+                      launch_failed=launch).restarts == (note,)
 
 
 def facts(kind: ExperimentKind = ExperimentKind.MANAGED, target: int = 100, full: int = 100,
@@ -214,17 +218,26 @@ def test_every_verdict_has_a_trial_change_row() -> None:
     assert {d.verdict for _, d, _, _ in TRIAL_CHANGES} == set(Verdict)
 
 
-@pytest.mark.parametrize(("raw", "restarts", "recorded", "goes_on", "release"), [
-    ("REQUEUE_HOLD", 1, (0, R.ERROR), True, True),     # expedite held it after an error
-    ("RH", 1, (0, R.HUNG), True, True),
-    ("REQUEUE_HOLD", 1, (0, R.ERROR), False, False),   # the trial ends or stops: no
-    ("REQUEUE_HOLD", 1, (0, R.REQUEUED), True, False),  # `scontrol requeuehold`: someone's
-    ("REQUEUE_HOLD", 1, (0, R.PREEMPTED), True, False),
-    ("REQUEUE_HOLD", 1, None, True, False),            # no record of why: left alone
-    ("REQUEUE_HOLD", 2, (0, R.ERROR), True, False),    # an older run's record
-    ("PENDING", 1, (0, R.ERROR), True, False),          # not held
-    ("RUNNING", 1, (0, R.ERROR), True, False),
+@pytest.mark.parametrize(("raw", "reason", "restarts", "recorded", "goes_on", "release"), [
+    # an expedited requeue held it after a counted end of the run that just ended
+    ("REQUEUE_HOLD", "job requeued in held state", 1, (0, R.ERROR), True, True),
+    ("RH", "", 1, (0, R.HUNG), True, True),
+    ("REQUEUE_HOLD", "", 1, (0, R.ERROR), False, False),   # the trial ends or stops: no
+    ("REQUEUE_HOLD", "", 1, (0, R.REQUEUED), True, False),  # `scontrol requeuehold`
+    ("REQUEUE_HOLD", "", 1, (0, R.PREEMPTED), True, False),
+    ("REQUEUE_HOLD", "", 1, None, True, False),            # no record of why: left alone
+    ("REQUEUE_HOLD", "", 2, (0, R.ERROR), True, False),    # an older run's record
+    ("PENDING", "", 1, (0, R.ERROR), True, False),          # not held
+    ("RUNNING", "", 1, (0, R.ERROR), True, False),
+    # one failed launch: the node is drained, the job starts elsewhere
+    ("PENDING", "launch failed requeued held", 1, None, True, True),
+    ("PENDING", "launch failed requeued held", 1, None, False, False),
+    # the launch-failure limit, an administrator's hold, the user's own: never
+    ("PENDING", "launch failure limit exceeded requeued held", 1, None, True, False),
+    ("PENDING", "JobHoldMaxRequeue", 3, (2, R.ERROR), True, False),
+    ("PENDING", "JobHeldAdmin", 1, (0, R.ERROR), True, False),
+    ("PENDING", "JobHeldUser", 1, (0, R.ERROR), True, False),
 ])
-def test_release_expedited(raw: str, restarts: int, recorded: tuple[int, R] | None,
-                           goes_on: bool, release: bool) -> None:
-    assert release_expedited(raw, restarts, recorded, goes_on=goes_on) is release
+def test_release_held(raw: str, reason: str, restarts: int, recorded: tuple[int, R] | None,
+                      goes_on: bool, release: bool) -> None:
+    assert release_held(raw, reason, restarts, recorded, goes_on=goes_on) is release
