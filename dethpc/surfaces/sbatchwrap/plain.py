@@ -223,6 +223,13 @@ def plan(cmd: SearchCommand, cluster: ClusterConfig, *, cwd: Path,
     for d in directives:
         last[canonical_option(d) or d] = option_value(d) or ""
     array = parse_array(last["--array"], max_array_size) if "--array" in last else None
+    max_idle = max_idle_requested(cmd, source)
+    requeue_words = [canonical_option(d) for d in directives
+                     if canonical_option(d) in ("--requeue", "--no-requeue")]
+    if max_idle is not None and requeue_words[-1:] == ["--no-requeue"]:   # the later wins
+        raise UsageError(f"{MAX_IDLE_OPTION} requeues a hung job, and this job says "
+                         "--no-requeue (its #SBATCH lines, SBATCH_NO_REQUEUE or the command "
+                         f"line): remove one of the two")
     pool = pool_for(cluster, last.get("--partition"))
     words: list[str] = []
     for o in cmd.options:
@@ -234,7 +241,7 @@ def plan(cmd: SearchCommand, cluster: ClusterConfig, *, cwd: Path,
     return PlainJob(source=source, args=tuple(cmd.args), sbatch_words=tuple(words),
                     directives=directives, additions=tuple(dethpc_directives(directives, pool)),
                     array=array, pool=pool, forward=forward_requested(cmd, source.text),
-                    max_idle=max_idle_requested(cmd, source),
+                    max_idle=max_idle,
                     parsable=cmd.parsable, quiet="--quiet" in last, wait="--wait" in last,
                     test_only="--test-only" in last, submit_dir=cwd)
 

@@ -166,6 +166,7 @@ def test_forward_is_opt_in(tmp_path: Path, argv: list[str], header: str, want: b
     ([], "#DETHPC --max-idle 300\n", 300.0), ([], "#DETHPC --max-idle=auto\n", "auto"),
     (["--max-idle", "60"], "#DETHPC --max-idle 300\n", 60.0),     # the command line wins
     ([], "#DETHPC --max-idle 300\n#DETHPC --max-idle 200\n", 200.0),  # the last line
+    (["--max-idle=60", "--requeue"], "#SBATCH --no-requeue\n", 60.0),  # the later wins
     ([], "#DETHPC --max-idlex 300\n", None),
 ])
 def test_the_output_watchdog_is_opt_in(tmp_path: Path, argv: list[str], header: str,
@@ -192,6 +193,8 @@ def test_the_output_watchdog_is_opt_in(tmp_path: Path, argv: list[str], header: 
     (["--max-idle=inf"], "", "got 'inf'"),
     ([], "#DETHPC --max-idle\n", "'#DETHPC --max-idle' in job.sh: expected auto or a number"),
     ([], "#DETHPC --max-idle 10 20\n", "got '10 20'"),
+    (["--max-idle=60", "--no-requeue"], "", "this job says --no-requeue"),
+    (["--max-idle=60"], "#SBATCH --no-requeue\n", "this job says --no-requeue"),
 ])
 def test_a_bad_max_idle_is_refused_with_where_and_what(
         tmp_path: Path, argv: list[str], header: str, words: str) -> None:
