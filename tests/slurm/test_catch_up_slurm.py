@@ -29,6 +29,11 @@ from tests.slurm.fixtures.sbatch_kit import (
     sbatch_home,
 )
 
+#: release-agnostic, and run in the 25.11 lane only: that lane has room, Debian's three
+#: have none (docs/testing.md, "Which release runs what")
+pytestmark = [pytest.mark.parametrize("slurm_release", ["25.11"], indirect=True,
+                                      ids=["slurm-25.11"])]
+
 
 @pytest.fixture
 def home(tmp_path: Path, slurm_cluster: Any) -> Iterator[tuple[Path, Store, Daemon]]:

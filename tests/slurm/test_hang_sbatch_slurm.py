@@ -37,6 +37,11 @@ from tests.slurm.fixtures.sbatch_kit import (
     tick_until,
 )
 
+#: release-agnostic, and run in the 25.11 lane only: that lane has room, Debian's three
+#: have none (docs/testing.md, "Which release runs what")
+pytestmark = [pytest.mark.parametrize("slurm_release", ["25.11"], indirect=True,
+                                      ids=["slurm-25.11"])]
+
 FIXTURES = Path(__file__).parent / "fixtures" / "existing_scripts"
 MAX_IDLE_S = 10
 #: the script's steps (0.5 s each), where its first run goes quiet, its later checkpoint

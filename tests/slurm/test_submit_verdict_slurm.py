@@ -30,6 +30,11 @@ from dethpc.devcluster.users import ClusterUser
 from dethpc.jobs.jobscript import array_script, trial_script
 from tests.slurm.conftest import SlurmCluster
 
+#: release-agnostic, and run in the 25.11 lane only: that lane has room, Debian's three
+#: have none (docs/testing.md, "Which release runs what")
+pytestmark = [pytest.mark.parametrize("slurm_release", ["25.11"], indirect=True,
+                                      ids=["slurm-25.11"])]
+
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "examples" / "cluster" / "slurm-devcluster.yaml"
 DIGITS = ROOT / "examples" / "digits"

@@ -23,7 +23,11 @@ import pytest
 from dethpc.surfaces import views
 from tests.slurm.fixtures.harness import DaemonHarness, job_log, read_jsonl
 
-pytestmark = pytest.mark.slurm
+#: release-agnostic, and run in the 25.11 lane only: that lane has room, Debian's three
+#: have none (docs/testing.md, "Which release runs what")
+pytestmark = [pytest.mark.slurm,
+              pytest.mark.parametrize("slurm_release", ["25.11"], indirect=True,
+                                      ids=["slurm-25.11"])]
 
 TOY = Path(__file__).resolve().parents[1] / "fixtures" / "toy"
 MAX_IDLE_S = 15
