@@ -22,7 +22,6 @@ Without the release either trial waits on its hold forever. Runs only in the 25.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,13 +30,10 @@ from typing import Any
 import pytest
 
 from dethpc.devcluster.cluster import DevCluster
-from tests.slurm.fixtures.harness import DaemonHarness, read_jsonl
+from tests.slurm.fixtures.harness import DaemonHarness, read_jsonl, toy_context
 
 pytestmark = pytest.mark.parametrize("slurm_release", ["25.11"], indirect=True,
                                      ids=["slurm-25.11"])
-
-TOY = Path(__file__).resolve().parents[1] / "fixtures" / "toy"
-
 
 @pytest.fixture
 def harness(tmp_path: Path, slurm_cluster: Any, slurm_release: str) -> Iterator[DaemonHarness]:
@@ -56,9 +52,7 @@ def job_fields(ref: str) -> dict[str, str]:
 def test_a_job_held_by_its_expedited_requeue_is_released_and_resumes(
         harness: DaemonHarness, tmp_path: Path) -> None:
     h = harness
-    ctx = tmp_path / "ctx"
-    ctx.mkdir()
-    shutil.copy(TOY / "train.py", ctx / "train.py")
+    ctx = toy_context(tmp_path)
     exp = h.submit({
         "name": "expedite", "entrypoint": "python3 train.py",
         "hyperparameters": {"x": 3, "step_time": 0.2, "fail_at": 5, "save_every": 2},
@@ -90,9 +84,7 @@ def drained_by_prolog() -> list[str]:
 def test_a_job_held_after_a_failed_launch_is_released_and_runs_elsewhere(
         harness: DaemonHarness, tmp_path: Path) -> None:
     h = harness
-    ctx = tmp_path / "ctx"
-    ctx.mkdir()
-    shutil.copy(TOY / "train.py", ctx / "train.py")
+    ctx = toy_context(tmp_path)
     flag = DevCluster().layout.fail_next_prolog
     flag.touch()
     try:

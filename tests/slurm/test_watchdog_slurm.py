@@ -13,7 +13,6 @@ Before the freeze the same trial proves issue 35 item 4: its rank 3 is slowed on
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import pytest
 
 from dethpc.surfaces import views
-from tests.slurm.fixtures.harness import DaemonHarness, job_log, read_jsonl
+from tests.slurm.fixtures.harness import DaemonHarness, job_log, read_jsonl, toy_context
 
 #: release-agnostic, and run in the 25.11 lane only: that lane has room, Debian's three
 #: have none (docs/testing.md, "Which release runs what")
@@ -29,7 +28,6 @@ pytestmark = [pytest.mark.slurm,
               pytest.mark.parametrize("slurm_release", ["25.11"], indirect=True,
                                       ids=["slurm-25.11"])]
 
-TOY = Path(__file__).resolve().parents[1] / "fixtures" / "toy"
 MAX_IDLE_S = 15
 
 
@@ -43,9 +41,7 @@ def harness(tmp_path: Path, slurm_cluster: Any) -> Iterator[DaemonHarness]:
 def test_a_trial_stuck_in_a_sleep_loop_is_ended_with_its_stacks_and_resumes(
         harness: DaemonHarness, tmp_path: Path) -> None:
     h = harness
-    ctx = tmp_path / "ctx"
-    ctx.mkdir()
-    shutil.copy(TOY / "train.py", ctx / "train.py")
+    ctx = toy_context(tmp_path)
     exp = h.submit({
         "name": "hang", "entrypoint": "python3 train.py",
         "hyperparameters": {"x": 3, "step_time": 0.2, "hang_at": 5, "save_every": 2},
