@@ -27,7 +27,8 @@ class JobAction(StrEnum):
 
     #: end the run and queue the same job again (``SLURM_RESTART_COUNT`` grows)
     REQUEUE = "requeue"
-    #: lift a hold: a job Slurm requeued held after an expedited requeue's failed run
+    #: lift a hold: a job Slurm held after a failed launch or an expedited requeue's
+    #: failed run
     RELEASE = "release"
 
 

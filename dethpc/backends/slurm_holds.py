@@ -37,6 +37,11 @@ class Hold:
     #: the pending reason as Slurm printed it
     reason: str
 
+    @property
+    def after_failed_launch(self) -> bool:
+        """Slurm placed it because the job's launch failed (once, or past the limit)."""
+        return self.kind in (HoldKind.LAUNCH_FAILED, HoldKind.LAUNCH_LIMIT)
+
     def explain(self, ref: str) -> str:
         """One sentence for ``describe``: who held job ``ref`` and how it goes on."""
         if self.kind is HoldKind.ADMIN:

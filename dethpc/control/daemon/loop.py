@@ -104,7 +104,7 @@ class Daemon:
         self.budget.start_tick(seen.user_jobs)
         # ingest, feed the searchers, judge job ends; then the checkpoints GC doomed
         cancel = self.reconciling.run(exp_ids, seen.infos, stats)
-        if self.reconciling.release:            # held by their expedited requeue
+        if self.reconciling.release:   # held after a failed launch or expedited requeue
             self.backend.act(self.reconciling.release, JobAction.RELEASE)
             stats.changed = True
         # running trials without progress: stacks asked for, then their jobs ended

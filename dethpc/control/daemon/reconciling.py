@@ -37,7 +37,8 @@ class Reconciling:
                  canceller: Canceller, checkpoints: CheckpointDeleter) -> None:
         self.store, self.clock, self.guard = store, clock, guard
         self.canceller, self.checkpoints = canceller, checkpoints
-        #: the last run's jobs to release (held after an expedited requeue's failed run)
+        #: the last run's jobs to release (held by Slurm after a failed launch or an
+        #: expedited requeue's failed run)
         self.release: list[str] = []
 
     def run(self, exp_ids: list[int], infos: dict[str, JobInfo],

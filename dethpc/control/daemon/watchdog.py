@@ -52,9 +52,9 @@ log = logging.getLogger(__name__)
 
 def newest_mark(tp: TrialPaths, output: bool = False) -> float:
     """The newest modification time of the trial's progress files (0: none yet);
-    ``output``: its job output files too (``TrialPaths.logs``)."""
+    ``output``: its newest job output file too (``TrialPaths.logs``, oldest first)."""
     out = 0.0
-    for path in (tp.metrics, tp.heartbeat, *(tp.logs() if output else ())):
+    for path in (tp.metrics, tp.heartbeat, *(tp.logs()[-1:] if output else ())):
         try:
             out = max(out, path.stat().st_mtime)
         except OSError:

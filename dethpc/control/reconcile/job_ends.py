@@ -12,7 +12,7 @@ Must not: decide (``job_end.judge``, ``job_rules``), write files or call a backe
 from __future__ import annotations
 
 from dethpc.backends.base import JobInfo
-from dethpc.backends.slurm_holds import HoldKind, hold_of
+from dethpc.backends.slurm_holds import hold_of
 from dethpc.common.jsonlines import read_new_lines
 from dethpc.config.model import ExperimentConfig
 from dethpc.control.job_end import (
@@ -37,6 +37,12 @@ from dethpc.control.reconcile.job_rules import (
 from dethpc.control.reconcile.rows import TickRows
 from dethpc.control.reconcile.searcher_ops import SearcherOps
 from dethpc.store.models import EarlyExit, ExperimentState, Job, Trial
+
+
+def recorded_end(job: Job) -> ExitRecord | None:
+    """The job's newest exit record as its row keeps it (None: none ingested yet)."""
+    return (ExitRecord(job.exit_reason, job.exit_code or 0, job.exit_run)
+            if job.exit_reason is not None and job.exit_run >= 0 else None)
 
 
 class JobEnds:
@@ -72,8 +78,7 @@ class JobEnds:
         if nothing_to_judge(job.restart_count, info):
             return WAIT
         trial = self.rows.trials[job.trial_id]
-        last = (ExitRecord(job.exit_reason, job.exit_code or 0, job.exit_run)
-                if job.exit_reason is not None and job.exit_run >= 0 else None)
+        last = recorded_end(job)
         grew = info is not None and info.restart_count > job.restart_count
         kind = self.rows.exp.kind
         facts = JobFacts(restart_count=job.restart_count, unknown_ticks=job.unknown_ticks,
@@ -96,13 +101,11 @@ class JobEnds:
         rows = self.rows
         info = rows.infos[job.ref or ""]
         trial = rows.trials[job.trial_id]
-        recorded = ((job.exit_run, job.exit_reason)
-                    if job.exit_reason is not None and job.exit_run >= 0 else None)
         hold = hold_of(info.reason)
         change = job_change(d, wrapped=rows.exp.kind.wrapped, restarts=trial.restarts,
                             max_restarts=self.cfg.max_restarts, ref=job.ref or "",
-                            recorded=recorded, launch_failed=hold is not None and hold.kind
-                            in (HoldKind.LAUNCH_FAILED, HoldKind.LAUNCH_LIMIT))
+                            recorded=recorded_end(job),
+                            launch_failed=hold is not None and hold.after_failed_launch)
         for note in change.restarts:
             trial.restarts += 1
             trial.runs += 1
@@ -131,12 +134,10 @@ class JobEnds:
         trial = self.rows.trials.get(job.trial_id)
         if info is None or trial is None or not job.live or job.ref is None:
             return
-        recorded = ((job.exit_run, job.exit_reason)
-                    if job.exit_reason is not None and job.exit_run >= 0 else None)
         goes_on = (not trial.state.is_terminal and trial.stop_requested_at is None
                    and self.rows.exp.state == ExperimentState.ACTIVE
                    and job.ref not in self.rows.out.cancel)
-        if release_held(info.raw_state, info.reason, info.restart_count, recorded,
+        if release_held(info.raw_state, info.reason, info.restart_count, recorded_end(job),
                         goes_on=goes_on):
             self.rows.out.release.append(job.ref)
 

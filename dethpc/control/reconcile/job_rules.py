@@ -20,9 +20,8 @@ from dataclasses import dataclass
 
 from dethpc.backends.base import JobInfo, JobState
 from dethpc.backends.slurm_holds import HoldKind, hold_of
-from dethpc.common.exitcodes import ExitReason
 from dethpc.common.kinds import ExperimentKind
-from dethpc.control.job_end import FREE_REASONS, Decision, Kind, Verdict
+from dethpc.control.job_end import Decision, ExitRecord, Kind, Verdict
 from dethpc.control.reconcile.changes import Exited, Note, TrialChange
 from dethpc.control.reconcile.stop_rules import stopped_change
 from dethpc.store.models import EarlyExit, StopReason, TrialState
@@ -94,20 +93,20 @@ class JobChange:
 
 
 def job_change(d: Decision, *, wrapped: bool, restarts: int, max_restarts: int,
-               ref: str, recorded: tuple[int, ExitReason] | None = None,
+               ref: str, recorded: ExitRecord | None = None,
                launch_failed: bool = False) -> JobChange:
     """``restarts``: counted before this decision; ``wrapped``: the job writes exit
     records (``ExperimentKind.wrapped``); ``ref``: the job's, for the events;
-    ``recorded``: the run and reason of the job's newest exit record (a requeued run
-    that recorded why it ended, ``hung`` say, is named by it); ``launch_failed``: Slurm
+    ``recorded``: the job's newest exit record (a requeued run that recorded why it
+    ended, ``hung`` say, is named by it); ``launch_failed``: Slurm
     holds the requeued job after its last launch failed (the run never started)."""
     notes = []
     for i, run in enumerate(d.counted_runs):
         why = (f"run {run} ended without a checkpointed exit (node failure or kill)"
                if d.kind == Kind.REQUEUED or run != d.restart_count
                else f"{d.reason.value if d.reason else 'error'}")
-        if d.kind == Kind.REQUEUED and recorded is not None and recorded[0] == run:
-            why = f"run {run} ended {recorded[1].value} and Slurm requeued the job"
+        if d.kind == Kind.REQUEUED and recorded is not None and recorded.run == run:
+            why = f"run {run} ended {recorded.reason.value} and Slurm requeued the job"
         elif d.kind == Kind.REQUEUED and launch_failed and run == d.restart_count - 1:
             why = (f"run {run} never started: its launch failed and Slurm held the job "
                    "(the node is drained)")
@@ -127,7 +126,7 @@ REQUEUE_HELD = frozenset({"REQUEUE_HOLD", "RH"})
 
 
 def release_held(raw_state: str, reason: str, restart_count: int,
-                 recorded: tuple[int, ExitReason] | None, *, goes_on: bool) -> bool:
+                 recorded: ExitRecord | None, *, goes_on: bool) -> bool:
     """Release a held job whose trial ``goes_on`` (not ended, not stopping, restarts
     left: the reconcile's own decision), for two holds that Slurm placed mechanically:
 
@@ -149,8 +148,7 @@ def release_held(raw_state: str, reason: str, restart_count: int,
         return True
     if raw_state not in REQUEUE_HELD or recorded is None:
         return False
-    run, why = recorded
-    return run == restart_count - 1 and why not in FREE_REASONS
+    return recorded.run == restart_count - 1 and not recorded.free
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ TERMINAL_TRIAL_STATES = [s for s in TrialState if s.is_terminal]
 @dataclass
 class Outcome:
     cancel: list[str] = field(default_factory=list)
-    #: jobs Slurm requeued held after an expedited requeue's failed run, to release
+    #: jobs Slurm held mechanically (a failed launch, an expedited requeue's failed run),
+    #: to release (``job_rules.release_held``)
     release: list[str] = field(default_factory=list)
     #: checkpoint directories GC marked DELETING: the daemon removes them after commit
     delete: dict[str, str] = field(default_factory=dict)

@@ -96,13 +96,11 @@ hyperparameters as $DETHPC_HP_<NAME> and in the JSON file $DETHPC_HPARAMS, and p
 options (also `dethpc sbatch --help-sbatch`)."""
 
 
-#: dethpc's own options before the script that take a value as the next word
-VALUE_OPTIONS = ("--search", "--config", "--max-idle")
-
-
 def dethpc_head(args: Sequence[str]) -> list[str]:
     """The words before the script (the first word that is neither an option nor the
     value of one of dethpc's own options): where dethpc's flags are looked for."""
+    from dethpc.surfaces.sbatchwrap.search_cli import VALUE_OPTIONS
+
     i = 0
     while i < len(args) and args[i].startswith("-"):
         i += 2 if args[i] in VALUE_OPTIONS else 1

@@ -55,10 +55,10 @@ from dethpc.surfaces.sbatchwrap.search_cli import (
 TEMPLATE = "sbatch_wrapper.sbatch.j2"
 #: ``#DETHPC --forward-signal`` in the script's header, or ``--forward-signal`` before it
 FORWARD_OPTION = "--forward-signal"
-#: the header line that opts a script in from the inside
-FORWARD_LINE = "#DETHPC --forward-signal"
 #: how dethpc's own header lines start (``#DETHPC --max-idle 600``)
 DETHPC_PREFIX = "#DETHPC"
+#: the header line that opts a script in from the inside
+FORWARD_LINE = f"{DETHPC_PREFIX} {FORWARD_OPTION}"
 #: options that make sbatch print and exit without a job: passed straight through
 INFO_OPTIONS = frozenset({"--help", "--usage", "--version"})
 INFO_SHORT = frozenset({"-h", "-V"})
@@ -224,8 +224,8 @@ def plan(cmd: SearchCommand, cluster: ClusterConfig, *, cwd: Path,
         last[canonical_option(d) or d] = option_value(d) or ""
     array = parse_array(last["--array"], max_array_size) if "--array" in last else None
     max_idle = max_idle_requested(cmd, source)
-    requeue_words = [canonical_option(d) for d in directives
-                     if canonical_option(d) in ("--requeue", "--no-requeue")]
+    requeue_words = [o for o in map(canonical_option, directives)
+                     if o in ("--requeue", "--no-requeue")]
     if max_idle is not None and requeue_words[-1:] == ["--no-requeue"]:   # the later wins
         raise UsageError(f"{MAX_IDLE_OPTION} requeues a hung job, and this job says "
                          "--no-requeue (its #SBATCH lines, SBATCH_NO_REQUEUE or the command "

@@ -68,6 +68,8 @@ class SearchCommand:
 
 #: ``dethpc sbatch --max-idle auto|SECONDS`` (or ``#DETHPC --max-idle ...``)
 MAX_IDLE_OPTION = "--max-idle"
+#: dethpc's own options before the script that take a value (``=VALUE`` or the next word)
+VALUE_OPTIONS = ("--search", "--config", MAX_IDLE_OPTION)
 
 
 class UsageError(DethpcError):
@@ -85,7 +87,7 @@ def parse_command(argv: Sequence[str]) -> SearchCommand:
             cmd.script, cmd.args = Path(arg), list(argv[i + 1:])
             return cmd
         name, eq, value = arg.partition("=")
-        if name in ("--search", "--config", MAX_IDLE_OPTION):
+        if name in VALUE_OPTIONS:
             if not eq:
                 if i + 1 >= len(argv):
                     raise UsageError(f"{name} needs a value")

@@ -5,12 +5,14 @@ contract: ``describe``, the dashboard and the searcher replay read them)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from dethpc.backends.base import JobInfo, JobState
 from dethpc.common.exitcodes import ExitReason as R
 from dethpc.common.kinds import ExperimentKind
-from dethpc.control.job_end import Decision, Kind, Verdict
+from dethpc.control.job_end import Decision, ExitRecord, Kind, Verdict
 from dethpc.control.reconcile.changes import Exited, Note, TrialChange
 from dethpc.control.reconcile.job_rules import (
     NOT_RESUBMITTED,
@@ -126,6 +128,11 @@ def test_job_change(name: str, d: Decision, wrapped: bool, restarts: int,
                       ref="7_0") == expected
 
 
+def record(run_reason: Any) -> ExitRecord | None:
+    """(run, reason) as the job row keeps its newest exit record."""
+    return None if run_reason is None else ExitRecord(run_reason[1], 0, run_reason[0])
+
+
 @pytest.mark.parametrize(("recorded", "note"), [
     (None, f"run 0 {NODE}; restart 1 of 3"),
     ("launch", "run 0 never started: its launch failed and Slurm held the job (the node is "
@@ -140,7 +147,7 @@ def test_a_requeued_run_is_named_by_its_own_record(
     d = decision(Kind.REQUEUED, counted=(0,), restart_count=1)
     launch = recorded == "launch"
     assert job_change(d, wrapped=True, restarts=0, max_restarts=3, ref="7",
-                      recorded=None if launch else recorded,
+                      recorded=None if launch else record(recorded),
                       launch_failed=launch).restarts == (note,)
 
 
@@ -240,4 +247,4 @@ def test_every_verdict_has_a_trial_change_row() -> None:
 ])
 def test_release_held(raw: str, reason: str, restarts: int, recorded: tuple[int, R] | None,
                       goes_on: bool, release: bool) -> None:
-    assert release_held(raw, reason, restarts, recorded, goes_on=goes_on) is release
+    assert release_held(raw, reason, restarts, record(recorded), goes_on=goes_on) is release
