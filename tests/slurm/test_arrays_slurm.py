@@ -75,10 +75,13 @@ def test_batch_larger_than_max_array_size_is_split(env, tmp_path,  # noqa: F811
     assert submits(runner) == len(batches)
     for b in batches:
         assert b.array_job_id
-        deadline = time.monotonic() + 30   # accounting lags the controller a little
-        while len(array_tasks(b.array_job_id)) < b.size and time.monotonic() < deadline:
+        want = [f"{b.array_job_id}_{i}" for i in range(b.size)]
+        # accounting lags the controller: for a while sacct may still hold the array's
+        # pending record (``123_[0-1%2]``) beside the tasks that started
+        deadline = time.monotonic() + 60
+        while array_tasks(b.array_job_id) != want and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert array_tasks(b.array_job_id) == [f"{b.array_job_id}_{i}" for i in range(b.size)]
+        assert array_tasks(b.array_job_id) == want
     trials = describe_experiment(store, exp)["trials"]
     assert len(trials) == 7 and all(t["state"] == "COMPLETED" for t in trials), trials
 
