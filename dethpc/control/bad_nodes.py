@@ -4,9 +4,10 @@ Owns: ``judge`` (pure: each node's runs, oldest first, to the nodes whose last
 ``failures`` judged runs all failed, the last within ``window_s``), ``node_runs`` (the
 experiment's ended job rows as ``NodeRun`` records: a job row keeps its last run's
 nodes, its exit reason and end, ``Job.nodes``/``exit_reason``/``ended_at``, from the
-run's exit record), ``excluded`` (both, for one experiment, read from the store) and
+run's exit record), ``excluded`` (both, for one experiment, read from the store),
 ``exclude_option`` (the ``--exclude`` that adds them to what the pool and the
-experiment already exclude).
+experiment already exclude) and ``exclusion`` (both: what the experiment's next sbatch,
+trial jobs or a pool's workers, carries).
 What counts: a run that ended in an error counts against each of its nodes; a run that
 completed, was stopped by the searcher, or ran into its time limit clears them (the node
 ran the trial's code); preemption, requeue, cancel and node failure say nothing about
@@ -24,7 +25,8 @@ from sqlmodel import Session, col, select
 
 from dethpc.common.exitcodes import ExitReason
 from dethpc.common.sbatch_options import canonical_option, layer, option_value
-from dethpc.config.model import BadNodes
+from dethpc.config.model import BadNodes, ExperimentConfig, ResourcePool
+from dethpc.store import Store
 from dethpc.store.models import Job
 
 #: ends that count against a node, and ends that clear it; the rest say nothing
@@ -102,3 +104,12 @@ def exclude_option(bad: Sequence[BadNode], *sbatch_args: Sequence[str]) -> str |
         if canonical_option(arg) == "--exclude":
             given += [n for n in (option_value(arg) or "").split(",") if n]
     return "--exclude=" + ",".join(dict.fromkeys([*given, *(b.node for b in bad)]))
+
+
+def exclusion(store: Store, exp_id: int, cfg: ExperimentConfig, pool: ResourcePool,
+              now: float) -> tuple[str | None, list[BadNode]]:
+    """The ``--exclude`` for experiment ``exp_id``'s next sbatch (None: no bad node)
+    and the bad nodes it names."""
+    with store.session() as s:
+        bad = excluded(s, exp_id, cfg.slurm.bad_nodes, now)
+    return exclude_option(bad, pool.sbatch_args, cfg.slurm.sbatch_args), bad

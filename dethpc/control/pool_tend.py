@@ -25,6 +25,7 @@ Owns: ``PoolTender``, given the daemon's submit budget and trial files (``Budget
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
@@ -38,6 +39,7 @@ from dethpc.common.jobref import base_job_id
 from dethpc.common.kinds import ExperimentKind
 from dethpc.config.model import ClusterConfig, ExperimentConfig, WorkerPool
 from dethpc.control import pool_view as view
+from dethpc.control.bad_nodes import exclusion
 from dethpc.control.reconcile import load_config
 from dethpc.jobs.pool_items import pool_problem, work_item
 from dethpc.jobs.pool_script import pool_comment, pool_name, worker_array_script
@@ -275,6 +277,9 @@ class PoolTender:
         if n <= 0:
             return 0
         pool = self.cluster.pool(cfg.resources.resource_pool)
+        # new workers keep off the nodes where the experiment's runs keep failing (the
+        # workers already there are not retired for it)
+        exclude, bad = exclusion(self.store, exp.id, cfg, pool, time.time())
         run_dir = Path(exp.run_dir)
         paths = queue.PoolPaths.of_run_dir(run_dir).create()
         with self.store.session() as s:
@@ -296,7 +301,8 @@ class PoolTender:
             name=name, comment=pool_comment(exp.id, batch_id, self.tag), script=script,
             workdir=paths.root, array_indices=tuple(range(n)),
             time_limit_s=parse_slurm_time(cfg.slurm.time or pool.default_time),
-            signal=pool.signal, signal_lead_s=pool.signal_grace_s)
+            signal=pool.signal, signal_lead_s=pool.signal_grace_s,
+            extra_args=(exclude,) if exclude else ())
         try:
             refs = self.backend.submit(request)
         except SubmitLimitError as exc:
@@ -316,7 +322,8 @@ class PoolTender:
             s.add(b)
             s.add(Event(experiment_id=exp.id, kind="workers",
                         message=f"batch {batch_id}: {n} pool worker(s) as job "
-                                f"{b.array_job_id}"))
+                                f"{b.array_job_id}" + "".join(
+                                    f"; with {exclude}: {x.summary()}" for x in bad)))
         return 0    # workers run trials; the trials were counted when their items were put
 
     def event(self, exp_id: int, kind: str, message: str) -> None:

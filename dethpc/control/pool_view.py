@@ -98,12 +98,11 @@ def poll_items(paths: queue.PoolPaths, refs: Iterable[str]) -> dict[str, JobInfo
             out[ref] = JobInfo(ref=ref, state=state, raw_state=f"item {res.reason}",
                                exit_code=res.code,
                                restart_count=int(res.extra.get("attempt", 0)),
-                               nodes=res.worker)
+                               nodes=str(res.extra.get("node", "")))
         elif file in held:
             attempt = _attempt(str(paths.leases / held[file]))
-            worker = held[file].partition(queue.LEASE_SEP)[0]
             out[ref] = JobInfo(ref=ref, state=JobState.RUNNING, raw_state="item held",
-                               restart_count=attempt or 0, nodes=worker)
+                               restart_count=attempt or 0)
         elif file in work or file in returning:
             attempt = _attempt(str((paths.work if file in work else paths.returning) / file))
             if attempt is None:      # claimed between the listing and the read

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sqlmodel import select
 
+from dethpc.backends.local_supervisor import NODENAME
 from dethpc.control.pool_view import parse_item_ref
 from dethpc.launch.worker import queue
 from dethpc.store import Store
@@ -70,6 +71,8 @@ def test_promotions_run_as_items_in_live_workers_which_drain_at_the_end(home, tm
         mine = [r for r in recs if r["job"] == job.ref]
         assert [r["reason"] for r in mine] in (["completed"], ["stopped"]), (job.ref, recs)
         assert mine[0]["worker"] is True
+        # the run's node (what the bad-node rule counts), never the worker's id
+        assert mine[0]["nodes"] == [NODENAME] and job.nodes == NODENAME, (mine, job.nodes)
     assert (run_dir / "pool" / "drain").exists()
     wait_for(lambda: not _workers_alive(run_dir), timeout=60, what="drained workers exit")
 

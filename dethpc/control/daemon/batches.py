@@ -28,7 +28,7 @@ from dethpc.common.errors import SubmitLimitError
 from dethpc.common.jobref import base_job_id
 from dethpc.common.paths import ExperimentPaths
 from dethpc.config.model import ClusterConfig, ExperimentConfig
-from dethpc.control.bad_nodes import exclude_option, excluded
+from dethpc.control.bad_nodes import exclusion
 from dethpc.control.daemon.budget import SubmitBudget
 from dethpc.control.daemon.shared import fault_point
 from dethpc.jobs.jobscript import batch_comment, batch_name, checkpoint_dir
@@ -87,9 +87,8 @@ class BatchSubmitter:
         assert exp.id is not None
         pool = self.cluster.pool(cfg.resources.resource_pool)
         paths = ExperimentPaths(Path(exp.run_dir)).ensure()
-        with self.store.session() as s:   # nodes where this experiment's trials keep failing
-            bad = excluded(s, exp.id, cfg.slurm.bad_nodes, time.time())
-        exclude = exclude_option(bad, pool.sbatch_args, cfg.slurm.sbatch_args)
+        # nodes where this experiment's trials keep failing
+        exclude, bad = exclusion(self.store, exp.id, cfg, pool, time.time())
         batch_id, name, throttle = self.record(exp, cfg, trials, array)
         tasks = [(i, self.files.write(exp, cfg, t)) for i, t in enumerate(trials)]
         jobs = jobs_for(exp.kind, paths.root)

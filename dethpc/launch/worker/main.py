@@ -40,6 +40,7 @@ from dethpc.common.jobenv import ENV_PREEMPT_SIGNAL, ENV_RUN_ID
 from dethpc.common.jobref import ref_from_env
 from dethpc.common.jsonlines import append_record
 from dethpc.common.paths import TrialPaths
+from dethpc.common.slots import agent_id
 from dethpc.launch import detenv
 from dethpc.launch.worker import forkserver, queue
 
@@ -98,7 +99,8 @@ def _append_exit(trial_dir: Path, reason: ExitReason, code: int, item: queue.Wor
                  ref: str, sig: str) -> None:
     """One exit record per run; its ``job`` is the item's ref (the daemon's Job row)
     when the daemon put the item, else the worker's own job."""
-    rec = {**exit_record(reason, code, item.attempt, item.ref or ref, sig, time.time()),
+    rec = {**exit_record(reason, code, item.attempt, item.ref or ref, sig, time.time(),
+                         nodes=[agent_id(os.environ)]),
            "worker_job": ref, "worker": True}
     append_record(TrialPaths(trial_dir).exit_log, rec)
 
@@ -119,12 +121,14 @@ def run_one(s: Settings, lease: queue.Lease, flags: Flags) -> tuple[queue.RunRes
     item = lease.item
     trial_dir = Path(item.trial_dir)
     ref = ref_from_env(os.environ)
+    # the node goes with each result: what the bad-node rule counts (never the worker id)
+    extra = {"attempt": item.attempt, "job": ref, "node": agent_id(os.environ)}
     t0 = time.time()
     if not trial_dir.is_dir():     # nothing to run it in: an error, never a worker crash
         result = queue.RunResult(trial_id=item.trial_id, seq=item.seq,
                                  reason=str(ExitReason.ERROR), code=2, worker=s.worker,
                                  start_s=0.0, wall_s=0.0,
-                                 extra={"attempt": item.attempt, "job": ref,
+                                 extra={**extra,
                                         "error": f"trial directory {trial_dir} is missing"})
         queue.finish(s.paths, lease, result)
         return result, 2
@@ -149,7 +153,7 @@ def run_one(s: Settings, lease: queue.Lease, flags: Flags) -> tuple[queue.RunRes
                                      reason=str(ExitReason.CANCELLED), code=137,
                                      worker=s.worker, start_s=started,
                                      wall_s=time.time() - t0,
-                                     extra={"attempt": item.attempt, "job": ref})
+                                     extra=extra)
             queue.finish(s.paths, lease, result)
             return result, 137
         if time.monotonic() >= next_beat:
@@ -169,7 +173,7 @@ def run_one(s: Settings, lease: queue.Lease, flags: Flags) -> tuple[queue.RunRes
     result = queue.RunResult(trial_id=item.trial_id, seq=item.seq, reason=str(reason),
                              code=code, worker=s.worker, start_s=started,
                              wall_s=time.time() - t0,
-                             extra={"attempt": item.attempt, "job": ref})
+                             extra=extra)
     if reason is ExitReason.PREEMPTED:
         queue.give_back(s.paths, lease)
     else:

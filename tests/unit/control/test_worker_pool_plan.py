@@ -3,18 +3,23 @@ workers, an item's state as a job, cancel of items, and the ``workers`` setting.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
 from dethpc.backends.base import JobState
 from dethpc.common.errors import ConfigError, SubmitError
+from dethpc.common.exitcodes import ExitReason
 from dethpc.common.kinds import ExperimentKind
 from dethpc.config import parse_experiment_config
 from dethpc.config.model import ClusterConfig, ResourcePool, WorkerPool
 from dethpc.control import pool_view as view
-from dethpc.control.pool_tend import PoolMode, check_worker_pool, pool_mode
+from dethpc.control.daemon.budget import SubmitBudget
+from dethpc.control.daemon.shared import Scope
+from dethpc.control.pool_tend import PoolMode, PoolTender, check_worker_pool, pool_mode
 from dethpc.launch.worker import queue
+from tests.unit.control.daemon_kit import world
 
 P, R, D = JobState.PENDING, JobState.RUNNING, JobState.COMPLETED
 
@@ -68,7 +73,8 @@ def test_items_read_as_jobs_and_cancel_withdraws_or_kills(tmp_path: Path) -> Non
     assert held is not None and held.item.trial_id == 1
     queue.finish(paths, queue.claim(paths, "w1"),  # type: ignore[arg-type]
                  queue.RunResult(trial_id=2, seq=0, reason="stopped", code=81,
-                                 worker="w1", start_s=0, wall_s=1, extra={"attempt": 0}))
+                                 worker="w1", start_s=0, wall_s=1,
+                                 extra={"attempt": 0, "node": "n3"}))
     back = queue.claim(paths, "w2")            # trial 3, preempted: handed back
     assert back is not None and queue.give_back(paths, back) is not None
     refs = [view.item_ref(5, queue.item_name(t, 0)) for t in (1, 2, 3, 4)] + [
@@ -76,7 +82,10 @@ def test_items_read_as_jobs_and_cancel_withdraws_or_kills(tmp_path: Path) -> Non
     got = view.poll_items(paths, refs)
     assert [(got[r].state, got[r].restart_count) for r in refs] == [
         (R, 0), (D, 0), (P, 1), (P, 0), (JobState.UNKNOWN, 0)]
-    assert got[refs[1]].exit_code == 81 and got[refs[0]].nodes == "w0"
+    assert got[refs[1]].exit_code == 81
+    # a run's nodes are its Slurm node (what the bad-node rule counts), never the worker id;
+    # a held item's node is not known until its result
+    assert got[refs[1]].nodes == "n3" and got[refs[0]].nodes == ""
     view.cancel_items(paths, [refs[0], refs[3]])
     assert queue.killed(paths, "t1-s0")        # held: its worker kills the trial
     assert view.poll_items(paths, [refs[3]])[refs[3]].state == JobState.CANCELLED
@@ -135,3 +144,27 @@ def test_site_default_applies_only_where_a_worker_can_run_the_trials() -> None:
         check_worker_pool(asked, ClusterConfig(), managed, "python3")
     off = parse_experiment_config({**BASE, "slurm": {"workers": False}})
     assert pool_mode(off, site, managed, "python3") is PoolMode.OFF        # opted out
+
+
+def test_new_workers_keep_off_the_experiments_bad_nodes(tmp_path: Path) -> None:
+    """Runs that failed in a row on n2 (their exit records name the worker's node) send
+    the pool's next worker array out with ``--exclude``, the pool's own exclude kept."""
+    cluster = ClusterConfig(runs_root=tmp_path / "runs", pools={"default": ResourcePool(
+        name="default", sbatch_args=("--exclude=n4",))})
+    w = world(tmp_path, cluster=cluster, slurm={"workers": {"count": 2},
+                                                "bad_nodes": {"failures": 2}})
+    trials = w.add_trials(1, needs_job=False)
+    now = time.time()
+    w.add_batch(trials, ref="pool:1:t1-s{i}", nodes="n2", exit_reason=ExitReason.ERROR,
+                ended_at=now - 5)
+    w.add_batch(trials, name="b2", ref="pool:1:t1-s1", nodes="n2",
+                exit_reason=ExitReason.ERROR, ended_at=now - 1)
+    budget = SubmitBudget(w.store, w.cluster, w.backend, Scope())
+    tender = PoolTender(w.store, w.cluster, w.backend, python="python3", tag="t",
+                        budget=budget, files=None)  # type: ignore[arg-type]
+    cfg = w.config()
+    assert cfg.slurm.workers is not None
+    tender.submit_workers(w.experiment(), cfg, cfg.slurm.workers, 2)
+    assert w.backend.requests[-1].extra_args == ("--exclude=n4,n2",)
+    assert any("with --exclude=n4,n2: n2: 2 failed runs in a row" in m
+               for m in w.events("workers")), w.events()
