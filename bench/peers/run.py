@@ -16,8 +16,9 @@ Owns: per system and seed, one search of the same space with the same training
   they run; this driver polls as ``dethpc-user``, so its own look is left out), per
   minute of the search;
 * login-node CPU seconds: user+system time of the processes this driver started on
-  the "login node" (the CLI, dethpc's daemon, submitit's or Hydra's waiting process;
-  ``RUSAGE_CHILDREN``), never the jobs';
+  the "login node" (the CLI, submitit's or Hydra's waiting process: ``RUSAGE_CHILDREN``;
+  dethpc's daemon, which `dethpc submit` starts detached: ``/proc/<pid>/stat``), never
+  the jobs';
 * batches trained (all trials, all runs), trials started, what is left on disk.
 
 Then the limit: bench/asha's simulator replays the recorded curves of the same space
@@ -48,6 +49,7 @@ import re
 import resource
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -133,6 +135,18 @@ def children_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+#: login-node CPU seconds of detached processes (dethpc's daemon, which `dethpc submit`
+#: starts in its own session: not this process's child), added by the cell that ran them
+DETACHED_CPU: list[float] = []
+
+
+def process_cpu(pid: int) -> float:
+    """``pid``'s user+system CPU seconds with those of its waited-for children (the
+    Slurm commands a daemon ran), from ``/proc/<pid>/stat``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def watch(cmd: list[str]) -> str:
     """A Slurm query run as the watcher, whose RPCs are not the system's."""
     return subprocess.run(["runuser", "-u", WATCHER, "--", *cmd], capture_output=True,
@@ -216,17 +230,15 @@ def run_dethpc(mode: str, home: Path, seed: int, args: argparse.Namespace,
                                                 "curves", "cnn"]}}
     (home / "experiment.yaml").write_text(yaml.safe_dump(exp))
     denv = {**env, "DETHPC_HOME": str(home), "DETHPC_CLUSTER_CONFIG": str(home / "cluster.yaml")}
-    out = subprocess.run([sys.executable, "-m", "dethpc.surfaces.entry", "submit",
-                          str(home / "experiment.yaml"), str(ctx), "--no-daemon", "--json"],
+    # what the user types: the console script, which starts the user's daemon (detached,
+    # in its own session; its CPU is read from /proc before it is stopped)
+    out = subprocess.run([str(Path(sys.executable).parent / "dethpc"), "submit",
+                          str(home / "experiment.yaml"), str(ctx), "--json"],
                          capture_output=True, text=True, env=denv, timeout=300)
     if out.returncode != 0:
         raise SystemExit(f"peers: dethpc submit failed: {out.stderr.strip()[-2000:]}")
     exp_id = int(json.loads(out.stdout)["id"])
-    # `dethpc submit` starts the user's daemon itself; here it is this process's child,
-    # so that its CPU time is counted (the same daemon, the same flags)
-    log = (home / "daemon.log").open("wb")
-    daemon = subprocess.Popen([sys.executable, "-m", "dethpc.surfaces.entry", "daemon", "run"],
-                              stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=denv)
+    daemon = int((home / "daemon.pid").read_text())
     store = Store(f"sqlite:///{home / 'dethpc.db'}")
 
     def wait() -> None:
@@ -245,8 +257,11 @@ def run_dethpc(mode: str, home: Path, seed: int, args: argparse.Namespace,
             if ids:
                 wait_jobs_gone(ids, 120)
         finally:
-            daemon.terminate()
-            daemon.wait(timeout=60)
+            DETACHED_CPU.append(process_cpu(daemon))
+            os.kill(daemon, signal.SIGTERM)
+            deadline = time.monotonic() + 60
+            while Path(f"/proc/{daemon}").exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
         if state != "COMPLETED":
             raise SystemExit(f"peers: dethpc experiment ended {state or 'never'}; "
                              f"see {home / 'daemon.log'}")
@@ -461,7 +476,8 @@ def run_cell(system: str, seed: int, args: argparse.Namespace, root: Path,
     finally:
         fault_events = faults.stop() if faults is not None else []
     end_user = time.time()                      # the search is over for its user
-    cpu = children_cpu() - cpu0
+    cpu = children_cpu() - cpu0 + sum(DETACHED_CPU)
+    DETACHED_CPU.clear()
     # the fault cells' high jobs are the faults', not the system's
     rows = [r for r in accounting(t0) if r["JobName"] != PREEMPTOR]
     rpcs = sdiag_root() - rpc0

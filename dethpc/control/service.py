@@ -3,13 +3,17 @@
 Owns: the single-daemon lock (an fcntl lock on ``$DETHPC_HOME/daemon.lock``,
 held for the daemon's life, so two daemons never tick the same database), the
 pidfile, ``start`` (detached ``dethpc daemon run`` with its log in
-``$DETHPC_HOME/daemon.log``), ``stop`` and ``status``, and ``wake`` (the file a client
-touches after it changed an experiment, so that an idle daemon ticks now).
+``$DETHPC_HOME/daemon.log``), ``prestart`` (the same process started at a command's
+first line, so that its start overlaps the command's own; ``start`` adopts it, and it is
+stopped when the command exits without having done so), ``stop`` and ``status``, and
+``wake`` (the file a client touches after it changed an experiment, so that an idle
+daemon ticks now).
 Must not: tick (``dethpc.control.daemon`` does).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import os
@@ -93,23 +97,56 @@ def running_pid() -> int | None:
     return None
 
 
+def _spawn(extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    make_private_dir(dethpc_home())
+    env = {**os.environ, **(extra_env or {})}
+    with open(log_path(), "ab") as log:
+        return subprocess.Popen(  # noqa: S603
+            [sys.executable, "-m", "dethpc.surfaces.cli.main", "daemon", "run"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+            start_new_session=True, close_fds=True)
+
+
+class _Prestarted:
+    """The daemon this process started at its first line, until ``start`` adopts it."""
+
+    proc: subprocess.Popen[bytes] | None = None
+
+
+def prestart() -> None:
+    """Start the daemon now, without waiting, unless one runs: a command that will call
+    ``start`` at its end (``dethpc submit``) calls this at its first line, so that the
+    daemon's start (about 2 s of imports on an idle login node) runs beside the
+    command's own instead of after it. Stopped at this process's exit unless ``start``
+    adopted it (a submit refused for a bad config leaves no daemon behind)."""
+    if _Prestarted.proc is not None or running_pid() is not None:
+        return
+    _Prestarted.proc = _spawn()
+    atexit.register(_drop_prestarted)
+
+
+def _drop_prestarted() -> None:
+    proc, _Prestarted.proc = _Prestarted.proc, None
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=30)
+
+
 def start(extra_env: dict[str, str] | None = None, wait_s: float = 120.0) -> int:
-    """Start ``dethpc daemon run`` in the background unless one runs; returns its pid.
+    """Start ``dethpc daemon run`` in the background unless one runs (or adopt the one
+    ``prestart`` started); returns its pid.
 
     Waits on events: it returns as soon as the new daemon holds the lock and fails as
     soon as it exits. ``wait_s`` only bounds a daemon stuck before its lock (a hung
     home file system); it is long because a loaded 2-core login node took more than
     10 s just to import the daemon (1.6 s when idle)."""
+    proc, _Prestarted.proc = _Prestarted.proc, None
     pid = running_pid()
     if pid is not None:
         return pid
-    make_private_dir(dethpc_home())
-    env = {**os.environ, **(extra_env or {})}
-    with open(log_path(), "ab") as log:
-        proc = subprocess.Popen(  # noqa: S603
-            [sys.executable, "-m", "dethpc.surfaces.cli.main", "daemon", "run"],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
-            start_new_session=True, close_fds=True)
+    if proc is None:
+        proc = _spawn(extra_env)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         pid = running_pid()

@@ -4,6 +4,8 @@ Owns: the dispatch on the first word: ``report``, ``should-stop``, ``hparams`` a
 ``latest-checkpoint`` run ``dethpc.launch.jobapi.main`` (a training loop calls them at every
 step: no typer, rich or database imports, docs/shell-api.md); anything else runs
 ``dethpc.surfaces.cli.main.main``. ``python -m dethpc.surfaces.entry ...`` does the same.
+A ``submit`` (``experiment create``) that will start the user's daemon starts it here,
+before the CLI's imports (``service.prestart``).
 Must not: import ``dethpc.surfaces.cli`` for a job API verb.
 """
 
@@ -16,12 +18,39 @@ from collections.abc import Sequence
 JOB_VERBS = frozenset({"report", "should-stop", "hparams", "latest-checkpoint"})
 
 
+#: ``submit``'s options with which it starts no daemon here
+NO_DAEMON = frozenset({"--no-daemon", "--local", "--help", "-h"})
+
+
+def prestart_wanted(args: list[str]) -> bool:
+    """True for ``dethpc submit`` (``experiment create``) run here, not forwarded to a
+    remote login node, without ``--no-daemon``/``--local``/``--help``: it starts the
+    user's daemon at its end, so ``main`` starts it at its first line instead
+    (``service.prestart``): the daemon's imports (about 2 s) then run beside the CLI's
+    instead of after them (bench/peers: the command to the first sbatch). A submit that
+    fails stops it again."""
+    from dethpc.common.errors import DethpcError
+    from dethpc.surfaces.remote.cli import split_remote, submit_positions
+    from dethpc.surfaces.remote.target import load_file, resolve
+
+    try:
+        option, rest = split_remote(args)
+        return not (submit_positions(rest) is None or NO_DAEMON & set(rest)
+                    or resolve(option, load_file()) is not None)
+    except DethpcError:        # the CLI says what is wrong with the remote setting
+        return False
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in JOB_VERBS:
         from dethpc.launch.jobapi import main as job_main
 
         sys.exit(job_main(args))
+    if prestart_wanted(args):
+        from dethpc.control.service import prestart
+
+        prestart()
     from dethpc.surfaces.cli.main import main as cli_main
 
     if argv is not None:

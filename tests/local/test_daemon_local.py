@@ -196,3 +196,44 @@ def test_set_concurrency_cli_tops_up_and_refuses_bad_values(home, tmp_path):
     cli("daemon", "start")
     state = cli("experiment", "wait", exp, "--timeout", "60", check=False, timeout=90)
     assert state.returncode == 1 and describe(exp)["state"] == "CANCELED"
+
+
+def _daemons_of(home: Path) -> list[int]:
+    """The live ``dethpc daemon run`` processes whose DETHPC_HOME is ``home``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            env = (proc / "environ").read_bytes().split(b"\0")
+            state = (proc / "stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+        if b"daemon" in argv and b"run" in argv and state != "Z" \
+                and f"DETHPC_HOME={home}".encode() in env:
+            found.append(int(proc.name))
+    return found
+
+
+def test_submit_starts_the_daemon_at_its_first_line_and_a_refused_one_leaves_none(
+        home, tmp_path):
+    """The console script (``dethpc.surfaces.entry``) starts the daemon before the CLI's
+    imports; a submit refused for its config stops that daemon before it exits, and a
+    good one adopts it: one daemon, and the experiment completes."""
+    entry = [sys.executable, "-m", "dethpc.surfaces.entry"]
+    bad = write_config(tmp_path / "bad.yaml", max_restarts="often")
+    out = subprocess.run([*entry, "submit", str(bad), str(TOY)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode != 0 and "max_restarts" in out.stderr, out
+    assert "Traceback" not in out.stderr, out.stderr
+    assert _daemons_of(home) == [], "the refused submit left a daemon running"
+    good = write_config(tmp_path / "good.yaml")
+    out = subprocess.run([*entry, "submit", str(good), str(TOY), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out
+    exp = json.loads(out.stdout)["id"]
+    pid = int((home / "daemon.pid").read_text())
+    assert _daemons_of(home) == [pid]
+    cli("experiment", "wait", exp, "--timeout", "180", timeout=200)
+    assert describe(exp)["state"] == "COMPLETED"
