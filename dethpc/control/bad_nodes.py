@@ -7,7 +7,7 @@ nodes, its exit reason and end, ``Job.nodes``/``exit_reason``/``ended_at``, from
 run's exit record), ``excluded`` (both, for one experiment, read from the store),
 ``exclude_option`` (the ``--exclude`` that adds them to what the pool and the
 experiment already exclude) and ``exclusion`` (both: what the experiment's next sbatch,
-trial jobs or a pool's workers, carries).
+trial jobs or a pool's workers, carries, and the note its event gets).
 What counts: a run that ended in an error counts against each of its nodes; a run that
 completed, was stopped by the searcher, or ran into its time limit clears them (the node
 ran the trial's code); preemption, requeue, cancel and node failure say nothing about
@@ -107,9 +107,13 @@ def exclude_option(bad: Sequence[BadNode], *sbatch_args: Sequence[str]) -> str |
 
 
 def exclusion(store: Store, exp_id: int, cfg: ExperimentConfig, pool: ResourcePool,
-              now: float) -> tuple[str | None, list[BadNode]]:
+              now: float) -> tuple[str | None, str]:
     """The ``--exclude`` for experiment ``exp_id``'s next sbatch (None: no bad node)
-    and the bad nodes it names."""
+    and what its event says of it ("with --exclude=...; n1: 2 failed runs in a row
+    (...)"; "" without one)."""
     with store.session() as s:
         bad = excluded(s, exp_id, cfg.slurm.bad_nodes, now)
-    return exclude_option(bad, pool.sbatch_args, cfg.slurm.sbatch_args), bad
+    option = exclude_option(bad, pool.sbatch_args, cfg.slurm.sbatch_args)
+    if option is None:
+        return None, ""
+    return option, "; ".join([f"with {option}", *(b.summary() for b in bad)])

@@ -279,7 +279,7 @@ class PoolTender:
         pool = self.cluster.pool(cfg.resources.resource_pool)
         # new workers keep off the nodes where the experiment's runs keep failing (the
         # workers already there are not retired for it)
-        exclude, bad = exclusion(self.store, exp.id, cfg, pool, time.time())
+        exclude, exclude_note = exclusion(self.store, exp.id, cfg, pool, time.time())
         run_dir = Path(exp.run_dir)
         paths = queue.PoolPaths.of_run_dir(run_dir).create()
         with self.store.session() as s:
@@ -322,8 +322,8 @@ class PoolTender:
             s.add(b)
             s.add(Event(experiment_id=exp.id, kind="workers",
                         message=f"batch {batch_id}: {n} pool worker(s) as job "
-                                f"{b.array_job_id}" + "".join(
-                                    f"; with {exclude}: {x.summary()}" for x in bad)))
+                                f"{b.array_job_id}"
+                                + (f"; {exclude_note}" if exclude_note else "")))
         return 0    # workers run trials; the trials were counted when their items were put
 
     def event(self, exp_id: int, kind: str, message: str) -> None:

@@ -88,7 +88,7 @@ class BatchSubmitter:
         pool = self.cluster.pool(cfg.resources.resource_pool)
         paths = ExperimentPaths(Path(exp.run_dir)).ensure()
         # nodes where this experiment's trials keep failing
-        exclude, bad = exclusion(self.store, exp.id, cfg, pool, time.time())
+        exclude, exclude_note = exclusion(self.store, exp.id, cfg, pool, time.time())
         batch_id, name, throttle = self.record(exp, cfg, trials, array)
         tasks = [(i, self.files.write(exp, cfg, t)) for i, t in enumerate(trials)]
         jobs = jobs_for(exp.kind, paths.root)
@@ -115,8 +115,7 @@ class BatchSubmitter:
         fault_point("after_sbatch")
         self.budget.succeeded()
         self.budget.count_submitted(pool, len(refs) * max(1, len(cfg.slurm.components)))
-        self.confirm(exp.id, batch_id, refs, note="; ".join(
-            [f"with {exclude}", *(b.summary() for b in bad)]) if exclude else "")
+        self.confirm(exp.id, batch_id, refs, note=exclude_note)
         return len(refs)
 
     def record(self, exp: Experiment, cfg: ExperimentConfig, trials: list[Trial],

@@ -166,5 +166,5 @@ def test_new_workers_keep_off_the_experiments_bad_nodes(tmp_path: Path) -> None:
     assert cfg.slurm.workers is not None
     tender.submit_workers(w.experiment(), cfg, cfg.slurm.workers, 2)
     assert w.backend.requests[-1].extra_args == ("--exclude=n4,n2",)
-    assert any("with --exclude=n4,n2: n2: 2 failed runs in a row" in m
+    assert any("with --exclude=n4,n2; n2: 2 failed runs in a row" in m
                for m in w.events("workers")), w.events()
