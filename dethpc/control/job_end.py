@@ -176,6 +176,15 @@ def known_runs(job: JobFacts, info: JobInfo) -> JobInfo:
     return info if info.restart_count >= runs else replace(info, restart_count=runs)
 
 
+def runs_ended_since(job: JobFacts, info: JobInfo | None) -> bool:
+    """Runs of the job ended since the store's count, by what the poll and the job's
+    newest exit record say together (``known_runs``): then ``judge`` needs the job's
+    ``free_runs``, read from ``exits.jsonl``. A poll alone can say less (22.05's sacct
+    has no restart count): a job requeued by its own script and completed while the
+    daemon was down would have its free requeue counted as a restart."""
+    return info is not None and known_runs(job, info).restart_count > job.restart_count
+
+
 def _requeued(job: JobFacts, trial: TrialFacts, info: JobInfo) -> Decision:
     counted = _counted_earlier(job, info)
     over = trial.restarts + len(counted) > trial.max_restarts

@@ -9,8 +9,8 @@ every job script calls once its step ended::
 
     eval "$(python -m dethpc.launch.run_end --kind trial --rc "$rc" ...)"
 
-which asks ``scontrol`` only when the decision needs it (a stopped-on-a-signal run on
-Slurm), appends the run's exit record to ``exits.jsonl`` (trials and wrapped scripts;
+which asks ``scontrol`` only when the decision needs it (a run on Slurm that stopped on a
+signal or failed), appends the run's exit record to ``exits.jsonl`` (trials and wrapped scripts;
 its ``job`` is ``dethpc.common.jobref.ref_from_env``, the ref the store keeps) and
 prints ``reason=… requeue=0|1 exit_code=…`` for the shell to act on. And ``start``: the
 ref a run names itself by (``JOB_REF``), and whether the job's last recorded run already
@@ -147,19 +147,40 @@ def exit_reason(f: RunFacts) -> ExitReason:
 
 
 def needs_job_facts(f: RunFacts) -> bool:
-    """Only a run that stopped on a signal, on Slurm, asks who ends its job."""
-    return f.in_place and exit_reason(f) is ExitReason.PREEMPTED
+    """Only a run on Slurm that stopped on a signal, or whose trial or script failed,
+    asks who ends its job: a failure may be the kill of a requeue whose TERM reached the
+    step before the batch shell (``requeued_meanwhile``)."""
+    asks = ({ExitReason.PREEMPTED} if f.kind is RunKind.WORKER
+            else {ExitReason.PREEMPTED, ExitReason.ERROR})
+    return f.in_place and exit_reason(f) in asks
+
+
+def requeued_meanwhile(f: RunFacts, job: JobFacts | None) -> bool:
+    """Slurm already counts a later run of this job than the one that just failed: the
+    job was requeued (the script's own ``scontrol requeue``, Lightning's on its signal,
+    or an operator's) and the run's step died of that requeue's kill. The batch shell
+    may not have seen the TERM: Slurm signals the job's steps and its batch shell one
+    after the other, and a step that died first ends the shell's ``wait`` before the
+    shell's TERM arrives, which ``_run_end.j2`` then ignores (a fresh machine's CI,
+    tests/slurm/test_site_scripts_slurm.py: Lightning's requeue recorded as an error
+    and counted as a restart). The run ended because it was requeued, whatever the
+    shell saw: a free end, never a restart."""
+    return job is not None and job.restarts > f.run
 
 
 def decide(f: RunFacts, job: JobFacts | None = None) -> Decision:
     """The requeue decision. A run that stopped on a signal, on Slurm, asks who ends its
-    job (``who_ends``). Without Slurm (local), a preempted run exits
+    job (``who_ends``); a failed one is a requeue's kill when Slurm already counts a
+    later run (``requeued_meanwhile``). Without Slurm (local), a preempted run exits
     ``LOCAL_REQUEUE_EXIT``. An error exits with its code; a worker with its own; every
     other end exits 0."""
     if f.hung and f.rc != 0:
         # ended by the watchdog (its TERM): a counted end, never requeued in place
         return Decision(ExitReason.HUNG, False, f.rc)
     reason, requeue = exit_reason(f), False
+    if reason is ExitReason.ERROR and f.kind is not RunKind.WORKER \
+            and requeued_meanwhile(f, job):
+        return Decision(ExitReason.REQUEUED, False, 0)
     if reason is ExitReason.PREEMPTED and f.in_place:
         reason, requeue = who_ends(f, job or JobFacts())
     if requeue:

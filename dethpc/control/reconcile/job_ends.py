@@ -11,6 +11,8 @@ Must not: decide (``job_end.judge``, ``job_rules``), write files or call a backe
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from dethpc.backends.base import JobInfo
 from dethpc.backends.slurm_holds import hold_of
 from dethpc.common.jsonlines import read_new_lines
@@ -24,6 +26,7 @@ from dethpc.control.job_end import (
     TrialFacts,
     judge,
     nothing_to_judge,
+    runs_ended_since,
 )
 from dethpc.control.reconcile.ingest_rules import free_runs
 from dethpc.control.reconcile.job_rules import (
@@ -78,14 +81,11 @@ class JobEnds:
         if nothing_to_judge(job.restart_count, info):
             return WAIT
         trial = self.rows.trials[job.trial_id]
-        last = recorded_end(job)
-        grew = info is not None and info.restart_count > job.restart_count
         kind = self.rows.exp.kind
         facts = JobFacts(restart_count=job.restart_count, unknown_ticks=job.unknown_ticks,
-                         last_record=last,
-                         free_runs=self._free_runs(trial, job.ref or "") if grew
-                         else frozenset(),
-                         wrapped=kind.wrapped)
+                         last_record=recorded_end(job), wrapped=kind.wrapped)
+        if runs_ended_since(facts, info):
+            facts = replace(facts, free_runs=self._free_runs(trial, job.ref or ""))
         return judge(facts, TrialFacts(
             terminal=trial.state.is_terminal, stop_requested=trial.stop_requested_at is not None,
             killing=self.rows.exp.state == ExperimentState.STOPPING_KILLED,

@@ -226,3 +226,29 @@ def test_every_terminal_state_has_a_row() -> None:
     """A new JobState must get a row here (and a rule in _STATE_REASON)."""
     covered = {r[3].state for r in ROWS if r[3] is not None and r[4] == Kind.ENDED}
     assert {s for s in JobState if s.is_terminal} <= covered
+
+
+@pytest.mark.parametrize(("name", "jf", "poll", "read"), [
+    ("not polled", job(), None, False),
+    ("running, as the store knows it", job(), info(S.RUNNING), False),
+    ("squeue says requeued", job(), info(S.PENDING, restarts=1), True),
+    # a script's own requeue, then its completed run, seen only by 22.05's sacct (no
+    # restart count) after a daemon outage: the record names run 1
+    ("sacct, completed run 1 recorded", job(record=rec(R.COMPLETED, run=1)),
+     info(S.COMPLETED), True),
+    ("sacct, nothing past the store's count", job(restart_count=1,
+     record=rec(R.COMPLETED, run=1)), info(S.COMPLETED), False),
+])
+def test_the_free_runs_are_read_whenever_runs_ended_since_the_stores_count(
+        name: str, jf: JobFacts, poll: JobInfo | None, read: bool) -> None:
+    """``JobEnds`` reads ``exits.jsonl`` for the free runs exactly when judge may count
+    one; before, it asked the poll alone, and a free requeue seen only through its
+    completed run's record was counted (judged here with and without them)."""
+    from dataclasses import replace
+
+    from dethpc.control.job_end import runs_ended_since
+
+    assert runs_ended_since(jf, poll) is read, name
+    if name == "sacct, completed run 1 recorded":
+        assert judge(jf, trial(), poll).counted_runs == (0,)          # without the read
+        assert judge(replace(jf, free_runs=frozenset({0})), trial(), poll).counted_runs == ()

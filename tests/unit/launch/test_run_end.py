@@ -50,7 +50,13 @@ TABLE: list[tuple[str, RunFacts, JobFacts | None, Decision]] = [
     ("trial completed", facts(T, 0), None, Decision(R.COMPLETED, False, 0)),
     ("trial stopped by the searcher", facts(T, EXIT_STOPPED), None,
      Decision(R.STOPPED, False, 0)),
-    ("trial failed", facts(T, 3), None, Decision(R.ERROR, False, 3)),
+    ("trial failed", facts(T, 3), RUNNING, Decision(R.ERROR, False, 3)),
+    # the step died of a requeue's kill before the batch shell got its TERM (which the
+    # shell then ignored): Slurm already counts the next run, so the run was requeued
+    ("trial's step killed by scontrol requeue, no signal seen", facts(T, 143),
+     REQUEUED_BY_SLURM, Decision(R.REQUEUED, False, 0)),
+    ("trial failed, slurmctld never answered", facts(T, 3), NO_ANSWER,
+     Decision(R.ERROR, False, 3)),
     # the hang watchdog's end (hung.json names this run): counted, never requeued
     ("trial ended by the watchdog", facts(T, 143, "TERM", hung=True), CANCELLED,
      Decision(R.HUNG, False, 143)),
@@ -58,7 +64,7 @@ TABLE: list[tuple[str, RunFacts, JobFacts | None, Decision]] = [
      Decision(R.HUNG, False, 143)),
     ("trial completed as the watchdog struck", facts(T, 0, hung=True), None,
      Decision(R.COMPLETED, False, 0)),
-    ("trial's hook failed", facts(T, 7, hook_rc=7), None, Decision(R.ERROR, False, 7)),
+    ("trial's hook failed", facts(T, 7, hook_rc=7), RUNNING, Decision(R.ERROR, False, 7)),
     ("trial preempted: grace running", facts(T, EXIT_PREEMPTED, "USR2"), PREEMPTING,
      Decision(R.PREEMPTED, True, 0)),
     ("trial preempted, no user signal: TERM in the grace", facts(T, EXIT_PREEMPTED, "TERM"),
@@ -89,7 +95,7 @@ TABLE: list[tuple[str, RunFacts, JobFacts | None, Decision]] = [
      Decision(R.PREEMPTED, False, 0)),
     ("trial killed by the signal before its handler", facts(T, 140, "USR2"), RUNNING,
      Decision(R.PREEMPTED, True, 0)),
-    ("trial killed by a signal nobody sent the shell", facts(T, 137), None,
+    ("trial killed by a signal nobody sent the shell", facts(T, 137), RUNNING,
      Decision(R.ERROR, False, 137)),
     ("trial's hook failed after a signal", facts(T, 140, "USR2", hook_rc=1), RUNNING,
      Decision(R.PREEMPTED, True, 0)),
@@ -112,7 +118,13 @@ TABLE: list[tuple[str, RunFacts, JobFacts | None, Decision]] = [
      Decision(R.COMPLETED, False, 0)),
     ("script finished after an unforwarded signal", facts(S, 0, "USR2"), None,
      Decision(R.COMPLETED, False, 0)),
-    ("script failed", facts(S, 1), None, Decision(R.ERROR, False, 1)),
+    ("script failed", facts(S, 1), RUNNING, Decision(R.ERROR, False, 1)),
+    ("script's step killed by its own scontrol requeue, no signal seen (Lightning)",
+     facts(S, 143), REQUEUED_BY_SLURM, Decision(R.REQUEUED, False, 0)),
+    ("script's step ended by the requeue, the job still completing",
+     facts(S, 1), JobFacts(state="COMPLETING", restarts=1), Decision(R.REQUEUED, False, 0)),
+    ("script failed in the job's time limit (TERM unseen)", facts(S, 143), TIMEOUT,
+     Decision(R.ERROR, False, 143)),
     ("script killed at the limit", facts(S, 143, "TERM"), TIMEOUT,
      Decision(R.TIME_LIMIT, False, 0)),
     ("script killed in the preemption grace", facts(S, 143, "TERM"), PREEMPTING,
@@ -263,6 +275,43 @@ def test_a_signal_while_the_decision_runs_does_not_lose_the_record(tmp_path: Pat
         p.stderr
     rec = json.loads((tmp_path / "exits.jsonl").read_text())
     assert (rec["reason"], rec["job"], rec["signal"]) == ("preempted", "7", "USR1")
+
+
+def test_a_requeue_whose_term_reaches_the_shell_after_its_step_is_no_restart(
+        tmp_path: Path) -> None:
+    """The interleaving of the fresh machine's CI failure (Lightning's own ``scontrol
+    requeue``, tests/slurm/test_site_scripts_slurm.py), forced: the requeue's kill ends
+    the script's step first, so the wrapper's ``wait`` returns 143 with no signal seen;
+    the TERM meant for the batch shell arrives only while the end of the run ignores it
+    (here: sent by the ``scontrol`` the decision asks, which answers as slurmctld does
+    once it has requeued the job: the next run counted). The run is recorded as
+    requeued (free), never as an error (which the daemon counts as a restart)."""
+    from dethpc.jobs.render import make_env
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(
+        "#!/bin/sh\n"
+        'if [ -e "$TRIAL_DIR/requeued" ]; then kill -TERM 0\n'
+        "  echo 'JobId=7 JobState=COMPLETING Restarts=1 EndTime=Unknown PreemptTime=None'\n"
+        "else echo 'JobId=7 JobState=RUNNING Restarts=0 EndTime=Unknown PreemptTime=None'\n"
+        "fi\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    # the user's step: the requeue is issued (Slurm counts run 1), then its kill ends it
+    step = "bash -c 'touch \"$TRIAL_DIR/requeued\"; kill -TERM $$'"
+    body = make_env().from_string(
+        '{% from "_wrapped_run.j2" import run_script %}'
+        '{% call run_script("lit.sh", step, "USR1", 90, true, py, bin, false) %}'
+        '{% endcall %}').render(step=step, py=sys.executable, bin=str(bin_dir))
+    script = f"export TRIAL_DIR={shlex.quote(str(tmp_path))}\n{body}"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": "0",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    p = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env,
+                       timeout=120, start_new_session=True, check=False)
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+    (rec,) = [json.loads(line) for line in (tmp_path / "exits.jsonl").read_text().splitlines()]
+    got = (rec["reason"], rec["restart"], rec["code"], rec["signal"])
+    assert got == ("requeued", 0, 143, ""), (rec, p.stderr)
 
 
 @pytest.mark.parametrize(("mark", "expected"), [
