@@ -216,11 +216,6 @@ def last_run(job: JobFacts, info: JobInfo) -> tuple[ExitReason, bool]:
     return _STATE_REASON.get(info.state, ExitReason.ERROR), info.state == JobState.PREEMPTED
 
 
-def end_reason(job: JobFacts, info: JobInfo) -> ExitReason:
-    """The last run's exit record when there is one, else what the state says."""
-    return last_run(job, info)[0]
-
-
 def _ended(job: JobFacts, trial: TrialFacts, info: JobInfo) -> Decision:
     # a requeue the tick never saw while the job was live (requeued, then ended)
     earlier = _counted_earlier(job, info)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Iterator
 from typing import Any
 
 from dethpc.common.errors import ConfigError, FieldError
@@ -173,9 +172,3 @@ def rng_from_json(state: list[Any]) -> random.Random:
     rng = random.Random()
     rng.setstate((int(version), tuple(int(x) for x in internal), gauss_next))
     return rng
-
-
-def iter_paths(tree: HParamTree) -> Iterator[str]:
-    """Dotted names of all leaves (for messages and previews)."""
-    for path, _ in flatten(tree):
-        yield ".".join(path)
