@@ -23,14 +23,11 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
 
-from dethpc.common.paths import dethpc_home, make_private_dir
+from dethpc.common.paths import make_private_dir
 from dethpc.store.access import DatabaseRole, role_of
+from dethpc.store.location import default_url
 from dethpc.store.migrations import Migration, upgrade_to_head
 from dethpc.store.sqlite import busy_timeout_s, sqlite_pragmas
-
-
-def default_url() -> str:
-    return f"sqlite:///{dethpc_home() / 'dethpc.db'}"
 
 
 class Store:

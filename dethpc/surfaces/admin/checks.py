@@ -1,7 +1,8 @@
 """The checks of ``dethpc admin check``: cluster config + live facts -> findings.
 
 Owns: ``Finding`` / ``Severity``, ``check_cluster`` (every check, per pool and
-for the cluster as a whole, each finding with the fix) and ``exit_code``
+for the cluster as a whole, each finding with the fix), ``store_finding`` (where the
+users' state database lives: a SQLite file on a network filesystem) and ``exit_code``
 (1 with errors; warnings alone are 0). What each check compares and why is
 said where it is made; docs/admin.md lists them for admins.
 Must not: run commands or read files (``dethpc.surfaces.admin.facts`` gathers the facts):
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from dethpc.backends.base import PoolLimits
 from dethpc.backends.slurm_limits import Assoc, QosLimits, UserAssocs, pool_limits
@@ -28,6 +30,9 @@ from dethpc.surfaces.admin.facts import (
     PartitionFacts,
     QosFacts,
 )
+
+if TYPE_CHECKING:  # a type only: importing the store package would load SQLAlchemy
+    from dethpc.store.location import StoreLocation
 
 
 class Severity(StrEnum):
@@ -101,6 +106,41 @@ def _max_array_size(value: str) -> Finding:
                        "raise MaxArraySize in slurm.conf (Slurm's default is 1001)")
     return Finding(Severity.OK, "", "max_array_size",
                    f"MaxArraySize={size}: dethpc splits trials into arrays of at most {size}")
+
+
+# ---------------------------------------------------------------------- store
+def store_finding(cfg: ClusterConfig, loc: StoreLocation | None) -> Finding:
+    """Where the users' state database is, for the site: ``loc`` is what the config's
+    ``database_url`` (else the default SQLite file in ``DETHPC_HOME``, here the checking
+    user's) points at; None when each user names theirs in ``database_url_file``. A SQLite
+    file on a network filesystem is a warning: SQLite's locking is unreliable there and
+    every login node that mounts it may open it."""
+    if loc is None:
+        return Finding(Severity.OK, "", "store",
+                       f"each user's database URL is read from database_url_file "
+                       f"({cfg.database_url_file})")
+    if loc.path is None:
+        return Finding(Severity.OK, "", "store", f"shared database: {loc.url}")
+    which = "database_url's SQLite file" if cfg.database_url else \
+        "no database_url: each user's default store, SQLite in their DETHPC_HOME (here"
+    which += f" {loc.path}" + ("" if cfg.database_url else ")")
+    if loc.mount is None:
+        return Finding(Severity.WARNING, "", "store",
+                       f"{which}: its filesystem could not be told (no /proc/self/mountinfo)",
+                       "keep SQLite on a login node's local disk, or set database_url")
+    m = loc.mount
+    if not m.network:
+        return Finding(Severity.OK, "", "store",
+                       f"{which} is on {m.fstype} at {m.mount_point}: local, safe for SQLite")
+    return Finding(
+        Severity.WARNING, "", "store",
+        f"{which} is on {m.fstype} ({m.source} mounted at {m.mount_point}), a network "
+        "filesystem: SQLite's locking is unreliable there and dethpc on several login nodes "
+        "may open the same file (dethpc tells each user this once)",
+        "give the users a PostgreSQL database: database_url or database_url_file in the "
+        "cluster config (docs/admin.md#a-shared-postgresql-database); or have each user set "
+        "DETHPC_HOME on one login node's local disk, keep runs_root on the shared "
+        "filesystem, and use that node only (dethpc --remote from elsewhere)")
 
 
 # ---------------------------------------------------------------------- pools

@@ -20,7 +20,9 @@ from rich.markup import escape
 from dethpc.common.errors import ConfigError, DethpcError, FieldError
 from dethpc.common.runner import CommandRunner
 from dethpc.common.traits import BackendKind
+from dethpc.config.model import ClusterConfig
 from dethpc.surfaces.admin import Finding, Severity, check_cluster, exit_code, gather_facts
+from dethpc.surfaces.admin.checks import store_finding
 from dethpc.surfaces.admin.probe import run_probes
 from dethpc.surfaces.cli.common import ENV, print_json
 
@@ -60,7 +62,7 @@ def check(
     names = list(dict.fromkeys(pool)) or list(cfg.pools)
     runner = CommandRunner(timeout=cfg.command_timeout_s, retries=cfg.command_retries)
     facts = gather_facts(runner, user or getpass.getuser())
-    findings = check_cluster(cfg, facts, names)
+    findings = [_store(cfg), *check_cluster(cfg, facts, names)]
     if cfg.report_bad_nodes:
         from dethpc.surfaces.admin.bad_nodes import bad_node_findings
 
@@ -76,6 +78,16 @@ def check(
         _print(findings, verbose, f"{cfg.source} against cluster {facts.cluster_name or '?'} "
                f"(Slurm {facts.config.get('SLURM_VERSION', '?')}), user {facts.user}")
     raise typer.Exit(code)
+
+
+def _store(cfg: ClusterConfig) -> Finding:
+    """Where the site's users' store is (one read of the mount table; see
+    ``checks.store_finding``)."""
+    from dethpc.store.location import default_url, locate
+
+    loc = None if cfg.database_url_file is not None else \
+        locate(cfg.database_url or default_url())
+    return store_finding(cfg, loc)
 
 
 def _print(findings: list[Finding], verbose: bool, title: str) -> None:

@@ -1,6 +1,7 @@
 """``dethpc config ...``: validate an experiment config, show the cluster config.
 
-Owns: the ``config_app`` typer sub-app (``validate``, ``show-cluster``). The main
+Owns: the ``config_app`` typer sub-app (``validate``, ``show-cluster``: the effective
+cluster config, headed by its source and where this user's store is). The main
 CLI mounts it with ``app.add_typer(config_app, name="config")``.
 Must not: hold validation logic (``dethpc.config`` does); print tracebacks for
 a ``ConfigError`` (every error is listed on stderr, exit code 2).
@@ -16,6 +17,7 @@ from rich.markup import escape
 
 from dethpc.common.errors import ConfigError
 from dethpc.config import (
+    ClusterConfig,
     ExperimentConfig,
     cluster_to_dict,
     dump_config,
@@ -95,6 +97,7 @@ def show_cluster(
         print_config_error(exc)
         raise typer.Exit(2) from None
     _out.print(f"# source: {escape(cfg.source)}", highlight=False)
+    _out.print(f"# store: {escape(store_line(cfg))}", highlight=False)
     shown = cluster_to_dict(cfg)
     if shown.get("database_url"):
         from dethpc.store.access import safe_url
@@ -102,3 +105,16 @@ def show_cluster(
         # the site file may hold a password; what is printed never does
         shown["database_url"] = safe_url(str(shown["database_url"]))
     _out.print(escape(dump_config(shown)), highlight=False, end="")
+
+
+def store_line(cfg: ClusterConfig) -> str:
+    """Where this user's store is for ``cfg`` (its URL with the password masked, or the
+    SQLite file with its filesystem's type) and whether that is safe."""
+    from dethpc.store.credentials import database_url
+    from dethpc.store.location import default_url, locate
+
+    try:
+        url = database_url(cfg) or default_url()
+    except ConfigError as exc:  # names the credentials file, never its contents
+        return f"cannot tell: {'; '.join(e.message for e in exc.errors)}"
+    return locate(url).describe()
