@@ -26,8 +26,9 @@ from typing import Any
 import yaml
 
 from dethpc.backends import slurm_parse as sp
-from dethpc.common.errors import CommandError
+from dethpc.common.errors import CommandError, ConfigError
 from dethpc.common.runner import CommandRunner
+from dethpc.config._yaml import load_stored_yaml
 
 log = logging.getLogger(__name__)
 
@@ -200,8 +201,8 @@ def detect(home: Path, env: Mapping[str, str] | None = None,
     cache = home / CACHE_NAME
     now = time.time()
     try:
-        cached = yaml.safe_load(cache.read_text()) if cache.is_file() else None
-    except (OSError, yaml.YAMLError):
+        cached = load_stored_yaml(cache.read_text(), str(cache)) if cache.is_file() else None
+    except (OSError, ConfigError):
         cached = None
     if isinstance(cached, dict) and cache_valid(cached, env, now):
         return dict(cached["config"])

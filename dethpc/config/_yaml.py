@@ -1,6 +1,8 @@
 """YAML reading and writing for configs, with YAML-1.2-like number rules.
 
-Owns: ``load_yaml_text`` / ``load_yaml_file`` / ``dump_yaml`` and the loader/dumper classes.
+Owns: ``load_yaml_text`` / ``load_yaml_file`` / ``load_stored_yaml`` / ``dump_yaml`` and
+the loader/dumper classes: the one place where dethpc parses YAML a user wrote (or a
+config the store holds), each read under the bounds of ``dethpc.config._yaml_limits``.
 Must not: validate configs (that is ``dethpc.config.experiment`` / ``cluster``).
 
 Why a custom loader: PyYAML follows YAML 1.1, where an unquoted ``01:00:00`` is
@@ -21,6 +23,13 @@ from typing import Any
 import yaml
 
 from dethpc.common.errors import ConfigError, FieldError
+from dethpc.config._yaml_limits import (
+    STORED_LIMITS,
+    USER_LIMITS,
+    BoundedLoading,
+    YamlLimitError,
+    YamlLimits,
+)
 
 _INT_TAG = "tag:yaml.org,2002:int"
 _FLOAT_TAG = "tag:yaml.org,2002:float"
@@ -82,14 +91,53 @@ class ConfigDumper(yaml.SafeDumper):
 ConfigDumper.add_implicit_resolver(_FLOAT_TAG, _FLOAT_RE, _NUMBER_FIRST)
 
 
-def load_yaml_text(text: str, source: str) -> Any:
-    """Parse YAML text; a syntax error becomes a ConfigError with line and column."""
+class _UserLoader(BoundedLoading, ConfigLoader):
+    """``ConfigLoader`` under ``YamlLimits``."""
+
+
+class _StoredLoader(BoundedLoading, yaml.SafeLoader):
+    """PyYAML's safe loader (the rules the store's texts were always read with) under
+    ``YamlLimits``."""
+
+
+def load_yaml_text(text: str, source: str, limits: YamlLimits = USER_LIMITS) -> Any:
+    """Parse YAML text a user wrote; a syntax error becomes a ConfigError with line and
+    column, a document over ``limits`` one that says which bound and what to do."""
+    return _load(_UserLoader, text, source, limits)
+
+
+def load_stored_yaml(text: str, source: str = "the stored config") -> Any:
+    """Parse a config the store holds (``dump_config``'s text) with PyYAML's safe rules,
+    under ``STORED_LIMITS``: a document stored before the bounds existed (an alias bomb
+    submitted by an older dethpc) is refused by a ConfigError, not expanded."""
+    return _load(_StoredLoader, text, source, STORED_LIMITS)
+
+
+def _load(loader_class: type[BoundedLoading], text: str, source: str,
+          limits: YamlLimits) -> Any:
+    if limits.max_chars is not None and len(text) > limits.max_chars:
+        raise ConfigError([FieldError("", _too_long(f"{len(text):,} characters",
+                                                    limits.max_chars))], source)
+    loader: Any = None
     try:
-        return yaml.load(text, Loader=ConfigLoader)  # noqa: S506 - safe loader subclass
+        loader = loader_class(text)  # type: ignore[call-arg]
+        loader.limits = limits
+        return loader.get_single_data()
+    except YamlLimitError as exc:
+        raise ConfigError([FieldError("", str(exc))], source) from None
     except yaml.MarkedYAMLError as exc:
         raise ConfigError([FieldError("", _describe_yaml_error(exc))], source) from None
     except yaml.YAMLError as exc:
         raise ConfigError([FieldError("", f"invalid YAML: {exc}")], source) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _too_long(size: str, cap: int) -> str:
+    return (f"{size} of YAML; a document may have at most {cap:,} characters; "
+            f"move bulk data into a file of the model directory "
+            f"(docs/config.md, section 'YAML limits')")
 
 
 def _describe_yaml_error(exc: yaml.MarkedYAMLError) -> str:
@@ -110,14 +158,20 @@ def dump_yaml(data: Any) -> str:
     )
 
 
-def load_yaml_file(path: str | Path) -> Any:
+def load_yaml_file(path: str | Path, limits: YamlLimits = USER_LIMITS) -> Any:
     """``load_yaml_text`` of a file; a missing or unreadable file is a ``ConfigError``
-    naming it, as a bad value in it is."""
+    naming it, as a bad value in it is; so is one too large to read (its size is
+    checked before it is read: 4 bytes a character at most)."""
     source = str(path)
     try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")
+        file = Path(path).expanduser()
+        size = file.stat().st_size
+        if limits.max_chars is not None and size > 4 * limits.max_chars:
+            raise ConfigError([FieldError("", _too_long(f"{size:,} bytes",
+                                                        limits.max_chars))], source)
+        text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError([FieldError("", "file not found")], source) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError([FieldError("", f"cannot read the file: {exc}")], source) from None
-    return load_yaml_text(text, source)
+    return load_yaml_text(text, source, limits)

@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 from dethpc.common.errors import ConfigError, FieldError
 from dethpc.config._check import show
 from dethpc.config._yaml import load_yaml_text
+from dethpc.config._yaml_limits import DOCS as LIMITS_DOCS
 
 SOURCE = "--config overrides"
 
@@ -34,7 +35,8 @@ def parse_override(item: str) -> tuple[list[str], Any]:
         value = load_yaml_text(text, SOURCE)
     except ConfigError as exc:
         detail = exc.errors[0].message if exc.errors else "invalid YAML"
-        _fail(key, f"cannot parse value {show(text)} ({detail}); quote it to pass a string")
+        hint = "" if LIMITS_DOCS in detail else "; quote it to pass a string"
+        _fail(key, f"cannot parse value {show(text)} ({detail}){hint}")
     return parts, value
 
 

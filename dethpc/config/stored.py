@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-import yaml
-
+from dethpc.config._yaml import load_stored_yaml
 from dethpc.config.experiment import parse_experiment_config
 from dethpc.config.model import ExperimentConfig
 
@@ -26,6 +25,8 @@ CACHED_CONFIGS = 4096
 def parse_stored(text: str) -> ExperimentConfig:
     """``text`` as ``dump_config`` stored it, parsed and validated. Its quoting reads the
     same under YAML 1.1 and 1.2 rules, so PyYAML's safe loader reads it (as the daemon
-    always has); empty text is an empty mapping, which the parser refuses by name.
-    The same text gives the same (frozen) object; an error is raised again each time."""
-    return parse_experiment_config(yaml.safe_load(text) or {})
+    always has), under the stored bounds (``load_stored_yaml``: an alias bomb an older
+    dethpc stored is refused, not expanded); empty text is an empty mapping, which the
+    parser refuses by name. The same text gives the same (frozen) object; an error is
+    raised again each time."""
+    return parse_experiment_config(load_stored_yaml(text) or {})

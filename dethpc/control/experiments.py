@@ -268,9 +268,8 @@ def set_concurrency(store: Store, exp_id: int, limit: int) -> int:
     """Change ``searcher.max_concurrent_trials`` of a live experiment (0 = no limit).
     The daemon then raises or lowers its arrays' ``ArrayTaskThrottle`` and lets the
     searcher start trials up to the new limit; returns the previous value."""
-    import yaml
-
     from dethpc.config import parse_experiment_config
+    from dethpc.config._yaml import load_stored_yaml
 
     if limit < 0:
         raise DethpcError(f"max_concurrent_trials must be >= 0 (0 = no limit), got {limit}")
@@ -280,7 +279,7 @@ def set_concurrency(store: Store, exp_id: int, limit: int) -> int:
             raise NotFoundError(f"experiment {exp_id} does not exist")
         if ExperimentState(exp.state).is_terminal:
             raise DethpcError(f"experiment {exp_id} is {exp.state}: nothing to change")
-        raw = yaml.safe_load(exp.config_yaml) or {}
+        raw = load_stored_yaml(exp.config_yaml) or {}
         old = parse_experiment_config(raw).searcher.max_concurrent_trials
         raw.setdefault("searcher", {})["max_concurrent_trials"] = limit
         parse_experiment_config(raw)  # the searcher may refuse the value (ConfigError)

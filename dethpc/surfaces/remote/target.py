@@ -14,8 +14,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from dethpc.common.errors import DethpcError
 
 OFF = ("off", "none", "local")
@@ -105,10 +103,13 @@ def load_file(path: Path | None = None) -> RemoteTarget | None:
     path = path or config_path()
     if not path.is_file():
         return None
+    from dethpc.common.errors import ConfigError
+    from dethpc.config._yaml import load_yaml_text
+
     try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise RemoteError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        raw = load_yaml_text(path.read_text(), str(path))
+    except ConfigError as exc:
+        raise RemoteError(f"{path}: not valid YAML ({exc.errors[0].message})") from None
     return parse_block(raw, str(path))
 
 

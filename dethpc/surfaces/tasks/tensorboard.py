@@ -22,7 +22,7 @@ from pathlib import Path
 from sqlmodel import col, select
 
 from dethpc.common.errors import DethpcError
-from dethpc.config import parse_experiment_config
+from dethpc.config import parse_stored
 from dethpc.control.experiments import current_user, get_experiment
 from dethpc.store import Store
 from dethpc.store.models import Task, TaskKind, TaskState, Trial
@@ -60,9 +60,7 @@ def sources(store: Store, experiment_ids: list[int], trial_ids: list[int]) -> li
             raise DethpcError(f"experiment {exp_id} belongs to {exp.owner!r}, not to you")
         unit = "batches"
         try:
-            import yaml
-
-            cfg = parse_experiment_config(yaml.safe_load(exp.config_yaml) or {})
+            cfg = parse_stored(exp.config_yaml)
             if cfg.searcher.max_length is not None:
                 unit = cfg.searcher.max_length.unit.value
         except Exception:  # noqa: BLE001,S110 - an old config: the curves still come
