@@ -21,7 +21,7 @@ import os
 import random
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -153,6 +153,7 @@ class PyTorchTrialContext:
         self.profiler: Any = None
         self.experimental = PyTorchExperimentalContext(self)
         self._scaler: Any = None
+        self._batch_warned = False
         self._stop_requested = False
         self._tensorboard_logging = True
         self._writer: Any = None
@@ -206,19 +207,32 @@ class PyTorchTrialContext:
         return self._hparams[name]
 
     def get_global_batch_size(self) -> int:
-        value = self.get_hparam("global_batch_size")
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise DethpcError(f"hyperparameter global_batch_size must be an int >= 1, "
-                              f"got {value!r}")
-        return value
+        """``global_batch_size`` rounded down to a multiple of the slots (as Determined:
+        the batch size the ranks train together)."""
+        return self._batch_sizes()[1]
 
     def get_per_slot_batch_size(self) -> int:
-        """global_batch_size / number of ranks (must divide evenly)."""
-        total, size = self.get_global_batch_size(), self.distributed.size
-        if total % size:
-            raise DethpcError(f"global_batch_size={total} is not divisible by the {size} "
-                              "slots of this trial; change one of them")
-        return total // size
+        """``global_batch_size`` // slots. As Determined, a global batch size that the
+        slots do not divide is rounded down with a warning (once), and one smaller than
+        the number of slots is an error."""
+        return self._batch_sizes()[0]
+
+    def _batch_sizes(self) -> tuple[int, int]:
+        """(per slot, effective global): Determined's ``calculate_batch_sizes``."""
+        total = self.get_hparam("global_batch_size")
+        if isinstance(total, bool) or not isinstance(total, int) or total < 1:
+            raise DethpcError(f"hyperparameter global_batch_size must be an int >= 1, "
+                              f"got {total!r}")
+        slots = max(self.distributed.size, 1)
+        if total < slots:
+            raise DethpcError(f"global_batch_size={total} is smaller than the {slots} slots "
+                              "of this trial: set it to at least the number of slots")
+        per_slot = total // slots
+        if per_slot * slots != total and not self._batch_warned:
+            self._batch_warned = True
+            log.warning("global_batch_size changed from %d to %d to divide equally across "
+                        "%d slots", total, per_slot * slots, slots)
+        return per_slot, per_slot * slots
 
     def get_experiment_config(self) -> dict[str, Any]:
         return self._core.info.experiment_config
@@ -377,8 +391,13 @@ class PyTorchTrialContext:
         return lr_scheduler
 
     def wrap_scaler(self, scaler: Any) -> Any:
-        """Register a ``torch.cuda.amp.GradScaler`` (or ``torch.amp``'s): ``step_optimizer``
-        steps through it and its state is checkpointed."""
+        """Register a ``torch.amp.GradScaler`` (or ``torch.cuda.amp``'s) so that the
+        Trainer checkpoints and restores its state.
+
+        As in Determined outside its automatic AMP, wrapping changes no step: the trial
+        scales its loss (``context.backward(scaler.scale(loss))``), unscales before
+        clipping (in its ``clip_grads``), passes ``scaler=`` to ``step_optimizer`` and
+        calls ``scaler.update()`` itself."""
         self._scaler = scaler
         return scaler
 
@@ -389,27 +408,27 @@ class PyTorchTrialContext:
     # ---------------------------------------------------------------- steps
     def backward(self, loss: torch.Tensor, gradient: torch.Tensor | None = None,
                  retain_graph: bool = False, create_graph: bool = False) -> None:
-        """``loss.backward(...)``; scaled first when a scaler is wrapped."""
-        if self._scaler is not None:
-            loss = self._scaler.scale(loss)
+        """``loss.backward(...)``, as given: a wrapped scaler does not scale it (Determined
+        scales here only under its automatic AMP, ``use_amp``, which dethpc refuses)."""
         start = time.monotonic()
         loss.backward(gradient=gradient, retain_graph=retain_graph, create_graph=create_graph)
         self._sync_s += time.monotonic() - start
 
     def step_optimizer(self, optimizer: torch.optim.Optimizer,
-                       clip_grads: Callable[[Iterator[nn.Parameter]], None] | None = None,
+                       clip_grads: Callable[[Iterable[nn.Parameter]], Any] | None = None,
                        auto_zero_grads: bool = True, scaler: Any = None) -> None:
-        """Optionally clip, step (through ``scaler`` or the wrapped scaler, which is
-        then updated), then zero the gradients."""
-        scaler = scaler if scaler is not None else self._scaler
+        """Determined's step outside automatic AMP: ``clip_grads(params)`` (the optimizer's
+        parameters, a list) if given, then ``scaler.step(optimizer)`` when ``scaler`` is
+        passed, else ``optimizer.step()``, then zero the gradients.
+
+        Nothing is unscaled or updated here, and a wrapped scaler not passed as
+        ``scaler=`` is not used: unscaling before clipping and ``scaler.update()`` after
+        the step are the trial's, as in Determined's documented AMP pattern."""
+        params = [p for group in optimizer.param_groups for p in group.get("params", [])]
         if clip_grads is not None:
-            if scaler is not None:
-                scaler.unscale_(optimizer)
-            params = (p for group in optimizer.param_groups for p in group["params"])
             clip_grads(params)
         if scaler is not None:
             scaler.step(optimizer)
-            scaler.update()
         else:
             optimizer.step()
         if auto_zero_grads:
