@@ -504,10 +504,34 @@ class CheckpointContext:
 class DummyCheckpointContext(CheckpointContext):
     """Off-cluster twin: checkpoints go to a directory of the caller's choice.
 
-    By default a ``checkpoints/`` folder under the current directory, created on
-    first store; nothing is reported anywhere.
+    Built as Determined's, ``DummyCheckpointContext(dist, storage_manager)``, where the
+    storage manager is a directory (a path, or an object with Determined's shared-file
+    system manager's ``_base_path``), or with dethpc's keyword ``directory=``. By default
+    a ``checkpoints/`` folder under the current directory, created on first store;
+    nothing is reported anywhere.
     """
 
-    def __init__(self, directory: Path | None = None,
-                 dist: DistributedContext | None = None) -> None:
+    def __init__(self, dist: DistributedContext | None = None,
+                 storage_manager: Any = None, *, directory: Path | None = None) -> None:
+        if dist is not None and not isinstance(dist, DistributedContext):
+            raise DethpcError(f"DummyCheckpointContext(dist, storage_manager): dist must be a "
+                              f"DistributedContext, got {type(dist).__name__} (a directory "
+                              "is passed as storage_manager or directory=)")
+        if storage_manager is not None:
+            if directory is not None:
+                raise DethpcError("DummyCheckpointContext: give storage_manager or directory=,"
+                                  " not both")
+            directory = _storage_directory(storage_manager)
         super().__init__(directory or Path.cwd() / "checkpoints", dist or DistributedContext())
+
+
+def _storage_directory(storage_manager: Any) -> Path:
+    """The directory a Determined-style storage manager argument stands for."""
+    if isinstance(storage_manager, str | os.PathLike):
+        return Path(storage_manager)
+    base = getattr(storage_manager, "_base_path", None)
+    if isinstance(base, str | os.PathLike):
+        return Path(base)
+    raise DethpcError(f"DummyCheckpointContext: storage_manager {storage_manager!r} is not a "
+                      "directory; dethpc stores off-cluster checkpoints in a directory: pass "
+                      "its path")

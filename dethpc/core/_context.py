@@ -91,7 +91,7 @@ class Context:
         self.distributed = dist
         self.preempt = preempt or DummyPreemptContext(dist)
         self.train = train or DummyTrainContext(dist=dist)
-        self.searcher = searcher or DummySearcherContext(None, dist)
+        self.searcher = searcher or DummySearcherContext(dist)
         self.info = info if info is not None else ClusterInfo()
         self.experimental = experimental or DummyExperimentalCoreContext()
         self.profiler = profiler or ProfilerContext(distributed=dist)
@@ -192,11 +192,11 @@ def build_context(*, distributed: DistributedContext | None = None,
     hparams = read_hparams(info.trial_dir, env)
     if info.trial_dir is None:
         raw_ckpt = env.get(ENV_CHECKPOINT_DIR)
-        ckpt: CheckpointContext = DummyCheckpointContext(Path(raw_ckpt) if raw_ckpt else None,
-                                                         dist)
-        ctx = Context(ckpt, dist, DummyPreemptContext(dist),
+        ckpt: CheckpointContext = DummyCheckpointContext(
+            dist, directory=Path(raw_ckpt) if raw_ckpt else None)
+        ctx = Context(ckpt, dist, DummyPreemptContext(dist, preempt_mode),
                       DummyTrainContext(dist=dist, tensorboard_mode=tensorboard_mode),
-                      DummySearcherContext(None, dist), info, DummyExperimentalCoreContext(),
+                      DummySearcherContext(dist), info, DummyExperimentalCoreContext(),
                       DummyProfilerContext(), hparams=hparams, exit_on_preempt=exit_on_preempt)
     else:
         paths = TrialPaths(Path(info.trial_dir))
@@ -214,7 +214,8 @@ def build_context(*, distributed: DistributedContext | None = None,
         dump_stacks_on(STACK_DUMP_SIGNAL)
         if target is not None:
             train.on_validation = rung_hook(target.validate_at, target.length, preempt)
-        searcher = SearcherContext(target, dist) if target else SearcherContextMissing(dist)
+        searcher = (SearcherContext(target, dist, progress=train.report_progress) if target
+                    else SearcherContextMissing(dist))
         steps = (StepTimes(paths.rank_times(dist.rank), rank=dist.rank, world=dist.size,
                            node=info.agent_id, run=info.run_id,
                            job=env.get("SLURM_JOB_ID", "")) if dist.size > 1 else None)

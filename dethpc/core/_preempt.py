@@ -308,8 +308,12 @@ class PreemptContext:
 
 
 class DummyPreemptContext(PreemptContext):
-    """Off-cluster twin: never preempts, installs no handler."""
+    """Off-cluster twin: never preempts, installs no handler. Built as Determined's,
+    ``DummyPreemptContext(dist, preempt_mode=PreemptMode.WorkersAskChief)``; the mode
+    is checked and kept (``preempt_mode``), nothing depends on it here."""
 
-    def __init__(self, dist: DistributedContext | None = None) -> None:
+    def __init__(self, dist: DistributedContext | None = None,
+                 preempt_mode: PreemptMode = PreemptMode.WorkersAskChief) -> None:
+        self.preempt_mode = PreemptMode(preempt_mode)
         super().__init__(dist or DistributedContext(), stop_file=None,
                          mode=PreemptMode.ExplicitOnly)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,25 +68,52 @@ class Target:
         return cls.from_dict(read_json_object(path, "searcher target"), str(path))
 
 
+#: what a searcher operation's progress is recorded with: the train context's
+#: ``report_progress`` (a fraction in [0, 1]), or nothing (the dummy logs it)
+ProgressSink = Callable[[float], None]
+
+
 @dataclass
 class SearcherOperation:
-    """Train to ``length`` (in ``unit``), reporting progress; one per trial run."""
+    """Train to ``length`` (in ``unit``), reporting progress; one per trial run.
+
+    As Determined's: only the chief reports (``is_chief``), and ``report_progress``
+    records ``length / self.length`` clipped to [0, 1] as the trial's progress (through
+    ``progress``, the train context's ``report_progress``: a progress line in
+    metrics.jsonl, where Determined posts it to its master)."""
 
     length: int
     unit: str
+    is_chief: bool = True
+    progress: ProgressSink | None = field(default=None, repr=False)
     _progress: float = 0.0
     _completed: bool = False
     _metric: Any = field(default=None, repr=False)
 
+    def _check_chief(self, call: str) -> None:
+        if not self.is_chief:
+            raise DethpcError(f"op.{call}() is the chief's (rank 0) call; call it there only, "
+                              "as in Determined")
+
     def report_progress(self, length: float) -> None:
-        """How far training got, in the searcher's unit (informational)."""
+        """How far training got, in the operation's unit (the chief only)."""
+        self._check_chief("report_progress")
+        if self._completed and length != self.length:
+            raise DethpcError("op.report_progress() after op.report_completed() may only "
+                              f"report the full length ({self.length}), not {length}")
         if length < self._progress:
             log.debug("searcher progress went back from %s to %s", self._progress, length)
         self._progress = float(length)
+        fraction = min(1.0, max(0.0, length / self.length))
+        if self.progress is None:
+            log.info("searcher progress: %s/%s", length, self.length)
+        else:
+            self.progress(fraction)
 
     def report_completed(self, searcher_metric: Any) -> None:
-        """Mark the operation done. The daemon reads the metric from the validation
-        records in metrics.jsonl; this only checks that it was reported once."""
+        """Mark the operation done (the chief only). The daemon reads the metric from the
+        validation records in metrics.jsonl; this only checks that it is reported once."""
+        self._check_chief("report_completed")
         if self._completed:
             raise DethpcError("report_completed() called twice for the same operation")
         self._completed = True
@@ -100,9 +127,11 @@ class SearcherOperation:
 class SearcherContext:
     """The trial's target; ``target_length`` is None when there is none (off-cluster)."""
 
-    def __init__(self, target: Target | None, dist: DistributedContext | None = None) -> None:
+    def __init__(self, target: Target | None, dist: DistributedContext | None = None,
+                 progress: ProgressSink | None = None) -> None:
         self.target = target
         self._dist = dist or DistributedContext()
+        self._progress_sink = progress
 
     @property
     def target_length(self) -> int | None:
@@ -128,7 +157,8 @@ class SearcherContext:
                               "training length in your code instead and do not call "
                               "core_context.searcher.operations(), e.g. "
                               "Trainer.fit(max_length=Batch(100))")
-        op = SearcherOperation(length=self.target.length, unit=self.target.unit)
+        op = SearcherOperation(length=self.target.length, unit=self.target.unit,
+                               is_chief=self._dist.rank == 0, progress=self._progress_sink)
         yield op
         if not op.completed and self._dist.rank == 0:   # only the chief reports (Determined)
             log.warning("searcher operation finished without report_completed()")
@@ -146,11 +176,11 @@ class SearcherContext:
 
 class DummySearcherOperation(SearcherOperation):
     """Determined's ``DummySearcherOperation(length, is_chief)``: an operation of
-    ``length`` batches (``is_chief`` is accepted; any rank may report here)."""
+    ``length`` batches whose progress is logged (off-cluster there is nothing to record
+    it in); only the chief may report, as in Determined."""
 
     def __init__(self, length: int, is_chief: bool = True) -> None:
-        super().__init__(length=length, unit="batches")
-        del is_chief
+        super().__init__(length=length, unit="batches", is_chief=is_chief)
 
 
 class SearcherContextMissing(SearcherContext):
@@ -162,11 +192,16 @@ class SearcherContextMissing(SearcherContext):
 
 
 class DummySearcherContext(SearcherContext):
-    """Off-cluster twin: no target unless ``target`` is given; ``operations()`` then yields
-    one operation of ``length`` batches, as Determined's dummy does."""
+    """Off-cluster twin, built as Determined's: ``DummySearcherContext(dist, length=1)``;
+    ``operations()`` then yields one operation of ``length`` batches. dethpc's own
+    keyword ``target=`` gives it a searcher target instead (tests, rehearsals)."""
 
-    def __init__(self, target: Target | None = None,
-                 dist: DistributedContext | None = None, length: int = 1) -> None:
+    def __init__(self, dist: DistributedContext | None = None, length: int = 1, *,
+                 target: Target | None = None) -> None:
+        if dist is not None and not isinstance(dist, DistributedContext):
+            raise DethpcError(f"DummySearcherContext(dist, length=1): dist must be a "
+                              f"DistributedContext, got {type(dist).__name__} (a target "
+                              "is passed as target=)")
         super().__init__(target, dist)
         self._length = length
 

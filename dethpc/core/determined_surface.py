@@ -208,9 +208,9 @@ RULES: dict[str, Rule] = {
         "from_horovod() or DistributedContext(rank=..., size=..., ...)"),
     "determined.core.DownloadMode": S(),
     "determined.core.DownloadMode.*": S(),
-    "determined.core.DummyCheckpointContext": D("DummyCheckpointContext(directory=None, "
-                                                "dist=None): checkpoints go to directory "
-                                                "(./checkpoints)", signature=False),
+    "determined.core.DummyCheckpointContext": D(
+        "checkpoints go to a directory: storage_manager is its path (or Determined's "
+        "shared_fs manager, by its base path), or dethpc's directory=; default ./checkpoints"),
     "determined.core.DummyCheckpointContext.*": S(),
     "determined.core.DummyDistributedContext": S(),
     "determined.core.DummyDistributedContext.*": S(),
@@ -220,15 +220,15 @@ RULES: dict[str, Rule] = {
         "from_horovod() or DistributedContext(rank=..., size=..., ...)"),
     "determined.core.DummyExperimentalCoreContext": D(_LOGGED),
     "determined.core.DummyExperimentalCoreContext.*": D(_LOGGED),
-    "determined.core.DummyPreemptContext": D("DummyPreemptContext(dist=None): never preempts",
-                                             signature=False),
+    "determined.core.DummyPreemptContext": D(
+        "never preempts; preempt_mode is checked and kept, should_preempt() makes no "
+        "collective call"),
     "determined.core.DummyPreemptContext.*": S(),
     "determined.core.DummyProfilerContext": D(_LOGGED),
     "determined.core.DummyProfilerContext.*": D(_LOGGED),
-    "determined.core.DummySearcherContext": D("DummySearcherContext(target=None, dist=None, "
-                                              "length=1): without a target, one operation of "
-                                              "length batches, as Determined's",
-                                              signature=False),
+    "determined.core.DummySearcherContext": D(
+        "one operation of length batches, as Determined's; dethpc's keyword target= gives "
+        "it a searcher target instead"),
     "determined.core.DummySearcherContext.*": S(),
     "determined.core.DummySearcherOperation": S(),
     "determined.core.DummySearcherOperation.*": S(),
