@@ -4,8 +4,9 @@ filesystem.
 Owns: ``default_url`` (the SQLite file in ``DETHPC_HOME``), ``StoreLocation`` (a
 database URL, its password masked; for SQLite the file and the filesystem under it),
 ``locate`` (URL -> location: one read of the mount table through
-``dethpc.common.fstype.filesystem_of``), the warning's words (``network_warning``) and
-``warn_once`` (said once per ``DETHPC_HOME``: a marker file there remembers it).
+``dethpc.common.fstype.filesystem_of``), the warning's words (``network_warning``),
+``warn_once`` (said once per ``DETHPC_HOME``: a marker file there remembers it) and
+``check_store`` (what a command calls: no mount table read once the marker exists).
 Must not: import SQLAlchemy or the ORM at module level (commands that open the store have
 them already; ``config show-cluster`` must not pay for them), or open the database.
 
@@ -143,3 +144,12 @@ def warn_once(loc: StoreLocation, home: Path, say: Callable[[str], None]) -> boo
     except OSError:
         pass
     return True
+
+
+def check_store(url: str, home: Path, say: Callable[[str], None]) -> bool:
+    """What a command that opened the store at ``url`` calls: ``warn_once`` for a SQLite
+    file, at the cost of one ``stat`` of the marker once it was said (the mount table is
+    read only while it was not), nothing for a database server. True when said."""
+    if sqlite_path(url) is None or (home / WARNED_MARKER).exists():
+        return False
+    return warn_once(locate(url), home, say)

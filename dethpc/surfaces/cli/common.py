@@ -57,7 +57,7 @@ class Env:
         """The state database: the user's own credentials file when there is one
         (``dethpc.store.credentials``); on a shared database, a normal role must be the
         Unix user's (``dethpc.store.access.check_identity``). A SQLite file on a network
-        filesystem is said once per home (``dethpc.store.location.warn_once``)."""
+        filesystem is said once per home (``dethpc.store.location.check_store``)."""
         from dethpc.control.experiments import current_user
         from dethpc.store.access import check_identity
         from dethpc.store.credentials import database_url
@@ -69,11 +69,11 @@ class Env:
                               f"revision {m.start} to {m.head} (docs/store.md)")
         check_identity(store.role, current_user(), store.safe_url)
         from dethpc.common.paths import dethpc_home
-        from dethpc.store.location import locate, warn_once
+        from dethpc.store.location import check_store
 
         # a SQLite file on NFS/Lustre/GPFS...: said once per home, on stderr
-        warn_once(locate(store.url), dethpc_home(),
-                  say=lambda text: err_console.print(text, markup=False, highlight=False))
+        check_store(store.url, dethpc_home(),
+                    say=lambda text: err_console.print(text, markup=False, highlight=False))
         return store
 
     @cached_property

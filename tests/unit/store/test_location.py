@@ -11,6 +11,7 @@ import pytest
 from dethpc.common import fstype
 from dethpc.store.location import (
     WARNED_MARKER,
+    check_store,
     default_url,
     locate,
     sqlite_path,
@@ -119,3 +120,17 @@ def test_a_home_that_cannot_keep_the_marker_still_hears_it(
     said: list[str] = []
     assert warn_once(locate(f"sqlite:///{gone / 'dethpc.db'}"), gone, said.append)
     assert len(said) == 1 and not (gone / WARNED_MARKER).exists()
+
+
+def test_check_store_reads_the_mount_table_only_until_it_has_said_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    reads = fake_mounts(monkeypatch, tmp_path)
+    said: list[str] = []
+    url = f"sqlite:///{home / 'dethpc.db'}"
+    assert check_store(url, home, said.append)
+    assert not check_store(url, home, said.append)
+    assert len(said) == 1 and reads == [1]  # the second command: one stat, no table
+    assert not check_store("postgresql+psycopg://u:pw@db/d", home / "x", said.append)
+    assert reads == [1]
