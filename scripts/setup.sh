@@ -58,6 +58,21 @@ else
   # deepspeed with no prebuilt ops (DS_BUILD_OPS=0): keeps torch 2.13.0, installs in ~15 s
   DS_BUILD_OPS=0 .venv/bin/pip install -q --no-compile -e ".[torch,dev,mpi,deepspeed,postgres,dashboard,browser-test,plots,tensorboard,notebook,site-scripts-test]"
 fi
+if [ "$mode" = tests ]; then
+  # Determined 0.38.1, the oracle of tests/local/test_determined_oracle.py: the
+  # determined-oracle extra's packages, with --no-deps, in a folder of their own that only
+  # that test's Determined-side subprocess puts on PYTHONPATH. Not in the venv's
+  # site-packages: its full requirements would downgrade requests (<2.32) and add ~35
+  # cloud/CLI packages dethpc's tests never ran with, and `import determined` would then
+  # resolve in every dethpc job and test on this machine (a trial that kept Determined's
+  # import would silently run Determined's code instead of failing). Its local Trainer
+  # needs only ruamel.yaml and appdirs beyond what the venv holds (torch is the venv's).
+  oracle=$(.venv/bin/python -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["determined-oracle"]))')
+  rm -rf .venv/determined-oracle
+  # shellcheck disable=SC2086
+  .venv/bin/pip install -q --no-compile --no-deps --target .venv/determined-oracle $oracle
+  .venv/bin/python -m compileall -q -j 0 .venv/determined-oracle >/dev/null 2>&1 || true
+fi
 # a file compileall cannot compile (some packages ship Python-2 test data) is left as
 # pip leaves it: not an error
 .venv/bin/python -m compileall -q -j 0 .venv/lib >/dev/null 2>&1 || true
