@@ -30,7 +30,7 @@ from sqlmodel import Session, select
 
 from dethpc.backends.base import JobState
 from dethpc.common.errors import DethpcError
-from dethpc.common.kinds import ExperimentKind
+from dethpc.common.kinds import EventKind, ExperimentKind
 from dethpc.common.markers import replace_text
 from dethpc.common.paths import ExperimentPaths, TrialPaths, make_run_dir, spool_dir
 from dethpc.store import Store
@@ -207,7 +207,7 @@ class Adopter:
         if exp.state in (ExperimentState.COMPLETED, ExperimentState.ERROR):
             exp.state, exp.ended_at, exp.message = ExperimentState.ACTIVE, None, ""
             s.add(exp)   # another task of its array registered after the others ended
-        s.add(Event(experiment_id=exp.id, trial_id=trial.id, kind="adopted",
+        s.add(Event(experiment_id=exp.id, trial_id=trial.id, kind=EventKind.ADOPTED,
                     message=f"Slurm job {reg.ref} (not submitted by dethpc) registered "
                             f"itself; tracked as trial {trial.id}"))
         return exp, trial.id

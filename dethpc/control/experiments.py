@@ -22,7 +22,7 @@ from sqlmodel import select
 
 from dethpc.backends.base import Backend, JobRequest
 from dethpc.common.errors import DethpcError, NotFoundError, SubmitError
-from dethpc.common.kinds import ExperimentKind
+from dethpc.common.kinds import EventKind, ExperimentKind
 from dethpc.common.paths import ExperimentPaths, make_run_dir
 from dethpc.config import dump_config
 from dethpc.config.experiment import check_supported
@@ -194,7 +194,7 @@ def create_experiment(store: Store, cluster: ClusterConfig, cfg: ExperimentConfi
             paths = claim_run_dir(exp, runs_root)
             assert exp.id is not None
             s.add(SearcherState(experiment_id=exp.id))
-            s.add(Event(experiment_id=exp.id, kind="created",
+            s.add(Event(experiment_id=exp.id, kind=EventKind.CREATED,
                         message=f"experiment {cfg.name!r} submitted"))
             incoming.rename(paths.root)
             renamed = paths.root
@@ -259,7 +259,7 @@ def request_state(store: Store, exp_id: int, action: str) -> str:
                               f"(only {', '.join(sorted(a.value for a in allowed))} can)")
         exp.state = target
         s.add(exp)
-        s.add(Event(experiment_id=exp_id, kind=action, message=f"{action} requested"))
+        s.add(Event(experiment_id=exp_id, kind=EventKind(action), message=f"{action} requested"))
     service.wake()
     return target.value
 
@@ -286,7 +286,7 @@ def set_concurrency(store: Store, exp_id: int, limit: int) -> int:
         exp.config_yaml = dump_config(raw)
         (Path(exp.run_dir) / "config.yaml").write_text(exp.config_yaml)
         s.add(exp)
-        s.add(Event(experiment_id=exp_id, kind="concurrency",
+        s.add(Event(experiment_id=exp_id, kind=EventKind.CONCURRENCY,
                     message=f"max_concurrent_trials {old} -> {limit}"))
     service.wake()
     return old

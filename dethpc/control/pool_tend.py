@@ -36,7 +36,7 @@ from sqlmodel import col, select
 from dethpc.backends.base import Backend, JobInfo, JobRequest
 from dethpc.common.errors import SubmitError, SubmitLimitError
 from dethpc.common.jobref import base_job_id
-from dethpc.common.kinds import ExperimentKind
+from dethpc.common.kinds import EventKind, ExperimentKind
 from dethpc.config.model import ClusterConfig, ExperimentConfig, WorkerPool
 from dethpc.control import pool_view as view
 from dethpc.control.bad_nodes import exclusion
@@ -202,7 +202,7 @@ class PoolTender:
                 s.add(Job(experiment_id=exp.id, trial_id=t.id, batch_id=batch.id,
                           array_index=index, ref=ref))
             s.add(batch)
-            s.add(Event(experiment_id=exp.id, kind="submitted",
+            s.add(Event(experiment_id=exp.id, kind=EventKind.SUBMITTED,
                         message=f"batch {batch.id}: {len(trials)} trial run(s) put in the "
                                 "worker pool's queue"))
         return len(trials)
@@ -264,7 +264,7 @@ class PoolTender:
             self.backend.cancel(list(cancel))
             self.workers_cancelled += len(cancel)
         if plan.retire or cancel:
-            self.event(exp_id, "workers", f"pool shrinks: cancelled {list(cancel)}, "
+            self.event(exp_id, EventKind.WORKERS, f"pool shrinks: cancelled {list(cancel)}, "
                        f"retiring {list(plan.retire)} after their run")
         if plan.submit and active:
             return self.submit_workers(exp, cfg, wp, plan.submit)
@@ -311,7 +311,7 @@ class PoolTender:
                 assert b is not None
                 b.state = BatchState.FAILED
                 s.add(b)
-            self.event(exp.id, "limit", f"sbatch refused the pool's workers over a limit "
+            self.event(exp.id, EventKind.LIMIT, f"sbatch refused the pool's workers over a limit "
                        f"({exc.word}); they are submitted again on a later tick")
             return 0
         self.budget.count_submitted_for(cfg, len(refs))
@@ -320,13 +320,13 @@ class PoolTender:
             assert b is not None
             b.state, b.array_job_id = BatchState.SUBMITTED, base_job_id(refs[0])
             s.add(b)
-            s.add(Event(experiment_id=exp.id, kind="workers",
+            s.add(Event(experiment_id=exp.id, kind=EventKind.WORKERS,
                         message=f"batch {batch_id}: {n} pool worker(s) as job "
                                 f"{b.array_job_id}"
                                 + (f"; {exclude_note}" if exclude_note else "")))
         return 0    # workers run trials; the trials were counted when their items were put
 
-    def event(self, exp_id: int, kind: str, message: str) -> None:
+    def event(self, exp_id: int, kind: EventKind, message: str) -> None:
         with self.store.session() as s:
             s.add(Event(experiment_id=exp_id, kind=kind, message=message))
 

@@ -31,6 +31,7 @@ from sqlmodel import select
 
 from dethpc.backends.base import Backend, JobAction, JobState
 from dethpc.common.errors import DethpcError, NotFoundError
+from dethpc.common.kinds import EventKind
 from dethpc.common.markers import replace_text
 from dethpc.common.paths import ExperimentPaths, TrialPaths
 from dethpc.config.model import ClusterConfig
@@ -201,5 +202,5 @@ def rehearse(store: Store, backend: Backend, targets: list[Target], what: Rehear
 def _event(store: Store, target: Target, message: str) -> None:
     with store.session() as s:
         s.add(Event(experiment_id=target.experiment_id, trial_id=target.trial_id,
-                    kind="rehearsal", message=message))
+                    kind=EventKind.REHEARSAL, message=message))
         s.commit()

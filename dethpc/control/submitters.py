@@ -22,6 +22,7 @@ from pathlib import Path
 from sqlmodel import Session, select
 
 from dethpc.common.flock import flocked
+from dethpc.common.kinds import EventKind
 from dethpc.store.models import (
     Batch,
     BatchState,
@@ -89,5 +90,5 @@ def fail_unconfirmed(s: Session, batch: Batch) -> None:
         exp.message = ("`dethpc sbatch` ended before it recorded the Slurm job id; if a "
                        "job was submitted, it runs untracked (squeue --me)")
         s.add(exp)
-    s.add(Event(experiment_id=batch.experiment_id, kind="error",
+    s.add(Event(experiment_id=batch.experiment_id, kind=EventKind.ERROR,
                 message="dethpc sbatch ended before it recorded the job id"))

@@ -4,6 +4,8 @@ Owns: ``SearcherContext`` (``target_length``, ``unit``, ``validate_at`` and a
 Determined-style ``operations()`` iterator yielding one ``SearcherOperation``),
 ``DummySearcherContext`` (off-cluster: no target unless one is given), and Determined's
 ``SearcherContextMissing`` and ``DummySearcherOperation``.
+An operation's progress is recorded through the train context's ``report_progress``
+(handed in by ``core.init``), never written here.
 Must not: talk to the daemon (the searcher metric reaches it through the
 validation records in metrics.jsonl), import torch, or write files.
 """
@@ -67,6 +69,11 @@ class Target:
     def read(cls, path: Path) -> Target:
         return cls.from_dict(read_json_object(path, "searcher target"), str(path))
 
+
+#: as Determined, the chief's loop over operations() fails when the body did not complete
+#: its operation (a ``break`` out of the loop does not)
+NOT_COMPLETED = ("the searcher operation ended without op.report_completed(searcher_metric): "
+                 "call it on the chief (rank 0) before the next iteration of operations()")
 
 #: what a searcher operation's progress is recorded with: the train context's
 #: ``report_progress`` (a fraction in [0, 1]), or nothing (the dummy logs it)
@@ -161,7 +168,7 @@ class SearcherContext:
                                is_chief=self._dist.rank == 0, progress=self._progress_sink)
         yield op
         if not op.completed and self._dist.rank == 0:   # only the chief reports (Determined)
-            log.warning("searcher operation finished without report_completed()")
+            raise DethpcError(NOT_COMPLETED)
 
     def acknowledge_out_of_ops(self) -> None:
         """Determined ignores this call since 0.38; so does dethpc."""
@@ -214,7 +221,7 @@ class DummySearcherContext(SearcherContext):
         op = DummySearcherOperation(self._length, self._dist.rank == 0)
         yield op
         if not op.completed and self._dist.rank == 0:   # only the chief reports (Determined)
-            log.warning("searcher operation finished without report_completed()")
+            raise DethpcError(NOT_COMPLETED)
 
     def get_configured_units(self) -> Unit | None:
         return super().get_configured_units() if self.target is not None else Unit.BATCHES

@@ -18,10 +18,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from dethpc.common.kinds import EventKind
 from dethpc.searchers.base import Action, Searcher, check_reason
 
 #: ``Event.kind`` of the events that record searcher calls
-EVENT_KIND = "searcher"
+EVENT_KIND = EventKind.SEARCHER
 
 
 class CallKind(StrEnum):

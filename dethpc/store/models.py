@@ -247,7 +247,8 @@ class Checkpoint(SQLModel, table=True):
 class Metric(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     trial_id: int = Field(index=True, foreign_key="trial.id")
-    kind: str                     # training | validation
+    #: a ``MetricKind`` value (training | validation); a plain string column, see ``Event``
+    kind: str
     steps: int
     metrics: dict[str, Any] = Field(default_factory=dict, sa_column=_json())
     time: float = Field(default_factory=now)
@@ -257,6 +258,10 @@ class Event(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     experiment_id: int = Field(index=True)
     trial_id: int | None = None
+    #: an ``EventKind`` value. The column stays a plain string (not ``_enum``): a
+    #: ``StrEnum`` member is a ``str``, so writing one stores its value, and a read gives a
+    #: ``str`` that compares equal to the member -- no migration, and a row of a kind a
+    #: later version added still loads
     kind: str
     message: str = ""
     time: float = Field(default_factory=now)

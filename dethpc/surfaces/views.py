@@ -15,6 +15,7 @@ from sqlmodel import select
 from dethpc.backends.base import JobState
 from dethpc.backends.slurm_holds import hold_of
 from dethpc.common.errors import NotFoundError
+from dethpc.common.kinds import MetricKind
 from dethpc.store import Store
 from dethpc.store.models import (
     Checkpoint,
@@ -191,7 +192,7 @@ def trial_detail(store: Store, trial_id: int) -> dict[str, Any]:
         d["validations"] = [
             {"steps": m.steps, "metrics": m.metrics}
             for m in s.exec(select(Metric).where(Metric.trial_id == trial_id,
-                                                 Metric.kind == "validation")
+                                                 Metric.kind == MetricKind.VALIDATION)
                             .order_by(Metric.steps))]  # type: ignore[arg-type]
         d["checkpoints"] = [checkpoint_dict(c) for c in s.exec(
             select(Checkpoint).where(Checkpoint.trial_id == trial_id)

@@ -15,13 +15,14 @@ from collections.abc import Callable
 
 from sqlmodel import col, select
 
+from dethpc.common.kinds import EventKind
 from dethpc.store import Store
 from dethpc.store.models import Event, Experiment, ExperimentState, Job, Trial, TrialState
 
 log = logging.getLogger(__name__)
 
 
-def event(store: Store, exp_id: int, kind: str, message: str) -> None:
+def event(store: Store, exp_id: int, kind: EventKind, message: str) -> None:
     with store.session() as s:
         s.add(Event(experiment_id=exp_id, kind=kind, message=message))
 
@@ -33,7 +34,7 @@ def warn_once(store: Store, exp_id: int, message: str) -> None:
         last = s.exec(select(Event).where(Event.experiment_id == exp_id)
                       .order_by(col(Event.id).desc())).first()
         if last is None or last.message != message:
-            s.add(Event(experiment_id=exp_id, kind="warning", message=message))
+            s.add(Event(experiment_id=exp_id, kind=EventKind.WARNING, message=message))
 
 
 def limit_event(store: Store, exp_id: int, message: str) -> None:
@@ -41,11 +42,11 @@ def limit_event(store: Store, exp_id: int, message: str) -> None:
     that lasts many ticks is one event, and one more when it changes)."""
     with store.session() as s:
         last = s.exec(select(Event).where(Event.experiment_id == exp_id,
-                                          Event.kind == "limit")
+                                          Event.kind == EventKind.LIMIT)
                       .order_by(Event.id.desc())).first()  # type: ignore[union-attr]
         if last is not None and last.message == message:
             return
-        s.add(Event(experiment_id=exp_id, kind="limit", message=message))
+        s.add(Event(experiment_id=exp_id, kind=EventKind.LIMIT, message=message))
 
 
 def fail_experiment(store: Store, exp_id: int, message: str) -> None:
@@ -56,7 +57,7 @@ def fail_experiment(store: Store, exp_id: int, message: str) -> None:
         exp = s.get(Experiment, exp_id)
         if exp is None:
             return
-        s.add(Event(experiment_id=exp_id, kind="error", message=message))
+        s.add(Event(experiment_id=exp_id, kind=EventKind.ERROR, message=message))
         if exp.state == ExperimentState.ACTIVE:
             exp.state = ExperimentState.STOPPING_KILLED
             exp.message = message
@@ -82,6 +83,6 @@ def fail_unstarted(store: Store, exp_id: int, message: str,
                     s.add(trial)
             exp.state, exp.message, exp.ended_at = ExperimentState.ERROR, message, clock()
             s.add(exp)
-            s.add(Event(experiment_id=exp_id, kind="error", message=message))
+            s.add(Event(experiment_id=exp_id, kind=EventKind.ERROR, message=message))
             return
     fail_experiment(store, exp_id, message)

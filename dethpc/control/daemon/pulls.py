@@ -21,6 +21,7 @@ from pathlib import Path
 
 from dethpc.backends.base import Backend, JobInfo, JobRequest, JobState
 from dethpc.common.errors import DethpcError
+from dethpc.common.kinds import EventKind
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
 from dethpc.control.daemon.incidents import event, fail_experiment, fail_unstarted
 from dethpc.jobs.directives import placement_directives
@@ -135,7 +136,7 @@ class ImageGate:
             self.fail_unstarted(exp_id, f"the pre-pull job of {image!r} was refused: {exc}")
             return None
         pj.record.write_text(job_id + "\n")
-        event(self.store, exp_id, "pull", f"pre-pull job {job_id} for {image}")
+        event(self.store, exp_id, EventKind.PULL, f"pre-pull job {job_id} for {image}")
         return job_id
 
     def check(self) -> None:

@@ -24,6 +24,7 @@ from sqlmodel import Session, select
 from dethpc.backends.base import Backend, JobInfo
 from dethpc.common.errors import DethpcError
 from dethpc.common.jobref import parse_job_id
+from dethpc.common.kinds import EventKind
 from dethpc.control.daemon.cancel import Canceller
 from dethpc.control.daemon.shared import Guard, Scope, TickStats
 from dethpc.store import Store
@@ -122,7 +123,7 @@ def _adopted(s: Session, batch: Batch, jobs: list[Job], job: Found) -> None:
     for row in jobs:
         row.ref = job.ref(row.array_index)
         s.add(row)
-    s.add(Event(experiment_id=batch.experiment_id, kind="adopted",
+    s.add(Event(experiment_id=batch.experiment_id, kind=EventKind.ADOPTED,
                 message=f"adopted job {job.base} of batch {batch.id} after restart"))
 
 

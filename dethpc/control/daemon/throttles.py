@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from sqlmodel import select
 
 from dethpc.backends.base import Backend
+from dethpc.common.kinds import EventKind
 from dethpc.control.reconcile import load_config
 from dethpc.store import Store
 from dethpc.store.models import Batch, BatchState, Event, Experiment, ExperimentState, Job
@@ -57,7 +58,7 @@ def sync_throttles(store: Store, backend: Backend, exp_id: int) -> int:
         for batch, want in changes:
             assert batch.array_job_id is not None
             backend.set_throttle(batch.array_job_id, want)
-            s.add(Event(experiment_id=exp_id, kind="throttle",
+            s.add(Event(experiment_id=exp_id, kind=EventKind.THROTTLE,
                         message=f"job {batch.array_job_id}: ArrayTaskThrottle "
                                 f"{batch.throttle} -> {want}"))
             batch.throttle = want

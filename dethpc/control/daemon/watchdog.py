@@ -37,6 +37,7 @@ from dethpc.backends.base import Backend, JobAction, JobInfo, JobState
 from dethpc.common.exitcodes import ExitReason, exit_record
 from dethpc.common.jobenv import STACK_DUMP_SIGNAL
 from dethpc.common.jsonlines import append_record
+from dethpc.common.kinds import EventKind
 from dethpc.common.markers import run_mark
 from dethpc.common.paths import ExperimentPaths, TrialPaths
 from dethpc.config.model import ClusterConfig
@@ -126,7 +127,7 @@ class Watchdog:
                             if script else
                             f"the job ends in {DUMP_WAIT_S:.0f} s and the trial restarts "
                             "from its latest checkpoint (counted)")
-                    s.add(Event(experiment_id=exp_id, trial_id=job.trial_id, kind="hung",
+                    s.add(Event(experiment_id=exp_id, trial_id=job.trial_id, kind=EventKind.HUNG,
                                 message=f"trial {job.trial_id} job {job.ref} run "
                                 f"{info.restart_count}: no progress for {hang.idle_s:.0f} s "
                                 f"{what}, allowed {hang.allowed_s:.0f} s: stacks asked "

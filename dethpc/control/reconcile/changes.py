@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from dethpc.common.kinds import EventKind
 from dethpc.store.models import TrialState
 
 
@@ -31,7 +32,7 @@ class Exited(StrEnum):
 class Note:
     """One event: its kind and message."""
 
-    kind: str
+    kind: EventKind
     message: str
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from sqlmodel import col, select
 
+from dethpc.common.kinds import EventKind
 from dethpc.control.reconcile.changes import TrialChange
 from dethpc.control.reconcile.rows import TickRows
 from dethpc.control.reconcile.searcher_ops import SearcherOps
@@ -82,4 +83,4 @@ class ExperimentStates:
         rows = self.rows
         rows.exp.state = state
         rows.exp.ended_at = rows.now
-        rows.event("ended", f"experiment {state.value.lower()}")
+        rows.event(EventKind.ENDED, f"experiment {state.value.lower()}")

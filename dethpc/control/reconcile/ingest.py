@@ -20,6 +20,7 @@ from typing import Any
 from sqlmodel import col, select
 
 from dethpc.common.jsonlines import metric_value, read_new_lines
+from dethpc.common.kinds import EventKind, MetricKind
 from dethpc.common.paths import EXITS_FILE, METRICS_FILE
 from dethpc.config.model import ExperimentConfig
 from dethpc.control.reconcile.ingest_rules import (
@@ -141,7 +142,7 @@ class Ingest:
                     col(Checkpoint.uuid).in_(uuids[i:i + IN_BATCH]))))
             for i in range(0, len(steps), IN_BATCH):
                 for m in s.exec(select(Metric).where(
-                        Metric.trial_id == trial.id, Metric.kind == LineKind.VALIDATION.value,
+                        Metric.trial_id == trial.id, Metric.kind == MetricKind.VALIDATION,
                         col(Metric.steps).in_(steps[i:i + IN_BATCH]))
                         .order_by(col(Metric.id))):
                     self._validations.setdefault((trial.id, m.steps), m.metrics)
@@ -153,7 +154,7 @@ class Ingest:
         assert trial.id is not None
         if kind in (LineKind.TRAINING, LineKind.VALIDATION):
             metrics = rec.get("metrics") or {}
-            self.rows.s.add(Metric(trial_id=trial.id, kind=kind.value, steps=steps,
+            self.rows.s.add(Metric(trial_id=trial.id, kind=MetricKind(kind.value), steps=steps,
                                    metrics=dict(metrics),
                                    time=float(rec.get("time") or self.rows.now)))
             trial.steps_completed = max(trial.steps_completed, steps)
@@ -175,7 +176,7 @@ class Ingest:
     def _validation(self, trial: Trial, steps: int, metrics: dict[str, Any]) -> None:
         value = metric_value(metrics, self.cfg.searcher.metric)
         if value is None:
-            self.rows.event("warning", f"validation at {steps} lacks a numeric "
+            self.rows.event(EventKind.WARNING, f"validation at {steps} lacks a numeric "
                             f"{self.cfg.searcher.metric!r}", trial)
             return
         trial.latest_validation = value
@@ -212,7 +213,7 @@ class Ingest:
             return self._validations.get(key)
         with self.rows.s.no_autoflush:
             metric = self.rows.s.exec(select(Metric).where(
-                Metric.trial_id == trial.id, Metric.kind == LineKind.VALIDATION.value,
+                Metric.trial_id == trial.id, Metric.kind == MetricKind.VALIDATION,
                 Metric.steps == steps).order_by(col(Metric.id))).first()
         return metric.metrics if metric is not None else None
 
@@ -256,5 +257,6 @@ class Ingest:
         if rec.free:
             trial.runs += 1
             self.rows.s.add(trial)
-            self.rows.event(rec.reason.value, free_exit_note(rec, trial.steps_completed), trial)
+            self.rows.event(EventKind(rec.reason.value),
+                            free_exit_note(rec, trial.steps_completed), trial)
 

@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
 from dethpc.common.exitcodes import ExitReason
+from dethpc.common.kinds import MetricKind
 from dethpc.control.job_end import ExitRecord
 from dethpc.store.models import EarlyExit
 
@@ -39,8 +40,9 @@ def parse_exit_record(rec: dict[str, Any]) -> ExitRecord:
 class LineKind(StrEnum):
     """What one ``metrics.jsonl`` line is to the daemon."""
 
-    TRAINING = "training"        # a metric row
-    VALIDATION = "validation"    # a metric row, and a validation the searcher is told of
+    TRAINING = MetricKind.TRAINING.value      # a metric row
+    #: a metric row, and a validation the searcher is told of
+    VALIDATION = MetricKind.VALIDATION.value
     CHECKPOINT = "checkpoint"    # a checkpoint row (a line without a uuid is not one)
     # the records of Determined's master calls (docs/job-contract.md)
     EARLY_EXIT = "early_exit"    # train.report_early_exit / det.InvalidHP: the trial's

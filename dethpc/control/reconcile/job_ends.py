@@ -16,6 +16,7 @@ from dataclasses import replace
 from dethpc.backends.base import JobInfo
 from dethpc.backends.slurm_holds import hold_of
 from dethpc.common.jsonlines import read_new_lines
+from dethpc.common.kinds import EventKind
 from dethpc.config.model import ExperimentConfig
 from dethpc.control.job_end import (
     WAIT,
@@ -109,7 +110,7 @@ class JobEnds:
         for note in change.restarts:
             trial.restarts += 1
             trial.runs += 1
-            rows.event("restart", note, trial)
+            rows.event(EventKind.RESTART, note, trial)
         job.restart_count = d.restart_count
         rows.s.add(job)
         if change.close:
@@ -121,7 +122,7 @@ class JobEnds:
             rows.out.cancel.append(job.ref)
         if change.requeued is not None:
             trial.runs += 1
-            rows.event("requeued", change.requeued, trial)
+            rows.event(EventKind.REQUEUED, change.requeued, trial)
         settled = trial_change(d, self._end_facts(trial, info))
         if settled is not None:
             self.ops.settle(trial, settled)

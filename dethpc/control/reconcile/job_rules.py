@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from dethpc.backends.base import JobInfo, JobState
 from dethpc.backends.slurm_holds import HoldKind, hold_of
-from dethpc.common.kinds import ExperimentKind
+from dethpc.common.kinds import EventKind, ExperimentKind
 from dethpc.control.job_end import Decision, ExitRecord, Kind, Verdict
 from dethpc.control.reconcile.changes import Exited, Note, TrialChange
 from dethpc.control.reconcile.stop_rules import stopped_change
@@ -186,11 +186,11 @@ def trial_change(d: Decision, f: EndFacts) -> TrialChange | None:
         return TrialChange(state=TrialState.CANCELED, reason="killed")
     if d.verdict == Verdict.RESUBMIT:
         return TrialChange(needs_job=True, state=TrialState.QUEUED, reason=reason,
-                           note=Note("resubmit", f"job ended {f.job_state} after {reason}; "
+                           note=Note(EventKind.RESUBMIT, f"job ended {f.job_state} after {reason}; "
                                      "resubmitting (not counted)"))
     if d.verdict == Verdict.RESTART:
         return TrialChange(needs_job=True, state=TrialState.QUEUED, reason=reason,
-                           note=Note("requeue", f"{reason} (job state {f.job_state}); "
+                           note=Note(EventKind.REQUEUE, f"{reason} (job state {f.job_state}); "
                                      "resubmitting from the latest checkpoint"))
     if d.verdict == Verdict.FAIL and d.kind == Kind.ENDED and not f.kind.daemon_submits:
         return failed(f"job ended {f.job_state} ({reason}, exit code {f.exit_code}); "
@@ -216,11 +216,12 @@ def early_exit_change(why: EarlyExit) -> TrialChange:
     Determined's trial ("trial exited early ..."), even when a promotion would have made
     it wait (it cannot go on), and the searcher told ``why``."""
     return TrialChange(needs_job=False, state=TrialState.COMPLETED, reason=why.value,
-                       note=Note("early_exit", EARLY_EXIT_NOTES[why]), exited=Exited(why.value))
+                       note=Note(EventKind.EARLY_EXIT, EARLY_EXIT_NOTES[why]),
+                       exited=Exited(why.value))
 
 
 def failed(message: str) -> TrialChange:
     """A trial that failed for good: no new job, ERROR with ``message`` as its reason and
     an event, and the searcher told it errored."""
     return TrialChange(needs_job=False, state=TrialState.ERROR, reason=message,
-                       note=Note("error", message), exited=Exited.ERRORED)
+                       note=Note(EventKind.ERROR, message), exited=Exited.ERRORED)

@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlmodel import select
 
+from dethpc.common.kinds import EventKind
 from dethpc.common.paths import deleted_checkpoint
 from dethpc.control.reconcile.ingest_rules import (
     BadRecord,
@@ -42,19 +43,19 @@ class MasterCalls:
     def early_exit(self, trial: Trial, rec: dict[str, Any]) -> None:
         why = early_exit_of(rec)
         if isinstance(why, BadRecord):
-            self.rows.event("warning", why.problem, trial)
+            self.rows.event(EventKind.WARNING, why.problem, trial)
             return
         if trial.early_exit:
             return   # Determined keeps the first report of a trial too
         trial.early_exit = why.value
         self.rows.s.add(trial)
-        self.rows.event("early_exit", f"the training code reported an early exit "
+        self.rows.event(EventKind.EARLY_EXIT, f"the training code reported an early exit "
                         f"({why.value}); the trial ends with its job", trial)
 
     def metadata(self, trial: Trial, rec: dict[str, Any]) -> None:
         meta = metadata_of(rec)
         if isinstance(meta, BadRecord):
-            self.rows.event("warning", meta.problem, trial)
+            self.rows.event(EventKind.WARNING, meta.problem, trial)
             return
         trial.meta = meta   # a new dict: SQLAlchemy does not see in-place changes
         self.rows.s.add(trial)
@@ -62,7 +63,7 @@ class MasterCalls:
 
     def alert(self, trial: Trial, rec: dict[str, Any]) -> None:
         a = alert_of(rec)
-        self.rows.event("alert", a.message(), trial,
+        self.rows.event(EventKind.ALERT, a.message(), trial,
                         data={"level": a.level, "title": a.title,
                               "description": a.description})
 
@@ -70,7 +71,7 @@ class MasterCalls:
         s, uuid = self.rows.s, str(rec["uuid"])
         ck = s.get(Checkpoint, uuid)
         if ck is None or ck.trial_id != trial.id:
-            self.rows.event("warning", f"checkpoint_deleted record for {uuid}, which is "
+            self.rows.event(EventKind.WARNING, f"checkpoint_deleted record for {uuid}, which is "
                             "not a checkpoint of this trial: ignored", trial)
             return
         if ck.state != CheckpointState.COMPLETED:
@@ -79,7 +80,7 @@ class MasterCalls:
         ck.path = str(deleted_checkpoint(Path(ck.path)))
         s.add(ck)
         self.rows.out.delete[uuid] = ck.path
-        self.rows.event("checkpoint_deleted", f"checkpoint {uuid} (step "
+        self.rows.event(EventKind.CHECKPOINT_DELETED, f"checkpoint {uuid} (step "
                         f"{ck.steps_completed}) deleted by the training code", trial)
         if trial.latest_checkpoint == uuid:
             s.flush()

@@ -24,6 +24,7 @@ from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
 from dethpc.backends.base import JobInfo
+from dethpc.common.kinds import EventKind
 from dethpc.common.paths import ExperimentPaths, TrialPaths
 from dethpc.control.reconcile.skip_rules import LiveRow, new_reasons, quiet_job
 from dethpc.store.models import Event, Experiment, ExperimentState, Job, Trial, TrialState
@@ -185,7 +186,7 @@ class TickRows:
         return trial
 
     # ------------------------------------------------------------------ moves
-    def event(self, kind: str, message: str, trial: Trial | None = None, *,
+    def event(self, kind: EventKind, message: str, trial: Trial | None = None, *,
               data: dict[str, Any] | None = None) -> None:
         self.s.add(Event(experiment_id=self.exp_id, trial_id=trial.id if trial else None,
                          kind=kind, message=message, time=self.now, data=data))

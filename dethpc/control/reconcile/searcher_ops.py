@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dethpc.common.kinds import EventKind
 from dethpc.control.reconcile.changes import TrialChange
 from dethpc.control.reconcile.rows import TickRows
 from dethpc.control.reconcile.stops import Stops
@@ -86,8 +87,8 @@ class SearcherOps:
         rows.trials[trial.id] = trial
         rows.by_request[trial.request_id] = trial
         rows.requests.add(trial.request_id)
-        rows.event("trial_created", f"trial {trial.id} created (request {action.request_id})",
-                   trial)
+        rows.event(EventKind.TRIAL_CREATED,
+                   f"trial {trial.id} created (request {action.request_id})", trial)
 
     def _resume(self, action: Continue) -> None:
         trial = self.rows.trial_of_request(action.request_id)
@@ -98,5 +99,5 @@ class SearcherOps:
         trial.needs_job = True
         trial.ended_at = None
         self.rows.set_state(trial, TrialState.QUEUED, "promoted")
-        self.rows.event("promoted", f"trial {trial.id} promoted to length {action.length}",
+        self.rows.event(EventKind.PROMOTED, f"trial {trial.id} promoted to length {action.length}",
                         trial)

@@ -10,6 +10,7 @@ change: ``searcher_ops.SearcherOps.stop``) or a backend (refs go to ``Outcome.ca
 
 from __future__ import annotations
 
+from dethpc.common.kinds import EventKind
 from dethpc.control.reconcile.changes import TrialChange
 from dethpc.control.reconcile.rows import TickRows
 from dethpc.control.reconcile.stop_rules import (
@@ -58,8 +59,8 @@ class Stops:
             tp.root.mkdir(parents=True, exist_ok=True)
             tp.stop.write_text(stop_word(why))
             trial.stop_requested_at = rows.now
-            rows.event("stop_requested", f"{why.value}: asked trial {trial.id} to checkpoint "
-                       "and exit", trial)
+            rows.event(EventKind.STOP_REQUESTED,
+                       f"{why.value}: asked trial {trial.id} to checkpoint and exit", trial)
         rows.s.add(trial)
         return change
 
@@ -72,5 +73,5 @@ class Stops:
             job = rows.live_job(trial)
             if job is not None and job.ref and job.ref not in rows.out.cancel:
                 rows.out.cancel.append(job.ref)
-                rows.event("stop_timeout", f"trial {trial.id} did not exit within {grace}s "
+                rows.event(EventKind.STOP_TIMEOUT, f"trial {trial.id} did not exit within {grace}s "
                            "of the stop request; cancelling its job", trial)

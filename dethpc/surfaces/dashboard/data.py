@@ -21,6 +21,7 @@ from sqlalchemy import func
 from sqlmodel import col, select
 
 from dethpc.common.errors import DethpcError, NotFoundError
+from dethpc.common.kinds import MetricKind
 from dethpc.common.paths import ExperimentPaths
 from dethpc.store import Store
 from dethpc.store.access import DatabaseRole, Scope
@@ -150,7 +151,7 @@ def experiment_page(store: Store, exp_id: int, owner: str | None,
         curves: dict[int, list[list[float]]] = {}
         for tid, steps, values in s.exec(select(Metric.trial_id, Metric.steps, Metric.metrics)
                                          .where(col(Metric.trial_id).in_(ids),
-                                                Metric.kind == "validation")
+                                                Metric.kind == MetricKind.VALIDATION)
                                          .order_by(col(Metric.trial_id), col(Metric.steps))):
             v = values.get(metric) if isinstance(values, dict) else None
             if isinstance(v, int | float):

@@ -19,6 +19,7 @@ from sqlmodel import select
 
 from dethpc.common.errors import NotFoundError
 from dethpc.common.jsonlines import metric_value
+from dethpc.common.kinds import MetricKind
 from dethpc.config.model import (
     CategoricalHP,
     ConstHP,
@@ -249,7 +250,7 @@ def gather(store: Store, exp_id: int) -> PlotData:
         rows = list(s.exec(
             select(Metric.trial_id, Metric.steps, Metric.time, Metric.metrics)
             .join(Trial, Trial.id == Metric.trial_id)  # type: ignore[arg-type]
-            .where(Trial.experiment_id == exp_id, Metric.kind == "validation")
+            .where(Trial.experiment_id == exp_id, Metric.kind == MetricKind.VALIDATION)
             .order_by(Metric.trial_id, Metric.id)))  # type: ignore[arg-type]
         ss = s.get(SearcherState, exp_id)
         snapshot = dict(ss.snapshot) if ss is not None and ss.snapshot else {}

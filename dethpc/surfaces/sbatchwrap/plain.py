@@ -33,7 +33,7 @@ from sqlmodel import select
 
 from dethpc.common import jobenv
 from dethpc.common.errors import DethpcError
-from dethpc.common.kinds import ExperimentKind
+from dethpc.common.kinds import EventKind, ExperimentKind
 from dethpc.common.paths import ExperimentPaths, make_run_dir
 from dethpc.common.runner import CommandResult, CommandRunner
 from dethpc.common.sbatch_options import canonical_option, option_value
@@ -329,7 +329,7 @@ def record(store: Store, cluster: ClusterConfig, job: PlainJob, *, token: str,
             s.flush()
             assert trial.id is not None
             rec.trials.append((index, trial.id))
-        s.add(Event(experiment_id=exp.id, kind="created",
+        s.add(Event(experiment_id=exp.id, kind=EventKind.CREATED,
                     message=f"dethpc sbatch {job.source.name}: {len(rec.trials)} trial(s)"))
     try:
         make_run_dir(paths.root, cluster.runs_mode)
@@ -376,7 +376,7 @@ def confirm(store: Store, rec: Recorded, job: PlainJob, job_id: str) -> None:
             ref = f"{job_id}_{index}" if job.array is not None else job_id
             s.add(Job(experiment_id=rec.experiment_id, trial_id=tid, batch_id=rec.batch_id,
                       array_index=index, ref=ref))
-        s.add(Event(experiment_id=rec.experiment_id, kind="submitted",
+        s.add(Event(experiment_id=rec.experiment_id, kind=EventKind.SUBMITTED,
                     message=f"Slurm job {job_id} submitted by dethpc sbatch"))
 
 

@@ -34,10 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dethpc.common.kinds import MetricKind
 from dethpc.common.paths import TrialPaths
 
 #: the record kinds that become scalars, and their tags' prefix
-KINDS = ("training", "validation")
+KINDS = tuple(k.value for k in MetricKind)
 
 
 def series(records: Iterable[dict[str, Any]]) -> dict[str, list[tuple[int, float, float]]]:

@@ -74,12 +74,17 @@ def test_on_cluster_info_hparams_and_searcher(tmp_path: Path) -> None:
         assert ctx.info.trial_seed == 10 and ctx.info.latest_checkpoint is None
         assert ctx.searcher.target_length == 400 and ctx.searcher.unit == "batches"
         assert ctx.searcher.validate_at == (25, 100, 400)
-        ops = list(ctx.searcher.operations())
+        ops = []
+        for op in ctx.searcher.operations():
+            ops.append(op)
+            op.report_progress(10)
+            op.report_completed(0.5)
+            with pytest.raises(DethpcError):
+                op.report_completed(0.5)
         assert [op.length for op in ops] == [400]
-        ops[0].report_progress(10)
-        ops[0].report_completed(0.5)
-        with pytest.raises(DethpcError):
-            ops[0].report_completed(0.5)
+        # as Determined's: the chief's loop fails when an operation was not completed
+        with pytest.raises(DethpcError, match="report_completed"):
+            list(ctx.searcher.operations())
 
 
 def test_run_id_prefers_dethpc_run_id(tmp_path: Path) -> None:

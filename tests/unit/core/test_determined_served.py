@@ -291,8 +291,11 @@ def test_searcher_context_missing_and_dummy_operation() -> None:
     op.report_completed(0.1)
     assert (op.length, op.completed) == (5, True)
     dummy = core.DummySearcherContext(length=3)
-    ops = list(dummy.operations())
-    assert [o.length for o in ops] == [3] and dummy.get_configured_units() is core.Unit.BATCHES
+    lengths = []
+    for o in dummy.operations():
+        lengths.append(o.length)
+        o.report_completed(0.2)
+    assert lengths == [3] and dummy.get_configured_units() is core.Unit.BATCHES
 
 
 # ------------------------------------------------------ import_from_path
