@@ -4,6 +4,9 @@ Owns: the dispatch on the first word: ``report``, ``should-stop``, ``hparams`` a
 ``latest-checkpoint`` run ``dethpc.launch.jobapi.main`` (a training loop calls them at every
 step: no typer, rich or database imports, docs/shell-api.md); anything else runs
 ``dethpc.surfaces.cli.main.main``. ``python -m dethpc.surfaces.entry ...`` does the same.
+``dethpc --version`` is answered here, and ``dethpc --help`` from the copy of its
+output ``cli.helpcache`` saved, without the CLI's imports (issue 47: the commonest
+questions at the speed of Slurm's own tools).
 A ``submit`` (``experiment create``) that will start the user's daemon starts it here,
 before the CLI's imports (``service.prestart``).
 Must not: import ``dethpc.surfaces.cli`` for a job API verb.
@@ -47,6 +50,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         from dethpc.launch.jobapi import main as job_main
 
         sys.exit(job_main(args))
+    if args == ["--version"]:  # what the CLI prints, without its imports
+        from dethpc.common.version import __version__
+
+        sys.stdout.write(f"{__version__}\n")
+        sys.exit(0)
+    from dethpc.surfaces.cli import helpcache
+
+    if not remote_file_present():
+        saved = helpcache.saved_help(args)
+        if saved is not None:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(saved)
+            sys.exit(0)
     if prestart_wanted(args):
         from dethpc.control.service import prestart
 
@@ -55,7 +71,18 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     if argv is not None:
         sys.argv = [sys.argv[0], *args]
-    cli_main()
+    with helpcache.recording(args if not remote_file_present() else []):
+        cli_main()
+
+
+def remote_file_present() -> bool:
+    """Whether a remote target file exists (then the CLI may forward even ``--help``
+    to the login node it names, docs/remote.md, so no saved help is used)."""
+    import os
+
+    from dethpc.surfaces.remote.location import remote_file
+
+    return os.path.isfile(remote_file())
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from sqlmodel import select
 from dethpc.backends.base import Backend, JobRequest
 from dethpc.common.errors import SubmitLimitError
 from dethpc.common.jobref import base_job_id
+from dethpc.common.kinds import EventKind
 from dethpc.common.paths import ExperimentPaths
 from dethpc.config.model import ClusterConfig, ExperimentConfig
 from dethpc.control.bad_nodes import exclusion
@@ -153,6 +154,6 @@ class BatchSubmitter:
             for job in s.exec(select(Job).where(Job.batch_id == batch_id)):
                 job.ref = refs[job.array_index]
                 s.add(job)
-            s.add(Event(experiment_id=exp_id, kind="submitted",
+            s.add(Event(experiment_id=exp_id, kind=EventKind.SUBMITTED,
                         message=f"batch {batch_id}: {len(refs)} trial(s) as job "
                         f"{b.array_job_id}" + (f" {note}" if note else "")))

@@ -8,13 +8,13 @@ Pure apart from reading the file. Must not: connect.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from dethpc.common.errors import DethpcError
+from dethpc.surfaces.remote.location import remote_file
 
 OFF = ("off", "none", "local")
 KEYS = ("host", "user", "port", "command", "area", "ssh_config", "known_hosts",
@@ -55,11 +55,7 @@ def parse_destination(text: str) -> tuple[str | None, str, int | None]:
 
 
 def config_path() -> Path:
-    named = os.environ.get("DETHPC_REMOTE_CONFIG")
-    if named:
-        return Path(named).expanduser()
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path("~/.config").expanduser())
-    return Path(base) / "dethpc" / "remote.yaml"
+    return Path(remote_file())
 
 
 def parse_block(raw: Any, where: str) -> RemoteTarget | None:

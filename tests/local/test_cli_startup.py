@@ -1,0 +1,83 @@
+"""Issue 47 items 1 and 7: what the commonest commands import (the real console entry,
+``python -X importtime -m dethpc.surfaces.entry``, in a subprocess).
+
+- ``dethpc --version`` answers without the CLI (typer, rich, click), the store
+  (SQLAlchemy, sqlmodel, pydantic, Alembic) or torch;
+- ``dethpc --help`` answers from the copy of its own output that the first call saved
+  (``dethpc.surfaces.cli.helpcache``), byte for byte, without typer or rich; a change of
+  what shapes the text (here the terminal width) is a new key, printed by the CLI;
+- a read-only command on a store at the current schema revision imports no Alembic.
+
+(Times are bench/cli's; these tests assert only what is imported and printed.)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from dethpc.common.version import __version__
+
+HEAVY = {"typer", "rich", "click", "sqlalchemy", "sqlmodel", "pydantic", "alembic", "torch"}
+
+
+def run(args: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str],
+                                                        set[str]]:
+    """The entry run with ``args``; its result and every module it imported."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "dethpc.surfaces.entry",
+                           *args], capture_output=True, text=True, env=env, timeout=120)
+    modules = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()
+               if line.startswith("import time:")}
+    done.stderr = "\n".join(line for line in done.stderr.splitlines()
+                            if not line.startswith("import time:"))
+    return done, modules
+
+
+def tops(modules: set[str]) -> set[str]:
+    return {m.split(".")[0] for m in modules}
+
+
+def environment(home: Path, tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"),
+           "XDG_CONFIG_HOME": str(tmp_path / "config"), **extra}
+    env.pop("COLUMNS", None)
+    env.update(extra)
+    return env
+
+
+def test_version_imports_neither_the_cli_nor_the_store_nor_torch(
+        home: Path, tmp_path: Path) -> None:
+    done, modules = run(["--version"], environment(home, tmp_path))
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"{__version__}\n", "")
+    assert tops(modules) & HEAVY == set()
+    assert not any(m.startswith(("dethpc.store", "dethpc.control", "dethpc.surfaces.cli"))
+                   for m in modules)
+
+
+def test_help_is_answered_from_its_saved_copy(home: Path, tmp_path: Path) -> None:
+    env = environment(home, tmp_path)
+    first, first_modules = run(["--help"], env)
+    assert first.returncode == 0 and "Usage: python -m dethpc.surfaces.entry" in first.stdout
+    assert "typer" in tops(first_modules)  # the CLI printed it (and it was saved)
+    again, modules = run(["--help"], env)
+    assert (again.returncode, again.stdout, again.stderr) == (0, first.stdout, "")
+    assert tops(modules) & HEAVY == set()
+    assert not any(m.startswith(("dethpc.store", "dethpc.surfaces.cli.main"))
+                   for m in modules)
+    narrow, narrow_modules = run(["--help"], environment(home, tmp_path, COLUMNS="61"))
+    assert narrow.returncode == 0 and "typer" in tops(narrow_modules)
+    assert narrow.stdout != first.stdout
+    assert max(len(line) for line in narrow.stdout.splitlines()) <= 61
+
+
+def test_a_read_only_command_on_a_current_store_imports_no_alembic(
+        home: Path, tmp_path: Path) -> None:
+    env = environment(home, tmp_path)
+    created, _ = run(["experiment", "list"], env)  # a fresh home: migrated to head
+    assert created.returncode == 0, created.stderr
+    done, modules = run(["experiment", "list"], env)
+    assert done.returncode == 0 and done.stdout == created.stdout
+    assert "alembic" not in tops(modules)
+    assert "sqlalchemy" in tops(modules)  # the store was opened: the check ran
