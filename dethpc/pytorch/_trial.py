@@ -397,7 +397,15 @@ class PyTorchTrialContext:
         As in Determined outside its automatic AMP, wrapping changes no step: the trial
         scales its loss (``context.backward(scaler.scale(loss))``), unscales before
         clipping (in its ``clip_grads``), passes ``scaler=`` to ``step_optimizer`` and
-        calls ``scaler.update()`` itself."""
+        calls ``scaler.update()`` itself.
+
+        As Determined's, it is called once, before ``wrap_model``."""
+        if self._scaler is not None:
+            raise DethpcError("wrap_scaler() was already called: wrap one scaler, once "
+                              "(as Determined)")
+        if self.models:
+            raise DethpcError("wrap_scaler() after wrap_model(): call wrap_scaler first, as "
+                              "Determined requires")
         self._scaler = scaler
         return scaler
 

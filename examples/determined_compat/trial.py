@@ -98,6 +98,8 @@ class CompatTrial(det.pytorch.PyTorchTrial):
         check(context.profiler is None, "no profiler")
         check(context.get_tensorboard_path().is_dir(), "get_tensorboard_path() is made")
         self.writer = context.get_tensorboard_writer()
+        # Determined wants the scaler before the model
+        self.scaler = context.wrap_scaler(torch.amp.GradScaler("cpu", enabled=False))
         self.model = context.wrap_model(torch.nn.Linear(1, 1))
         self.opt = context.wrap_optimizer(torch.optim.SGD(self.model.parameters(), lr=hp["lr"]))
         sched = torch.optim.lr_scheduler.StepLR(self.opt, step_size=4, gamma=0.5)
@@ -110,7 +112,6 @@ class CompatTrial(det.pytorch.PyTorchTrial):
             torch.optim.lr_scheduler.StepLR(aside, step_size=1, gamma=0.5),
             step_mode=det.pytorch.LRScheduler.StepMode.MANUAL_STEP)
         context.wrap_lr_scheduler(self.legacy, det.pytorch.LRScheduler.StepMode.MANUAL_STEP)
-        self.scaler = context.wrap_scaler(torch.amp.GradScaler("cpu", enabled=False))
         check(context.models == [self.model] and context.optimizers == [self.opt],
               "models and optimizers: the wrapped ones")
         check(len(context.lr_schedulers) == 2, "lr_schedulers: the wrapped two")

@@ -158,7 +158,7 @@ def core_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.mark.parametrize("case", ["batch_sizes", "progress_fractions", "dummy_searcher",
                                   "trial_loop_without_completed", "dummy_checkpoint",
-                                  "dummy_preempt"])
+                                  "dummy_preempt", "wrap_scaler_order"])
 def test_core_cases_answer_as_determined(core_runs: dict[str, Any], case: str) -> None:
     theirs, ours = core_runs["determined"][case], core_runs["dethpc"][case]
     assert same(theirs, ours), f"{case}: Determined {theirs}, dethpc {ours}"
