@@ -17,9 +17,15 @@ Must not: be imported by its own sub-packages (the version is
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+from dethpc.common.version import __version__
+
+#: ``typing.TYPE_CHECKING`` without importing typing (``dethpc --version`` imports this
+#: package and little else; typing and what it pulls in were most of its imports)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from dethpc import core, pytorch
     from dethpc.common import errors, util
     from dethpc.core import (
@@ -32,8 +38,6 @@ if TYPE_CHECKING:
         get_cluster_info,
         import_from_path,
     )
-
-from dethpc.common.version import __version__
 
 _SUBMODULES = {"core": "dethpc.core", "pytorch": "dethpc.pytorch",
                "util": "dethpc.common.util", "errors": "dethpc.common.errors"}

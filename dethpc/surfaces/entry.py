@@ -15,7 +15,10 @@ Must not: import ``dethpc.surfaces.cli`` for a job API verb.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 #: the job API's verbs (``dethpc.launch.jobapi``)
 JOB_VERBS = frozenset({"report", "should-stop", "hparams", "latest-checkpoint"})

@@ -20,11 +20,15 @@ import io
 import os
 import sys
 import zlib
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any, TextIO
 
 from dethpc.common.version import __version__
+
+#: ``typing.TYPE_CHECKING`` without importing typing (nor contextlib: ``recording`` is a
+#: class), which would be most of this path's imports
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import TracebackType
+    from typing import Any, TextIO
 
 #: the one argv answered from the saved copy
 HELP_ARGV = ["--help"]
@@ -122,27 +126,30 @@ class _Tee(io.TextIOBase):
         return self.inner.encoding
 
 
-@contextmanager
-def recording(argv: list[str]) -> Iterator[None]:
+class recording:  # noqa: N801 - used as a function: ``with recording(argv):``
     """Run the real CLI inside: for ``dethpc --help`` its stdout is copied and, when it
     exits 0, saved under the key it was printed with."""
-    if argv != HELP_ARGV:
-        yield
-        return
-    key = cache_key()
-    real = sys.stdout
-    tee = _Tee(real)
-    sys.stdout = tee
-    try:
-        yield
-    except SystemExit as exc:
-        if exc.code in (0, None):
-            _save(key, "".join(tee.copy), real)
-        raise
-    else:
-        _save(key, "".join(tee.copy), real)
-    finally:
-        sys.stdout = real
+
+    def __init__(self, argv: list[str]) -> None:
+        self.on = argv == HELP_ARGV
+        self.key = ""
+        self.real: TextIO | None = None
+        self.tee: _Tee | None = None
+
+    def __enter__(self) -> None:
+        if self.on:
+            self.key = cache_key()
+            self.real = sys.stdout
+            self.tee = _Tee(self.real)
+            sys.stdout = self.tee
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self.real is None or self.tee is None:
+            return
+        sys.stdout = self.real
+        if exc is None or (isinstance(exc, SystemExit) and exc.code in (0, None)):
+            _save(self.key, "".join(self.tee.copy), self.real)
 
 
 def _save(key: str, text: str, stream: TextIO) -> None:
