@@ -2,7 +2,7 @@
 
 Owns: ``YamlLimits`` (the bounds), ``USER_LIMITS`` / ``STORED_LIMITS`` (the two sets in
 use, docs/config.md "YAML limits"), ``BoundedLoading`` (a loader mix-in that counts
-aliases and nesting while the document is composed) and ``check_graph`` (the expanded
+aliases and nesting while the document is scanned and composed) and ``check_graph`` (the expanded
 size, depth and cycles of a composed node graph, measured without expanding it).
 Must not: construct Python objects, validate configs, or read files.
 
@@ -98,6 +98,17 @@ class BoundedLoading:
         finally:
             self._depth -= 1
 
+
+    def fetch_flow_collection_start(self, token_class: Any) -> None:
+        """The scanner's ``[``/``{``: refused past ``max_depth`` open ones, before it
+        reads ahead (PyYAML looks up to 1,024 characters ahead for a simple key at
+        every open level: deep flow nesting cost it 0.5 s before the composer saw it)."""
+        loader: Any = self
+        if loader.flow_level >= self.limits.max_depth:
+            mark = loader.get_mark()
+            raise YamlLimitError(_too_deep(
+                self.limits.max_depth, f" at line {mark.line + 1}, column {mark.column + 1}"))
+        super().fetch_flow_collection_start(token_class)  # type: ignore[misc]
 
     def get_single_data(self) -> Any:
         """The document's one node, checked by ``check_graph``, then constructed."""
