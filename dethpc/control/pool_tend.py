@@ -34,13 +34,13 @@ from typing import Protocol
 from sqlmodel import col, select
 
 from dethpc.backends.base import Backend, JobInfo, JobRequest
-from dethpc.common.errors import SubmitError, SubmitLimitError
-from dethpc.common.jobref import base_job_id
+from dethpc.common.errors import SubmitError
 from dethpc.common.kinds import EventKind, ExperimentKind
 from dethpc.config.model import ClusterConfig, ExperimentConfig, WorkerPool
 from dethpc.control import pool_view as view
 from dethpc.control.bad_nodes import exclusion
 from dethpc.control.reconcile import load_config
+from dethpc.control.submission import BatchLedger, RefusalPolicy, Submission, record_batch
 from dethpc.jobs.pool_items import pool_problem, work_item
 from dethpc.jobs.pool_script import pool_comment, pool_name, worker_array_script
 from dethpc.jobs.render import parse_slurm_time
@@ -98,7 +98,7 @@ def pool_size(wp: WorkerPool, cfg: ExperimentConfig, live_items: int) -> int:
     return wp.count or cfg.searcher.max_concurrent_trials or max(1, live_items)
 
 
-class Budget(Protocol):
+class Budget(RefusalPolicy, Protocol):
     """The daemon's submit budget under the user's job limits (``SubmitBudget``)."""
 
     def room(self, exp: Experiment, cfg: ExperimentConfig, wanted: int,
@@ -282,48 +282,27 @@ class PoolTender:
         exclude, exclude_note = exclusion(self.store, exp.id, cfg, pool, time.time())
         run_dir = Path(exp.run_dir)
         paths = queue.PoolPaths.of_run_dir(run_dir).create()
-        with self.store.session() as s:
-            batch = Batch(experiment_id=exp.id, pool=pool.name, size=n,
-                          kind=BatchKind.WORKERS)
-            s.add(batch)
-            s.flush()
-            assert batch.id is not None
-            batch.name = pool_name(exp.id, batch.id, self.tag)
-            s.add(batch)
-            batch_id, name = batch.id, batch.name
-        script = paths.root / f"workers-b{batch_id}.sbatch"
+        batch = record_batch(self.store, exp.id, pool.name, BatchKind.WORKERS,
+                             lambda batch_id: pool_name(exp.id or 0, batch_id, self.tag),
+                             size=n)
+        assert batch.id is not None
+        script = paths.root / f"workers-b{batch.id}.sbatch"
         script.write_text(worker_array_script(
             cfg, self.cluster, backend=self.backend.traits.kind, run_dir=run_dir,
             exp_id=exp.id, python=self.python, preload=wp.preload,
-            heartbeat_s=wp.heartbeat_s, idle_exit_s=wp.idle_exit_s, batch_id=batch_id,
+            heartbeat_s=wp.heartbeat_s, idle_exit_s=wp.idle_exit_s, batch_id=batch.id,
             tag=self.tag))
         request = JobRequest(
-            name=name, comment=pool_comment(exp.id, batch_id, self.tag), script=script,
+            name=batch.name, comment=pool_comment(exp.id, batch.id, self.tag), script=script,
             workdir=paths.root, array_indices=tuple(range(n)),
             time_limit_s=parse_slurm_time(cfg.slurm.time or pool.default_time),
             signal=pool.signal, signal_lead_s=pool.signal_grace_s,
             extra_args=(exclude,) if exclude else ())
-        try:
-            refs = self.backend.submit(request)
-        except SubmitLimitError as exc:
-            with self.store.session() as s:
-                b = s.get(Batch, batch_id)
-                assert b is not None
-                b.state = BatchState.FAILED
-                s.add(b)
-            self.event(exp.id, EventKind.LIMIT, f"sbatch refused the pool's workers over a limit "
-                       f"({exc.word}); they are submitted again on a later tick")
-            return 0
-        self.budget.count_submitted_for(cfg, len(refs))
-        with self.store.session() as s:
-            b = s.get(Batch, batch_id)
-            assert b is not None
-            b.state, b.array_job_id = BatchState.SUBMITTED, base_job_id(refs[0])
-            s.add(b)
-            s.add(Event(experiment_id=exp.id, kind=EventKind.WORKERS,
-                        message=f"batch {batch_id}: {n} pool worker(s) as job "
-                                f"{b.array_job_id}"
-                                + (f"; {exclude_note}" if exclude_note else "")))
+        # a refusal over a limit is the budget's to answer, as for trial batches
+        refs = Submission(self.backend, self.budget).submit(
+            BatchLedger(self.store, batch), request, exclude_note)
+        if refs:
+            self.budget.count_submitted_for(cfg, len(refs))
         return 0    # workers run trials; the trials were counted when their items were put
 
     def event(self, exp_id: int, kind: EventKind, message: str) -> None:

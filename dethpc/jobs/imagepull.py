@@ -142,6 +142,12 @@ class PullJob:
         return self.root / f"{self.key}.job"
 
     @property
+    def submitting(self) -> Path:
+        """The job name a pre-pull job goes out under, written before its sbatch (the
+        record that a daemon killed around the sbatch is adopted by)."""
+        return self.root / f"{self.key}.submitting"
+
+    @property
     def script(self) -> Path:
         return self.root / f"{self.key}.sbatch"
 

@@ -1,14 +1,16 @@
 """One batch of trials submitted, recorded before sbatch and confirmed after.
 
-Owns: ``BatchSubmitter.submit_recorded`` — the batch row and its job rows are committed
-*before* ``sbatch`` (job name ``dethpc-e<exp>-b<batch>`` and ``--comment`` carry the
-identity the recover phase adopts it by), the trials' files and the array script are
-written, one ``sbatch`` (an array with one task per trial, or one trial's own job
-script; with ``--exclude`` of the nodes where the experiment's trials keep failing,
-``dethpc.control.bad_nodes``), and the refs after. A refusal over a limit goes to the budget
-(``SubmitBudget.refusal``); any other error propagates with the batch left SUBMITTING
-for the next tick's recovery. ``TrialFiles.write`` writes one trial's ``hparams.json``,
-``target.json`` and ``job.sbatch`` (idempotent; the worker pool uses it too).
+Owns: ``BatchSubmitter.submit_recorded`` — what one batch of trials is: its batch row and
+job rows (``submission.record_batch``: job name ``dethpc-e<exp>-b<batch>`` and
+``--comment`` carry the identity the recover phase adopts it by), the trials' files and
+the array script, and its ``JobRequest`` (an array with one task per trial, or one
+trial's own job script; with ``--exclude`` of the nodes where the experiment's trials
+keep failing, ``dethpc.control.bad_nodes``), handed to the one submission protocol
+(``dethpc.control.submission.Submission``: record first, sbatch, confirm; a refusal
+over a limit gives the trials back and asks the budget; any other error leaves the
+batch SUBMITTING for the next tick's recovery). ``TrialFiles.write`` writes one
+trial's ``hparams.json``, ``target.json`` and ``job.sbatch`` (idempotent; the worker
+pool uses it too).
 ``batch_throttle`` is pure.
 Must not: choose which trials go out or how many (the submit phase does), or submit a
 batch it did not record first.
@@ -21,23 +23,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlmodel import select
-
 from dethpc.backends.base import Backend, JobRequest
-from dethpc.common.errors import SubmitLimitError
-from dethpc.common.jobref import base_job_id
-from dethpc.common.kinds import EventKind
 from dethpc.common.paths import ExperimentPaths
 from dethpc.config.model import ClusterConfig, ExperimentConfig
 from dethpc.control.bad_nodes import exclusion
 from dethpc.control.daemon.budget import SubmitBudget
-from dethpc.control.daemon.shared import fault_point
+from dethpc.control.submission import BatchLedger, Submission, record_batch
 from dethpc.jobs.jobscript import batch_comment, batch_name, checkpoint_dir
 from dethpc.jobs.kinds import jobs_for
 from dethpc.jobs.protocol import TrialJob
 from dethpc.jobs.render import parse_slurm_time
 from dethpc.store import Store
-from dethpc.store.models import Batch, BatchState, Event, Experiment, Job, Trial
+from dethpc.store.models import BatchKind, Experiment, Trial
 
 
 def batch_throttle(k: int, trials: int, array: bool) -> int:
@@ -79,6 +76,7 @@ class BatchSubmitter:
                  budget: SubmitBudget, files: TrialFiles, *, tag: str, jenv: Any) -> None:
         self.store, self.cluster, self.backend = store, cluster, backend
         self.budget, self.files, self.tag, self.jenv = budget, files, tag, jenv
+        self.submission = Submission(backend, budget)
 
     def submit_recorded(self, exp: Experiment, cfg: ExperimentConfig, trials: list[Trial],
                         *, array: bool = True, deps: tuple[str, ...] = ()) -> int:
@@ -90,70 +88,29 @@ class BatchSubmitter:
         paths = ExperimentPaths(Path(exp.run_dir)).ensure()
         # nodes where this experiment's trials keep failing
         exclude, exclude_note = exclusion(self.store, exp.id, cfg, pool, time.time())
-        batch_id, name, throttle = self.record(exp, cfg, trials, array)
+        batch = record_batch(
+            self.store, exp.id, pool.name, BatchKind.TRIALS,
+            lambda batch_id: batch_name(exp.id or 0, batch_id, self.tag), trials=trials,
+            throttle=batch_throttle(cfg.searcher.max_concurrent_trials, len(trials), array))
+        assert batch.id is not None
         tasks = [(i, self.files.write(exp, cfg, t)) for i, t in enumerate(trials)]
         jobs = jobs_for(exp.kind, paths.root)
         if array:
-            script = paths.array_script(batch_id)
+            script = paths.array_script(batch.id)
             script.write_text(jobs.array_script(cfg, self.cluster, run_dir=paths.root,
-                                                exp_id=exp.id, batch_id=batch_id, tasks=tasks,
+                                                exp_id=exp.id, batch_id=batch.id, tasks=tasks,
                                                 tag=self.tag, jenv=self.jenv))
         else:
             script = tasks[0][1]
         request = JobRequest(
-            name=name, comment=batch_comment(exp.id, batch_id, self.tag), script=script,
+            name=batch.name, comment=batch_comment(exp.id, batch.id, self.tag), script=script,
             workdir=jobs.workdir(paths.root),
             array_indices=tuple(range(len(trials))) if array else (),
-            throttle=throttle or None,
+            throttle=batch.throttle or None,
             time_limit_s=parse_slurm_time(cfg.slurm.time or pool.default_time),
             signal=pool.signal, signal_lead_s=pool.signal_grace_s,
             extra_args=(*deps, exclude) if exclude else deps)
-        try:
-            refs = self.backend.submit(request)
-        except SubmitLimitError as exc:
-            self.budget.refusal(exp.id, batch_id, len(trials), exc)
-            return 0
-        fault_point("after_sbatch")
-        self.budget.succeeded()
-        self.budget.count_submitted(pool, len(refs) * max(1, len(cfg.slurm.components)))
-        self.confirm(exp.id, batch_id, refs, note=exclude_note)
+        refs = self.submission.submit(BatchLedger(self.store, batch), request, exclude_note)
+        if refs:
+            self.budget.count_submitted(pool, len(refs) * max(1, len(cfg.slurm.components)))
         return len(refs)
-
-    def record(self, exp: Experiment, cfg: ExperimentConfig, trials: list[Trial],
-               array: bool) -> tuple[int, str, int]:
-        """The batch SUBMITTING and one job row per trial (no ref yet), committed; the
-        trials no longer need a job. Returns the batch's id, name and throttle."""
-        assert exp.id is not None
-        with self.store.session() as s:
-            batch = Batch(experiment_id=exp.id, pool=self.cluster.pool(
-                cfg.resources.resource_pool).name, size=len(trials))
-            s.add(batch)
-            s.flush()
-            assert batch.id is not None
-            batch.name = batch_name(exp.id, batch.id, self.tag)
-            batch.throttle = batch_throttle(cfg.searcher.max_concurrent_trials, len(trials),
-                                            array)
-            for index, trial in enumerate(trials):
-                t = s.get(Trial, trial.id)
-                assert t is not None and t.id is not None
-                t.needs_job = False
-                s.add(t)
-                s.add(Job(experiment_id=exp.id, trial_id=t.id, batch_id=batch.id,
-                          array_index=index))
-            s.add(batch)
-            return batch.id, batch.name, batch.throttle
-
-    def confirm(self, exp_id: int, batch_id: int, refs: list[str], note: str = "") -> None:
-        """sbatch answered: the batch SUBMITTED under its array job id, each job its ref;
-        the event says ``note`` too (the nodes it excludes, and why)."""
-        with self.store.session() as s:
-            b = s.get(Batch, batch_id)
-            assert b is not None
-            b.state, b.array_job_id = BatchState.SUBMITTED, base_job_id(refs[0])
-            s.add(b)
-            for job in s.exec(select(Job).where(Job.batch_id == batch_id)):
-                job.ref = refs[job.array_index]
-                s.add(job)
-            s.add(Event(experiment_id=exp_id, kind=EventKind.SUBMITTED,
-                        message=f"batch {batch_id}: {len(refs)} trial(s) as job "
-                        f"{b.array_job_id}" + (f" {note}" if note else "")))

@@ -4,9 +4,10 @@ Owns: ``SubmitBudget`` — the tick's view of the user's jobs (the poll's listin
 what this tick submitted since, ``start_tick`` / ``count_submitted``), ``room`` (how
 many trials fit now: an array is cut to the headroom that view leaves, the others wait
 in the store for a later tick, with a ``limit`` event said once while it lasts), and a
-refusal over a limit (``refusal``: the batch is dropped, its trials need a job again,
-nothing more is submitted this tick, and later submissions are capped, halved on each
-refusal and doubled on each success, in case the limit is one dethpc cannot see).
+refusal over a limit (``refusal``, the policy of ``dethpc.control.submission``, whose
+ledger gave the work back: nothing more is submitted this tick, and later submissions
+are capped, halved on each refusal and doubled on each success, in case the limit is
+one dethpc cannot see).
 ``fits`` is the pure sum. The cap is a hint kept in memory: lost harmlessly on restart.
 Must not: run sbatch or decide what a limit is (``dethpc.backends.limits`` does).
 """
@@ -30,7 +31,7 @@ from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
 from dethpc.control.daemon.incidents import limit_event
 from dethpc.control.daemon.shared import Scope
 from dethpc.store import Store
-from dethpc.store.models import Batch, BatchState, Experiment, Job, Trial
+from dethpc.store.models import Experiment, Job
 
 
 def fits(wanted: int, cap: int | None, free: int | None, per_trial: int = 1) -> int:
@@ -101,26 +102,18 @@ class SubmitBudget:
         """sbatch accepted a submission: the cap grows back."""
         self.cap = cap_after_success(self.cap, self.refused_size)
 
-    def refusal(self, exp_id: int, batch_id: int, size: int, exc: SubmitLimitError) -> None:
-        """sbatch refused batch ``batch_id`` over a limit: nothing was submitted. The
-        batch is dropped (FAILED, no jobs), its trials need a job again, nothing more is
-        submitted this tick, and later submissions are capped (halved). Final (a
+    def refusal(self, exp_id: int, size: int, exc: SubmitLimitError) -> None:
+        """sbatch refused a submission of ``size`` trials over a limit: nothing was
+        submitted (its ledger gave the work back, ``dethpc.control.submission``), nothing
+        more is submitted this tick, and later submissions are capped (halved). Final (a
         ``SubmitError``) only for a single trial while none of the user's jobs is live:
         then nothing will make room."""
-        with self.store.session() as s:
-            for job in s.exec(select(Job).where(Job.batch_id == batch_id)):
-                t = s.get(Trial, job.trial_id)
-                if t is not None and not t.state.is_terminal:
-                    t.needs_job = True
-                    s.add(t)
-                s.delete(job)
-            b = s.get(Batch, batch_id)
-            assert b is not None
-            b.state = BatchState.FAILED
-            s.add(b)
-            live = (counted_live(self.queue) if self.queue is not None else
-                    len(list(s.exec(self.scope.mine(select(Job.id).where(
-                        Job.live == True), Job.experiment_id)))))  # noqa: E712
+        if self.queue is not None:
+            live = counted_live(self.queue)
+        else:
+            with self.store.session() as s:
+                live = len(list(s.exec(self.scope.mine(select(Job.id).where(
+                    Job.live == True), Job.experiment_id))))  # noqa: E712
         if refusal_is_final(exc.word, live, size):
             raise SubmitError(f"{exc} (and none of the user's jobs is queued or running, "
                               "so waiting would not help)")

@@ -66,7 +66,8 @@ class Daemon:
         self.canceller = Canceller(store, backend, self.pools, self.guard)
         self.recovery = Recovery(store, backend, self.scope, self.guard, self.canceller,
                                  runs_root=cluster.runs_root)
-        self.pulls = ImageGate(store, cluster, backend, python=python, tag=tag, clock=clock)
+        self.pulls = ImageGate(store, cluster, backend, python=python, tag=tag, clock=clock,
+                               policy=self.budget)
         self.poller = Poller(store, backend, self.pools, self.scope,
                              pool_poll_s=cluster.pool_poll_s, actions=lambda: (
                                  self.canceller.jobs_cancelled + self.pools.workers_cancelled

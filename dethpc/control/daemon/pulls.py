@@ -24,6 +24,7 @@ from dethpc.common.errors import DethpcError
 from dethpc.common.kinds import EventKind
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
 from dethpc.control.daemon.incidents import event, fail_experiment, fail_unstarted
+from dethpc.control.submission import RefusalPolicy, Submission, SubmissionKind, adopt
 from dethpc.jobs.directives import placement_directives
 from dethpc.jobs.imagepull import Puller, PullJob, PullState, images_of, pull_job, pull_job_script
 from dethpc.store import Store
@@ -51,11 +52,42 @@ def pull_failed(pj: PullJob, image: str, job_id: str, info: JobInfo) -> str:
             f"{info.raw_state or info.state.value}): {pj.tail()}")
 
 
+class PullLedger:
+    """A pre-pull job's record: files under ``runs_root`` (``PullJob``), shared by every
+    experiment that needs the image. ``submitting`` holds the job name from before the
+    sbatch until its id is in ``record``."""
+
+    kind = SubmissionKind.PULL
+    size = 1
+
+    def __init__(self, store: Store, pj: PullJob, image: str, exp_id: int,
+                 name: str) -> None:
+        self.store, self.pj, self.image, self.exp_id, self.name = store, pj, image, exp_id, name
+
+    def record(self) -> None:
+        self.pj.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.pj.submitting.with_suffix(".tmp")
+        tmp.write_text(self.name + "\n")
+        tmp.replace(self.pj.submitting)
+
+    def confirm(self, refs: Sequence[str], note: str = "", adopted: bool = False) -> None:
+        self.pj.record.write_text(refs[0] + "\n")
+        self.pj.submitting.unlink(missing_ok=True)
+        event(self.store, self.exp_id, EventKind.PULL,
+              f"pre-pull job {refs[0]} for {self.image}"
+              + (" (adopted after a restart)" if adopted else ""))
+
+    def give_back(self) -> None:
+        self.pj.submitting.unlink(missing_ok=True)
+
+
 class ImageGate:
     def __init__(self, store: Store, cluster: ClusterConfig, backend: Backend, *,
-                 python: str, tag: str, clock: Callable[[], float]) -> None:
+                 python: str, tag: str, clock: Callable[[], float],
+                 policy: RefusalPolicy) -> None:
         self.store, self.cluster, self.backend = store, cluster, backend
         self.python, self.tag, self.clock = python, tag, clock
+        self.submission = Submission(backend, policy)
         #: image pulls into the SIF cache, in the background (containers.pull: login)
         self.puller: Puller | None = None
         #: pre-pull jobs some experiment's trials depend on: job id -> (image, experiments)
@@ -121,23 +153,31 @@ class ImageGate:
 
     def submit_pull(self, exp_id: int, cfg: ExperimentConfig, pj: PullJob,
                     image: str) -> str | None:
-        """Submit ``image``'s pre-pull job and record its id; None (the experiment
-        failed) when sbatch refused it."""
+        """``image``'s pre-pull job through the one submission protocol (its name
+        recorded first, ``PullLedger``; a record a killed daemon left is adopted by that
+        name, never submitted twice): its job id, or None while its trials wait (refused
+        over a limit: the budget's answer) or when it failed (the experiment too)."""
+        ledger = PullLedger(self.store, pj, image, exp_id, f"dethpc-pull-{self.tag}-{pj.key}")
+        if pj.submitting.is_file():
+            ledger.name = pj.submitting.read_text().strip() or ledger.name
+            if adopt(self.backend, [ledger]):
+                return pj.job_id()
         settings = self.cluster.containers
         pj.root.mkdir(parents=True, exist_ok=True)
         pj.script.write_text(pull_job_script(settings, image, self.python))
         placement = placement_args(self.cluster.pool(cfg.resources.resource_pool))
+        ledger.record()
         try:
-            (job_id,) = self.backend.submit(JobRequest(
-                name=f"dethpc-pull-{self.tag}", comment=f"dethpc:pull={image}",
+            refs = self.submission.submit(ledger, JobRequest(
+                name=ledger.name, comment=f"dethpc:pull={image}",
                 script=pj.script, workdir=pj.root, time_limit_s=3600,
                 extra_args=(*placement, f"--output={pj.output}", "--ntasks=1")))
         except DethpcError as exc:
+            # the record stays: whether sbatch took the job before it failed is not
+            # known, and the next experiment that needs the image adopts it by name
             self.fail_unstarted(exp_id, f"the pre-pull job of {image!r} was refused: {exc}")
             return None
-        pj.record.write_text(job_id + "\n")
-        event(self.store, exp_id, EventKind.PULL, f"pre-pull job {job_id} for {image}")
-        return job_id
+        return refs[0] if refs else None
 
     def check(self) -> None:
         """Pre-pull jobs that trials wait on: a failed one fails their experiments with

@@ -3,11 +3,10 @@
 Owns: ``Recovery.retry_cancels`` (jobs the reconciler closed whose ``scancel`` did not
 go through, ``Job.cancel_due``, are cancelled again, also when their experiment has
 ended since) and ``Recovery.adopt`` (batches recorded SUBMITTING but never confirmed:
-the daemon died around sbatch. A job found under the batch's name is adopted,
-otherwise the batch is failed and its trials need a job again, so it is submitted
+the daemon died around sbatch: ``dethpc.control.submission.adopt`` finds each under
+its name, adopts it, or fails the batch and gives its trials back, so it is submitted
 anew; a batch ``dethpc sbatch`` recorded is left to its submitter while it holds its
-lock, ``dethpc.control.submitters``). ``found_job`` (which job, if any, is the batch's)
-is pure.
+lock, ``dethpc.control.submitters``).
 Must not: submit anything itself (the submit phase submits the trials a failed batch
 gave back), or poll per batch (one ``backend.find`` for all of them).
 """
@@ -15,44 +14,19 @@ gave back), or poll per batch (one ``backend.find`` for all of them).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from sqlmodel import Session, select
 
-from dethpc.backends.base import Backend, JobInfo
+from dethpc.backends.base import Backend
 from dethpc.common.errors import DethpcError
-from dethpc.common.jobref import parse_job_id
-from dethpc.common.kinds import EventKind
 from dethpc.control.daemon.cancel import Canceller
 from dethpc.control.daemon.shared import Guard, Scope, TickStats
+from dethpc.control.submission import BatchLedger, Ledger, adopt
 from dethpc.store import Store
-from dethpc.store.models import Batch, BatchState, Event, Experiment, Job, Trial
+from dethpc.store.models import Batch, BatchState, Experiment, Job
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Found:
-    """The job a batch's name found: ``base`` is the array job id (or the job id), and
-    ``is_array`` says whether its tasks are ``<base>_<index>``."""
-
-    base: str
-    is_array: bool
-
-    def ref(self, array_index: int) -> str:
-        return f"{self.base}_{array_index}" if self.is_array else self.base
-
-
-def found_job(batch_name: str, found: Sequence[JobInfo]) -> Found | None:
-    """The job among ``found`` named ``batch_name``, or None: the batch never reached
-    Slurm. "123_4" is an array task, "123" or "123+0" one job (its het components)."""
-    tasks = [i for i in found if i.name == batch_name]
-    if not tasks:
-        return None
-    jid = parse_job_id(tasks[0].ref)
-    return Found(jid.base, jid.is_array_task)
 
 
 class Recovery:
@@ -90,15 +64,8 @@ class Recovery:
             pending = [b for b in pending if b.id not in theirs]
             if not pending:
                 return
-            found = self.backend.find([b.name for b in pending])
-            for batch in pending:
-                job = found_job(batch.name, found)
-                jobs = list(s.exec(select(Job).where(Job.batch_id == batch.id)))
-                if job is not None:
-                    _adopted(s, batch, jobs, job)
-                else:
-                    _not_submitted(s, batch, jobs)
-                s.add(batch)
+            ledgers: list[Ledger] = [BatchLedger(self.store, b) for b in pending]
+        adopt(self.backend, ledgers)
         stats.changed = True
 
     def unconfirmed_of_submitters(self, s: Session, pending: list[Batch]) -> set[int]:
@@ -117,22 +84,3 @@ class Recovery:
                 fail_unconfirmed(s, batch)
         return out
 
-
-def _adopted(s: Session, batch: Batch, jobs: list[Job], job: Found) -> None:
-    batch.state, batch.array_job_id = BatchState.SUBMITTED, job.base
-    for row in jobs:
-        row.ref = job.ref(row.array_index)
-        s.add(row)
-    s.add(Event(experiment_id=batch.experiment_id, kind=EventKind.ADOPTED,
-                message=f"adopted job {job.base} of batch {batch.id} after restart"))
-
-
-def _not_submitted(s: Session, batch: Batch, jobs: list[Job]) -> None:
-    batch.state = BatchState.FAILED
-    for row in jobs:
-        row.live = False
-        trial = s.get(Trial, row.trial_id)
-        if trial is not None and not trial.state.is_terminal:
-            trial.needs_job = True
-            s.add(trial)
-        s.add(row)

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from sqlmodel import select
 
-from dethpc.backends.base import JobInfo, JobState, Limit, PoolLimits
+from dethpc.backends.base import JobInfo, JobRequest, JobState, Limit, PoolLimits
 from dethpc.common.errors import SubmitError, SubmitLimitError
 from dethpc.control.daemon.budget import SubmitBudget, fits
 from dethpc.control.daemon.shared import Scope
+from dethpc.control.submission import BatchLedger, Submission
 from dethpc.store.models import Batch, BatchState, Job
 from tests.unit.control.daemon_kit import World, world
 
@@ -77,12 +78,24 @@ def refused_batch(w: World, trials: int) -> int:
     return w.add_batch(w.add_trials(trials, needs_job=False))
 
 
+def ledger(w: World, batch_id: int) -> BatchLedger:
+    with w.store.session() as s:
+        batch = s.get(Batch, batch_id)
+        assert batch is not None
+        return BatchLedger(w.store, batch)
+
+
+def request(batch_id: int) -> JobRequest:
+    return JobRequest(name=f"b{batch_id}", comment="", script=Path("/x"), workdir=Path("/"))
+
+
 def test_a_refusal_drops_the_batch_stops_this_tick_and_halves_the_cap(tmp_path: Path) -> None:
     w = world(tmp_path)
     budget = limited(w, max_submit=100, live=2)
     batch_id = refused_batch(w, 4)
-    budget.refusal(w.exp_id, batch_id, 4, SubmitLimitError("QOSMaxSubmitJobPerUserLimit",
-                                                           "no"))
+    submission = Submission(w.backend, budget)
+    w.backend.submit_errors = [SubmitLimitError("QOSMaxSubmitJobPerUserLimit", "no")]
+    assert submission.submit(ledger(w, batch_id), request(batch_id)) == []
     with w.store.session() as s:
         batch = s.get(Batch, batch_id)
         assert batch is not None and batch.state == BatchState.FAILED
@@ -100,7 +113,6 @@ def test_a_refusal_drops_the_batch_stops_this_tick_and_halves_the_cap(tmp_path: 
 def test_a_single_trial_refused_while_nothing_is_live_is_an_error(tmp_path: Path) -> None:
     w = world(tmp_path)
     budget = limited(w, max_submit=100, live=0)
-    batch_id = refused_batch(w, 1)
+    refused_batch(w, 1)
     with pytest.raises(SubmitError, match="waiting would not help"):
-        budget.refusal(w.exp_id, batch_id, 1, SubmitLimitError(
-            "QOSMaxSubmitJobPerUserLimit", "no"))
+        budget.refusal(w.exp_id, 1, SubmitLimitError("QOSMaxSubmitJobPerUserLimit", "no"))

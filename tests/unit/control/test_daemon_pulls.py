@@ -14,7 +14,9 @@ import pytest
 from dethpc.backends.base import JobInfo, JobState
 from dethpc.config.model import ClusterConfig, ContainerSettings, ResourcePool
 from dethpc.control.daemon import Daemon
+from dethpc.control.daemon.budget import SubmitBudget
 from dethpc.control.daemon.pulls import ImageGate, dependency_args, placement_args
+from dethpc.control.daemon.shared import Scope
 from dethpc.jobs.containers import image_path
 from dethpc.store.models import ExperimentState, TrialState
 from tests.unit.control.daemon_kit import Recorder, World, world
@@ -50,7 +52,8 @@ def pulling_world(tmp_path: Path, **cfg: Any) -> tuple[World, ImageGate]:
     cluster = ClusterConfig(runs_root=w.cluster.runs_root, containers=settings,
                             pools=w.cluster.pools)
     gate = ImageGate(w.store, cluster, w.backend, python="python3", tag="t",
-                     clock=lambda: 5.0)
+                     clock=lambda: 5.0, policy=SubmitBudget(w.store, cluster, w.backend,
+                                                            Scope()))
     return w, gate
 
 

@@ -12,9 +12,10 @@ from sqlmodel import select
 from dethpc.backends.base import JobInfo, JobState
 from dethpc.common.errors import CommandError
 from dethpc.control.daemon.cancel import Canceller
-from dethpc.control.daemon.recovery import Found, Recovery, found_job
+from dethpc.control.daemon.recovery import Recovery
 from dethpc.control.daemon.shared import Scope, TickStats
 from dethpc.control.pool_tend import PoolTender
+from dethpc.control.submission import Found, found_job
 from dethpc.store.models import Batch, BatchState, Job
 from tests.unit.control.daemon_kit import CountingGuard, World, world
 
@@ -35,11 +36,11 @@ def test_found_job(found: list[JobInfo], expected: Found | None) -> None:
     assert found_job("b1", found) == expected
 
 
-@pytest.mark.parametrize(("found", "index", "ref"), [
-    (Found("7", True), 3, "7_3"), (Found("7", False), 3, "7"),
+@pytest.mark.parametrize(("found", "size", "refs"), [
+    (Found("7", True), 3, ["7_0", "7_1", "7_2"]), (Found("7", False), 1, ["7"]),
 ])
-def test_an_adopted_job_ref(found: Found, index: int, ref: str) -> None:
-    assert found.ref(index) == ref
+def test_an_adopted_jobs_refs(found: Found, size: int, refs: list[str]) -> None:
+    assert found.refs(size) == refs
 
 
 def recovery(w: World) -> tuple[Recovery, CountingGuard]:
@@ -85,7 +86,7 @@ def test_a_batch_not_found_is_failed_and_its_trials_need_a_job_again(tmp_path: P
     rec.adopt(TickStats())
     batch, jobs = batch_and_jobs(w, batch_id)
     assert batch.state == BatchState.FAILED
-    assert [j.live for j in jobs] == [False, False]
+    assert jobs == []            # never reached Slurm: no job (as after a refusal)
     assert [t.needs_job for t in w.trials()] == [True, True]
 
 

@@ -1,0 +1,170 @@
+"""The one submission protocol (``dethpc.control.submission``): a kill -9 at every fault
+point of every kind of submission leaves no job the next daemon does not know, and none
+submitted twice. Each case submits in a forked child told to die at one point
+(``DETHPC_FAULT_POINT=<point>:<kind>``), then a new ``Submission`` (the restarted
+daemon) adopts what the child left unconfirmed; the jobs are the local backend's real
+spool, the records a real SQLite store and real files."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from sqlmodel import select
+
+from dethpc.backends.base import JobRequest
+from dethpc.backends.local import LocalBackend
+from dethpc.common.errors import SubmitLimitError
+from dethpc.control.daemon.pulls import PullLedger
+from dethpc.control.submission import (
+    BatchLedger,
+    Ledger,
+    Submission,
+    SubmissionKind,
+    adopt,
+    record_batch,
+)
+from dethpc.jobs.imagepull import PullJob
+from dethpc.store import Store
+from dethpc.store.models import Batch, BatchKind, BatchState, Job, Trial
+from tests.unit.control.daemon_kit import World, world
+
+POINTS = ("after_record", "after_sbatch", "after_confirm")
+
+
+class Policy:
+    """The budget's side of a refusal, recorded."""
+
+    def __init__(self) -> None:
+        self.refusals: list[tuple[int, int, str]] = []
+        self.successes = 0
+
+    def refusal(self, exp_id: int, size: int, exc: SubmitLimitError) -> None:
+        self.refusals.append((exp_id, size, exc.word))
+
+    def succeeded(self) -> None:
+        self.successes += 1
+
+
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "job.sh"
+    path.write_text("#!/bin/bash\ntrue\n")
+    return path
+
+
+# ------------------------------------------------------------------ the kinds
+def batch_ledger(w: World, kind: BatchKind) -> Callable[[Store], tuple[Ledger, JobRequest]]:
+    """Records a batch of 2 (trials, or pool workers) and returns its ledger and request."""
+    trials = w.add_trials(2, needs_job=True) if kind == BatchKind.TRIALS else []
+
+    def make(store: Store) -> tuple[Ledger, JobRequest]:
+        batch = record_batch(store, w.exp_id, "default", kind, lambda b: f"dethpc-e1-b{b}",
+                             trials=trials, size=2)
+        return BatchLedger(store, batch), JobRequest(
+            name=batch.name, comment="", script=script(w.store_dir), workdir=w.store_dir,
+            array_indices=(0, 1))
+    return make
+
+
+def unconfirmed_batches(store: Store) -> list[Ledger]:
+    with store.session() as s:
+        return [BatchLedger(store, b) for b in s.exec(select(Batch).where(
+            Batch.state == BatchState.SUBMITTING))]
+
+
+# ------------------------------------------------------------------ the proof
+def die_at(point: str, kind: SubmissionKind, store_url: str, spool: Path,
+           make: Callable[[Store], tuple[Ledger, JobRequest]]) -> None:
+    """Submit in a forked child that is SIGKILLed at ``point``."""
+    pid = os.fork()
+    if pid == 0:   # the child: a daemon of its own (its own store engine)
+        try:
+            os.environ["DETHPC_FAULT_POINT"] = f"{point}:{kind}"
+            store = Store(store_url)
+            ledger, request = make(store)
+            Submission(LocalBackend(spool), Policy()).submit(ledger, request)
+        finally:
+            os._exit(3)    # reached only when the fault point did not fire
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+
+
+@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("kind", [BatchKind.TRIALS, BatchKind.WORKERS])
+def test_a_kill_at_any_point_leaves_no_untracked_job(tmp_path: Path, kind: BatchKind,
+                                                     point: str) -> None:
+    w = world(tmp_path)
+    w.store_dir = tmp_path  # type: ignore[attr-defined]
+    spool = tmp_path / "spool"
+    url = str(w.store.engine.url)
+    sk = SubmissionKind.WORKERS if kind == BatchKind.WORKERS else SubmissionKind.TRIALS
+    die_at(point, sk, url, spool, batch_ledger(w, kind))
+    backend = LocalBackend(spool)
+    spooled = {i.ref for i in backend.find([f"dethpc-e1-b{b}" for b in range(1, 10)])}
+    # the restarted daemon: what the dead one left unconfirmed, adopted or given back
+    adopted = Submission(backend, Policy()).adopt(unconfirmed_batches(w.store))
+    assert adopted == (1 if point == "after_sbatch" else 0)
+    assert unconfirmed_batches(w.store) == []
+    with w.store.session() as s:
+        (batch,) = s.exec(select(Batch).where(Batch.kind == kind))
+        jobs = list(s.exec(select(Job).where(Job.batch_id == batch.id)))
+        trials = list(s.exec(select(Trial).where(Trial.experiment_id == w.exp_id)))
+    if point == "after_record":       # nothing reached the backend: the work goes back
+        assert spooled == set() and batch.state == BatchState.FAILED and jobs == []
+        assert all(t.needs_job for t in trials)
+        return
+    # the backend's jobs are exactly the batch's, each once
+    assert batch.state == BatchState.SUBMITTED and len(spooled) == 2
+    assert batch.array_job_id and spooled == {f"{batch.array_job_id}_{i}" for i in (0, 1)}
+    if kind == BatchKind.TRIALS:
+        assert sorted(j.ref or "" for j in jobs) == sorted(spooled)
+        assert not any(t.needs_job for t in trials)
+    assert w.events("adopted" if point == "after_sbatch" else
+                    ("submitted" if kind == BatchKind.TRIALS else "workers"))
+
+
+def test_a_refusal_gives_the_work_back_and_asks_the_policy(tmp_path: Path) -> None:
+    w = world(tmp_path)
+    w.store_dir = tmp_path  # type: ignore[attr-defined]
+    ledger, request = batch_ledger(w, BatchKind.TRIALS)(w.store)
+    w.backend.submit_errors = [SubmitLimitError("QOSMaxSubmitJobPerUserLimit", "no")]
+    policy = Policy()
+    assert Submission(w.backend, policy).submit(ledger, request) == []
+    assert policy.refusals == [(w.exp_id, 2, "QOSMaxSubmitJobPerUserLimit")]
+    assert policy.successes == 0
+    with w.store.session() as s:
+        assert [b.state for b in s.exec(select(Batch))] == [BatchState.FAILED]
+    assert all(t.needs_job for t in w.trials())
+
+
+# ------------------------------------------------------------------ image pre-pulls
+@pytest.mark.parametrize("point", POINTS)
+def test_a_kill_around_a_pre_pull_leaves_no_untracked_job(tmp_path: Path, point: str) -> None:
+    """Before the one protocol, a pre-pull job's id was recorded only after its sbatch:
+    a kill between the two left a job the next daemon did not know, and it submitted the
+    image's pull again. Now its name is recorded first and the next daemon adopts it."""
+    w = world(tmp_path)
+    spool = tmp_path / "spool"
+    pj = PullJob(tmp_path / "pulls", "train_1")
+    name = "dethpc-pull-t-train_1"
+
+    def make(store: Store) -> tuple[Ledger, JobRequest]:
+        ledger = PullLedger(store, pj, "docker://train:1", w.exp_id, name)
+        ledger.record()
+        return ledger, JobRequest(name=name, comment="", script=script(tmp_path),
+                                  workdir=tmp_path)
+
+    die_at(point, SubmissionKind.PULL, str(w.store.engine.url), spool, make)
+    backend = LocalBackend(spool)
+    spooled = [i.ref for i in backend.find([name])]
+    unconfirmed = ([PullLedger(w.store, pj, "docker://train:1", w.exp_id, name)]
+                   if pj.submitting.is_file() else [])
+    assert adopt(backend, unconfirmed) == (1 if point == "after_sbatch" else 0)
+    assert not pj.submitting.exists()
+    if point == "after_record":
+        assert spooled == [] and pj.job_id() is None     # the next tick submits it
+    else:
+        assert spooled == [pj.job_id()]                  # known, once
