@@ -399,8 +399,10 @@ RULES: dict[str, Rule] = {
     "determined.pytorch.Trainer": S(),
     "determined.pytorch.Trainer.configure_profiler": D("logged, nothing is profiled"),
     "determined.pytorch.Trainer.fit": D(
-        "reporting_period defaults to Batch(10); checkpoint_policy is validated and has no "
-        "effect; profiling_enabled is ignored; the searcher's target wins over max_length"),
+        "reporting_period defaults to Batch(10) (Determined's: Batch(100)); training "
+        "metrics are also reported at each validation and checkpoint, as Determined's; "
+        "checkpoint_policy is validated and has no effect; profiling_enabled is ignored; the "
+        "searcher's target wins over max_length"),
     "determined.pytorch.adapt_batch_sampler": _SAMPLERS,
     "determined.pytorch.data_length": S(),
     "determined.pytorch.init": D("aggregation_frequency must be 1; exp_conf is not read (the "

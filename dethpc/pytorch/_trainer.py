@@ -264,13 +264,18 @@ class Trainer:
 
     def _after_step(self, plan: _Plan) -> bool:
         b = self.progress.batches
-        if b % plan.reporting_period == 0:
+        inside = b < plan.max_batches
+        validate = inside and (b in plan.validate_at or bool(
+            plan.validation_period and b % plan.validation_period == 0))
+        checkpoint = inside and bool(plan.checkpoint_period and b % plan.checkpoint_period == 0)
+        # as Determined's Trainer: the batches since the last report are reported at every
+        # boundary (reporting, validation or checkpoint period), not only at a reporting one
+        if b % plan.reporting_period == 0 or validate or checkpoint:
             self._report_training(plan)
-        if b < plan.max_batches:
-            if b in plan.validate_at or (plan.validation_period and
-                                         b % plan.validation_period == 0):
+        if inside:
+            if validate:
                 self._validate(plan)
-            if plan.checkpoint_period and b % plan.checkpoint_period == 0:
+            if checkpoint:
                 self._checkpoint(plan)
             return self._check_preempt(plan)
         return False

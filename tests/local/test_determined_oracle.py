@@ -58,7 +58,7 @@ def _oracle_installed() -> None:
         pytest.fail(f"CI=true: {MISSING}", pytrace=False)
 
 
-def run_side(script: str, side: str, scratch: Path) -> Path:
+def run_side(script: str, side: str, scratch: Path, *args: str) -> Path:
     """Run ``script`` for ``side`` in a fresh interpreter; the JSON file it wrote."""
     work = scratch / side / "work"
     work.mkdir(parents=True)
@@ -74,7 +74,8 @@ def run_side(script: str, side: str, scratch: Path) -> Path:
                                capture_output=True, text=True, timeout=60)
         assert probe.returncode != 0, "the dethpc side must not see Determined"
     out = scratch / f"{side}.json"
-    proc = subprocess.run([sys.executable, str(FIXTURES / script), side, str(out)], cwd=work,
+    proc = subprocess.run([sys.executable, str(FIXTURES / script), side, str(out), *args],
+                          cwd=work,
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"{script} under {side}:\n{proc.stdout}\n{proc.stderr[-6000:]}"
     return out
@@ -91,12 +92,22 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-@pytest.fixture(scope="module")
-def amp_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    scratch = tmp_path_factory.mktemp("oracle-amp")
-    runs: dict[str, Any] = {}
+#: the AMP trial's runs: (reporting period, validation records, training report steps).
+#: "per_batch": one report per batch, four equal validation batches; "windows": reports
+#: averaged over windows of 5 batches (Determined also reports at each validation and
+#: checkpoint boundary) and a short last validation batch (18 records in batches of 4)
+AMP_RUNS = {"per_batch": ("1", "16", list(range(1, 25))),
+            "windows": ("5", "18", [5, 8, 10, 12, 15, 16, 20, 24])}
+
+
+@pytest.fixture(scope="module", params=sorted(AMP_RUNS))
+def amp_runs(request: pytest.FixtureRequest,
+             tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    scratch = tmp_path_factory.mktemp(f"oracle-amp-{request.param}")
+    reporting, val_records, steps = AMP_RUNS[request.param]
+    runs: dict[str, Any] = {"name": request.param, "steps": steps}
     for side in ("determined", "dethpc"):
-        out = run_side("run_side.py", side, scratch)
+        out = run_side("run_side.py", side, scratch, reporting, val_records)
         runs[side] = {**json.loads(out.read_text()),
                       "final": torch.load(out.with_suffix(".pt"), weights_only=True)}
     return runs
@@ -118,7 +129,7 @@ def test_native_amp_trial_reports_what_determined_reports(amp_runs: dict[str, An
                                                           kind: str) -> None:
     theirs, added = _split(amp_runs["determined"][kind])
     ours, ours_added = _split(amp_runs["dethpc"][kind])
-    assert [r["steps"] for r in theirs] == (list(range(1, 25)) if kind == "training"
+    assert [r["steps"] for r in theirs] == (amp_runs["steps"] if kind == "training"
                                             else [8, 16, 24])
     for t, o in zip(theirs, ours, strict=False):
         assert same(t, o), f"{kind} at step {t['steps']}: Determined {t}, dethpc {o}"
@@ -129,6 +140,7 @@ def test_native_amp_trial_reports_what_determined_reports(amp_runs: dict[str, An
     assert not any(ours_added)
 
 
+@pytest.mark.parametrize("amp_runs", ["per_batch"], indirect=True)
 def test_native_amp_exercises_both_scaler_branches(amp_runs: dict[str, Any]) -> None:
     """The comparison means something: steps were skipped (inf gradients, backoff) and
     the scale grew, and the LR schedule moved."""
