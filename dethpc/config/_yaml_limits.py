@@ -11,7 +11,7 @@ nine lines of ``[*a, *a, ...]`` stand for nine billion strings ("billion laughs"
 keys ``<<`` multiply the same way). PyYAML builds such a document cheaply as shared
 objects, but whatever walks it afterwards (validation, JSON, dumping, the daemon's
 re-read) pays for every repetition: 8 levels of 9 aliases cost ``dethpc render`` 7-10 s
-and 830 MB. The checks here run on the composed node graph, once per node, so a
+and 650-830 MB. The checks here run on the composed node graph, once per node, so a
 refusal costs milliseconds whatever the document would have expanded to; recursive
 anchors (an alias inside the node it names) and nesting deep enough to exhaust
 Python's stack are refused the same way.
@@ -47,17 +47,18 @@ class YamlLimits:
 
 
 #: what dethpc reads from users: experiment configs, search and task files, cluster
-#: configs, ``--config`` values. 1 MiB is ~100x a large real config; a document without
-#: aliases reaches at most ~1.5 expanded units per character, so only aliases can pass
-#: the expansion bound.
-USER_LIMITS = YamlLimits(max_chars=1 << 20, max_aliases=100, max_depth=100,
-                         max_expanded=2_000_000)
+#: configs, ``--config`` values. 256 KiB is ~30x the largest config in this repository
+#: (Determined's test cases, 9 KB) and still parses in 1-3 s here (a plain 1 MiB
+#: document took 8.6 s, bench/yaml_limits); a document without aliases reaches at most
+#: ~1.5 expanded units per character, so only aliases can pass the expansion bound.
+USER_LIMITS = YamlLimits(max_chars=256 << 10, max_aliases=100, max_depth=100,
+                         max_expanded=1_000_000)
 
 #: a config the store holds (``dump_config`` of an accepted one, overrides and defaults
 #: added): the same kind of bounds with room for what submission added; the aliases
 #: ``dump_config`` writes for parts the document shared count only towards the expansion
 STORED_LIMITS = YamlLimits(max_chars=None, max_aliases=None, max_depth=200,
-                           max_expanded=8_000_000)
+                           max_expanded=4_000_000)
 
 
 def _where(node: yaml.Node | None) -> str:

@@ -72,7 +72,7 @@ REFUSED = [
     ("a sequence that contains itself", HEAD + "data: &a [1, *a]\n", "contains it"),
     ("a mapping that contains itself", HEAD + "data: &a {k: *a}\n", "contains it"),
     ("a mapping that merges itself", HEAD + "data: &a {<<: *a}\n", "contains it"),
-    ("a scalar over the text bound", HEAD + "data: " + "y" * (1 << 20) + "\n",
+    ("a scalar over the text bound", HEAD + "data: " + "y" * (256 << 10) + "\n",
      "characters of YAML"),
 ]
 
@@ -103,7 +103,7 @@ STORED_REFUSED = [
 def test_the_daemon_refuses_such_a_stored_config(text: str, says: str) -> None:
     """A config an older dethpc stored is refused by the daemon's read
     (``parse_stored``), not expanded; the stored bounds are wider (no text bound, no
-    alias count, 200 levels, 8,000,000 units) so that all an accepted config becomes
+    alias count, 200 levels, 4,000,000 units) so that all an accepted config becomes
     reads back."""
     with pytest.raises(ConfigError, match=says) as info:
         parse_stored(text)
