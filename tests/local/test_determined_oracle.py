@@ -68,7 +68,8 @@ def run_side(script: str, side: str, scratch: Path, *args: str) -> Path:
     # Determined stores local checkpoints under XDG_DATA_HOME (never the work dir: it
     # copies the work dir into each checkpoint as the model code)
     env["XDG_DATA_HOME"] = str(scratch / side / "xdg")
-    env["PYTHONPATH"] = str(ORACLE) if side == "determined" else ""
+    # the oracle's folder for Determined's side only; dethpc from this checkout for ours
+    env["PYTHONPATH"] = str(ORACLE) if side == "determined" else str(REPO)
     if side == "dethpc":
         probe = subprocess.run([sys.executable, "-c", "import determined"], env=env,
                                capture_output=True, text=True, timeout=60)
