@@ -1,0 +1,177 @@
+"""What the commonest ``dethpc`` commands cost on a login node, beside Slurm's own tools.
+
+In one run, ``--calls`` rounds (default 15); each round runs every variant once, in
+turn (interleaved, so load drift on a shared host hits all of them alike), and times
+the whole process from fork to exit with ``time.perf_counter``:
+
+- ``python_pass``: ``python -c pass`` (this Python's floor)
+- ``dethpc_version``: ``dethpc --version``
+- ``dethpc_help``: ``dethpc --help`` (its saved copy, filled before the rounds)
+- ``dethpc_help_first``: ``dethpc --help`` with an empty cache directory (the CLI runs)
+- ``dethpc_experiment_list``: ``dethpc experiment list`` on a store at the current
+  schema revision holding ``--experiments`` experiments (default 5, as rows)
+- ``squeue``: ``squeue`` (only when it is on PATH and answers)
+- ``det_version``: Determined's ``det --version`` (only when ``det`` is next to this
+  Python or on PATH)
+
+``dethpc`` is the console script next to this Python, or ``--dethpc PATH`` (another
+checkout's, to compare before and after). The home (``DETHPC_HOME``), cluster config
+(the local backend) and cache directory are temporary. Medians, p90s, every sample and
+the modules each Python command imports (``-X importtime``) go to
+``bench/results/cli.json`` (or ``--out``), with the host, its load average before and
+after, and the commit.
+
+Usage: python bench/cli/run.py [--calls 15] [--dethpc PATH] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def p90(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
+
+
+def timed(argv: list[str], env: dict[str, str], *, fresh_cache: Path | None = None) -> float:
+    if fresh_cache is not None:
+        shutil.rmtree(fresh_cache, ignore_errors=True)
+        env = {**env, "XDG_CACHE_HOME": str(fresh_cache)}
+    start = time.perf_counter()
+    done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          check=False)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{argv}: exit {done.returncode}: {done.stderr.decode()}")
+    return elapsed
+
+
+def interpreter(path: str) -> str | None:
+    """The Python a console script runs under (its ``#!`` line), or None."""
+    try:
+        with open(path, "rb") as f:
+            first = f.readline().decode(errors="replace")
+    except OSError:
+        return None
+    return first[2:].strip() if first.startswith("#!") and "python" in first else None
+
+
+def modules_imported(argv: list[str], env: dict[str, str]) -> int | None:
+    """Modules a Python command imports, the interpreter's own start-up included
+    (``-X importtime`` lines); None for a command that is not Python."""
+    if argv[0] == sys.executable:
+        cmd = [sys.executable, "-X", "importtime", *argv[1:]]
+    else:
+        python = interpreter(argv[0])
+        if python is None:
+            return None
+        cmd = [python, "-X", "importtime", *argv]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    return sum(1 for line in done.stderr.splitlines() if line.startswith("import time:"))
+
+
+def record_experiments(env: dict[str, str], count: int) -> None:
+    """``count`` experiments in the store, as rows (no daemon, nothing submitted)."""
+    if not count:
+        return
+    code = ("from dethpc.store import Store\nfrom dethpc.store.models import Experiment\n"
+            "s = Store()\nwith s.session() as db:\n"
+            f"    for i in range({count}):\n"
+            "        db.add(Experiment(name=f'e{i}', config_yaml='name: e', "
+            "run_dir='/nonexistent', state='COMPLETED'))\n")
+    subprocess.run([sys.executable, "-c", code], env=env, check=True)
+
+
+def git_commit() -> str:
+    done = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True, check=False)
+    return done.stdout.strip()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=15)
+    parser.add_argument("--experiments", type=int, default=5)
+    parser.add_argument("--dethpc", default=str(Path(sys.executable).parent / "dethpc"))
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "cli.json")
+    args = parser.parse_args()
+    dethpc = args.dethpc
+    det = shutil.which("det", path=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="dethpc-bench-cli-") as tmp:
+        home = Path(tmp) / "home"
+        home.mkdir()
+        (home / "cluster.yaml").write_text(f"backend: local\nruns_root: {home}/runs\n")
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("DETHPC_", "SLURM_", "XDG_"))}
+        env.update({"DETHPC_HOME": str(home), "DETHPC_CLUSTER_CONFIG": str(home / "cluster.yaml"),
+                    "XDG_CACHE_HOME": str(Path(tmp) / "cache"),
+                    "XDG_CONFIG_HOME": str(Path(tmp) / "config")})
+        env.pop("COLUMNS", None)
+        variants: dict[str, list[str]] = {
+            "python_pass": [sys.executable, "-c", "pass"],
+            "dethpc_version": [dethpc, "--version"],
+            "dethpc_help": [dethpc, "--help"],
+            "dethpc_help_first": [dethpc, "--help"],
+            "dethpc_experiment_list": [dethpc, "experiment", "list"],
+        }
+        squeue = shutil.which("squeue")
+        if squeue and subprocess.run([squeue], capture_output=True, check=False,
+                                     timeout=30).returncode == 0:
+            variants["squeue"] = [squeue]
+        if det:
+            variants["det_version"] = [det, "--version"]
+        timed([dethpc, "experiment", "list"], env)  # the store, created at head
+        record_experiments(env, args.experiments)
+        for argv in variants.values():   # warm the page cache, the .pyc and --help
+            timed(argv, env)
+        first_cache = Path(tmp) / "first-cache"
+        samples: dict[str, list[float]] = {name: [] for name in variants}
+        for _ in range(args.calls):
+            for name, argv in variants.items():
+                fresh = first_cache if name == "dethpc_help_first" else None
+                samples[name].append(timed(argv, env, fresh_cache=fresh))
+        modules = {name: modules_imported(argv, env) for name, argv in variants.items()}
+        modules["dethpc_help_first"] = modules_imported(
+            [dethpc, "--help"], {**env, "XDG_CACHE_HOME": str(Path(tmp) / "count-cache")})
+    median = {k: round(statistics.median(v) * 1000, 1) for k, v in samples.items()}
+    result = {
+        "what": "wall ms of one command (fork to exit), medians of interleaved rounds",
+        "host": f"{platform.node()}: {os.cpu_count()} cores, {platform.platform()}",
+        "regime": "the shared 2-core dev machine, other engineers' work running beside "
+                  "it (see the load averages)",
+        "load_average_before_after": [list(load_before), list(os.getloadavg())],
+        "python": platform.python_version(),
+        "commit": git_commit(),
+        "dethpc": dethpc,
+        "experiments_in_store": args.experiments,
+        "calls": args.calls,
+        "median_ms": median,
+        "p90_ms": {k: round(p90(v) * 1000, 1) for k, v in samples.items()},
+        "modules_imported": modules,
+        "samples_ms": {k: [round(x * 1000, 1) for x in v] for k, v in samples.items()},
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    width = max(map(len, variants))
+    for name in variants:
+        print(f"{name:<{width}}  median {median[name]:7.1f} ms  "
+              f"p90 {result['p90_ms'][name]:7.1f} ms  modules {modules.get(name, '-')}")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
