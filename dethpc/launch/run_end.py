@@ -48,6 +48,8 @@ from dethpc.common.jobref import ref_from_env
 from dethpc.common.jsonlines import append_record, read_new_lines
 from dethpc.common.markers import run_mark
 from dethpc.common.paths import TrialPaths
+from dethpc.launch.run_start import run_number
+from dethpc.launch.run_start import start as run_start
 
 #: a signal this close to the job's end time (plus the pool's grace) is the walltime's
 END_TIME_SLACK_S = 60
@@ -221,14 +223,6 @@ def who_ends(f: RunFacts, job: JobFacts) -> tuple[ExitReason, bool]:
     return ExitReason.CANCELLED, False
 
 
-def run_number(env: Mapping[str, str]) -> int:
-    """This run's number: Slurm's ``SLURM_RESTART_COUNT`` (0 for the first run)."""
-    try:
-        return int(env.get("SLURM_RESTART_COUNT") or 0)
-    except ValueError:
-        return 0
-
-
 # ------------------------------------------------------------------ scontrol's answer
 _FIELD = re.compile(r"(?:^|\s)(JobState|Restarts|EndTime|PreemptTime)=(\S*)")
 
@@ -298,11 +292,6 @@ def append_exit_record(trial_dir: Path, record: dict[str, object]) -> None:
     append_record(TrialPaths(trial_dir).exit_log, record)
 
 
-def last_exit_record(trial_dir: Path) -> dict[str, object] | None:
-    records = read_new_lines(TrialPaths(trial_dir).exit_log, 0).records
-    return records[-1] if records else None
-
-
 def rehearsed_limit(trial_dir: Path, ref: str, run: int) -> bool:
     """``dethpc trial preempt --time-limit`` marked this job's run (``rehearsal.json``)."""
     mark = run_mark(TrialPaths(trial_dir).rehearsal, ref, run)
@@ -361,19 +350,13 @@ def end(argv: Sequence[str], env: Mapping[str, str]) -> str:
 
 
 def start(argv: Sequence[str], env: Mapping[str, str]) -> str:
-    """``JOB_REF`` and ``done_already`` (1: the job's last recorded run completed: this
-    run is Slurm's extra start, recorded as completed too)."""
-    p = argparse.ArgumentParser(prog="python -m dethpc.launch.run_end start")
-    p.add_argument("--trial-dir", type=Path)
-    a = p.parse_args(argv)
-    ref, done = ref_from_env(env), 0
-    if a.trial_dir is not None:
-        last = last_exit_record(a.trial_dir)
-        if last is not None and last.get("reason") == "completed" and last.get("job") == ref:
-            done = 1
-            append_exit_record(a.trial_dir, exit_record(
-                ExitReason.COMPLETED, 0, run_number(env), ref, "", time.time()))
-    return _shell(JOB_REF=ref, done_already=done)
+    """``JOB_REF`` and ``done_already``: ``dethpc.launch.run_start``'s answer (job scripts
+    call that light module; this one stays for the scripts rendered before it)."""
+    try:
+        return run_start(argv, env)
+    except ValueError as exc:
+        argparse.ArgumentParser(prog="python -m dethpc.launch.run_end start").error(str(exc))
+        raise  # error() exits
 
 
 def main(argv: Sequence[str] | None = None) -> int:

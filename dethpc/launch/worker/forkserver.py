@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from dethpc.common.jobenv import ENV_DETERMINED_ALIAS
+
 
 class EntryKind(StrEnum):
     SCRIPT = "script"    # python path/to/script.py args...
@@ -42,13 +44,42 @@ class Entry:
     args: tuple[str, ...]    # sys.argv[1:] of the trial
 
 
-def preload(modules: Sequence[str]) -> tuple[dict[str, float], dict[str, str]]:
+#: what a trial that uses a preloaded module imports at its first use of it, preloaded
+#: with it. ``torch._dynamo``: every ``torch.optim`` optimizer imports it at its
+#: construction (``Optimizer.add_param_group``, ``zero_grad``, ``state_dict`` and
+#: ``load_state_dict`` are wrapped in ``torch._disable_dynamo``, whose wrapper imports
+#: ``torch._dynamo`` at its first call; ``step`` imports it too), whatever the trial does
+#: and whatever ``TORCH_COMPILE_DISABLE`` says: 1.1-2.7 s of each trial's start on this
+#: 2-core host (issue 47 item 3, bench/trial_start). Imported once here, a forked trial
+#: finds it in ``sys.modules``: the very module it would import, so its results are the
+#: same. (It starts no thread: a fork after it is safe.)
+COMPANIONS: dict[str, tuple[str, ...]] = {"torch": ("torch._dynamo",)}
+#: dethpc's own job side, which every trial that reports through dethpc imports
+#: (stdlib-only, light, torch imported lazily): preloaded whenever anything is
+JOB_SIDE = ("dethpc.core", "dethpc.pytorch")
+
+
+def preload_list(modules: Sequence[str]) -> list[str]:
+    """``modules`` with each one's ``COMPANIONS`` after it and ``JOB_SIDE`` at the end
+    (none when ``modules`` is empty), each once."""
+    names: list[str] = []
+    for name in [*modules, *(JOB_SIDE if modules else ())]:
+        for one in (name, *COMPANIONS.get(name, ())):
+            if one not in names:
+                names.append(one)
+    return names
+
+
+def preload(modules: Sequence[str], *, warm: bool = True
+            ) -> tuple[dict[str, float], dict[str, str]]:
     """Import ``modules`` into this process: (seconds each took, why each one that
     could not be imported failed). A missing module is no error: the trials that need
-    it import it themselves (a site default of ``torch`` on a job without torch)."""
+    it import it themselves (a site default of ``torch`` on a job without torch).
+    ``warm`` (the default) adds ``preload_list``'s companions and dethpc's job side;
+    ``warm=False`` imports ``modules`` alone (bench/trial_start's before)."""
     took: dict[str, float] = {}
     missing: dict[str, str] = {}
-    for name in modules:
+    for name in preload_list(modules) if warm else modules:
         t0 = time.perf_counter()
         try:
             importlib.import_module(name)
@@ -110,6 +141,10 @@ def _child(argv: Sequence[str], env: Mapping[str, str], cwd: str, log: Path,
 
     os.write(started_fd, b"1")
     os.close(started_fd)
+    # a warm child read PYTHONPATH long ago: the job-side `determined` alias joins its path
+    alias = env.get(ENV_DETERMINED_ALIAS)
+    if alias and alias not in sys.path:
+        sys.path.insert(1, alias)
     try:
         if entry.kind is EntryKind.MODULE:
             sys.argv = [entry.target, *entry.args]
