@@ -1,9 +1,25 @@
 """Exit codes agreed between the training process, the job wrapper and the backends.
 
-Owns: the numbers, the reasons a run ends (``ExitReason``) and the shape of the record
-each run's end appends to ``exits.jsonl`` (``exit_record``: written by the job scripts'
+Owns: the numbers, the exit vocabulary and the shape of the record each run's end
+appends to ``exits.jsonl`` (``exit_record``: written by the job scripts'
 ``dethpc.launch.run_end`` and by a pool worker for each run it forked; read by
 ``dethpc.control.job_end``).
+
+The exit vocabulary has two levels, one enum each:
+
+* ``ExitReason``: why one *run* of a job ended (the job side decides it, ``exits.jsonl``
+  and ``Job.exit_reason`` keep it). Most runs are not a trial's end: a preempted run
+  is followed by another.
+* ``TrialExit``: how a *trial* ended for good, as its searcher is told
+  (``Searcher.on_exited``). The reconciler maps a judged job end to it: a run
+  ``completed`` -> ``COMPLETED`` (or the training code's early exit, ``INVALID_HP`` /
+  ``USER_REQUESTED_STOP``); a trial that failed for good (``error``, ``node_fail`` ...
+  past ``max_restarts``) -> ``ERRORED``; a stop the searcher or a cancel asked for
+  -> ``STOPPED``. ``CANCELLED`` is Determined's word, accepted from a replayed snapshot.
+  The values shared by both (``completed``, ``stopped``) mean the same end.
+
+``Trial.exit_reason`` in the store is neither: a sentence for people (what ended the
+trial and why, e.g. ``stopped by the searcher``, ``submitter died``).
 """
 
 from __future__ import annotations
@@ -31,6 +47,23 @@ class ExitReason(StrEnum):
     ERROR = "error"              # training code failed
     CANCELLED = "cancelled"      # scancel outside dethpc / kill
     HUNG = "hung"                # no progress for max_idle: ended by the hang watchdog
+
+
+class TrialExit(StrEnum):
+    """How a trial ended for good, as its searcher is told (``Searcher.on_exited``; the
+    reconciler's ``TrialChange.exited``; a replayed ``exited`` call). Searcher snapshots
+    and replay events hold the values: do not rename them."""
+
+    COMPLETED = "completed"      # reached its length
+    STOPPED = "stopped"          # stopped by the searcher, or cancelled by the user
+    ERRORED = "errored"          # failed for good
+    CANCELLED = "cancelled"      # Determined's; dethpc itself reports STOPPED
+    #: the training code reported an early exit (``Trial.early_exit``) and ended well:
+    #: it raised ``det.InvalidHP`` (its hyperparameters are dropped, Determined's
+    #: ``trialExitedEarly`` with ``InvalidHP``) ...
+    INVALID_HP = "invalid_hp"
+    #: ... or chose to stop early (treated as any other early exit, like ``STOPPED``)
+    USER_REQUESTED_STOP = "user_requested_stop"
 
 
 def exit_record(reason: ExitReason, code: int, run: int, job: str, signal: str,

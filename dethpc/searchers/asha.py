@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dethpc.common.errors import ConfigError, FieldError
+from dethpc.common.exitcodes import TrialExit
 from dethpc.config.model import AshaMode, AshaVariant, HParamTree, SearcherConfig
 from dethpc.config.searcher_registry import SearcherSpec, enum_option, int_list_option, int_option
 from dethpc.searchers import sampling
 from dethpc.searchers.base import (
-    INVALID_HP,
     Action,
     Continue,
     Create,
@@ -43,6 +43,7 @@ from dethpc.searchers.base import (
     Shutdown,
     Stop,
     TrialRecord,
+    TrialStatus,
     check_reason,
     exit_status,
     record_from_json,
@@ -319,17 +320,17 @@ class AshaSearcher(Searcher):
         return self._fill(index)
 
     def on_exited(self, request_id: int, reason: str) -> list[Action]:
-        check_reason(reason)
+        why = check_reason(reason)
         index = self.owner.get(request_id)
         if index is None or request_id not in self.brackets[index].running:
             return []
         self.brackets[index].running.discard(request_id)
-        if reason == INVALID_HP:
+        if why is TrialExit.INVALID_HP:
             self._drop(index, request_id)
         elif self.variant is AshaVariant.STOPPING:
-            self._stopping_exit(index, request_id, reason)
+            self._stopping_exit(index, request_id, why)
         else:
-            self._promotion_exit(index, request_id, reason)
+            self._promotion_exit(index, request_id, why)
         return self._fill(index) + self._maybe_shutdown()
 
     def progress(self) -> float:
@@ -348,7 +349,7 @@ class AshaSearcher(Searcher):
     def _stop_rule(self, index: int, rid: int, value: float, length: int) -> list[Action]:
         """Determined ``stopRun``: walk up the rungs this report qualifies for."""
         b, rec = self.brackets[index], self.records[rid]
-        if rec.status != "active":
+        if rec.status is not TrialStatus.ACTIVE:
             return []          # a stopped trial still reporting during its grace period
         r = b.trial_rung.get(rid, 0)
         while r < b.plan.num_rungs and length >= b.plan.lengths[r]:
@@ -358,17 +359,17 @@ class AshaSearcher(Searcher):
             if r == b.plan.num_rungs - 1:
                 return []      # top rung: the trial completes on its own
             if rank >= keep_count(len(b.rungs[r]), self.divisor):
-                rec.status = "stopped"
+                rec.status = TrialStatus.STOPPED
                 return [Stop(rid)]
             r += 1
         return []
 
-    def _stopping_exit(self, index: int, rid: int, reason: str) -> None:
+    def _stopping_exit(self, index: int, rid: int, reason: TrialExit) -> None:
         b, rec = self.brackets[index], self.records[rid]
-        if rec.status != "active":
+        if rec.status is not TrialStatus.ACTIVE:
             return
         r = b.trial_rung.get(rid, 0)
-        if reason != "completed" and r < b.plan.num_rungs:
+        if reason is not TrialExit.COMPLETED and r < b.plan.num_rungs:
             insert_metric(b.rungs[r], rid, EXITED)      # Determined trialExitedEarly
             b.trial_rung[rid] = r + 1
         rec.status = exit_status(reason)
@@ -391,19 +392,19 @@ class AshaSearcher(Searcher):
             return
         for pid in promotable(b.rungs[r], b.promoted[r], self.divisor):
             b.promoted[r].add(pid)
-            if self.records[pid].status in ("errored", "stopped"):
+            if self.records[pid].status in (TrialStatus.ERRORED, TrialStatus.STOPPED):
                 b.trial_rung[pid] = r + 1           # cannot resume: worst result one rung up
                 self._record(index, pid, r + 1, EXITED)
             else:
                 b.queue.append(pid)
-                self.records[pid].status = "promoted"
+                self.records[pid].status = TrialStatus.PROMOTED
 
-    def _promotion_exit(self, index: int, rid: int, reason: str) -> None:
+    def _promotion_exit(self, index: int, rid: int, reason: TrialExit) -> None:
         b, rec = self.brackets[index], self.records[rid]
         r = b.trial_rung.get(rid, 0)
-        if reason == "completed" and rid in b.reported:
+        if reason is TrialExit.COMPLETED and rid in b.reported:
             if r == b.plan.num_rungs - 1:
-                rec.status = "completed"
+                rec.status = TrialStatus.COMPLETED
             return                                  # waits at its rung for a promotion
         if rid not in b.reported:                   # left without a metric: worst at its rung
             b.reported.add(rid)
@@ -426,7 +427,7 @@ class AshaSearcher(Searcher):
         b.queue = [r for r in b.queue if r != rid]
         b.reported.discard(rid)
         b.created -= 1
-        self.records[rid].status = exit_status(INVALID_HP)
+        self.records[rid].status = exit_status(TrialExit.INVALID_HP)
 
     # --------------------------------------------------------------- common
     def top_up(self) -> list[Action]:
@@ -466,8 +467,8 @@ class AshaSearcher(Searcher):
             return []
         self.shutdown_sent = True
         for rec in self.records.values():
-            if rec.status in ("active", "promoted"):
-                rec.status = "stopped"      # waited at a rung, never promoted
+            if rec.status in (TrialStatus.ACTIVE, TrialStatus.PROMOTED):
+                rec.status = TrialStatus.STOPPED    # waited at a rung, never promoted
         return [Shutdown()]
 
     # -------------------------------------------------------------- snapshot

@@ -2,8 +2,11 @@
 
 Owns: the action types (``Create``, ``Stop``, ``Continue``, ``Shutdown``),
 the abstract ``Searcher``, and the small helpers every searcher shares: the exit
-reasons ``on_exited`` accepts, ``target_length`` and ``TrialRecord`` <-> JSON
-(the snapshot form, which the store keeps: do not rename its keys).
+reasons ``on_exited`` accepts (``check_reason``: ``dethpc.common.exitcodes.TrialExit``,
+the vocabulary the reconciler tells), a record's ``TrialStatus``, ``target_length``
+and ``TrialRecord`` <-> JSON (the snapshot form, which the store keeps: do not rename
+its keys or the enums' values; a record is saved with its status's value and an old
+snapshot's status string is read back as the member of that value).
 Searchers are pure: no I/O, no clock, no global RNG (each keeps a
 ``random.Random`` seeded from ``reproducibility.experiment_seed`` and snapshots
 its state), so a daemon restarted mid-search makes identical decisions.
@@ -17,20 +20,24 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from dethpc.common.errors import ConfigError, FieldError
+from dethpc.common.exitcodes import TrialExit
 from dethpc.config.model import SearcherConfig
 
-#: exit reasons a searcher accepts in ``on_exited``. The last two are Determined's early
-#: exits reported by the training code (``EarlyExitReason``): ``invalid_hp`` (the trial
-#: raised ``det.InvalidHP``: its hyperparameters are dropped, Determined's
-#: ``trialExitedEarly`` with ``InvalidHP``) and ``user_requested_stop`` (it chose to stop
-#: early: treated as any other early exit, like ``stopped``)
-EXIT_REASONS = ("completed", "stopped", "errored", "cancelled", "invalid_hp",
-                "user_requested_stop")
-#: ``on_exited``'s reason for a trial whose hyperparameters were invalid
-INVALID_HP = "invalid_hp"
+
+class TrialStatus(StrEnum):
+    """What a searcher shows of one of its trials (``TrialRecord.status``; ``experiment
+    describe``, the ASHA plot). Snapshots hold the values: do not rename them."""
+
+    ACTIVE = "active"
+    STOPPED = "stopped"          # stopped early (lost at a rung, or its own early exit)
+    PROMOTED = "promoted"        # went on to the next rung
+    COMPLETED = "completed"
+    ERRORED = "errored"
+    INVALID = "invalid"          # raised det.InvalidHP
 
 
 @dataclass(frozen=True)
@@ -76,8 +83,7 @@ class TrialRecord:
     hparams: dict[str, Any]
     bracket: int = 0
     rung: int = 0                # highest rung reached
-    #: active | stopped | promoted | completed | errored | invalid (raised det.InvalidHP)
-    status: str = "active"
+    status: TrialStatus = TrialStatus.ACTIVE
     metrics: dict[int, float] = field(default_factory=dict)  # length -> metric
 
 
@@ -99,27 +105,31 @@ def target_length(config: SearcherConfig) -> int:
     return config.max_length.value
 
 
-def check_reason(reason: str) -> None:
-    """``ValueError`` for an exit reason not in ``EXIT_REASONS``."""
-    if reason not in EXIT_REASONS:
-        raise ValueError(f"unknown exit reason {reason!r}; allowed: {', '.join(EXIT_REASONS)}")
+def check_reason(reason: str) -> TrialExit:
+    """``reason`` as a ``TrialExit``; ``ValueError`` for one that is not."""
+    try:
+        return TrialExit(reason)
+    except ValueError:
+        allowed = ", ".join(r.value for r in TrialExit)
+        raise ValueError(f"unknown exit reason {reason!r}; allowed: {allowed}") from None
 
 
-def exit_status(reason: str) -> str:
+def exit_status(reason: TrialExit) -> TrialStatus:
     """TrialRecord status for a trial that exited with ``reason`` unasked."""
-    return {"completed": "completed", "errored": "errored",
-            INVALID_HP: "invalid"}.get(reason, "stopped")
+    return {TrialExit.COMPLETED: TrialStatus.COMPLETED, TrialExit.ERRORED: TrialStatus.ERRORED,
+            TrialExit.INVALID_HP: TrialStatus.INVALID}.get(reason, TrialStatus.STOPPED)
 
 
 def record_to_json(r: TrialRecord) -> dict[str, Any]:
     return {"request_id": r.request_id, "hparams": r.hparams, "bracket": r.bracket,
-            "rung": r.rung, "status": r.status,
+            "rung": r.rung, "status": r.status.value,
             "metrics": [[length, m] for length, m in sorted(r.metrics.items())]}
 
 
 def record_from_json(d: dict[str, Any]) -> TrialRecord:
     return TrialRecord(request_id=int(d["request_id"]), hparams=d["hparams"],
-                       bracket=int(d["bracket"]), rung=int(d["rung"]), status=str(d["status"]),
+                       bracket=int(d["bracket"]), rung=int(d["rung"]),
+                       status=TrialStatus(str(d["status"])),
                        metrics={int(k): float(v) for k, v in d["metrics"]})
 
 
@@ -138,8 +148,9 @@ class Searcher(abc.ABC):
 
     @abc.abstractmethod
     def on_exited(self, request_id: int, reason: str) -> list[Action]:
-        """A trial exited for good. ``reason``: completed (reached its length), stopped,
-        errored, cancelled, invalid_hp or user_requested_stop (``EXIT_REASONS``). For the
+        """A trial exited for good. ``reason``: a ``TrialExit`` (or its value): completed
+        (reached its length), stopped, errored, cancelled, invalid_hp or
+        user_requested_stop; ``check_reason`` refuses any other. For the
         promotion variant, a trial that completed a rung exits with ``completed`` and may
         be continued later."""
 

@@ -22,10 +22,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from dethpc.common.exitcodes import TrialExit
 from dethpc.config.model import HParamTree, SearcherConfig
 from dethpc.searchers import sampling
 from dethpc.searchers.base import (
-    INVALID_HP,
     Action,
     Create,
     Searcher,
@@ -78,12 +78,12 @@ class PoolSearcher(Searcher):
         return []
 
     def on_exited(self, request_id: int, reason: str) -> list[Action]:
-        check_reason(reason)
+        why = check_reason(reason)
         if request_id not in self.running:
             return []
         self.running.discard(request_id)
-        self.records[request_id].status = exit_status(reason)
-        self.invalid += reason == INVALID_HP
+        self.records[request_id].status = exit_status(why)
+        self.invalid += why is TrialExit.INVALID_HP
         return self._fill()
 
     def progress(self) -> float:
@@ -141,5 +141,5 @@ class PoolSearcher(Searcher):
         recs = [record_from_json(d) for d in snapshot["records"]]
         self.records = {r.request_id: r for r in recs}
         self.shutdown_sent = bool(snapshot["shutdown_sent"])
-        invalid = exit_status(INVALID_HP)   # counted from the records: the format stays
+        invalid = exit_status(TrialExit.INVALID_HP)  # counted from the records: the format stays
         self.invalid = sum(1 for r in recs if r.status == invalid)

@@ -17,6 +17,7 @@ import heapq
 import random
 from typing import Any
 
+from dethpc.common.exitcodes import TrialExit
 from dethpc.config.model import HParamTree, SearcherConfig
 from dethpc.searchers.asha import AshaSearcher
 from dethpc.searchers.base import Action, Continue, Create, Searcher, Shutdown, Stop
@@ -45,7 +46,7 @@ class _Sim:
             self.trained[rid] = length
             self._apply(self.searcher.on_validation(rid, self.rng.random(), length))
             if last and rid not in self.stopped:
-                self._apply(self.searcher.on_exited(rid, "completed"))
+                self._apply(self.searcher.on_exited(rid, TrialExit.COMPLETED))
 
     def _apply(self, actions: list[Action]) -> None:
         for action in actions:
@@ -53,7 +54,7 @@ class _Sim:
                 self._schedule(action.request_id, action.length, action.validate_at)
             elif isinstance(action, Stop):
                 self.stopped.add(action.request_id)
-                self._apply(self.searcher.on_exited(action.request_id, "stopped"))
+                self._apply(self.searcher.on_exited(action.request_id, TrialExit.STOPPED))
             elif isinstance(action, Shutdown):
                 self.events.clear()
 

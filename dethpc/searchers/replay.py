@@ -54,8 +54,7 @@ def validation(request_id: int, metric: float, length: int) -> SearcherCall:
 
 
 def exited(request_id: int, reason: str) -> SearcherCall:
-    check_reason(reason)
-    return SearcherCall(CallKind.EXITED, request_id, reason=reason)
+    return SearcherCall(CallKind.EXITED, request_id, reason=check_reason(reason))
 
 
 def format_call(call: SearcherCall) -> str:

@@ -167,6 +167,10 @@ class Trial(SQLModel, table=True):
     best_validation: float | None = None
     latest_validation: float | None = None
     latest_checkpoint: str | None = None
+    #: a sentence for people: what ended the trial and why ("stopped by the searcher",
+    #: "submitter died", a failure's job state and exit code). Not a vocabulary: the
+    #: machine-readable end is ``state``, the job's ``Job.exit_reason`` (``ExitReason``)
+    #: and what the searcher was told (``TrialExit``, dethpc.common.exitcodes)
     exit_reason: str = ""
     #: the early exit its training code reported (``EarlyExit``; "" none): the searcher
     #: is told when the trial's job ends (revision 0010)

@@ -2,8 +2,9 @@
 
 Owns: ``TrialChange`` -- what a decision does to a trial row: whether it needs a job,
 its stop request cleared, its new state and exit reason, an event, and the exit the
-searcher is told of -- with ``Note`` (an event's kind and message) and ``Exited`` (the
-searcher's word for how a trial ended). ``job_rules`` and ``stop_rules`` return them;
+searcher is told of -- with ``Note`` (an event's kind and message); how a trial ended,
+as the searcher is told, is ``dethpc.common.exitcodes.TrialExit`` (the one vocabulary
+the searchers accept). ``job_rules`` and ``stop_rules`` return them;
 ``searcher_ops.SearcherOps.settle`` applies one, in this field order.
 Must not: touch rows or files, or decide anything (the rule modules do).
 """
@@ -11,21 +12,10 @@ Must not: touch rows or files, or decide anything (the rule modules do).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
+from dethpc.common.exitcodes import TrialExit
 from dethpc.common.kinds import EventKind
 from dethpc.store.models import TrialState
-
-
-class Exited(StrEnum):
-    """How a trial ended, as the searcher is told (``replay.exited``)."""
-
-    COMPLETED = "completed"
-    STOPPED = "stopped"
-    ERRORED = "errored"
-    #: the training code reported an early exit (``Trial.early_exit``) and ended well
-    INVALID_HP = "invalid_hp"
-    USER_REQUESTED_STOP = "user_requested_stop"
 
 
 @dataclass(frozen=True)
@@ -50,4 +40,4 @@ class TrialChange:
     #: an event about the trial
     note: Note | None = None
     #: the searcher is told the trial exited, and how
-    exited: Exited | None = None
+    exited: TrialExit | None = None

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 from dethpc.backends.base import JobInfo, JobState
 from dethpc.backends.slurm_holds import HoldKind, hold_of
+from dethpc.common.exitcodes import TrialExit
 from dethpc.common.kinds import EventKind, ExperimentKind
 from dethpc.control.job_end import Decision, ExitRecord, Kind, Verdict
-from dethpc.control.reconcile.changes import Exited, Note, TrialChange
+from dethpc.control.reconcile.changes import Note, TrialChange
 from dethpc.control.reconcile.stop_rules import stopped_change
 from dethpc.store.models import EarlyExit, StopReason, TrialState
 
@@ -179,7 +180,7 @@ def trial_change(d: Decision, f: EndFacts) -> TrialChange | None:
     if d.verdict == Verdict.COMPLETE:
         waiting = f.target_length < f.full_length
         return TrialChange(state=TrialState.WAITING if waiting else TrialState.COMPLETED,
-                           reason=reason, exited=Exited.COMPLETED)
+                           reason=reason, exited=TrialExit.COMPLETED)
     if d.verdict == Verdict.STOPPED:
         return stopped_change(f.stop_reason)
     if d.verdict == Verdict.KILLED:
@@ -217,11 +218,11 @@ def early_exit_change(why: EarlyExit) -> TrialChange:
     it wait (it cannot go on), and the searcher told ``why``."""
     return TrialChange(needs_job=False, state=TrialState.COMPLETED, reason=why.value,
                        note=Note(EventKind.EARLY_EXIT, EARLY_EXIT_NOTES[why]),
-                       exited=Exited(why.value))
+                       exited=TrialExit(why.value))
 
 
 def failed(message: str) -> TrialChange:
     """A trial that failed for good: no new job, ERROR with ``message`` as its reason and
     an event, and the searcher told it errored."""
     return TrialChange(needs_job=False, state=TrialState.ERROR, reason=message,
-                       note=Note(EventKind.ERROR, message), exited=Exited.ERRORED)
+                       note=Note(EventKind.ERROR, message), exited=TrialExit.ERRORED)

@@ -72,7 +72,7 @@ class SearcherOps:
         if change.note is not None:
             self.rows.event(change.note.kind, change.note.message, trial)
         if change.exited is not None:
-            self.feed(replay.exited(trial.request_id, change.exited.value), trial)
+            self.feed(replay.exited(trial.request_id, change.exited), trial)
 
     def _create(self, action: Create) -> None:
         rows = self.rows

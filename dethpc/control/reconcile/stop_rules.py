@@ -14,7 +14,8 @@ from __future__ import annotations
 from enum import StrEnum
 
 from dethpc.backends.base import JobInfo, JobState
-from dethpc.control.reconcile.changes import Exited, TrialChange
+from dethpc.common.exitcodes import TrialExit
+from dethpc.control.reconcile.changes import TrialChange
 from dethpc.store.models import StopReason, TrialState
 
 
@@ -72,6 +73,6 @@ def stopped_change(why: StopReason | None) -> TrialChange:
         return TrialChange(clear_stop=True, state=TrialState.PAUSED, reason="paused")
     if why == StopReason.CANCEL:
         return TrialChange(clear_stop=True, state=TrialState.CANCELED, reason="canceled",
-                           exited=Exited.STOPPED)
+                           exited=TrialExit.STOPPED)
     return TrialChange(clear_stop=True, state=TrialState.STOPPED,
-                       reason="stopped by the searcher", exited=Exited.STOPPED)
+                       reason="stopped by the searcher", exited=TrialExit.STOPPED)

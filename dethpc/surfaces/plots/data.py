@@ -29,6 +29,7 @@ from dethpc.config.model import (
     IntHP,
     LogHP,
 )
+from dethpc.searchers.base import TrialStatus
 from dethpc.store import Store
 from dethpc.store.models import Experiment, Metric, SearcherState, Trial
 from dethpc.surfaces.layout import flat_hparams
@@ -147,22 +148,22 @@ def dedupe_steps(rows: Iterable[tuple[int, float, float]]) -> tuple[tuple[int, .
     return tuple(ordered), tuple(latest[s][1] for s in ordered)
 
 
-def rung_outcome(rung: int, num_rungs: int, reached: int, status: str, metric: float | None,
-                 variant: str) -> Outcome:
+def rung_outcome(rung: int, num_rungs: int, reached: int, status: TrialStatus,
+                 metric: float | None, variant: str) -> Outcome:
     """What became of a trial recorded at ``rung`` of a bracket of ``num_rungs`` rungs,
-    given the highest rung it reached and the searcher's status of it (``TrialRecord``:
-    active, promoted, stopped, completed, errored) and the ASHA variant."""
+    given the highest rung it reached and the searcher's status of it (``TrialRecord``)
+    and the ASHA variant."""
     if metric is None:
         return Outcome.EXITED
     if rung == num_rungs - 1:
         return Outcome.TOP
-    if rung < reached or status == "promoted":
+    if rung < reached or status == TrialStatus.PROMOTED:
         return Outcome.PROMOTED
-    if status == "stopped":
+    if status == TrialStatus.STOPPED:
         return Outcome.STOPPED
-    if status == "errored":
+    if status == TrialStatus.ERRORED:
         return Outcome.EXITED
-    if status == "completed":        # a trial that completed below the top rung
+    if status == TrialStatus.COMPLETED:  # a trial that completed below the top rung
         return Outcome.STOPPED if variant == "promotion" else Outcome.PROMOTED
     # active: the stopping variant let it through the cut (it trains on); the promotion
     # variant has it wait at the rung for a promotion
@@ -302,7 +303,7 @@ def _brackets(cfg: Any, snapshot: dict[str, Any],
                 rid = int(m["request_id"])
                 rec = records.get(rid)
                 outcome = rung_outcome(r, len(rungs), rec.rung if rec else r,
-                                       rec.status if rec else "active", m.get("metric"),
+                                       rec.status if rec else TrialStatus.ACTIVE, m.get("metric"),
                                        variant)
                 pts.append(RungPoint(trial_of.get(rid), m.get("metric"), outcome))
             made.append(Rung(r, int(rung.get("length", 0)), int(rung.get("keep", 0)),

@@ -11,9 +11,10 @@ import pytest
 
 from dethpc.backends.base import JobInfo, JobState
 from dethpc.common.exitcodes import ExitReason as R
+from dethpc.common.exitcodes import TrialExit
 from dethpc.common.kinds import ExperimentKind
 from dethpc.control.job_end import Decision, ExitRecord, Kind, Verdict
-from dethpc.control.reconcile.changes import Exited, Note, TrialChange
+from dethpc.control.reconcile.changes import Note, TrialChange
 from dethpc.control.reconcile.job_rules import (
     NOT_RESUBMITTED,
     EndFacts,
@@ -160,22 +161,22 @@ def facts(kind: ExperimentKind = ExperimentKind.MANAGED, target: int = 100, full
 
 def fail(message: str) -> TrialChange:
     return TrialChange(needs_job=False, state=T.ERROR, reason=message,
-                       note=Note("error", message), exited=Exited.ERRORED)
+                       note=Note("error", message), exited=TrialExit.ERRORED)
 
 
 SBATCH, DETACHED = ExperimentKind.SBATCH, ExperimentKind.DETACHED
 SEARCHER_STOP = TrialChange(clear_stop=True, state=T.STOPPED, reason="stopped by the searcher",
-                            exited=Exited.STOPPED)
+                            exited=TrialExit.STOPPED)
 
 # (name, decision, facts, trial change)
 TRIAL_CHANGES = [
     ("nothing", decision(Kind.ENDED, V.NONE, R.ERROR), facts(), None),
     ("requeued within the limit", decision(Kind.REQUEUED), facts(), None),
     ("completed", decision(Kind.ENDED, V.COMPLETE, R.COMPLETED), facts(),
-     TrialChange(state=T.COMPLETED, reason="completed", exited=Exited.COMPLETED)),
+     TrialChange(state=T.COMPLETED, reason="completed", exited=TrialExit.COMPLETED)),
     ("completed a rung: waits for the searcher",
      decision(Kind.ENDED, V.COMPLETE, R.COMPLETED), facts(target=25),
-     TrialChange(state=T.WAITING, reason="completed", exited=Exited.COMPLETED)),
+     TrialChange(state=T.WAITING, reason="completed", exited=TrialExit.COMPLETED)),
     ("stopped by the searcher", decision(Kind.ENDED, V.STOPPED, R.STOPPED),
      facts(stop=StopReason.STOP), SEARCHER_STOP),
     ("stopped without a request on record", decision(Kind.ENDED, V.STOPPED, R.STOPPED),
@@ -183,7 +184,7 @@ TRIAL_CHANGES = [
     ("paused", decision(Kind.ENDED, V.STOPPED, R.STOPPED), facts(stop=StopReason.PAUSE),
      TrialChange(clear_stop=True, state=T.PAUSED, reason="paused")),
     ("cancelled", decision(Kind.ENDED, V.STOPPED, R.CANCELLED), facts(stop=StopReason.CANCEL),
-     TrialChange(clear_stop=True, state=T.CANCELED, reason="canceled", exited=Exited.STOPPED)),
+     TrialChange(clear_stop=True, state=T.CANCELED, reason="canceled", exited=TrialExit.STOPPED)),
     ("killed", decision(Kind.ENDED, V.KILLED, R.CANCELLED), facts(),
      TrialChange(state=T.CANCELED, reason="killed")),
     ("preempted: resubmitted", decision(Kind.ENDED, V.RESUBMIT, R.PREEMPTED),

@@ -14,13 +14,12 @@ import pytest
 from sqlmodel import select
 
 from dethpc.backends.base import JobInfo, JobState
-from dethpc.common.exitcodes import ExitReason
+from dethpc.common.exitcodes import ExitReason, TrialExit
 from dethpc.common.kinds import ExperimentKind
 from dethpc.common.paths import ExperimentPaths
 from dethpc.config.model import ClusterConfig
 from dethpc.control.daemon import Daemon
 from dethpc.control.job_end import Decision, Kind, Verdict
-from dethpc.control.reconcile.changes import Exited
 from dethpc.control.reconcile.ingest_rules import (
     Alert,
     BadRecord,
@@ -125,16 +124,16 @@ COMPLETE = Decision(kind=Kind.ENDED, verdict=Verdict.COMPLETE, reason=ExitReason
 
 
 @pytest.mark.parametrize(("early", "target", "state", "reason", "exited"), [
-    (None, 100, TrialState.COMPLETED, "completed", Exited.COMPLETED),
-    (None, 25, TrialState.WAITING, "completed", Exited.COMPLETED),   # promotion: waits
-    (EarlyExit.INVALID_HP, 100, TrialState.COMPLETED, "invalid_hp", Exited.INVALID_HP),
-    (EarlyExit.INVALID_HP, 25, TrialState.COMPLETED, "invalid_hp", Exited.INVALID_HP),
+    (None, 100, TrialState.COMPLETED, "completed", TrialExit.COMPLETED),
+    (None, 25, TrialState.WAITING, "completed", TrialExit.COMPLETED),   # promotion: waits
+    (EarlyExit.INVALID_HP, 100, TrialState.COMPLETED, "invalid_hp", TrialExit.INVALID_HP),
+    (EarlyExit.INVALID_HP, 25, TrialState.COMPLETED, "invalid_hp", TrialExit.INVALID_HP),
     (EarlyExit.USER_REQUESTED_STOP, 25, TrialState.COMPLETED, "user_requested_stop",
-     Exited.USER_REQUESTED_STOP),
+     TrialExit.USER_REQUESTED_STOP),
 ])
 def test_a_completed_job_after_an_early_exit(early: EarlyExit | None, target: int,
                                              state: TrialState, reason: str,
-                                             exited: Exited) -> None:
+                                             exited: TrialExit) -> None:
     change = trial_change(COMPLETE, facts(early, target))
     assert change is not None
     assert (change.state, change.reason, change.exited) == (state, reason, exited)

@@ -8,7 +8,8 @@ from itertools import product
 import pytest
 
 from dethpc.backends.base import JobInfo, JobState
-from dethpc.control.reconcile.changes import Exited, TrialChange
+from dethpc.common.exitcodes import TrialExit
+from dethpc.control.reconcile.changes import TrialChange
 from dethpc.control.reconcile.stop_rules import (
     StopRoute,
     overdue,
@@ -109,11 +110,11 @@ def test_the_stop_file_says_pause_or_stop(why: StopReason, word: str) -> None:
 @pytest.mark.parametrize(("why", "change"), [
     (StopReason.PAUSE, TrialChange(clear_stop=True, state=T.PAUSED, reason="paused")),
     (StopReason.CANCEL, TrialChange(clear_stop=True, state=T.CANCELED, reason="canceled",
-                                    exited=Exited.STOPPED)),
+                                    exited=TrialExit.STOPPED)),
     (StopReason.STOP, TrialChange(clear_stop=True, state=T.STOPPED,
-                                  reason="stopped by the searcher", exited=Exited.STOPPED)),
+                                  reason="stopped by the searcher", exited=TrialExit.STOPPED)),
     (None, TrialChange(clear_stop=True, state=T.STOPPED, reason="stopped by the searcher",
-                       exited=Exited.STOPPED)),
+                       exited=TrialExit.STOPPED)),
 ])
 def test_stopped_change(why: StopReason | None, change: TrialChange) -> None:
     assert stopped_change(why) == change
