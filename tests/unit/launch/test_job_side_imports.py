@@ -5,7 +5,9 @@ CLI's typer and rich, Jinja2, YAML, torch), and the first python of every job sc
 
 Each entry runs in a fresh interpreter as the job script runs it (``python -m``, its
 arguments, the local backend's environment), and the modules it loaded are read at its
-end. bench/trial_start measures what this saves.
+end. bench/trial_start measures what this saves. And ``run_start`` answers as the
+``run_end start`` of scripts rendered before it; a pool's preload of torch brings what
+a trial imports at its first optimizer (``torch._dynamo``).
 """
 
 from __future__ import annotations
@@ -94,3 +96,33 @@ def test_pool_preload_brings_what_a_trial_imports_at_its_first_step() -> None:
     assert preload_list(["numpy", "torch", "torch._dynamo", "dethpc.core"]) == [
         "numpy", "torch", "torch._dynamo", "dethpc.core", "dethpc.pytorch"]
     assert preload_list([]) == []     # nothing preloaded: nothing added
+
+
+def _start(module: list[str], trial: Path, env: dict[str, str]) -> tuple[int, str]:
+    proc = subprocess.run([sys.executable, "-m", *module, "--trial-dir", str(trial)],
+                          capture_output=True, text=True, env=env, timeout=60)
+    return proc.returncode, proc.stdout.strip()
+
+
+def test_run_start_answers_as_run_end_start_did(tmp_path: Path) -> None:
+    """The job scripts' ``run_start`` and the older scripts' ``run_end start``: the same
+    ``JOB_REF``, and a run after the job's completed one is recorded completed too."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "SLURM_RESTART_COUNT": "2",
+           "SLURM_JOB_ID": "125", "SLURM_ARRAY_JOB_ID": "120", "SLURM_ARRAY_TASK_ID": "5"}
+    for n, module in enumerate((["dethpc.launch.run_start"],
+                                ["dethpc.launch.run_end", "start"])):
+        trial = tmp_path / str(n)
+        trial.mkdir()
+        assert _start(module, trial, env) == (0, "JOB_REF=120_5 done_already=0")
+        # another job's completed run, then a cut line: not this job's
+        (trial / "exits.jsonl").write_text(
+            '{"reason": "completed", "job": "120_4"}\n{"reason": "completed", "job": "12')
+        assert _start(module, trial, env) == (0, "JOB_REF=120_5 done_already=0")
+        (trial / "exits.jsonl").write_text('{"reason": "completed", "job": "120_5"}\n')
+        assert _start(module, trial, env) == (0, "JOB_REF=120_5 done_already=1")
+        last = json.loads((trial / "exits.jsonl").read_text().splitlines()[-1])
+        assert (last["reason"], last["code"], last["restart"], last["job"]) == (
+            "completed", 0, 2, "120_5")
+        bad = subprocess.run([sys.executable, "-m", *module, "--bogus"], env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 2 and "--bogus" in bad.stderr
