@@ -122,7 +122,8 @@ class BoundedLoading:
 
 
 def _too_deep(cap: int, where: str) -> str:
-    return (f"nested more than {cap} levels deep{where} (aliases written out); "
+    return (f"nested more than {cap} levels deep{where} (an alias counts as its "
+            f"part written out); "
             f"flatten the structure ({DOCS})")
 
 
