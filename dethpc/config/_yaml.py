@@ -129,6 +129,9 @@ def _load(loader_class: type[BoundedLoading], text: str, source: str,
         raise ConfigError([FieldError("", _describe_yaml_error(exc))], source) from None
     except yaml.YAMLError as exc:
         raise ConfigError([FieldError("", f"invalid YAML: {exc}")], source) from None
+    except RecursionError:  # a net under the depth bounds: never a traceback
+        raise ConfigError([FieldError("", "nested too deeply for Python's stack (docs/"
+                                      "config.md, section 'YAML limits')")], source) from None
     finally:
         if loader is not None:
             loader.dispose()
