@@ -6,8 +6,9 @@ JSON-lines files jobs write and the daemon reads (``jsonlines``), Slurm's hostli
 sbatch option syntax (``hostlist``, ``sbatch_options``), what a backend can do
 (``traits``), an experiment's kind (``kinds``), the job side of self-registration
 (``detached``: the spool entry a job dethpc did not submit writes, and the daemon
-adopts), the ``DETHPC_*`` variable names (``jobenv``), what Slurm's environment says
-about a trial's slots in Determined's terms (``slots``), the helpers of Determined's
+adopts), the one table of environment variables, ``DETHPC_*`` and ``DET_*``
+(``jobenv``), what Slurm's environment says about a trial's slots in Determined's terms
+(``slots``), the helpers of Determined's
 ``det.util``/``determined.common.util`` its examples use (``util``), the subprocess seam
 (``runner``) and the version string (``version``).
 Must not: import any other part of dethpc, or anything a compute node lacks (no

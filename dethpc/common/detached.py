@@ -34,15 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from dethpc.common.errors import DethpcError
-from dethpc.common.jobenv import ENV_TRIAL_DIR
+from dethpc.common.jobenv import ENV_DETACHED, ENV_METRIC, ENV_SPOOL, ENV_TRIAL_DIR
 from dethpc.common.jobref import ref_from_env
 from dethpc.common.paths import TrialPaths, detached_dir
 
-#: ``DETHPC_DETACHED=0`` turns self-registration off (plain Slurm jobs stay untracked)
-ENV_DETACHED = "DETHPC_DETACHED"
-#: the searcher metric the adopted experiment reports as its best (``register.json``)
-ENV_METRIC = "DETHPC_METRIC"
-
+# ``DETHPC_DETACHED=0`` turns self-registration off (plain Slurm jobs stay untracked);
+# ``DETHPC_METRIC`` is the searcher metric the adopted experiment reports as its best
+# (``register.json``): both rows of dethpc.common.jobenv's table
 
 def job_ref(env: Mapping[str, str]) -> str | None:
     """The job's own ref (``dethpc.common.jobref.ref_from_env``) in a Slurm job, None
@@ -107,7 +105,7 @@ def register(env: Mapping[str, str], ref: str) -> Path:
     if owner != os.getuid():
         raise DethpcError(f"spool entry {tp.root} belongs to uid {owner}, not to this job's "
                           f"user (uid {os.getuid()}): a stale or foreign registration of "
-                          f"job {ref}; remove it, or set DETHPC_SPOOL (or DETHPC_DETACHED=0)")
+                          f"job {ref}; remove it, or set {ENV_SPOOL} (or {ENV_DETACHED}=0)")
     if tp.registration.exists():
         return tp.root
     tp.checkpoints.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from dethpc.common.jobenv import ENV_HOME, ENV_SPOOL
+
 #: a checkpoint being deleted (``CheckpointContext.delete``): neither listed nor resumed
 #: from; the daemon removes what is left of it
 CHECKPOINT_DELETED_PREFIX = ".deleted-"
@@ -34,7 +36,7 @@ def deleted_checkpoint(checkpoint: Path) -> Path:
 
 def dethpc_home() -> Path:
     """``$DETHPC_HOME`` or ``~/.dethpc``: the default home of the database and runs."""
-    return Path(os.environ.get("DETHPC_HOME") or Path.home() / ".dethpc").expanduser()
+    return Path(os.environ.get(ENV_HOME) or Path.home() / ".dethpc").expanduser()
 
 
 def make_private_dir(path: Path) -> Path:
@@ -209,7 +211,7 @@ class TrialPaths:
 def spool_dir() -> Path:
     """``$DETHPC_SPOOL`` or ``<dethpc home>/spool``: where jobs dethpc did not submit
     register themselves (``detached/<job ref>/``), on storage the daemon also sees."""
-    return Path(os.environ.get("DETHPC_SPOOL") or dethpc_home() / "spool").expanduser()
+    return Path(os.environ.get(ENV_SPOOL) or dethpc_home() / "spool").expanduser()
 
 
 def detached_dir(job_ref: str) -> Path:

@@ -97,7 +97,7 @@ def _storage_env(checkpoint_storage: str | Mapping[str, Any] | None,
     if isinstance(checkpoint_storage, str) and "://" not in checkpoint_storage:
         return {**env, ENV_CHECKPOINT_DIR: checkpoint_storage}
     raise CheckpointError(f"checkpoint_storage={checkpoint_storage!r} is not supported by "
-                          "dethpc: give a directory path (or set $DETHPC_CHECKPOINT_DIR)")
+                          f"dethpc: give a directory path (or set ${ENV_CHECKPOINT_DIR})")
 
 
 def init(*, distributed: DistributedContext | None = None,

@@ -22,6 +22,8 @@ from dethpc.common.errors import DethpcError
 from dethpc.common.jobenv import (
     ENV_CHECKPOINT_DIR,
     ENV_CONTEXT_DIR,
+    ENV_DET_INTER_NODE_NETWORK_INTERFACE,
+    ENV_DET_STEPS_COMPLETED,
     ENV_EXPERIMENT_CONFIG,
     ENV_EXPERIMENT_ID,
     ENV_HPARAMS_FILE,
@@ -69,7 +71,7 @@ def read_hparams(trial_dir: Path | None, env: Mapping[str, str]) -> dict[str, An
             return read_json_object(path, "hyperparameter file")
     override = env.get(ENV_HPARAMS_FILE)
     if override:
-        return read_json_object(Path(override), "hyperparameter file ($DETHPC_HPARAMS_FILE)")
+        return read_json_object(Path(override), f"hyperparameter file (${ENV_HPARAMS_FILE})")
     return {}
 
 
@@ -291,15 +293,15 @@ class ClusterInfo:
         In a trial directory without ids (``--local --test``) the ids are 0."""
         if not self.on_cluster:
             raise DethpcError("get_cluster_info().trial is only available inside a trial "
-                              "(DETHPC_TRIAL_DIR is not set)")
+                              f"({ENV_TRIAL_DIR} is not set)")
         config = self.experiment_config
         return TrialInfo(trial_id=self.trial_id or 0, experiment_id=self.experiment_id or 0,
                          trial_seed=self.trial_seed or 0,
                          hparams=read_hparams(self.trial_dir, self._env), config=config,
-                         steps_completed=_env_int("DET_STEPS_COMPLETED", self._env) or 0,
+                         steps_completed=_env_int(ENV_DET_STEPS_COMPLETED, self._env) or 0,
                          trial_run_id=self.run_id + 1, debug=bool(config.get("debug")),
                          inter_node_network_interface=self._env.get(
-                             "DET_INTER_NODE_NETWORK_INTERFACE") or None)
+                             ENV_DET_INTER_NODE_NETWORK_INTERFACE) or None)
 
     @property
     def user_data(self) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dethpc.common.errors import DethpcError
+from dethpc.common.jobenv import ENV_CORE_CONNECT_TIMEOUT, ENV_CORE_PORT, ENV_DET_CHIEF_IP
 
 #: first port of the range the launchers use (``dethpc.launch._common.PORT_BASE``)
 PORT_BASE = 15000
@@ -35,8 +36,7 @@ PORT_SPAN = 17000
 #: the star's port is half the span away from the job's torch rendezvous port, so
 #: neither this job's nor a neighbouring job id's MASTER_PORT is ever taken
 STAR_OFFSET = PORT_SPAN // 2
-ENV_CORE_PORT = "DETHPC_CORE_PORT"
-ENV_CONNECT_TIMEOUT = "DETHPC_CORE_CONNECT_TIMEOUT"
+ENV_CONNECT_TIMEOUT = ENV_CORE_CONNECT_TIMEOUT
 _HEADER = struct.Struct(">Q")
 _HELLO_TIMEOUT_S = 30.0
 
@@ -188,7 +188,7 @@ class StarWorker:
                 if time.monotonic() > deadline:
                     raise CollectiveError(
                         f"rank {rank} could not reach rank 0 at {host}:{port} within "
-                        f"{timeout_s:.0f} s: {last}; check chief_ip / $DET_CHIEF_IP / "
+                        f"{timeout_s:.0f} s: {last}; check chief_ip / ${ENV_DET_CHIEF_IP} / "
                         f"$MASTER_ADDR and {ENV_CORE_PORT}") from exc
                 time.sleep(0.2)
         sock.settimeout(None)
@@ -225,4 +225,4 @@ class StarWorker:
 def chief_address(chief_ip: str | None, env: Mapping[str, str] | None = None) -> str:
     """``chief_ip``, else ``$DET_CHIEF_IP``, ``$MASTER_ADDR``, else localhost."""
     env = os.environ if env is None else env
-    return chief_ip or env.get("DET_CHIEF_IP") or env.get("MASTER_ADDR") or "127.0.0.1"
+    return chief_ip or env.get(ENV_DET_CHIEF_IP) or env.get("MASTER_ADDR") or "127.0.0.1"

@@ -26,6 +26,7 @@ from typing import Any
 
 from dethpc.common.errors import DethpcError
 from dethpc.common.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED
+from dethpc.common.jobenv import ENV_PREEMPT_SIGNAL, ENV_VERDICT_WAIT_S
 from dethpc.common.markers import read_searched
 from dethpc.core._distributed import DistributedContext
 
@@ -47,7 +48,6 @@ HEARTBEAT_S = 10.0
 #: about ``metrics_poll_s`` (0.2 s) plus its ingest; the bound only matters when no
 #: daemon is reading (stopped, or busy with a long tick)
 VERDICT_WAIT_S = 2.0
-ENV_VERDICT_WAIT_S = "DETHPC_VERDICT_WAIT_S"
 #: how often the wait looks at the marker and the stop file
 VERDICT_POLL_S = 0.02
 
@@ -113,13 +113,13 @@ def parse_signal(name: str) -> signal.Signals:
         try:
             return signal.Signals(int(raw))
         except ValueError as exc:
-            raise DethpcError(f"DETHPC_PREEMPT_SIGNAL={name!r} is not a signal number") from exc
+            raise DethpcError(f"{ENV_PREEMPT_SIGNAL}={name!r} is not a signal number") from exc
     if not raw.startswith("SIG"):
         raw = "SIG" + raw
     try:
         return signal.Signals[raw]
     except KeyError as exc:
-        raise DethpcError(f"DETHPC_PREEMPT_SIGNAL={name!r} is not a signal name; "
+        raise DethpcError(f"{ENV_PREEMPT_SIGNAL}={name!r} is not a signal name; "
                           "use e.g. USR2, USR1 or TERM") from exc
 
 

@@ -16,6 +16,10 @@ A key is Determined's dotted name (``determined.core.TrainContext.report_early_e
 ``<name>.*`` for the members of a class or module not given their own line, or
 ``$DET_NAME`` for a variable. A member without a line of its own takes its class's
 ``.*`` line, else a refusal of its class (or module), searching outwards.
+The variables a dethpc job sees are the table in ``dethpc.common.jobenv``: the
+variables served here (as they are, or differently) are exactly its ``DET_*`` rows
+(``tests/unit/common/test_jobenv.py`` holds the two together); this table classifies
+Determined's names, the absent ones included.
 Must not: import anything but the standard library and ``dethpc.common`` (it is read
 when a refusal fires), or serve a name itself (the code lives with the name).
 """

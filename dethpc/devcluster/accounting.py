@@ -17,6 +17,7 @@ import os
 import pwd
 from collections.abc import Sequence
 
+from dethpc.common.jobenv import ENV_DEVCLUSTER_USERS
 from dethpc.common.runner import CommandRunner
 from dethpc.devcluster.layout import DevClusterLayout
 from dethpc.devcluster.site import (
@@ -49,7 +50,7 @@ class Accounting:
         account ``dethpc``, QoS ``normal``). Three queries when nothing is missing."""
         members = [u for u in member_names(
             ["root", os.environ.get("SUDO_USER", ""), *users,
-             *os.environ.get("DETHPC_DEVCLUSTER_USERS", "").split(",")]) if user_exists(u)]
+             *os.environ.get(ENV_DEVCLUSTER_USERS, "").split(",")]) if user_exists(u)]
         self.apply(members)
 
     def state(self) -> AccountingState:

@@ -26,20 +26,26 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from dethpc.common.jobenv import (
+    ENV_DEVCLUSTER_LANE,
+    ENV_DEVCLUSTER_LANES,
+    ENV_DEVCLUSTER_NODES,
+    ENV_DEVCLUSTER_SLURM,
+)
 from dethpc.config.cluster import path_with_first
 from dethpc.devcluster.layout import SLURM_ETC, DevClusterLayout, base_dir
 from dethpc.devcluster.releases import DEFAULT_RELEASE, SlurmRelease
 
 #: the lane whose cluster this process (and what it starts) uses; unset: lane 1
-LANE_ENV = "DETHPC_DEVCLUSTER_LANE"
+LANE_ENV = ENV_DEVCLUSTER_LANE
 #: how many lanes ``up``/``status`` act on when no ``--lanes`` is given
-LANES_ENV = "DETHPC_DEVCLUSTER_LANES"
+LANES_ENV = ENV_DEVCLUSTER_LANES
 #: set by ``lane_env``: the lane's node names, comma-separated (for scripts and tests)
-NODES_ENV = "DETHPC_DEVCLUSTER_NODES"
+NODES_ENV = ENV_DEVCLUSTER_NODES
 DEFAULT_LANES = 3
 MAX_LANES = 9
 #: the Slurm release of this process's cluster (unset: Debian's 22.05)
-RELEASE_ENV = "DETHPC_DEVCLUSTER_SLURM"
+RELEASE_ENV = ENV_DEVCLUSTER_SLURM
 #: lane k's ports are lane 1's plus PORT_STEP * (k - 1)
 PORT_STEP = 10
 #: a built release's lanes are numbered as the 22.05 ones, this many ports above them

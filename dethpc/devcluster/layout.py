@@ -28,6 +28,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dethpc.common.jobenv import ENV_DEVCLUSTER_DIR, ENV_DEVCLUSTER_OWNER
 from dethpc.devcluster.releases import DEFAULT_RELEASE, SlurmRelease, path_prefix
 from dethpc.devcluster.site import SiteSpec, gres_conf_lines
 
@@ -36,12 +37,12 @@ MARKER = "Managed by dethpc devcluster"
 DEFAULT_STATE_DIR = "/var/lib/dethpc-devcluster"
 SLURM_ETC = Path("/etc/slurm")
 #: Environment variable set on every daemon we start; ``down`` finds leftovers by it.
-OWNER_ENV = "DETHPC_DEVCLUSTER_OWNER"
+OWNER_ENV = ENV_DEVCLUSTER_OWNER
 
 
 def base_dir() -> Path:
     """The first cluster's state directory (and the shared one)."""
-    return Path(os.environ.get("DETHPC_DEVCLUSTER_DIR") or DEFAULT_STATE_DIR)
+    return Path(os.environ.get(ENV_DEVCLUSTER_DIR) or DEFAULT_STATE_DIR)
 
 
 @dataclass(frozen=True)

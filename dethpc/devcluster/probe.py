@@ -13,10 +13,11 @@ import os
 import shutil
 
 from dethpc.common.errors import CommandError, DethpcError
+from dethpc.common.jobenv import ENV_TEST_START_CLUSTER
 from dethpc.common.runner import CommandRunner
 
 USABLE = frozenset({"idle", "mixed", "allocated", "completing"})
-START_ENV = "DETHPC_TEST_START_CLUSTER"
+START_ENV = ENV_TEST_START_CLUSTER
 
 
 def probe(min_nodes: int = 4, runner: CommandRunner | None = None) -> str | None:

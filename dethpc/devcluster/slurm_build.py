@@ -29,11 +29,12 @@ from pathlib import Path
 import dethpc
 from dethpc.common.errors import DethpcError
 from dethpc.common.flock import flocked
+from dethpc.common.jobenv import ENV_SLURM_SOURCE_DIR
 from dethpc.common.runner import CommandRunner
 from dethpc.devcluster.releases import SlurmRelease
 
 #: a directory holding the tarballs and their SHA256SUMS instead of the checkout's
-SOURCE_DIR_ENV = "DETHPC_SLURM_SOURCE_DIR"
+SOURCE_DIR_ENV = ENV_SLURM_SOURCE_DIR
 #: Debian packages the build needs (measured: the plugins a dev cluster uses are built
 #: with these; PAM, NVML, PMIx, lz4 and lua are left out)
 BUILD_DEPS: tuple[str, ...] = (

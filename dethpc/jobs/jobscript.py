@@ -16,6 +16,7 @@ from pathlib import Path
 
 import jinja2
 
+from dethpc.common.jobenv import ENV_CONTAINER_EXEC, ENV_CONTAINER_PYTHON
 from dethpc.common.paths import ExperimentPaths
 from dethpc.common.traits import BackendKind, traits_of
 from dethpc.config.model import ClusterConfig, ExperimentConfig, HetComponent
@@ -102,8 +103,8 @@ def launcher_env(cfg: ExperimentConfig, cluster: ClusterConfig, backend: Backend
     prefix = container_prefix(cfg, cluster, cfg.resources.resource_pool, run_dir)
     if prefix is None or not traits_of(backend).srun_steps or not is_launcher(raw):
         return {}
-    return {"DETHPC_CONTAINER_EXEC": json.dumps(prefix),
-            "DETHPC_CONTAINER_PYTHON": cluster.containers.python}
+    return {ENV_CONTAINER_EXEC: json.dumps(prefix),
+            ENV_CONTAINER_PYTHON: cluster.containers.python}
 
 
 def trial_command(cfg: ExperimentConfig, cluster: ClusterConfig, backend: BackendKind | str,

@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from dethpc.common.exitcodes import LOCAL_REQUEUE_EXIT
+from dethpc.common.jobenv import ENV_PREEMPT_SIGNAL
 from dethpc.common.traits import BackendKind, traits_of
 from dethpc.config.model import ClusterConfig, ExperimentConfig, RequeueMode
 from dethpc.jobs.directives import trial_directives
@@ -64,7 +65,7 @@ def worker_array_script(cfg: ExperimentConfig, cluster: ClusterConfig, *,
     requeue = traits_of(backend).requeue_in_place
     lines = ["#!/bin/bash", *(f"#SBATCH {d}" for d in directives),
              f"# dethpc: pool worker array of experiment {exp_id} (docs/searchers.md)",
-             f"export DETHPC_PREEMPT_SIGNAL={pool.signal}",
+             f"export {ENV_PREEMPT_SIGNAL}={pool.signal}",
              f"{shjoin(worker)} &",
              "child=$!",
              f"trap 'kill -s {pool.signal} \"$child\" 2>/dev/null' {pool.signal}",

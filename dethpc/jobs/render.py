@@ -29,6 +29,7 @@ from dethpc.common.jobenv import (
     ENV_CONTEXT_DIR,
     ENV_SLOTS_PER_TRIAL,
     ENV_SOCKET_IFNAME,
+    ENV_TEMPLATE_DIR,
     trial_contract,
 )
 from dethpc.common.sbatch_options import parse_time
@@ -85,8 +86,8 @@ def shjoin(argv: Sequence[object]) -> str:
 def make_env(site_dir: Path | None = None) -> jinja2.Environment:
     base = jinja2.FileSystemLoader(str(template_dir()))
     loaders: list[jinja2.BaseLoader] = []
-    site = site_dir or (Path(os.environ["DETHPC_TEMPLATE_DIR"])
-                        if os.environ.get("DETHPC_TEMPLATE_DIR") else None)
+    site = site_dir or (Path(os.environ[ENV_TEMPLATE_DIR])
+                        if os.environ.get(ENV_TEMPLATE_DIR) else None)
     if site is not None and site.is_dir():
         loaders.append(jinja2.FileSystemLoader(str(site)))
     loaders += [base, jinja2.PrefixLoader({"base": base})]

@@ -22,7 +22,19 @@ from dataclasses import dataclass, field
 
 from dethpc.common.errors import DethpcError
 from dethpc.common.hostlist import expand_hostlist
-from dethpc.common.jobenv import ENV_BACKEND, ENV_SLOTS_PER_TRIAL, ENV_SOCKET_IFNAME
+from dethpc.common.jobenv import (
+    ENV_BACKEND,
+    ENV_CONTAINER_EXEC,
+    ENV_CONTAINER_PYTHON,
+    ENV_DET_CHIEF_IP,
+    ENV_DET_TRIAL_ID,
+    ENV_GPU_ISOLATION,
+    ENV_MASTER_ADDR,
+    ENV_MASTER_PORT,
+    ENV_NPROC,
+    ENV_SLOTS_PER_TRIAL,
+    ENV_SOCKET_IFNAME,
+)
 from dethpc.common.traits import BackendKind, traits_of
 from dethpc.launch._run_main import guarded_argv
 
@@ -181,7 +193,7 @@ def slurm_layout(senv: SlurmEnv, env: Mapping[str, str]) -> JobLayout:
     return JobLayout(
         hosts=senv.hosts,
         tasks_per_node=senv.tasks_per_node[0],
-        master_addr=env.get("DETHPC_MASTER_ADDR") or senv.hosts[0],
+        master_addr=env.get(ENV_MASTER_ADDR) or senv.hosts[0],
         master_port=_master_port(senv.job_id, env),
         job_id=senv.job_id,
     )
@@ -194,7 +206,7 @@ def local_layout(nproc: int, env: Mapping[str, str]) -> JobLayout:
     return JobLayout(
         hosts=("127.0.0.1",),
         tasks_per_node=nproc,
-        master_addr=env.get("DETHPC_MASTER_ADDR") or "127.0.0.1",
+        master_addr=env.get(ENV_MASTER_ADDR) or "127.0.0.1",
         master_port=_master_port(jid, env),
         job_id=jid,
     )
@@ -205,7 +217,7 @@ def local_nproc(env: Mapping[str, str], override: str | None = None) -> int:
     ``--nproc-per-node``, ``DETHPC_NPROC``, the trial's ``resources.slots_per_trial``
     (``DETHPC_SLOTS_PER_TRIAL``, set by every trial's job script: on the local backend
     one process per slot, as on Slurm), ``SLURM_NTASKS``, else 1."""
-    for value in (override, env.get("DETHPC_NPROC"), env.get(ENV_SLOTS_PER_TRIAL),
+    for value in (override, env.get(ENV_NPROC), env.get(ENV_SLOTS_PER_TRIAL),
                   env.get("SLURM_NTASKS")):
         if value and value.isdigit() and int(value) > 0:
             return int(value)
@@ -223,7 +235,7 @@ def override_value(overrides: Sequence[str], *names: str) -> str | None:
 
 
 def _master_port(job_id: int | None, env: Mapping[str, str]) -> int:
-    explicit = env.get("DETHPC_MASTER_PORT", "")
+    explicit = env.get(ENV_MASTER_PORT, "")
     return int(explicit) if explicit.isdigit() else derive_port(job_id)
 
 
@@ -253,7 +265,7 @@ def rendezvous_env(layout: JobLayout) -> dict[str, str]:
         "MASTER_ADDR": layout.master_addr,
         "MASTER_PORT": str(layout.master_port),
         # Determined's launchers tell the ranks the chief's address this way
-        "DET_CHIEF_IP": layout.master_addr,
+        ENV_DET_CHIEF_IP: layout.master_addr,
         "WORLD_SIZE": str(layout.world_size),
         "LOCAL_WORLD_SIZE": str(layout.tasks_per_node),
         "PYTHONUNBUFFERED": "1",
@@ -275,7 +287,7 @@ def gpu_env(env: Mapping[str, str], local_rank: int, local_world: int) -> dict[s
     Off by default: torchrun does not isolate either, and scripts written for it
     pick ``cuda:LOCAL_RANK``, which would fail with one visible device.
     """
-    if env.get("DETHPC_GPU_ISOLATION", "none") != "per-rank":
+    if env.get(ENV_GPU_ISOLATION, "none") != "per-rank":
         return {}
     devices = visible_devices(env)
     if not devices:
@@ -469,16 +481,16 @@ def container_of(env: Mapping[str, str]) -> tuple[list[str], str | None]:
     python, when the job script set them (``DETHPC_CONTAINER_EXEC``, a JSON argv, and
     ``DETHPC_CONTAINER_PYTHON``; dethpc.jobs.jobscript.launcher_env); else ``([], None)``.
     Read only by a launcher outside any step: a task already in the image ignores them."""
-    raw = env.get("DETHPC_CONTAINER_EXEC")
+    raw = env.get(ENV_CONTAINER_EXEC)
     if not raw or env.get("SLURM_STEP_ID"):
         return [], None
     try:
         prefix = json.loads(raw)
     except ValueError as exc:
-        raise LaunchError(f"DETHPC_CONTAINER_EXEC is not a JSON list: {exc}") from None
+        raise LaunchError(f"{ENV_CONTAINER_EXEC} is not a JSON list: {exc}") from None
     if not isinstance(prefix, list) or not all(isinstance(a, str) for a in prefix):
-        raise LaunchError("DETHPC_CONTAINER_EXEC must be a JSON list of strings")
-    return prefix, env.get("DETHPC_CONTAINER_PYTHON") or None
+        raise LaunchError(f"{ENV_CONTAINER_EXEC} must be a JSON list of strings")
+    return prefix, env.get(ENV_CONTAINER_PYTHON) or None
 
 
 def srun_argv(
@@ -546,7 +558,7 @@ def worker_env(env: Mapping[str, str]) -> dict[str, str]:
     out = dict(env)
     for key, value in derived.items():
         out.setdefault(key, value)
-    if "DET_TRIAL_ID" in env:  # a trial: Determined's per-node variables of this node
+    if ENV_DET_TRIAL_ID in env:  # a trial: Determined's per-node variables of this node
         from dethpc.launch.detenv import node_env
 
         out.update(node_env(env))

@@ -24,6 +24,7 @@ from typing import BinaryIO
 
 from dethpc.common.errors import DethpcError
 from dethpc.common.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED
+from dethpc.common.jobenv import ENV_LAUNCH_LOG
 from dethpc.launch._common import LaunchPlan, WorkerSpec
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
@@ -49,7 +50,7 @@ def setup_logging() -> None:
         handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("[dethpc.launch] %(message)s"))
         log.addHandler(handler)
-        log.setLevel(os.environ.get("DETHPC_LAUNCH_LOG", "INFO").upper())
+        log.setLevel(os.environ.get(ENV_LAUNCH_LOG, "INFO").upper())
         log.propagate = False
 
 

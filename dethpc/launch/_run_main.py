@@ -38,8 +38,10 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from dethpc.common.jobenv import ENV_RUN_MAIN_DEBUG
+
 MODULE = "dethpc.launch._run_main"
-DEBUG_ENV = "DETHPC_RUN_MAIN_DEBUG"  # set: say when the process ends by os._exit
+DEBUG_ENV = ENV_RUN_MAIN_DEBUG  # set: say when the process ends by os._exit
 USAGE = "usage: python -m dethpc.launch._run_main (script.py | -m module) [args]"
 
 

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from dethpc.common.jobenv import ENV_TRIAL_DIR
+from dethpc.common.jobenv import ENV_LAUNCH_MODE, ENV_MPI, ENV_TRIAL_DIR
 from dethpc.launch._common import (
     JobLayout,
     LaunchError,
@@ -104,7 +104,7 @@ def plan(
 ) -> LaunchPlan:
     """Decide what to run for ``argv`` in ``env`` (pure apart from reading env files)."""
     args = parse_launcher_args(argv, OPTIONS)
-    mode = args.options.get("mode") or env.get("DETHPC_LAUNCH_MODE") or "srun"
+    mode = args.options.get("mode") or env.get(ENV_LAUNCH_MODE) or "srun"
     if mode not in MODES:
         raise LaunchError(f"unknown deepspeed launch mode {mode!r}; use one of {', '.join(MODES)}")
     files = deepspeed_env_files(env, cwd or Path.cwd(), home or Path.home())
@@ -125,7 +125,7 @@ def plan(
     from dethpc.launch.mpi import detect_plugin
 
     out = hostfile_argv(layout, hostfile, args.target.tokens(),
-                        mpi=env.get("DETHPC_MPI") or detect_plugin(), overrides=args.overrides)
+                        mpi=env.get(ENV_MPI) or detect_plugin(), overrides=args.overrides)
     run_env = {**env, **socket_env(env), **rendezvous_env(layout)}
     return single_plan(out, run_env, files=((hostfile, hostfile_text(layout)),))
 

@@ -1,7 +1,9 @@
 """Determined's ``DET_*`` variables of a trial, with the values Determined would give.
 
-Owns: which ``DET_*`` variables a trial's processes see and how each gets its value
-(``dethpc.core.determined_surface.ENV_RULES`` says why the others are absent):
+Owns: how each ``DET_*`` variable of a trial gets its value. Which ones a trial's processes
+see, and who sets each, is the table in ``dethpc.common.jobenv`` (``STATIC``, ``RUN``,
+``NODE`` and ``LAUNCHER`` are read from it); ``dethpc.core.determined_surface.ENV_RULES``
+says why Determined's others are absent:
 
 * ``static_env``: what is known when the job script is rendered (the ids, the task type,
   the experiment config as JSON, the slot type, the working directory, the network
@@ -27,13 +29,36 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dethpc.common import slots
+from dethpc.common import jobenv, slots
 from dethpc.common.jobenv import (
     ENV_CHECKPOINT_DIR,
+    ENV_DET_AGENT_ID,
+    ENV_DET_ALLOCATION_ID,
+    ENV_DET_CLUSTER_ID,
+    ENV_DET_CONTAINER_ID,
+    ENV_DET_EXPERIMENT_CONFIG,
+    ENV_DET_EXPERIMENT_ID,
+    ENV_DET_HPARAMS,
+    ENV_DET_INTER_NODE_NETWORK_INTERFACE,
+    ENV_DET_LATEST_CHECKPOINT,
+    ENV_DET_RESOURCES_ID,
+    ENV_DET_RESOURCES_TYPE,
+    ENV_DET_SLOT_IDS,
+    ENV_DET_SLOT_TYPE,
+    ENV_DET_STEPS_COMPLETED,
+    ENV_DET_TASK_ID,
+    ENV_DET_TASK_TYPE,
+    ENV_DET_TRIAL_ID,
+    ENV_DET_TRIAL_RUN_ID,
+    ENV_DET_TRIAL_SEED,
+    ENV_DET_UNIQUE_PORT_OFFSET,
+    ENV_DET_USER,
+    ENV_DET_WORKDIR,
     ENV_EXPERIMENT_ID,
     ENV_RUN_ID,
     ENV_TRIAL_DIR,
     ENV_TRIAL_ID,
+    Setter,
 )
 from dethpc.common.paths import TrialPaths
 
@@ -41,17 +66,14 @@ from dethpc.common.paths import TrialPaths
 #: MAX_ARG_STRLEN is 128 KiB): such a value is left out, with a note in the script
 MAX_VALUE_BYTES = 131_072 - 64
 
-#: the variables ``static_env`` sets
-STATIC = ("DET_EXPERIMENT_ID", "DET_TRIAL_ID", "DET_TRIAL_SEED", "DET_TASK_ID",
-          "DET_TASK_TYPE", "DET_RESOURCES_TYPE", "DET_SLOT_TYPE", "DET_WORKDIR",
-          "DET_EXPERIMENT_CONFIG", "DET_INTER_NODE_NETWORK_INTERFACE")
-#: the variables ``node_env`` sets (a subset of ``run_env``'s)
-NODE = ("DET_AGENT_ID", "DET_CONTAINER_ID", "DET_SLOT_IDS", "DET_UNIQUE_PORT_OFFSET")
-#: the variables ``run_env`` sets
-RUN = ("DET_TRIAL_RUN_ID", "DET_ALLOCATION_ID", "DET_HPARAMS", "DET_LATEST_CHECKPOINT",
-       "DET_STEPS_COMPLETED", *NODE, "DET_CLUSTER_ID", "DET_RESOURCES_ID", "DET_USER")
-#: set by dethpc's launchers (``dethpc.launch._common.rendezvous_env``)
-LAUNCHER = ("DET_CHIEF_IP",)
+#: the variables ``static_env`` sets (the table's ``DET_*`` rows the job script sets)
+STATIC = jobenv.determined(set_by=Setter.SCRIPT)
+#: the variables ``run_env`` sets (the rows set at each run's start)
+RUN = jobenv.determined(set_by=Setter.RUN_START)
+#: the variables ``node_env`` sets (a subset of ``run_env``'s: the launchers set them again)
+NODE = tuple(name for name in RUN if Setter.LAUNCHER in jobenv.BY_NAME[name].set_by)
+#: set by dethpc's launchers only (``dethpc.launch._common.rendezvous_env``)
+LAUNCHER = jobenv.determined(set_by=Setter.LAUNCHER, without=Setter.RUN_START)
 
 
 def config_json(config: Mapping[str, Any]) -> str:
@@ -63,16 +85,16 @@ def static_env(*, experiment_id: int, trial_id: int, trial_seed: int,
                config: Mapping[str, Any], gpus: bool, workdir: str,
                ifname: str | None = None) -> list[tuple[str, str]]:
     """The ``DET_*`` variables a job script exports, in order (``STATIC``)."""
-    env = [("DET_EXPERIMENT_ID", str(experiment_id)), ("DET_TRIAL_ID", str(trial_id)),
-           ("DET_TRIAL_SEED", str(trial_seed)),
-           ("DET_TASK_ID", f"{experiment_id}.{trial_id}"), ("DET_TASK_TYPE", "TRIAL"),
-           ("DET_RESOURCES_TYPE", "slurm-job"), ("DET_SLOT_TYPE", "cuda" if gpus else "cpu"),
-           ("DET_WORKDIR", workdir)]
+    env = [(ENV_DET_EXPERIMENT_ID, str(experiment_id)), (ENV_DET_TRIAL_ID, str(trial_id)),
+           (ENV_DET_TRIAL_SEED, str(trial_seed)),
+           (ENV_DET_TASK_ID, f"{experiment_id}.{trial_id}"), (ENV_DET_TASK_TYPE, "TRIAL"),
+           (ENV_DET_RESOURCES_TYPE, "slurm-job"), (ENV_DET_SLOT_TYPE, "cuda" if gpus else "cpu"),
+           (ENV_DET_WORKDIR, workdir)]
     text = config_json(config)
     if len(text.encode()) <= MAX_VALUE_BYTES:
-        env.append(("DET_EXPERIMENT_CONFIG", text))
+        env.append((ENV_DET_EXPERIMENT_CONFIG, text))
     if ifname:
-        env.append(("DET_INTER_NODE_NETWORK_INTERFACE", ifname))
+        env.append((ENV_DET_INTER_NODE_NETWORK_INTERFACE, ifname))
     return env
 
 
@@ -86,10 +108,10 @@ def node_env(env: Mapping[str, str]) -> dict[str, str]:
     ids = slots.slot_ids(env)
     gpus = slots.gpu_devices(env)
     first = gpus[0] if gpus and gpus[0].isdigit() else "0"
-    return {"DET_AGENT_ID": slots.agent_id(env),
-            "DET_CONTAINER_ID": f"[cont={slots.node_index(env)}]",
-            "DET_SLOT_IDS": json.dumps(ids, separators=(",", ":")),
-            "DET_UNIQUE_PORT_OFFSET": first}
+    return {ENV_DET_AGENT_ID: slots.agent_id(env),
+            ENV_DET_CONTAINER_ID: f"[cont={slots.node_index(env)}]",
+            ENV_DET_SLOT_IDS: json.dumps(ids, separators=(",", ":")),
+            ENV_DET_UNIQUE_PORT_OFFSET: first}
 
 
 def latest_complete(checkpoints: Path) -> tuple[str, int] | None:
@@ -119,13 +141,13 @@ def run_env(env: Mapping[str, str]) -> dict[str, str]:
     one, ``DET_HPARAMS`` only when hparams.json is readable."""
     run = _int(env, ENV_RUN_ID)
     run = run if run is not None else (_int(env, "SLURM_RESTART_COUNT") or 0)
-    out = {"DET_TRIAL_RUN_ID": str(run + 1),
-           "DET_ALLOCATION_ID": f"{env.get(ENV_EXPERIMENT_ID, '0')}."
+    out = {ENV_DET_TRIAL_RUN_ID: str(run + 1),
+           ENV_DET_ALLOCATION_ID: f"{env.get(ENV_EXPERIMENT_ID, '0')}."
                                 f"{env.get(ENV_TRIAL_ID, '0')}.{run + 1}",
            **node_env(env),
-           "DET_CLUSTER_ID": env.get("SLURM_CLUSTER_NAME", ""),
-           "DET_RESOURCES_ID": env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or "",
-           "DET_USER": env.get("USER") or env.get("LOGNAME") or ""}
+           ENV_DET_CLUSTER_ID: env.get("SLURM_CLUSTER_NAME", ""),
+           ENV_DET_RESOURCES_ID: env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or "",
+           ENV_DET_USER: env.get("USER") or env.get("LOGNAME") or ""}
     trial = env.get(ENV_TRIAL_DIR)
     steps = 0
     if trial:
@@ -134,15 +156,15 @@ def run_env(env: Mapping[str, str]) -> dict[str, str]:
             hparams = json.loads(paths.hparams.read_text(encoding="utf-8"))
             text = json.dumps(hparams, separators=(",", ":"), ensure_ascii=False)
             if len(text.encode()) <= MAX_VALUE_BYTES:
-                out["DET_HPARAMS"] = text
+                out[ENV_DET_HPARAMS] = text
         except (OSError, ValueError):
             pass
         ckpt_dir = Path(env[ENV_CHECKPOINT_DIR]) if env.get(ENV_CHECKPOINT_DIR) \
             else paths.checkpoints
         latest = latest_complete(ckpt_dir)
         if latest is not None:
-            out["DET_LATEST_CHECKPOINT"], steps = latest
-    out["DET_STEPS_COMPLETED"] = str(steps)
+            out[ENV_DET_LATEST_CHECKPOINT], steps = latest
+    out[ENV_DET_STEPS_COMPLETED] = str(steps)
     return out
 
 
@@ -157,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     try:
         values = node_env(os.environ) if "--node" in args else run_env(os.environ)
+        if "--node" not in args:  # `import determined` means dethpc unless one is installed
+            from dethpc.launch.determined_alias import alias_env
+
+            values.update(alias_env(os.environ))
     except Exception as exc:  # noqa: BLE001 - the job runs on without these variables
         print(f"dethpc: DET_* variables not set: {exc}", file=sys.stderr)
         return 0

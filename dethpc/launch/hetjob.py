@@ -29,7 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dethpc.common.hostlist import expand_hostlist
-from dethpc.common.jobenv import ENV_TRIAL_DIR
+from dethpc.common.jobenv import (
+    ENV_COMPONENT,
+    ENV_COMPONENT_PREFIX,
+    ENV_HET_COMPONENTS,
+    ENV_HET_JOB_ID,
+    ENV_READY_FILE,
+    ENV_TRIAL_DIR,
+)
 from dethpc.launch._common import PORT_SPAN, LaunchError, derive_port
 from dethpc.launch._procs import launcher_main, log, run_one
 
@@ -63,11 +70,11 @@ class Wait:
 
 
 def _key(name: str) -> str:
-    return f"DETHPC_COMPONENT_{name.upper()}"
+    return f"{ENV_COMPONENT_PREFIX}{name.upper()}"
 
 
 def het_job_id(env: Mapping[str, str]) -> str:
-    return (env.get("DETHPC_HET_JOB_ID") or env.get("SLURM_JOB_ID_HET_GROUP_0")
+    return (env.get(ENV_HET_JOB_ID) or env.get("SLURM_JOB_ID_HET_GROUP_0")
             or env.get("SLURM_JOB_ID") or "0")
 
 
@@ -81,7 +88,7 @@ def ready_file(env: Mapping[str, str], name: str) -> str:
 
 def component_env(env: Mapping[str, str]) -> dict[str, str]:
     """``DETHPC_COMPONENT_<NAME>_HOSTS/_ADDR/_PORT/_READY_FILE`` for every part of the job."""
-    names = [n for n in env.get("DETHPC_HET_COMPONENTS", "").split(",") if n]
+    names = [n for n in env.get(ENV_HET_COMPONENTS, "").split(",") if n]
     job = het_job_id(env)
     out: dict[str, str] = {}
     for index, name in enumerate(names):
@@ -132,7 +139,7 @@ def wait_ready(waits: Sequence[Wait], env: Mapping[str, str]) -> None:
         key = _key(wait.name)
         if f"{key}_ADDR" not in env:
             raise LaunchError(f"--wait {wait.name!r}: no such component in "
-                              f"DETHPC_HET_COMPONENTS={env.get('DETHPC_HET_COMPONENTS', '')!r}")
+                              f"{ENV_HET_COMPONENTS}={env.get(ENV_HET_COMPONENTS, '')!r}")
         start = time.monotonic()
         if wait.check == "port":
             wait_for_port(env[f"{key}_ADDR"], int(env[f"{key}_PORT"]), wait.timeout_s)
@@ -179,8 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if component is None:
         wait_ready(waits, env)
         os.execvpe(command[0], command, env)  # noqa: S606 - argv list, no shell
-    env["DETHPC_COMPONENT"] = component
-    env["DETHPC_READY_FILE"] = ready_file(env, component)
+    env[ENV_COMPONENT] = component
+    env[ENV_READY_FILE] = ready_file(env, component)
     rank = int(env.get("SLURM_PROCID", "0"))
     return run_one(command, env, rank=rank, label=component)
 

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 
 from dethpc.common.errors import CommandError
+from dethpc.common.jobenv import ENV_MPI, ENV_MPI_BTL
 from dethpc.common.runner import CommandRunner
 from dethpc.launch._common import (
     JobLayout,
@@ -58,7 +59,7 @@ def choose_plugin(available: Sequence[str]) -> str:
             return name
     raise LaunchError(
         f"srun offers no PMI plugin for MPI (offers: {', '.join(available) or 'nothing'}); "
-        f"ask the admins for pmix (MpiDefault/--mpi=pmix) or set DETHPC_MPI"
+        f"ask the admins for pmix (MpiDefault/--mpi=pmix) or set {ENV_MPI}"
     )
 
 
@@ -83,8 +84,8 @@ def btl_env(
     """``OMPI_MCA_btl`` when nodes share a host (or ``DETHPC_MPI_BTL`` asks)."""
     if env.get("OMPI_MCA_btl"):
         return {}
-    if env.get("DETHPC_MPI_BTL"):
-        return {"OMPI_MCA_btl": env["DETHPC_MPI_BTL"]}
+    if env.get(ENV_MPI_BTL):
+        return {"OMPI_MCA_btl": env[ENV_MPI_BTL]}
     addresses = []
     for host in hosts:
         try:
@@ -119,7 +120,7 @@ def mpi_plan(
     extra = btl_env(layout.hosts, env, resolve)
     if senv.in_step:
         return in_step_worker_plan(target_argv, layout, {**env, **extra})
-    name = env.get("DETHPC_MPI") or (plugin or detect_plugin)()
+    name = env.get(ENV_MPI) or (plugin or detect_plugin)()
     return srun_workers_plan(layout, target_argv, env, mpi=name, extra_srun=overrides,
                              extra_env=extra, python=python)
 

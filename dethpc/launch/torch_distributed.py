@@ -24,6 +24,12 @@ import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
+from dethpc.common.jobenv import (
+    ENV_LAUNCH_MODE,
+    ENV_MASTER_ADDR,
+    ENV_MASTER_PORT,
+    ENV_NPROC_PER_NODE,
+)
 from dethpc.launch._common import (
     JobLayout,
     LauncherArgs,
@@ -56,7 +62,7 @@ NPROC_NAMES = ("--nproc-per-node", "--nproc_per_node")
 
 
 def choose_mode(args: LauncherArgs, env: Mapping[str, str]) -> str:
-    mode = args.options.get("mode") or env.get("DETHPC_LAUNCH_MODE") or DEFAULT_MODE
+    mode = args.options.get("mode") or env.get(ENV_LAUNCH_MODE) or DEFAULT_MODE
     if mode not in MODES:
         raise LaunchError(f"unknown launch mode {mode!r}; use one of {', '.join(MODES)}")
     return mode
@@ -108,9 +114,9 @@ def build_env(
         return {**out, **rendezvous_env(layout)}
     if not in_step:  # hand the rendezvous to the nested launcher on every node
         out.update({
-            "DETHPC_MASTER_ADDR": layout.master_addr,
-            "DETHPC_MASTER_PORT": str(layout.master_port),
-            "DETHPC_NPROC_PER_NODE": str(layout.tasks_per_node),
+            ENV_MASTER_ADDR: layout.master_addr,
+            ENV_MASTER_PORT: str(layout.master_port),
+            ENV_NPROC_PER_NODE: str(layout.tasks_per_node),
         })
     return out
 
@@ -155,7 +161,7 @@ def _nested_layout(layout: JobLayout, step_tasks: int, env: Mapping[str, str]) -
             f"torchrun mode inside a step needs one task per node, got {step_tasks} tasks on "
             f"{layout.nnodes} nodes; run `srun --ntasks-per-node=1` or use --mode srun"
         )
-    nproc = env.get("DETHPC_NPROC_PER_NODE", "")
+    nproc = env.get(ENV_NPROC_PER_NODE, "")
     per_node = int(nproc) if nproc.isdigit() else 1
     return JobLayout(layout.hosts, per_node, layout.master_addr, layout.master_port, layout.job_id)
 

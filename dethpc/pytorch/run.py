@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from dethpc.common.errors import DethpcError
-from dethpc.common.jobenv import ENV_CONTEXT_DIR
+from dethpc.common.jobenv import ENV_CONTEXT_DIR, ENV_LOG_LEVEL
 
 
 def load_trial_class(spec: str) -> type:
@@ -54,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--test", action="store_true",
                         help="test mode: 1 batch, a short validation, 1 checkpoint")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=os.environ.get("DETHPC_LOG_LEVEL", "INFO"),
+    logging.basicConfig(level=os.environ.get(ENV_LOG_LEVEL, "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         from dethpc.pytorch._init import init

@@ -19,9 +19,10 @@ from typing import NoReturn
 
 import dethpc.launch.jobapi._files as _files
 from dethpc.common.errors import DethpcError
+from dethpc.common.jobenv import ENV_TRIAL_DIR
 from dethpc.launch.jobapi._values import JobApiError, hparam_env, parse_pairs
 
-NOT_IN_TRIAL = ("not inside a dethpc trial or a Slurm job (DETHPC_TRIAL_DIR is unset and "
+NOT_IN_TRIAL = (f"not inside a dethpc trial or a Slurm job ({ENV_TRIAL_DIR} is unset and "
                 "this is no Slurm job that could register itself)")
 
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dethpc.common.errors import DethpcError
-from dethpc.common.jobenv import ENV_RUN_ID
+from dethpc.common.jobenv import ENV_HP_PREFIX, ENV_RUN_ID
 
 #: words that mean a non-finite float: written as null, as ``dethpc.core`` writes NaN
 _NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity",
@@ -77,7 +77,7 @@ def hparam_env(hparams: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
         if isinstance(value, Mapping):
             out.update(hparam_env(value, name))
             continue
-        var = "DETHPC_HP_" + re.sub(r"[^A-Za-z0-9_]", "_", name).upper()
+        var = ENV_HP_PREFIX + re.sub(r"[^A-Za-z0-9_]", "_", name).upper()
         out[var] = value if isinstance(value, str) else json.dumps(value)
     return out
 

@@ -36,12 +36,13 @@ from dethpc.common.exitcodes import (
     ExitReason,
     exit_record,
 )
-from dethpc.common.jobenv import ENV_PREEMPT_SIGNAL, ENV_RUN_ID
+from dethpc.common.jobenv import ENV_LATEST_CHECKPOINT, ENV_PREEMPT_SIGNAL, ENV_RUN_ID
 from dethpc.common.jobref import ref_from_env
 from dethpc.common.jsonlines import append_record
 from dethpc.common.paths import TrialPaths
 from dethpc.common.slots import agent_id
 from dethpc.launch import detenv
+from dethpc.launch.determined_alias import alias_env
 from dethpc.launch.worker import forkserver, queue
 
 
@@ -87,11 +88,12 @@ def trial_env(item: queue.WorkItem) -> dict[str, str]:
     for name in detenv.RUN:  # Determined's DET_* of this run, none left from another's
         env.pop(name, None)
     env.update(detenv.run_env(env))
+    env.update(alias_env(env))
     latest = _latest_checkpoint(Path(item.trial_dir), env)
     if latest:
-        env["DETHPC_LATEST_CHECKPOINT"] = latest
+        env[ENV_LATEST_CHECKPOINT] = latest
     else:
-        env.pop("DETHPC_LATEST_CHECKPOINT", None)
+        env.pop(ENV_LATEST_CHECKPOINT, None)
     return env
 
 

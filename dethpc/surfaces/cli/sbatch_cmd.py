@@ -14,6 +14,7 @@ from pathlib import Path
 
 import typer
 
+from dethpc.common.jobenv import ENV_HP_PREFIX, ENV_HPARAMS
 from dethpc.surfaces.cli.common import ENV
 
 
@@ -75,7 +76,7 @@ def run_plain(argv: Sequence[str], environ: Mapping[str, str], cwd: Path,
     return out.stdout, out.stderr, out.code
 
 
-USAGE = """Usage: dethpc sbatch [--forward-signal] [--max-idle auto|SECONDS] [--no-daemon]
+USAGE = f"""Usage: dethpc sbatch [--forward-signal] [--max-idle auto|SECONDS] [--no-daemon]
                      [sbatch options] SCRIPT [ARGS...]
        dethpc sbatch --search SEARCH.yaml [--parsable] [--config KEY=VALUE]
                      [sbatch options] SCRIPT [ARGS...]
@@ -91,7 +92,7 @@ that long is hung: its job is requeued, a counted restart. The daemon that track
 job is started unless one runs (--no-daemon: do not).
 
 The second runs a searcher over an unchanged script: each trial runs SCRIPT with its
-hyperparameters as $DETHPC_HP_<NAME> and in the JSON file $DETHPC_HPARAMS, and prints
+hyperparameters as ${ENV_HP_PREFIX}<NAME> and in the JSON file ${ENV_HPARAMS}, and prints
 'Submitted experiment N'. See docs/existing-scripts.md. `sbatch --help` lists sbatch's
 options (also `dethpc sbatch --help-sbatch`)."""
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from dethpc.backends.base import Backend
 from dethpc.common.errors import ConfigError, DethpcError, FieldError
+from dethpc.common.jobenv import ENV_HP_PREFIX
 from dethpc.common.kinds import ExperimentKind
 from dethpc.common.paths import ExperimentPaths
 from dethpc.common.sbatch_options import canonical_option
@@ -171,7 +172,7 @@ def _check_script_rules(ck: Checker, cfg: ExperimentConfig) -> None:
         if var in names:
             ck.error(join("hyperparameters", name),
                      f"its variable {var} is also that of {names[var]!r}; rename one "
-                     "(DETHPC_HP_<NAME>: upper case, '.' and other characters -> '_')")
+                     f"({ENV_HP_PREFIX}<NAME>: upper case, '.' and other characters -> '_')")
         names[var] = name
 
 
