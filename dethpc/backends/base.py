@@ -19,6 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from dethpc.common.jobref import JobRef
 from dethpc.common.traits import BackendTraits
 
 
@@ -72,7 +73,9 @@ class JobRequest:
     extra_args: tuple[str, ...] = ()  # extra sbatch argv (never a shell string)
 
     def task_ref(self, job_id: str, index: int) -> str:
-        return f"{job_id}_{index}" if self.array_indices else job_id
+        """The ref of task ``index`` of the job ``job_id`` this request became (the job
+        itself when it is no array)."""
+        return str(JobRef(job_id).task_ref(index if self.array_indices else None))
 
 
 @dataclass(frozen=True)

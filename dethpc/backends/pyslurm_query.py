@@ -33,7 +33,7 @@ from typing import Any
 from dethpc.backends.base import JobInfo
 from dethpc.backends.slurm_parse import map_state, parse_version
 from dethpc.common.errors import DethpcError
-from dethpc.common.jobref import base_job_id, parse_array_spec
+from dethpc.common.jobref import JobRef, base_job_id, parse_array_spec, task_refs
 
 log = logging.getLogger(__name__)
 
@@ -142,13 +142,14 @@ def _refs(job: Any) -> list[str]:
     job_id = getattr(job, "id", None)
     het_id = getattr(job, "heterogeneous_id", None)  # pyslurm >= 23.02 only
     if het_id:
-        return [f"{het_id}+{getattr(job, 'heterogeneous_offset', None) or 0}"]
+        return [str(JobRef(str(het_id)).component(
+            int(getattr(job, "heterogeneous_offset", None) or 0)))]
     array_id = getattr(job, "array_id", None)
     if not array_id:
         return [str(job_id)]
     task = getattr(job, "array_task_id", None)
     if task is not None:
-        return [f"{array_id}_{task}"]
+        return [str(JobRef(str(array_id), task=int(task)))]
     waiting = _text(getattr(job, "array_tasks_waiting", None))
     if waiting:  # the array's pending remainder, one record for many tasks
         try:
@@ -157,8 +158,8 @@ def _refs(job: Any) -> list[str]:
             # an unparsable list: the array's own id, which the backend's poll
             # hands to every task without a record of its own
             return [str(array_id)]
-        return [f"{array_id}_{t}" for t in tasks]
-    return [f"{array_id}_0"]  # a task whose index reads "no value": index 0
+        return task_refs(str(array_id), tasks)
+    return [str(JobRef(str(array_id), task=0))]  # a task whose index reads "no value": 0
 
 
 def job_infos(job: Any) -> list[JobInfo]:

@@ -36,7 +36,7 @@ from dethpc.backends.pyslurm_query import (
 from dethpc.backends.slurm_actions import GONE
 from dethpc.backends.slurm_site import SlurmSite
 from dethpc.common.errors import CommandError
-from dethpc.common.jobref import parse_job_id, sort_key
+from dethpc.common.jobref import JobRef, parse_job_id, sort_key
 from dethpc.common.runner import CommandResult, CommandRunner
 
 log = logging.getLogger(__name__)
@@ -101,10 +101,14 @@ def pick(table: dict[str, JobInfo], ref: str) -> JobInfo | None:
     without its own record, the array's own record ("123"): tasks that never left the
     pending remainder of an array (e.g. cancelled while pending) share its state, and
     sacct/squeue list them only under the array job id."""
-    info = table.get(ref) or table.get(f"{ref}+0")  # a het job: its leader component
+    info = table.get(ref)
     if info is not None:
         return info if info.ref == ref else replace(info, ref=ref)
     jid = parse_job_id(ref)
+    if str(jid) == jid.base:  # a job by its own id: a het job's leader component
+        leader = table.get(str(JobRef(jid.base).component(0)))
+        if leader is not None:
+            return replace(leader, ref=ref)
     meta = table.get(jid.base) if jid.task is not None else None
     return replace(meta, ref=ref) if meta is not None else None
 

@@ -24,7 +24,7 @@ from dethpc.backends import slurm_parse as sp
 from dethpc.backends.base import JobRequest
 from dethpc.backends.limits import limit_refusal
 from dethpc.common.errors import CommandError, SubmitError, SubmitLimitError
-from dethpc.common.jobref import format_array
+from dethpc.common.jobref import format_array, task_refs
 from dethpc.common.runner import CommandRunner
 from dethpc.common.sbatch_options import getopt_complaint
 
@@ -85,8 +85,7 @@ def submit_error(exc: CommandError) -> Exception:
 
 def submitted_refs(job: str, request: JobRequest) -> list[str]:
     """One ref per array index, in index order (``<job>_<i>``); ``[job]`` otherwise."""
-    indices = sorted(set(request.array_indices))
-    return [f"{job}_{i}" for i in indices] if indices else [job]
+    return task_refs(job, sorted(set(request.array_indices)))
 
 
 # ------------------------------------------------------------------------ commands

@@ -2,9 +2,12 @@
 
 Owns: the job-id grammar Slurm prints and accepts (``123``, ``123_4``,
 ``123_[2-4%25]``, ``123+1``, ``123.batch``) as ``JobId``; the one reference dethpc
-keeps for a job it submitted (``JobId.ref``: an array task ``123_4``, a plain job
+keeps for a job it submitted, ``JobRef`` (an array task ``123_4``, a plain job
 ``123``, a heterogeneous job by its leader ``123``; a het component ``123+1`` only where
-Slurm lists one); the reference a running job has of itself (``ref_from_env``: the
+Slurm lists one): ``str(ref)`` is its only printed form, which the store's ``Job.ref``
+column, the backends' ``JobInfo.ref`` and ``scontrol``/``scancel`` take as a string
+(``JobRef.parse`` reads it back); ``task_refs`` names an array's tasks; the reference
+a running job has of itself (``ref_from_env``: the
 store's job ref, the exit records' ``job`` and the ``scontrol`` target of a requeue are
 this one string); array index specs (``parse_array_spec``/``format_array``).
 Both sides of the job boundary use it: the backends parse Slurm's listings with it, the
@@ -25,6 +28,54 @@ _JOB_ID_RE = re.compile(
     r"(?:_(?:(?P<task>\d+)|\[(?P<spec>[^\]]*)\]))?"
     r"(?:\.(?P<step>[\w+]+))?$"
 )
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """One job dethpc keeps: ``base`` the job id (an array's id for its tasks, a
+    heterogeneous job's leader id), ``task`` an array task, ``het`` a het component.
+
+    ``str()`` prints it as Slurm takes it and the store keeps it: ``123_4``, ``123+1``,
+    ``123``. Frozen and cheap: the job side imports this module."""
+
+    base: str
+    task: int | None = None
+    het: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.task is not None and self.het is not None:
+            raise ValueError(f"job {self.base}: an array task is no het component")
+
+    @classmethod
+    def parse(cls, text: str) -> JobRef:
+        """``"123_4"`` -> ``JobRef("123", task=4)``; ``ValueError`` for a text that is no
+        job id, or names no single job (a task range, a step)."""
+        jid = parse_job_id(text)
+        if jid.tasks or jid.step is not None:
+            raise ValueError(f"{text.strip()!r} names no single job")
+        return cls(jid.base, task=jid.task, het=jid.het_offset)
+
+    def task_ref(self, index: int | None) -> JobRef:
+        """Task ``index`` of this array job; None: this job itself (it is no array)."""
+        return self if index is None else JobRef(self.base, task=index)
+
+    def component(self, offset: int) -> JobRef:
+        """Component ``offset`` of this heterogeneous job (squeue lists ``123+0``...)."""
+        return JobRef(self.base, het=offset)
+
+    def __str__(self) -> str:
+        if self.task is not None:
+            return f"{self.base}_{self.task}"
+        if self.het is not None:
+            return f"{self.base}+{self.het}"
+        return self.base
+
+
+def task_refs(base: str, indices: Iterable[int]) -> list[str]:
+    """The refs of array job ``base``'s tasks ``indices``, in that order; ``[base]`` when
+    there are none (a job that is no array)."""
+    job = JobRef(base)
+    return [str(job.task_ref(i)) for i in indices] or [str(job)]
 
 
 @dataclass(frozen=True)
@@ -58,11 +109,8 @@ class JobId:
         component (``123+1``), else the job (``123``). Steps and ranges have none."""
         if self.tasks or self.step is not None:
             raise ValueError(f"{self} names no single job")
-        if self.task is not None:
-            return f"{self.base}_{self.task}"
-        if self.het_offset is not None:
-            return f"{self.base}+{self.het_offset}"
-        return self.base
+        return str(JobRef(self.base, task=self.task,
+                          het=self.het_offset if self.task is None else None))
 
     def __str__(self) -> str:
         text = self.base
@@ -79,7 +127,7 @@ class JobId:
     def refs(self) -> list[str]:
         """The dethpc refs this id stands for (bracket forms expand to one per task)."""
         if self.tasks:
-            return [f"{self.base}_{i}" for i in self.tasks]
+            return task_refs(self.base, self.tasks)
         return [JobId(self.base, task=self.task, het_offset=self.het_offset).ref]
 
 
@@ -127,7 +175,7 @@ def ref_from_env(env: Mapping[str, str]) -> str:
     job = env.get("SLURM_JOB_ID", "").strip() or "0"
     try:
         if array and task.strip():
-            return JobId(parse_job_id(array).base, task=int(task)).ref
+            return str(JobRef(parse_job_id(array).base, task=int(task)))
         return parse_job_id(job).ref
     except ValueError:  # not Slurm's (a hand-set variable): the job's id as it is
         return job

@@ -35,6 +35,7 @@ from sqlmodel import col, select
 
 from dethpc.backends.base import Backend, JobInfo, JobRequest
 from dethpc.common.errors import SubmitError
+from dethpc.common.jobref import JobRef
 from dethpc.common.kinds import EventKind, ExperimentKind
 from dethpc.config.model import ClusterConfig, ExperimentConfig, WorkerPool
 from dethpc.control import pool_view as view
@@ -136,7 +137,7 @@ class PoolTender:
             batches = list(s.exec(select(Batch).where(
                 col(Batch.experiment_id).in_(exp_ids), Batch.kind == BatchKind.WORKERS,
                 Batch.state == BatchState.SUBMITTED)))
-        return {f"{b.array_job_id}_{i}": b.experiment_id for b in batches
+        return {str(JobRef(b.array_job_id, task=i)): b.experiment_id for b in batches
                 if b.array_job_id for i in range(b.size)}
 
     def poll_items(self, refs: list[str]) -> dict[str, JobInfo]:
@@ -229,7 +230,7 @@ class PoolTender:
                 Batch.state == BatchState.SUBMITTED)))
             workers: list[view.Worker] = []
             for b in batches:
-                refs = [f"{b.array_job_id}_{i}" for i in range(b.size)]
+                refs = [str(JobRef(str(b.array_job_id), task=i)) for i in range(b.size)]
                 if any(r not in infos for r in refs):
                     return 0    # the poll could not tell: decide nothing on a guess
                 states = [infos[r].state for r in refs]

@@ -31,7 +31,7 @@ from sqlmodel import select
 
 from dethpc.backends.base import Backend, JobInfo, JobRequest
 from dethpc.common.errors import SubmitLimitError
-from dethpc.common.jobref import base_job_id, parse_job_id
+from dethpc.common.jobref import base_job_id, parse_job_id, task_refs
 from dethpc.common.kinds import EventKind
 from dethpc.store import Store
 from dethpc.store.models import Batch, BatchKind, BatchState, Event, Job, Trial
@@ -93,7 +93,7 @@ class Found:
 
     def refs(self, size: int) -> list[str]:
         """The refs of a submission of ``size`` jobs (array tasks, or the one job)."""
-        return [f"{self.base}_{i}" for i in range(size)] if self.is_array else [self.base]
+        return task_refs(self.base, range(size)) if self.is_array else [self.base]
 
 
 def found_job(name: str, found: Sequence[JobInfo]) -> Found | None:

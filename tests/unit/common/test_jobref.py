@@ -3,9 +3,11 @@ the batch script's environment the way the backend recorded it at submit."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pytest
 
-from dethpc.common.jobref import JobId, parse_job_id, ref_from_env, sort_key
+from dethpc.common.jobref import JobId, JobRef, parse_job_id, ref_from_env, sort_key, task_refs
 
 
 @pytest.mark.parametrize(("text", "ref"), [
@@ -51,3 +53,64 @@ def test_sort_key_orders_jobs_then_tasks() -> None:
 def test_refs_expand_ranges() -> None:
     assert JobId("5", tasks=(1, 2)).refs() == ["5_1", "5_2"]
     assert JobId("5", het_offset=1).refs() == ["5+1"]
+
+
+# ------------------------------------------------------------------ JobRef
+@pytest.mark.parametrize(("ref", "text"), [
+    (JobRef("123"), "123"),
+    (JobRef("123", task=4), "123_4"),
+    (JobRef("123", task=0), "123_0"),
+    (JobRef("123", het=1), "123+1"),
+    (JobRef("123", het=0), "123+0"),
+])
+def test_jobref_prints_as_slurm_takes_it_and_parses_back(ref: JobRef, text: str) -> None:
+    assert str(ref) == text
+    assert JobRef.parse(text) == ref
+    assert parse_job_id(text).ref == text          # JobId names the same job alike
+
+
+@pytest.mark.parametrize(("text", "ref"), [
+    (" 77 ", JobRef("77")), ("120_5", JobRef("120", task=5)), ("9+2", JobRef("9", het=2)),
+])
+def test_jobref_parse(text: str, ref: JobRef) -> None:
+    assert JobRef.parse(text) == ref
+
+
+@pytest.mark.parametrize("text", ["123_[1-3]", "123.batch", "123_4.0", "x", "", "12a"])
+def test_jobref_parse_refuses_what_names_no_single_job(text: str) -> None:
+    with pytest.raises(ValueError):
+        JobRef.parse(text)
+
+
+def test_an_array_task_is_no_het_component() -> None:
+    with pytest.raises(ValueError, match="no het component"):
+        JobRef("1", task=0, het=0)
+
+
+@pytest.mark.parametrize(("ref", "index", "task"), [
+    (JobRef("42"), 3, "42_3"),
+    (JobRef("42"), None, "42"),                    # no array: the job itself
+    (JobRef("42", task=1), 3, "42_3"),             # a sibling task of the same array
+])
+def test_task_ref(ref: JobRef, index: int | None, task: str) -> None:
+    assert str(ref.task_ref(index)) == task
+
+
+def test_component() -> None:
+    assert str(JobRef("42").component(0)) == "42+0"
+
+
+@pytest.mark.parametrize(("base", "indices", "refs"), [
+    ("42", (), ["42"]),
+    ("42", (0, 2), ["42_0", "42_2"]),
+    ("42", range(3), ["42_0", "42_1", "42_2"]),
+])
+def test_task_refs(base: str, indices: Iterable[int], refs: list[str]) -> None:
+    assert task_refs(base, indices) == refs
+
+
+def test_jobref_is_frozen_and_hashable() -> None:
+    ref = JobRef("5", task=1)
+    with pytest.raises(AttributeError):
+        ref.task = 2  # type: ignore[misc]
+    assert {ref, JobRef("5", task=1)} == {ref}
