@@ -13,9 +13,10 @@ Owns: ``start`` (the answer), ``run_number`` (the run's number, ``run_end``'s to
 ``main``. ``python -m dethpc.launch.run_end start`` (in scripts rendered before this
 module) answers the same through ``start``.
 Must not: import argparse, logging, the run's end (``dethpc.launch.run_end``) or anything
-beyond ``dethpc.common``'s job reference and paths, except to write the rare record of a
-completed job's extra start: 0.04 s of CPU, not run_end's 0.06 s (issue 47 item 3,
-bench/trial_start; tests/unit/launch/test_job_side_imports.py holds the line).
+beyond ``dethpc.common``'s job reference, exit vocabulary (0.4 ms) and paths, except to
+write the rare record of a completed job's extra start: 0.04 s of CPU, not run_end's
+0.06 s (issue 47 item 3, bench/trial_start; tests/unit/launch/test_job_side_imports.py
+holds the line).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from dethpc.common.exitcodes import ExitReason
 from dethpc.common.jobref import ref_from_env
 
 USAGE = "usage: python -m dethpc.launch.run_start [--trial-dir DIR]"
@@ -80,10 +82,11 @@ def start(argv: Sequence[str], env: Mapping[str, str]) -> str:
     ref, done = ref_from_env(env), 0
     if trial_dir is not None:
         last = _last_record(trial_dir)
-        if last is not None and last.get("reason") == "completed" and last.get("job") == ref:
+        if last is not None and last.get("reason") == ExitReason.COMPLETED \
+                and last.get("job") == ref:
             import time
 
-            from dethpc.common.exitcodes import ExitReason, exit_record
+            from dethpc.common.exitcodes import exit_record
             from dethpc.common.jsonlines import append_record
             from dethpc.common.paths import TrialPaths
 
