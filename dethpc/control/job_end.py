@@ -36,6 +36,13 @@ Two traits of the experiment's kind (``ExperimentKind``) bend the rules:
   COMPLETED is a success, and a requeue is not counted (dethpc cannot tell a
   preemption from a failure there, and it did not submit the job: the user's
   ``--requeue`` decided).
+
+Three modules, three questions: this one (the daemon, pure) judges a *job* from the
+store and a poll; ``dethpc.control.reconcile.job_ends`` (the daemon) gathers the facts
+for it and carries its ``Decision`` out on the rows; ``dethpc.launch.run_end`` (inside
+the job, at the end of each run) decides whether the job requeues itself and writes the
+run's exit record (its ``RunDecision``, from ``RunFacts`` and ``SlurmJobFacts``), which
+this module later reads as an ``ExitRecord``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """How one run of a job ends: the requeue decision, in Python, for every kind of job.
 
 Owns: ``RunFacts`` (what a job's batch shell saw: the step's exit code, the signals it
-got and when, the startup hook's code, what ``dethpc should-stop`` answered), ``JobFacts``
+got and when, the startup hook's code, what ``dethpc should-stop`` answered), ``SlurmJobFacts``
 (what ``scontrol show job`` says of the job itself: state, restarts, end time, whether
-slurmctld preempted it), ``decide`` (a pure function from both to a ``Decision``: the
+slurmctld preempted it), ``decide`` (a pure function from both to a ``RunDecision``: the
 run's ``ExitReason``, whether the job requeues itself, its exit code) and the command
 every job script calls once its step ended::
 
@@ -22,6 +22,9 @@ what gathers facts (traps, ``wait``) and what acts on the answer (``scontrol req
 ``exit``); tests/unit/launch/test_run_end.py holds the table.
 Must not: import anything heavier than ``dethpc.common`` (it runs at the end of every
 run, inside a preemption's grace).
+Not to be confused with the daemon's ``dethpc.control.job_end`` (its ``Decision`` judges
+a whole job from the store and a poll, reading the exit records written here) and
+``dethpc.control.reconcile.job_ends`` (which carries that judgement out on the rows).
 """
 
 from __future__ import annotations
@@ -100,7 +103,7 @@ class RunFacts:
 
 
 @dataclass(frozen=True)
-class JobFacts:
+class SlurmJobFacts:
     """``scontrol show job`` of the job itself; ``state`` "" when it did not answer."""
 
     state: str = ""
@@ -110,7 +113,10 @@ class JobFacts:
 
 
 @dataclass(frozen=True)
-class Decision:
+class RunDecision:
+    """How one run ends: its reason, whether the job requeues itself, the shell's exit
+    code (the job side's; the daemon's judgement of a job is ``control.job_end.Decision``)."""
+
     reason: ExitReason
     requeue: bool
     exit_code: int
@@ -157,7 +163,7 @@ def needs_job_facts(f: RunFacts) -> bool:
     return f.in_place and exit_reason(f) in asks
 
 
-def requeued_meanwhile(f: RunFacts, job: JobFacts | None) -> bool:
+def requeued_meanwhile(f: RunFacts, job: SlurmJobFacts | None) -> bool:
     """Slurm already counts a later run of this job than the one that just failed: the
     job was requeued (the script's own ``scontrol requeue``, Lightning's on its signal,
     or an operator's) and the run's step died of that requeue's kill. The batch shell
@@ -170,7 +176,7 @@ def requeued_meanwhile(f: RunFacts, job: JobFacts | None) -> bool:
     return job is not None and job.restarts > f.run
 
 
-def decide(f: RunFacts, job: JobFacts | None = None) -> Decision:
+def decide(f: RunFacts, job: SlurmJobFacts | None = None) -> RunDecision:
     """The requeue decision. A run that stopped on a signal, on Slurm, asks who ends its
     job (``who_ends``); a failed one is a requeue's kill when Slurm already counts a
     later run (``requeued_meanwhile``). Without Slurm (local), a preempted run exits
@@ -178,27 +184,27 @@ def decide(f: RunFacts, job: JobFacts | None = None) -> Decision:
     other end exits 0."""
     if f.hung and f.rc != 0:
         # ended by the watchdog (its TERM): a counted end, never requeued in place
-        return Decision(ExitReason.HUNG, False, f.rc)
+        return RunDecision(ExitReason.HUNG, False, f.rc)
     reason, requeue = exit_reason(f), False
     if reason is ExitReason.ERROR and f.kind is not RunKind.WORKER \
             and requeued_meanwhile(f, job):
-        return Decision(ExitReason.REQUEUED, False, 0)
+        return RunDecision(ExitReason.REQUEUED, False, 0)
     if reason is ExitReason.PREEMPTED and f.in_place:
-        reason, requeue = who_ends(f, job or JobFacts())
+        reason, requeue = who_ends(f, job or SlurmJobFacts())
     if requeue:
-        return Decision(reason, True, 0)
+        return RunDecision(reason, True, 0)
     if f.kind is RunKind.WORKER:
         # on Slurm a worker that handed its lease back and is not requeued just ends
         stopped = f.in_place and f.rc == LOCAL_REQUEUE_EXIT
-        return Decision(reason, False, 0 if stopped else f.rc)
+        return RunDecision(reason, False, 0 if stopped else f.rc)
     if reason is ExitReason.PREEMPTED and not f.in_place:
-        return Decision(reason, False, LOCAL_REQUEUE_EXIT)
+        return RunDecision(reason, False, LOCAL_REQUEUE_EXIT)
     if reason is ExitReason.ERROR:
-        return Decision(reason, False, f.rc)
-    return Decision(reason, False, 0)
+        return RunDecision(reason, False, f.rc)
+    return RunDecision(reason, False, 0)
 
 
-def who_ends(f: RunFacts, job: JobFacts) -> tuple[ExitReason, bool]:
+def who_ends(f: RunFacts, job: SlurmJobFacts) -> tuple[ExitReason, bool]:
     """Who ends a job whose run stopped on a signal, and so whether it requeues itself.
     RUNNING: nobody yet (the early signal before a time limit, a preemption's grace, a
     user's ``scancel --signal``): it requeues itself, and a signal close to the end time
@@ -227,8 +233,8 @@ def who_ends(f: RunFacts, job: JobFacts) -> tuple[ExitReason, bool]:
 _FIELD = re.compile(r"(?:^|\s)(JobState|Restarts|EndTime|PreemptTime)=(\S*)")
 
 
-def parse_job_facts(text: str) -> JobFacts:
-    """``scontrol -o show job <ref>`` -> ``JobFacts`` (the first record: a heterogeneous
+def parse_job_facts(text: str) -> SlurmJobFacts:
+    """``scontrol -o show job <ref>`` -> ``SlurmJobFacts`` (the first record: a heterogeneous
     job prints its leader first)."""
     fields: dict[str, str] = {}
     for key, value in _FIELD.findall(text.split("\n", 1)[0]):
@@ -242,15 +248,15 @@ def parse_job_facts(text: str) -> JobFacts:
             end_ts = 0.0
     preempt = fields.get("PreemptTime", "")
     restarts = fields.get("Restarts", "0")
-    return JobFacts(state=fields.get("JobState", ""),
+    return SlurmJobFacts(state=fields.get("JobState", ""),
                     restarts=int(restarts) if restarts.isdigit() else 0,
                     end_ts=end_ts, preempted=bool(preempt) and preempt[0].isdigit())
 
 
 def ask_scontrol(ref: str, run: Callable[[list[str]], tuple[int, str]] | None = None,
-                 tries: int = SCONTROL_TRIES, pause_s: float = SCONTROL_PAUSE_S) -> JobFacts:
+                 tries: int = SCONTROL_TRIES, pause_s: float = SCONTROL_PAUSE_S) -> SlurmJobFacts:
     """``scontrol show job`` of this job, tried again when slurmctld did not answer
-    (a rate limit, a restart); ``JobFacts()`` when it never did."""
+    (a rate limit, a restart); ``SlurmJobFacts()`` when it never did."""
     run = run or _run
     for attempt in range(tries):
         code, out = run(["scontrol", "-o", "show", "job", ref])
@@ -260,7 +266,7 @@ def ask_scontrol(ref: str, run: Callable[[list[str]], tuple[int, str]] | None = 
             break
         if attempt + 1 < tries:
             time.sleep(pause_s * (attempt + 1))
-    return JobFacts()
+    return SlurmJobFacts()
 
 
 def _run(argv: list[str]) -> tuple[int, str]:

@@ -7,6 +7,9 @@ free exit record read from ``exits.jsonl``), and the decision carried out on the
 by the searcher driver).
 Must not: decide (``job_end.judge``, ``job_rules``), write files or call a backend
 (refs to cancel go to ``Outcome.cancel``).
+Not to be confused with ``dethpc.control.job_end`` (the pure judgement of a job, which
+this module asks) or ``dethpc.launch.run_end`` (inside the job: one run's end and its
+exit record, which this module reads).
 """
 
 from __future__ import annotations

@@ -15,10 +15,10 @@ import pytest
 from dethpc.common.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED, LOCAL_REQUEUE_EXIT
 from dethpc.common.exitcodes import ExitReason as R
 from dethpc.launch.run_end import (
-    Decision,
-    JobFacts,
+    RunDecision,
     RunFacts,
     RunKind,
+    SlurmJobFacts,
     ask_scontrol,
     decide,
     needs_job_facts,
@@ -27,14 +27,14 @@ from dethpc.launch.run_end import (
 
 T, S, W = RunKind.TRIAL, RunKind.SCRIPT, RunKind.WORKER
 NOW = 1_000_000.0
-RUNNING = JobFacts(state="RUNNING", end_ts=NOW + 3600)
-NEAR_END = JobFacts(state="RUNNING", end_ts=NOW + 100)        # the walltime's early signal
-PREEMPTING = JobFacts(state="RUNNING", end_ts=NOW + 100, preempted=True)
-NO_LIMIT = JobFacts(state="RUNNING")
-TIMEOUT = JobFacts(state="TIMEOUT")
-REQUEUED_BY_SLURM = JobFacts(state="PENDING", restarts=1)
-CANCELLED = JobFacts(state="CANCELLED")
-NO_ANSWER = JobFacts()
+RUNNING = SlurmJobFacts(state="RUNNING", end_ts=NOW + 3600)
+NEAR_END = SlurmJobFacts(state="RUNNING", end_ts=NOW + 100)        # the walltime's early signal
+PREEMPTING = SlurmJobFacts(state="RUNNING", end_ts=NOW + 100, preempted=True)
+NO_LIMIT = SlurmJobFacts(state="RUNNING")
+TIMEOUT = SlurmJobFacts(state="TIMEOUT")
+REQUEUED_BY_SLURM = SlurmJobFacts(state="PENDING", restarts=1)
+CANCELLED = SlurmJobFacts(state="CANCELLED")
+NO_ANSWER = SlurmJobFacts()
 
 
 def facts(kind: RunKind, rc: int, signal: str = "", *, local: bool = False, hook_rc: int = 0,
@@ -45,112 +45,112 @@ def facts(kind: RunKind, rc: int, signal: str = "", *, local: bool = False, hook
                     forward=forward, run=0, rehearsed_limit=rehearsed, hung=hung)
 
 
-TABLE: list[tuple[str, RunFacts, JobFacts | None, Decision]] = [
+TABLE: list[tuple[str, RunFacts, SlurmJobFacts | None, RunDecision]] = [
     # managed trials: the step's exit codes
-    ("trial completed", facts(T, 0), None, Decision(R.COMPLETED, False, 0)),
+    ("trial completed", facts(T, 0), None, RunDecision(R.COMPLETED, False, 0)),
     ("trial stopped by the searcher", facts(T, EXIT_STOPPED), None,
-     Decision(R.STOPPED, False, 0)),
-    ("trial failed", facts(T, 3), RUNNING, Decision(R.ERROR, False, 3)),
+     RunDecision(R.STOPPED, False, 0)),
+    ("trial failed", facts(T, 3), RUNNING, RunDecision(R.ERROR, False, 3)),
     # the step died of a requeue's kill before the batch shell got its TERM (which the
     # shell then ignored): Slurm already counts the next run, so the run was requeued
     ("trial's step killed by scontrol requeue, no signal seen", facts(T, 143),
-     REQUEUED_BY_SLURM, Decision(R.REQUEUED, False, 0)),
+     REQUEUED_BY_SLURM, RunDecision(R.REQUEUED, False, 0)),
     ("trial failed, slurmctld never answered", facts(T, 3), NO_ANSWER,
-     Decision(R.ERROR, False, 3)),
+     RunDecision(R.ERROR, False, 3)),
     # the hang watchdog's end (hung.json names this run): counted, never requeued
     ("trial ended by the watchdog", facts(T, 143, "TERM", hung=True), CANCELLED,
-     Decision(R.HUNG, False, 143)),
+     RunDecision(R.HUNG, False, 143)),
     ("script ended by the watchdog", facts(S, 143, "TERM", hung=True), CANCELLED,
-     Decision(R.HUNG, False, 143)),
+     RunDecision(R.HUNG, False, 143)),
     ("trial completed as the watchdog struck", facts(T, 0, hung=True), None,
-     Decision(R.COMPLETED, False, 0)),
-    ("trial's hook failed", facts(T, 7, hook_rc=7), RUNNING, Decision(R.ERROR, False, 7)),
+     RunDecision(R.COMPLETED, False, 0)),
+    ("trial's hook failed", facts(T, 7, hook_rc=7), RUNNING, RunDecision(R.ERROR, False, 7)),
     ("trial preempted: grace running", facts(T, EXIT_PREEMPTED, "USR2"), PREEMPTING,
-     Decision(R.PREEMPTED, True, 0)),
+     RunDecision(R.PREEMPTED, True, 0)),
     ("trial preempted, no user signal: TERM in the grace", facts(T, EXIT_PREEMPTED, "TERM"),
-     PREEMPTING, Decision(R.PREEMPTED, True, 0)),
+     PREEMPTING, RunDecision(R.PREEMPTED, True, 0)),
     ("trial's walltime signal", facts(T, EXIT_PREEMPTED, "USR2"), NEAR_END,
-     Decision(R.TIME_LIMIT, True, 0)),
+     RunDecision(R.TIME_LIMIT, True, 0)),
     ("trial signalled far from its end", facts(T, EXIT_PREEMPTED, "USR2"), RUNNING,
-     Decision(R.PREEMPTED, True, 0)),
+     RunDecision(R.PREEMPTED, True, 0)),
     ("trial signalled, no time limit", facts(T, EXIT_PREEMPTED, "USR2"), NO_LIMIT,
-     Decision(R.PREEMPTED, True, 0)),
+     RunDecision(R.PREEMPTED, True, 0)),
     ("trial's rehearsed time limit (dethpc trial preempt --time-limit)",
      facts(T, EXIT_PREEMPTED, "USR2", rehearsed=True), RUNNING,
-     Decision(R.TIME_LIMIT, True, 0)),
+     RunDecision(R.TIME_LIMIT, True, 0)),
     ("a rehearsed limit that Slurm requeued meanwhile", facts(
         T, EXIT_PREEMPTED, "TERM", rehearsed=True), REQUEUED_BY_SLURM,
-     Decision(R.REQUEUED, False, 0)),
+     RunDecision(R.REQUEUED, False, 0)),
     ("script's rehearsed time limit", facts(S, 0, "USR2", acked="signal", rehearsed=True),
-     RUNNING, Decision(R.TIME_LIMIT, True, 0)),
+     RUNNING, RunDecision(R.TIME_LIMIT, True, 0)),
     ("trial ran past the limit: Slurm's TERM", facts(T, EXIT_PREEMPTED, "TERM"), TIMEOUT,
-     Decision(R.TIME_LIMIT, False, 0)),
+     RunDecision(R.TIME_LIMIT, False, 0)),
     ("trial requeued by scontrol requeue", facts(T, EXIT_PREEMPTED, "TERM"),
-     REQUEUED_BY_SLURM, Decision(R.REQUEUED, False, 0)),
+     REQUEUED_BY_SLURM, RunDecision(R.REQUEUED, False, 0)),
     ("trial requeued by Slurm after the early signal", facts(T, EXIT_PREEMPTED, "USR2"),
-     REQUEUED_BY_SLURM, Decision(R.PREEMPTED, False, 0)),
+     REQUEUED_BY_SLURM, RunDecision(R.PREEMPTED, False, 0)),
     ("trial scancel'd", facts(T, EXIT_PREEMPTED, "TERM"), CANCELLED,
-     Decision(R.CANCELLED, False, 0)),
+     RunDecision(R.CANCELLED, False, 0)),
     ("trial: slurmctld never answered", facts(T, EXIT_PREEMPTED, "USR2"), NO_ANSWER,
-     Decision(R.PREEMPTED, False, 0)),
+     RunDecision(R.PREEMPTED, False, 0)),
     ("trial killed by the signal before its handler", facts(T, 140, "USR2"), RUNNING,
-     Decision(R.PREEMPTED, True, 0)),
+     RunDecision(R.PREEMPTED, True, 0)),
     ("trial killed by a signal nobody sent the shell", facts(T, 137), RUNNING,
-     Decision(R.ERROR, False, 137)),
+     RunDecision(R.ERROR, False, 137)),
     ("trial's hook failed after a signal", facts(T, 140, "USR2", hook_rc=1), RUNNING,
-     Decision(R.PREEMPTED, True, 0)),
+     RunDecision(R.PREEMPTED, True, 0)),
     ("trial completed despite a signal", facts(T, 0, "USR2"), None,
-     Decision(R.COMPLETED, False, 0)),
+     RunDecision(R.COMPLETED, False, 0)),
     ("trial preempted, local", facts(T, EXIT_PREEMPTED, "USR2", local=True), None,
-     Decision(R.PREEMPTED, False, LOCAL_REQUEUE_EXIT)),
-    ("trial failed, local", facts(T, 2, local=True), None, Decision(R.ERROR, False, 2)),
+     RunDecision(R.PREEMPTED, False, LOCAL_REQUEUE_EXIT)),
+    ("trial failed, local", facts(T, 2, local=True), None, RunDecision(R.ERROR, False, 2)),
     # wrapped scripts: what should-stop answered, the signal, forwarding
-    ("script completed", facts(S, 0), None, Decision(R.COMPLETED, False, 0)),
+    ("script completed", facts(S, 0), None, RunDecision(R.COMPLETED, False, 0)),
     ("script stopped at should-stop", facts(S, 0, acked="stop"), None,
-     Decision(R.STOPPED, False, 0)),
+     RunDecision(R.STOPPED, False, 0)),
     ("script paused at should-stop", facts(S, 0, acked="pause"), None,
-     Decision(R.STOPPED, False, 0)),
+     RunDecision(R.STOPPED, False, 0)),
     ("script stopped on the signal at should-stop", facts(S, 0, "USR2", acked="signal"),
-     RUNNING, Decision(R.PREEMPTED, True, 0)),
+     RUNNING, RunDecision(R.PREEMPTED, True, 0)),
     ("script got the forwarded signal, exited 0", facts(S, 0, "USR2", forward=True), RUNNING,
-     Decision(R.PREEMPTED, True, 0)),
+     RunDecision(R.PREEMPTED, True, 0)),
     ("script got TERM, forwarded, exited 0", facts(S, 0, "TERM", forward=True), None,
-     Decision(R.COMPLETED, False, 0)),
+     RunDecision(R.COMPLETED, False, 0)),
     ("script finished after an unforwarded signal", facts(S, 0, "USR2"), None,
-     Decision(R.COMPLETED, False, 0)),
-    ("script failed", facts(S, 1), RUNNING, Decision(R.ERROR, False, 1)),
+     RunDecision(R.COMPLETED, False, 0)),
+    ("script failed", facts(S, 1), RUNNING, RunDecision(R.ERROR, False, 1)),
     ("script's step killed by its own scontrol requeue, no signal seen (Lightning)",
-     facts(S, 143), REQUEUED_BY_SLURM, Decision(R.REQUEUED, False, 0)),
+     facts(S, 143), REQUEUED_BY_SLURM, RunDecision(R.REQUEUED, False, 0)),
     ("script's step ended by the requeue, the job still completing",
-     facts(S, 1), JobFacts(state="COMPLETING", restarts=1), Decision(R.REQUEUED, False, 0)),
+     facts(S, 1), SlurmJobFacts(state="COMPLETING", restarts=1), RunDecision(R.REQUEUED, False, 0)),
     ("script failed in the job's time limit (TERM unseen)", facts(S, 143), TIMEOUT,
-     Decision(R.ERROR, False, 143)),
+     RunDecision(R.ERROR, False, 143)),
     ("script killed at the limit", facts(S, 143, "TERM"), TIMEOUT,
-     Decision(R.TIME_LIMIT, False, 0)),
+     RunDecision(R.TIME_LIMIT, False, 0)),
     ("script killed in the preemption grace", facts(S, 143, "TERM"), PREEMPTING,
-     Decision(R.PREEMPTED, True, 0)),
+     RunDecision(R.PREEMPTED, True, 0)),
     ("script requeued by scontrol requeue", facts(S, 143, "TERM"), REQUEUED_BY_SLURM,
-     Decision(R.REQUEUED, False, 0)),
-    ("script scancel'd", facts(S, 143, "TERM"), CANCELLED, Decision(R.CANCELLED, False, 0)),
+     RunDecision(R.REQUEUED, False, 0)),
+    ("script scancel'd", facts(S, 143, "TERM"), CANCELLED, RunDecision(R.CANCELLED, False, 0)),
     ("script preempted, local", facts(S, 143, "USR2", local=True), None,
-     Decision(R.PREEMPTED, False, LOCAL_REQUEUE_EXIT)),
+     RunDecision(R.PREEMPTED, False, LOCAL_REQUEUE_EXIT)),
     # pool workers: 85 is "I handed my lease back on a signal"
-    ("worker idle exit", facts(W, 0), None, Decision(R.COMPLETED, False, 0)),
-    ("worker failed", facts(W, 1), None, Decision(R.ERROR, False, 1)),
+    ("worker idle exit", facts(W, 0), None, RunDecision(R.COMPLETED, False, 0)),
+    ("worker failed", facts(W, 1), None, RunDecision(R.ERROR, False, 1)),
     ("worker handed back, job running", facts(W, LOCAL_REQUEUE_EXIT, "USR2"), RUNNING,
-     Decision(R.PREEMPTED, True, 0)),
+     RunDecision(R.PREEMPTED, True, 0)),
     ("worker handed back, cancelled", facts(W, LOCAL_REQUEUE_EXIT), CANCELLED,
-     Decision(R.PREEMPTED, False, 0)),
+     RunDecision(R.PREEMPTED, False, 0)),
     ("worker handed back, Slurm requeued it", facts(W, LOCAL_REQUEUE_EXIT), REQUEUED_BY_SLURM,
-     Decision(R.PREEMPTED, False, 0)),
+     RunDecision(R.PREEMPTED, False, 0)),
     ("worker handed back, local", facts(W, LOCAL_REQUEUE_EXIT, local=True), None,
-     Decision(R.PREEMPTED, False, LOCAL_REQUEUE_EXIT)),
+     RunDecision(R.PREEMPTED, False, LOCAL_REQUEUE_EXIT)),
 ]
 
 
 @pytest.mark.parametrize(("case", "run", "job", "expected"), TABLE, ids=[t[0] for t in TABLE])
-def test_decision_table(case: str, run: RunFacts, job: JobFacts | None,
-                        expected: Decision) -> None:
+def test_decision_table(case: str, run: RunFacts, job: SlurmJobFacts | None,
+                        expected: RunDecision) -> None:
     assert decide(run, job) == expected
     # Slurm is asked exactly when the answer can depend on it
     assert needs_job_facts(run) == (job is not None), case
@@ -175,14 +175,14 @@ SHOW_JOB = ("JobId=77 ArrayJobId=70 ArrayTaskId=7 JobName=x JobState={state} Rea
 
 @pytest.mark.parametrize(("state", "restarts", "end", "preempt", "expected"), [
     ("RUNNING", 0, "2026-11-29T10:30:01", "None",
-     JobFacts("RUNNING", 0, time.mktime((2026, 11, 29, 10, 30, 1, 0, 0, -1)), False)),
-    ("RUNNING", 2, "Unknown", "2026-11-29T10:05:00", JobFacts("RUNNING", 2, 0.0, True)),
+     SlurmJobFacts("RUNNING", 0, time.mktime((2026, 11, 29, 10, 30, 1, 0, 0, -1)), False)),
+    ("RUNNING", 2, "Unknown", "2026-11-29T10:05:00", SlurmJobFacts("RUNNING", 2, 0.0, True)),
     ("TIMEOUT", 1, "2026-11-29T10:30:01", "None",
-     JobFacts("TIMEOUT", 1, time.mktime((2026, 11, 29, 10, 30, 1, 0, 0, -1)), False)),
-    ("PENDING", 1, "Unknown", "None", JobFacts("PENDING", 1, 0.0, False)),
+     SlurmJobFacts("TIMEOUT", 1, time.mktime((2026, 11, 29, 10, 30, 1, 0, 0, -1)), False)),
+    ("PENDING", 1, "Unknown", "None", SlurmJobFacts("PENDING", 1, 0.0, False)),
 ])
 def test_parse_job_facts(state: str, restarts: int, end: str, preempt: str,
-                         expected: JobFacts) -> None:
+                         expected: SlurmJobFacts) -> None:
     text = SHOW_JOB.format(state=state, restarts=restarts, end=end, preempt=preempt)
     # a heterogeneous job prints its leader first: the first record decides
     assert parse_job_facts(text + SHOW_JOB.format(state="PENDING", restarts=9, end="Unknown",
@@ -203,7 +203,7 @@ def test_scontrol_is_asked_again_while_slurmctld_does_not_answer() -> None:
     assert asked == [["scontrol", "-o", "show", "job", "70_7"]] * 3
     gone: list[list[str]] = []
     assert ask_scontrol("70_8", lambda a: (gone.append(a), (1, "Invalid job id specified"))[1],
-                        pause_s=0) == JobFacts()
+                        pause_s=0) == SlurmJobFacts()
     assert len(gone) == 1  # a job slurmctld does not know is not asked about again
 
 
