@@ -179,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     try:
         values = node_env(os.environ) if "--node" in args else run_env(os.environ)
+        if "--node" not in args:  # `import determined` means dethpc unless one is installed
+            from dethpc.launch.determined_alias import alias_env
+
+            values.update(alias_env(os.environ))
     except Exception as exc:  # noqa: BLE001 - the job runs on without these variables
         print(f"dethpc: DET_* variables not set: {exc}", file=sys.stderr)
         return 0

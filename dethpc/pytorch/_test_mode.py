@@ -29,6 +29,7 @@ from dethpc.common.jobenv import (
     ENV_TRIAL_DIR,
 )
 from dethpc.common.paths import TrialPaths
+from dethpc.launch.determined_alias import alias_env
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,8 @@ def run_test_mode(entrypoint: str | Sequence[str], context_dir: Path,
     package_root = str(Path(__file__).resolve().parents[2])
     child_env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(context_dir), package_root, child_env.get("PYTHONPATH", "")) if p)
+    if python is None:  # `import determined` is dethpc's alias unless one is installed
+        child_env.update(alias_env(child_env))
     child_env.update({ENV_TRIAL_DIR: str(paths.root), ENV_CONTEXT_DIR: str(context_dir)})
     if test_mode:
         child_env[ENV_TEST_MODE] = "1"

@@ -42,6 +42,7 @@ from dethpc.common.jsonlines import append_record
 from dethpc.common.paths import TrialPaths
 from dethpc.common.slots import agent_id
 from dethpc.launch import detenv
+from dethpc.launch.determined_alias import alias_env
 from dethpc.launch.worker import forkserver, queue
 
 
@@ -87,6 +88,7 @@ def trial_env(item: queue.WorkItem) -> dict[str, str]:
     for name in detenv.RUN:  # Determined's DET_* of this run, none left from another's
         env.pop(name, None)
     env.update(detenv.run_env(env))
+    env.update(alias_env(env))
     latest = _latest_checkpoint(Path(item.trial_dir), env)
     if latest:
         env[ENV_LATEST_CHECKPOINT] = latest
