@@ -95,7 +95,7 @@ class Parts:
         self.pools = PoolTender(w.store, w.cluster, w.backend, python="python3", tag="t",
                                 budget=self.budget, files=files)
         gate = ImageGate(w.store, w.cluster, w.backend, python="python3", tag="t",
-                         clock=lambda: 1.0)
+                         clock=lambda: 1.0, policy=self.budget)
         self.submitter = Submitter(w.store, w.backend, self.budget, BatchSubmitter(
             w.store, w.cluster, w.backend, self.budget, files, tag="t", jenv=jenv),
             gate, self.pools)
