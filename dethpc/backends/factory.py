@@ -2,7 +2,7 @@
 
 Owns: ``make_backend`` — the one place that maps ``ClusterConfig.backend`` to a
 ``Backend`` instance with its settings (spool location and concurrency for
-local, command timeout/retries for Slurm).
+local, command timeout/retries for Slurm); ``slurm_backend`` for jobs only Slurm runs.
 Must not: run commands or start processes (constructors are side-effect
 free apart from the local spool directory being created).
 """
@@ -44,6 +44,20 @@ def make_backend(cluster: ClusterConfig, runner: CommandRunner | None = None) ->
         return SlurmBackend(runner, user=_user())
     raise ConfigError([FieldError("backend", f"unknown backend {cluster.backend!r}; "
                                   "allowed: local, slurm")], source=cluster.source)
+
+
+def slurm_backend(cluster: ClusterConfig | None = None,
+                  runner: CommandRunner | None = None) -> Backend:
+    """A Slurm backend whatever ``cluster.backend`` says, with the cluster's command
+    settings (defaults without one): for jobs only Slurm can run, the interactive
+    tasks' allocations (``srun --overlap`` attaches to them) and TensorBoard's
+    ``--slurm`` job."""
+    from dethpc.backends.slurm import SlurmBackend
+
+    runner = runner or (CommandRunner(timeout=cluster.command_timeout_s,
+                                      retries=cluster.command_retries)
+                        if cluster is not None else CommandRunner())
+    return SlurmBackend(runner, user=_user())
 
 
 def _user() -> str | None:

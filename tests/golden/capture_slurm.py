@@ -29,6 +29,7 @@ from pathlib import Path
 from dethpc.backends import slurm_actions, slurm_detect, slurm_limits, slurm_poll
 from dethpc.backends import slurm_parse as sp
 from dethpc.backends.base import JobState
+from dethpc.backends.slurm_commands import SITE_QUERIES, accounting_queries
 from dethpc.common.runner import CommandRunner
 from dethpc.devcluster.lanes import lane_env, lane_layout
 from dethpc.devcluster.releases import SlurmRelease
@@ -78,8 +79,9 @@ def commands(jobs: dict[str, str], nodes: list[str], cluster: str) -> dict[str, 
         "sacctmgr_default_account": slurm_detect.account_argv(USER),
         "sacctmgr_default_qos": slurm_detect.default_qos_argv(USER, "dethpc"),
     }
-    out.update({f"scontrol_{k}": v for k, v in facts.SCONTROL_QUERIES.items()})
-    out.update({f"sacctmgr_{k}": v for k, v in facts.accounting_queries(USER, cluster).items()})
+    out.update({f"scontrol_{k}": v for k, v in SITE_QUERIES.items()})
+    out.update({f"sacctmgr_{k}": v for k, v in accounting_queries(
+        USER, cluster, facts.QOS_FORMAT, facts.ASSOC_FORMAT).items()})
     return out
 
 

@@ -63,3 +63,48 @@ def test_the_size_rule_finds_a_big_class(tmp_path: Path) -> None:
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "big.py").write_text(f"class Big:\n{body}\n\nclass Small:\n    pass\n")
     assert big_classes(tmp_path / "pkg") == {"pkg/big.py:Big": (43, 21)}
+
+
+#: Slurm's commands that submit, watch, act on jobs or read a site's settings
+SLURM_COMMANDS = ("sbatch", "squeue", "scancel", "scontrol", "sacct", "sacctmgr", "sinfo",
+                  "sdiag")
+#: where an argv may name one: the backends (they talk to Slurm), the dev cluster (it
+#: runs Slurm), and the job side, which asks about its own job from inside it (issue 46)
+SLURM_ALLOWED = {
+    "backends": "dethpc talks to Slurm through its backends",
+    "devcluster": "the dev cluster starts and checks Slurm itself",
+    "launch": "the job side: a run asks scontrol about its own job and requeues it",
+    "common/detached.py": "the job side: a detached job registers itself from inside",
+    "common/hostlist.py": "the job side: the launchers expand their own node list",
+}
+_SLURM_ARGV = re.compile(r"""\[\s*["'](%s)["']""" % "|".join(SLURM_COMMANDS))
+
+
+def slurm_calls(root: Path) -> list[str]:
+    """``file:line`` of every argv list that starts with a Slurm command outside the
+    allowed places."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if any(rel == a or rel.startswith(a + "/") for a in SLURM_ALLOWED):
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if _SLURM_ARGV.search(line):
+                out.append(f"{rel}:{n}")
+    return out
+
+
+def test_only_the_backends_run_slurms_commands() -> None:
+    """No surface or control-plane module runs sbatch, squeue, scancel, scontrol ...
+    itself: every job dethpc starts goes through a backend (paced under a site's rate
+    limit), and every other Slurm command through ``dethpc.backends.slurm_commands``."""
+    assert slurm_calls(PACKAGE) == []
+
+
+def test_the_slurm_command_rule_finds_a_stray_call(tmp_path: Path) -> None:
+    (tmp_path / "surfaces").mkdir()
+    (tmp_path / "surfaces" / "x.py").write_text(
+        'import subprocess\nsubprocess.run(["squeue", "-h"])\n')
+    (tmp_path / "backends").mkdir()
+    (tmp_path / "backends" / "y.py").write_text('argv = ["sbatch", "--parsable"]\n')
+    assert slurm_calls(tmp_path) == ["surfaces/x.py:2"]

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, replace
 
 from dethpc.backends import slurm_parse as sp
+from dethpc.backends.slurm_commands import SITE_QUERIES, accounting_queries
 from dethpc.common.runner import CommandRunner
 from dethpc.common.sbatch_options import parse_time
 
@@ -283,38 +284,20 @@ class ClusterFacts:
         return bool(words & implied.get(word, {word}))
 
 
-#: the commands ``gather_facts`` reads the cluster's own settings with
-SCONTROL_QUERIES: dict[str, list[str]] = {
-    "config": ["scontrol", "show", "config"],
-    "partitions": ["scontrol", "-a", "-o", "show", "partition"],
-    "nodes": ["scontrol", "-o", "show", "node"],
-}
-
-
-def accounting_queries(user: str, cluster: str) -> dict[str, list[str]]:
-    """The sacctmgr commands of ``gather_facts`` for ``user`` on ``cluster``."""
-    where = ["where", f"user={user}"] + ([f"cluster={cluster}"] if cluster else [])
-    return {
-        "qos": ["sacctmgr", "-n", "-P", "show", "qos", f"format={QOS_FORMAT}"],
-        "assoc": ["sacctmgr", "-n", "-P", "show", "assoc", *where, f"format={ASSOC_FORMAT}"],
-        "account": ["sacctmgr", "-n", "-P", "show", "account", "format=account"],
-        "user": ["sacctmgr", "-n", "-P", "show", "user", user, "format=user,defaultaccount"],
-    }
-
-
 def gather_facts(runner: CommandRunner, user: str) -> ClusterFacts:
     """Ask the cluster (seven commands, see the module docstring). A failing
     ``scontrol`` raises ``CommandError`` (nothing can be checked); failing
     ``sacctmgr`` commands leave the accounting facts None with the reason."""
-    config = sp.parse_key_values(runner.run(SCONTROL_QUERIES["config"]).stdout)
-    partitions = parse_partitions(runner.run(SCONTROL_QUERIES["partitions"]).stdout)
-    nodes = tuple(parse_nodes(runner.run(SCONTROL_QUERIES["nodes"]).stdout))
+    config = sp.parse_key_values(runner.run(SITE_QUERIES["config"]).stdout)
+    partitions = parse_partitions(runner.run(SITE_QUERIES["partitions"]).stdout)
+    nodes = tuple(parse_nodes(runner.run(SITE_QUERIES["nodes"]).stdout))
     facts = ClusterFacts(user=user, config=config, partitions=partitions, nodes=nodes)
     kind = config.get("AccountingStorageType", "")
     if not kind or kind.endswith("/none"):
         return facts
     out: dict[str, str] = {}
-    for key, argv in accounting_queries(user, config.get("ClusterName", "")).items():
+    for key, argv in accounting_queries(user, config.get("ClusterName", ""), QOS_FORMAT,
+                                         ASSOC_FORMAT).items():
         res = runner.run(argv, check=False)
         if res.returncode != 0:
             problem = f"`{' '.join(argv[:5])}` failed (exit {res.returncode}): " \

@@ -20,6 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from dethpc.backends.slurm_commands import cancel_named, run_sbatch
 from dethpc.common.errors import CommandError
 from dethpc.common.runner import CommandRunner
 from dethpc.config.model import ClusterConfig, ResourcePool
@@ -68,10 +69,10 @@ exit 0
 
 def probe_argv(pool: ResourcePool, script: Path, probe_dir: Path, python: str, token: str,
                time: str = "00:02:00", runtime: str = "-", cache_mark: str = "-") -> list[str]:
-    """``sbatch --wait`` of one probe job in ``pool``'s partition/QoS/account, on a node
-    with one of the pool's GPUs when it is a GPU pool and within the pool's node choice
-    (``--exclude``, ``--constraint``, ...): the nodes its trials get."""
-    argv = ["sbatch", "--parsable", "--wait", f"--job-name=dethpc-probe-{token}",
+    """The words of ``sbatch --wait`` of one probe job in ``pool``'s partition/QoS/account,
+    on a node with one of the pool's GPUs when it is a GPU pool and within the pool's node
+    choice (``--exclude``, ``--constraint``, ...): the nodes its trials get."""
+    argv = ["--parsable", "--wait", f"--job-name=dethpc-probe-{token}",
             "--nodes=1", "--ntasks=1", "--cpus-per-task=1", f"--time={time}",
             "--output=/dev/null", "--chdir=/"]
     argv += placement_directives(pool)
@@ -220,9 +221,9 @@ def _probe_one(cfg: ClusterConfig, pool: ResourcePool, runner: CommandRunner, sc
                       cache_mark=cache_mark)
     try:
         try:
-            res = runner.run(argv, check=False, retry=False, timeout=timeout_s)
+            res = run_sbatch(runner, argv, timeout=timeout_s)
         except CommandError as exc:  # timed out: the job may still be queued
-            runner.run(["scancel", f"--name=dethpc-probe-{token}"], check=False)
+            cancel_named(runner, f"dethpc-probe-{token}")
             return [Finding(Severity.ERROR, pool.name, "probe",
                             f"the probe job did not finish within {timeout_s:.0f} s "
                             f"({exc.reason or 'timeout'}); it was cancelled",

@@ -31,8 +31,10 @@ from pathlib import Path
 import yaml
 from sqlmodel import select
 
+from dethpc.backends.slurm_commands import run_sbatch
 from dethpc.common import jobenv
 from dethpc.common.errors import DethpcError
+from dethpc.common.jobref import JobRef
 from dethpc.common.kinds import EventKind, ExperimentKind
 from dethpc.common.paths import ExperimentPaths, make_run_dir
 from dethpc.common.runner import CommandResult, CommandRunner
@@ -373,7 +375,7 @@ def confirm(store: Store, rec: Recorded, job: PlainJob, job_id: str) -> None:
         batch.state, batch.array_job_id = BatchState.SUBMITTED, job_id
         s.add(batch)
         for index, tid in rec.trials:
-            ref = f"{job_id}_{index}" if job.array is not None else job_id
+            ref = str(JobRef(job_id).task_ref(index if job.array is not None else None))
             s.add(Job(experiment_id=rec.experiment_id, trial_id=tid, batch_id=rec.batch_id,
                       array_index=index, ref=ref))
         s.add(Event(experiment_id=rec.experiment_id, kind=EventKind.SUBMITTED,
@@ -381,12 +383,12 @@ def confirm(store: Store, rec: Recorded, job: PlainJob, job_id: str) -> None:
 
 
 # ------------------------------------------------------------------ sbatch
-def sbatch_argv(job: PlainJob, wrapper: Path) -> list[str]:
+def sbatch_words(job: PlainJob, wrapper: Path) -> list[str]:
     """The real sbatch's words; a script that came on standard input goes there again
     (sbatch treats it differently: no ``SLURM_JOB_NAME`` in the job)."""
     if job.source.from_stdin:
-        return ["sbatch", "--parsable", *job.sbatch_words]
-    return ["sbatch", "--parsable", *job.sbatch_words, str(wrapper), *job.args]
+        return ["--parsable", *job.sbatch_words]
+    return ["--parsable", *job.sbatch_words, str(wrapper), *job.args]
 
 
 def job_id_of(stdout: str) -> tuple[str, str | None]:
@@ -424,8 +426,8 @@ def submit(store: Store, cluster: ClusterConfig, job: PlainJob, runner: CommandR
         rec = record(store, cluster, job, token=token, owner=owner, python=python)
         try:
             wrapper = wrapper_path(rec.paths, job)
-            res: CommandResult = runner.run(
-                sbatch_argv(job, wrapper), check=False, retry=False,
+            res: CommandResult = run_sbatch(
+                runner, sbatch_words(job, wrapper),
                 input=wrapper.read_text() if job.source.from_stdin else None,
                 timeout=10 * 86400 if job.wait else None)
         except BaseException:
@@ -442,7 +444,7 @@ def submit(store: Store, cluster: ClusterConfig, job: PlainJob, runner: CommandR
 
 def passthrough(argv: Sequence[str], runner: CommandRunner) -> Outcome:
     """``--help``, ``--usage``, ``--version``: sbatch's own answer."""
-    res = runner.run(["sbatch", *argv], check=False, retry=False)
+    res = run_sbatch(runner, argv)
     return Outcome(res.stdout, res.stderr, res.returncode)
 
 

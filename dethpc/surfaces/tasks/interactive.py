@@ -7,7 +7,8 @@ trial's placement and shape, but named ``dethpc-<kind>-<id>``, written to the ta
 ``job.log``, never requeued, no signal), its environment (``task_env``), the job script
 (``render_script``: every value shell-quoted; it writes its command's exit code to
 ``registry.EXIT_FILE``), submitting it (``submit``: the script 0600 in the 0700 task
-directory) and waiting until it runs (``wait_running``). How it ended is
+directory, through the backend, ``registry.slurm``) and waiting until it runs
+(``wait_running``). How it ended is
 ``registry.finish``. The per-kind parts (what the job runs, how the CLI attaches) are
 in ``dethpc.surfaces.cli.interactive_cmd`` and ``dethpc.surfaces.tasks.nbserve``.
 Must not: print (the CLI does) or open the store beyond ``dethpc.surfaces.tasks.registry``.
@@ -15,10 +16,10 @@ Must not: print (the CLI does) or open the store beyond ``dethpc.surfaces.tasks.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dethpc.backends.base import JobRequest
 from dethpc.common.errors import ConfigError, DethpcError, FieldError
 from dethpc.common.jobenv import (
     ENV_BACKEND,
@@ -301,26 +303,23 @@ def submit(store: Store, prep: Prepared, extra_env: Mapping[str, str] | None = N
     fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(render_script(prep.job))
-    res = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True,
-                         text=True, timeout=60, check=False,
-                         env={**os.environ, **(extra_env or {})})
-    if res.returncode != 0:
-        registry.update(store, task_id, state=TaskState.FAILED,
-                        message=f"sbatch: {res.stderr.strip()}"[:500])
-        raise DethpcError(f"sbatch refused the {prep.job.kind.value} job: "
-                          f"{res.stderr.strip()}")
-    job_ref = res.stdout.strip().split(";")[0]
+    try:
+        (job_ref,) = registry.slurm().submit(JobRequest(
+            name=f"dethpc-{prep.job.kind.value}-{task_id}", comment=f"dethpc:task={task_id}",
+            script=script, workdir=Path.cwd(), env=dict(extra_env or {})))
+    except DethpcError as exc:
+        registry.update(store, task_id, state=TaskState.FAILED, message=f"sbatch: {exc}"[:500])
+        raise DethpcError(f"sbatch refused the {prep.job.kind.value} job: {exc}") from None
     return registry.update(store, task_id, job_ref=job_ref)
 
 
 def job_state(job_ref: str) -> tuple[str, str, str]:
-    """(state, node list, pending reason) as squeue says; ("", "", "") when gone."""
-    res = subprocess.run(["squeue", "-h", "-j", job_ref, "-o", "%T|%N|%r"],
-                         capture_output=True, text=True, timeout=30, check=False)
-    parts = res.stdout.strip().split("|") if res.returncode == 0 else []
-    if len(parts) != 3:
+    """(state, node list, pending reason) as Slurm says (through the backend); ("", "",
+    "") once the job is no longer pending or running."""
+    info = registry.job_info(job_ref)
+    if info is None or info.state.is_terminal:
         return "", "", ""
-    return parts[0], parts[1], parts[2]
+    return info.state.value.upper(), info.nodes, info.reason or "None"
 
 
 def wait_running(task: Task, *, until: Callable[[], bool] = lambda: True,
@@ -350,7 +349,8 @@ def wait_running(task: Task, *, until: Callable[[], bool] = lambda: True,
 
 def cancel(store: Store, task: Task, message: str) -> Task:
     """scancel the task's job and wait until squeue no longer lists it."""
-    subprocess.run(["scancel", task.job_ref], capture_output=True, timeout=30, check=False)
+    with contextlib.suppress(DethpcError):   # already gone: nothing to cancel
+        registry.slurm().cancel([task.job_ref])
     deadline = time.monotonic() + 60
     while registry.job_alive(task) and time.monotonic() < deadline:
         time.sleep(0.5)

@@ -3,7 +3,8 @@
 Owns: ``Task`` rows (``dethpc.store.models.Task``), each task's owner-only directory,
 and how a task's liveness is read: a local task is alive while its pid runs on its
 host with the task's directory in its command line (a reused pid is not mistaken for
-it); a ``--slurm`` task is alive while Slurm lists its job. A task found dead is marked
+it); a ``--slurm`` task is alive while Slurm has its job pending or running (asked
+through the backend, ``slurm``: no command of Slurm's is run here). A task found dead is marked
 ``ended`` when listed (a notebook, shell or command job ``failed`` when the exit code
 its script wrote to ``EXIT_FILE`` is not 0: ``finish``, ``exit_code``). Kinds add
 their own start; list, finish and kill are these.
@@ -11,16 +12,18 @@ their own start; list, finish and kill are these.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import signal
 import socket
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from sqlmodel import col, select
 
+from dethpc.backends.base import Backend, JobInfo
 from dethpc.common.errors import DethpcError, NotFoundError
 from dethpc.common.paths import dethpc_home
 from dethpc.control.experiments import current_user
@@ -104,11 +107,25 @@ def pid_alive(task: Task) -> bool:
     return bool(task.work_dir) and task.work_dir in cmdline
 
 
+@functools.cache
+def slurm() -> Backend:
+    """The backend a task's job goes through (one per process): Slurm's, whatever the
+    cluster config's backend, since only Slurm runs these allocations (``srun
+    --overlap`` attaches to them); its RPCs are paced as the daemon's are."""
+    from dethpc.backends.factory import slurm_backend
+
+    return slurm_backend()
+
+
+def job_info(job_ref: str) -> JobInfo | None:
+    """What Slurm says of a task's job (one poll through the backend); None: unknown."""
+    return slurm().poll([job_ref]).get(job_ref)
+
+
 def job_alive(task: Task) -> bool:
-    """Slurm still lists the task's job (pending or running)."""
-    res = subprocess.run(["squeue", "-h", "-j", task.job_ref, "-o", "%T"],
-                         capture_output=True, text=True, timeout=30, check=False)
-    return res.returncode == 0 and bool(res.stdout.strip())
+    """Slurm still has the task's job (pending, running or suspended)."""
+    info = job_info(task.job_ref)
+    return info is not None and not info.state.is_terminal
 
 
 def alive(task: Task) -> bool | None:
@@ -150,8 +167,8 @@ def kill(store: Store, task_id: int, *, grace_s: float = 20.0) -> Task:
     if task.owner != current_user():
         raise DethpcError(f"task {task_id} belongs to {task.owner!r}, not to you")
     if task.job_ref:
-        subprocess.run(["scancel", task.job_ref], capture_output=True, timeout=30,
-                       check=False)
+        with contextlib.suppress(DethpcError):   # already gone: nothing to cancel
+            slurm().cancel([task.job_ref])
         deadline = time.monotonic() + grace_s * 3
         while job_alive(task) and time.monotonic() < deadline:
             time.sleep(0.5)

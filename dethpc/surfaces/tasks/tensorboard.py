@@ -21,6 +21,7 @@ from pathlib import Path
 
 from sqlmodel import col, select
 
+from dethpc.backends.base import JobRequest
 from dethpc.common.errors import DethpcError
 from dethpc.config import parse_stored
 from dethpc.control.experiments import current_user, get_experiment
@@ -120,13 +121,14 @@ def start(store: Store, experiment_ids: list[int], trial_ids: list[int], *,
     if slurm:
         script = work_dir / "tensorboard.sbatch"
         script.write_text(job_script(argv, work_dir, partition))
-        res = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True,
-                             text=True, timeout=60, check=False)
-        if res.returncode != 0:
+        try:
+            (fields["job_ref"],) = registry.slurm().submit(JobRequest(
+                name="dethpc-tensorboard", comment=f"dethpc:task={task.id}", script=script,
+                workdir=Path.cwd()))
+        except DethpcError as exc:
             registry.update(store, task.id, state=TaskState.FAILED, **fields,
-                            message=f"sbatch: {res.stderr.strip()}")
-            raise DethpcError(f"sbatch refused the TensorBoard job: {res.stderr.strip()}")
-        fields["job_ref"] = res.stdout.strip().split(";")[0]
+                            message=f"sbatch: {exc}"[:500])
+            raise DethpcError(f"sbatch refused the TensorBoard job: {exc}") from None
         fields["host"] = ""
     else:
         with open(log, "ab") as out:
@@ -158,9 +160,8 @@ def ssh_line(task: Task) -> str:
 
 
 def _job_node(job_ref: str) -> str:
-    res = subprocess.run(["squeue", "-h", "-j", job_ref, "-o", "%N"], capture_output=True,
-                         text=True, timeout=30, check=False)
-    return res.stdout.strip()
+    info = registry.job_info(job_ref)
+    return info.nodes if info is not None else ""
 
 
 def _wait_ready(task: Task, sock: Path, proc: subprocess.Popen[bytes] | None, log: Path,

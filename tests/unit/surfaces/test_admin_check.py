@@ -511,7 +511,7 @@ def test_send_user_signal(ctld: str, preempt: str, version: str, severity: Sever
 def test_probe_argv() -> None:
     script, out = Path("/tmp/s/probe.sh"), Path("/runs/.dethpc-admin-probe/p-ab")
     argv = probe_argv(replace(POOL, qos="normal"), script, out, "/venv/bin/python", "ab")
-    assert argv[:2] == ["sbatch", "--parsable"]
+    assert argv[:2] == ["--parsable", "--wait"]
     assert {"--wait", "--partition=debug", "--qos=normal", "--account=dethpc",
             "--output=/dev/null", "--job-name=dethpc-probe-ab"} <= set(argv)
     assert argv[-4:] == [str(script), str(out), "/venv/bin/python", "ab"]

@@ -115,8 +115,8 @@ def test_words_for_sbatch_are_the_users_own(tmp_path: Path) -> None:
     assert (job.parsable, job.quiet) == (True, True)
     assert job.name == "my job"                     # the script's --job-name
     assert job.array is not None and job.array.indices == (0,) or True
-    assert plain.sbatch_argv(job, Path("/r/sbatch/job.sh")) == [
-        "sbatch", "--parsable", "-p", "low", "--time=3", "-N1", "/r/sbatch/job.sh", "a b", "-x"]
+    assert plain.sbatch_words(job, Path("/r/sbatch/job.sh")) == [
+        "--parsable", "-p", "low", "--time=3", "-N1", "/r/sbatch/job.sh", "a b", "-x"]
 
 
 def test_array_comes_from_sbatchs_precedence(tmp_path: Path) -> None:
