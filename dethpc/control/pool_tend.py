@@ -42,9 +42,9 @@ from dethpc.control import pool_view as view
 from dethpc.control.bad_nodes import exclusion
 from dethpc.control.reconcile import load_config
 from dethpc.control.submission import BatchLedger, RefusalPolicy, Submission, record_batch
+from dethpc.jobs.directives import run_limits
 from dethpc.jobs.pool_items import pool_problem, work_item
 from dethpc.jobs.pool_script import pool_comment, pool_name, worker_array_script
-from dethpc.jobs.render import parse_slurm_time
 from dethpc.launch.worker import queue
 from dethpc.store import Store
 from dethpc.store.models import (
@@ -293,11 +293,12 @@ class PoolTender:
             exp_id=exp.id, python=self.python, preload=wp.preload,
             heartbeat_s=wp.heartbeat_s, idle_exit_s=wp.idle_exit_s, batch_id=batch.id,
             tag=self.tag))
+        limits = run_limits(cfg, pool)
         request = JobRequest(
             name=batch.name, comment=pool_comment(exp.id, batch.id, self.tag), script=script,
             workdir=paths.root, array_indices=tuple(range(n)),
-            time_limit_s=parse_slurm_time(cfg.slurm.time or pool.default_time),
-            signal=pool.signal, signal_lead_s=pool.signal_grace_s,
+            time_limit_s=limits.time_limit_s, signal=limits.signal,
+            signal_lead_s=limits.signal_lead_s,
             extra_args=(exclude,) if exclude else ())
         # a refusal over a limit is the budget's to answer, as for trial batches
         refs = Submission(self.backend, self.budget).submit(

@@ -1,11 +1,13 @@
 """Every ``#SBATCH`` directive of a dethpc job, in one place.
 
-Owns: the directives of a trial job, an array job and a het-job component
-(``trial_directives``, ``component_directives``), the shape and placement lines they
-share with other jobs (``shape_directives``, ``placement_directives``, ``job_time``)
-and the last check of each line (``check_directive``). sbatch's own syntax (options,
-prefixes, the layering of ``sbatch_args``, a script's ``#SBATCH`` lines) is
-``dethpc.common.sbatch_options``.
+Owns: the directives of a trial job, an array job, a het-job component, an interactive
+task's job and a server job (``trial_directives``, ``component_directives``,
+``task_directives``, ``server_directives``), the shape and placement lines they
+share with other jobs (``shape_directives``, ``placement_directives``, ``job_time``),
+the limits those lines set that a backend enforces (``run_limits``: the local backend
+reads the same time and signal) and the last check of each line (``check_directive``).
+sbatch's own syntax (options, prefixes, the layering of ``sbatch_args``, a script's
+``#SBATCH`` lines) is ``dethpc.common.sbatch_options``.
 
 Memory has one meaning: ``mem_per_slot`` is the memory of one slot (one task), and
 dethpc emits it once, as ``--mem`` = ``mem_per_slot`` x slots on the node.
@@ -14,10 +16,11 @@ Must not: run commands, write files or know the templates.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dethpc.common.errors import SubmitError
-from dethpc.common.sbatch_options import layer
+from dethpc.common.sbatch_options import canonical_option, layer, option_value, parse_time
 
 if TYPE_CHECKING:
     from dethpc.config.model import ExperimentConfig, HetComponent, ResourcePool
@@ -34,6 +37,31 @@ def check_directive(arg: str) -> str:
 # --------------------------------------------------------------- what a job asks for
 def job_time(cfg: ExperimentConfig, pool: ResourcePool) -> str | None:
     return cfg.slurm.time or pool.default_time
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """What a backend enforces beyond the script's text: the job's time limit (None:
+    none) and its early signal, ``signal_lead_s`` before it. Slurm reads them from the
+    ``#SBATCH`` lines; the local backend emulates them from the ``JobRequest``."""
+
+    time_limit_s: int | None
+    signal: str
+    signal_lead_s: int
+
+
+def run_limits(cfg: ExperimentConfig, pool: ResourcePool) -> RunLimits:
+    """The limits of a trial's or a pool worker's job as its final ``#SBATCH`` lines say
+    them (``trial_directives``): a ``--time`` in the pool's or the experiment's
+    ``sbatch_args`` wins over ``slurm.time`` and the pool's ``default_time``, as on Slurm."""
+    final = layer(placement_directives(pool, job_time(cfg, pool)), pool.sbatch_args,
+                  cfg.slurm.sbatch_args)
+    time = next((option_value(d) for d in final if canonical_option(d) == "--time"), None)
+    try:
+        seconds = parse_time(time)
+    except ValueError:
+        raise SubmitError(f"time limit {time!r} is not in sbatch --time syntax") from None
+    return RunLimits(seconds, pool.signal, pool.signal_grace_s)
 
 
 def shape_directives(alloc: Allocation) -> list[str]:
@@ -73,6 +101,31 @@ def trial_directives(cfg: ExperimentConfig, pool: ResourcePool, *, name: str,
            "--open-mode=append", pool.requeue.sbatch_option, early_signal(pool)]
     out = layer([*own, *placement_directives(pool, job_time(cfg, pool)), *shape_directives(alloc)],
                 pool.sbatch_args, cfg.slurm.sbatch_args)
+    return [check_directive(d) for d in out]
+
+
+def task_directives(cfg: ExperimentConfig, pool: ResourcePool, *, name: str, comment: str,
+                    output: str) -> list[str]:
+    """Every ``#SBATCH`` argument of an interactive task's job (a shell, notebook or
+    command): a trial's placement and shape with the pool's and the config's
+    ``sbatch_args`` layered over them, but its own name and log, no requeue (a preempted
+    interactive job just ends) and no signal."""
+    from dethpc.jobs.allocation import plan_allocation
+
+    alloc = plan_allocation(cfg.resources.slots_per_trial, pool, cfg.slurm)
+    own = [f"--job-name={name}", f"--comment={comment}", f"--output={output}",
+           "--open-mode=append", "--no-requeue"]
+    out = layer([*own, *placement_directives(pool, job_time(cfg, pool)), *shape_directives(alloc)],
+                pool.sbatch_args, cfg.slurm.sbatch_args)
+    return [check_directive(d) for d in out]
+
+
+def server_directives(name: str, output: str, partition: str = "") -> list[str]:
+    """A one-CPU server job's (TensorBoard's ``--slurm``): one task, its log, the
+    partition's default time limit (it ends itself when idle)."""
+    out = [f"--job-name={name}", "--ntasks=1", "--cpus-per-task=1", f"--output={output}"]
+    if partition:
+        out.append(f"--partition={partition}")
     return [check_directive(d) for d in out]
 
 

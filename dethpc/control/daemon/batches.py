@@ -29,10 +29,10 @@ from dethpc.config.model import ClusterConfig, ExperimentConfig
 from dethpc.control.bad_nodes import exclusion
 from dethpc.control.daemon.budget import SubmitBudget
 from dethpc.control.submission import BatchLedger, Submission, record_batch
+from dethpc.jobs.directives import run_limits
 from dethpc.jobs.jobscript import batch_comment, batch_name, checkpoint_dir
 from dethpc.jobs.kinds import jobs_for
 from dethpc.jobs.protocol import TrialJob
-from dethpc.jobs.render import parse_slurm_time
 from dethpc.store import Store
 from dethpc.store.models import BatchKind, Experiment, Trial
 
@@ -102,13 +102,14 @@ class BatchSubmitter:
                                                 tag=self.tag, jenv=self.jenv))
         else:
             script = tasks[0][1]
+        limits = run_limits(cfg, pool)
         request = JobRequest(
             name=batch.name, comment=batch_comment(exp.id, batch.id, self.tag), script=script,
             workdir=jobs.workdir(paths.root),
             array_indices=tuple(range(len(trials))) if array else (),
             throttle=batch.throttle or None,
-            time_limit_s=parse_slurm_time(cfg.slurm.time or pool.default_time),
-            signal=pool.signal, signal_lead_s=pool.signal_grace_s,
+            time_limit_s=limits.time_limit_s, signal=limits.signal,
+            signal_lead_s=limits.signal_lead_s,
             extra_args=(*deps, exclude) if exclude else deps)
         refs = self.submission.submit(BatchLedger(self.store, batch), request, exclude_note)
         if refs:

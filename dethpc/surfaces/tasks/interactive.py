@@ -38,7 +38,6 @@ from dethpc.common.jobenv import (
     ENV_TASK_ID,
     ENV_TASK_KIND,
 )
-from dethpc.common.sbatch_options import layer
 from dethpc.common.traits import BackendKind, traits_of
 from dethpc.common.version import __version__
 from dethpc.config import parse_experiment_config
@@ -46,7 +45,7 @@ from dethpc.config._yaml import load_yaml_file
 from dethpc.config.experiment import check_supported
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
 from dethpc.control.snapshot import snapshot_context
-from dethpc.jobs.directives import check_directive, job_time, placement_directives, shape_directives
+from dethpc.jobs import directives
 from dethpc.jobs.jobscript import container_prefix, inside
 from dethpc.jobs.render import STARTUP_HOOK, shjoin, shquote, startup_hook_argv
 from dethpc.store import Store
@@ -114,17 +113,10 @@ def task_config(raw: Any, source: str = "task config") -> ExperimentConfig:
 
 def task_directives(cfg: ExperimentConfig, pool: ResourcePool, *, kind: TaskKind,
                     task_id: int, output: Path) -> list[str]:
-    """Every ``#SBATCH`` argument of a task's job: a trial's placement and shape with the
-    pool's and the config's ``sbatch_args`` layered over them, but the task's own name and
-    log, no requeue (a preempted interactive job just ends) and no signal."""
-    from dethpc.jobs.allocation import plan_allocation
-
-    alloc = plan_allocation(cfg.resources.slots_per_trial, pool, cfg.slurm)
-    own = [f"--job-name=dethpc-{kind.value}-{task_id}", f"--comment=dethpc:task={task_id}",
-           f"--output={output}", "--open-mode=append", "--no-requeue"]
-    out = layer([*own, *placement_directives(pool, job_time(cfg, pool)), *shape_directives(alloc)],
-                pool.sbatch_args, cfg.slurm.sbatch_args)
-    return [check_directive(d) for d in out]
+    """The task's job directives (``dethpc.jobs.directives.task_directives``), named
+    ``dethpc-<kind>-<id>``."""
+    return directives.task_directives(cfg, pool, name=f"dethpc-{kind.value}-{task_id}",
+                                      comment=f"dethpc:task={task_id}", output=str(output))
 
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

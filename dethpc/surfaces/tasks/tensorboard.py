@@ -25,6 +25,7 @@ from dethpc.backends.base import JobRequest
 from dethpc.common.errors import DethpcError
 from dethpc.config import parse_stored
 from dethpc.control.experiments import current_user, get_experiment
+from dethpc.jobs.directives import server_directives
 from dethpc.store import Store
 from dethpc.store.models import Task, TaskKind, TaskState, Trial
 from dethpc.surfaces.tasks import registry
@@ -85,11 +86,8 @@ def serve_argv(sock: Path, work_dir: Path, srcs: list[Source], idle_timeout_s: f
 def job_script(argv: list[str], work_dir: Path, partition: str = "") -> str:
     """The ``--slurm`` job: one task, one CPU, the serving process in the foreground,
     the partition's default time limit (it normally ends itself when idle)."""
-    lines = ["#!/bin/bash", "#SBATCH --job-name=dethpc-tensorboard",
-             "#SBATCH --ntasks=1", "#SBATCH --cpus-per-task=1",
-             f"#SBATCH --output={work_dir / 'server.log'}"]
-    if partition:
-        lines.append(f"#SBATCH --partition={partition}")
+    lines = ["#!/bin/bash", *(f"#SBATCH {d}" for d in server_directives(
+        "dethpc-tensorboard", str(work_dir / "server.log"), partition))]
     lines += ["umask 077", "exec " + shlex.join(argv), ""]
     return "\n".join(lines)
 

@@ -193,3 +193,34 @@ def test_component_directives_take_the_pool_args_not_the_experiment_ones() -> No
 ])
 def test_task_count(options: list[str], tasks: int) -> None:
     assert task_count(options) == tasks
+
+
+@pytest.mark.parametrize(("default_time", "slurm_time", "pool_args", "exp_args", "seconds"), [
+    (None, None, (), (), None),                       # no limit anywhere
+    ("01:00:00", None, (), (), 3600),                 # the pool's default
+    ("01:00:00", "00:10:00", (), (), 600),            # the experiment's slurm.time
+    ("01:00:00", None, ("--time=5",), (), 300),       # the pool's sbatch_args win, as on Slurm
+    ("01:00:00", "00:10:00", (), ("-t 2",), 120),     # the experiment's, short form too
+    ("01:00:00", None, ("!--time",), (), None),       # dropped: no limit
+])
+def test_run_limits_are_what_the_final_directives_say(
+        default_time: str | None, slurm_time: str | None, pool_args: tuple[str, ...],
+        exp_args: tuple[str, ...], seconds: int | None) -> None:
+    """The local backend enforces ``run_limits``; Slurm the ``#SBATCH`` lines. Both come
+    from the same layering (before, the daemon recomputed the time from slurm.time and
+    default_time alone: a --time in sbatch_args was ignored by the local backend)."""
+    from dethpc.jobs.directives import run_limits
+
+    pool = ResourcePool(name="p", default_time=default_time, sbatch_args=pool_args,
+                        signal="USR2", signal_grace_s=90)
+    slurm: dict[str, object] = {"sbatch_args": list(exp_args)}
+    if slurm_time:
+        slurm["time"] = slurm_time
+    cfg = parse_experiment_config({
+        "name": "x", "entrypoint": "python3 train.py", "slurm": slurm,
+        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}}})
+    limits = run_limits(cfg, pool)
+    assert (limits.time_limit_s, limits.signal, limits.signal_lead_s) == (seconds, "USR2", 90)
+    time_lines = [d for d in trial_directives(cfg, pool, name="n", comment="c", output="o")
+                  if canonical_option(d) == "--time"]
+    assert len(time_lines) == (0 if seconds is None else 1)
