@@ -3,7 +3,9 @@ the batch script's environment the way the backend recorded it at submit."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
+from pathlib import Path
 
 import pytest
 
@@ -114,3 +116,17 @@ def test_jobref_is_frozen_and_hashable() -> None:
     with pytest.raises(AttributeError):
         ref.task = 2  # type: ignore[misc]
     assert {ref, JobRef("5", task=1)} == {ref}
+
+
+#: a job ref printed by hand: "<job>_<task>", "<het>+<offset>", "<ref>+0"
+_HAND_PRINTED = re.compile(
+    r'f"\{(?:[\w.]*\.)?(?:job\w*|\w*_job_id|array\w*|ref|base|het\w*)\}(?:_\{|\+\{|\+0")')
+
+
+def test_refs_are_printed_by_jobref_alone() -> None:
+    root = Path(__file__).resolve().parents[3] / "dethpc"
+    found = [f"{p.relative_to(root)}:{i}: {line.strip()}"
+             for p in sorted(root.rglob("*.py")) if p.name != "jobref.py"
+             for i, line in enumerate(p.read_text().splitlines(), 1)
+             if _HAND_PRINTED.search(line)]
+    assert not found, "print job refs with dethpc.common.jobref.JobRef:\n" + "\n".join(found)
