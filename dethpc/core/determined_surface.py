@@ -72,23 +72,19 @@ def A(why: str) -> Rule:  # noqa: N802
 _NO_MASTER = "there is no master"
 _BUILT = "built by core.init() from the job's environment; its constructor is dethpc's"
 _LOGGED = "logged, nothing else: dethpc has no master to send it to"
-_CALLBACKS = R("PyTorchTrial callbacks (PyTorchCallback, build_callbacks)",
-               "dethpc's Trainer runs no callbacks: do the work in train_batch/evaluate_batch "
-               "(e.g. at context.is_epoch_end()), or write a Core API loop")
-_REDUCERS = R("custom metric reducers (MetricReducer, wrap_reducer)",
-              "dethpc's Trainer averages the evaluate_batch metrics over the validation "
-              "batches of every rank; return per-batch values that average correctly, or "
-              "reduce them yourself with core_context.distributed.allgather")
-_AMP = R("Determined's automatic mixed precision (use_amp, autocast_forward_pass, "
-         "configure_apex_amp)",
-         "use torch.autocast in train_batch and context.wrap_scaler(torch.amp.GradScaler())")
+_APEX = R("NVIDIA apex mixed precision (configure_apex_amp)",
+          "use context.experimental.use_amp(), or torch.autocast in train_batch with "
+          "context.wrap_scaler(torch.amp.GradScaler())")
+_CROSS_SLOT = R("the cross-slot step of Determined's reducers (run_cross_slot_reduction), "
+                "whose arguments are its Trainer's private reducer wrappers",
+                "call context.reduce_metrics(for_training=...) on every rank")
+_CUDA_AMP = ("CUDA AMP as Determined's: on a CPU device the scaler and autocast are off and "
+             "the numbers are full precision, as Determined's own on CPU")
 _DEEPSPEED = R("the DeepSpeed Trial API (DeepSpeedTrial, DeepSpeedTrialContext, its Trainer)",
                "write a Core API script that uses DeepSpeed directly and run it with "
                "python3 -m determined.launch.deepspeed (dethpc runs dethpc.launch.deepspeed), "
                "with det.core.DistributedContext.from_deepspeed()")
-_SAMPLERS = R("Determined's samplers (repeat, skip, shard, reproducible shuffle)",
-              "dethpc's Trainer shards, seeds and resumes each DataLoader itself; outside "
-              "the Trainer use torch.utils.data's samplers (DistributedSampler, ...)")
+_SAMPLERS = S("outside the Trainer (which shards, seeds and resumes each DataLoader itself)")
 _LEGACY = "the legacy harness"
 
 RULES: dict[str, Rule] = {
@@ -328,14 +324,14 @@ RULES: dict[str, Rule] = {
     "determined.pytorch.TrainUnit": D("a length of int value only (Determined also takes a "
                                       "container of steps)"),
     "determined.pytorch.TrainUnit.*": S(),
-    "determined.pytorch.CheckpointLoadContext": R(
-        "loading a trial from a checkpoint outside training (CheckpointLoadContext)",
-        "build the model yourself and load state.pt from the checkpoint directory "
-        "(torch.load(...)['models'][0]), see docs/trainer.md"),
-    "determined.pytorch.load_trial_from_checkpoint_path": R(
-        "loading a trial from a checkpoint outside training (load_trial_from_checkpoint_path)",
-        "build the model yourself and load state.pt from the checkpoint directory "
-        "(torch.load(...)['models'][0]), see docs/trainer.md"),
+    "determined.pytorch.CheckpointLoadContext": S("one process, no trial directory"),
+    "determined.pytorch.CheckpointLoadContext.*": S(),
+    "determined.pytorch.CheckpointLoadContext.configure_apex_amp": _APEX,
+    "determined.pytorch.CheckpointLoadContext.run_cross_slot_reduction": _CROSS_SLOT,
+    "determined.pytorch.load_trial_from_checkpoint_path": D(
+        "the trial class is imported from the model directory the trial ran in (recorded in "
+        "load_data.json: dethpc checkpoints hold no code/ copy), else from code/ "
+        "(Determined's checkpoints load too), else sys.path"),
     "determined.pytorch.DataLoader": D("torch's DataLoader under Determined's name: the "
                                        "Trainer shards, seeds and resumes it"),
     "determined.pytorch.DataLoader.*": S(),
@@ -346,22 +342,21 @@ RULES: dict[str, Rule] = {
     "determined.pytorch.LRScheduler.*": S(),
     "determined.pytorch.LRScheduler.StepMode.STEP_EVERY_OPTIMIZER_STEP": D(
         "every batch (one optimizer step per batch: no gradient aggregation)"),
-    "determined.pytorch.MetricReducer": _REDUCERS,
-    "determined.pytorch.PyTorchCallback": _CALLBACKS,
+    "determined.pytorch.MetricReducer": S(),
+    "determined.pytorch.MetricReducer.*": S(),
+    "determined.pytorch.PyTorchCallback": S("every hook, in the order of Determined's "
+                                            "Trainer; state_dict() saved in each checkpoint"),
+    "determined.pytorch.PyTorchCallback.*": S(),
     "determined.pytorch.PyTorchExperimentalContext": D("context.experimental",
                                                        signature=False),
     "determined.pytorch.PyTorchExperimentalContext.*": S(),
     "determined.pytorch.PyTorchExperimentalContext.disable_dataset_reproducibility_checks": D(
         "nothing to disable: the Trainer rebuilds the loaders itself"),
-    "determined.pytorch.PyTorchExperimentalContext.use_amp": _AMP,
+    "determined.pytorch.PyTorchExperimentalContext.use_amp": S(_CUDA_AMP),
     "determined.pytorch.PyTorchTrial": S(),
     "determined.pytorch.PyTorchTrial.*": S(),
-    "determined.pytorch.PyTorchTrial.build_callbacks": D(
-        "returns {}; a trial returning callbacks is refused by the Trainer (PyTorchCallback)"),
-    "determined.pytorch.PyTorchTrial.evaluate_full_dataset": R(
-        "whole-dataset validation (PyTorchTrial.evaluate_full_dataset)",
-        "implement evaluate_batch: the Trainer averages its metrics over the batches of "
-        "every rank"),
+    "determined.pytorch.PyTorchTrial.evaluate_full_dataset": S(
+        "on the chief, over the whole validation loader, as Determined's"),
     "determined.pytorch.PyTorchTrial.evaluation_reducer": D(
         "returns Reducer.AVG; a trial returning another reducer is refused by the Trainer"),
     "determined.pytorch.PyTorchTrial.get_batch_length": D(
@@ -376,12 +371,11 @@ RULES: dict[str, Rule] = {
                                                 "PyTorchTrialContext(core_context))",
                                                 signature=False),
     "determined.pytorch.PyTorchTrialContext.*": S(),
-    "determined.pytorch.PyTorchTrialContext.autocast_forward_pass": _AMP,
-    "determined.pytorch.PyTorchTrialContext.configure_apex_amp": _AMP,
-    "determined.pytorch.PyTorchTrialContext.reduce_metrics": _REDUCERS,
-    "determined.pytorch.PyTorchTrialContext.reset_reducers": _REDUCERS,
-    "determined.pytorch.PyTorchTrialContext.run_cross_slot_reduction": _REDUCERS,
-    "determined.pytorch.PyTorchTrialContext.wrap_reducer": _REDUCERS,
+    "determined.pytorch.PyTorchTrialContext.autocast_forward_pass": D(
+        "returns the module itself with forward hooks (Determined's returns a proxy of "
+        "it); " + _CUDA_AMP),
+    "determined.pytorch.PyTorchTrialContext.configure_apex_amp": _APEX,
+    "determined.pytorch.PyTorchTrialContext.run_cross_slot_reduction": _CROSS_SLOT,
     "determined.pytorch.PyTorchTrialContext.lr_schedulers": D(
         "the wrapped schedulers with their step mode and frequency"),
     "determined.pytorch.PyTorchTrialContext.profiler": D("None: the Trainer runs no profiler"),
@@ -405,14 +399,17 @@ RULES: dict[str, Rule] = {
     "determined.pytorch.Trainer.fit": D(
         "reporting_period defaults to Batch(10) (Determined's: Batch(100)); training "
         "metrics are also reported at each validation and checkpoint, as Determined's; "
-        "checkpoint_policy is validated and has no effect; profiling_enabled is ignored; the "
-        "searcher's target wins over max_length"),
+        "checkpoint_policy as Determined's (best off-cluster is all, as its local mode; on "
+        "a cluster best compares with the experiment's best validation in the trials' "
+        "metrics files); profiling_enabled is ignored; the searcher's target wins over "
+        "max_length"),
     "determined.pytorch.adapt_batch_sampler": _SAMPLERS,
     "determined.pytorch.data_length": S(),
     "determined.pytorch.init": D("aggregation_frequency must be 1; exp_conf is not read (the "
                                  "trial's config.yaml is); enable_tensorboard_logging has no "
                                  "effect"),
     "determined.pytorch.samplers": _SAMPLERS,
+    "determined.pytorch.samplers.*": _SAMPLERS,
     "determined.pytorch.to_device": S(),
     "determined.pytorch.deepspeed.*": _DEEPSPEED,
     "determined.pytorch.deepspeed.overwrite_deepspeed_config": S(),

@@ -3,9 +3,10 @@
 Owns: the public names ``PyTorchTrial``, ``PyTorchTrialContext``, ``Trainer``,
 ``Batch``, ``Epoch``, ``TrainUnit``, ``StepMode``, ``init``, ``init_distributed`` and
 ``run_test_mode``, and Determined's other ``det.pytorch`` names: served
-(``DataLoader``, ``LRScheduler``, ``Reducer``, ``to_device``, ...), or stand-ins that
-refuse where used (``PyTorchCallback``, ``MetricReducer``, ``samplers``, ``deepspeed``'s
-Trial API, ...; ``dethpc.core.determined_surface`` classifies each). Names are loaded
+(``DataLoader``, ``LRScheduler``, ``Reducer``, ``to_device``, ``PyTorchCallback``,
+``MetricReducer``, ``samplers``, ``adapt_batch_sampler``, ``CheckpointLoadContext``,
+``load_trial_from_checkpoint_path``, ...), or stand-ins that refuse where used
+(``deepspeed``'s Trial API; ``dethpc.core.determined_surface`` classifies each). Names are loaded
 lazily so that ``run_test_mode``, ``Batch`` and ``Epoch`` can be imported without torch
 (the CLI does).
 Must not: import torch at package import time.
@@ -21,8 +22,11 @@ from dethpc.pytorch._units import Batch, Epoch, TrainUnit
 
 if TYPE_CHECKING:
     from dethpc.pytorch import deepspeed, samplers
+    from dethpc.pytorch._callback import PyTorchCallback
     from dethpc.pytorch._init import init, init_distributed
+    from dethpc.pytorch._load import CheckpointLoadContext, load_trial_from_checkpoint_path
     from dethpc.pytorch._loader import DataLoader, TorchData, data_length, to_device
+    from dethpc.pytorch._reducer import MetricReducer
     from dethpc.pytorch._trainer import Trainer
     from dethpc.pytorch._trial import (
         LRScheduler,
@@ -32,6 +36,7 @@ if TYPE_CHECKING:
         Reducer,
         StepMode,
     )
+    from dethpc.pytorch.samplers import adapt_batch_sampler
 
 _LAZY = {
     "PyTorchTrial": "dethpc.pytorch._trial",
@@ -47,18 +52,23 @@ _LAZY = {
     "TorchData": "dethpc.pytorch._loader",
     "to_device": "dethpc.pytorch._loader",
     "data_length": "dethpc.pytorch._loader",
+    "PyTorchCallback": "dethpc.pytorch._callback",
+    "MetricReducer": "dethpc.pytorch._reducer",
+    "CheckpointLoadContext": "dethpc.pytorch._load",
+    "load_trial_from_checkpoint_path": "dethpc.pytorch._load",
+    "adapt_batch_sampler": "dethpc.pytorch.samplers",
 }
 _MODULES = ("deepspeed", "samplers")
 #: Determined's ``det.pytorch`` names that dethpc refuses: name -> stand-in kind
-_REFUSED = {"PyTorchCallback": "class", "MetricReducer": "class",
-            "CheckpointLoadContext": "class", "load_trial_from_checkpoint_path": "function",
-            "adapt_batch_sampler": "function"}
+_REFUSED: dict[str, str] = {}
 _STUBS: dict[str, Any] = {}
 
-__all__ = ["Batch", "DataLoader", "Epoch", "LRScheduler", "PyTorchExperimentalContext",
+__all__ = ["Batch", "CheckpointLoadContext", "DataLoader", "Epoch", "LRScheduler",
+           "MetricReducer", "PyTorchCallback", "PyTorchExperimentalContext",
            "PyTorchTrial", "PyTorchTrialContext", "Reducer", "StepMode", "TorchData",
-           "Trainer", "TrainUnit", "data_length", "deepspeed", "entrypoint_argv", "init",
-           "init_distributed", "run_test_mode", "samplers", "to_device"]
+           "Trainer", "TrainUnit", "adapt_batch_sampler", "data_length", "deepspeed",
+           "entrypoint_argv", "init", "init_distributed", "load_trial_from_checkpoint_path",
+           "run_test_mode", "samplers", "to_device"]
 
 
 def __getattr__(name: str) -> Any:

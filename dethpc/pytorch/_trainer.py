@@ -4,9 +4,12 @@ Owns: the loop over batches with training/validation reporting, checkpoints at
 a period, at the end and on preemption, exact resume (model, optimizers, LR
 schedulers, a wrapped gradient scaler, every rank's RNG state and the data position, so
 a run preempted k times ends bit-identical to an uninterrupted one on CPU), test mode,
-``context.set_stop_requested(True)`` (checkpoint, an early exit, return), and the refusal,
-before training, of a trial that asks for what the loop does not do (Determined's
-callbacks, whole-dataset validation, reducers other than the mean).
+``context.set_stop_requested(True)`` (checkpoint, an early exit, return), Determined's
+``PyTorchCallback`` hooks in Determined's order (``dethpc.pytorch._callback``), custom
+metric reducers, ``evaluate_full_dataset``, the checkpoint policy after validations,
+``load_data.json`` in each checkpoint (``load_trial_from_checkpoint_path``), and the
+refusal, before training, of a trial that asks for what the loop does not do (evaluation
+reducers other than the mean).
 Must not: parse the experiment config beyond the two period fields, exit the
 process (``dethpc.core.init`` does, with 80/81), or know how files are laid out
 (``dethpc.core`` checkpoint/train contexts do).
@@ -14,6 +17,9 @@ process (``dethpc.core.init`` does, with 80/81), or know how files are laid out
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import json
 import logging
 import math
 import os
@@ -31,6 +37,7 @@ from dethpc.common.errors import DethpcError
 from dethpc.common.jobenv import ENV_TEST_MODE
 from dethpc.core import EarlyExitReason
 from dethpc.core._refused import refuse
+from dethpc.pytorch._callback import PyTorchCallback
 from dethpc.pytorch._data import EpochLoaders
 from dethpc.pytorch._state import capture_rng, preserved_rng, restore_rng
 from dethpc.pytorch._trial import TRAINER_REFUSES, PyTorchTrial, PyTorchTrialContext, Reducer
@@ -39,7 +46,16 @@ from dethpc.pytorch._units import Batch, TrainUnit, as_unit, from_config
 log = logging.getLogger(__name__)
 
 STATE_FILE = "state.pt"
-FORMAT = "dethpc.pytorch/1"
+#: /2: Determined's key names for what both keep (``models_state_dict``,
+#: ``optimizers_state_dict``, ``lr_schedulers_state_dict``, ``scaler_state_dict``,
+#: ``callbacks``): a callback's ``on_checkpoint_load_start`` / ``_save_start`` sees
+#: Determined's keys. /1 (``models``, ``optimizers``, ``lr_schedulers``, ``scaler``) loads.
+FORMAT = "dethpc.pytorch/2"
+#: what a /1 state called the keys /2 names as Determined
+_V1_KEYS = {"models": "models_state_dict", "optimizers": "optimizers_state_dict",
+            "lr_schedulers": "lr_schedulers_state_dict", "scaler": "scaler_state_dict"}
+#: the trial's class and hyperparameters, for ``load_trial_from_checkpoint_path``
+LOAD_DATA_FILE = "load_data.json"
 
 
 @dataclass
@@ -92,6 +108,21 @@ def _mean_metrics(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {**other, **{k: sums[k] / counts[k] for k in sums}}
 
 
+def _numbers(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """A reducer's metrics with tensors as floats (as the Trainer's own)."""
+    return {k: _to_float(v) for k, v in metrics.items()}
+
+
+def upgrade_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A ``state.pt`` of any format this Trainer wrote, with the current key names."""
+    if state.get("format") == "dethpc.pytorch/1":
+        state = {_V1_KEYS.get(k, k): v for k, v in state.items()}
+        if state.get("scaler_state_dict") is None:
+            state.pop("scaler_state_dict", None)
+        state.setdefault("callbacks", {})
+    return state
+
+
 class Trainer:
     """Drives a ``PyTorchTrial`` with checkpoint/resume/preemption handled."""
 
@@ -102,6 +133,9 @@ class Trainer:
         self.dist = context.distributed
         self.progress = _Progress()
         self._pending: list[dict[str, Any]] = []
+        self.callbacks: dict[str, PyTorchCallback] = {}
+        self._checkpoint_policy = "best"
+        self._last_uuid: str | None = None
 
     def configure_profiler(self, sync_timings: bool = True, enabled: bool = False,
                            begin_on_batch: int = 0, end_after_batch: int | None = None) -> None:
@@ -116,12 +150,44 @@ class Trainer:
         for name in TRAINER_REFUSES:
             if getattr(type(self.trial), name) is not getattr(base, name):
                 refuse(f"determined.pytorch.PyTorchTrial.{name}")
-        if self.trial.build_callbacks():
-            refuse("determined.pytorch.PyTorchCallback")
+        if self._full_dataset == self._overrides("evaluate_batch"):
+            raise DethpcError("define exactly one of evaluate_batch() and "
+                              "evaluate_full_dataset() in the trial (as Determined requires)")
         reducer = self.trial.evaluation_reducer()
         reducers = reducer.values() if isinstance(reducer, Mapping) else [reducer]
         if any(r is not Reducer.AVG for r in reducers):
             refuse("determined.pytorch.PyTorchTrial.evaluation_reducer")
+
+    def _overrides(self, name: str) -> bool:
+        return getattr(type(self.trial), name) is not getattr(PyTorchTrial, name)
+
+    @property
+    def _full_dataset(self) -> bool:
+        return self._overrides("evaluate_full_dataset")
+
+    def _hooks(self, name: str, *args: Any, **kwargs: Any) -> None:
+        for callback in self.callbacks.values():
+            getattr(callback, name)(*args, **kwargs)
+
+    def _on_epoch_start(self, epoch: int) -> None:
+        for callback in self.callbacks.values():
+            hook = callback.on_training_epoch_start
+            if inspect.signature(hook).parameters:
+                hook(epoch)
+            else:  # Determined still calls the pre-0.17.8 form without epoch_idx
+                log.warning("on_training_epoch_start() without epoch_idx is deprecated "
+                            "(Determined 0.17.8); add the parameter")
+                hook()  # type: ignore[call-arg]
+
+    def _first_batch(self, uuid: str | None) -> int:
+        """The batch a resumed run starts from, as the checkpoint's metadata says."""
+        if uuid is None:
+            return 0
+        try:
+            meta = self.core.checkpoint.get_metadata(uuid)
+        except Exception:  # noqa: BLE001 - _restore reports an unusable checkpoint
+            return 0
+        return int(meta.get("batches_trained", meta.get("steps_completed", 0)) or 0)
 
     # ------------------------------------------------------------------ plan
     def _plan(self, max_length: TrainUnit | None, checkpoint_period: TrainUnit | None,
@@ -186,29 +252,56 @@ class Trainer:
         if checkpoint_policy not in ("best", "all", "none"):
             raise DethpcError(f"checkpoint_policy {checkpoint_policy!r} is not one of "
                               "best, all, none")
+        if checkpoint_policy == "best" and not self.core.info.on_cluster:
+            # as Determined's local training: no experiment to be best in
+            checkpoint_policy = "all"
+        self._checkpoint_policy = checkpoint_policy
         del profiling_enabled
         self._refuse_unsupported()
+        callbacks = self.trial.build_callbacks()
+        if not isinstance(callbacks, Mapping):
+            raise DethpcError(f"build_callbacks() must return a dict of name -> "
+                              f"PyTorchCallback, got {type(callbacks).__name__}")
+        self.callbacks = dict(callbacks)
         if test_mode is None:
             test_mode = os.environ.get(ENV_TEST_MODE, "").lower() in ("1", "true", "yes")
+        uuid = latest_checkpoint
+        if uuid is None and self.core.info.on_cluster and not test_mode:
+            uuid = self.core.info.latest_checkpoint
+        with contextlib.ExitStack() as shutdown:
+            first = self._first_batch(uuid)
+            for callback in self.callbacks.values():
+                callback.on_trial_startup(first, uuid)
+                # run on the way out, however fit ends, in the reverse order
+                shutdown.callback(callback.on_trial_shutdown)
+            self._fit(uuid, max_length, checkpoint_period, validation_period,
+                      reporting_period, step_zero_validation, test_mode,
+                      test_validation_batches)
+
+    def _fit(self, uuid: str | None, max_length: TrainUnit | int | None,
+             checkpoint_period: TrainUnit | int | None,
+             validation_period: TrainUnit | int | None, reporting_period: TrainUnit | int,
+             step_zero_validation: bool, test_mode: bool,
+             test_validation_batches: int) -> None:
         seed = self.context.get_trial_seed()
         rank, size = self.dist.rank, self.dist.size
         self._train_data = EpochLoaders(self.trial.build_training_data_loader(), seed=seed,
                                         rank=rank, size=size, train=True,
                                         what="build_training_data_loader()")
+        # evaluate_full_dataset runs on the chief alone, over the whole validation set
+        full = self._full_dataset
         self._val_data = EpochLoaders(self.trial.build_validation_data_loader(), seed=seed,
-                                      rank=rank, size=size, train=False,
-                                      what="build_validation_data_loader()")
+                                      rank=0 if full else rank, size=1 if full else size,
+                                      train=False, what="build_validation_data_loader()")
         plan = self._plan(as_unit(max_length), as_unit(checkpoint_period),
                           as_unit(validation_period), as_unit(reporting_period) or Batch(10),
                           test_mode, test_validation_batches, self._train_data.batches_per_epoch)
         if not self.context.models:
             raise DethpcError("the trial wrapped no model; call context.wrap_model(model) in "
                               "the trial's __init__")
-        uuid = latest_checkpoint
-        if uuid is None and self.core.info.on_cluster and not test_mode:
-            uuid = self.core.info.latest_checkpoint
         if uuid is not None:
             self._restore(uuid)
+        self._hooks("on_training_start")
         self.context._batches_per_epoch = plan.batches_per_epoch
         self.context._batches = self.context._initial_batch = self.progress.batches
         log.info("training to %d batches (%d per epoch) from batch %d%s", plan.max_batches,
@@ -227,13 +320,22 @@ class Trainer:
     def _train(self, plan: _Plan) -> bool:
         """Train until the length is reached (False) or preemption (True)."""
         times = self.core.step_times
+        amp_scaler = self.context.scaler if self.context.experimental._auto_amp else None
+        if not self._pending:
+            self.context.reset_reducers()
         while self.progress.batches < plan.max_batches:
             epoch, offset = divmod(self.progress.batches, plan.batches_per_epoch)
             begun = time.monotonic()
             for batch in self._train_data.epoch(epoch, offset):
                 sync_s = self.context._sync_s
                 batch_idx = self.context._batches = self.progress.batches
+                if batch_idx % plan.batches_per_epoch == 0:
+                    self._on_epoch_start(epoch)
                 metrics = self.trial.train_batch(self._device(batch), epoch, batch_idx)
+                if amp_scaler is not None:  # automatic AMP: one update per batch
+                    amp_scaler.update()
+                if isinstance(metrics, torch.Tensor):  # as Determined: a bare loss
+                    metrics = {"loss": metrics}
                 if not isinstance(metrics, Mapping):
                     raise DethpcError(f"train_batch() must return a dict of metrics, got "
                                       f"{type(metrics).__name__}")
@@ -242,6 +344,8 @@ class Trainer:
                 self._pending.append({k: _to_float(v) for k, v in metrics.items()})
                 self.progress.batches += 1
                 self._step_schedulers(plan)
+                if self.progress.batches % plan.batches_per_epoch == 0:
+                    self._hooks("on_training_epoch_end", epoch)
                 stop = self._after_step(plan)
                 if times is not None:
                     now = time.monotonic()
@@ -265,20 +369,21 @@ class Trainer:
     def _after_step(self, plan: _Plan) -> bool:
         b = self.progress.batches
         inside = b < plan.max_batches
-        validate = inside and (b in plan.validate_at or bool(
-            plan.validation_period and b % plan.validation_period == 0))
-        checkpoint = inside and bool(plan.checkpoint_period and b % plan.checkpoint_period == 0)
+        # as Determined's Trainer, a period that falls on the last batch is kept in its
+        # order (validation, then checkpoint) before the final validation and checkpoint
+        # of _finish (a checkpoint period on the last batch checkpoints before validating)
+        validate = (inside and b in plan.validate_at) or bool(
+            plan.validation_period and b % plan.validation_period == 0)
+        checkpoint = bool(plan.checkpoint_period and b % plan.checkpoint_period == 0)
         # as Determined's Trainer: the batches since the last report are reported at every
         # boundary (reporting, validation or checkpoint period), not only at a reporting one
         if b % plan.reporting_period == 0 or validate or checkpoint:
             self._report_training(plan)
-        if inside:
-            if validate:
-                self._validate(plan)
-            if checkpoint:
-                self._checkpoint(plan)
-            return self._check_preempt(plan)
-        return False
+        if validate:
+            self._validate(plan)
+        if checkpoint and self.progress.last_checkpoint != b:
+            self._checkpoint(plan)
+        return self._check_preempt(plan) if inside else False
 
     def _check_preempt(self, plan: _Plan) -> bool:
         # every rank's own flag, as Determined's: trial code sets it on every rank
@@ -302,9 +407,8 @@ class Trainer:
         if self.progress.last_validation != b:
             self._validate(plan)
         if self.progress.last_checkpoint != b:
-            uuid = self._checkpoint(plan)
-        else:
-            uuid = None
+            self._checkpoint(plan)
+        uuid = self._last_uuid
         if plan.test_mode and uuid is not None:
             self._restore(uuid)  # proves the checkpoint loads back
             log.info("test mode: trained 1 batch, validated, checkpointed %s and restored it",
@@ -315,28 +419,94 @@ class Trainer:
         if not self._pending:
             return
         local = _mean_metrics(self._pending)
-        self._pending = []
-        merged = _mean_metrics(self.dist.allgather(local)) if self.dist.size > 1 else local
+        batches, self._pending = self._pending, []
+        if self.callbacks and self.dist.size > 1:
+            # the batches' own metrics for on_training_workload_end: batch i averaged over
+            # the ranks (as Determined's), and the mean of those
+            per_rank = self.dist.allgather(batches)
+            batches = [_mean_metrics(rows) for rows in zip(*per_rank, strict=False)]
+            merged = _mean_metrics(batches)
+        else:
+            merged = _mean_metrics(self.dist.allgather(local)) if self.dist.size > 1 else local
+        merged.update(_numbers(self.context.reduce_metrics(for_training=True)))
         self.core.train.report_training_metrics(plan.steps(self.progress.batches), merged)
+        self._hooks("on_training_workload_end", avg_metrics=dict(merged),
+                    batch_metrics=batches)
+        self.context.reset_reducers()
 
     def _validate(self, plan: _Plan) -> dict[str, Any]:
         was_training = [m.training for m in self.context.models]
         for model in self.context.models:
             model.eval()
-        sums: dict[str, float] = defaultdict(float)
-        counts: dict[str, int] = defaultdict(int)
+        self.context.reset_reducers()
+        self._hooks("on_validation_start")
         with preserved_rng(), torch.no_grad():
-            for idx, batch in enumerate(self._val_data.epoch(0)):
-                if plan.test_validation_batches is not None and idx >= plan.test_validation_batches:
-                    break
-                row = self.trial.evaluate_batch(self._device(batch), idx)
-                for key, raw in row.items():
-                    value = _to_float(raw)
-                    if isinstance(value, int | float) and not isinstance(value, bool):
-                        sums[key] += float(value)
-                        counts[key] += 1
+            if self._full_dataset:
+                metrics = self._evaluate_full_dataset()
+            else:
+                metrics = self._evaluate_batches(plan)
+            metrics.update(_numbers(self.context.reduce_metrics(for_training=False)))
         for model, mode in zip(self.context.models, was_training, strict=True):
             model.train(mode)
+        if self.dist.size > 1 and self._full_dataset and any(
+                type(c).on_validation_end is not PyTorchCallback.on_validation_end
+                for c in self.callbacks.values()):
+            metrics = self.dist.broadcast(metrics)  # the chief's, for every rank's hook
+        self._hooks("on_validation_end", metrics)
+        self.context.reset_reducers()  # training's start afresh after it, as Determined's
+        best_before = None
+        if self._checkpoint_policy == "best" and self.dist.rank == 0:
+            best_before = self.core.train.get_experiment_best_validation()
+        self.core.train.report_validation_metrics(plan.steps(self.progress.batches), metrics)
+        self.progress.last_validation = self.progress.batches
+        if self.dist.broadcast(self._checkpoint_after(metrics, best_before)):
+            self._checkpoint(plan)
+        return metrics
+
+    def _checkpoint_after(self, metrics: Mapping[str, Any], best_before: float | None) -> bool:
+        """Determined's ``checkpoint_policy`` after a validation (chief's answer): ``all``
+        checkpoints, ``best`` when the searcher's metric beats every earlier validation of
+        the experiment, ``none`` never."""
+        if self.dist.rank != 0 or self.progress.last_checkpoint == self.progress.batches:
+            return False
+        if self._checkpoint_policy != "best":
+            return self._checkpoint_policy == "all"
+        searcher = self.core.info.experiment_config.get("searcher") or {}
+        value = metrics.get(searcher.get("metric", "")) if isinstance(searcher, Mapping) \
+            else None
+        if best_before is None or not isinstance(value, int | float):
+            return True
+        smaller = searcher.get("smaller_is_better", True) is not False
+        return bool(value < best_before if smaller else value > best_before)
+
+    def _evaluate_full_dataset(self) -> dict[str, Any]:
+        """The chief's ``evaluate_full_dataset`` over the whole validation loader; the
+        other ranks report nothing of their own (as Determined's)."""
+        if self.dist.rank != 0:
+            return {}
+        metrics = self.trial.evaluate_full_dataset(data_loader=self._val_data.epoch(0))
+        if not isinstance(metrics, Mapping):
+            raise DethpcError(f"evaluate_full_dataset() must return a dict of metrics, got "
+                              f"{type(metrics).__name__}")
+        return {k: _to_float(v) for k, v in metrics.items()}
+
+    def _evaluate_batches(self, plan: _Plan) -> dict[str, Any]:
+        sums: dict[str, float] = defaultdict(float)
+        counts: dict[str, int] = defaultdict(int)
+        outputs: list[Any] = []
+        self._hooks("on_validation_epoch_start")
+        for idx, batch in enumerate(self._val_data.epoch(0)):
+            if plan.test_validation_batches is not None and idx >= plan.test_validation_batches:
+                break
+            row = self.trial.evaluate_batch(self._device(batch), idx)
+            if self.callbacks:
+                outputs.append(row)
+            for key, raw in row.items():
+                value = _to_float(raw)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    sums[key] += float(value)
+                    counts[key] += 1
+        self._hooks("on_validation_epoch_end", outputs)
         parts = self.dist.allgather((dict(sums), dict(counts))) if self.dist.size > 1 \
             else [(dict(sums), dict(counts))]
         total_s: dict[str, float] = defaultdict(float)
@@ -345,10 +515,7 @@ class Trainer:
             for key in part_s:
                 total_s[key] += part_s[key]
                 total_c[key] += part_c[key]
-        metrics = {k: total_s[k] / total_c[k] if total_c[k] else math.nan for k in total_s}
-        self.core.train.report_validation_metrics(plan.steps(self.progress.batches), metrics)
-        self.progress.last_validation = self.progress.batches
-        return metrics
+        return {k: total_s[k] / total_c[k] if total_c[k] else math.nan for k in total_s}
 
     # ---------------------------------------------------------- checkpoints
     def _checkpoint(self, plan: _Plan) -> str:
@@ -356,25 +523,49 @@ class Trainer:
         rngs = self.dist.allgather(capture_rng())
         uuid: str | None = None
         if self.dist.rank == 0:
-            state = {
+            state: dict[str, Any] = {
                 "format": FORMAT,
-                "models": [_unwrap(m).state_dict() for m in self.context.models],
-                "optimizers": [o.state_dict() for o in self.context.optimizers],
-                "lr_schedulers": [w.scheduler.state_dict() for w in self.context.lr_schedulers],
+                "models_state_dict": [_unwrap(m).state_dict() for m in self.context.models],
+                "optimizers_state_dict": [o.state_dict() for o in self.context.optimizers],
+                "lr_schedulers_state_dict": [w.scheduler.state_dict()
+                                             for w in self.context.lr_schedulers],
+                "callbacks": {name: cb.state_dict() for name, cb in self.callbacks.items()},
                 "progress": asdict(self.progress),
-                "scaler": (None if self.context.scaler is None
-                           else self.context.scaler.state_dict()),
                 "rng": rngs,
             }
+            if self.context.scaler is not None:
+                state["scaler_state_dict"] = self.context.scaler.state_dict()
+            self._hooks("on_checkpoint_save_start", state)
             meta = {"steps_completed": plan.steps(self.progress.batches),
                     "batches_trained": self.progress.batches, "format": FORMAT,
                     "framework": f"torch-{torch.__version__}", "world_size": self.dist.size}
             with self.core.checkpoint.store_path(meta) as (path, new_uuid):
                 torch.save(state, Path(path) / STATE_FILE)
+                self._write_load_data(Path(path))
+                for callback in self.callbacks.values():
+                    callback.on_checkpoint_end(str(path))
+                    callback.on_checkpoint_write_end(str(path))
             uuid = new_uuid
         uuid = self.dist.broadcast(uuid)
         assert uuid is not None  # noqa: S101 - rank 0 always sets it
+        self._last_uuid = uuid
+        self._hooks("on_checkpoint_upload_end", uuid=uuid)
         return uuid
+
+    def _write_load_data(self, path: Path) -> None:
+        """What ``load_trial_from_checkpoint_path`` needs: the trial's class (imported by
+        ``module:qualname``, from the experiment's model directory where there is one),
+        its hyperparameters and the experiment config."""
+        cls = type(self.trial)
+        module = cls.__module__
+        if module == "__main__":  # the entrypoint script: its file name is its module
+            main = getattr(__import__("__main__"), "__file__", None)
+            module = Path(main).stem if main else module
+        data = {"trial_type": "PyTorchTrial", "trial_cls_spec": f"{module}:{cls.__qualname__}",
+                "hparams": self.context.get_hparams(),
+                "experiment_config": self.core.info.experiment_config,
+                "model_dir": os.getcwd(), "is_trainer": True, "format": FORMAT}
+        (path / LOAD_DATA_FILE).write_text(json.dumps(data, indent=1, default=str) + "\n")
 
     def _restore(self, uuid: str) -> None:
         with self.core.checkpoint.restore_path(uuid) as path:
@@ -383,24 +574,35 @@ class Trainer:
                 raise DethpcError(f"checkpoint {uuid} has no {STATE_FILE}: it was not written "
                                   "by dethpc.pytorch.Trainer")
             # Our own, checksum-verified file; it holds RNG states (not weights only).
-            state = torch.load(file, map_location=self.context.device, weights_only=False)
+            state = upgrade_state(torch.load(file, map_location=self.context.device,
+                                             weights_only=False))
+        self._hooks("on_checkpoint_load_start", state)
         self._apply(state, uuid)
+        saved = state.get("callbacks") or {}
+        for name, callback in self.callbacks.items():
+            if name in saved:
+                callback.load_state_dict(saved[name])
+            elif type(callback).load_state_dict is not PyTorchCallback.load_state_dict:
+                log.warning("callback %r implements load_state_dict() but checkpoint %s holds "
+                            "no state under that name: it starts from scratch", name, uuid)
 
     def _apply(self, state: dict[str, Any], uuid: str) -> None:
         for what, ours in (("models", self.context.models),
                            ("optimizers", self.context.optimizers),
                            ("lr_schedulers", self.context.lr_schedulers)):
-            if len(state.get(what, [])) != len(ours):
-                raise DethpcError(f"checkpoint {uuid} has {len(state.get(what, []))} {what}, "
+            saved = state.get(f"{what}_state_dict", [])
+            if len(saved) != len(ours):
+                raise DethpcError(f"checkpoint {uuid} has {len(saved)} {what}, "
                                   f"the trial wrapped {len(ours)}; it belongs to another model")
-        for model, sd in zip(self.context.models, state["models"], strict=True):
+        for model, sd in zip(self.context.models, state["models_state_dict"], strict=True):
             _unwrap(model).load_state_dict(sd)
-        for opt, sd in zip(self.context.optimizers, state["optimizers"], strict=True):
+        for opt, sd in zip(self.context.optimizers, state["optimizers_state_dict"], strict=True):
             opt.load_state_dict(sd)
-        for wrapped, sd in zip(self.context.lr_schedulers, state["lr_schedulers"], strict=True):
+        for wrapped, sd in zip(self.context.lr_schedulers, state["lr_schedulers_state_dict"],
+                               strict=True):
             wrapped.scheduler.load_state_dict(sd)
-        if self.context.scaler is not None and state.get("scaler") is not None:
-            self.context.scaler.load_state_dict(state["scaler"])
+        if self.context.scaler is not None and state.get("scaler_state_dict") is not None:
+            self.context.scaler.load_state_dict(state["scaler_state_dict"])
         self.progress = _Progress(**state["progress"])
         rngs = state.get("rng") or []
         if len(rngs) == self.dist.size:

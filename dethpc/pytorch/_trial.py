@@ -8,7 +8,9 @@ access, the trial seed (seeded at construction, before the trial builds its mode
 ``backward``/``step_optimizer`` helpers, the Trainer's position as Determined's context
 shows it (``current_train_batch``, ``is_epoch_end``, ...), ``set_stop_requested``,
 the TensorBoard path and writer, ``LRScheduler`` (Determined's wrapper and its
-``StepMode``), ``Reducer`` and ``PyTorchExperimentalContext``.
+``StepMode``), ``Reducer``, custom metric reducers (``wrap_reducer``, ``reduce_metrics``),
+Determined's automatic mixed precision (``experimental.use_amp``,
+``autocast_forward_pass``) and ``PyTorchExperimentalContext``.
 Must not: run the training loop, touch files other than through ``dethpc.core``, or
 decide when to stop (Trainer).
 """
@@ -32,6 +34,7 @@ from torch import nn
 from dethpc.common.errors import DethpcError
 from dethpc.core import Context, DistributedContext
 from dethpc.core._refused import RefusedAttribute, refused_method
+from dethpc.pytorch._reducer import MetricReducer, ReducerSet
 
 log = logging.getLogger(__name__)
 
@@ -138,10 +141,15 @@ def check_world(distributed: DistributedContext, env: Mapping[str, str]) -> None
 class PyTorchTrialContext:
     """Everything a ``PyTorchTrial`` needs from dethpc; built on a core ``Context``."""
 
+    #: refuse a one-process context under a launcher of several ranks (``check_world``);
+    #: a context that only loads a checkpoint (``CheckpointLoadContext``) is one process
+    _one_process_launch_check = True
+
     def __init__(self, core_context: Context, *, hparams: Mapping[str, Any] | None = None,
                  device: torch.device | str | None = None) -> None:
         self._core = core_context
-        check_world(core_context.distributed, os.environ)
+        if self._one_process_launch_check:
+            check_world(core_context.distributed, os.environ)
         self._hparams = dict(core_context.hparams if hparams is None else hparams)
         self.models: list[nn.Module] = []
         self.optimizers: list[torch.optim.Optimizer] = []
@@ -153,6 +161,7 @@ class PyTorchTrialContext:
         self.profiler: Any = None
         self.experimental = PyTorchExperimentalContext(self)
         self._scaler: Any = None
+        self._reducers = ReducerSet(self._core.distributed.allgather)
         self._batch_warned = False
         self._stop_requested = False
         self._tensorboard_logging = True
@@ -338,6 +347,8 @@ class PyTorchTrialContext:
             model = nn.parallel.DistributedDataParallel(inner, device_ids=ids, **ddp_options)
             self._time_forward_sync(model, inner)
         self.models.append(model)
+        if self.experimental._auto_amp:
+            return self.autocast_forward_pass(model)
         return model
 
     def _time_forward_sync(self, wrapper: nn.Module, inner: nn.Module) -> None:
@@ -416,8 +427,11 @@ class PyTorchTrialContext:
     # ---------------------------------------------------------------- steps
     def backward(self, loss: torch.Tensor, gradient: torch.Tensor | None = None,
                  retain_graph: bool = False, create_graph: bool = False) -> None:
-        """``loss.backward(...)``, as given: a wrapped scaler does not scale it (Determined
-        scales here only under its automatic AMP, ``use_amp``, which dethpc refuses)."""
+        """``loss.backward(...)``. Only under automatic AMP (``experimental.use_amp()``) is
+        the loss scaled here by the context's scaler, as Determined; a scaler wrapped with
+        ``wrap_scaler`` is the trial's to apply (``context.backward(scaler.scale(loss))``)."""
+        if self._scaler is not None and self.experimental._auto_amp:
+            loss = self._scaler.scale(loss)
         start = time.monotonic()
         loss.backward(gradient=gradient, retain_graph=retain_graph, create_graph=create_graph)
         self._sync_s += time.monotonic() - start
@@ -425,16 +439,24 @@ class PyTorchTrialContext:
     def step_optimizer(self, optimizer: torch.optim.Optimizer,
                        clip_grads: Callable[[Iterable[nn.Parameter]], Any] | None = None,
                        auto_zero_grads: bool = True, scaler: Any = None) -> None:
-        """Determined's step outside automatic AMP: ``clip_grads(params)`` (the optimizer's
-        parameters, a list) if given, then ``scaler.step(optimizer)`` when ``scaler`` is
-        passed, else ``optimizer.step()``, then zero the gradients.
+        """As Determined's: ``clip_grads(params)`` (the optimizer's parameters, a list) if
+        given, then ``scaler.step(optimizer)`` when ``scaler`` is passed, else
+        ``optimizer.step()``, then zero the gradients.
 
-        Nothing is unscaled or updated here, and a wrapped scaler not passed as
-        ``scaler=`` is not used: unscaling before clipping and ``scaler.update()`` after
-        the step are the trial's, as in Determined's documented AMP pattern."""
+        Outside automatic AMP nothing is unscaled or updated here, and a wrapped scaler
+        not passed as ``scaler=`` is not used: unscaling before clipping and
+        ``scaler.update()`` after the step are the trial's, as in Determined's documented
+        AMP pattern. Under ``experimental.use_amp()`` the context's scaler unscales before
+        ``clip_grads``, steps the optimizer, and the Trainer updates it after
+        ``train_batch``."""
         params = [p for group in optimizer.param_groups for p in group.get("params", [])]
+        auto = self._scaler is not None and self.experimental._auto_amp
         if clip_grads is not None:
+            if auto:
+                self._scaler.unscale_(optimizer)
             clip_grads(params)
+        if scaler is None and auto:
+            scaler = self._scaler
         if scaler is not None:
             scaler.step(optimizer)
         else:
@@ -442,14 +464,62 @@ class PyTorchTrialContext:
         if auto_zero_grads:
             optimizer.zero_grad(set_to_none=True)
 
-    # Determined's mixed precision and custom reducers: refused where called
+    def autocast_forward_pass(self, to_wrap: nn.Module) -> nn.Module:
+        """Run ``to_wrap``'s forward under autocast and hand float16 outputs back as
+        float32 (so that the loss is computed in float32), as Determined's.
+
+        As Determined's (``torch.cuda.amp.autocast``), this is CUDA autocast: on a CPU
+        device it changes nothing (Determined's CUDA autocast disables itself there with a
+        warning; dethpc logs once instead). Unlike Determined's, which returns a proxy
+        object, the module itself is returned with a pair of forward hooks: the same
+        object, its ``state_dict`` keys unchanged."""
+        if self.device.type != "cuda":
+            if not getattr(self, "_amp_cpu_logged", False):
+                self._amp_cpu_logged = True
+                log.warning("automatic mixed precision (use_amp/autocast_forward_pass) is "
+                            "CUDA autocast, as Determined's: on %s it is off and the trial "
+                            "trains in full precision", self.device)
+            return to_wrap
+        entered: list[Any] = []
+
+        def enter(_module: nn.Module, _args: Any) -> None:
+            ctx = torch.autocast("cuda")
+            ctx.__enter__()
+            entered.append(ctx)
+
+        def leave(_module: nn.Module, _args: Any, output: Any) -> Any:
+            if entered:
+                entered.pop().__exit__(None, None, None)
+            return _to_float32(output)
+
+        to_wrap.register_forward_pre_hook(enter)
+        to_wrap.register_forward_hook(leave, always_call=True)
+        return to_wrap
+
+    # apex is not served (a GPU-only NVIDIA extension Determined itself deprecates)
     _CTX = "determined.pytorch.PyTorchTrialContext"
-    autocast_forward_pass = refused_method(f"{_CTX}.autocast_forward_pass")
     configure_apex_amp = refused_method(f"{_CTX}.configure_apex_amp")
-    wrap_reducer = refused_method(f"{_CTX}.wrap_reducer")
-    reduce_metrics = refused_method(f"{_CTX}.reduce_metrics")
-    reset_reducers = refused_method(f"{_CTX}.reset_reducers")
     run_cross_slot_reduction = refused_method(f"{_CTX}.run_cross_slot_reduction")
+
+    # --------------------------------------------------------------- reducers
+    def wrap_reducer(self, reducer: Callable[[list[Any]], Any] | MetricReducer,
+                     name: str | None = None, for_training: bool = True,
+                     for_validation: bool = True) -> MetricReducer:
+        """Register a custom metric reducer, as Determined's: a ``MetricReducer``, or a
+        function of all the values (returned wrapped: call ``.update(value)`` on it in
+        ``train_batch``/``evaluate_batch``). The Trainer resets it before each training
+        workload and validation and adds its result to the metrics it reports, under
+        ``name`` (or the keys of the dict it returns when ``name`` is None)."""
+        return self._reducers.wrap(reducer, name, for_training, for_validation)
+
+    def reset_reducers(self) -> None:
+        """``reset()`` every wrapped reducer."""
+        self._reducers.reset()
+
+    def reduce_metrics(self, for_training: bool) -> dict[str, Any]:
+        """The reducers' metrics (training or validation ones), combined across the
+        ranks with one allgather: every rank must call it."""
+        return self._reducers.reduce(for_training)
 
     def to_device(self, data: Any) -> Any:
         """Move tensors (nested in lists/tuples/dicts) to the trial's device."""
@@ -471,6 +541,7 @@ class PyTorchExperimentalContext:
     def __init__(self, parent: PyTorchTrialContext) -> None:
         self._parent = parent
         self.auto_to_device = True
+        self._amp = False
 
     def disable_auto_to_device(self) -> None:
         """The Trainer then hands batches to the trial as the loader made them."""
@@ -479,10 +550,24 @@ class PyTorchExperimentalContext:
     def disable_dataset_reproducibility_checks(self) -> None:
         """Nothing to disable: dethpc's Trainer rebuilds the loaders itself, seeded."""
 
-    def use_amp(self) -> None:
-        from dethpc.core._refused import refuse
+    @property
+    def _auto_amp(self) -> bool:
+        return self._amp
 
-        refuse("determined.pytorch.PyTorchExperimentalContext.use_amp")
+    def use_amp(self) -> None:
+        """Determined's automatic mixed precision: a ``GradScaler`` is wrapped, models
+        wrapped afterwards run their forward under autocast, ``backward`` scales the loss,
+        ``step_optimizer`` unscales before clipping and steps through the scaler, and the
+        Trainer updates the scaler after each ``train_batch``. Call it before
+        ``wrap_model`` and instead of ``wrap_scaler``.
+
+        As Determined's this is CUDA AMP: on a CPU device the scaler and autocast are
+        disabled and training is full precision (Determined's own ``use_amp`` gives the
+        same numbers on CPU; ``tests/local/test_determined_oracle.py`` compares them)."""
+        parent = self._parent
+        cuda = parent.device.type == "cuda"
+        parent.wrap_scaler(torch.amp.GradScaler("cuda", enabled=cuda))
+        self._amp = True
 
 
 class PyTorchTrial(ABC):
@@ -497,9 +582,10 @@ class PyTorchTrial(ABC):
     def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> dict[str, Any]:
         """One optimizer step; ``batch_idx`` counts batches since the trial began."""
 
-    @abstractmethod
     def evaluate_batch(self, batch: Any, batch_idx: int) -> dict[str, Any]:
-        """Metrics of one validation batch; the Trainer averages them over batches."""
+        """Metrics of one validation batch; the Trainer averages them over batches.
+        Define this or ``evaluate_full_dataset`` (exactly one, as Determined)."""
+        raise NotImplementedError("define evaluate_batch() or evaluate_full_dataset()")
 
     @abstractmethod
     def build_training_data_loader(self) -> torch.utils.data.DataLoader:
@@ -517,14 +603,15 @@ class PyTorchTrial(ABC):
     # Determined's optional methods: the Trainer refuses a trial that overrides one it
     # does not run (TRAINER_REFUSES), before training starts.
     def build_callbacks(self) -> dict[str, Any]:
-        """Determined's Trainer callbacks: none (a trial returning some is refused)."""
+        """``{name: PyTorchCallback}``: the Trainer calls their hooks, and saves each one's
+        ``state_dict()`` under its name in every checkpoint."""
         return {}
 
     def evaluate_full_dataset(self, data_loader: torch.utils.data.DataLoader) -> dict[str, Any]:
-        """Determined's whole-dataset validation: refused (implement evaluate_batch)."""
-        from dethpc.core._refused import refuse
-
-        refuse("determined.pytorch.PyTorchTrial.evaluate_full_dataset")
+        """Validation metrics from the whole validation loader, computed by the trial
+        (instead of ``evaluate_batch``): as Determined's, called on the chief (rank 0)
+        only, with the unsharded loader, and its metrics reported as they are."""
+        raise NotImplementedError("define evaluate_batch() or evaluate_full_dataset()")
 
     def evaluation_reducer(self) -> Reducer | dict[str, Reducer]:
         """How validation metrics are reduced over batches: the mean (``Reducer.AVG``)."""
@@ -538,4 +625,17 @@ class PyTorchTrial(ABC):
 
 
 #: Determined trial methods the Trainer does not run: overriding one is refused
-TRAINER_REFUSES = ("evaluate_full_dataset",)
+TRAINER_REFUSES: tuple[str, ...] = ()
+
+
+def _to_float32(output: Any) -> Any:
+    """float16 tensors (nested in dicts, lists, tuples) as float32; the rest as is."""
+    if isinstance(output, torch.Tensor):
+        return output.float() if output.dtype == torch.float16 else output
+    if isinstance(output, dict):
+        return {k: _to_float32(v) for k, v in output.items()}
+    if isinstance(output, list):
+        return [_to_float32(v) for v in output]
+    if isinstance(output, tuple):
+        return tuple(_to_float32(v) for v in output)
+    return output

@@ -175,3 +175,61 @@ def core_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_core_cases_answer_as_determined(core_runs: dict[str, Any], case: str) -> None:
     theirs, ours = core_runs["determined"][case], core_runs["dethpc"][case]
     assert same(theirs, ours), f"{case}: Determined {theirs}, dethpc {ours}"
+
+
+# ------------------------------------------------- what needs no master (issue 45 item 3)
+@pytest.fixture(scope="module")
+def surface_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``tests/fixtures/oracle/surface_side.py`` under both: callbacks, reducers,
+    evaluate_full_dataset, automatic AMP, samplers, load_trial_from_checkpoint_path."""
+    scratch = tmp_path_factory.mktemp("oracle-surface")
+    return {side: json.loads(run_side("surface_side.py", side, scratch).read_text())
+            for side in ("determined", "dethpc")}
+
+
+@pytest.mark.parametrize("case", [
+    # every hook of two callbacks, in order, with what each got (epochs, averaged and
+    # per-batch training metrics, validation outputs and metrics, the checkpoint's keys and
+    # the callbacks' saved state), over epochs, validations, period and policy checkpoints
+    "callbacks", "callbacks_reports", "checkpoints",
+    # a resume: startup, the checkpoint's keys and what a callback added to it,
+    # load_state_dict, training start
+    "resume_prefix",
+    "loaded", "reducers", "full_dataset",
+    # use_amp on CPU: Determined's CUDA scaler and autocast are off there; same numbers
+    "auto_amp", "auto_amp_final", "auto_amp_scaler", "auto_amp_scaler_enabled",
+    "samplers"])
+def test_what_needs_no_master_answers_as_determined(surface_runs: dict[str, Any],
+                                                    case: str) -> None:
+    theirs, ours = surface_runs["determined"][case], surface_runs["dethpc"][case]
+    assert same(theirs, ours), f"{case}: Determined {theirs}, dethpc {ours}"
+
+
+def test_surface_cases_mean_something(surface_runs: dict[str, Any]) -> None:
+    """Each comparison exercises what it is named for."""
+    run = surface_runs["determined"]
+    hooks = {e[1] for e in run["callbacks"]}
+    assert hooks == {"on_trial_startup", "on_trial_shutdown", "on_training_start",
+                     "on_training_epoch_start", "on_training_epoch_end",
+                     "on_training_workload_end", "on_validation_start",
+                     "on_validation_epoch_start", "on_validation_epoch_end",
+                     "on_validation_end", "state_dict", "on_checkpoint_save_start",
+                     "on_checkpoint_end", "on_checkpoint_write_end",
+                     "on_checkpoint_upload_end"}
+    assert {e[1] for e in run["resume_prefix"]} >= {"on_checkpoint_load_start",
+                                                    "load_state_dict"}
+    assert run["loaded"]["equal"] and run["loaded"]["class"] == "CallbackTrial"
+    val = run["reducers"]["validation"][0]["metrics"]
+    assert {"abs_err_sum", "abs_err_n", "worst_batch", "val_loss"} <= val.keys()
+    assert run["full_dataset"]["validation"][0]["metrics"]["val_n"] == 10.0
+    assert run["auto_amp_scaler_enabled"] is False   # CPU: Determined's scaler is off
+
+
+def test_first_batch_idx_is_the_checkpoints(surface_runs: dict[str, Any]) -> None:
+    """``on_trial_startup(first_batch_idx)`` on a resume from the checkpoint at batch 10:
+    Determined's local mode passes 0 (it has no master's ``steps_completed``; its resume
+    there also restarts the batch index at 0); on a cluster it passes the trial's
+    steps completed, the checkpoint's batches. dethpc passes those (read from the
+    checkpoint's metadata), on and off a cluster."""
+    assert surface_runs["determined"]["resume_first_batch_idx"] == [0, 0]
+    assert surface_runs["dethpc"]["resume_first_batch_idx"] == [10, 10]

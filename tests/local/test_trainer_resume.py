@@ -139,11 +139,11 @@ def test_preempted_three_times_is_bit_identical(tmp_path: Path) -> None:
     assert last.returncode == 0, last.stderr[-3000:]
 
     ref_state, got_state = _final_state(reference), _final_state(trial)
-    for (name, ref), (name2, got) in zip(ref_state["models"][0].items(),
-                                         got_state["models"][0].items(), strict=True):
+    for (name, ref), (name2, got) in zip(ref_state["models_state_dict"][0].items(),
+                                         got_state["models_state_dict"][0].items(), strict=True):
         assert name == name2
         assert torch.equal(ref, got), f"parameter {name} differs after resume"
-    assert ref_state["lr_schedulers"] == got_state["lr_schedulers"]
+    assert ref_state["lr_schedulers_state_dict"] == got_state["lr_schedulers_state_dict"]
     ref_val = [r for r in _records(reference) if r["kind"] == "validation"]
     got_val = [r for r in _records(trial) if r["kind"] == "validation"]
     assert ref_val[-1]["metrics"] == got_val[-1]["metrics"]

@@ -122,6 +122,14 @@ def _torch_context() -> Any:
         return PyTorchTrialContext(_context())
 
 
+def _load_context() -> Any:
+    from dethpc.pytorch._load import CheckpointLoadContext
+    from dethpc.pytorch._state import preserved_rng
+
+    with preserved_rng():
+        return CheckpointLoadContext({"x": 1})
+
+
 def _instances() -> dict[str, Callable[[], Any]]:
     """Instances of the classes whose Determined attributes are set in ``__init__``."""
     import dethpc
@@ -141,14 +149,27 @@ def _instances() -> dict[str, Callable[[], Any]]:
         "dethpc.pytorch.TrainUnit": lambda: dethpc.pytorch.TrainUnit(1),
     }
     if HAS_TORCH:
+        from torch.utils.data import BatchSampler, SequentialSampler
+
+        def batches() -> Any:
+            return BatchSampler(SequentialSampler(range(4)), 2, False)
+
+        samplers = dethpc.pytorch.samplers
         made["dethpc.pytorch.DataLoader"] = lambda: dethpc.pytorch.DataLoader([1, 2, 3])
         made["dethpc.pytorch.PyTorchTrialContext"] = _torch_context
+        made["dethpc.pytorch.CheckpointLoadContext"] = _load_context
+        made["dethpc.pytorch.samplers.DistributedBatchSampler"] = \
+            lambda: samplers.DistributedBatchSampler(batches(), 2, 1)
+        made["dethpc.pytorch.samplers.RepeatBatchSampler"] = \
+            lambda: samplers.RepeatBatchSampler(batches())
+        made["dethpc.pytorch.samplers.SkipBatchSampler"] = \
+            lambda: samplers.SkipBatchSampler(batches(), 1)
     return made
 
 
 def _needs_torch(path: str) -> bool:
     return path.startswith("dethpc.pytorch.") and path.split(".")[2] not in (
-        "Batch", "Epoch", "TrainUnit", "deepspeed", "samplers")
+        "Batch", "Epoch", "TrainUnit", "deepspeed")
 
 
 # ------------------------------------------------------------ signatures
@@ -352,11 +373,11 @@ def test_refused_stand_ins_behave_for_tools_and_subclasses() -> None:
     stub = dethpc.EnvContext
     assert not hasattr(stub, "_private")        # private lookups stay AttributeErrors
 
-    class Mine(dethpc.pytorch.samplers.SkipSampler):  # type: ignore[misc,name-defined]
+    class Mine(dethpc.pytorch.deepspeed.DeepSpeedTrial):  # type: ignore[misc,name-defined]
         def __init__(self) -> None:
             pass
 
-    with pytest.raises(UnsupportedError, match="samplers"):
+    with pytest.raises(UnsupportedError, match="DeepSpeedTrial"):
         Mine()
     with pytest.raises(UnsupportedError, match=r"det\.EnvContext\.hparams"):
         stub.hparams  # noqa: B018

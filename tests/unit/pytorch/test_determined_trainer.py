@@ -110,17 +110,17 @@ def test_lr_scheduler_step_modes(tmp_path: Path, mode: StepMode, frequency: int,
     assert trial.sched.last_epoch == steps
 
 
-@pytest.mark.parametrize(("override", "refused"), [
-    ({"evaluate_full_dataset": lambda self, data_loader: {}},
-     "PyTorchTrial.evaluate_full_dataset"),
-    ({"build_callbacks": lambda self: {"cb": object()}}, "PyTorchCallback"),
+@pytest.mark.parametrize(("override", "error", "match"), [
     ({"evaluation_reducer": lambda self: {"val": det.pytorch.Reducer.SUM}},
-     "PyTorchTrial.evaluation_reducer"),
+     UnsupportedError, "PyTorchTrial.evaluation_reducer"),
+    # as Determined: exactly one of evaluate_batch and evaluate_full_dataset
+    ({"evaluate_full_dataset": lambda self, data_loader: {}}, DethpcError, "exactly one"),
+    ({"build_callbacks": lambda self: [object()]}, DethpcError, "dict of name"),
 ])
 def test_the_trainer_refuses_what_it_does_not_run(tmp_path: Path, override: dict[str, Any],
-                                                 refused: str) -> None:
+                                                 error: type[Exception], match: str) -> None:
     cls = type("Asks", (Tiny,), override)
-    with pytest.raises(UnsupportedError, match=refused):
+    with pytest.raises(error, match=match):
         _fit(tmp_path, cls)
     assert not (tmp_path / "exp" / "trials" / "1" / "metrics.jsonl").exists()
 
@@ -145,8 +145,8 @@ def test_wrap_optimizer_refuses_aggregation_and_loader_refuses_sharding() -> Non
         assert loader.get_data_loader() is loader
         with pytest.raises(DethpcError, match="shards"):
             loader.get_data_loader(num_replicas=2, rank=1)
-        with pytest.raises(UnsupportedError, match="mixed precision"):
-            context.experimental.use_amp()
+        with pytest.raises(UnsupportedError, match="apex"):
+            context.configure_apex_amp(None, None)
 
 
 def test_to_device_and_data_length() -> None:

@@ -1,0 +1,131 @@
+"""Custom metric reducers: ``MetricReducer``, ``context.wrap_reducer``,
+``context.reduce_metrics`` (Determined's ``det.pytorch`` reducer API).
+
+Owns: the ``MetricReducer`` interface (``reset``, ``per_slot_reduce``,
+``cross_slot_reduce``), the wrapper that turns a plain function of all values into one
+(values from the ranks interleaved back into the order a sharded loader dealt them),
+and the set of reducers a trial context holds: reset before each training workload and
+each validation, reduced with one allgather across the ranks.
+Must not: import torch, or know when the Trainer reduces (the Trainer calls in).
+"""
+
+from __future__ import annotations
+
+import abc
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+
+class MetricReducer(metaclass=abc.ABCMeta):
+    """Accumulates values on each rank (through a method of your own, e.g. ``update``),
+    reduces them on the rank (``per_slot_reduce``, picklable), then combines the ranks'
+    results (``cross_slot_reduce``) into one metric, or a dict of metrics."""
+
+    @abc.abstractmethod
+    def reset(self) -> None:
+        """Forget the values: called before each training workload and validation."""
+
+    @abc.abstractmethod
+    def per_slot_reduce(self) -> Any:
+        """This rank's reduction (sent to every rank)."""
+
+    @abc.abstractmethod
+    def cross_slot_reduce(self, per_slot_metrics: list[Any]) -> Any:
+        """One value (or a dict of them) from every rank's ``per_slot_reduce()``."""
+
+
+_SKIP = object()
+
+
+class _FunctionReducer(MetricReducer):
+    """``wrap_reducer(fn)``: ``update(value)`` collects, ``fn(all values)`` reduces."""
+
+    def __init__(self, fn: Callable[[list[Any]], Any]) -> None:
+        self.fn = fn
+        self.values: list[Any] = []
+
+    def reset(self) -> None:
+        self.values = []
+
+    def update(self, value: Any) -> None:
+        self.values.append(value)
+
+    def per_slot_reduce(self) -> Any:
+        return self.values
+
+    def cross_slot_reduce(self, per_slot_metrics: list[Any]) -> Any:
+        # a sharded loader deals batch i to rank i % size: reading the ranks' lists
+        # round-robin gives the values back in the dataset's order (one update per batch)
+        rows = itertools.zip_longest(*per_slot_metrics, fillvalue=_SKIP)
+        return self.fn([v for row in rows for v in row if v is not _SKIP])
+
+
+def _label(reducer: MetricReducer) -> str:
+    if isinstance(reducer, _FunctionReducer):
+        return f"the reduction function {getattr(reducer.fn, '__name__', reducer.fn)!s}()"
+    return f"the MetricReducer {type(reducer).__name__}"
+
+
+class ReducerSet:
+    """The reducers one trial context wrapped, in the order they were wrapped."""
+
+    def __init__(self, allgather: Callable[[Any], list[Any]]) -> None:
+        self._allgather = allgather
+        #: (reducer, name, for_training, for_validation)
+        self.entries: list[tuple[MetricReducer, str | None, bool, bool]] = []
+
+    def wrap(self, reducer: Any, name: str | None, for_training: bool,
+             for_validation: bool) -> MetricReducer:
+        if any(reducer is r for r, *_ in self.entries):
+            raise ValueError(f"wrap_reducer() got the same {type(reducer).__name__} twice: "
+                             "wrap each reducer once")
+        if not isinstance(reducer, MetricReducer):
+            if not callable(reducer):
+                raise TypeError(f"wrap_reducer() takes a function or a "
+                                f"det.pytorch.MetricReducer, got {type(reducer).__name__}")
+            reducer = _FunctionReducer(reducer)
+        self.entries.append((reducer, name, bool(for_training), bool(for_validation)))
+        return reducer
+
+    def reset(self) -> None:
+        for reducer, name, *_ in self.entries:
+            try:
+                reducer.reset()
+            except Exception as exc:
+                raise ValueError(f"{_label(reducer)} (name={name!r}) failed in "
+                                 "reset()") from exc
+
+    def reduce(self, for_training: bool) -> dict[str, Any]:
+        """Every rank calls this together (one allgather when a reducer applies)."""
+        chosen = [(r, n) for r, n, t, v in self.entries if (t if for_training else v)]
+        if not chosen:
+            return {}
+        mine = []
+        for reducer, name in chosen:
+            try:
+                mine.append(reducer.per_slot_reduce())
+            except Exception as exc:
+                raise ValueError(f"{_label(reducer)} (name={name!r}) failed in "
+                                 "per_slot_reduce()") from exc
+        gathered = self._allgather(mine)
+        metrics: dict[str, Any] = {}
+        for (reducer, name), per_slot in zip(chosen, zip(*gathered, strict=True), strict=True):
+            try:
+                value = reducer.cross_slot_reduce(list(per_slot))
+            except Exception as exc:
+                raise ValueError(f"{_label(reducer)} (name={name!r}) failed in "
+                                 "cross_slot_reduce()") from exc
+            if name is None:
+                if not isinstance(value, dict):
+                    raise ValueError(f"{_label(reducer)} was wrapped without a name, so it "
+                                     f"must return a dict of metrics; it returned a "
+                                     f"{type(value).__name__}: pass name= for one metric")
+                metrics.update(value)
+            else:
+                if isinstance(value, dict):
+                    raise ValueError(f"{_label(reducer)} was wrapped with name={name!r} but "
+                                     "returned a dict: leave name=None to return several "
+                                     "metrics, or return one value")
+                metrics[name] = value
+        return metrics
