@@ -119,3 +119,13 @@ def test_determined_compat_programs_on_the_local_backend(home: Path) -> None:
         deriver.close()
     served = home / "tb" / f"exp{exps['served']}" / f"trial{trial['id']}" / "tensorboard"
     assert (served / "compat-marker.txt").read_text() == "written by served.py\n"
+
+
+def test_extras_program_in_a_job_on_the_local_backend(home: Path) -> None:
+    """``extras.py`` (callbacks, custom reducers, ``evaluate_full_dataset``, ``use_amp``,
+    samplers, ``load_trial_from_checkpoint_path``) in a trial's job: each of its checks
+    passed, so the trial completed with the result it reports after them."""
+    d = wait(submit("extras.yaml"))
+    assert d["state"] == "COMPLETED", (d["state"], logs(d)[-4000:])
+    (trial,) = d["trials"]
+    assert trial["exit_reason"] == "completed", trial

@@ -17,7 +17,9 @@ few that cannot run here, with the reason.
 - ``surface.yaml`` under the torch and the DeepSpeed launchers: the rest of the Core
   API, on-cluster and (a child process without the job's variables) off-cluster;
 - ``trial.yaml``: a ``PyTorchTrial`` through the Trainer API (``python3 trial.py``) and
-  through ``--trial`` under the torch and the DeepSpeed launchers.
+  through ``--trial`` under the torch and the DeepSpeed launchers;
+- ``extras.yaml``: callbacks, custom reducers, ``evaluate_full_dataset``, ``use_amp``,
+  samplers and checkpoint loading (Trainer runs off-cluster in a child of the job).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ RUNS: list[tuple[str, dict[str, Any]]] = [
     ("trial.yaml", {"entrypoint": "python3 -m determined.launch.deepspeed --trial "
                                   "trial:CompatTrial"}),
     ("trial.yaml", {"entrypoint": "python3 trial.py", "resources": {"slots_per_trial": 1}}),
+    ("extras.yaml", {}),
 ]
 
 
