@@ -75,7 +75,8 @@ CLUSTER = ClusterConfig(pools={"default": ResourcePool(
     name="default", partition="debug", default_time="00:10:00", signal="USR2",
     signal_grace_s=60)})
 PHASES = ("wrapper_before_trial", "dethpc_imports", "user_imports", "dethpc_setup",
-          "user_setup", "first_batch", "after_trial", "dethpc_own", "job_to_first_batch")
+          "user_setup", "first_batch", "after_trial", "dethpc_own", "job_to_first_batch",
+          "cpu.dethpc_imports", "cpu.dethpc_setup", "cpu.user_setup")
 
 
 def config() -> ExperimentConfig:
@@ -130,6 +131,11 @@ def phases(marks: dict[str, Any], start: float, end: float, python_start_s: floa
         "job_to_first_batch": marks["first_batch_end"] - start,
     }
     p["dethpc_own"] = p["wrapper_before_trial"] + p["dethpc_imports"] + p["dethpc_setup"]
+    # the same in CPU seconds of the trial process (the wrapper's: job_script_helpers)
+    p["cpu.dethpc_imports"] = marks["cpu.dethpc_imported"] - marks["cpu.torch_imported"]
+    p["cpu.dethpc_setup"] = (marks["cpu.first_batch_start"] - marks["cpu.user_imported"]
+                             - marks["cpu.user_before_first_batch_s"])
+    p["cpu.user_setup"] = marks["cpu.user_before_first_batch_s"]
     return {k: round(v, 4) for k, v in p.items()}
 
 
@@ -290,6 +296,14 @@ def main() -> None:
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "reps": reps, "python_c_pass_s": round(py_s, 3),
             "job_script_helpers": helper,
+            "dethpc_own_cpu_s": {
+                "what": "CPU seconds of dethpc's part of a trial's start (the load blurs "
+                        "CPU least): the job script's first python and detenv (per-job; "
+                        "job_script_helpers) + dethpc's imports and setup in the trial",
+                "per_job_old": _own_cpu(helper, "run_end start (before)", jobs_old),
+                "per_job": _own_cpu(helper, "run_start (now)", jobs),
+                "pool_old": _own_cpu(None, "", pools["old"]),
+                "pool_new": _own_cpu(None, "", pools["new"])},
             "per_job_old": {"what": "the job script's first python is "
                                     "`python -m dethpc.launch.run_end start` (before)",
                             "median": summary(jobs_old), "runs": jobs_old},
@@ -308,6 +322,15 @@ def main() -> None:
     for mode in ("per_job_old", "per_job", "pool_old", "pool_new"):
         print(mode, json.dumps(result[mode]["median"]))
     print("job_script_helpers", json.dumps(helper))
+    print("dethpc_own_cpu_s", json.dumps(result["dethpc_own_cpu_s"]))
+
+
+def _own_cpu(helper: dict[str, dict[str, float]] | None, first: str,
+             runs: list[dict[str, Any]]) -> float:
+    in_trial = statistics.median(r["phases"]["cpu.dethpc_imports"]
+                                 + r["phases"]["cpu.dethpc_setup"] for r in runs)
+    wrapper = 0.0 if helper is None else helper[first]["cpu_s"] + helper["detenv"]["cpu_s"]
+    return round(wrapper + in_trial, 3)
 
 
 def _torch_version() -> str:
