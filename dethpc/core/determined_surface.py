@@ -357,8 +357,8 @@ RULES: dict[str, Rule] = {
     "determined.pytorch.PyTorchTrial.*": S(),
     "determined.pytorch.PyTorchTrial.evaluate_full_dataset": S(
         "on the chief, over the whole validation loader, as Determined's"),
-    "determined.pytorch.PyTorchTrial.evaluation_reducer": D(
-        "returns Reducer.AVG; a trial returning another reducer is refused by the Trainer"),
+    "determined.pytorch.PyTorchTrial.evaluation_reducer": S(
+        "AVG, SUM, MAX, MIN per metric, over the batches of every rank, as Determined's"),
     "determined.pytorch.PyTorchTrial.get_batch_length": D(
         "not called: the Trainer counts batches (records are refused as a unit)"),
     "determined.pytorch.PyTorchTrial.trial_context_class": R(
@@ -391,7 +391,7 @@ RULES: dict[str, Rule] = {
         "backward_passes_per_step must be 1 and fp16_compression unset (refused otherwise)"),
     "determined.pytorch.PyTorchTrialContext.wrap_model": D(
         "moved to the device, wrapped in DistributedDataParallel with more than one rank"),
-    "determined.pytorch.Reducer": D("only AVG is accepted from evaluation_reducer()"),
+    "determined.pytorch.Reducer": S(),
     "determined.pytorch.Reducer.*": S(),
     "determined.pytorch.TorchData": S(),
     "determined.pytorch.Trainer": S(),

@@ -7,9 +7,9 @@ a run preempted k times ends bit-identical to an uninterrupted one on CPU), test
 ``context.set_stop_requested(True)`` (checkpoint, an early exit, return), Determined's
 ``PyTorchCallback`` hooks in Determined's order (``dethpc.pytorch._callback``), custom
 metric reducers, ``evaluate_full_dataset``, the checkpoint policy after validations,
-``load_data.json`` in each checkpoint (``load_trial_from_checkpoint_path``), and the
-refusal, before training, of a trial that asks for what the loop does not do (evaluation
-reducers other than the mean).
+``load_data.json`` in each checkpoint (``load_trial_from_checkpoint_path``), Determined's
+evaluation reducers (AVG, SUM, MAX, MIN), and the refusal, before training, of a trial
+that asks for what the loop does not do.
 Must not: parse the experiment config beyond the two period fields, exit the
 process (``dethpc.core.init`` does, with 80/81), or know how files are laid out
 (``dethpc.core`` checkpoint/train contexts do).
@@ -108,6 +108,21 @@ def _mean_metrics(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {**other, **{k: sums[k] / counts[k] for k in sums}}
 
 
+def _reduce(reducer: Reducer, values: list[float]) -> float:
+    """Determined's ``Reducer`` over values (NumPy's sum, as Determined's)."""
+    import numpy as np
+
+    if not values:
+        return math.nan
+    if reducer is Reducer.SUM:
+        return float(np.sum(np.asarray(values, dtype=np.float64)))
+    if reducer is Reducer.MAX:
+        return float(max(values))
+    if reducer is Reducer.MIN:
+        return float(min(values))
+    return float(np.average(np.asarray(values, dtype=np.float64)))
+
+
 def _numbers(metrics: Mapping[str, Any]) -> dict[str, Any]:
     """A reducer's metrics with tensors as floats (as the Trainer's own)."""
     return {k: _to_float(v) for k, v in metrics.items()}
@@ -155,8 +170,9 @@ class Trainer:
                               "evaluate_full_dataset() in the trial (as Determined requires)")
         reducer = self.trial.evaluation_reducer()
         reducers = reducer.values() if isinstance(reducer, Mapping) else [reducer]
-        if any(r is not Reducer.AVG for r in reducers):
-            refuse("determined.pytorch.PyTorchTrial.evaluation_reducer")
+        if not all(isinstance(r, Reducer) for r in reducers):
+            raise DethpcError("evaluation_reducer() must return a det.pytorch.Reducer or a "
+                              "dict of them (as Determined requires)")
 
     def _overrides(self, name: str) -> bool:
         return getattr(type(self.trial), name) is not getattr(PyTorchTrial, name)
@@ -493,6 +509,7 @@ class Trainer:
     def _evaluate_batches(self, plan: _Plan) -> dict[str, Any]:
         sums: dict[str, float] = defaultdict(float)
         counts: dict[str, int] = defaultdict(int)
+        values: dict[str, list[float]] = defaultdict(list)
         outputs: list[Any] = []
         self._hooks("on_validation_epoch_start")
         for idx, batch in enumerate(self._val_data.epoch(0)):
@@ -506,16 +523,35 @@ class Trainer:
                 if isinstance(value, int | float) and not isinstance(value, bool):
                     sums[key] += float(value)
                     counts[key] += 1
+                    values[key].append(float(value))
         self._hooks("on_validation_epoch_end", outputs)
-        parts = self.dist.allgather((dict(sums), dict(counts))) if self.dist.size > 1 \
-            else [(dict(sums), dict(counts))]
+        # Determined's other reducers: this rank's batches reduced, then the ranks' results
+        reducers = self._evaluation_reducers(list(sums))
+        mine = {k: _reduce(r, values[k]) for k, r in reducers.items() if r is not Reducer.AVG}
+        parts = self.dist.allgather((dict(sums), dict(counts), mine)) if self.dist.size > 1 \
+            else [(dict(sums), dict(counts), mine)]
         total_s: dict[str, float] = defaultdict(float)
         total_c: dict[str, int] = defaultdict(int)
-        for part_s, part_c in parts:
+        for part_s, part_c, _ in parts:
             for key in part_s:
                 total_s[key] += part_s[key]
                 total_c[key] += part_c[key]
-        return {k: total_s[k] / total_c[k] if total_c[k] else math.nan for k in total_s}
+        metrics = {k: total_s[k] / total_c[k] if total_c[k] else math.nan for k in total_s}
+        for key in mine:
+            metrics[key] = _reduce(reducers[key], [p[2][key] for p in parts if key in p[2]])
+        return metrics
+
+    def _evaluation_reducers(self, keys: list[str]) -> dict[str, Reducer]:
+        """``evaluation_reducer()`` per metric, as Determined's: one for all, or a dict
+        naming every metric."""
+        reducer = self.trial.evaluation_reducer()
+        if not isinstance(reducer, Mapping):
+            return dict.fromkeys(keys, reducer)
+        if set(reducer) != set(keys):
+            raise DethpcError(f"evaluation_reducer() returned reducers for {sorted(reducer)}, "
+                              f"evaluate_batch() returned {sorted(keys)}: give one reducer, "
+                              "or one for every validation metric (as Determined requires)")
+        return dict(reducer)
 
     # ---------------------------------------------------------- checkpoints
     def _checkpoint(self, plan: _Plan) -> str:

@@ -99,9 +99,9 @@ def _check_frequency(frequency: Any) -> int:
 
 
 class Reducer(enum.Enum):
-    """Determined's built-in reducers of validation metrics. The Trainer averages every
-    metric over the validation batches, which is ``AVG``: a trial's
-    ``evaluation_reducer()`` may return ``AVG`` (or a dict of them); others are refused."""
+    """Determined's built-in reducers of validation metrics: a trial's
+    ``evaluation_reducer()`` returns one for every metric, or a dict naming each metric's;
+    the Trainer reduces the ``evaluate_batch`` values of every rank with it."""
 
     AVG = 1
     SUM = 2
@@ -614,7 +614,8 @@ class PyTorchTrial(ABC):
         raise NotImplementedError("define evaluate_batch() or evaluate_full_dataset()")
 
     def evaluation_reducer(self) -> Reducer | dict[str, Reducer]:
-        """How validation metrics are reduced over batches: the mean (``Reducer.AVG``)."""
+        """How validation metrics are reduced over batches (and ranks): the mean
+        (``Reducer.AVG``) unless overridden, as Determined's."""
         return Reducer.AVG
 
     def get_batch_length(self, batch: Any) -> int:

@@ -195,7 +195,7 @@ def surface_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     # a resume: startup, the checkpoint's keys and what a callback added to it,
     # load_state_dict, training start
     "resume_prefix",
-    "loaded", "reducers", "full_dataset",
+    "loaded", "reducers", "full_dataset", "evaluation_reducers",
     # use_amp on CPU: Determined's CUDA scaler and autocast are off there; same numbers
     "auto_amp", "auto_amp_final", "auto_amp_scaler", "auto_amp_scaler_enabled",
     "samplers"])

@@ -111,8 +111,8 @@ def test_lr_scheduler_step_modes(tmp_path: Path, mode: StepMode, frequency: int,
 
 
 @pytest.mark.parametrize(("override", "error", "match"), [
-    ({"evaluation_reducer": lambda self: {"val": det.pytorch.Reducer.SUM}},
-     UnsupportedError, "PyTorchTrial.evaluation_reducer"),
+    ({"evaluation_reducer": lambda self: {"val": "sum"}}, DethpcError,
+     "must return a det.pytorch.Reducer"),
     # as Determined: exactly one of evaluate_batch and evaluate_full_dataset
     ({"evaluate_full_dataset": lambda self, data_loader: {}}, DethpcError, "exactly one"),
     ({"build_callbacks": lambda self: [object()]}, DethpcError, "dict of name"),

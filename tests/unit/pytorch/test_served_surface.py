@@ -203,3 +203,11 @@ def test_use_amp_on_cpu_is_full_precision_and_checkpointed(tmp_path: Path) -> No
         assert context.scaler is not None and not context.scaler.is_enabled()
         with pytest.raises(DethpcError, match="already"):
             context.wrap_scaler(torch.amp.GradScaler("cpu"))
+
+
+def test_evaluation_reducer_must_name_every_metric(tmp_path: Path) -> None:
+    """As Determined's: a dict of reducers names every validation metric."""
+    cls = type("Partial", (Trial,), {"evaluation_reducer": lambda self: {
+        "other": det.pytorch.Reducer.SUM}})
+    with pytest.raises(DethpcError, match="one for every validation metric"):
+        _fit(tmp_path / "t", cls, batches=2)
