@@ -1,11 +1,14 @@
 """The batch script of a pool's worker array: K long-lived workers, one per task.
 
-Each task runs ``python -m dethpc.launch.worker`` under a small batch shell that forwards
-the pool's preemption signal (Slurm sends it to the batch shell, ``--signal=B:``)
-and TERM to the worker, and requeues the task (``scontrol requeue``) when the
-worker exits 85 after handing its lease back (on the local backend, the 85 itself
-asks for the requeue). The directives are a trial's (``trial_directives``): the
-same partition, shape, time limit and signal as a per-trial job. When the experiment
+Each task runs ``python -m dethpc.launch.worker`` under a small batch shell
+(sbatch_templates/pool_worker.sbatch.j2) that forwards the pool's preemption signal
+(Slurm sends it to the batch shell, ``--signal=B:``) and TERM to the worker, and ends
+its run with the same macros as every job script (``_run_end.j2``: the wait, the
+decision of ``dethpc.launch.run_end``, the requeue): the task requeues itself
+(``scontrol requeue``) when the worker exits 85 after handing its lease back while
+Slurm still runs it (on the local backend, the 85 itself asks for the requeue). The
+directives are a trial's (``trial_directives``): the same partition, shape, time limit
+and signal as a per-trial job. When the experiment
 runs in an image, the worker itself runs inside it (the same runtime command, binds and
 passed environment as a trial's job, ``dethpc.jobs.jobscript.container_prefix``) under the
 image's python (``containers.python``), so its trials start warm in the image; the
@@ -27,8 +30,11 @@ from dethpc.common.traits import BackendKind, traits_of
 from dethpc.config.model import ClusterConfig, ExperimentConfig, RequeueMode
 from dethpc.jobs.directives import trial_directives
 from dethpc.jobs.jobscript import batch_comment, batch_name, container_prefix
-from dethpc.jobs.render import shjoin
+from dethpc.jobs.render import make_env
 from dethpc.launch.worker.queue import PoolPaths
+
+#: the worker array's template (its run's end: ``_run_end.j2``, as every job script's)
+TEMPLATE = "pool_worker.sbatch.j2"
 
 
 def pool_name(exp_id: int, batch_id: int = 0, tag: str = "") -> str:
@@ -62,35 +68,8 @@ def worker_array_script(cfg: ExperimentConfig, cluster: ClusterConfig, *,
         worker += ["--preload", ",".join(preload)]
     if prefix is not None:
         worker = [*prefix, *worker]
-    requeue = traits_of(backend).requeue_in_place
-    lines = ["#!/bin/bash", *(f"#SBATCH {d}" for d in directives),
-             f"# dethpc: pool worker array of experiment {exp_id} (docs/searchers.md)",
-             f"export {ENV_PREEMPT_SIGNAL}={pool.signal}",
-             f"{shjoin(worker)} &",
-             "child=$!",
-             f"trap 'kill -s {pool.signal} \"$child\" 2>/dev/null' {pool.signal}",
-             "trap 'kill -s TERM \"$child\" 2>/dev/null' TERM",
-             "while :; do",
-             '  wait "$child"; rc=$?',
-             '  if [ "$rc" -gt 128 ] && kill -0 "$child" 2>/dev/null; then continue; fi',
-             "  break",
-             "done"]
-    # the requeue decision is dethpc.launch.run_end's, as every job script's: a worker
-    # that handed its lease back on a signal (exit 85) requeues this task alone while
-    # Slurm still has it RUNNING (its early signal: a time limit or a preemption's
-    # grace); a scancel'd worker (CANCELLED) ends, and a preemption Slurm requeues
-    # itself is Slurm's. On the local backend the 85 itself asks for the requeue.
-    if not requeue:
-        return "\n".join([*lines, 'exit "$rc"']) + "\n"
-    lines += ['reason=error; requeue=0; exit_code=$rc; job_state=""',
-              # as _run_end.j2: a signal now must not kill the decision mid-record
-              f"trap '' TERM {pool.signal}",
-              f'eval "$({shjoin([python, "-m", "dethpc.launch.run_end", "--kind", "worker"])}'
-              ' --rc "$rc")"',
-              'if [ "$requeue" = 1 ]; then',
-              '  scontrol requeue "$JOB_REF" || echo "dethpc: requeue of $JOB_REF failed" >&2',
-              f'elif [ "$rc" -eq {LOCAL_REQUEUE_EXIT} ] && [ -n "$job_state" ]; then',
-              '  echo "dethpc: worker stopped by a signal; job state $job_state: not requeued" >&2',
-              "fi",
-              'exit "$exit_code"']
-    return "\n".join(lines) + "\n"
+    return make_env().get_template(TEMPLATE).render(
+        directives=directives, experiment_id=exp_id, preempt_env=ENV_PREEMPT_SIGNAL,
+        signal=pool.signal, signal_grace_s=pool.signal_grace_s, pool_dir=str(paths.root),
+        worker=worker, python=python, requeue_exit=LOCAL_REQUEUE_EXIT,
+        requeue_in_place=traits_of(backend).requeue_in_place) + "\n"

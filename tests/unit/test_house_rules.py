@@ -77,7 +77,7 @@ SLURM_ALLOWED = {
     "common/detached.py": "the job side: a detached job registers itself from inside",
     "common/hostlist.py": "the job side: the launchers expand their own node list",
 }
-_SLURM_ARGV = re.compile(r"""\[\s*["'](%s)["']""" % "|".join(SLURM_COMMANDS))
+_SLURM_ARGV = re.compile(r"""\[\s*["'](""" + "|".join(SLURM_COMMANDS) + r""")["']""")
 
 
 def slurm_calls(root: Path) -> list[str]:

@@ -30,8 +30,6 @@ from pathlib import Path
 from types import FrameType
 
 from dethpc.common.exitcodes import (
-    EXIT_PREEMPTED,
-    EXIT_STOPPED,
     LOCAL_REQUEUE_EXIT,
     ExitReason,
     exit_record,
@@ -41,7 +39,7 @@ from dethpc.common.jobref import ref_from_env
 from dethpc.common.jsonlines import append_record
 from dethpc.common.paths import TrialPaths
 from dethpc.common.slots import agent_id
-from dethpc.launch import detenv
+from dethpc.launch import detenv, run_end
 from dethpc.launch.determined_alias import alias_env
 from dethpc.launch.worker import forkserver, queue
 
@@ -59,15 +57,12 @@ def default_worker_id() -> str:
     return queue.worker_id(ref_from_env(os.environ), os.getpid(), socket.gethostname())
 
 
-def exit_reason(code: int, preempted: bool) -> ExitReason:
-    """A trial's exit code (as the job wrapper reads it) -> the exit record's reason."""
-    if code == EXIT_PREEMPTED or (preempted and code != 0 and code != EXIT_STOPPED):
-        return ExitReason.PREEMPTED
-    if code == EXIT_STOPPED:
-        return ExitReason.STOPPED
-    if code == 0:
-        return ExitReason.COMPLETED
-    return ExitReason.ERROR
+def exit_reason(code: int, signal: str) -> ExitReason:
+    """A pool run's exit code (as a shell reports it) and the signal forwarded to it ("":
+    none) -> its exit record's reason: the one rule of every trial's run
+    (``dethpc.launch.run_end.exit_reason``)."""
+    return run_end.exit_reason(run_end.RunFacts(kind=run_end.RunKind.TRIAL, rc=code,
+                                                signal=signal))
 
 
 def _latest_checkpoint(trial_dir: Path, env: dict[str, str]) -> str:
@@ -170,7 +165,7 @@ def run_one(s: Settings, lease: queue.Lease, flags: Flags) -> tuple[queue.RunRes
     flags.forwarded_to = 0
     _signal_group(pid, "KILL")     # what the trial left behind ends with it, as with a job
     code = 128 - code if code < 0 else code    # killed by a signal: as a shell reports it
-    reason = exit_reason(code, bool(flags.preempt))
+    reason = exit_reason(code, flags.preempt)
     _append_exit(trial_dir, reason, code, item, ref, flags.preempt)
     result = queue.RunResult(trial_id=item.trial_id, seq=item.seq, reason=str(reason),
                              code=code, worker=s.worker, start_s=started,

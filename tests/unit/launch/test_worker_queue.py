@@ -122,14 +122,22 @@ def test_python_entry(argv: list[str], kind: forkserver.EntryKind, target: str,
     assert forkserver.python_entry(argv) == forkserver.Entry(kind, target, args)
 
 
-@pytest.mark.parametrize(("code", "preempted", "reason"), [
-    (0, False, ExitReason.COMPLETED), (80, False, ExitReason.PREEMPTED),
-    (81, False, ExitReason.STOPPED), (81, True, ExitReason.STOPPED),
-    (1, False, ExitReason.ERROR), (137, True, ExitReason.PREEMPTED),
-    (0, True, ExitReason.COMPLETED),
+@pytest.mark.parametrize(("code", "signal", "reason"), [
+    (0, "", ExitReason.COMPLETED), (80, "", ExitReason.PREEMPTED),
+    (81, "", ExitReason.STOPPED), (81, "USR2", ExitReason.STOPPED),
+    (1, "", ExitReason.ERROR), (137, "USR2", ExitReason.PREEMPTED),
+    (0, "USR2", ExitReason.COMPLETED),
+    # a run that failed on its own after the signal is an error, as a per-job trial's
+    # (the pool had a rule of its own that called it preempted: issue 46 item 4)
+    (1, "USR2", ExitReason.ERROR),
 ])
-def test_exit_reason(code: int, preempted: bool, reason: ExitReason) -> None:
-    assert exit_reason(code, preempted) is reason
+def test_exit_reason(code: int, signal: str, reason: ExitReason) -> None:
+    """A pool run's reason is the one rule of every trial's run (run_end.exit_reason)."""
+    from dethpc.launch.run_end import RunFacts, RunKind
+    from dethpc.launch.run_end import exit_reason as trial_rule
+
+    assert exit_reason(code, signal) is reason
+    assert trial_rule(RunFacts(kind=RunKind.TRIAL, rc=code, signal=signal)) is reason
 
 
 def _wait(pid: int) -> int:
