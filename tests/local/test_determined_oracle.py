@@ -14,6 +14,15 @@ and under dethpc, each in its own interpreter, and must give the same numbers.
   ``SearcherOperation.report_progress`` (Determined posts a fraction to its master,
   dethpc records it in metrics.jsonl), the Dummy contexts called positionally in
   Determined's order.
+- ``tests/fixtures/oracle/surface_side.py`` (trials in ``surface_trials.py``): what needs
+  no master beyond the basic loop: every ``PyTorchCallback`` hook in order with its
+  arguments, a resume's hooks and callback state, ``load_trial_from_checkpoint_path``,
+  ``MetricReducer``/``wrap_reducer``, ``evaluate_full_dataset``, Determined's evaluation
+  reducers, ``experimental.use_amp`` on CPU (where Determined's CUDA AMP is off), the
+  samplers and ``adapt_batch_sampler``. Determined's side there sets torch's
+  ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``: Determined 0.38.1 cannot load its own checkpoint
+  under torch >= 2.6 otherwise. Its local mode passes ``first_batch_idx=0`` on a resume
+  (no master's steps_completed): compared apart.
 
 Determined comes from ``.venv/determined-oracle`` (scripts/setup.sh --tests; the
 ``determined-oracle`` extra): only the Determined side's subprocess has it on its path,
