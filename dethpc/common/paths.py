@@ -278,11 +278,33 @@ class ExperimentPaths:
         so the user's ``python`` is never shadowed)."""
         return self.root / "bin"
 
+    @property
+    def trials(self) -> Path:
+        """One directory per trial, named by its id."""
+        return self.root / "trials"
+
     def trial(self, trial_id: int) -> TrialPaths:
-        return TrialPaths(self.root / "trials" / str(trial_id))
+        return TrialPaths(self.trials / str(trial_id))
+
+    def trial_ids(self) -> list[int]:
+        """The trials that have a directory now, in id order."""
+        if not self.trials.is_dir():
+            return []
+        return sorted(int(d.name) for d in self.trials.iterdir() if d.name.isdigit())
+
+    @property
+    def verdict_script(self) -> Path:
+        """The script Slurm judges at submit (``sbatch --test-only``), before any trial."""
+        return self.root / "job.sbatch"
 
     def ensure(self) -> ExperimentPaths:
         self.arrays.mkdir(parents=True, exist_ok=True)
-        (self.root / "trials").mkdir(parents=True, exist_ok=True)
+        self.trials.mkdir(parents=True, exist_ok=True)
         return self
+
+
+def shared_checkpoint_dir(storage: Path, experiment_id: int, trial_id: int) -> Path:
+    """A trial's checkpoints under a ``checkpoint_storage.path`` outside the run directory
+    (a site's shared checkpoint file system)."""
+    return Path(storage) / f"exp-{experiment_id}" / f"trial-{trial_id}"
 

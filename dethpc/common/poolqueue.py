@@ -1,4 +1,6 @@
-"""The pool directory of one experiment and its lease protocol.
+"""The pool directory of one experiment and its lease protocol: the file protocol between
+the daemon (which enqueues, expires and withdraws) and the pool's workers (which claim,
+heartbeat and finish), in the bottom layer that both import.
 
 Layout under ``<run_dir>/pool/``::
 

@@ -133,7 +133,7 @@ def check_with_scheduler(cfg: ExperimentConfig, cluster: ClusterConfig, backend:
             if ours is not None:
                 raise ours from None   # no job to ask Slurm about: dethpc's finding stands
             raise
-        path = run_dir / "job.sbatch"
+        path = ExperimentPaths(run_dir).verdict_script
         path.write_text(script, encoding="utf-8")
         words = backend.judge(JobRequest(name="dethpc-verdict", comment="dethpc:verdict",
                                          script=path, workdir=jobs.workdir(run_dir)))

@@ -34,6 +34,7 @@ from typing import Protocol
 from sqlmodel import col, select
 
 from dethpc.backends.base import Backend, JobInfo, JobRequest
+from dethpc.common import poolqueue as queue
 from dethpc.common.errors import SubmitError
 from dethpc.common.jobref import JobRef
 from dethpc.common.kinds import EventKind, ExperimentKind
@@ -45,7 +46,6 @@ from dethpc.control.submission import BatchLedger, RefusalPolicy, Submission, re
 from dethpc.jobs.directives import run_limits
 from dethpc.jobs.pool_items import pool_problem, work_item
 from dethpc.jobs.pool_script import pool_comment, pool_name, worker_array_script
-from dethpc.launch.worker import queue
 from dethpc.store import Store
 from dethpc.store.models import (
     Batch,

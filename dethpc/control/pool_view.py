@@ -22,9 +22,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from dethpc.backends.base import JobInfo, JobState
+from dethpc.common import poolqueue as queue
 from dethpc.common.exitcodes import ExitReason
 from dethpc.common.jobref import sort_key
-from dethpc.launch.worker import queue
 
 PREFIX = "pool:"
 

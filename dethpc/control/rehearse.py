@@ -34,11 +34,11 @@ from dethpc.common.errors import DethpcError, NotFoundError
 from dethpc.common.kinds import EventKind
 from dethpc.common.markers import replace_text
 from dethpc.common.paths import ExperimentPaths, TrialPaths
+from dethpc.common.poolqueue import LEASE_SEP, PoolPaths, job_of_worker
 from dethpc.config.model import ClusterConfig
 from dethpc.control.pool_view import PREFIX as POOL_REF_PREFIX
 from dethpc.control.pool_view import parse_item_ref
 from dethpc.control.reconcile import load_config
-from dethpc.launch.worker.queue import LEASE_SEP, PoolPaths, job_of_worker
 from dethpc.store import Store
 from dethpc.store.models import Event, Experiment, Job, Trial
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import jinja2
 
 from dethpc.common.jobenv import ENV_CONTAINER_EXEC, ENV_CONTAINER_PYTHON
-from dethpc.common.paths import ExperimentPaths
+from dethpc.common.paths import ExperimentPaths, shared_checkpoint_dir
 from dethpc.common.traits import BackendKind, traits_of
 from dethpc.config.model import ClusterConfig, ExperimentConfig, HetComponent
 from dethpc.jobs.containers import exec_argv
@@ -37,7 +37,7 @@ SRUN_ONE = ["srun", "--ntasks=1", "--nodes=1", "--kill-on-bad-exit=1"]
 
 def checkpoint_dir(cfg: ExperimentConfig, run_dir: Path, exp_id: int, trial_id: int) -> Path:
     if cfg.checkpoint_storage.path is not None:
-        return Path(cfg.checkpoint_storage.path) / f"exp-{exp_id}" / f"trial-{trial_id}"
+        return shared_checkpoint_dir(Path(cfg.checkpoint_storage.path), exp_id, trial_id)
     return ExperimentPaths(run_dir).trial(trial_id).checkpoints
 
 

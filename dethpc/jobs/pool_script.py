@@ -26,12 +26,12 @@ from pathlib import Path
 
 from dethpc.common.exitcodes import LOCAL_REQUEUE_EXIT
 from dethpc.common.jobenv import ENV_PREEMPT_SIGNAL
+from dethpc.common.poolqueue import PoolPaths
 from dethpc.common.traits import BackendKind, traits_of
 from dethpc.config.model import ClusterConfig, ExperimentConfig, RequeueMode
 from dethpc.jobs.directives import trial_directives
 from dethpc.jobs.jobscript import batch_comment, batch_name, container_prefix
 from dethpc.jobs.render import make_env
-from dethpc.launch.worker.queue import PoolPaths
 
 #: the worker array's template (its run's end: ``_run_end.j2``, as every job script's)
 TEMPLATE = "pool_worker.sbatch.j2"

@@ -177,7 +177,7 @@ class ScriptJobs:
     def verdict_script(self, cfg: ExperimentConfig, cluster: ClusterConfig, *,
                        backend: BackendKind | str, python: str, run_dir: Path) -> str:
         return self.array_script(cfg, cluster, run_dir=run_dir, exp_id=0, batch_id=0,
-                                 tasks=[(0, run_dir / "job.sbatch")])
+                                 tasks=[(0, ExperimentPaths(run_dir).verdict_script)])
 
     def trial_script(self, cfg: ExperimentConfig, cluster: ClusterConfig, *,
                      backend: BackendKind | str, python: str, run_dir: Path,

@@ -51,7 +51,7 @@ import json, os, sys
 from pathlib import Path
 from dethpc.config import parse_experiment_config
 from dethpc.launch.worker import forkserver, main
-from dethpc.launch.worker.queue import WorkItem
+from dethpc.common.poolqueue import WorkItem
 item = WorkItem.from_json(Path(sys.argv[2]).read_text())
 forkserver.preload(["torch"], warm=sys.argv[1] == "warm")
 pid, _ = forkserver.spawn(item.argv, main.trial_env(item), item.cwd,

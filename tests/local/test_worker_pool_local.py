@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pytest
 
+from dethpc.common import poolqueue as queue
 from dethpc.common.paths import ExperimentPaths
 from dethpc.config import parse_experiment_config
 from dethpc.config.model import ClusterConfig, ResourcePool
 from dethpc.jobs.pool_items import pool_problem, work_item
-from dethpc.launch.worker import queue
 
 TOY = Path(__file__).parents[1] / "fixtures" / "toy" / "train.py"
 CLUSTER = ClusterConfig(pools={"default": ResourcePool(

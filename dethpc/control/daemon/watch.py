@@ -28,9 +28,9 @@ from sqlmodel import col, select
 
 from dethpc.backends.base import JobState
 from dethpc.common.paths import METRICS_FILE, ExperimentPaths
+from dethpc.common.poolqueue import PoolPaths
 from dethpc.config.model import ClusterConfig
 from dethpc.control.daemon.shared import Scope
-from dethpc.launch.worker.queue import PoolPaths
 from dethpc.store import Store
 from dethpc.store.models import Experiment, IngestOffset, Job
 

@@ -1,6 +1,6 @@
 """``python -m dethpc.launch.worker``: one pool worker's loop.
 
-Claims a work item (``dethpc.launch.worker.queue``), runs the trial as the job script
+Claims a work item (``dethpc.common.poolqueue``), runs the trial as the job script
 would (same environment, working directory, entrypoint, stop file, exit codes
 80/81, one ``exits.jsonl`` record per run, output appended to the trial's
 ``slurm-<job>.out``), heartbeats its lease while the trial runs, records the
@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from dethpc.common import poolqueue as queue
 from dethpc.common.exitcodes import (
     LOCAL_REQUEUE_EXIT,
     ExitReason,
@@ -41,7 +42,7 @@ from dethpc.common.paths import TrialPaths
 from dethpc.common.slots import agent_id
 from dethpc.launch import detenv, run_end
 from dethpc.launch.determined_alias import alias_env
-from dethpc.launch.worker import forkserver, queue
+from dethpc.launch.worker import forkserver
 
 
 @dataclass

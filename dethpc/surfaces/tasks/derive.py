@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from dethpc.common.kinds import MetricKind
-from dethpc.common.paths import TrialPaths
+from dethpc.common.paths import ExperimentPaths, TrialPaths
 
 #: the record kinds that become scalars, and their tags' prefix
 KINDS = tuple(k.value for k in MetricKind)
@@ -135,14 +135,9 @@ class Source:
 
     def trial_files(self) -> dict[int, Path]:
         """``trial id -> metrics.jsonl`` of the trials present now (new ones appear)."""
-        out: dict[int, Path] = {}
-        root = self.run_dir / "trials"
-        if not root.is_dir():
-            return out
-        for d in root.iterdir():
-            if d.name.isdigit() and (self.trials is None or int(d.name) in self.trials):
-                out[int(d.name)] = TrialPaths(d).metrics
-        return dict(sorted(out.items()))
+        paths = ExperimentPaths(self.run_dir)
+        return {t: paths.trial(t).metrics for t in paths.trial_ids()
+                if self.trials is None or t in self.trials}
 
     def to_arg(self) -> str:
         """``ID:UNIT:TRIALS:RUN_DIR`` (TRIALS: comma-separated, or ``*``)."""

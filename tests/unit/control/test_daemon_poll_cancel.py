@@ -203,7 +203,7 @@ def test_a_worker_read_pending_by_an_older_poll_is_not_cancelled(tmp_path: Path)
     change: a run got TERM and counted as preempted), so the cancel waits for a poll of
     its own: none now, and the daemon's count of put-off cancels makes the next tick
     poll."""
-    from dethpc.launch.worker import queue
+    from dethpc.common import poolqueue as queue
     w = world(tmp_path, slurm={"workers": 2})
     queue.PoolPaths.of_run_dir(Path(w.experiment().run_dir)).create()
     with w.store.session() as s:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from dethpc.backends.base import JobState
+from dethpc.common import poolqueue as queue
 from dethpc.common.errors import ConfigError, SubmitError
 from dethpc.common.exitcodes import ExitReason
 from dethpc.common.kinds import ExperimentKind
@@ -18,7 +19,6 @@ from dethpc.control import pool_view as view
 from dethpc.control.daemon.budget import SubmitBudget
 from dethpc.control.daemon.shared import Scope
 from dethpc.control.pool_tend import PoolMode, PoolTender, check_worker_pool, pool_mode
-from dethpc.launch.worker import queue
 from tests.unit.control.daemon_kit import world
 
 P, R, D = JobState.PENDING, JobState.RUNNING, JobState.COMPLETED

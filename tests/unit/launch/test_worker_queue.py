@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from dethpc.common import poolqueue as queue
 from dethpc.common.exitcodes import ExitReason
-from dethpc.launch.worker import forkserver, queue
+from dethpc.launch.worker import forkserver
 from dethpc.launch.worker.main import exit_reason
 
 
