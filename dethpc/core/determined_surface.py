@@ -336,8 +336,8 @@ RULES: dict[str, Rule] = {
                                        "Trainer shards, seeds and resumes it"),
     "determined.pytorch.DataLoader.*": S(),
     "determined.pytorch.DataLoader.get_data_loader": D(
-        "returns the loader itself for Determined's defaults; repeat/skip/sharding refused "
-        "(the Trainer does them)"),
+        "returns the loader itself for Determined's defaults (Determined's: a copy); "
+        "repeat/skip/num_replicas over Determined's sampler chain, as Determined's"),
     "determined.pytorch.LRScheduler": S(),
     "determined.pytorch.LRScheduler.*": S(),
     "determined.pytorch.LRScheduler.StepMode.STEP_EVERY_OPTIMIZER_STEP": D(

@@ -4,8 +4,9 @@
 Owns: ``DataLoader``, torch's own ``DataLoader`` under Determined's name (the same
 arguments), so that ``build_training_data_loader`` may return one: the Trainer rebuilds
 it per epoch with a seeded, sharded sampler (``dethpc.pytorch._data``) as it does any
-torch loader; ``get_data_loader()`` gives it back for Determined's defaults and refuses
-repeating, skipping or sharding, which the Trainer does itself. ``to_device`` moves
+torch loader; ``get_data_loader()`` gives it back for Determined's defaults, and for
+``repeat``/``skip``/``num_replicas`` a loader over Determined's sampler chain
+(``dethpc.pytorch.samplers.adapt_batch_sampler``), for code outside the Trainer. ``to_device`` moves
 nested tensors (numpy arrays become tensors) to a device; ``data_length`` counts a
 batch's records.
 Must not: shard or seed data (``_data`` does), or touch the model or files.
@@ -34,14 +35,29 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
 
     def get_data_loader(self, repeat: bool = False, skip: int = 0, num_replicas: int = 1,
                         rank: int = 0) -> torch.utils.data.DataLoader:  # type: ignore[type-arg]
-        """This loader, for Determined's defaults; dethpc's Trainer repeats, skips and
-        shards by itself, so other values are refused."""
-        if repeat or skip or num_replicas != 1 or rank != 0:
-            raise DethpcError("DataLoader.get_data_loader(repeat=, skip=, num_replicas=, "
-                              "rank=) is not needed on dethpc: return the DataLoader from "
-                              "build_*_data_loader(), the Trainer shards, seeds and resumes "
-                              "it; outside the Trainer use torch's samplers")
-        return self
+        """This loader for Determined's defaults; else, as Determined's, a loader whose
+        batch sampler is this one's repeated, sharded across ``num_replicas`` and skipping
+        ``skip`` of this rank's batches (``adapt_batch_sampler``). The Trainer does not
+        need it: it shards, seeds and resumes the loader itself."""
+        if not (repeat or skip or num_replicas != 1 or rank != 0):
+            return self
+        from dethpc.pytorch.samplers import adapt_batch_sampler
+
+        if not isinstance(self.batch_sampler, torch.utils.data.BatchSampler):
+            raise DethpcError("get_data_loader(repeat=, skip=, num_replicas=) needs a "
+                              "DataLoader with a batch_size (automatic batching)")
+        extra: dict[str, Any] = {}
+        if self.num_workers > 0:
+            extra = {"prefetch_factor": self.prefetch_factor,
+                     "persistent_workers": self.persistent_workers,
+                     "multiprocessing_context": self.multiprocessing_context}
+        return torch.utils.data.DataLoader(
+            self.dataset, batch_sampler=adapt_batch_sampler(
+                self.batch_sampler, repeat=repeat, skip=skip, num_replicas=num_replicas,
+                rank=rank),
+            num_workers=self.num_workers, collate_fn=self.collate_fn,
+            pin_memory=self.pin_memory, timeout=self.timeout,
+            worker_init_fn=self.worker_init_fn, generator=self.generator, **extra)
 
 
 def to_device(data: Any, device: torch.device | str,
