@@ -211,3 +211,37 @@ def test_evaluation_reducer_must_name_every_metric(tmp_path: Path) -> None:
         "other": det.pytorch.Reducer.SUM}})
     with pytest.raises(DethpcError, match="one for every validation metric"):
         _fit(tmp_path / "t", cls, batches=2)
+
+
+def test_autocast_forward_pass_hooks_on_a_cuda_context() -> None:
+    """The CUDA path's plumbing, on this CPU machine (no GPU here: the device machine
+    was not lent to this work): the module is the same object, float16 outputs come
+    back as float32, and the autocast region is left also when forward raises."""
+    import warnings
+
+    from dethpc.pytorch._trial import _to_float32
+
+    with preserved_rng(), core.init(env={}, exit_on_preempt=False) as ctx:
+        context = det.pytorch.PyTorchTrialContext(ctx)
+        context.device = torch.device("cuda")     # only read by autocast_forward_pass
+
+        class Half(torch.nn.Module):
+            fail = False
+
+            def forward(self, x: torch.Tensor) -> Any:
+                if self.fail:
+                    raise ValueError("inside forward")
+                return {"y": [x.half()], "n": 3}
+
+        model = Half()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")       # CUDA autocast without CUDA: disabled
+            assert context.autocast_forward_pass(model) is model
+            out = model(torch.ones(2))
+            assert out["y"][0].dtype == torch.float32 and out["n"] == 3
+            model.fail = True
+            with pytest.raises(ValueError, match="inside forward"):
+                model(torch.ones(2))
+            assert not torch.is_autocast_enabled("cuda")
+    nested = _to_float32((torch.ones(1, dtype=torch.float16), [torch.ones(1)]))
+    assert nested[0].dtype == torch.float32 and nested[1][0].dtype == torch.float32
