@@ -91,8 +91,8 @@ def list_experiments(store: Store, include_ended: bool = True,
 
 
 def describe_experiment(store: Store, exp_id: int) -> dict[str, Any]:
+    from dethpc.config.stored import parse_stored
     from dethpc.control.bad_nodes import excluded
-    from dethpc.control.reconcile import load_config
     from dethpc.searchers.factory import make_searcher
 
     with store.session() as s:
@@ -107,7 +107,7 @@ def describe_experiment(store: Store, exp_id: int) -> dict[str, Any]:
         live = {j.trial_id: j for j in s.exec(select(Job).where(
             Job.experiment_id == exp_id, Job.live == True)  # noqa: E712
             .order_by(Job.id))}  # type: ignore[arg-type]
-        cfg = load_config(exp)
+        cfg = parse_stored(exp.config_yaml)
         bad = excluded(s, exp_id, cfg.slurm.bad_nodes, time.time())
     sib = cfg.searcher.smaller_is_better
     out = experiment_dict(exp)

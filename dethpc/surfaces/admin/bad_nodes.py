@@ -13,8 +13,8 @@ import time
 from sqlmodel import col, or_, select
 
 from dethpc.config.model import ClusterConfig
+from dethpc.config.stored import parse_stored
 from dethpc.control.bad_nodes import excluded
-from dethpc.control.reconcile import load_config
 from dethpc.store import Store
 from dethpc.store.models import Experiment
 from dethpc.surfaces.admin.checks import Finding, Severity
@@ -36,7 +36,7 @@ def bad_node_findings(store: Store, cfg: ClusterConfig, now: float | None = None
             .order_by(col(Experiment.id))))
         for exp in exps:
             assert exp.id is not None
-            exp_cfg = load_config(exp)
+            exp_cfg = parse_stored(exp.config_yaml)
             for bad in excluded(s, exp.id, exp_cfg.slurm.bad_nodes, now):
                 last = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(bad.last_at))
                 out.append(Finding(

@@ -67,7 +67,7 @@ def summarize(exp_id: int, state: str, progress: float, metric: str, smaller_is_
 
 def read(store: Store, exp_id: int) -> Snapshot:
     """The experiment's snapshot now (one query for the experiment, one for its trials)."""
-    from dethpc.control.reconcile import load_config
+    from dethpc.config.stored import parse_stored
 
     for _ in range(5):
         # SQLite runs each SELECT on its own snapshot: read the experiment's state again
@@ -86,7 +86,7 @@ def read(store: Store, exp_id: int) -> Snapshot:
             if (exp.state, exp.progress) == before:
                 break
     assert exp is not None
-    searcher = load_config(exp).searcher
+    searcher = parse_stored(exp.config_yaml).searcher
     from dethpc.surfaces.views import shown_progress
 
     return summarize(exp_id, exp.state, shown_progress(exp), searcher.metric,

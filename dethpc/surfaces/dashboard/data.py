@@ -112,9 +112,9 @@ def untracked(store: Store, user: str, rows: list[dict[str, Any]]) -> int:
 
 def _config(exp: Experiment) -> Any:
     """The experiment's validated config (``parse_stored`` remembers it by its text)."""
-    from dethpc.control.reconcile import load_config
+    from dethpc.config.stored import parse_stored
 
-    return load_config(exp)
+    return parse_stored(exp.config_yaml)
 
 
 def experiment_page(store: Store, exp_id: int, owner: str | None,

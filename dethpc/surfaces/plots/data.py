@@ -239,7 +239,7 @@ def hparam_axes(spec: Mapping[str, HParam], trials: Sequence[TrialPoint]) -> tup
 def gather(store: Store, exp_id: int) -> PlotData:
     """Everything the plot of experiment ``exp_id`` shows; ``NotFoundError`` when it does
     not exist (or is not the caller's, on a shared database)."""
-    from dethpc.control.reconcile import load_config
+    from dethpc.config.stored import parse_stored
 
     with store.session() as s:
         exp = s.get(Experiment, exp_id)
@@ -255,7 +255,7 @@ def gather(store: Store, exp_id: int) -> PlotData:
             .order_by(Metric.trial_id, Metric.id)))  # type: ignore[arg-type]
         ss = s.get(SearcherState, exp_id)
         snapshot = dict(ss.snapshot) if ss is not None and ss.snapshot else {}
-    cfg = load_config(exp)
+    cfg = parse_stored(exp.config_yaml)
     sc = cfg.searcher
     metric = sc.metric
     by_trial: dict[int, list[tuple[int, float, float]]] = {}
