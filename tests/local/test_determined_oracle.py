@@ -192,8 +192,11 @@ def surface_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """``tests/fixtures/oracle/surface_side.py`` under both: callbacks, reducers,
     evaluate_full_dataset, automatic AMP, samplers, load_trial_from_checkpoint_path."""
     scratch = tmp_path_factory.mktemp("oracle-surface")
-    return {side: json.loads(run_side("surface_side.py", side, scratch).read_text())
-            for side in ("determined", "dethpc")}
+    runs: dict[str, Any] = {side: json.loads(run_side("surface_side.py", side,
+                                                      scratch).read_text())
+                            for side in ("determined", "dethpc")}
+    runs["scratch"] = scratch
+    return runs
 
 
 @pytest.mark.parametrize("case", [
@@ -242,3 +245,38 @@ def test_first_batch_idx_is_the_checkpoints(surface_runs: dict[str, Any]) -> Non
     checkpoint's metadata), on and off a cluster."""
     assert surface_runs["determined"]["resume_first_batch_idx"] == [0, 0]
     assert surface_runs["dethpc"]["resume_first_batch_idx"] == [10, 10]
+
+
+LOAD_DETERMINED = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import dethpc
+trial = dethpc.pytorch.load_trial_from_checkpoint_path(
+    sys.argv[2], torch_load_kwargs={"weights_only": False})
+print(json.dumps({"class": type(trial).__name__, "hparams": trial.context.get_hparams(),
+                  "weights": {k: v.tolist() for k, v in trial.model.state_dict().items()}}))
+"""
+
+
+def test_dethpc_loads_a_checkpoint_determined_wrote(surface_runs: dict[str, Any]) -> None:
+    """``load_trial_from_checkpoint_path`` on Determined 0.38.1's own checkpoint directory
+    (``state_dict.pth``, ``load_data.json``, ``code/``): the trial class it names, its
+    hyperparameters and its weights. ``weights_only=False`` as Determined's own loader
+    needs under torch >= 2.6 (its state holds NumPy RNG state)."""
+    found = [d for d in (surface_runs["scratch"] / "determined" / "xdg").rglob("load_data.json")
+             if "CallbackTrial" in d.read_text()]
+    assert found, "Determined wrote no checkpoint of CallbackTrial"
+    ckpt = found[0].parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DET_", "DETHPC_"))}
+    env["PYTHONPATH"] = str(REPO)
+    done = subprocess.run([sys.executable, "-c", LOAD_DETERMINED, str(FIXTURES), str(ckpt)],
+                          env=env, capture_output=True, text=True, timeout=120,
+                          cwd=surface_runs["scratch"])
+    assert done.returncode == 0, done.stderr[-4000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    saved = torch.load(ckpt / "state_dict.pth", weights_only=False)["models_state_dict"][0]
+    assert got["class"] == "CallbackTrial"
+    assert got["hparams"] == {"global_batch_size": 4, "model_seed": 3}
+    assert got["weights"].keys() == saved.keys()
+    for name, tensor in saved.items():
+        assert torch.equal(torch.tensor(got["weights"][name]), tensor), name
