@@ -35,7 +35,11 @@ from dethpc.jobs.render import (
 SRUN_ONE = ["srun", "--ntasks=1", "--nodes=1", "--kill-on-bad-exit=1"]
 
 
-def checkpoint_dir(cfg: ExperimentConfig, run_dir: Path, exp_id: int, trial_id: int) -> Path:
+def trial_checkpoint_dir(cfg: ExperimentConfig, run_dir: Path, exp_id: int,
+                         trial_id: int) -> Path:
+    """Where the daemon puts a trial's checkpoints: under ``checkpoint_storage.path`` when the
+    config names one, else the trial directory's (the job finds it in
+    ``$DETHPC_CHECKPOINT_DIR``: ``dethpc.core._info.checkpoint_dir``)."""
     if cfg.checkpoint_storage.path is not None:
         return shared_checkpoint_dir(Path(cfg.checkpoint_storage.path), exp_id, trial_id)
     return ExperimentPaths(run_dir).trial(trial_id).checkpoints
@@ -152,7 +156,7 @@ def run_env(cfg: ExperimentConfig, cluster: ClusterConfig, *, backend: BackendKi
     return trial_env(cfg, cluster, cluster.pool(cfg.resources.resource_pool),
                      experiment_id=exp_id, trial_id=trial_id,
                      trial_dir=paths.trial(trial_id).root, context_dir=paths.context,
-                     checkpoint_dir=checkpoint_dir(cfg, run_dir, exp_id, trial_id),
+                     checkpoint_dir=trial_checkpoint_dir(cfg, run_dir, exp_id, trial_id),
                      config_path=paths.config, backend=traits_of(backend).name, extra=extra)
 
 

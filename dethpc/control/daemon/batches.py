@@ -30,7 +30,7 @@ from dethpc.control.bad_nodes import exclusion
 from dethpc.control.daemon.budget import SubmitBudget
 from dethpc.control.submission import BatchLedger, Submission, record_batch
 from dethpc.jobs.directives import run_limits
-from dethpc.jobs.jobscript import batch_comment, batch_name, checkpoint_dir
+from dethpc.jobs.jobscript import batch_comment, batch_name, trial_checkpoint_dir
 from dethpc.jobs.kinds import jobs_for
 from dethpc.jobs.protocol import TrialJob
 from dethpc.store import Store
@@ -53,7 +53,7 @@ class TrialFiles:
         assert exp.id is not None and trial.id is not None
         run_dir = Path(exp.run_dir)
         tp = ExperimentPaths(run_dir).trial(trial.id).ensure()
-        checkpoint_dir(cfg, run_dir, exp.id, trial.id).mkdir(parents=True, exist_ok=True)
+        trial_checkpoint_dir(cfg, run_dir, exp.id, trial.id).mkdir(parents=True, exist_ok=True)
         tp.hparams.write_text(json.dumps(trial.hparams, indent=2))
         unit = cfg.searcher.max_length.unit.value if cfg.searcher.max_length else "batches"
         if trial.target_length > 0:

@@ -35,7 +35,7 @@ from dethpc.control.reconcile.master_calls import MasterCalls
 from dethpc.control.reconcile.rows import TERMINAL_TRIAL_STATES, TickRows
 from dethpc.control.reconcile.searcher_ops import SearcherOps
 from dethpc.control.reconcile.skip_rules import nothing_written_yet
-from dethpc.jobs.jobscript import checkpoint_dir
+from dethpc.jobs.jobscript import trial_checkpoint_dir
 from dethpc.searchers import replay
 from dethpc.store.models import Checkpoint, IngestOffset, Metric, Trial
 
@@ -228,7 +228,7 @@ class Ingest:
         metrics = self._validation_at(trial, steps)
         value = metric_value(metrics, self.cfg.searcher.metric) if metrics else None
         exp = self.rows.exp
-        path = checkpoint_dir(self.cfg, Path(exp.run_dir), self.rows.exp_id, trial.id) / uuid
+        path = trial_checkpoint_dir(self.cfg, Path(exp.run_dir), self.rows.exp_id, trial.id) / uuid
         ck = Checkpoint(uuid=uuid, experiment_id=self.rows.exp_id, trial_id=trial.id,
                         steps_completed=steps, path=str(path),
                         meta=dict(rec.get("metadata") or {}),
