@@ -35,6 +35,12 @@ if [ "$mode" = tests ]; then
     if $root; then apt-get update -qq && apt-get install -y -qq openssh-server
     else missing+=("tests/slurm/test_remote_slurm.py (Debian's openssh-server)"); fi
   fi
+  # a home on a real network filesystem (tests/local/test_store_network_fs_local.py):
+  # sshfs over FUSE (this kernel has no NFS)
+  if ! command -v sshfs >/dev/null 2>&1; then
+    if $root; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sshfs >/dev/null
+    else missing+=("tests/local/test_store_network_fs_local.py (Debian's sshfs)"); fi
+  fi
   if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: not root, so these cannot be prepared and will skip (or fail under CI=true):" >&2
     printf '  %s\n' "${missing[@]}" >&2

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from dethpc.store.location import WARNED_MARKER
+from tests.conftest import in_ci
 from tests.fixtures.mounts import sshfs, why_not_sshfs
 
 
@@ -27,7 +28,7 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.skipif(why_not_sshfs() is not None, reason=str(why_not_sshfs()))
+@pytest.mark.skipif(why_not_sshfs() is not None and not in_ci(), reason=str(why_not_sshfs()))
 def test_a_home_on_sshfs_is_warned_of_once(tmp_path: Path) -> None:
     with sshfs(tmp_path / "sshfs") as mnt:
         home = mnt / "home"
