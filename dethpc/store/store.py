@@ -8,8 +8,9 @@ an Alembic upgrade under a lock when it is not), short transactions
 PostgreSQL database the rows it sees are the role's own, see ``dethpc.store.access``).
 Must not: contain scheduling logic; the daemon and CLI decide, the store keeps.
 
-SQLite runs in the default rollback-journal mode, not WAL: WAL needs shared
-memory and is unsafe on NFS, where a login node's home often lives.
+SQLite runs in WAL mode where the file is on a local filesystem, in the rollback-journal
+mode elsewhere (WAL needs shared memory and is unsafe on NFS, where a login node's home
+often lives); ``synchronous=FULL`` in both (``dethpc.store.sqlite``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dethpc.common.paths import make_private_dir
 from dethpc.store.access import DatabaseRole, role_of
 from dethpc.store.location import default_url
 from dethpc.store.migrations import Migration, upgrade_to_head
-from dethpc.store.sqlite import busy_timeout_s, sqlite_pragmas
+from dethpc.store.sqlite import busy_timeout_s, settings_for
 
 
 class Store:
@@ -36,11 +37,12 @@ class Store:
     def __init__(self, url: str | None = None) -> None:
         self.url = url or default_url()
         if self.url.startswith("sqlite:///"):
-            make_private_dir(Path(self.url.removeprefix("sqlite:///")).expanduser().parent)
+            path = Path(self.url.removeprefix("sqlite:///")).expanduser()
+            make_private_dir(path.parent)
             self.engine: Engine = create_engine(
                 self.url, connect_args={"timeout": busy_timeout_s(),
                                         "check_same_thread": False})
-            event.listen(self.engine, "connect", sqlite_pragmas)
+            event.listen(self.engine, "connect", settings_for(path).apply)
         else:
             self.engine = create_engine(self.url, pool_pre_ping=True)
         #: what opening did to the schema; None when it was current already

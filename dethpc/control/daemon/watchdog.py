@@ -92,33 +92,35 @@ class Watchdog:
                 if not policy.watches(script):
                     continue
                 paths = ExperimentPaths(Path(exp.run_dir))
-                for job in s.exec(select(Job).where(Job.experiment_id == exp_id,
-                                                    col(Job.live).is_(True))):
-                    info = infos.get(job.ref or "")
-                    if job.ref is None or is_item_ref(job.ref) or info is None \
+                # the two columns it reads, not Job objects (7,000 of them built per tick
+                # at 10,000 trials, for the 64 running: bench/tick_scale)
+                for ref, trial_id in s.exec(select(Job.ref, Job.trial_id).where(
+                        Job.experiment_id == exp_id, col(Job.live).is_(True))):
+                    info = infos.get(ref or "")
+                    if ref is None or is_item_ref(ref) or info is None \
                             or info.state is not JobState.RUNNING:
                         continue
-                    running.add(job.ref)
-                    tp = paths.trial(job.trial_id)
+                    running.add(ref)
+                    tp = paths.trial(trial_id)
                     if tp.stop.exists():       # asked to stop: its end is the stop's
                         continue
-                    marked = run_mark(tp.hung, job.ref, info.restart_count)
+                    marked = run_mark(tp.hung, ref, info.restart_count)
                     if marked is not None:
                         waited = now - float(str(marked.get("time") or 0))
                         if waited >= CANCEL_WAIT_S:    # the batch shell did not end it
-                            cancel.append(job.ref)
+                            cancel.append(ref)
                         elif waited >= DUMP_WAIT_S and self._record_end(
-                                tp, job.ref, info.restart_count, now):
-                            (requeue if script else kill).append(job.ref)
+                                tp, ref, info.restart_count, now):
+                            (requeue if script else kill).append(ref)
                         continue
-                    watch = self._seen(job.ref, info.restart_count, now)
-                    watch = self._watch[job.ref] = observe(
+                    watch = self._seen(ref, info.restart_count, now)
+                    watch = self._watch[ref] = observe(
                         watch, newest_mark(tp, policy.output))
                     hang = judge(policy, watch, now, self.cluster.max_idle_cap_s)
                     if hang is None:
                         continue
                     tp.hung.write_text(json.dumps({
-                        "job": job.ref, "run": info.restart_count, "time": now,
+                        "job": ref, "run": info.restart_count, "time": now,
                         "idle_s": round(hang.idle_s, 1), "max_idle_s": hang.allowed_s}))
                     what = "since its last progress" if hang.started else \
                         "since its run started (no progress yet)"
@@ -127,12 +129,12 @@ class Watchdog:
                             if script else
                             f"the job ends in {DUMP_WAIT_S:.0f} s and the trial restarts "
                             "from its latest checkpoint (counted)")
-                    s.add(Event(experiment_id=exp_id, trial_id=job.trial_id, kind=EventKind.HUNG,
-                                message=f"trial {job.trial_id} job {job.ref} run "
+                    s.add(Event(experiment_id=exp_id, trial_id=trial_id, kind=EventKind.HUNG,
+                                message=f"trial {trial_id} job {ref} run "
                                 f"{info.restart_count}: no progress for {hang.idle_s:.0f} s "
                                 f"{what}, allowed {hang.allowed_s:.0f} s: stacks asked "
                                 f"for (SIG{STACK_DUMP_SIGNAL}, in the trial log), {then}"))
-                    dump.append(job.ref)
+                    dump.append(ref)
         for ref in set(self._watch) - running:
             del self._watch[ref]
         if dump:

@@ -31,12 +31,15 @@ class SearcherOps:
     def __init__(self, rows: TickRows, searcher: Searcher, ss: SearcherState,
                  stops: Stops) -> None:
         self.rows, self.searcher, self.ss, self.stops = rows, searcher, ss, stops
+        #: searcher calls made this tick (none: its snapshot is the one restored)
+        self.calls = 0
 
     def feed(self, call: replay.SearcherCall, trial: Trial | None = None) -> None:
         """Make one searcher call and apply its actions; the call is recorded as an
         event in this transaction, so replaying the events into a fresh searcher gives
         the same decisions (``dethpc.searchers.replay``)."""
         self.rows.event(replay.EVENT_KIND, replay.format_call(call), trial)
+        self.calls += 1
         self.apply(replay.invoke(self.searcher, call))
 
     def apply(self, actions: list[Any]) -> None:

@@ -1,0 +1,82 @@
+"""What the daemon's phases cost the store, counted (issue 47 item 2; timings are
+bench/daemon_cost's and bench/tick_scale's).
+
+- The hang watchdog reads the two columns it needs of the live jobs, not Job objects:
+  at 10,000 trials it built 7,000 of them per tick to watch the 64 running.
+- A reconcile that tells the searcher nothing leaves its stored snapshot and the
+  experiment's progress as they are (no ``snapshot()``, no ``progress()``); one that
+  tells it something, or runs under a new concurrency limit, stores them as before.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sqlalchemy import event
+
+from dethpc.backends.base import JobInfo, JobState
+from dethpc.control.daemon.shared import TickStats
+from dethpc.control.daemon.watchdog import Watchdog
+from dethpc.searchers.random_search import RandomSearcher
+from dethpc.store import Store
+from dethpc.store.models import Job, SearcherState
+from tests.unit.control.daemon_kit import world
+from tests.unit.control.test_tick_scale import experiment, infos_for, tick, write_steps
+
+
+def test_the_watchdog_builds_no_job_objects_and_watches_the_running(tmp_path: Path) -> None:
+    w = world(tmp_path)
+    trials = w.add_trials(40)
+    w.add_batch(trials, ref="700_{i}", live=True)
+    infos = {f"700_{i}": JobInfo(f"700_{i}", JobState.RUNNING if i < 3 else JobState.PENDING)
+             for i in range(40)}
+    built: list[object] = []
+
+    def on_load(target: object, _ctx: object) -> None:
+        built.append(target)
+
+    event.listen(Job, "load", on_load)
+    try:
+        dog = Watchdog(w.store, w.cluster, w.backend, clock=lambda: 1000.0)
+        assert dog.run([w.exp_id], infos, TickStats()) == []
+    finally:
+        event.remove(Job, "load", on_load)
+    assert built == []
+    assert sorted(dog._watch) == ["700_0", "700_1", "700_2"]
+
+
+def test_a_tick_that_tells_the_searcher_nothing_rebuilds_no_snapshot(tmp_path: Path,
+                                                                     monkeypatch) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    exp_id, refs = experiment(store, tmp_path, 6)
+    with store.session() as s:
+        before = s.get(SearcherState, exp_id)
+        assert before is not None and before.snapshot
+        stored = dict(before.snapshot)
+    built: list[str] = []
+    real_snapshot, real_progress = RandomSearcher.snapshot, RandomSearcher.progress
+
+    def snapshot(self):  # type: ignore[no-untyped-def]
+        built.append("snapshot")
+        return real_snapshot(self)
+
+    def progress(self):  # type: ignore[no-untyped-def]
+        built.append("progress")
+        return real_progress(self)
+
+    monkeypatch.setattr(RandomSearcher, "snapshot", snapshot)
+    monkeypatch.setattr(RandomSearcher, "progress", progress)
+    running = set(sorted(refs)[:2])
+    tick(store, exp_id, infos_for(refs, running))          # jobs start: no searcher call
+    write_steps(store, exp_id, min(running), 1, 2)         # training lines only
+    tick(store, exp_id, infos_for(refs, running))
+    assert built == []
+    with store.session() as s:
+        after = s.get(SearcherState, exp_id)
+        assert after is not None and after.snapshot == stored
+    with open(tmp_path / "run-6" / "trials" / str(min(running)) / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"kind": "validation", "steps": 2,       # the searcher hears it
+                            "metrics": {"loss": 0.5}}) + "\n")
+    tick(store, exp_id, infos_for(refs, running))
+    assert built == ["progress", "snapshot"]
