@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -24,6 +24,7 @@ from dethpc.core import DistributedContext, PreemptMode
 from dethpc.pytorch._trial import PyTorchTrialContext
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def init_distributed(env: Mapping[str, str] | None = None) -> DistributedContext | None:
@@ -67,6 +68,18 @@ def init(*, hparams: Mapping[str, Any] | None = None,
     if aggregation_frequency != 1:
         raise DethpcError(f"aggregation_frequency={aggregation_frequency} is not supported by "
                           "dethpc (gradients are exchanged every batch); use 1")
+    with trial_context(PyTorchTrialContext, hparams=hparams, distributed=distributed,
+                       preempt_mode=preempt_mode, exit_on_preempt=exit_on_preempt) as context:
+        yield context
+
+
+@contextlib.contextmanager
+def trial_context(make: Callable[..., T], *, hparams: Mapping[str, Any] | None,
+                  distributed: DistributedContext | None, preempt_mode: PreemptMode,
+                  exit_on_preempt: bool) -> Iterator[T]:
+    """``make(core_context, hparams=hparams)`` inside ``dethpc.core.init()``, with the
+    process group set up (and torn down) around it: ``init()``'s body, shared with
+    ``dethpc.pytorch.deepspeed.init()``."""
     created = False
     if distributed is None:
         created = not (dist.is_available() and dist.is_initialized())
@@ -76,7 +89,7 @@ def init(*, hparams: Mapping[str, Any] | None = None,
     try:
         with core.init(distributed=distributed, preempt_mode=preempt_mode,
                        exit_on_preempt=exit_on_preempt) as core_context:
-            yield PyTorchTrialContext(core_context, hparams=hparams)
+            yield make(core_context, hparams=hparams)
         together = True
     except SystemExit as exc:  # preempted/stopped: the ranks agreed on the step
         together = exc.code in (EXIT_PREEMPTED, EXIT_STOPPED)

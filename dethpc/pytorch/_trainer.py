@@ -25,7 +25,7 @@ import math
 import os
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -139,7 +139,15 @@ def upgrade_state(state: dict[str, Any]) -> dict[str, Any]:
 
 
 class Trainer:
-    """Drives a ``PyTorchTrial`` with checkpoint/resume/preemption handled."""
+    """Drives a ``PyTorchTrial`` with checkpoint/resume/preemption handled.
+
+    A subclass drives another trial type through the same loop by overriding the
+    ``_trial_base`` and the ``_train_items`` / ``_call_train_batch`` /
+    ``_validation_items`` / ``_call_evaluate_batch`` / ``_batches_per_epoch`` /
+    ``_data_shard`` seams and the checkpoint pair (``dethpc.pytorch._deepspeed``)."""
+
+    #: the trial class whose methods count as "not overridden"
+    _trial_base: type = PyTorchTrial
 
     def __init__(self, trial: PyTorchTrial, context: PyTorchTrialContext) -> None:
         self.trial = trial
@@ -161,9 +169,9 @@ class Trainer:
 
     def _refuse_unsupported(self) -> None:
         """Refuse, before anything trains, a trial that relies on what the loop does not do."""
-        base = PyTorchTrial
+        base = self._trial_base
         for name in TRAINER_REFUSES:
-            if getattr(type(self.trial), name) is not getattr(base, name):
+            if getattr(type(self.trial), name, None) is not getattr(base, name, None):
                 refuse(f"determined.pytorch.PyTorchTrial.{name}")
         if self._full_dataset == self._overrides("evaluate_batch"):
             raise DethpcError("define exactly one of evaluate_batch() and "
@@ -175,7 +183,7 @@ class Trainer:
                               "dict of them (as Determined requires)")
 
     def _overrides(self, name: str) -> bool:
-        return getattr(type(self.trial), name) is not getattr(PyTorchTrial, name)
+        return getattr(type(self.trial), name) is not getattr(self._trial_base, name)
 
     @property
     def _full_dataset(self) -> bool:
@@ -300,7 +308,7 @@ class Trainer:
              step_zero_validation: bool, test_mode: bool,
              test_validation_batches: int) -> None:
         seed = self.context.get_trial_seed()
-        rank, size = self.dist.rank, self.dist.size
+        rank, size = self._data_shard()
         self._train_data = EpochLoaders(self.trial.build_training_data_loader(), seed=seed,
                                         rank=rank, size=size, train=True,
                                         what="build_training_data_loader()")
@@ -311,7 +319,7 @@ class Trainer:
                                       train=False, what="build_validation_data_loader()")
         plan = self._plan(as_unit(max_length), as_unit(checkpoint_period),
                           as_unit(validation_period), as_unit(reporting_period) or Batch(10),
-                          test_mode, test_validation_batches, self._train_data.batches_per_epoch)
+                          test_mode, test_validation_batches, self._batches_per_epoch())
         if not self.context.models:
             raise DethpcError("the trial wrapped no model; call context.wrap_model(model) in "
                               "the trial's __init__")
@@ -342,12 +350,12 @@ class Trainer:
         while self.progress.batches < plan.max_batches:
             epoch, offset = divmod(self.progress.batches, plan.batches_per_epoch)
             begun = time.monotonic()
-            for batch in self._train_data.epoch(epoch, offset):
+            for batch in self._train_items(epoch, offset):
                 sync_s = self.context._sync_s
                 batch_idx = self.context._batches = self.progress.batches
                 if batch_idx % plan.batches_per_epoch == 0:
                     self._on_epoch_start(epoch)
-                metrics = self.trial.train_batch(self._device(batch), epoch, batch_idx)
+                metrics = self._call_train_batch(batch, epoch, batch_idx)
                 if amp_scaler is not None:  # automatic AMP: one update per batch
                     amp_scaler.update()
                 if isinstance(metrics, torch.Tensor):  # as Determined: a bare loss
@@ -372,6 +380,27 @@ class Trainer:
                 if self.progress.batches >= plan.max_batches:
                     return False
         return False
+
+    # ------------------------------------------- seams for another trial type
+    def _data_shard(self) -> tuple[int, int]:
+        """(rank, ranks) the data is sharded over."""
+        return self.dist.rank, self.dist.size
+
+    def _batches_per_epoch(self) -> int:
+        return self._train_data.batches_per_epoch
+
+    def _train_items(self, epoch: int, offset: int) -> Iterable[Any]:
+        """One item per training batch of ``epoch`` from batch ``offset`` on."""
+        return self._train_data.epoch(epoch, offset)
+
+    def _call_train_batch(self, item: Any, epoch: int, batch_idx: int) -> Any:
+        return self.trial.train_batch(self._device(item), epoch, batch_idx)
+
+    def _validation_items(self) -> Iterable[Any]:
+        return self._val_data.epoch(0)
+
+    def _call_evaluate_batch(self, item: Any, batch_idx: int) -> Any:
+        return self.trial.evaluate_batch(self._device(item), batch_idx)
 
     def _device(self, batch: Any) -> Any:
         return self.context.to_device(batch) if self.context.experimental.auto_to_device \
@@ -512,10 +541,10 @@ class Trainer:
         values: dict[str, list[float]] = defaultdict(list)
         outputs: list[Any] = []
         self._hooks("on_validation_epoch_start")
-        for idx, batch in enumerate(self._val_data.epoch(0)):
+        for idx, batch in enumerate(self._validation_items()):
             if plan.test_validation_batches is not None and idx >= plan.test_validation_batches:
                 break
-            row = self.trial.evaluate_batch(self._device(batch), idx)
+            row = self._call_evaluate_batch(batch, idx)
             if self.callbacks:
                 outputs.append(row)
             for key, raw in row.items():
@@ -597,7 +626,7 @@ class Trainer:
         if module == "__main__":  # the entrypoint script: its file name is its module
             main = getattr(__import__("__main__"), "__file__", None)
             module = Path(main).stem if main else module
-        data = {"trial_type": "PyTorchTrial", "trial_cls_spec": f"{module}:{cls.__qualname__}",
+        data = {"trial_type": self._trial_base.__name__, "trial_cls_spec": f"{module}:{cls.__qualname__}",
                 "hparams": self.context.get_hparams(),
                 "experiment_config": self.core.info.experiment_config,
                 "model_dir": os.getcwd(), "is_trainer": True, "format": FORMAT}

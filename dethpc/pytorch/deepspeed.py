@@ -1,18 +1,19 @@
-"""Determined's ``det.pytorch.deepspeed``: its DeepSpeed Trial API, refused on dethpc.
+"""Determined's ``det.pytorch.deepspeed``: its DeepSpeed Trial API.
 
-Owns: stand-ins for ``DeepSpeedTrial``, ``DeepSpeedTrialContext``, ``Trainer``, ``init``
-and the model-parallel helpers (using one says what to do instead: DeepSpeed from a Core
-API script under ``python -m determined.launch.deepspeed``, which dethpc runs as
-``dethpc.launch.deepspeed``, with ``DistributedContext.from_deepspeed()``), and
-``overwrite_deepspeed_config``, a plain dict merge that is served.
-Must not: import torch or deepspeed.
+Owns: the public names, loaded lazily from ``dethpc.pytorch._deepspeed`` (which imports
+torch; deepspeed itself only when an engine is wrapped): ``DeepSpeedTrial``,
+``DeepSpeedTrialContext``, ``Trainer``, ``init``, ``ModelParallelUnit``,
+``make_data_parallel_mpu``, ``make_deepspeed_mpu``; ``overwrite_deepspeed_config``, a
+plain dict merge; and the refusal of Determined's internal ``DeepSpeedTrialController``
+(and of any other name).
+Must not: import torch or deepspeed at import time.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dethpc.common.errors import DethpcError
 from dethpc.common.util import merge_dicts
@@ -20,14 +21,21 @@ from dethpc.core._refused import module_getattr, refused_class, refused_function
 
 _PKG = "determined.pytorch.deepspeed"
 
-DeepSpeedTrial = refused_class(f"{_PKG}.DeepSpeedTrial")
-DeepSpeedTrialContext = refused_class(f"{_PKG}.DeepSpeedTrialContext")
+if TYPE_CHECKING:
+    from dethpc.pytorch._deepspeed import (
+        DeepSpeedTrial,
+        DeepSpeedTrialContext,
+        ModelParallelUnit,
+        Trainer,
+        init,
+        make_data_parallel_mpu,
+        make_deepspeed_mpu,
+    )
+
+_SERVED = ("DeepSpeedTrial", "DeepSpeedTrialContext", "ModelParallelUnit", "Trainer", "init",
+           "make_data_parallel_mpu", "make_deepspeed_mpu")
 DeepSpeedTrialController = refused_class(f"{_PKG}.DeepSpeedTrialController")
-ModelParallelUnit = refused_class(f"{_PKG}.ModelParallelUnit")
-Trainer = refused_class(f"{_PKG}.Trainer")
-init = refused_function(f"{_PKG}.init")
-make_data_parallel_mpu = refused_function(f"{_PKG}.make_data_parallel_mpu")
-make_deepspeed_mpu = refused_function(f"{_PKG}.make_deepspeed_mpu")
+__all__ = [*_SERVED, "DeepSpeedTrialController", "overwrite_deepspeed_config"]
 
 
 def overwrite_deepspeed_config(base_ds_config: str | dict[str, Any],
@@ -46,5 +54,14 @@ def overwrite_deepspeed_config(base_ds_config: str | dict[str, Any],
                           "holding one and a dict)")
     return merge_dicts(base, source_ds_dict)
 
-#: any other public name of Determined's module refuses too
-__getattr__ = module_getattr(_PKG)
+
+_refuse_other = module_getattr(_PKG)
+
+
+def __getattr__(name: str) -> Any:
+    """The served names from ``dethpc.pytorch._deepspeed``; any other refuses."""
+    if name in _SERVED:
+        from dethpc.pytorch import _deepspeed
+
+        return getattr(_deepspeed, name)
+    return _refuse_other(name)
