@@ -133,6 +133,8 @@ ENV_HOME = "DETHPC_HOME"
 ENV_CLUSTER_CONFIG = "DETHPC_CLUSTER_CONFIG"
 ENV_DATABASE_URL_FILE = "DETHPC_DATABASE_URL_FILE"
 ENV_DB_BUSY_TIMEOUT_S = "DETHPC_DB_BUSY_TIMEOUT_S"
+ENV_SQLITE_JOURNAL = "DETHPC_SQLITE_JOURNAL"
+ENV_SQLITE_SYNCHRONOUS = "DETHPC_SQLITE_SYNCHRONOUS"
 ENV_DETECT = "DETHPC_DETECT"
 ENV_CATCH_UP = "DETHPC_CATCH_UP"
 ENV_REMOTE_CONFIG = "DETHPC_REMOTE_CONFIG"
@@ -288,6 +290,11 @@ TABLE: tuple[EnvVar, ...] = (
            "a file holding the database URL", Where.LOGIN),
     EnvVar(ENV_DB_BUSY_TIMEOUT_S, (_U,), "dethpc.store.sqlite",
            "seconds a SQLite connection waits for a lock (default 30)", Where.LOGIN),
+    EnvVar(ENV_SQLITE_JOURNAL, (_U,), "dethpc.store.sqlite",
+           "the SQLite journal mode (default: `wal` on a local filesystem, else `delete`; "
+           "`wal` is refused off a local disk)", Where.LOGIN),
+    EnvVar(ENV_SQLITE_SYNCHRONOUS, (_U,), "dethpc.store.sqlite",
+           "SQLite's `synchronous` level (default `full`)", Where.LOGIN),
     EnvVar(ENV_DETECT, (_U,), "dethpc.backends.slurm_detect",
            "`0`: never probe Slurm (without a config file the backend is local)", Where.LOGIN),
     EnvVar(ENV_CATCH_UP, (_U,), "the CLI's views",

@@ -35,6 +35,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from dethpc.common.jobenv import ENV_SQLITE_JOURNAL, ENV_SQLITE_SYNCHRONOUS
+
 log = logging.getLogger(__name__)
 
 JOURNALS = ("wal", "delete")
@@ -61,12 +63,12 @@ class SqliteSettings:
     def for_file(cls, local: bool | None) -> SqliteSettings:
         """``local``: True when the file's filesystem is known to be local (``location``:
         ``StoreLocation.safe``), False on a network filesystem, None when unknown."""
-        journal = os.environ.get("DETHPC_SQLITE_JOURNAL", "").strip().lower()
+        journal = os.environ.get(ENV_SQLITE_JOURNAL, "").strip().lower()
         if journal not in JOURNALS:
             journal = "wal" if local is True else "delete"
         elif journal == "wal" and local is not True:
             journal = "delete"          # WAL's shared memory is unsafe off a local disk
-        sync = os.environ.get("DETHPC_SQLITE_SYNCHRONOUS", "").strip().lower()
+        sync = os.environ.get(ENV_SQLITE_SYNCHRONOUS, "").strip().lower()
         return cls(journal, sync if sync in SYNCHRONOUS else "full")
 
     def apply(self, dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
