@@ -33,8 +33,8 @@ from dethpc.core import Context, DistributedContext, PreemptMode
 from dethpc.pytorch._callback import PyTorchCallback
 from dethpc.pytorch._init import trial_context
 from dethpc.pytorch._state import capture_rng, restore_rng
-from dethpc.pytorch._trainer import STATE_FILE, Trainer as _PyTorchTrainer, _mean_metrics, \
-    _Plan, _Progress
+from dethpc.pytorch._trainer import STATE_FILE, _mean_metrics, _Plan, _Progress
+from dethpc.pytorch._trainer import Trainer as _PyTorchTrainer
 from dethpc.pytorch._trial import PyTorchTrialContext, Reducer
 
 log = logging.getLogger(__name__)
@@ -226,12 +226,14 @@ class DeepSpeedTrial(ABC):
 
     def save(self, context: DeepSpeedTrialContext, path: Path) -> None:
         """Every rank: each engine's ``save_checkpoint(path, tag="model<i>")``."""
-        for i, engine in enumerate(context.models):
+        engines: list[Any] = context.models
+        for i, engine in enumerate(engines):
             engine.save_checkpoint(str(path), tag=f"model{i}")
 
     def load(self, context: DeepSpeedTrialContext, load_path: Path) -> None:
         """Every rank: each engine's ``load_checkpoint(load_path, tag="model<i>")``."""
-        for i, engine in enumerate(context.models):
+        engines: list[Any] = context.models
+        for i, engine in enumerate(engines):
             found, _client = engine.load_checkpoint(str(load_path), tag=f"model{i}")
             if found is None:
                 raise DethpcError(f"no DeepSpeed checkpoint model{i} in {load_path}")

@@ -626,7 +626,8 @@ class Trainer:
         if module == "__main__":  # the entrypoint script: its file name is its module
             main = getattr(__import__("__main__"), "__file__", None)
             module = Path(main).stem if main else module
-        data = {"trial_type": self._trial_base.__name__, "trial_cls_spec": f"{module}:{cls.__qualname__}",
+        data = {"trial_type": self._trial_base.__name__,
+                "trial_cls_spec": f"{module}:{cls.__qualname__}",
                 "hparams": self.context.get_hparams(),
                 "experiment_config": self.core.info.experiment_config,
                 "model_dir": os.getcwd(), "is_trainer": True, "format": FORMAT}

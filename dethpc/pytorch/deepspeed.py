@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from dethpc.common.errors import DethpcError
 from dethpc.common.util import merge_dicts
-from dethpc.core._refused import module_getattr, refused_class, refused_function
+from dethpc.core._refused import module_getattr, refused_class
 
 _PKG = "determined.pytorch.deepspeed"
 
@@ -35,7 +35,9 @@ if TYPE_CHECKING:
 _SERVED = ("DeepSpeedTrial", "DeepSpeedTrialContext", "ModelParallelUnit", "Trainer", "init",
            "make_data_parallel_mpu", "make_deepspeed_mpu")
 DeepSpeedTrialController = refused_class(f"{_PKG}.DeepSpeedTrialController")
-__all__ = [*_SERVED, "DeepSpeedTrialController", "overwrite_deepspeed_config"]
+__all__ = ["DeepSpeedTrial", "DeepSpeedTrialContext", "DeepSpeedTrialController",
+           "ModelParallelUnit", "Trainer", "init", "make_data_parallel_mpu",
+           "make_deepspeed_mpu", "overwrite_deepspeed_config"]
 
 
 def overwrite_deepspeed_config(base_ds_config: str | dict[str, Any],
