@@ -80,10 +80,6 @@ _CROSS_SLOT = R("the cross-slot step of Determined's reducers (run_cross_slot_re
                 "call context.reduce_metrics(for_training=...) on every rank")
 _CUDA_AMP = ("CUDA AMP as Determined's: on a CPU device the scaler and autocast are off and "
              "the numbers are full precision, as Determined's own on CPU")
-_DEEPSPEED = R("the DeepSpeed Trial API (DeepSpeedTrial, DeepSpeedTrialContext, its Trainer)",
-               "write a Core API script that uses DeepSpeed directly and run it with "
-               "python3 -m determined.launch.deepspeed (dethpc runs dethpc.launch.deepspeed), "
-               "with det.core.DistributedContext.from_deepspeed()")
 _SAMPLERS = S("outside the Trainer (which shards, seeds and resumes each DataLoader itself)")
 _LEGACY = "the legacy harness"
 
@@ -411,8 +407,45 @@ RULES: dict[str, Rule] = {
     "determined.pytorch.samplers": _SAMPLERS,
     "determined.pytorch.samplers.*": _SAMPLERS,
     "determined.pytorch.to_device": S(),
-    "determined.pytorch.deepspeed.*": _DEEPSPEED,
-    "determined.pytorch.deepspeed.overwrite_deepspeed_config": S(),
+    "determined.pytorch.deepspeed.*": S(),
+    "determined.pytorch.deepspeed.DeepSpeedTrial.get_batch_length": D(
+        "not called: the Trainer counts batches (records are refused as a unit)"),
+    "determined.pytorch.deepspeed.DeepSpeedTrial.trial_context_class": R(
+        f"{_LEGACY}'s trial classes (trial_context_class, trial_controller_class)",
+        "nothing to set: det.pytorch.deepspeed.Trainer runs the trial"),
+    "determined.pytorch.deepspeed.DeepSpeedTrial.trial_controller_class": R(
+        f"{_LEGACY}'s trial classes (trial_context_class, trial_controller_class)",
+        "nothing to set: det.pytorch.deepspeed.Trainer runs the trial"),
+    "determined.pytorch.deepspeed.DeepSpeedTrialContext": D(
+        "built by det.pytorch.deepspeed.init() (or DeepSpeedTrialContext(core_context)); "
+        "CPU training is allowed (Determined's requires a GPU); it is a PyTorchTrialContext "
+        "whose wrap_model, wrap_optimizer, wrap_lr_scheduler, backward and step_optimizer "
+        "say that the engine does that", signature=False),
+    "determined.pytorch.deepspeed.DeepSpeedTrialContext.run_cross_slot_reduction":
+        _CROSS_SLOT,
+    "determined.pytorch.deepspeed.DeepSpeedTrialContext.profiler": D(
+        "None: the Trainer runs no profiler"),
+    "determined.pytorch.deepspeed.DeepSpeedTrialContext.set_profiler": D(
+        "logged, nothing is profiled"),
+    "determined.pytorch.deepspeed.DeepSpeedTrialContext.set_enable_tensorboard_logging": D(
+        "kept for get_enable_tensorboard_logging(); the Trainer's metrics reach TensorBoard "
+        "through dethpc tensorboard either way"),
+    "determined.pytorch.deepspeed.DeepSpeedTrialContext.set_stop_requested": D(
+        "the Trainer checkpoints, records an early exit (user_requested_stop) and returns"),
+    "determined.pytorch.deepspeed.DeepSpeedTrialContext.get_tensorboard_writer": D(
+        "a torch.utils.tensorboard.SummaryWriter on get_tensorboard_path()"),
+    "determined.pytorch.deepspeed.DeepSpeedTrialController": R(
+        f"{_LEGACY}'s DeepSpeed trial controller (DeepSpeedTrialController)",
+        "use det.pytorch.deepspeed.Trainer(trial, context).fit()"),
+    "determined.pytorch.deepspeed.Trainer.fit": D(
+        "the PyTorch Trainer's loop and its differences (see determined.pytorch.Trainer.fit); "
+        "checkpoints hold the engines' save_checkpoint directories (model<i>) and state.pt "
+        "(progress, every rank's RNG state, callbacks) in place of Determined's "
+        "det_state_dict_rank<r>.pth and trial_state.pkl; leftover micro batches at an "
+        "epoch's end (fewer than a batch's gradient accumulation steps) are skipped"),
+    "determined.pytorch.deepspeed.init": D(
+        "exp_conf is not read (the trial's config.yaml is); enable_tensorboard_logging has "
+        "no effect; preempt_mode and exit_on_preempt as det.pytorch.init()'s"),
 }
 
 _ONLY_SLURM = "Determined's Slurm/PBS launcher's own detail of its containers"

@@ -2,7 +2,7 @@
 
 Owns: ``ModelParallelUnit`` and the two helpers that make one, ``DeepSpeedTrialContext``
 (a ``PyTorchTrialContext`` whose models are DeepSpeed engines: ``wrap_model_engine``,
-``set_mpu``/``wrap_mpu``, the micro-batch getters), the ``DeepSpeedTrial`` base class
+``set_mpu``, the micro-batch getters), the ``DeepSpeedTrial`` base class
 (the trial pulls its batches from an iterator and steps its engine itself), ``init()``
 and a ``Trainer`` that runs it through ``dethpc.pytorch._trainer.Trainer``'s loop (the
 same periods, reporting, callbacks, preemption and stop request), with sharded
@@ -30,6 +30,7 @@ import torch
 
 from dethpc.common.errors import DethpcError
 from dethpc.core import Context, DistributedContext, PreemptMode
+from dethpc.core._refused import RefusedAttribute
 from dethpc.pytorch._callback import PyTorchCallback
 from dethpc.pytorch._init import trial_context
 from dethpc.pytorch._state import capture_rng, restore_rng
@@ -121,14 +122,9 @@ class DeepSpeedTrialContext(PyTorchTrialContext):
             raise DethpcError("call wrap_model_engine() before set_mpu() (as Determined "
                               "requires)")
         if self._called_set_mpu:
-            raise DethpcError("set_mpu()/wrap_mpu() may be called once per trial")
+            raise DethpcError("set_mpu() may be called once per trial")
         self._called_set_mpu = True
         self._mpu = mpu
-
-    def wrap_mpu(self, mpu: ModelParallelUnit) -> ModelParallelUnit:
-        """Determined's older name for ``set_mpu``; returns the unit."""
-        self.set_mpu(mpu)
-        return mpu
 
     @property
     def mpu(self) -> ModelParallelUnit:
@@ -190,7 +186,10 @@ class DeepSpeedTrial(ABC):
     """Determined's ``DeepSpeedTrial``: ``train_batch`` and ``evaluate_batch`` get an
     iterator over the data loader and pull their (micro) batches from it."""
 
-    trial_context_class = DeepSpeedTrialContext
+    trial_context_class = RefusedAttribute(
+        "determined.pytorch.deepspeed.DeepSpeedTrial.trial_context_class")
+    trial_controller_class = RefusedAttribute(
+        "determined.pytorch.deepspeed.DeepSpeedTrial.trial_controller_class")
 
     @abstractmethod
     def __init__(self, context: DeepSpeedTrialContext) -> None: ...

@@ -122,6 +122,14 @@ def _torch_context() -> Any:
         return PyTorchTrialContext(_context())
 
 
+def _deepspeed_context() -> Any:
+    from dethpc.pytorch._deepspeed import DeepSpeedTrialContext
+    from dethpc.pytorch._state import preserved_rng
+
+    with preserved_rng():
+        return DeepSpeedTrialContext(_context())
+
+
 def _load_context() -> Any:
     from dethpc.pytorch._load import CheckpointLoadContext
     from dethpc.pytorch._state import preserved_rng
@@ -158,6 +166,7 @@ def _instances() -> dict[str, Callable[[], Any]]:
         made["dethpc.pytorch.DataLoader"] = lambda: dethpc.pytorch.DataLoader([1, 2, 3])
         made["dethpc.pytorch.PyTorchTrialContext"] = _torch_context
         made["dethpc.pytorch.CheckpointLoadContext"] = _load_context
+        made["dethpc.pytorch.deepspeed.DeepSpeedTrialContext"] = _deepspeed_context
         made["dethpc.pytorch.samplers.DistributedBatchSampler"] = \
             lambda: samplers.DistributedBatchSampler(batches(), 2, 1)
         made["dethpc.pytorch.samplers.RepeatBatchSampler"] = \
@@ -169,7 +178,8 @@ def _instances() -> dict[str, Callable[[], Any]]:
 
 def _needs_torch(path: str) -> bool:
     return path.startswith("dethpc.pytorch.") and path.split(".")[2] not in (
-        "Batch", "Epoch", "TrainUnit", "deepspeed")
+        "Batch", "Epoch", "TrainUnit") and path != \
+        "dethpc.pytorch.deepspeed.overwrite_deepspeed_config"
 
 
 # ------------------------------------------------------------ signatures
@@ -373,11 +383,11 @@ def test_refused_stand_ins_behave_for_tools_and_subclasses() -> None:
     stub = dethpc.EnvContext
     assert not hasattr(stub, "_private")        # private lookups stay AttributeErrors
 
-    class Mine(dethpc.pytorch.deepspeed.DeepSpeedTrial):  # type: ignore[misc,name-defined]
+    class Mine(dethpc.pytorch.deepspeed.DeepSpeedTrialController):  # type: ignore[misc,name-defined]
         def __init__(self) -> None:
             pass
 
-    with pytest.raises(UnsupportedError, match="DeepSpeedTrial"):
+    with pytest.raises(UnsupportedError, match="DeepSpeedTrialController"):
         Mine()
     with pytest.raises(UnsupportedError, match=r"det\.EnvContext\.hparams"):
         stub.hparams  # noqa: B018
