@@ -8,20 +8,27 @@ the whole process from fork to exit with ``time.perf_counter``:
 - ``dethpc_version``: ``dethpc --version``
 - ``dethpc_help``: ``dethpc --help`` (its saved copy, filled before the rounds)
 - ``dethpc_help_first``: ``dethpc --help`` with an empty cache directory (the CLI runs)
-- ``dethpc_experiment_list``: ``dethpc experiment list`` on a store at the current
-  schema revision holding ``--experiments`` experiments (default 5, as rows)
+- ``dethpc_experiment_list``, ``dethpc_experiment_describe`` (the last experiment, its
+  share of the trials), ``dethpc_trial_logs`` (the last trial, ``--tail 20`` of its 200
+  lines): on a store at the current schema revision holding ``--experiments``
+  experiments (default 1,000) and ``--trials`` trials (default 100,000), written once by
+  ``make_store.py`` (bulk ``INSERT ... SELECT``)
+- ``dethpc_fresh_home``: ``dethpc experiment list`` in an empty home (the store created)
 - ``squeue``: ``squeue`` (only when it is on PATH and answers)
 - ``det_version``: Determined's ``det --version`` (only when ``det`` is next to this
   Python or on PATH)
 
-``dethpc`` is the console script next to this Python, or ``--dethpc PATH`` (another
-checkout's, to compare before and after). The home (``DETHPC_HOME``), cluster config
-(the local backend) and cache directory are temporary. Medians, p90s, every sample and
+``dethpc`` is the console script next to this Python, or ``--dethpc PATH``;
+``--before PATH`` (another checkout's console script) adds each ``dethpc_*`` command run
+by it, as ``*_before``, to the same rounds (before and after under the same load). The
+home (``DETHPC_HOME``), cluster config (the local backend) and cache directory are
+temporary. Medians, p90s, every sample and
 the modules each Python command imports (``-X importtime``) go to
 ``bench/results/cli.json`` (or ``--out``), with the host, its load average before and
 after, and the commit.
 
-Usage: python bench/cli/run.py [--calls 15] [--dethpc PATH] [--out FILE]
+Usage: python bench/cli/run.py [--calls 15] [--experiments 1000] [--trials 100000]
+[--dethpc PATH] [--before PATH] [--out FILE]
 """
 
 from __future__ import annotations
@@ -46,10 +53,15 @@ def p90(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
 
 
-def timed(argv: list[str], env: dict[str, str], *, fresh_cache: Path | None = None) -> float:
+def timed(argv: list[str], env: dict[str, str], *, fresh_cache: Path | None = None,
+          fresh_home: Path | None = None) -> float:
     if fresh_cache is not None:
         shutil.rmtree(fresh_cache, ignore_errors=True)
         env = {**env, "XDG_CACHE_HOME": str(fresh_cache)}
+    if fresh_home is not None:   # an empty home: the command creates its store
+        shutil.rmtree(fresh_home, ignore_errors=True)
+        fresh_home.mkdir()
+        env = {**env, "DETHPC_HOME": str(fresh_home)}
     start = time.perf_counter()
     done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                           check=False)
@@ -83,16 +95,14 @@ def modules_imported(argv: list[str], env: dict[str, str]) -> int | None:
     return sum(1 for line in done.stderr.splitlines() if line.startswith("import time:"))
 
 
-def record_experiments(env: dict[str, str], count: int) -> None:
-    """``count`` experiments in the store, as rows (no daemon, nothing submitted)."""
-    if not count:
-        return
-    code = ("from dethpc.store import Store\nfrom dethpc.store.models import Experiment\n"
-            "s = Store()\nwith s.session() as db:\n"
-            f"    for i in range({count}):\n"
-            "        db.add(Experiment(name=f'e{i}', config_yaml='name: e', "
-            "run_dir='/nonexistent', state='COMPLETED'))\n")
-    subprocess.run([sys.executable, "-c", code], env=env, check=True)
+def record_store(env: dict[str, str], experiments: int, trials: int,
+                 runs: Path) -> tuple[int, int]:
+    """The store (``make_store.py``, written once); the last experiment's and trial's ids."""
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("make_store.py")),
+                           str(experiments), str(trials), str(runs)], env=env, check=True,
+                          capture_output=True, text=True)
+    exp_id, trial_id = done.stdout.split()
+    return int(exp_id), int(trial_id)
 
 
 def git_commit() -> str:
@@ -104,8 +114,11 @@ def git_commit() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=15)
-    parser.add_argument("--experiments", type=int, default=5)
+    parser.add_argument("--experiments", type=int, default=1000)
+    parser.add_argument("--trials", type=int, default=100_000)
     parser.add_argument("--dethpc", default=str(Path(sys.executable).parent / "dethpc"))
+    parser.add_argument("--before", help="another checkout's console script, its dethpc "
+                        "commands timed in the same rounds (``*_before``)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "cli.json")
     args = parser.parse_args()
     dethpc = args.dethpc
@@ -126,7 +139,6 @@ def main() -> None:
             "dethpc_version": [dethpc, "--version"],
             "dethpc_help": [dethpc, "--help"],
             "dethpc_help_first": [dethpc, "--help"],
-            "dethpc_experiment_list": [dethpc, "experiment", "list"],
         }
         squeue = shutil.which("squeue")
         if squeue and subprocess.run([squeue], capture_output=True, check=False,
@@ -134,19 +146,39 @@ def main() -> None:
             variants["squeue"] = [squeue]
         if det:
             variants["det_version"] = [det, "--version"]
-        timed([dethpc, "experiment", "list"], env)  # the store, created at head
-        record_experiments(env, args.experiments)
+        # the store: its first command (a fresh home), timed once, then filled
+        first_ms = round(timed([dethpc, "experiment", "list"], env) * 1000, 1)
+        exp_id, trial_id = record_store(env, args.experiments, args.trials, Path(tmp) / "runs")
+        variants.update({
+            "dethpc_experiment_list": [dethpc, "experiment", "list"],
+            "dethpc_experiment_describe": [dethpc, "experiment", "describe", str(exp_id)],
+            "dethpc_trial_logs": [dethpc, "trial", "logs", str(trial_id), "--tail", "20"],
+            "dethpc_fresh_home": [dethpc, "experiment", "list"],
+        })
+        if args.before:
+            variants.update({f"{name}_before": [args.before, *argv[1:]]
+                             for name, argv in list(variants.items())
+                             if name.startswith("dethpc_")})
         for argv in variants.values():   # warm the page cache, the .pyc and --help
             timed(argv, env)
         first_cache = Path(tmp) / "first-cache"
         samples: dict[str, list[float]] = {name: [] for name in variants}
         for _ in range(args.calls):
             for name, argv in variants.items():
-                fresh = first_cache if name == "dethpc_help_first" else None
-                samples[name].append(timed(argv, env, fresh_cache=fresh))
-        modules = {name: modules_imported(argv, env) for name, argv in variants.items()}
-        modules["dethpc_help_first"] = modules_imported(
-            [dethpc, "--help"], {**env, "XDG_CACHE_HOME": str(Path(tmp) / "count-cache")})
+                fresh = first_cache if name.startswith("dethpc_help_first") else None
+                home_dir = (Path(tmp) / "fresh-home" if name.startswith("dethpc_fresh_home")
+                            else None)
+                samples[name].append(timed(argv, env, fresh_cache=fresh,
+                                           fresh_home=home_dir))
+        modules: dict[str, int | None] = {}
+        for n, (name, argv) in enumerate(variants.items()):
+            counted = dict(env)
+            if name.startswith("dethpc_help_first"):
+                counted["XDG_CACHE_HOME"] = str(Path(tmp) / f"count-cache-{n}")
+            if name.startswith("dethpc_fresh_home"):
+                (Path(tmp) / f"count-home-{n}").mkdir()
+                counted["DETHPC_HOME"] = str(Path(tmp) / f"count-home-{n}")
+            modules[name] = modules_imported(argv, counted)
     median = {k: round(statistics.median(v) * 1000, 1) for k, v in samples.items()}
     result = {
         "what": "wall ms of one command (fork to exit), medians of interleaved rounds",
@@ -158,6 +190,8 @@ def main() -> None:
         "commit": git_commit(),
         "dethpc": dethpc,
         "experiments_in_store": args.experiments,
+        "trials_in_store": args.trials,
+        "first_command_fresh_home_ms": first_ms,
         "calls": args.calls,
         "median_ms": median,
         "p90_ms": {k: round(p90(v) * 1000, 1) for k, v in samples.items()},

@@ -6,7 +6,12 @@
 - ``dethpc --help`` answers from the copy of its own output that the first call saved
   (``dethpc.surfaces.cli.helpcache``), byte for byte, without typer or rich; a change of
   what shapes the text (here the terminal width) is a new key, printed by the CLI;
-- a read-only command on a store at the current schema revision imports no Alembic.
+- a read-only command on a store at the current schema revision imports no Alembic;
+- a fresh home's store is created at the head revision directly: no revision runs and
+  Alembic is not imported (``dethpc.store.fresh``);
+- a command imports only its own command group (``cli.main.app_for``): ``experiment
+  list`` imports neither the daemon loop nor the admin's, the interactive tasks' or the
+  other groups' modules, and prints what the whole tree prints.
 
 (Times are bench/cli's; these tests assert only what is imported and printed.)
 """
@@ -75,9 +80,44 @@ def test_help_is_answered_from_its_saved_copy(home: Path, tmp_path: Path) -> Non
 def test_a_read_only_command_on_a_current_store_imports_no_alembic(
         home: Path, tmp_path: Path) -> None:
     env = environment(home, tmp_path)
-    created, _ = run(["experiment", "list"], env)  # a fresh home: migrated to head
+    created, _ = run(["experiment", "list"], env)  # a fresh home: created at head
     assert created.returncode == 0, created.stderr
     done, modules = run(["experiment", "list"], env)
     assert done.returncode == 0 and done.stdout == created.stdout
     assert "alembic" not in tops(modules)
     assert "sqlalchemy" in tops(modules)  # the store was opened: the check ran
+
+
+def test_a_fresh_home_is_created_at_head_without_running_a_migration(
+        home: Path, tmp_path: Path) -> None:
+    import sqlite3
+
+    from dethpc.store.migrations import head_revision
+
+    assert not (home / "dethpc.db").exists()
+    done, modules = run(["experiment", "list"], environment(home, tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "alembic" not in tops(modules)
+    assert not any(m.startswith("dethpc.store.migrations.versions") for m in modules)
+    assert "dethpc.store.fresh" in modules
+    with sqlite3.connect(home / "dethpc.db") as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [
+            (head_revision(),)]
+
+
+def test_a_command_imports_only_its_own_command_group(home: Path, tmp_path: Path) -> None:
+    env = environment(home, tmp_path)
+    assert run(["experiment", "list"], env)[0].returncode == 0   # the store, created
+    done, modules = run(["experiment", "list", "--json"], env)
+    assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr
+    others = ("admin_cmd", "interactive_cmd", "task_cmd", "trial_cmd", "config_cmd",
+              "dev_cmd", "sbatch_cmd", "dashboard_cmd", "jobapi_cmd")
+    assert not {f"dethpc.surfaces.cli.{m}" for m in others} & modules
+    assert not any(m.startswith(("dethpc.control.daemon", "dethpc.surfaces.admin"))
+                   for m in modules)
+    # the same words through the whole tree (``cli.main.app``) print the same
+    whole = subprocess.run(
+        [sys.executable, "-c", "import sys; from dethpc.surfaces.cli.main import app; "
+         "sys.argv[0] = 'dethpc'; app()", "experiment", "list", "--json"],
+        capture_output=True, text=True, env=env, timeout=120)
+    assert (whole.returncode, whole.stdout, whole.stderr) == (0, done.stdout, done.stderr)

@@ -8,13 +8,18 @@ one linear chain), Alembic's ``env.py``, and ``upgrade_to_head(engine)``, which
 - otherwise, under a lock (SQLite: ``BEGIN IMMEDIATE``, the whole migration in that
   transaction; PostgreSQL: ``pg_advisory_xact_lock``, and DDL is transactional there too),
   it checks again (a concurrent opener may have migrated meanwhile) and then:
-  an empty database is upgraded from base; a pre-Alembic v1 database (table ``schemainfo``,
+  an empty SQLite database is created at head directly (``dethpc.store.fresh``: the
+  models' tables and the head revision stamped, without Alembic: a fresh home's first
+  command costs no migration chain, issue 47), an empty PostgreSQL database is upgraded
+  from base (revision 0006's roles and policies are not in the models); a pre-Alembic v1
+  database (table ``schemainfo``,
   no ``alembic_version``) is stamped ``0001`` and upgraded; a known revision is upgraded;
   a revision this dethpc does not know (a newer dethpc wrote it) is refused.
 
 Alembic is configured in code (no ``alembic.ini``): ``alembic_config(connection)``.
-Must not: import the live models (``dethpc.store.models``) here or in a revision: a
-revision describes the schema as it was when it was written.
+Must not: import the live models (``dethpc.store.models``) in a revision (a revision
+describes the schema as it was when it was written) or here but for an empty SQLite
+database (``dethpc.store.fresh``).
 """
 
 from __future__ import annotations
@@ -58,6 +63,15 @@ class Migration:
     head: str
     #: it was a pre-Alembic v1 database, stamped ``V1_REVISION`` before upgrading
     stamped_v1: bool = False
+    #: it was an empty SQLite database, created at head without the migration chain
+    created_at_head: bool = False
+
+
+def _empty_sqlite(conn: Connection) -> bool:
+    """No table, view, index or trigger at all in the SQLite database (checked under the
+    write lock: a concurrent opener may have created it meanwhile)."""
+    return conn.exec_driver_sql(
+        "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'").scalar() == 0
 
 
 @functools.cache
@@ -81,8 +95,10 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return config
 
 
-def upgrade_to_head(engine: Engine) -> Migration | None:
+def upgrade_to_head(engine: Engine, *, fresh_at_head: bool = True) -> Migration | None:
     """Bring the database to head; None when it was at head already (the cheap path).
+    ``fresh_at_head``: an empty SQLite database is created at head directly (False: by
+    the migration chain, as PostgreSQL always is; the tests compare the two).
 
     Raises ``StoreError`` for an unreachable database, a revision this dethpc does not
     know, or a database that is neither empty nor dethpc's."""
@@ -97,7 +113,7 @@ def upgrade_to_head(engine: Engine) -> Migration | None:
                 _refuse_without_create(conn, stored, head, where)
     except DBAPIError as exc:
         raise StoreError(f"cannot open database {where}: {exc.orig}") from exc
-    return _upgrade_locked(engine, head, where)
+    return _upgrade_locked(engine, head, where, fresh_at_head)
 
 
 def _refuse_without_create(conn: Connection, stored: set[str] | None, head: str,
@@ -125,9 +141,10 @@ def _stored_revisions(conn: Connection) -> set[str] | None:
         return None
 
 
-def _upgrade_locked(engine: Engine, head: str, where: str) -> Migration | None:
+def _upgrade_locked(engine: Engine, head: str, where: str,
+                    fresh_at_head: bool = False) -> Migration | None:
     try:
-        return _upgrade_locked_unchecked(engine, head, where)
+        return _upgrade_locked_unchecked(engine, head, where, fresh_at_head)
     except DBAPIError as exc:
         rolled_back = engine.dialect.name in ("sqlite", "postgresql")
         raise StoreError(
@@ -136,7 +153,8 @@ def _upgrade_locked(engine: Engine, head: str, where: str) -> Migration | None:
                if rolled_back else "")) from exc
 
 
-def _upgrade_locked_unchecked(engine: Engine, head: str, where: str) -> Migration | None:
+def _upgrade_locked_unchecked(engine: Engine, head: str, where: str,
+                              fresh_at_head: bool = False) -> Migration | None:
     dialect = engine.dialect.name
     if dialect == "sqlite":
         # Own connection: foreign keys OFF (a batch migration drops and re-creates tables
@@ -150,6 +168,13 @@ def _upgrade_locked_unchecked(engine: Engine, head: str, where: str) -> Migratio
         try:
             conn.exec_driver_sql("PRAGMA foreign_keys=OFF")
             conn.exec_driver_sql("BEGIN IMMEDIATE")
+            if fresh_at_head and _empty_sqlite(conn):
+                from dethpc.store.fresh import create_at_head
+
+                create_at_head(conn, head)
+                conn.commit()
+                log.info("database %s created at schema revision %s", where, head)
+                return Migration(start=None, head=head, created_at_head=True)
             done = _upgrade(conn, head, where)
             violations = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
             if violations:

@@ -6,14 +6,17 @@ import logging
 import signal
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import typer
 
 from dethpc.common.errors import DethpcError
 from dethpc.control import service
-from dethpc.control.daemon import Daemon, TickStats
 from dethpc.control.lease import Lease
 from dethpc.surfaces.cli.common import ENV, console, err_console, say_if_untracked
+
+if TYPE_CHECKING:   # the daemon loop's imports only where a daemon is built (issue 47)
+    from dethpc.control.daemon import Daemon, TickStats
 
 daemon_app = typer.Typer(help="The reconcile loop that turns experiments into jobs.",
                          no_args_is_help=True)
@@ -22,6 +25,7 @@ daemon_app = typer.Typer(help="The reconcile loop that turns experiments into jo
 def _daemon(lease: Lease | None = None) -> Daemon:
     """On a shared database, the daemon acts on its own user's experiments only, even
     when its role may see everyone's (an admin's)."""
+    from dethpc.control.daemon import Daemon
     from dethpc.control.experiments import current_user
 
     owner = current_user() if ENV.store.role.shared else None

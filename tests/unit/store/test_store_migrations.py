@@ -102,10 +102,46 @@ def _schema_diff(url: str) -> list:  # type: ignore[type-arg]
 
 
 def test_empty_database_migrates_to_exactly_the_schema_of_the_models(tmp_path):
+    """The chain from base (PostgreSQL's way; SQLite's fresh home skips it, below)."""
     url = _url(tmp_path / "new.db")
-    store = Store(url)
-    assert store.migration is not None and store.migration.start is None
+    engine = create_engine(url)
+    done = migrations.upgrade_to_head(engine, fresh_at_head=False)
+    engine.dispose()
+    assert done is not None and done.start is None and not done.created_at_head
+    assert _revision(tmp_path / "new.db") == [HEAD]
     assert _schema_diff(url) == []
+
+
+def _columns(db: Path) -> dict[str, set[tuple[object, ...]]]:
+    """Every table's columns (name, type, not null, default, primary key) and indexes."""
+    with sqlite3.connect(db) as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        out = {t: {tuple(r[1:]) for r in conn.execute(f"PRAGMA table_info('{t}')")}
+               | {("fk", *r[2:5]) for r in conn.execute(f"PRAGMA foreign_key_list('{t}')")}
+               for t in tables}
+        out["indexes"] = {tuple(r) for r in conn.execute(
+            "SELECT name, tbl_name, sql FROM sqlite_master WHERE type='index'")}
+    return out
+
+
+def test_a_fresh_sqlite_database_is_created_at_head_without_alembic(tmp_path):
+    """A new home's store: the models' tables and the head revision, no migration run,
+    Alembic not imported; the same tables, columns, keys and indexes as the chain gives."""
+    db = tmp_path / "fresh.db"
+    probe = ("import sys; from dethpc.store import Store; s = Store(sys.argv[1]); "
+             "m = s.migration; print(m.start, m.created_at_head, "
+             "sorted(n for n in sys.modules if n.startswith('alembic')))")
+    out = subprocess.run([sys.executable, "-c", probe, _url(db)], capture_output=True,
+                         text=True, check=True, timeout=120).stdout.split()
+    assert out == ["None", "True", "[]"]
+    assert _revision(db) == [HEAD]
+    assert _schema_diff(_url(db)) == []
+    chained = tmp_path / "chained.db"
+    engine = create_engine(_url(chained))
+    migrations.upgrade_to_head(engine, fresh_at_head=False)
+    engine.dispose()
+    assert _columns(db) == _columns(chained)
+    assert Store(_url(db)).migration is None  # at head: the one-query path from now on
 
 
 def test_upgraded_v1_database_has_exactly_the_schema_of_the_models(v1_db):

@@ -256,3 +256,56 @@ def test_json_parses_for_every_table_command(ids: dict[str, int], tmp_path: Path
         assert data, name
     preview = json.loads(run("experiment", "preview-search", str(cfg), "--json"))
     assert preview["total_trials"] == 3
+
+
+def _drawn(monkeypatch: pytest.MonkeyPatch, *, terminal: bool, rich_rows: bool,
+           columns: int, wide: bool, rows: list[list[Any]]) -> str:
+    import io
+
+    from rich.console import Console
+
+    from dethpc.surfaces.cli import common
+    from dethpc.surfaces.layout import Col
+
+    buf = io.StringIO()
+    monkeypatch.setenv("COLUMNS", str(columns))
+    monkeypatch.setattr(common, "console", Console(file=buf, force_terminal=terminal or None))
+    if rich_rows:
+        monkeypatch.setattr(common, "plain_rows", lambda *_: None)
+    common.table("Things", [Col("id", keep=100), Col("name", shrink=True, keep=90),
+                            Col("state", keep=95), Col("labels here", shrink=True, keep=30),
+                            Col("owner", shrink=True, keep=60)], rows, wide=wide)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+@pytest.mark.parametrize("columns", [24, 40, 80, 200])
+@pytest.mark.parametrize("wide", [False, True])
+def test_plain_rows_are_what_rich_draws_byte_for_byte(
+        monkeypatch: pytest.MonkeyPatch, terminal: bool, columns: int, wide: bool) -> None:
+    """``common.table`` writes plain rows itself (issue 47: rich's cost per cell); what it
+    prints is rich's own table, byte for byte: in a terminal and not, cut, left out and
+    wide, with empty, long, wide-character and control-character cells (those fall back
+    to rich)."""
+    import random
+
+    rng = random.Random(columns * 2 + wide + 4 * terminal)
+    words = ["", "a", "COMPLETED", "digits-random", "zq" * 20, "x y  z", "émigré",
+             "数据集", "tab\there", "owner-name", "0.25", "1,2,3"]
+    ascii_words = [w for w in words if w.isascii() and w.isprintable()]
+    for n_rows, pool in [(0, words), (1, words), (7, words), (60, words), (7, ascii_words),
+                         (60, ascii_words)]:
+        rows = [[i, *(rng.choice(pool) for _ in range(4))] for i in range(n_rows)]
+        plain = _drawn(monkeypatch, terminal=terminal, rich_rows=False, columns=columns,
+                       wide=wide, rows=rows)
+        drawn = _drawn(monkeypatch, terminal=terminal, rich_rows=True, columns=columns,
+                       wide=wide, rows=rows)
+        assert plain == drawn
+
+
+def test_plain_rows_are_used_for_plain_ascii_cells() -> None:
+    from dethpc.surfaces.cli.common import plain_rows
+
+    assert plain_rows([["1", "ab"], ["22", ""]], [3, 4]) == "1    ab  \n22       \n"
+    assert plain_rows([["1", "数"]], [3, 4]) is None
+    assert plain_rows([["1", "abcde"]], [3, 4]) is None
