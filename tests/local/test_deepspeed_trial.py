@@ -108,3 +108,14 @@ def test_two_ranks_train_in_step_and_resume_bit_identical(tmp_path: Path) -> Non
     optim = {p.name for p in checkpoints.glob("*/model0/*optim_states.pt")}
     assert optim == {"zero_pp_rank_0_mp_rank_00_optim_states.pt",
                      "zero_pp_rank_1_mp_rank_00_optim_states.pt"}  # ZeRO 1: one per rank
+
+
+def test_gradient_accumulation_calls_train_batch_per_micro_batch(tmp_path: Path) -> None:
+    """gradient_accumulation_steps 2: a batch is two train_batch calls (as Determined's),
+    the engine steps once per two micro batches, the same as the plain loop's."""
+    _trial_dir(tmp_path)
+    (whole,) = _run(tmp_path, "trial", "whole", GAS="2", BATCHES="4")
+    (plain,) = _run(tmp_path, "plain", "plain", GAS="2", BATCHES="8")
+    assert whole["batches"] == 4 and len(whole["losses"]) == 8
+    assert whole["losses"] == plain["losses"]
+    assert whole["weights"] == plain["weights"]
