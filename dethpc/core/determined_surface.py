@@ -488,7 +488,9 @@ ENV_RULES: dict[str, Rule] = {
     "$DET_LOCALTMP": A(_ONLY_SLURM + " (container-local directory)"),
     "$DET_LOG_LEVEL": A(_GC),
     "$DET_LOG_WAIT_TIME": A(_SHIP),
-    "$DET_MANUAL_INIT_DISTRIBUTED": A("read by DeepSpeedTrial, which dethpc refuses"),
+    "$DET_MANUAL_INIT_DISTRIBUTED": A(
+        "read by Determined's DeepSpeedTrial controller to skip its own process-group "
+        "setup; dethpc's init() joins an existing process group itself"),
     "$DET_MASTER": A(_SDK),
     "$DET_MASTER_ADDR": A(_SDK),
     "$DET_MASTER_CERT_FILE": A(_SDK),
