@@ -2,7 +2,8 @@
 
 Owns: importing the trial class (from the working directory, normally the
 context snapshot), building it inside ``dethpc.pytorch.init()`` and calling
-``Trainer.fit``; ``DethpcError``s become a one-line message and exit code.
+``Trainer.fit`` (for a ``DeepSpeedTrial``, ``dethpc.pytorch.deepspeed``'s two);
+``DethpcError``s become a one-line message and exit code.
 Must not: parse the experiment config (Trainer reads the periods it needs).
 """
 
@@ -40,9 +41,16 @@ def load_trial_class(spec: str) -> type:
         obj = getattr(obj, part)
     from dethpc.pytorch._trial import PyTorchTrial
 
-    if not (inspect.isclass(obj) and issubclass(obj, PyTorchTrial)):
-        raise DethpcError(f"entrypoint {spec!r} is not a subclass of dethpc.pytorch.PyTorchTrial")
-    return obj
+    if inspect.isclass(obj) and (issubclass(obj, PyTorchTrial) or _is_deepspeed_trial(obj)):
+        return obj
+    raise DethpcError(f"entrypoint {spec!r} is not a subclass of dethpc.pytorch.PyTorchTrial "
+                      "or dethpc.pytorch.deepspeed.DeepSpeedTrial")
+
+
+def _is_deepspeed_trial(cls: type) -> bool:
+    """A ``DeepSpeedTrial`` subclass (its module is loaded only when the trial's is)."""
+    module = sys.modules.get("dethpc.pytorch._deepspeed")
+    return module is not None and issubclass(cls, module.DeepSpeedTrial)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -57,10 +65,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get(ENV_LOG_LEVEL, "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        from dethpc.pytorch._init import init
-        from dethpc.pytorch._trainer import Trainer
-
         trial_cls = load_trial_class(args.trial)
+        if _is_deepspeed_trial(trial_cls):
+            from dethpc.pytorch._deepspeed import Trainer, init
+        else:
+            from dethpc.pytorch._init import init  # type: ignore[assignment]
+            from dethpc.pytorch._trainer import Trainer  # type: ignore[assignment]
         with init() as context:
             trial = trial_cls(context)
             Trainer(trial, context).fit(max_length=args.max_length,

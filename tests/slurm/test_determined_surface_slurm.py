@@ -62,6 +62,8 @@ RUNS: list[tuple[str, dict[str, Any]]] = [
                                   "trial:CompatTrial"}),
     ("trial.yaml", {"entrypoint": "python3 trial.py", "resources": {"slots_per_trial": 1}}),
     ("extras.yaml", {}),
+    ("ds_trial.yaml", {}),
+    ("ds_trial.yaml", {"entrypoint": "python3 ds_trial.py", "resources": {"slots_per_trial": 1}}),
 ]
 
 
