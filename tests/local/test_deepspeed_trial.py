@@ -119,3 +119,37 @@ def test_gradient_accumulation_calls_train_batch_per_micro_batch(tmp_path: Path)
     assert whole["batches"] == 4 and len(whole["losses"]) == 8
     assert whole["losses"] == plain["losses"]
     assert whole["weights"] == plain["weights"]
+
+
+def test_preempted_by_signal_at_a_batch_boundary_resumes_bit_identical(tmp_path: Path) -> None:
+    """SIGUSR2 (the job's preemption signal) mid-run: the Trainer checkpoints at the next
+    batch boundary and returns; the resumed run ends as the uninterrupted one."""
+    import signal
+    import time
+
+    _trial_dir(tmp_path / "a")
+    trial_b = _trial_dir(tmp_path / "b")
+    (whole,) = _run(tmp_path / "a", "trial", "whole")
+    env = dict(os.environ)
+    env.update({"DS_ACCELERATOR": "cpu", "DETHPC_TRIAL_ID": "1", "DETHPC_EXPERIMENT_ID": "1",
+                "DETHPC_TRIAL_DIR": str(trial_b), "PYTHONPATH": str(REPO),
+                "DETHPC_PREEMPT_SIGNAL": "USR2", "SLOW_S": "0.5", "OMP_NUM_THREADS": "1"})
+    for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "DETHPC_RUN_ID"):
+        env.pop(key, None)
+    out = tmp_path / "b" / "first.json"
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), "trial", str(out)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = trial_b / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.exists() and metrics.read_text().count('"training"') >= 2:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGUSR2)
+    log, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, log[-3000:]
+    first = json.loads(out.read_text())
+    assert 2 <= first["batches"] < 8, first["batches"]
+    (second,) = _run(tmp_path / "b", "trial", "second", RESUME=first["uuid"])
+    assert first["losses"] + second["losses"] == whole["losses"]
+    assert second["weights"] == whole["weights"]
