@@ -143,9 +143,18 @@ def existing_ancestor(path: Path) -> Path:
     """``path`` resolved, or its nearest ancestor that exists, resolved (a file about to be
     created lives where its directory does)."""
     p = Path(os.path.abspath(os.path.expanduser(path)))
-    while not p.exists() and p != p.parent:
+    while not _exists(p) and p != p.parent:
         p = p.parent
     return Path(os.path.realpath(p))
+
+
+def _exists(p: Path) -> bool:
+    """``p`` exists; a path this user may not look at (another user's home: EACCES, which
+    ``Path.exists`` raises) counts as absent, so its nearest visible ancestor answers."""
+    try:
+        return p.exists()
+    except OSError:
+        return False
 
 
 def filesystem_of(path: Path) -> Mount | None:

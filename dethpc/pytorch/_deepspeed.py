@@ -19,9 +19,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -355,6 +356,34 @@ class Trainer(_PyTorchTrainer):
                             "no state under that name: it starts from scratch", name, uuid)
 
 
+#: what ``deepspeed.init_distributed`` needs to find to skip its discovery (which, with
+#: mpi4py installed, calls ``MPI_Init``: fatal in a Slurm step without PMI)
+DEEPSPEED_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def single_process_env(env: MutableMapping[str, str]) -> bool:
+    """A trial of one process that no launcher set up (``python3 ds_trial.py`` on one
+    slot): the rendezvous of a world of one on this host, so the user's
+    ``deepspeed.initialize`` finds it instead of discovering one through MPI. Nothing
+    when a launcher set the world (``WORLD_SIZE``) or the process group is up. Returns
+    whether it set anything."""
+    import torch.distributed as dist
+
+    if "WORLD_SIZE" in env or (dist.is_available() and dist.is_initialized()):
+        return False
+    if all(k in env for k in DEEPSPEED_ENV):
+        return False
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    for key, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"),
+                       ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(port))):
+        env.setdefault(key, value)
+    return True
+
+
 @contextlib.contextmanager
 def init(*, hparams: Mapping[str, Any] | None = None,
          exp_conf: Mapping[str, Any] | None = None,
@@ -365,6 +394,8 @@ def init(*, hparams: Mapping[str, Any] | None = None,
     """Like Determined's ``det.pytorch.deepspeed.init()``: yields a ``DeepSpeedTrialContext``
     (``exp_conf`` and ``enable_tensorboard_logging`` as ``dethpc.pytorch.init``'s)."""
     del exp_conf, enable_tensorboard_logging
+    if distributed is None:
+        single_process_env(os.environ)
     with trial_context(DeepSpeedTrialContext, hparams=hparams, distributed=distributed,
                        preempt_mode=preempt_mode, exit_on_preempt=exit_on_preempt) as context:
         yield context

@@ -157,3 +157,23 @@ def test_a_real_tmpfs_is_found_and_is_not_network(tmp_path: Path) -> None:
         assert (m.fstype, m.source, m.mount_point) == ("tmpfs", "dethpc-test",
                                                        os.path.realpath(where))
         assert not m.network
+
+
+def test_a_path_this_user_may_not_look_at_answers_by_its_visible_ancestor(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another user's home (tests/slurm/test_isolation_slurm.py: ``nobody`` running
+    dethpc on dethpc-user's database): ``Path.exists`` raises EACCES there; the lookup
+    answers for the nearest ancestor it can see instead of a traceback."""
+    from dethpc.common import fstype
+
+    home = tmp_path / "home"
+    home.mkdir()
+    real_exists = Path.exists
+
+    def exists(p: Path, **kw: object) -> bool:
+        if p == home / "dethpc.db":
+            raise PermissionError(13, "Permission denied", str(p))
+        return real_exists(p)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    assert fstype.existing_ancestor(home / "dethpc.db") == home.resolve()

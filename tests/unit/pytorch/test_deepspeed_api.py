@@ -78,3 +78,24 @@ def test_the_legacy_controller_and_trial_class_attributes_refuse() -> None:
         det_ds.DeepSpeedTrial.trial_controller_class  # noqa: B018
     assert det.pytorch.deepspeed.overwrite_deepspeed_config(
         {"a": {"b": 1, "c": 2}}, {"a": {"b": 3}}) == {"a": {"b": 3, "c": 2}}
+
+
+@pytest.mark.parametrize(("env", "sets"), [
+    ({}, True),                                           # python3 ds_trial.py, one slot
+    ({"WORLD_SIZE": "2", "RANK": "1"}, False),            # a launcher set the world
+    ({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "h",
+      "MASTER_PORT": "1"}, False),                        # all there already
+])
+def test_a_single_process_trial_gets_a_world_of_one(env: dict[str, str], sets: bool) -> None:
+    """Without it, the user's deepspeed.initialize() in a one-slot Slurm job discovers
+    its world through mpi4py's MPI_Init, fatal in a step without PMI (the dev cluster's
+    surface test: 'OMPI was not built with SLURM's PMI support')."""
+    from dethpc.pytorch._deepspeed import DEEPSPEED_ENV, single_process_env
+
+    before = dict(env)
+    assert single_process_env(env) is sets
+    if sets:
+        assert all(k in env for k in DEEPSPEED_ENV)
+        assert (env["RANK"], env["WORLD_SIZE"], env["MASTER_ADDR"]) == ("0", "1", "127.0.0.1")
+    else:
+        assert env == before
