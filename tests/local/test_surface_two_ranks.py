@@ -29,11 +29,18 @@ sys.path.insert(0, sys.argv[1])
 torch.set_num_threads(1)
 import surface_trials as st
 det = st.det
+# one process group for the four trials, as a program that runs several would: set up
+# and torn down per trial on the one MASTER_PORT, a rank could meet the previous
+# trial's store (f41: one rank in the next trial's DDP, the other in its rendezvous)
+import torch.distributed as dist
+dist.init_process_group("gloo")
+distributed = det.core.DistributedContext.from_torch_distributed()
 out = {}
 for name in ("ReducerTrial", "FullDatasetTrial", "EvalReducerTrial", "CallbackTrial"):
     reports = {"training": [], "validation": []}
     st.EVENTS.clear()
-    with det.pytorch.init(hparams={"global_batch_size": 4, "model_seed": 3}) as context:
+    with det.pytorch.init(hparams={"global_batch_size": 4, "model_seed": 3},
+                          distributed=distributed) as context:
         train = context.core.train
         def hook(kind, real):
             def record(steps_completed, metrics, *a, **k):
@@ -61,6 +68,26 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def finish(procs: list[subprocess.Popen[str]], timeout_s: float) -> list[str]:
+    """Every rank's output once all have ended; past ``timeout_s`` (a rank waiting for a
+    peer that died: f41 saw one wait 600 s and said nothing) all are killed and the test
+    fails with what each printed."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    outs: list[str] = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            rest = [q.communicate()[0] for q in procs]
+            pytest.fail(f"the ranks did not end within {timeout_s:.0f} s: "
+                        f"{[o[-3000:] for o in rest]}")
+    return outs
+
+
 def run(tmp: Path, world: int) -> list[dict[str, Any]]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("DET_", "DETHPC_", "SLURM_"))}
@@ -75,7 +102,7 @@ def run(tmp: Path, world: int) -> list[dict[str, Any]]:
             [sys.executable, "-c", RANK, str(FIXTURES), str(work / "out.json")], cwd=work,
             env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True))
-    outs = [p.communicate(timeout=600)[0] for p in procs]
+    outs = finish(procs, timeout_s=300)
     assert [p.returncode for p in procs] == [0] * world, [o[-3000:] for o in outs]
     return [json.loads((tmp / f"w{world}" / str(r) / "out.json").read_text())
             for r in range(world)]
