@@ -347,13 +347,7 @@ class Trainer(_PyTorchTrainer):
         else:
             log.warning("checkpoint %s was written by %d rank(s), this run has %d: RNG states "
                         "are not restored", uuid, len(rngs), self.dist.size)
-        saved = state.get("callbacks") or {}
-        for name, callback in self.callbacks.items():
-            if name in saved:
-                callback.load_state_dict(saved[name])
-            elif type(callback).load_state_dict is not PyTorchCallback.load_state_dict:
-                log.warning("callback %r implements load_state_dict() but checkpoint %s holds "
-                            "no state under that name: it starts from scratch", name, uuid)
+        self._restore_callbacks(state, uuid)
 
 
 #: what ``deepspeed.init_distributed`` needs to find to skip its discovery (which, with

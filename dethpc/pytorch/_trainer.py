@@ -644,6 +644,11 @@ class Trainer:
                                              weights_only=False))
         self._hooks("on_checkpoint_load_start", state)
         self._apply(state, uuid)
+        self._restore_callbacks(state, uuid)
+
+    def _restore_callbacks(self, state: Mapping[str, Any], uuid: str) -> None:
+        """Each callback's saved state handed back (``load_state_dict``); one that
+        implements it but has none saved starts from scratch, with a warning."""
         saved = state.get("callbacks") or {}
         for name, callback in self.callbacks.items():
             if name in saved:
