@@ -50,6 +50,20 @@ echo "set-up: venv ${t_setup} s, dev cluster and PostgreSQL $((SECONDS - t0 - t_
 # unit, local and PostgreSQL tiers beside them (pytest_xdist_make_scheduler in
 # tests/conftest.py). The 25 slowest tests are listed before the summary. The run's JUnit
 # XML (.pytest-junit.xml) refreshes the lane plan: python -m tests.slurm_lanes .pytest-junit.xml
+# bench/suite_cpu: with DETHPC_CPU_LEDGER=FILE every Python process of the venv writes its
+# own CPU to FILE at exit (the CLI's, the daemon's and the job side's share of the suite)
+if [ -n "${DETHPC_CPU_LEDGER:-}" ]; then
+  python bench/suite_cpu/install.py && head -1 /proc/stat > "$DETHPC_CPU_LEDGER.stat0"
+fi
 spanning=$(echo "${DETHPC_SPANNING_RELEASES:-}" | tr ',' '\n' | grep -c .)
+t_pytest=$SECONDS
 python -m pytest -n "$((lanes + spanning + 1))" --dist loadgroup --slurm-lanes "$lanes" --durations=25 \
   --junitxml .pytest-junit.xml "$@"
+rc=$?
+if [ -n "${DETHPC_CPU_LEDGER:-}" ]; then
+  head -1 /proc/stat > "$DETHPC_CPU_LEDGER.stat1"
+  python bench/suite_cpu/install.py --remove >/dev/null
+  python bench/suite_cpu/summarize.py "$DETHPC_CPU_LEDGER" --label "${DETHPC_CPU_LEDGER_LABEL:-after}" \
+    --wall-s "$((SECONDS - t_pytest))" >/dev/null
+fi
+exit $rc
