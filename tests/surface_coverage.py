@@ -44,6 +44,9 @@ _HOROVOD = ("horovod is not installed here or in CI (its wheel builds against MP
             "framework at install time); the launcher's argv mapping is unit-tested "
             "(tests/unit/core/test_determined_surface.py) and dethpc.launch.horovod's MPI "
             "path is the mpi4py launcher's")
+_WRAP_RANK = ("a program spawns it (Determined's launchers and Core API material do), no "
+              "entrypoint names it: tests/local/test_determined_oracle.py runs it in a "
+              "local-backend job and compares its bytes with Determined's own wrap_rank")
 #: served names no job here can run, and why
 EXEMPT: dict[str, str] = {
     "determined.core.DistributedContext.from_horovod": _HOROVOD,
@@ -52,6 +55,8 @@ EXEMPT: dict[str, str] = {
     "determined.launch.horovod.--autohorovod": _HOROVOD,
     "determined.launch.horovod.--trial": _HOROVOD,
     "determined.launch.horovod.script": _HOROVOD,
+    **{f"determined.launch.wrap_rank{part}": _WRAP_RANK
+       for part in ("", ".rank", ".script", ".--no-redirect-stdio")},
 }
 NAME_KINDS = ("attribute", "constant")
 

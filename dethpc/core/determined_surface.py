@@ -307,11 +307,16 @@ RULES: dict[str, Rule] = {
     "determined.launch.horovod.*": S(),
     "determined.launch.horovod.--autohorovod": D("dropped (Determined's internal flag)"),
     "determined.launch.tensorflow": R("the TensorFlow launcher (determined.launch.tensorflow)",
-                                      "refused at submit: run the script directly for one "
-                                      "slot"),
-    "determined.launch.wrap_rank": R("the per-rank output wrapper (determined.launch.wrap_rank)",
-                                     "refused at submit: dethpc's launchers prefix each rank's "
-                                     "lines themselves; drop it from the entrypoint"),
+                                      "refused at submit, and in a trial's job python -m "
+                                      "determined.launch.tensorflow exits 2 saying so: run "
+                                      "the script directly for one slot"),
+    "determined.launch.wrap_rank": S("runs dethpc.launch.wrap_rank: the command's output "
+                                     "lines prefixed [rank=N], its exit status; bytes pass "
+                                     "undecoded", path="dethpc.launch.wrap_rank"),
+    "determined.launch.wrap_rank.*": S(),
+    "determined.launch.wrap_rank.--no-redirect-stdio": D(
+        "accepted, changes nothing: Determined's redirects to its container's log files, "
+        "a Slurm job's output goes to the job's log either way"),
     # --------------------------------------------------- determined.pytorch
     "determined.pytorch.Batch": S(),
     "determined.pytorch.Batch.*": S(),

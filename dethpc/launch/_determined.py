@@ -20,6 +20,11 @@ What maps to what:
 * ``determined.launch.horovod`` -> ``dethpc.launch.horovod`` (Horovod over MPI
   under srun); its internal ``--autohorovod`` flag is dropped. Overrides are
   ``horovodrun`` flags, and dethpc does not use ``horovodrun``: refused.
+* ``determined.launch.wrap_rank`` -> ``dethpc.launch.wrap_rank`` (the same options:
+  a command with each output line prefixed by its rank).
+
+``refusal(module)`` is the message of a ``determined.launch`` module that dethpc does not
+run (also what ``python -m determined.launch.tensorflow`` prints inside a trial's job).
 """
 
 from __future__ import annotations
@@ -42,12 +47,12 @@ MAPPED = {
     "torch_distributed": "dethpc.launch.torch_distributed",
     "deepspeed": "dethpc.launch.deepspeed",
     "horovod": "dethpc.launch.horovod",
+    "wrap_rank": "dethpc.launch.wrap_rank",
 }
-_WHY_NOT = {
+#: Determined's launchers that dethpc does not run, and why
+REFUSED = {
     "tensorflow": "dethpc has no TensorFlow launcher (TF_CONFIG for multi-worker "
                   "strategies is not built); run the script directly for one slot",
-    "wrap_rank": "it is an internal helper of Determined's launchers; dethpc's launchers "
-                 "prefix rank output themselves",
 }
 
 
@@ -64,6 +69,18 @@ def _launcher_at(argv: Sequence[str]) -> int | None:
     return None
 
 
+def refusal(module: str) -> str | None:
+    """Why ``determined.launch.<name>`` (``module``) cannot run on dethpc, and what to use
+    instead; None for a launcher dethpc runs."""
+    name = module[len(PREFIX):] if module.startswith(PREFIX) else module
+    if name in MAPPED:
+        return None
+    why = REFUSED.get(name, f"Determined 0.38 has no launcher named {name!r}; its "
+                             f"launchers are {', '.join(sorted(MAPPED))}")
+    return (f"{PREFIX}{name} cannot run on dethpc: {why}. Use one of: "
+            f"{', '.join(f'{PREFIX}{n}' for n in sorted(MAPPED))}, or a dethpc.launch module")
+
+
 def from_determined(argv: Sequence[str]) -> list[str]:
     """``argv`` with its Determined launcher replaced by dethpc's (unchanged otherwise).
 
@@ -74,12 +91,9 @@ def from_determined(argv: Sequence[str]) -> list[str]:
         return list(argv)
     module = argv[at + 1]
     name = module[len(PREFIX):]
-    if name not in MAPPED:
-        why = _WHY_NOT.get(name, f"Determined 0.38 has no launcher named {name!r}; its "
-                                 f"launchers are {', '.join(sorted(MAPPED))}")
-        raise UnsupportedLauncher(f"entrypoint: {module} cannot run on dethpc: {why}. "
-                          f"Use one of: {', '.join(f'{PREFIX}{n}' for n in sorted(MAPPED))}, "
-                          "or a dethpc.launch module")
+    refused = refusal(module)
+    if refused is not None:
+        raise UnsupportedLauncher(f"entrypoint: {refused}")
     head, rest = list(argv[:at]), list(argv[at + 2:])
     if name == "horovod":
         rest = [t for t in rest if t != "--autohorovod"]

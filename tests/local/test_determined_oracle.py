@@ -280,3 +280,83 @@ def test_dethpc_loads_a_checkpoint_determined_wrote(surface_runs: dict[str, Any]
     assert got["weights"].keys() == saved.keys()
     for name, tensor in saved.items():
         assert torch.equal(torch.tensor(got["weights"][name]), tensor), name
+
+
+# ------------------------------------------ determined.launch.* inside a job (issue 45)
+LAUNCH_PROGRAM = FIXTURES / "launch_in_job"
+
+
+@pytest.fixture(scope="module")
+def launched_in_job(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``tests/fixtures/oracle/launch_in_job/spawn.py`` as a trial of a local-backend
+    experiment (``dethpc experiment create --local``): no real Determined in the job, the
+    program spawns ``python3 -m determined.launch.wrap_rank`` and
+    ``python3 -m determined.launch.torch_distributed`` itself."""
+    scratch = tmp_path_factory.mktemp("oracle-launch")
+    home = scratch / "home"
+    home.mkdir()
+    (home / "cluster.yaml").write_text(json.dumps({
+        "backend": "local", "runs_root": str(home / "runs"), "local_max_concurrent": 1,
+        "tick_min_s": 0.1, "tick_max_s": 0.5}))
+    out = scratch / "spawned.json"
+    config = scratch / "c.yaml"
+    config.write_text(json.dumps({
+        "name": "launch-in-job", "entrypoint": f"python3 spawn.py {out}",
+        "hyperparameters": {}, "searcher": {"name": "single", "metric": "x",
+                                            "max_length": {"batches": 3}}}))
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("DET_", "DETHPC_", "SLURM_")) and k != "PYTHONPATH"}
+    env.update(DETHPC_HOME=str(home), DETHPC_CLUSTER_CONFIG=str(home / "cluster.yaml"))
+    done = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "experiment",
+                           "create", str(config), str(LAUNCH_PROGRAM), "--local"],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=scratch)
+    assert out.is_file(), f"spawn.py wrote nothing:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    return {"result": json.loads(out.read_text()), "cli": done, "scratch": scratch}
+
+
+def _wrapped_by_determined(case: dict[str, Any], cwd: Path) -> dict[str, Any]:
+    """The same wrap_rank command under Determined 0.38.1's own module."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DET_", "DETHPC_"))}
+    env.update(case["env"], PYTHONPATH=str(ORACLE))
+    done = subprocess.run([sys.executable, "-m", "determined.launch.wrap_rank",
+                           *case["args"]], env=env, capture_output=True, timeout=120, cwd=cwd)
+    return {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+
+
+@pytest.mark.parametrize("case", ["integer_rank", "rank_from_variables",
+                                  "no_rank_variable_set", "no_redirect_stdio"])
+def test_wrap_rank_in_a_job_prints_what_determineds_prints(
+        launched_in_job: dict[str, Any], case: str) -> None:
+    """``python3 -m determined.launch.wrap_rank`` spawned by a trial's program: the same
+    bytes on stdout and stderr (each line prefixed ``[rank=N] ``, ``\\r`` and ``\\r\\n``
+    ending lines, a long line cut, a last line without an end), the same exit status, as
+    Determined's own wrap_rank running the same command."""
+    import base64
+
+    ours = launched_in_job["result"]["wrap_rank"][case]
+    theirs = _wrapped_by_determined(ours, launched_in_job["scratch"])
+    got = {"returncode": ours["returncode"], "stdout": base64.b64decode(ours["stdout"]),
+           "stderr": base64.b64decode(ours["stderr"])}
+    assert got == theirs, f"{case}: Determined {theirs!r}\ndethpc {got!r}"
+    if case == "integer_rank":   # the comparison means something
+        assert theirs["returncode"] == 3 and b"[rank=0] tail\n" in theirs["stdout"]
+        assert b"[rank=0] three\n[rank=0] four\n" in theirs["stdout"]
+        assert max(len(line) for line in theirs["stderr"].split(b"\n")) < 9000
+
+
+def test_torch_distributed_spawned_by_a_program_in_a_job_runs_dethpcs_launcher(
+        launched_in_job: dict[str, Any]) -> None:
+    """``python3 -m determined.launch.torch_distributed python3 worker.py`` built by the
+    program itself: dethpc's launcher starts the Core API worker, which trains its length
+    with ``import determined`` meaning dethpc (no ``No module named 'determined'``)."""
+    launched = launched_in_job["result"]["torch_distributed"]
+    assert launched["returncode"] == 0, launched["output"][-4000:]
+    worker = [ln.split("WORKER ", 1)[1] for ln in launched["output"].splitlines()
+              if "WORKER {" in ln]
+    assert worker and json.loads(worker[-1]) == {"det": "dethpc", "rank": 0, "size": 1}
+    cli = launched_in_job["cli"]
+    assert "local run completed" in cli.stdout, cli.stdout[-3000:] + cli.stderr[-3000:]
+    trial = Path(cli.stdout.split("trial directory ")[1].split()[0])
+    steps = [json.loads(ln)["steps"] for ln in (trial / "metrics.jsonl").read_text().splitlines()
+             if json.loads(ln)["kind"] == "training"]
+    assert steps == [1, 2, 3]

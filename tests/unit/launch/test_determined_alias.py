@@ -77,6 +77,24 @@ def test_python_m_determined_launch_runs_dethpcs_launcher() -> None:
     assert "[dethpc.launch]" in out.stdout + out.stderr
 
 
+def test_a_refused_determined_launcher_says_why_where_it_runs() -> None:
+    """``python -m determined.launch.tensorflow`` in a trial's job: the refusal (Determined's
+    feature, what to use instead) and exit 2, not ``No module named``; an import of it
+    raises ImportError with the same words; an unknown launcher stays unknown."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (ALIAS_DIR, REPO)))}
+    out = subprocess.run([sys.executable, "-m", "determined.launch.tensorflow", "t.py"],
+                         capture_output=True, text=True, env=env, cwd="/", timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "determined.launch.tensorflow cannot run on dethpc" in out.stderr
+    assert "run the script directly" in out.stderr
+    imported = run("try:\n    import determined.launch.tensorflow\n"
+                   "except ImportError as e:\n    print(e)\n", REPO)
+    assert imported.startswith("determined.launch.tensorflow cannot run on dethpc")
+    unknown = run("try:\n    import determined.launch.nope\n"
+                  "except ImportError as e:\n    print(e)\n", REPO)
+    assert unknown == "No module named 'determined.launch.nope'"
+
+
 def test_the_alias_steps_aside_for_a_real_determined_after_it(tmp_path: Path) -> None:
     real = fake_determined(tmp_path / "site")
     out = run("import determined, sys\n"

@@ -8,9 +8,12 @@ in a trial's interpreter, where ``dethpc.launch.determined_alias`` put this dire
 ``PYTHONPATH`` because no real Determined was importable there; and stepping aside for a
 real Determined found later on ``sys.path`` (installed by a startup hook, say): it is loaded
 in this module's place, so the alias never shadows an installation.
+A ``determined.launch`` module that dethpc does not run (``tensorflow``) is found, and
+refuses: ``python -m`` prints why and what to use instead and exits 2, an import raises
+ImportError with the same words (``dethpc.launch._determined.refusal``).
 Must not: import anything of dethpc's before a name is asked for (``import determined`` is
-as cheap as ``import dethpc``), or serve a ``determined.*`` module that dethpc lacks (that
-import fails as it would without this alias).
+as cheap as ``import dethpc``), or serve another ``determined.*`` module that dethpc lacks
+(that import fails as it would without this alias).
 """
 
 from __future__ import annotations
@@ -68,6 +71,41 @@ class _AliasLoader(importlib.abc.Loader):
         return self.real_spec.submodule_search_locations is not None
 
 
+class _RefusedLoader(importlib.abc.Loader):
+    """A ``determined.launch`` module dethpc does not run: its refusal, as a program
+    (``python -m``: the message on stderr, exit 2) or as an import (ImportError)."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+        return None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        raise ImportError(self.message, name=module.__name__)
+
+    def get_code(self, fullname: str) -> types.CodeType:
+        return compile(f"import sys\nprint({self.message!r}, file=sys.stderr)\n"
+                       "raise SystemExit(2)\n", f"<{fullname}: refused by dethpc>", "exec")
+
+    def is_package(self, fullname: str) -> bool:
+        return False
+
+
+def _refused(fullname: str) -> importlib.machinery.ModuleSpec | None:
+    """The spec of a ``determined.launch.<name>`` that dethpc refuses, else None."""
+    launch = "determined.launch."
+    rest = fullname[len(launch):]
+    if not fullname.startswith(launch) or not rest or "." in rest:
+        return None
+    from dethpc.launch._determined import REFUSED, refusal
+
+    message = refusal(fullname)
+    if rest not in REFUSED or message is None:
+        return None
+    return importlib.util.spec_from_loader(fullname, _RefusedLoader(message))
+
+
 class _AliasFinder(importlib.abc.MetaPathFinder):
     """First on ``sys.meta_path``: every ``determined.*`` import goes to dethpc's module."""
 
@@ -80,9 +118,9 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
         try:
             real_spec = importlib.util.find_spec(real)
         except ModuleNotFoundError:
-            return None
+            return _refused(fullname)
         if real_spec is None:
-            return None
+            return _refused(fullname)
         package = real_spec.submodule_search_locations is not None
         return importlib.util.spec_from_loader(
             fullname, _AliasLoader(real, real_spec), origin=real_spec.origin,
