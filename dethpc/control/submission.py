@@ -1,22 +1,23 @@
-"""Submitting a job the daemon starts: record, submit through the backend, confirm; adopt
+"""Submitting a job dethpc starts: record, submit through the backend, confirm; adopt
 after a crash; answer a refusal. One protocol for every kind.
 
 Owns: ``Submission.submit`` — the kind's ``Ledger`` records the submission first (a batch
-row for trial arrays and pool workers, a file under ``runs_root`` for an image's
-pre-pull job: its ``name`` is what adoption finds the job by), then one
-``backend.submit``, then the ledger confirms the refs. A refusal over a limit gives the
+row for trial arrays, pool workers and ``dethpc sbatch``'s jobs, a file under
+``runs_root`` for an image's pre-pull job: its ``name``, and its ``comment`` where the
+name is the user's, is what adoption finds the job by), then one ``backend.submit``
+(``send``: the same protocol around any submit callable, for ``dethpc sbatch``'s own
+words), then the ledger confirms the refs. A refusal over a limit gives the
 work back (``Ledger.give_back``: nothing reached Slurm) and asks the budget's policy
 (``RefusalPolicy.refusal``: wait and cap, or fail when waiting cannot help); any other
 error propagates with the record left unconfirmed, for ``adopt``. ``Submission.adopt`` —
-the records a killed daemon left unconfirmed: one ``backend.find`` by name for all of
-them, confirmed with what Slurm has when found, given back when not (the work is
+the records a killed submitter left unconfirmed: one ``backend.find`` by name for all
+of them, confirmed with what Slurm has when found, given back when not (the work is
 submitted anew by its phase). ``BatchLedger`` is the batch row's ledger;
 ``fault_point`` the kill -9 seam of the tests (``DETHPC_FAULT_POINT``: ``after_record``,
 ``after_sbatch``, ``after_confirm``, each also as ``<point>:<kind>``).
 Must not: decide what to submit or how many (the submit phase and the budget's ``room``
 do), or build a job's script or its sbatch options (``dethpc.jobs``).
 """
-
 from __future__ import annotations
 
 import logging
@@ -45,6 +46,7 @@ class SubmissionKind(StrEnum):
     TRIALS = "trials"          # an array of trials, or one trial's own (het) job
     WORKERS = "workers"        # the worker pool's array
     PULL = "pull"              # an image's pre-pull job
+    SBATCH = "sbatch"          # ``dethpc sbatch``'s job: the user's script, the user's name
 
 
 def fault_point(name: str, kind: SubmissionKind | None = None) -> None:
@@ -62,6 +64,9 @@ class Ledger(Protocol):
     kind: SubmissionKind
     #: the job name the submission goes out under, and adoption finds it by
     name: str
+    #: the comment it goes out under, which adoption matches as well ("": the name alone
+    #: is the job's identity; ``dethpc sbatch``'s jobs carry the user's name)
+    comment: str
     #: the experiment whose budget a refusal is charged to, and how many trials it holds
     exp_id: int
     size: int
@@ -96,10 +101,11 @@ class Found:
         return task_refs(self.base, range(size)) if self.is_array else [self.base]
 
 
-def found_job(name: str, found: Sequence[JobInfo]) -> Found | None:
-    """The job among ``found`` named ``name``, or None: the submission never reached
-    Slurm. "123_4" is an array task, "123" or "123+0" one job (its het components)."""
-    tasks = [i for i in found if i.name == name]
+def found_job(name: str, found: Sequence[JobInfo], comment: str = "") -> Found | None:
+    """The job among ``found`` named ``name`` (and, when ``comment`` is given, carrying
+    it), or None: the submission never reached Slurm. "123_4" is an array task, "123" or
+    "123+0" one job (its het components)."""
+    tasks = [i for i in found if i.name == name and (not comment or i.comment == comment)]
     if not tasks:
         return None
     jid = parse_job_id(tasks[0].ref)
@@ -113,22 +119,35 @@ class Submission:
     def submit(self, ledger: Ledger, request: JobRequest, note: str = "") -> list[str]:
         """``request`` (under ``ledger.name``), recorded by ``ledger`` already: its refs,
         or [] when it was refused over a limit (the work given back, the policy asked)."""
-        fault_point("after_record", ledger.kind)
-        try:
-            refs = self.backend.submit(request)
-        except SubmitLimitError as exc:
-            ledger.give_back()
-            self.policy.refusal(ledger.exp_id, ledger.size, exc)
-            return []
-        fault_point("after_sbatch", ledger.kind)
-        self.policy.succeeded()
-        ledger.confirm(refs, note)
-        fault_point("after_confirm", ledger.kind)
-        return list(refs)
+        return send(ledger, self.policy, lambda: self.backend.submit(request), note)
 
     def adopt(self, ledgers: Sequence[Ledger]) -> int:
         """``adopt`` through this submission's backend."""
         return adopt(self.backend, ledgers)
+
+
+def send(ledger: Ledger, policy: RefusalPolicy, submit: Callable[[], Sequence[str]],
+         note: str = "") -> list[str]:
+    """The protocol around one ``submit()`` (the backend's, or ``dethpc sbatch``'s own
+    sbatch words through ``dethpc.backends``), ``ledger`` recorded already: the refs,
+    confirmed. [] when nothing reached the backend: a refusal over a limit (the work
+    given back, ``policy`` asked) or an empty answer (the backend took nothing: the work
+    given back). Any other error propagates with the record unconfirmed, for ``adopt``."""
+    fault_point("after_record", ledger.kind)
+    try:
+        refs = list(submit())
+    except SubmitLimitError as exc:
+        ledger.give_back()
+        policy.refusal(ledger.exp_id, ledger.size, exc)
+        return []
+    if not refs:
+        ledger.give_back()
+        return []
+    fault_point("after_sbatch", ledger.kind)
+    policy.succeeded()
+    ledger.confirm(refs, note)
+    fault_point("after_confirm", ledger.kind)
+    return refs
 
 
 def adopt(backend: Backend, ledgers: Sequence[Ledger]) -> int:
@@ -139,7 +158,7 @@ def adopt(backend: Backend, ledgers: Sequence[Ledger]) -> int:
     found = backend.find([ledger.name for ledger in ledgers])
     adopted = 0
     for ledger in ledgers:
-        job = found_job(ledger.name, found)
+        job = found_job(ledger.name, found, ledger.comment)
         if job is None:
             ledger.give_back()
             continue
@@ -180,6 +199,7 @@ class BatchLedger:
         assert batch.id is not None
         self.store, self.batch_id = store, batch.id
         self.exp_id, self.size, self.name = batch.experiment_id, batch.size, batch.name
+        self.comment = ""    # the batch's name is its identity
         self.kind = (SubmissionKind.WORKERS if batch.kind == BatchKind.WORKERS
                      else SubmissionKind.TRIALS)
 

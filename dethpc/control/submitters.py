@@ -1,13 +1,16 @@
-"""Submissions the daemon does not make itself: ``dethpc sbatch``'s lock protocol.
+"""Submissions the daemon does not make itself: ``dethpc sbatch``'s record and its lock.
 
-Owns: the lock a ``dethpc sbatch`` process holds from the moment it records its
-experiment (a batch ``SUBMITTING`` named ``MARKER`` + token) until the job id is in the
-records (``submitting``, ``lock_path``), the daemon's test of that lock
-(``submitter_alive``) and what a batch whose submitter died before it recorded the job
-id becomes (``fail_unconfirmed``: its trials and experiment end in ERROR).
+Owns: the record of a ``dethpc sbatch`` job as a ``Ledger`` of the one submission
+protocol (``SbatchLedger``: its batch, named ``MARKER`` + token, and its trials, one per
+array task; confirmed with the job's refs, or ended ERROR when the job is not found),
+the key adoption finds the job by (``sbatch_comment``: the ``--comment`` dethpc gives
+the job, since its name is the user's), the lock the submitting process holds from its
+record until the job id is in it (``submitting``, ``lock_path``, ``submitter_alive``:
+the daemon leaves the record to a live submitter) and which unconfirmed batches are
+``dethpc sbatch``'s, and of those the ones whose submitter died (``unconfirmed``: the
+daemon adopts them through ``dethpc.control.submission.adopt``).
 Must not: run sbatch or write run directories (``dethpc.surfaces.sbatchwrap.plain``
-does); the daemon calls ``submitter_alive`` and ``fail_unconfirmed`` on every tick that
-finds such a batch.
+does), or submit a ``dethpc sbatch`` job again (a job not found ends its experiment).
 """
 
 from __future__ import annotations
@@ -15,26 +18,37 @@ from __future__ import annotations
 import fcntl
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import yaml
 from sqlmodel import Session, select
 
 from dethpc.common.flock import flocked
+from dethpc.common.jobref import JobRef, parse_job_id
 from dethpc.common.kinds import EventKind
+from dethpc.control.submission import Ledger, SubmissionKind
+from dethpc.store import Store
 from dethpc.store.models import (
     Batch,
     BatchState,
     Event,
     Experiment,
     ExperimentState,
+    Job,
     Trial,
     TrialState,
 )
 
 #: the prefix of the batch name a ``dethpc sbatch`` records (``sbatch:<token>``)
 MARKER = "sbatch:"
+
+
+def sbatch_comment(exp_id: int, batch_name: str) -> str:
+    """The ``--comment`` of a ``dethpc sbatch`` job (unless the user set their own): what
+    adoption tells it from the user's other jobs of its name."""
+    return f"dethpc:exp={exp_id}:{batch_name}"
 
 
 def lock_path(runs_root: Path, token: str) -> Path:
@@ -73,22 +87,98 @@ def submitter_alive(runs_root: Path, batch_name: str) -> bool:
     return False
 
 
-def fail_unconfirmed(s: Session, batch: Batch) -> None:
-    """A batch whose submitter died before it recorded the job id: its trials end in
-    ERROR (the job, if sbatch made one, is not tracked; the daemon never submits it)."""
-    if batch.state != BatchState.SUBMITTING:
-        return
-    batch.state = BatchState.FAILED
-    s.add(batch)
-    for trial in s.exec(select(Trial).where(Trial.experiment_id == batch.experiment_id)):
-        if not trial.state.is_terminal:
-            trial.state, trial.exit_reason = TrialState.ERROR, "submitter died"
-            s.add(trial)
-    exp = s.get(Experiment, batch.experiment_id)
-    if exp is not None and exp.state == ExperimentState.ACTIVE:
-        exp.state = ExperimentState.ERROR
-        exp.message = ("`dethpc sbatch` ended before it recorded the Slurm job id; if a "
-                       "job was submitted, it runs untracked (squeue --me)")
-        s.add(exp)
-    s.add(Event(experiment_id=batch.experiment_id, kind=EventKind.ERROR,
-                message="dethpc sbatch ended before it recorded the job id"))
+def job_name_of(exp: Experiment) -> str:
+    """The name Slurm knows a ``dethpc sbatch`` job by: its experiment config's ``name``
+    (``plain.config_yaml`` writes the job's name there; the experiment's own name may be
+    changed later)."""
+    try:
+        cfg = yaml.safe_load(exp.config_yaml)
+    except yaml.YAMLError:
+        cfg = None
+    name = cfg.get("name") if isinstance(cfg, dict) else None
+    return str(name) if name else exp.name
+
+
+class SbatchLedger:
+    """A ``dethpc sbatch`` job's record: its batch row and its trials (one per task, their
+    ``request_id`` the array task id)."""
+
+    kind = SubmissionKind.SBATCH
+
+    def __init__(self, store: Store, *, exp_id: int, batch_id: int, batch_name: str,
+                 size: int, job_name: str) -> None:
+        self.store, self.exp_id, self.batch_id, self.size = store, exp_id, batch_id, size
+        self.name = job_name
+        self.comment = sbatch_comment(exp_id, batch_name)
+
+    @classmethod
+    def of(cls, store: Store, exp: Experiment, batch: Batch) -> SbatchLedger:
+        assert exp.id is not None and batch.id is not None
+        return cls(store, exp_id=exp.id, batch_id=batch.id, batch_name=batch.name,
+                   size=batch.size, job_name=job_name_of(exp))
+
+    def confirm(self, refs: Sequence[str], note: str = "", adopted: bool = False) -> None:
+        """The job Slurm took: one job row per trial (array task ``request_id`` of the job,
+        or the job itself), the batch SUBMITTED, an event."""
+        jid = parse_job_id(refs[0])
+        with self.store.session() as s:
+            batch = s.get(Batch, self.batch_id)
+            assert batch is not None
+            batch.state, batch.array_job_id = BatchState.SUBMITTED, jid.base
+            s.add(batch)
+            for trial in s.exec(select(Trial).where(Trial.experiment_id == self.exp_id)):
+                assert trial.id is not None
+                index = trial.request_id
+                ref = str(JobRef(jid.base).task_ref(index if jid.is_array_task else None))
+                s.add(Job(experiment_id=self.exp_id, trial_id=trial.id,
+                          batch_id=self.batch_id, array_index=index, ref=ref))
+            s.add(Event(experiment_id=self.exp_id,
+                        kind=EventKind.ADOPTED if adopted else EventKind.SUBMITTED,
+                        message=(f"adopted Slurm job {jid.base} of `dethpc sbatch`, whose "
+                                 "submitter ended before it recorded the job id")
+                        if adopted else f"Slurm job {jid.base} submitted by dethpc sbatch"))
+
+    def give_back(self) -> None:
+        """Slurm has no such job: its submitter died before sbatch took it (or the user's
+        own ``--comment`` hid dethpc's key). Its trials and experiment end ERROR; dethpc
+        never submits a ``dethpc sbatch`` job itself."""
+        with self.store.session() as s:
+            batch = s.get(Batch, self.batch_id)
+            if batch is None or batch.state != BatchState.SUBMITTING:
+                return
+            batch.state = BatchState.FAILED
+            s.add(batch)
+            for trial in s.exec(select(Trial).where(Trial.experiment_id == self.exp_id)):
+                if not trial.state.is_terminal:
+                    trial.state, trial.exit_reason = TrialState.ERROR, "submitter died"
+                    s.add(trial)
+            exp = s.get(Experiment, self.exp_id)
+            if exp is not None and exp.state == ExperimentState.ACTIVE:
+                exp.state = ExperimentState.ERROR
+                exp.message = (f"`dethpc sbatch` ended before it recorded the Slurm job id, "
+                               f"and Slurm has no job named {self.name!r} with the comment "
+                               f"{self.comment!r}: sbatch did not submit it (a job given "
+                               "its own --comment cannot be told apart; if one was "
+                               f"submitted, it runs untracked: squeue --me "
+                               f"--name={self.name})")
+                s.add(exp)
+            s.add(Event(experiment_id=self.exp_id, kind=EventKind.ERROR,
+                        message="dethpc sbatch ended before it recorded the job id, and "
+                                "Slurm has no job of it"))
+
+
+def unconfirmed(s: Session, store: Store, pending: Sequence[Batch],
+                runs_root: Path) -> tuple[set[int], list[Ledger]]:
+    """Of the SUBMITTING batches ``pending``: the ids of those of kinds the daemon does not
+    submit (``dethpc sbatch``'s), and the ledgers of those whose submitter died (its lock
+    free) for adoption; a live submitter's record is left to it."""
+    theirs: set[int] = set()
+    orphans: list[Ledger] = []
+    for batch in pending:
+        exp = s.get(Experiment, batch.experiment_id)
+        if exp is None or exp.kind.daemon_submits or batch.id is None:
+            continue
+        theirs.add(batch.id)
+        if not submitter_alive(Path(runs_root), batch.name):
+            orphans.append(SbatchLedger.of(store, exp, batch))
+    return theirs, orphans

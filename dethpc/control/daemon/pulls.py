@@ -59,6 +59,7 @@ class PullLedger:
 
     kind = SubmissionKind.PULL
     size = 1
+    comment = ""    # the job's name is its identity
 
     def __init__(self, store: Store, pj: PullJob, image: str, exp_id: int,
                  name: str) -> None:

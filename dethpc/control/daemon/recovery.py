@@ -6,7 +6,7 @@ ended since) and ``Recovery.adopt`` (batches recorded SUBMITTING but never confi
 the daemon died around sbatch: ``dethpc.control.submission.adopt`` finds each under
 its name, adopts it, or fails the batch and gives its trials back, so it is submitted
 anew; a batch ``dethpc sbatch`` recorded is left to its submitter while it holds its
-lock, ``dethpc.control.submitters``).
+lock, and adopted the same way when it died, ``dethpc.control.submitters``).
 Must not: submit anything itself (the submit phase submits the trials a failed batch
 gave back), or poll per batch (one ``backend.find`` for all of them).
 """
@@ -16,15 +16,16 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from sqlmodel import Session, select
+from sqlmodel import select
 
 from dethpc.backends.base import Backend
 from dethpc.common.errors import DethpcError
 from dethpc.control.daemon.cancel import Canceller
 from dethpc.control.daemon.shared import Guard, Scope, TickStats
 from dethpc.control.submission import BatchLedger, Ledger, adopt
+from dethpc.control.submitters import unconfirmed
 from dethpc.store import Store
-from dethpc.store.models import Batch, BatchState, Experiment, Job
+from dethpc.store.models import Batch, BatchState, Job
 
 log = logging.getLogger(__name__)
 
@@ -60,27 +61,11 @@ class Recovery:
                 Batch.state == BatchState.SUBMITTING), Batch.experiment_id)))
             if not pending:
                 return
-            theirs = self.unconfirmed_of_submitters(s, pending)
-            pending = [b for b in pending if b.id not in theirs]
-            if not pending:
+            theirs, orphans = unconfirmed(s, self.store, pending, self.runs_root)
+            ledgers: list[Ledger] = [BatchLedger(self.store, b) for b in pending
+                                     if b.id not in theirs]
+            ledgers += orphans
+            if not ledgers:
                 return
-            ledgers: list[Ledger] = [BatchLedger(self.store, b) for b in pending]
         adopt(self.backend, ledgers)
         stats.changed = True
-
-    def unconfirmed_of_submitters(self, s: Session, pending: list[Batch]) -> set[int]:
-        """The SUBMITTING batches of kinds the daemon does not submit (``dethpc sbatch``):
-        left alone while their submitter holds its lock; failed when it died before it
-        recorded the job id. Returns their ids."""
-        from dethpc.control.submitters import fail_unconfirmed, submitter_alive
-
-        out: set[int] = set()
-        for batch in pending:
-            exp = s.get(Experiment, batch.experiment_id)
-            if exp is None or exp.kind.daemon_submits or batch.id is None:
-                continue
-            out.add(batch.id)
-            if not submitter_alive(Path(self.runs_root), batch.name):
-                fail_unconfirmed(s, batch)
-        return out
-

@@ -3,8 +3,9 @@
 Owns: what the plain command submits (``PlainJob``: the user's script, its header
 re-emitted in dethpc's wrapper, the additions, the array's task ids), the wrapper's text
 (``wrapper_script``, sbatch_templates/sbatch_wrapper.sbatch.j2), the records of an
-experiment of kind SBATCH (``record``/``unrecord``/``confirm``: written before sbatch
-runs, removed when sbatch refuses, the job ids added after), and what is printed
+experiment of kind SBATCH (``record``/``unrecord``: written before sbatch runs, removed
+when sbatch refuses; ``submit`` runs the one submission protocol over them, the job ids
+confirmed by ``dethpc.control.submitters.SbatchLedger``), and what is printed
 (``announce``: exactly sbatch's line). See docs/existing-scripts.md.
 
 How the user's options reach Slurm unchanged: the command-line options go to the real
@@ -14,7 +15,9 @@ the top of the wrapper, so sbatch parses the user's ``#SBATCH`` lines by its own
 ``SBATCH_*`` variables reach sbatch in the environment it runs in. dethpc's additions
 (``--requeue``, ``--signal=B:<sig>@<grace>``) follow the header, each only when the user
 set neither it nor its opposite anywhere. The wrapper is named as the script, so the
-default job name is the script's, as with sbatch.
+default job name is the script's, as with sbatch. The job name stays the user's: the
+key a restarted daemon finds the job by is a ``--comment`` (``sbatch_comment``) added
+on sbatch's command line unless the user set a comment.
 
 Must not: run sbatch itself (``submit`` takes a ``CommandRunner``), or decide the
 trial's end (the daemon does, from the wrapper's exit records and Slurm).
@@ -33,18 +36,19 @@ from sqlmodel import select
 
 from dethpc.backends.slurm_commands import run_sbatch
 from dethpc.common import jobenv
-from dethpc.common.errors import DethpcError
+from dethpc.common.errors import CommandError, DethpcError, SubmitLimitError
 from dethpc.common.jobref import JobRef
 from dethpc.common.kinds import EventKind, ExperimentKind
 from dethpc.common.paths import ExperimentPaths, make_run_dir
 from dethpc.common.runner import CommandResult, CommandRunner
 from dethpc.common.sbatch_options import canonical_option, option_value
 from dethpc.config.model import ClusterConfig, ResourcePool
-from dethpc.control.submitters import MARKER, submitting
+from dethpc.control.submission import send
+from dethpc.control.submitters import MARKER, SbatchLedger, submitting
 from dethpc.jobs.render import make_env
 from dethpc.jobs.script_jobs import dethpc_directives
 from dethpc.store import Store
-from dethpc.store.models import Batch, BatchState, Event, Experiment, Job, SearcherState, Trial
+from dethpc.store.models import Batch, BatchState, Event, Experiment, SearcherState, Trial
 from dethpc.surfaces.sbatchwrap.arrays import ArraySpec, parse_array
 from dethpc.surfaces.sbatchwrap.search import write_shim
 from dethpc.surfaces.sbatchwrap.search_cli import (
@@ -367,28 +371,44 @@ def unrecord(store: Store, rec: Recorded) -> None:
     shutil.rmtree(rec.paths.root, ignore_errors=True)
 
 
-def confirm(store: Store, rec: Recorded, job: PlainJob, job_id: str) -> None:
-    """The job ids Slurm gave: one job row per trial, the batch SUBMITTED."""
-    with store.session() as s:
-        batch = s.get(Batch, rec.batch_id)
-        assert batch is not None
-        batch.state, batch.array_job_id = BatchState.SUBMITTED, job_id
-        s.add(batch)
-        for index, tid in rec.trials:
-            ref = str(JobRef(job_id).task_ref(index if job.array is not None else None))
-            s.add(Job(experiment_id=rec.experiment_id, trial_id=tid, batch_id=rec.batch_id,
-                      array_index=index, ref=ref))
-        s.add(Event(experiment_id=rec.experiment_id, kind=EventKind.SUBMITTED,
-                    message=f"Slurm job {job_id} submitted by dethpc sbatch"))
+class SubmitterLedger(SbatchLedger):
+    """The submitting process's ledger: what sbatch refused leaves nothing behind (the
+    user reads sbatch's own answer); the daemon's ``SbatchLedger`` ends a record whose
+    submitter died without a job in ERROR instead."""
+
+    def __init__(self, store: Store, rec: Recorded, job: PlainJob, batch_name: str) -> None:
+        super().__init__(store, exp_id=rec.experiment_id, batch_id=rec.batch_id,
+                         batch_name=batch_name, size=len(rec.trials), job_name=job.name)
+        self.rec = rec
+
+    def give_back(self) -> None:
+        unrecord(self.store, self.rec)
+
+
+class UserAnswers:
+    """The refusal policy of a user's own sbatch: sbatch's refusal is the answer the user
+    reads (its words and exit code), nothing waits and no budget is charged (the
+    daemon's ``SubmitBudget`` plans the daemon's own submissions)."""
+
+    def refusal(self, exp_id: int, size: int, exc: SubmitLimitError) -> None:
+        return None
+
+    def succeeded(self) -> None:
+        return None
 
 
 # ------------------------------------------------------------------ sbatch
-def sbatch_words(job: PlainJob, wrapper: Path) -> list[str]:
+def sbatch_words(job: PlainJob, wrapper: Path, key: str = "") -> list[str]:
     """The real sbatch's words; a script that came on standard input goes there again
-    (sbatch treats it differently: no ``SLURM_JOB_NAME`` in the job)."""
+    (sbatch treats it differently: no ``SLURM_JOB_NAME`` in the job). ``key``: the
+    ``--comment`` adoption finds the job by, added unless the user set a comment
+    (theirs reaches Slurm unchanged)."""
+    own = ["--parsable"]
+    if key and not any(canonical_option(d) == "--comment" for d in job.directives):
+        own.append(f"--comment={key}")
     if job.source.from_stdin:
-        return ["--parsable", *job.sbatch_words]
-    return ["--parsable", *job.sbatch_words, str(wrapper), *job.args]
+        return [*own, *job.sbatch_words]
+    return [*own, *job.sbatch_words, str(wrapper), *job.args]
 
 
 def job_id_of(stdout: str) -> tuple[str, str | None]:
@@ -420,24 +440,38 @@ class Outcome:
 def submit(store: Store, cluster: ClusterConfig, job: PlainJob, runner: CommandRunner, *,
            owner: str, python: str | None = None) -> Outcome:
     """Record, run the real sbatch in the user's directory and environment, confirm or
-    remove the records; returns what to print and the exit code (sbatch's)."""
+    remove the records (the one submission protocol, ``dethpc.control.submission.send``,
+    under the submitter's lock); returns what to print and the exit code (sbatch's).
+    Killed or failed after the record (sbatch timed out, say), the record is left for
+    the daemon, which adopts the job by its ``--comment`` once the lock is free."""
     python = python or cluster.python or sys.executable
+    answer: list[CommandResult] = []
     with submitting(Path(cluster.runs_root)) as token:
         rec = record(store, cluster, job, token=token, owner=owner, python=python)
+        ledger = SubmitterLedger(store, rec, job, MARKER + token)
+        wrapper = wrapper_path(rec.paths, job)
+
+        def sbatch() -> list[str]:
+            res = run_sbatch(runner, sbatch_words(job, wrapper, ledger.comment),
+                             input=wrapper.read_text() if job.source.from_stdin else None,
+                             timeout=10 * 86400 if job.wait else None)
+            answer.append(res)
+            if res.returncode != 0 and not job.wait or job.test_only or not res.stdout.strip():
+                return []          # no job: sbatch's answer is the user's
+            jid, _ = job_id_of(res.stdout)
+            return [str(JobRef(jid).task_ref(i if job.array is not None else None))
+                    for i in job.indices]
+
         try:
-            wrapper = wrapper_path(rec.paths, job)
-            res: CommandResult = run_sbatch(
-                runner, sbatch_words(job, wrapper),
-                input=wrapper.read_text() if job.source.from_stdin else None,
-                timeout=10 * 86400 if job.wait else None)
-        except BaseException:
-            unrecord(store, rec)
+            refs = send(ledger, UserAnswers(), sbatch)
+        except CommandError as exc:
+            if isinstance(exc.__cause__, FileNotFoundError):   # sbatch never started
+                unrecord(store, rec)
             raise
-        if res.returncode != 0 and not job.wait or job.test_only or not res.stdout.strip():
-            unrecord(store, rec)
-            return Outcome(res.stdout, res.stderr, res.returncode)
-        jid, on = job_id_of(res.stdout)
-        confirm(store, rec, job, jid)
+    (res,) = answer
+    if not refs:
+        return Outcome(res.stdout, res.stderr, res.returncode)
+    jid, on = job_id_of(res.stdout)
     line = announce(job, jid, on)
     return Outcome(line + "\n" if line else "", res.stderr, res.returncode, rec.experiment_id)
 

@@ -27,9 +27,22 @@ from dethpc.control.submission import (
     adopt,
     record_batch,
 )
+from dethpc.control.submitters import submitting, unconfirmed
 from dethpc.jobs.imagepull import PullJob
 from dethpc.store import Store
-from dethpc.store.models import Batch, BatchKind, BatchState, Job, Trial
+from dethpc.store.models import (
+    Batch,
+    BatchKind,
+    BatchState,
+    Event,
+    Experiment,
+    ExperimentState,
+    Job,
+    Trial,
+    TrialState,
+)
+from dethpc.surfaces.sbatchwrap import plain
+from dethpc.surfaces.sbatchwrap.search_cli import parse_command
 from tests.unit.control.daemon_kit import World, world
 
 POINTS = ("after_record", "after_sbatch", "after_confirm")
@@ -168,3 +181,70 @@ def test_a_kill_around_a_pre_pull_leaves_no_untracked_job(tmp_path: Path, point:
         assert spooled == [] and pj.job_id() is None     # the next tick submits it
     else:
         assert spooled == [pj.job_id()]                  # known, once
+
+
+# ------------------------------------------------------------------ dethpc sbatch
+@pytest.mark.parametrize("point", POINTS)
+def test_a_kill_around_dethpc_sbatch_leaves_no_untracked_job(tmp_path: Path,
+                                                             point: str) -> None:
+    """Before the one protocol, a ``dethpc sbatch`` killed between its sbatch and its
+    record left a running job whose trial the daemon marked ERROR: the job carries the
+    user's name, which nothing could adopt it by. Now it goes out with dethpc's
+    ``--comment`` as well, and the restarted daemon adopts it by name and comment, not
+    the user's other job of that name. The local backend's spool stands in for sbatch."""
+    w = world(tmp_path)
+    spool = tmp_path / "spool"
+    (tmp_path / "job.sh").write_text("#!/bin/bash\n#SBATCH --array=3,5\ntrue\n")
+    job = plain.plan(parse_command(["job.sh"]), w.cluster, cwd=tmp_path, environ={},
+                     stdin_text=None)
+    assert job.name == "job.sh"
+    # the user's own job of the same name, submitted with plain sbatch
+    decoy = LocalBackend(spool).submit(JobRequest(name="job.sh", comment="",
+                                                  script=script(tmp_path), workdir=tmp_path))
+
+    def child(store: Store) -> None:
+        """The submitter: holds its lock (released when it dies), records, submits."""
+        token = submitting(w.cluster.runs_root).__enter__()
+        rec = plain.record(store, w.cluster, job, token=token, owner="me",
+                           python="python3")
+        ledger = plain.SubmitterLedger(store, rec, job, "sbatch:" + token)
+        request = JobRequest(name=job.name, comment=ledger.comment, script=script(tmp_path),
+                             workdir=tmp_path, array_indices=job.indices)
+        plain.send(ledger, plain.UserAnswers(), lambda: LocalBackend(spool).submit(request))
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.environ["DETHPC_FAULT_POINT"] = f"{point}:{SubmissionKind.SBATCH}"
+            child(Store(str(w.store.engine.url)))
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+    backend = LocalBackend(spool)
+    spooled = {i.ref for i in backend.find(["job.sh"])} - set(decoy)
+    # the restarted daemon's recover phase: the dead submitter's record, adopted or ended
+    with w.store.session() as s:
+        pending = list(s.exec(select(Batch).where(Batch.state == BatchState.SUBMITTING)))
+        theirs, ledgers = unconfirmed(s, w.store, pending, w.cluster.runs_root)
+    assert len(theirs) == len(ledgers) == (0 if point == "after_confirm" else 1)
+    assert adopt(backend, ledgers) == (1 if point == "after_sbatch" else 0)
+    with w.store.session() as s:
+        (exp,) = s.exec(select(Experiment).where(Experiment.id != w.exp_id))
+        (batch,) = s.exec(select(Batch).where(Batch.experiment_id == exp.id))
+        jobs = list(s.exec(select(Job).where(Job.batch_id == batch.id)))
+        trials = list(s.exec(select(Trial).where(Trial.experiment_id == exp.id)))
+        events = [e.kind for e in s.exec(select(Event).where(Event.experiment_id == exp.id))]
+    if point == "after_record":       # sbatch never ran: nothing runs, the record says so
+        assert spooled == set() and jobs == []
+        assert batch.state == BatchState.FAILED and exp.state == ExperimentState.ERROR
+        assert [t.state for t in trials] == [TrialState.ERROR] * 2
+        assert "sbatch did not submit it" in exp.message
+        return
+    # the job is tracked, once, with its tasks' own ids; the decoy is not taken
+    assert batch.state == BatchState.SUBMITTED and exp.state == ExperimentState.ACTIVE
+    assert batch.array_job_id and spooled == {f"{batch.array_job_id}_{i}" for i in (3, 5)}
+    assert sorted(j.ref or "" for j in jobs) == sorted(spooled)
+    assert {t.request_id: t.state for t in trials} == {3: TrialState.QUEUED,
+                                                        5: TrialState.QUEUED}
+    assert ("adopted" if point == "after_sbatch" else "submitted") in events

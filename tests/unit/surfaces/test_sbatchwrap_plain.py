@@ -117,6 +117,12 @@ def test_words_for_sbatch_are_the_users_own(tmp_path: Path) -> None:
     assert job.array is not None and job.array.indices == (0,) or True
     assert plain.sbatch_words(job, Path("/r/sbatch/job.sh")) == [
         "--parsable", "-p", "low", "--time=3", "-N1", "/r/sbatch/job.sh", "a b", "-x"]
+    # the key a restarted daemon adopts the job by, unless the user set a comment
+    assert plain.sbatch_words(job, Path("/r/sbatch/job.sh"), "dethpc:k")[:2] == [
+        "--parsable", "--comment=dethpc:k"]
+    theirs = plan(["--comment=mine", "job.sh"], tmp=tmp_path)
+    assert plain.sbatch_words(theirs, Path("/r/sbatch/job.sh"), "dethpc:k") == [
+        "--parsable", "--comment=mine", "/r/sbatch/job.sh"]
 
 
 def test_array_comes_from_sbatchs_precedence(tmp_path: Path) -> None:
