@@ -13,21 +13,26 @@ completed, was stopped by the searcher, or ran into its time limit clears them (
 ran the trial's code); preemption, requeue, cancel and node failure say nothing about
 the node's fitness and are skipped. docs/reliability.md, "Bad nodes".
 Must not: drain, or otherwise change, a node: that is the admin's (``dethpc admin
-check`` lists what dethpc excluded, where the site asks for it).
+check`` lists what dethpc excluded, where the site asks for it); import the ORM at
+module level (``judge`` and ``node_runs`` serve the read path without it:
+``dethpc.store.reader``'s rows, issue 47).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-
-from sqlmodel import Session, col, select
+from typing import TYPE_CHECKING
 
 from dethpc.common.exitcodes import ExitReason
 from dethpc.common.sbatch_options import canonical_option, layer, option_value
 from dethpc.config.model import BadNodes, ExperimentConfig, ResourcePool
-from dethpc.store import Store
-from dethpc.store.models import Job
+
+if TYPE_CHECKING:
+    from sqlmodel import Session
+
+    from dethpc.store import Store
+    from dethpc.store.models import Job
 
 #: ends that count against a node, and ends that clear it; the rest say nothing
 FAILED = frozenset({ExitReason.ERROR})
@@ -85,6 +90,10 @@ def node_runs(jobs: Iterable[Job]) -> list[NodeRun]:
 
 def excluded(s: Session, exp_id: int, policy: BadNodes, now: float) -> list[BadNode]:
     """``judge`` of experiment ``exp_id``'s ended jobs (one query; none when off)."""
+    from sqlmodel import col, select
+
+    from dethpc.store.models import Job
+
     if policy.failures <= 0:
         return []
     jobs = s.exec(select(Job).where(Job.experiment_id == exp_id, col(Job.ended_at).is_not(None),

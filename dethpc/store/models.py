@@ -25,45 +25,15 @@ from dethpc.backends.base import JobState
 from dethpc.common.exitcodes import ExitReason
 from dethpc.common.kinds import ExperimentKind
 
+# re-exported: their home is ``dethpc.store.states`` (no ORM), where the read path
+# (``dethpc.store.reader``) finds them
+from dethpc.store.states import CheckpointState as CheckpointState
+from dethpc.store.states import ExperimentState as ExperimentState
+from dethpc.store.states import TrialState as TrialState
+
 
 def now() -> float:
     return time.time()
-
-
-class ExperimentState(StrEnum):
-    ACTIVE = "ACTIVE"
-    PAUSED = "PAUSED"
-    STOPPING_CANCELED = "STOPPING_CANCELED"  # cancel: ask trials to checkpoint and exit
-    STOPPING_KILLED = "STOPPING_KILLED"      # kill: scancel everything now
-    COMPLETED = "COMPLETED"
-    CANCELED = "CANCELED"
-    ERROR = "ERROR"
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in (ExperimentState.COMPLETED, ExperimentState.CANCELED,
-                        ExperimentState.ERROR)
-
-    @property
-    def needs_daemon(self) -> bool:
-        """Open and not paused: the daemon must act on it (a view says when none runs)."""
-        return not self.is_terminal and self is not ExperimentState.PAUSED
-
-
-class TrialState(StrEnum):
-    QUEUED = "QUEUED"        # created, waiting for (re)submission or in the queue
-    RUNNING = "RUNNING"
-    PAUSED = "PAUSED"        # exited cleanly on a pause; resumes on activate
-    WAITING = "WAITING"      # promotion variant: finished a rung, waiting for the searcher
-    COMPLETED = "COMPLETED"  # reached its searcher length
-    STOPPED = "STOPPED"      # stopped by the searcher (early-stopped by ASHA)
-    CANCELED = "CANCELED"
-    ERROR = "ERROR"          # failed past max_restarts
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in (TrialState.COMPLETED, TrialState.STOPPED, TrialState.CANCELED,
-                        TrialState.ERROR)
 
 
 class BatchState(StrEnum):
@@ -87,13 +57,6 @@ class BatchKind(StrEnum):
     WORKERS = "workers"
     #: work items put in a worker pool's queue: its Job rows' refs are items, not jobs
     ITEMS = "items"
-
-
-class CheckpointState(StrEnum):
-    COMPLETED = "COMPLETED"
-    #: GC chose it; its files are removed after the choice commits, then DELETED
-    DELETING = "DELETING"
-    DELETED = "DELETED"
 
 
 class EarlyExit(StrEnum):

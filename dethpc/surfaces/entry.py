@@ -5,8 +5,10 @@ Owns: the dispatch on the first word: ``report``, ``should-stop``, ``hparams`` a
 step: no typer, rich or database imports, docs/shell-api.md); anything else runs
 ``dethpc.surfaces.cli.main.main``. ``python -m dethpc.surfaces.entry ...`` does the same.
 ``dethpc --version`` is answered here, and ``dethpc --help`` from the copy of its
-output ``cli.helpcache`` saved, without the CLI's imports (issue 47: the commonest
-questions at the speed of Slurm's own tools).
+output ``cli.helpcache`` saved, without the CLI's imports, and ``experiment list``,
+``experiment describe`` and ``trial logs`` by ``cli.fastread`` on a SQLite store at head,
+without typer or the ORM (issue 47: the commonest questions at the speed of Slurm's own
+tools).
 A ``submit`` (``experiment create``) that will start the user's daemon starts it here,
 before the CLI's imports (``service.prestart``).
 Must not: import ``dethpc.surfaces.cli`` for a job API verb.
@@ -58,6 +60,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         sys.stdout.write(f"{__version__}\n")
         sys.exit(0)
+    if not remote_file_present() and args[:1] in (["experiment"], ["e"], ["trial"], ["t"]):
+        from dethpc.surfaces.cli.fastread import answer
+
+        code = answer(args)  # list, describe, logs: sqlite3, no typer (None: not its own)
+        if code is not None:
+            sys.exit(code)
     from dethpc.surfaces.cli import helpcache
 
     if not remote_file_present():

@@ -1,33 +1,33 @@
 """Read-only views of the store for the CLI (describe, list, logs), as plain dicts.
 
-Owns: turning rows into the dicts that ``--json`` prints and the tables show.
-Must not: change state.
+Owns: turning rows into the dicts that ``--json`` prints and the tables show, from
+either source of rows: the ORM (``Store``: every database) or the standard library's
+``sqlite3`` (``dethpc.store.reader.Reader``: a SQLite store at head, for the commands
+that only look, issue 47). Both give rows with the models' attribute names and types,
+and the same functions (``list_rows``, ``describe_rows``) build the dicts from them.
+Must not: change state, or import the ORM at module level (the ``Reader`` path must not
+pay for it; tests/unit/surfaces/test_cli_fastread.py checks).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
-
-from sqlmodel import select
+from typing import TYPE_CHECKING, Any
 
 from dethpc.backends.base import JobState
 from dethpc.backends.slurm_holds import hold_of
 from dethpc.common.errors import NotFoundError
 from dethpc.common.kinds import MetricKind
-from dethpc.store import Store
-from dethpc.store.models import (
-    Checkpoint,
-    CheckpointState,
-    Event,
-    Experiment,
-    ExperimentState,
-    Job,
-    Metric,
-    SearcherState,
-    Trial,
-)
+from dethpc.store.states import CheckpointState, ExperimentState
+
+if TYPE_CHECKING:
+    from dethpc.config.model import ExperimentConfig
+    from dethpc.control.bad_nodes import BadNode
+    from dethpc.store import Store
+    from dethpc.store.models import Checkpoint, Event, Experiment, Job, Trial
+    from dethpc.store.reader import Reader
 
 
 def shown_progress(e: Experiment) -> float:
@@ -83,17 +83,34 @@ def daemon_running(store: Store, owner: str) -> bool:
 def list_experiments(store: Store, include_ended: bool = True,
                      owner: str | None = None) -> list[dict[str, Any]]:
     """Experiments by id; only ``owner``'s when given (None: everyone's)."""
+    from sqlmodel import select
+
+    from dethpc.store.models import Experiment
+
     with store.session() as s:
         rows = s.exec(select(Experiment).order_by(Experiment.id))  # type: ignore[arg-type]
-        return [experiment_dict(e) for e in rows
-                if (include_ended or e.ended_at is None)
-                and (owner is None or e.owner == owner)]
+        return list_rows(rows, include_ended, owner)
+
+
+def read_experiments(reader: Reader, include_ended: bool = True,
+                     owner: str | None = None) -> list[dict[str, Any]]:
+    """``list_experiments`` from a ``Reader``."""
+    return list_rows(reader.experiments(), include_ended, owner)
+
+
+def list_rows(rows: Iterable[Experiment], include_ended: bool,
+              owner: str | None) -> list[dict[str, Any]]:
+    """``list_experiments``' dicts of ``rows`` (by id)."""
+    return [experiment_dict(e) for e in rows
+            if (include_ended or e.ended_at is None) and (owner is None or e.owner == owner)]
 
 
 def describe_experiment(store: Store, exp_id: int) -> dict[str, Any]:
+    from sqlmodel import select
+
     from dethpc.config.stored import parse_stored
     from dethpc.control.bad_nodes import excluded
-    from dethpc.searchers.factory import make_searcher
+    from dethpc.store.models import Checkpoint, Experiment, Job, SearcherState, Trial
 
     with store.session() as s:
         exp = s.get(Experiment, exp_id)
@@ -101,14 +118,42 @@ def describe_experiment(store: Store, exp_id: int) -> dict[str, Any]:
             raise NotFoundError(f"experiment {exp_id} does not exist")
         trials = list(s.exec(select(Trial).where(Trial.experiment_id == exp_id)
                              .order_by(Trial.id)))  # type: ignore[arg-type]
-        ckpts = {c.uuid: c for c in s.exec(select(Checkpoint).where(
-            Checkpoint.experiment_id == exp_id))}
+        ckpts = list(s.exec(select(Checkpoint).where(Checkpoint.experiment_id == exp_id)))
         ss = s.get(SearcherState, exp_id)
-        live = {j.trial_id: j for j in s.exec(select(Job).where(
+        live = list(s.exec(select(Job).where(
             Job.experiment_id == exp_id, Job.live == True)  # noqa: E712
-            .order_by(Job.id))}  # type: ignore[arg-type]
+            .order_by(Job.id)))  # type: ignore[arg-type]
         cfg = parse_stored(exp.config_yaml)
         bad = excluded(s, exp_id, cfg.slurm.bad_nodes, time.time())
+    return describe_rows(exp, trials, ckpts, ss.snapshot if ss is not None else None,
+                         live, cfg, bad)
+
+
+def read_describe(reader: Reader, exp_id: int) -> dict[str, Any]:
+    """``describe_experiment`` from a ``Reader``."""
+    from dethpc.config.stored import parse_stored
+    from dethpc.control.bad_nodes import judge, node_runs
+
+    exp = reader.experiment(exp_id)
+    if exp is None:
+        raise NotFoundError(f"experiment {exp_id} does not exist")
+    cfg = parse_stored(exp.config_yaml)
+    policy = cfg.slurm.bad_nodes
+    bad = (judge(node_runs(reader.ended_jobs_on_nodes(exp_id)), policy, time.time())
+           if policy.failures > 0 else [])
+    ss = reader.searcher_state(exp_id)
+    return describe_rows(exp, reader.trials_of(exp_id), reader.checkpoints_of(exp_id),
+                         ss.snapshot if ss is not None else None, reader.live_jobs(exp_id),
+                         cfg, bad)
+
+
+def describe_rows(exp: Experiment, trials: Sequence[Trial], checkpoints: Iterable[Checkpoint],
+                  snapshot: dict[str, Any] | None, live_jobs: Iterable[Job],
+                  cfg: ExperimentConfig, bad: Sequence[BadNode]) -> dict[str, Any]:
+    """``describe_experiment``'s dict: the experiment, its trials (by id), its checkpoints,
+    its searcher's snapshot, its live jobs (by id), its parsed config and its bad nodes."""
+    ckpts = {c.uuid: c for c in checkpoints}
+    live = {j.trial_id: j for j in live_jobs}
     sib = cfg.searcher.smaller_is_better
     out = experiment_dict(exp)
     out["excluded_nodes"] = [
@@ -139,9 +184,11 @@ def describe_experiment(store: Store, exp_id: int) -> dict[str, Any]:
     out["best_trial"] = (min(scored_trials, key=lambda d: d["best_validation"] if sib
                              else -d["best_validation"]) if scored_trials else None)
     out["rungs"], searcher_trials = [], {}
-    if ss is not None and ss.snapshot:
+    if snapshot:
+        from dethpc.searchers.factory import make_searcher
+
         searcher = make_searcher(cfg.searcher, cfg.hyperparameters, cfg.experiment_seed)
-        searcher.restore(ss.snapshot)
+        searcher.restore(snapshot)
         out["rungs"] = searcher.rungs()
         searcher_trials = {r.request_id: r for r in searcher.trials()}
     for d in out["trials"]:
@@ -184,6 +231,10 @@ def hold_note(t: Trial, job: Job | None) -> str | None:
 
 
 def trial_detail(store: Store, trial_id: int) -> dict[str, Any]:
+    from sqlmodel import select
+
+    from dethpc.store.models import Checkpoint, Event, Job, Metric, Trial
+
     with store.session() as s:
         t = s.get(Trial, trial_id)
         if t is None:
@@ -207,6 +258,10 @@ def trial_detail(store: Store, trial_id: int) -> dict[str, Any]:
 
 
 def checkpoints_of(store: Store, exp_id: int) -> list[dict[str, Any]]:
+    from sqlmodel import select
+
+    from dethpc.store.models import Checkpoint
+
     with store.session() as s:
         return [checkpoint_dict(c) for c in s.exec(
             select(Checkpoint).where(Checkpoint.experiment_id == exp_id)
@@ -214,6 +269,8 @@ def checkpoints_of(store: Store, exp_id: int) -> list[dict[str, Any]]:
 
 
 def checkpoint_detail(store: Store, uuid: str) -> dict[str, Any]:
+    from dethpc.store.models import Checkpoint
+
     with store.session() as s:
         c = s.get(Checkpoint, uuid)
         if c is None:
@@ -224,6 +281,10 @@ def checkpoint_detail(store: Store, uuid: str) -> dict[str, Any]:
 def events_of(store: Store, exp_id: int) -> list[dict[str, Any]]:
     """The experiment's events; ``NotFoundError`` for an experiment this user cannot see
     (none, or another user's in a shared database), rather than an empty log."""
+    from sqlmodel import select
+
+    from dethpc.store.models import Event, Experiment
+
     with store.session() as s:
         if s.get(Experiment, exp_id) is None:
             raise NotFoundError(f"experiment {exp_id} does not exist")

@@ -1,34 +1,37 @@
 """What every CLI command shares: the cluster config, the store, the backend, output.
 
-Owns: lazy construction of those (so ``config validate`` needs no database),
-JSON/rich printing helpers. Must not: hold logic the library lacks.
+Owns: lazy construction of those (so ``config validate`` needs no database), the
+options every view takes (``--json``, ``--wide``) and the note a view gives when no
+daemon runs. Printing is ``dethpc.surfaces.cli.output``'s (re-exported here), the
+effective cluster config ``dethpc.surfaces.cli.clusterenv``'s: the read path
+(``dethpc.surfaces.cli.fastread``) uses both without typer or the ORM (issue 47).
+Must not: hold logic the library lacks; import the ORM at module level.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
-from dethpc.backends.base import Backend
-from dethpc.config import load_cluster_config
 from dethpc.config.model import ClusterConfig
-from dethpc.store import Store
-from dethpc.surfaces.layout import GAP, Col, cell_lines, fit, one_line, terminal_width, wrap_words
+from dethpc.surfaces.cli.clusterenv import effective_cluster
+from dethpc.surfaces.cli.output import (  # noqa: F401 - re-exported: what commands print with
+    console,
+    err_console,
+    fmt_metric,
+    plain_rows,
+    print_json,
+    report_error,
+    say,
+    table,
+)
 
-console = Console()
-#: errors are never hard-wrapped: a path or a command to copy from them stays one line
-err_console = Console(stderr=True, soft_wrap=True)
+if TYPE_CHECKING:
+    from dethpc.backends.base import Backend
+    from dethpc.store import Store
 
 
 @dataclass
@@ -38,19 +41,8 @@ class Env:
 
     @cached_property
     def cluster(self) -> ClusterConfig:
-        """The file's config; with none anywhere, what Slurm's answers imply on a login
-        node (``slurm_detect``: one probe, cached in ``$DETHPC_HOME``), else local.
-        Its ``slurm_bin``/``slurm_conf`` are put into this process's environment, as a
-        site's ``module load slurm`` would: every Slurm command dethpc runs, the daemon it
-        starts and the jobs it submits (which inherit the environment) use them."""
-        from dethpc.backends.slurm_detect import detect
-        from dethpc.common.paths import dethpc_home
-        from dethpc.config.cluster import slurm_client_env
-
-        cfg = load_cluster_config(self.cluster_path, detect=lambda: detect(
-            dethpc_home(), say=lambda text: err_console.print(text, markup=False)))
-        os.environ.update(slurm_client_env(cfg, os.environ))
-        return cfg
+        """The effective cluster config (``clusterenv.effective_cluster``)."""
+        return effective_cluster(self.cluster_path)
 
     @cached_property
     def store(self) -> Store:
@@ -59,6 +51,7 @@ class Env:
         Unix user's (``dethpc.store.access.check_identity``). A SQLite file on a network
         filesystem is said once per home (``dethpc.store.location.check_store``)."""
         from dethpc.control.experiments import current_user
+        from dethpc.store import Store
         from dethpc.store.access import check_identity
         from dethpc.store.credentials import database_url
 
@@ -86,79 +79,9 @@ class Env:
 ENV = Env()
 
 
-def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
-
-
-def table(title: str, columns: Sequence[str | Col], rows: Sequence[Sequence[Any]], *,
-          wide: bool = False) -> None:
-    """Print a table that fits the terminal (``dethpc.surfaces.layout``): shrinkable columns
-    cut with ``…``, columns that cannot fit left out with a note; ``wide``: every column
-    at full width, whatever the terminal."""
-    cols = [c if isinstance(c, Col) else Col(c) for c in columns]
-    cells = [[one_line(v) for v in r] for r in rows]
-    width = terminal_width()
-    layout = fit(cols, cells, None if wide else width)
-    headers, shown = cell_lines(cols, cells, layout)
-    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-              padding=(0, GAP - 1, 0, 0))
-    for h, w in zip(headers, layout.widths, strict=True):
-        t.add_column(Text(h), width=w, no_wrap=True, overflow="ellipsis")
-    # a console as wide as the table: rich never draws wider than its console's width
-    drawn = max(layout.total, len(title))
-    drawn = drawn if wide else min(drawn, width)
-    plain = plain_rows(shown, layout.widths) if drawn >= layout.total else None
-    for r in shown if plain is None else ():
-        t.add_row(*[Text(v) for v in r])
-    out = Console(file=console.file, width=drawn, force_terminal=console.is_terminal or None)
-    out.print(t, crop=False)
-    if plain:
-        out.file.write(plain)
-        out.file.flush()
-    if layout.dropped and rows:  # an empty table hides nothing
-        names = ", ".join(cols[i].header for i in layout.dropped)
-        note = f"({names} left out to fit {width} columns; --wide shows them)"
-        for line in wrap_words(note, width):
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
-
-
-def plain_rows(rows: Sequence[Sequence[str]], widths: Sequence[int]) -> str | None:
-    """The body of ``table``'s rich table as rich draws it (box ``SIMPLE_HEAD`` without
-    edges, fixed widths, cells already cut to them: each cell left-justified to its width,
-    ``GAP`` spaces between, no style in a terminal either), without rich's cost per cell
-    (1,000 rows: about 0.4 s of a 0.7 s ``experiment list`` here, issue 47); the head
-    (title, headers, rule) stays rich's. None, for rich to draw the rows, when a cell is not
-    plain printable ASCII (wide or combining characters, which rich measures in cells) or
-    is wider than its column (rich would cut it). tests/unit/surfaces/test_cli_tables.py
-    compares the two byte for byte."""
-    gap = " " * GAP
-    lines = []
-    for row in rows:
-        for v, w in zip(row, widths, strict=True):
-            if len(v) > w or not (v.isascii() and v.isprintable()):
-                return None
-        lines.append(gap.join(v.ljust(w) for v, w in zip(row, widths, strict=True)) + "\n")
-    return "".join(lines)
-
-
-def say(text: str, *, wide: bool = False, hang: int = 0) -> None:
-    """A line of prose (no markup), wrapped at spaces to the terminal's width (lines
-    after the first indented ``hang`` spaces); a word longer than the width is cut with
-    ``…``; ``wide``: one line, nothing cut."""
-    if wide:
-        console.print(text, markup=False, highlight=False, soft_wrap=True)
-        return
-    for line in wrap_words(text, terminal_width(), hang):  # already fits: rich must not wrap
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
-
-
 WideOpt = typer.Option(False, "--wide", "-w", help="full values, however wide (no "
                        "column cut or left out to fit the terminal)")
 JsonOpt = typer.Option(False, "--json", help="print JSON instead of a table")
-
-
-def fmt_metric(value: float | None) -> str:
-    return "" if value is None else f"{value:.6g}"
 
 
 def untracked_note(open_experiments: int, now: float | None = None, *,

@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -26,22 +26,16 @@ from dethpc.surfaces import views
 from dethpc.surfaces.cli.common import (
     ENV,
     console,
-    err_console,
     fmt_metric,
     print_json,
     table,
 )
 from dethpc.surfaces.cli.daemon_cmd import UntrackedLook
+from dethpc.surfaces.cli.show import say_unrun, unrun_note  # noqa: F401 - unrun_note: re-exported
 from dethpc.surfaces.layout import Col
 
 if TYPE_CHECKING:
     from dethpc.control.rehearse import Target
-
-
-def _say_unrun(detail: dict[str, Any], printed: bool) -> None:
-    note = unrun_note(detail, printed)
-    if note is not None:
-        err_console.print(note, highlight=False, markup=False, soft_wrap=True)
 
 
 def print_checkpoints(exp_id: int, *, json_out: bool, wide: bool) -> None:
@@ -58,16 +52,6 @@ def print_checkpoints(exp_id: int, *, json_out: bool, wide: bool) -> None:
             c["state"], c["path"]] for c in rows], wide=wide)
 
 
-def unrun_note(detail: dict[str, Any], printed: bool) -> str | None:
-    """What a log stream says of a trial that ended without a line of job output (its
-    image could not be pulled, its job was refused or never started): why it ended, as
-    Determined's trial log would; None while it runs or when it printed anything."""
-    if printed or not TrialState(detail["state"]).is_terminal or not detail["exit_reason"]:
-        return None
-    return (f"dethpc: trial {detail['id']} ended {TrialState(detail['state']).value} "
-            f"without job output: {detail['exit_reason']}")
-
-
 def stream_trial_log(trial_id: int, *, follow: bool, tail: int) -> None:
     """Print a trial's job output; with ``follow``, keep printing until the trial ends.
     A trial that ended without output gets its exit reason on stderr (``unrun_note``)."""
@@ -81,7 +65,7 @@ def stream_trial_log(trial_id: int, *, follow: bool, tail: int) -> None:
     sys.stdout.flush()
     printed = bool(text.strip())
     if not follow:
-        _say_unrun(d, printed)
+        say_unrun(d, printed)
         return
     sizes = {p: p.stat().st_size for p in tp.logs()}
     untracked = UntrackedLook(lambda: [experiments.get_experiment(
@@ -101,7 +85,7 @@ def stream_trial_log(trial_id: int, *, follow: bool, tail: int) -> None:
                     printed = printed or bool(chunk.strip())
                 sizes[p] = size
         if done:
-            _say_unrun(views.trial_detail(ENV.store, trial_id), printed)
+            say_unrun(views.trial_detail(ENV.store, trial_id), printed)
             return
         time.sleep(0.5)
 

@@ -264,15 +264,15 @@ def _drawn(monkeypatch: pytest.MonkeyPatch, *, terminal: bool, rich_rows: bool,
 
     from rich.console import Console
 
-    from dethpc.surfaces.cli import common
+    from dethpc.surfaces.cli import output
     from dethpc.surfaces.layout import Col
 
     buf = io.StringIO()
     monkeypatch.setenv("COLUMNS", str(columns))
-    monkeypatch.setattr(common, "console", Console(file=buf, force_terminal=terminal or None))
+    monkeypatch.setattr(output, "console", Console(file=buf, force_terminal=terminal or None))
     if rich_rows:
-        monkeypatch.setattr(common, "plain_rows", lambda *_: None)
-    common.table("Things", [Col("id", keep=100), Col("name", shrink=True, keep=90),
+        monkeypatch.setattr(output, "plain_rows", lambda *_: None)
+    output.table("Things", [Col("id", keep=100), Col("name", shrink=True, keep=90),
                             Col("state", keep=95), Col("labels here", shrink=True, keep=30),
                             Col("owner", shrink=True, keep=60)], rows, wide=wide)
     return buf.getvalue()
