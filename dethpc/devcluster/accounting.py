@@ -5,7 +5,8 @@ and associations (``accounting_state``) and running the ``sacctmgr`` commands th
 ``site.plan_accounting`` asks for (none when the records are current; limits changed
 by hand are restored): QoS ``normal`` and ``limited``, accounts ``dethpc`` and
 ``ml-team``, root, ``$SUDO_USER``, ``$DETHPC_DEVCLUSTER_USERS`` and the users named to
-``up`` in every account, the test user in ``ml-team`` only. Every command runs through
+``up`` and the site's unlimited users (the scale profile's) in every account, the test user
+in ``ml-team`` only. Every command runs through
 the cluster's runner, so it reaches this cluster's slurmdbd (``SLURM_CONF``), never
 another lane's.
 Must not: plan (``site`` does) or create Unix users (``users`` does).
@@ -50,7 +51,8 @@ class Accounting:
         account ``dethpc``, QoS ``normal``). Three queries when nothing is missing."""
         members = [u for u in member_names(
             ["root", os.environ.get("SUDO_USER", ""), *users,
-             *os.environ.get(ENV_DEVCLUSTER_USERS, "").split(",")]) if user_exists(u)]
+             *os.environ.get(ENV_DEVCLUSTER_USERS, "").split(","),
+             *self.layout.site.unlimited_users]) if user_exists(u)]
         self.apply(members)
 
     def state(self) -> AccountingState:

@@ -5,7 +5,9 @@ Owns: ``DevCluster`` -- one cluster (one lane, ``lanes``) put together from its 
 slurmctld -> 4 x slurmd, the wait for usable nodes, the accounting records), ``down``
 (stops only what ``up`` started for this cluster) and ``status``; the order of those
 steps, the locks (the cluster's own, and the shared one for what every lane shares)
-and ``Timings``. Also ``up_lanes``/``down_lanes``, the same over every lane of the host.
+and ``Timings``. Also ``up_lanes``/``down_lanes``, the same over every lane of the host
+(``down_lanes`` of everything stops a scale cluster first: it shares MariaDB and munged),
+and ``down_scale`` (``profiles``' scale cluster).
 Every step is idempotent: ``up`` on a running cluster returns in well under a second,
 on a partial one it repairs what is missing.
 Must not: print (it reports through the ``say`` callback), hold the steps themselves
@@ -32,6 +34,7 @@ from dethpc.devcluster.daemons import SlurmDaemons
 from dethpc.devcluster.host import HostSetup
 from dethpc.devcluster.lanes import current_layout, existing_lanes, lane_env, lane_layout
 from dethpc.devcluster.layout import OWNER_ENV, DevClusterLayout
+from dethpc.devcluster.profiles import saved_spec, scale_layout, scale_state_dir
 from dethpc.devcluster.readiness import (
     RESUMABLE_STATES,
     USABLE_STATES,
@@ -44,7 +47,7 @@ from dethpc.devcluster.shared import SharedServices
 from dethpc.devcluster.site import AccountingState
 
 __all__ = ["RESUMABLE_STATES", "USABLE_STATES", "ClusterStatus", "DaemonState", "DevCluster",
-           "Timings", "down_lanes", "up_lanes"]
+           "Timings", "down_lanes", "down_scale", "up_lanes"]
 
 
 @dataclass
@@ -129,8 +132,9 @@ class DevCluster:
         self.layout.shared.mkdir(parents=True, exist_ok=True)
         with self.locked():
             with timings.step("check"):
+                repin = self.daemons.pinning_differs()
                 if self.status().ready and not self.configs.stale() \
-                        and self.host.gpu_devices_ok() \
+                        and self.host.gpu_devices_ok() and not repin \
                         and not self.daemons.ctld_on_other_config():
                     self.accounting.ensure_accounts(users)
                     self.say(f"dev cluster {self.name} already up")
@@ -140,14 +144,16 @@ class DevCluster:
                 self.host.ensure_gpu_devices()
                 changed = self.configs.write(password, force)
             with timings.step("slurmdbd"):
-                self.daemons.ensure_slurmdbd(restart=self.layout.slurmdbd_conf in changed)
+                self.daemons.ensure_slurmdbd(
+                    restart=repin or self.layout.slurmdbd_conf in changed)
                 self.accounting.ensure_cluster_record()
             with timings.step("slurmctld"):
-                started = self.daemons.ensure_slurm(restart=bool(
+                started = self.daemons.ensure_slurm(restart=repin or bool(
                     {self.layout.slurm_conf, self.layout.gres_conf} & changed))
             with timings.step("nodes"):
                 self.readiness.wait_nodes(wait_timeout, started)
             with timings.step("accounts"):
+                self.host.ensure_users(self.layout.site.unlimited_users)
                 self.accounting.ensure_accounts(users)
         site = self.layout.site
         self.say(f"dev cluster {self.name} up: {self.layout.node_count} nodes "
@@ -248,6 +254,8 @@ def down_lanes(lanes: Sequence[int] | None = None,
                   for lane in existing_lanes(release=r)]
     every = lanes is None and release is None
     stopped: list[str] = []
+    if every:  # a scale cluster uses the shared MariaDB and munged too: stop it first
+        stopped += down_scale(None, say=say)
     # the default release's lowest lane last: it also stops what every cluster shares
     ordered = sorted(chosen, key=lambda c: (c[0] is DEFAULT_RELEASE, -c[1]))
     for i, (r, lane) in enumerate(ordered):
@@ -255,4 +263,17 @@ def down_lanes(lanes: Sequence[int] | None = None,
         last = every and i == len(ordered) - 1
         where = f"lane {lane}" if r is DEFAULT_RELEASE else f"Slurm {r.value} lane {lane}"
         stopped += [f"{name} [{where}]" for name in cluster.down(shared=last)]
+    return stopped
+
+
+def down_scale(release: SlurmRelease | None,
+               say: Callable[[str], None] = lambda _msg: None) -> list[str]:
+    """``down`` of the scale cluster of ``release`` (None: of every release) whose state
+    directory exists, in the shape it was brought up with (``profiles.saved_spec``)."""
+    stopped: list[str] = []
+    for r in SlurmRelease:
+        if release not in (None, r) or not scale_state_dir(release=r).is_dir():
+            continue
+        cluster = DevCluster(scale_layout(saved_spec(release=r), release=r), say=say)
+        stopped += [f"{name} [scale, Slurm {r.value}]" for name in cluster.down()]
     return stopped

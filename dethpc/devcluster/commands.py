@@ -1,5 +1,6 @@
 """The three dev-cluster commands, shared by ``python -m dethpc.devcluster`` and
-``dethpc dev cluster``.
+``dethpc dev cluster``; and the same three for the scale profile (``up_scale``,
+``down_scale``, ``status_scale``: ``profiles``).
 
 Owns: which lanes a command acts on (``--lane K``, else ``$DETHPC_DEVCLUSTER_LANE``,
 else every lane: ``--lanes N`` / ``$DETHPC_DEVCLUSTER_LANES`` / 2 for ``up`` and
@@ -13,10 +14,11 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 
 from dethpc.common.errors import DethpcError
-from dethpc.devcluster.cluster import DevCluster, down_lanes, up_lanes
+from dethpc.devcluster.cluster import DevCluster, Timings, down_lanes, down_scale, up_lanes
 from dethpc.devcluster.lanes import (
     LANE_ENV,
     RELEASE_ENV,
@@ -25,6 +27,8 @@ from dethpc.devcluster.lanes import (
     lane_count,
     lane_layout,
 )
+from dethpc.devcluster.layout import DevClusterLayout
+from dethpc.devcluster.profiles import ScaleSpec, save_spec, saved_spec, scale_layout
 from dethpc.devcluster.releases import SlurmRelease
 
 
@@ -94,21 +98,77 @@ def status(*, lane: int | None = None, lanes: int | None = None,
         release = chosen_release(slurm)
         for k in chosen_lanes(lane, lanes):
             lay = lane_layout(k, release=release)
-            st = DevCluster(lay).status()
-            _say(f"== lane {k}: cluster {lay.cluster_name} (Slurm {lay.release.value}), "
-                 f"SLURM_CONF={lay.slurm_conf}, nodes {lay.nodelist}, state {lay.state_dir}")
-            for d in st.daemons:
-                state = f"running (pid {d.pid})" if d.running else "not running"
-                owner = "" if d.ours or not d.running else " (not started by devcluster)"
-                _say(f"{d.name:<12} {state}{owner}")
-            _say(f"{'munge':<12} {'ok' if st.munge_ok else 'NOT answering'}")
-            _say(f"{'controller':<12} {'UP' if st.controller_up else 'DOWN'}")
-            if st.sinfo:
-                _say(st.sinfo.rstrip())
-            _say(f"cluster is {'UP' if st.ready else 'NOT up'} "
-                 f"({len(st.usable_nodes)}/{st.expected_nodes} nodes usable)")
-            ready = ready and st.ready
+            ready = _report(lay, f"lane {k}") and ready
         return 0 if ready else 1
+
+    return _guard(run)
+
+
+def _report(lay: DevClusterLayout, what: str) -> bool:
+    """Print one cluster's daemons and sinfo; True when it is up."""
+    st = DevCluster(lay).status()
+    _say(f"== {what}: cluster {lay.cluster_name} (Slurm {lay.release.value}), "
+         f"SLURM_CONF={lay.slurm_conf}, nodes {lay.nodelist}, state {lay.state_dir}")
+    for d in st.daemons:
+        state = f"running (pid {d.pid})" if d.running else "not running"
+        owner = "" if d.ours or not d.running else " (not started by devcluster)"
+        _say(f"{d.name:<12} {state}{owner}")
+    _say(f"{'munge':<12} {'ok' if st.munge_ok else 'NOT answering'}")
+    _say(f"{'controller':<12} {'UP' if st.controller_up else 'DOWN'}")
+    if st.sinfo:
+        _say(st.sinfo.rstrip())
+    _say(f"cluster is {'UP' if st.ready else 'NOT up'} "
+         f"({len(st.usable_nodes)}/{st.expected_nodes} nodes usable)")
+    return st.ready
+
+
+# ------------------------------------------------------------------ the scale profile
+def up_scale(spec: ScaleSpec, *, force: bool = False, users: Sequence[str] = (),
+             slurm: str | None = None) -> int:
+    """Start (or repair) the scale cluster shaped as ``spec``; refused while one of
+    another shape runs (its nodes beyond the new count would be left running)."""
+    def run() -> int:
+        release = chosen_release(slurm)
+        old = saved_spec(release=release)
+        if old is not None and (old.nodes, old.gpus_per_node, old.gpu_type) != (
+                spec.nodes, spec.gpus_per_node, spec.gpu_type) \
+                and DevCluster(scale_layout(old, release=release)).controller_up():
+            raise DethpcError(
+                f"the scale cluster runs with {old.nodes} nodes x {old.gpus_per_node} "
+                f"{old.gpu_type}; take it down first (`python -m dethpc.devcluster down "
+                f"--profile scale`), then bring it up in the new shape")
+        lay = scale_layout(spec, release=release)
+        save_spec(lay, spec)
+        cluster = DevCluster(lay, say=_say)
+        timings: Timings = cluster.up(force=force, users=users,
+                                      wait_timeout=max(120.0, 4.0 * spec.nodes))
+        timings.end = timings.end or time.monotonic()
+        _say(f"scale cluster (Slurm {lay.release.value}) ready in {timings.summary()}")
+        _say(f"  {spec.nodes} nodes {lay.nodelist} x gpu:{spec.gpu_type}:{spec.gpus_per_node}"
+             f" = {spec.gpus} GPUs; {lay.pinning.describe()}")
+        _say(f"  slurm.conf: {lay.slurm_conf} (export SLURM_CONF={lay.slurm_conf}); "
+             f"state: {lay.state_dir}; unlimited users: "
+             f"{', '.join(lay.site.unlimited_users)}")
+        return 0
+
+    return _guard(run)
+
+
+def down_scale_cluster(*, slurm: str | None = None) -> int:
+    def run() -> int:
+        release = chosen_release(slurm) if slurm else None
+        stopped = down_scale(release, say=_say)
+        _say("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+        return 0
+
+    return _guard(run)
+
+
+def status_scale(*, slurm: str | None = None) -> int:
+    def run() -> int:
+        release = chosen_release(slurm)
+        lay = scale_layout(saved_spec(release=release), release=release)
+        return 0 if _report(lay, "scale") else 1
 
     return _guard(run)
 

@@ -5,7 +5,9 @@ cluster's daemon runner, whose environment carries the cluster's ``SLURM_CONF`` 
 its owner marker), restarting those whose config changed, and stopping them for
 ``down``: running jobs requeued first (else cancelled), ``scontrol shutdown``, SIGKILL
 for a slurmd that hangs, slurmdbd, then leftovers (slurmstepd holding files in this
-cluster's state directory, their tasks, anything with this cluster's marker).
+cluster's state directory, their tasks, anything with this cluster's marker). Each
+daemon starts under the layout's ``CpuPinning`` (``taskset``; none by default), and
+``pinning_differs`` tells ``up`` when a running daemon sits on other CPUs than asked.
 Must not: touch another cluster's daemons or the shared ones (munged, MariaDB:
 ``shared``), or kill a process it cannot tell is this cluster's (pid files are
 checked against the program's name).
@@ -18,6 +20,7 @@ import time
 import dethpc.devcluster.procs as procs
 from dethpc.common.runner import CommandRunner
 from dethpc.devcluster.layout import OWNER_ENV, DevClusterLayout
+from dethpc.devcluster.pinning import DaemonRole
 from dethpc.devcluster.readiness import Readiness, port_open, try_output, wait_until
 
 
@@ -36,7 +39,7 @@ class SlurmDaemons:
             procs.stop(pid, "slurmdbd", timeout=15)
             pid = None
         if not pid:
-            self.daemon_runner.run(["slurmdbd"])
+            self.daemon_runner.run(self.layout.pinning.argv(DaemonRole.LOGIN, ["slurmdbd"]))
         wait_until("slurmdbd to listen", lambda: port_open(self.layout.dbd_port), 60,
                    log=self.layout.log_dir / "slurmdbd.log")
 
@@ -52,15 +55,29 @@ class SlurmDaemons:
             if ctld:
                 procs.stop(ctld, "slurmctld", timeout=20)
         if not procs.running_pid(lay.pid_file("slurmctld"), "slurmctld"):
-            self.daemon_runner.run(["slurmctld"])
+            self.daemon_runner.run(lay.pinning.argv(DaemonRole.LOGIN, ["slurmctld"]))
         wait_until("slurmctld to answer `scontrol ping`", self.readiness.controller_up, 60,
                    log=lay.log_dir / "slurmctld.log")
         started: dict[str, float] = {}
         for node in lay.nodes:
             if not procs.running_pid(lay.pid_file("slurmd", node.name), "slurmd"):
                 started[node.name] = time.time()
-                self.daemon_runner.run(["slurmd", "-N", node.name])
+                self.daemon_runner.run(self.slurmd_argv(node.name))
         return started
+
+    def slurmd_argv(self, node: str) -> list[str]:
+        """How ``node``'s slurmd is started (pinned to the nodes' CPUs when asked)."""
+        return self.layout.pinning.argv(DaemonRole.NODE, ["slurmd", "-N", node])
+
+    def pinning_differs(self) -> bool:
+        """A running slurmdbd, slurmctld or slurmd sits on CPUs other than the layout's
+        ``pinning`` asks for its role (never for an unpinned role)."""
+        lay = self.layout
+        found = [(DaemonRole.LOGIN, procs.running_pid(lay.pid_file(name), name))
+                 for name in ("slurmdbd", "slurmctld")]
+        found += [(DaemonRole.NODE, procs.running_pid(lay.pid_file("slurmd", n.name), "slurmd"))
+                  for n in lay.nodes]
+        return any(pid is not None and lay.pinning.differs(role, pid) for role, pid in found)
 
     def ctld_on_other_config(self) -> bool:
         """slurmctld runs, started on a config file other than the site's (``-f``)."""

@@ -4,7 +4,8 @@ Owns: ``HostSetup`` -- refusing a machine that cannot host the dev cluster
 (``preflight``: Debian/apt and root), Debian's packages (``apt-get install`` of what is
 missing), the directories of one cluster and of what the host's clusters share, the
 node names in ``/etc/hosts`` (appended once, in place), the munge key, and the fake
-GPUs' device files (symlinks to /dev/null).
+GPUs' device files (symlinks to /dev/null), and local Unix users (``ensure_unix_user``:
+``useradd`` when missing, for the test user and the site's unlimited users).
 Must not: write Slurm's config files (``configs``), start daemons (``shared``,
 ``daemons``), or remove anything it did not create.
 """
@@ -12,6 +13,7 @@ Must not: write Slurm's config files (``configs``), start daemons (``shared``,
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -131,3 +133,29 @@ class HostSetup:
 
     def gpu_devices_ok(self) -> bool:
         return all(d.is_symlink() for d in self.layout.gpu_devices())
+
+    def ensure_users(self, names: tuple[str, ...]) -> None:
+        """Every Unix user of ``names`` exists (created when missing)."""
+        for name in names:
+            ensure_unix_user(self.runner, name)
+
+
+def unix_user_exists(name: str) -> bool:
+    """A local account of that name exists (``getpwnam``)."""
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+def ensure_unix_user(runner: CommandRunner, name: str) -> None:
+    """``useradd`` ``name`` (home, bash, own group) unless it exists; safe when several
+    processes do it at once (``useradd`` exits 9 for the one that comes second)."""
+    if unix_user_exists(name):
+        return
+    res = runner.run(["useradd", "--create-home", "--shell", "/bin/bash", "--user-group", name],
+                     check=False, retry=False, timeout=60)
+    if res.returncode != 0 and not unix_user_exists(name):
+        raise DethpcError(f"useradd {name} failed (exit {res.returncode}): "
+                          f"{(res.stderr or res.stdout).strip()}")

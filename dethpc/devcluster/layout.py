@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dethpc.common.jobenv import ENV_DEVCLUSTER_DIR, ENV_DEVCLUSTER_OWNER
+from dethpc.devcluster.pinning import CpuPinning
 from dethpc.devcluster.releases import DEFAULT_RELEASE, SlurmRelease, path_prefix
 from dethpc.devcluster.site import SiteSpec, gres_conf_lines
 
@@ -87,6 +88,8 @@ class DevClusterLayout:
     site: SiteSpec = field(default_factory=SiteSpec)
     #: which Slurm runs it: Debian's 22.05 (on the default PATH) or a release built here
     release: SlurmRelease = DEFAULT_RELEASE
+    #: the CPUs the login side and the nodes run on (``pinning``; default: not pinned)
+    pinning: CpuPinning = field(default_factory=CpuPinning)
 
     def __post_init__(self) -> None:
         names = {n.name for n in self.nodes}

@@ -105,6 +105,10 @@ class SiteSpec:
     #: the non-root user the limit tests submit as (``users.ensure_user``)
     test_user: str = "dethpc-user"
     test_user_account: str = "ml-team"
+    #: Unix users ``up`` creates and adds as members (default account, QoS
+    #: ``normal``: no per-user limits); the scale profile's fault injector and the
+    #: background trace's users (``profiles``); none on the lanes
+    unlimited_users: tuple[str, ...] = ()
 
     @property
     def default_account(self) -> str:

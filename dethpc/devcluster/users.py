@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dethpc.common.errors import CommandError, DethpcError
-from dethpc.common.runner import CommandRunner
-from dethpc.devcluster.accounting import user_exists
 from dethpc.devcluster.cluster import DevCluster
+from dethpc.devcluster.host import ensure_unix_user
 
 
 @dataclass(frozen=True)
@@ -45,7 +44,7 @@ def ensure_user(name: str | None = None, cluster: DevCluster | None = None) -> C
     cluster = cluster or DevCluster()
     site = cluster.layout.site
     name = name or site.test_user
-    _ensure_unix_user(cluster.runner, name)
+    ensure_unix_user(cluster.runner, name)
     try:
         cluster.apply_accounting([], test_user=name)
     except CommandError:
@@ -53,16 +52,6 @@ def ensure_user(name: str | None = None, cluster: DevCluster | None = None) -> C
         cluster.apply_accounting([], test_user=name)
     entry = pwd.getpwnam(name)
     return ClusterUser(name, entry.pw_uid, entry.pw_gid, site.test_user_account)
-
-
-def _ensure_unix_user(runner: CommandRunner, name: str) -> None:
-    if user_exists(name):
-        return
-    res = runner.run(["useradd", "--create-home", "--shell", "/bin/bash", "--user-group", name],
-                     check=False, retry=False, timeout=60)
-    if res.returncode != 0 and not user_exists(name):  # exit 9: someone else just added it
-        raise DethpcError(f"useradd {name} failed (exit {res.returncode}): "
-                          f"{(res.stderr or res.stdout).strip()}")
 
 
 def user_dir(user: ClusterUser, parent: Path | None = None) -> Path:
