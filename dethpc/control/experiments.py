@@ -7,6 +7,12 @@ change wakes it (``service.wake``).
 Must not: talk to a backend (except the submit-time checks: config values dethpc
 cannot honour, the pool check and the scheduler's verdict on the first trial's job)
 or loop.
+
+Imports: ``create_experiment`` is ``dethpc submit``'s whole path and must answer in
+<= 0.5 s (issue 47 item 1), so this module imports neither SQLAlchemy, sqlmodel, the
+models nor Jinja2 at its top: the functions that need them import them, and a new
+experiment in an SQLite store at head is written with ``sqlite3`` alone
+(``dethpc.store.new_experiment``).
 """
 
 from __future__ import annotations
@@ -16,9 +22,9 @@ import shutil
 import sys
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-
-from sqlmodel import select
+from typing import TYPE_CHECKING
 
 from dethpc.backends.base import Backend, JobRequest
 from dethpc.common.errors import DethpcError, NotFoundError, SubmitError
@@ -29,10 +35,12 @@ from dethpc.config.experiment import check_supported
 from dethpc.config.model import ClusterConfig, ExperimentConfig
 from dethpc.control import service
 from dethpc.control.snapshot import snapshot_context
-from dethpc.jobs.kinds import ManagedJobs
-from dethpc.jobs.protocol import KindJobs
-from dethpc.store import Store
-from dethpc.store.models import Event, Experiment, ExperimentState, SearcherState, Trial
+from dethpc.store.new_experiment import NewExperiment, SqliteAtHead
+
+if TYPE_CHECKING:
+    from dethpc.jobs.protocol import KindJobs
+    from dethpc.store import Store
+    from dethpc.store.models import Experiment, Trial
 
 
 def check_resources(cfg: ExperimentConfig, cluster: ClusterConfig, backend: Backend) -> None:
@@ -120,6 +128,7 @@ def check_with_scheduler(cfg: ExperimentConfig, cluster: ClusterConfig, backend:
     if not backend.traits.submit_verdict:
         return
     from dethpc.backends.limits import at_submit_limit
+    from dethpc.jobs.kinds import ManagedJobs
     from dethpc.jobs.verdict import refusal_message
 
     jobs = jobs or ManagedJobs()
@@ -149,19 +158,22 @@ def check_with_scheduler(cfg: ExperimentConfig, cluster: ClusterConfig, backend:
     raise SubmitError(message)
 
 
-def create_experiment(store: Store, cluster: ClusterConfig, cfg: ExperimentConfig,
-                      context_dir: Path, backend: Backend,
+def create_experiment(store: Store | SqliteAtHead, cluster: ClusterConfig,
+                      cfg: ExperimentConfig, context_dir: Path, backend: Backend,
                       kind: ExperimentKind = ExperimentKind.MANAGED,
                       jobs: KindJobs | None = None) -> int:
     """Validate resources, ask the scheduler about the first trial's job, snapshot the
     context and record the experiment; returns its id. Nothing is left behind when any
     step fails. ``kind`` and ``jobs`` (its job scripts, for the scheduler's verdict): a
-    search over a script (``dethpc sbatch --search``) passes SCRIPT and its own."""
+    search over a script (``dethpc sbatch --search``) passes SCRIPT and its own.
+    ``store``: the ``Store``, or an SQLite file at head (``SqliteAtHead``, ``dethpc
+    submit``'s path without SQLAlchemy): the same rows either way."""
     check_supported(cfg)  # valid Determined values dethpc cannot honour (field paths)
     check_entrypoints(cfg)
-    from dethpc.control.pool_tend import check_worker_pool
+    if cluster.worker_pool(cfg).enabled:   # else pool_tend.pool_mode is OFF: nothing to check
+        from dethpc.control.pool_tend import check_worker_pool
 
-    check_worker_pool(cfg, cluster, kind, cluster.python or sys.executable)
+        check_worker_pool(cfg, cluster, kind, cluster.python or sys.executable)
     check_containers(cfg, cluster)
     try:
         check_resources(cfg, cluster, backend)
@@ -182,47 +194,74 @@ def create_experiment(store: Store, cluster: ClusterConfig, cfg: ExperimentConfi
                           f"{runs_root}: {exc.strerror or exc} (errno {exc.errno}); nothing "
                           "was recorded. Free space there, or set runs_root in the cluster "
                           "config to a file system with room") from None
-    renamed: Path | None = None
+    row = NewExperiment(name=cfg.name, description=cfg.description, labels=list(cfg.labels),
+                        config_yaml=dump_config(cfg.raw), owner=_user(),
+                        backend=cluster.backend, kind=kind.value)
+    renamed: list[Path] = []
+
+    def place(exp_id: int) -> str:
+        """The new experiment's run directory: the snapshot moved into place."""
+        paths = run_dir_of(exp_id, runs_root)
+        incoming.rename(paths.root)
+        renamed.append(paths.root)
+        paths.ensure()
+        return str(paths.root)
+
     try:
-        with store.session() as s:
-            exp = Experiment(name=cfg.name, description=cfg.description,
-                             labels=list(cfg.labels),
-                             config_yaml=dump_config(cfg.raw), run_dir="",
-                             owner=_user(), backend=cluster.backend, kind=kind)
-            s.add(exp)
-            s.flush()
-            paths = claim_run_dir(exp, runs_root)
-            assert exp.id is not None
-            s.add(SearcherState(experiment_id=exp.id))
-            s.add(Event(experiment_id=exp.id, kind=EventKind.CREATED,
-                        message=f"experiment {cfg.name!r} submitted"))
-            incoming.rename(paths.root)
-            renamed = paths.root
-            paths.ensure()
-            exp_id = exp.id
+        if isinstance(store, SqliteAtHead):
+            exp_id = store.insert_experiment(row, place, EventKind.CREATED.value,
+                                             f"experiment {cfg.name!r} submitted")
+        else:
+            exp_id = _insert_experiment(store, row, place)
     except BaseException:
         # the commit failed (a locked database, say): no row, so no run directory either
         shutil.rmtree(incoming, ignore_errors=True)
-        if renamed is not None:
-            shutil.rmtree(renamed, ignore_errors=True)
+        for path in renamed:
+            shutil.rmtree(path, ignore_errors=True)
         raise
     service.wake()
     return exp_id
+
+
+def _insert_experiment(store: Store, row: NewExperiment, place: Callable[[int], str]) -> int:
+    """``SqliteAtHead.insert_experiment``'s rows through the models (any database)."""
+    from dethpc.store.models import Event, Experiment, SearcherState
+
+    with store.session() as s:
+        exp = Experiment(name=row.name, description=row.description, labels=row.labels,
+                         config_yaml=row.config_yaml, run_dir="", owner=row.owner,
+                         backend=row.backend, kind=ExperimentKind(row.kind))
+        s.add(exp)
+        s.flush()
+        assert exp.id is not None
+        exp.run_dir = place(exp.id)
+        s.add(SearcherState(experiment_id=exp.id))
+        s.add(Event(experiment_id=exp.id, kind=EventKind.CREATED,
+                    message=f"experiment {row.name!r} submitted"))
+        return exp.id
+
+
+def run_dir_of(exp_id: int, runs_root: Path) -> ExperimentPaths:
+    """The run directory of a new experiment; it must not exist yet."""
+    paths = ExperimentPaths.of(runs_root, exp_id)
+    if paths.root.exists():
+        raise DethpcError(f"run directory {paths.root} already exists; the runs root "
+                          "and the database disagree (was the database replaced?)")
+    return paths
 
 
 def claim_run_dir(exp: Experiment, runs_root: Path) -> ExperimentPaths:
     """The run directory of a just-flushed experiment (``exp.run_dir`` set); it must not
     exist yet."""
     assert exp.id is not None
-    paths = ExperimentPaths.of(runs_root, exp.id)
-    if paths.root.exists():
-        raise DethpcError(f"run directory {paths.root} already exists; the runs root "
-                          "and the database disagree (was the database replaced?)")
+    paths = run_dir_of(exp.id, runs_root)
     exp.run_dir = str(paths.root)
     return paths
 
 
 def get_experiment(store: Store, exp_id: int) -> Experiment:
+    from dethpc.store.models import Experiment
+
     with store.session() as s:
         exp = s.get(Experiment, exp_id)
         if exp is None:
@@ -233,6 +272,8 @@ def get_experiment(store: Store, exp_id: int) -> Experiment:
 
 def request_state(store: Store, exp_id: int, action: str) -> str:
     """pause | activate | cancel | kill: record the wish; the daemon enacts it."""
+    from dethpc.store.models import Event, Experiment, ExperimentState
+
     transitions = {
         "pause": ({ExperimentState.ACTIVE}, ExperimentState.PAUSED),
         "activate": ({ExperimentState.PAUSED}, ExperimentState.ACTIVE),
@@ -270,6 +311,7 @@ def set_concurrency(store: Store, exp_id: int, limit: int) -> int:
     searcher start trials up to the new limit; returns the previous value."""
     from dethpc.config import parse_experiment_config
     from dethpc.config._yaml import load_stored_yaml
+    from dethpc.store.models import Event, Experiment, ExperimentState
 
     if limit < 0:
         raise DethpcError(f"max_concurrent_trials must be >= 0 (0 = no limit), got {limit}")
@@ -293,6 +335,8 @@ def set_concurrency(store: Store, exp_id: int, limit: int) -> int:
 
 
 def set_labels(store: Store, exp_id: int, add: list[str], remove: list[str]) -> list[str]:
+    from dethpc.store.models import Experiment
+
     with store.session() as s:
         exp = s.get(Experiment, exp_id)
         if exp is None:
@@ -305,6 +349,10 @@ def set_labels(store: Store, exp_id: int, add: list[str], remove: list[str]) -> 
 
 
 def trials_of(store: Store, exp_id: int) -> list[Trial]:
+    from sqlmodel import select
+
+    from dethpc.store.models import Trial
+
     with store.session() as s:
         return list(s.exec(select(Trial).where(Trial.experiment_id == exp_id)
                            .order_by(Trial.id)))  # type: ignore[arg-type]

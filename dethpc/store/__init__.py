@@ -2,10 +2,27 @@
 
 Owns: the schema (``models``), the ``Store`` (every read and write of dethpc state),
 its migrations (``migrations``), SQLite settings (``sqlite``), who may see what
-(``access``) and which database a user opens (``credentials``).
+(``access``), which database a user opens (``credentials``) and a new experiment's rows
+written without SQLAlchemy (``new_experiment``).
 Must not: hold decisions (the control plane makes them) or import the job side.
+
+``Store`` is loaded on first use (PEP 562): importing a light module of this package
+(``location``, ``sqlite``, ``new_experiment``) does not import SQLAlchemy (issue 47).
 """
 
-from dethpc.store.store import Store
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dethpc.store.store import Store
 
 __all__ = ["Store"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Store":
+        from dethpc.store.store import Store
+
+        return Store
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,9 +20,6 @@ import os
 import stat
 from pathlib import Path
 
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
-
 from dethpc.common.errors import ConfigError, FieldError
 from dethpc.config.model import ClusterConfig
 
@@ -69,6 +66,9 @@ def read_url_file(path: Path, field: str, source: str) -> str:
     urls = [ln for ln in lines if ln and not ln.startswith("#")]
     if len(urls) != 1:
         raise refuse(f"expected one database URL line, found {len(urls)}")
+    from sqlalchemy.engine import make_url  # the parser, paid only with a credentials file
+    from sqlalchemy.exc import ArgumentError
+
     try:
         make_url(urls[0])
     except ArgumentError:
