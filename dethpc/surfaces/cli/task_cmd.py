@@ -43,7 +43,7 @@ def tb_start(
                           "minutes >= 0 (0: never)")
     started = tensorboard.start(ENV.store, experiments, trial,
                                 idle_timeout_s=idle_timeout * 60, refresh_s=refresh,
-                                slurm=slurm, partition=partition)
+                                slurm=slurm, partition=partition, cluster=ENV.cluster)
     t = started.task
     if json_out:
         return print_json({**_row(t), "url": started.url, "ssh": started.ssh_line})

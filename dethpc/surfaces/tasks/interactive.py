@@ -231,6 +231,8 @@ class Prepared:
     cfg: ExperimentConfig
     pool: ResourcePool
     prefix: list[str] | None
+    #: whose command timeout and retries the job's sbatch runs under
+    cluster: ClusterConfig | None = None
 
 
 def prepare(store: Store, cluster: ClusterConfig, kind: TaskKind, *,
@@ -284,7 +286,7 @@ def prepare(store: Store, cluster: ClusterConfig, kind: TaskKind, *,
                         message=str(exc)[:500])
         raise
     task = registry.update(store, task.id, work_dir=str(work_dir), host="")
-    return Prepared(task, job, config, pool, prefix)
+    return Prepared(task, job, config, pool, prefix, cluster)
 
 
 def submit(store: Store, prep: Prepared, extra_env: Mapping[str, str] | None = None) -> Task:
@@ -296,7 +298,7 @@ def submit(store: Store, prep: Prepared, extra_env: Mapping[str, str] | None = N
     with os.fdopen(fd, "w") as fh:
         fh.write(render_script(prep.job))
     try:
-        (job_ref,) = registry.slurm().submit(JobRequest(
+        (job_ref,) = registry.slurm(prep.cluster).submit(JobRequest(
             name=f"dethpc-{prep.job.kind.value}-{task_id}", comment=f"dethpc:task={task_id}",
             script=script, workdir=Path.cwd(), env=dict(extra_env or {})))
     except DethpcError as exc:

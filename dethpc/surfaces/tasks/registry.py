@@ -4,7 +4,8 @@ Owns: ``Task`` rows (``dethpc.store.models.Task``), each task's owner-only direc
 and how a task's liveness is read: a local task is alive while its pid runs on its
 host with the task's directory in its command line (a reused pid is not mistaken for
 it); a ``--slurm`` task is alive while Slurm has its job pending or running (asked
-through the backend, ``slurm``: no command of Slurm's is run here). A task found dead is marked
+through the backend, ``slurm``, with the cluster config's command timeout and retries:
+no command of Slurm's is run here). A task found dead is marked
 ``ended`` when listed (a notebook, shell or command job ``failed`` when the exit code
 its script wrote to ``EXIT_FILE`` is not 0: ``finish``, ``exit_code``). Kinds add
 their own start; list, finish and kill are these.
@@ -26,6 +27,8 @@ from sqlmodel import col, select
 from dethpc.backends.base import Backend, JobInfo
 from dethpc.common.errors import DethpcError, NotFoundError
 from dethpc.common.paths import dethpc_home
+from dethpc.common.runner import CommandRunner
+from dethpc.config.model import ClusterConfig
 from dethpc.control.experiments import current_user
 from dethpc.store import Store
 from dethpc.store.models import Task, TaskKind, TaskState, now
@@ -107,14 +110,31 @@ def pid_alive(task: Task) -> bool:
     return bool(task.work_dir) and task.work_dir in cmdline
 
 
+def slurm(cluster: ClusterConfig | None = None) -> Backend:
+    """The backend a task's job goes through: Slurm's, whatever the cluster config's
+    backend, since only Slurm runs these allocations (``srun --overlap`` attaches to
+    them), with the cluster config's command timeout and retries (``cluster``, else the
+    config this process finds: ``site_cluster``); one per such setting in a process, its
+    RPCs paced as the daemon's are."""
+    cfg = cluster if cluster is not None else site_cluster()
+    return _slurm(cfg.command_timeout_s, cfg.command_retries)
+
+
 @functools.cache
-def slurm() -> Backend:
-    """The backend a task's job goes through (one per process): Slurm's, whatever the
-    cluster config's backend, since only Slurm runs these allocations (``srun
-    --overlap`` attaches to them); its RPCs are paced as the daemon's are."""
+def site_cluster() -> ClusterConfig:
+    """The cluster config by its one precedence (``$DETHPC_CLUSTER_CONFIG``, the user's
+    file, the site's; else what Slurm's answers imply, from the cache the CLI wrote)."""
+    from dethpc.backends.slurm_detect import detect
+    from dethpc.config import load_cluster_config
+
+    return load_cluster_config(detect=lambda: detect(dethpc_home()))
+
+
+@functools.cache
+def _slurm(timeout_s: float, retries: int) -> Backend:
     from dethpc.backends.factory import slurm_backend
 
-    return slurm_backend()
+    return slurm_backend(runner=CommandRunner(timeout=timeout_s, retries=retries))
 
 
 def job_info(job_ref: str) -> JobInfo | None:

@@ -24,6 +24,7 @@ from sqlmodel import col, select
 from dethpc.backends.base import JobRequest
 from dethpc.common.errors import DethpcError
 from dethpc.config import parse_stored
+from dethpc.config.model import ClusterConfig
 from dethpc.control.experiments import current_user, get_experiment
 from dethpc.jobs.directives import server_directives
 from dethpc.store import Store
@@ -94,8 +95,10 @@ def job_script(argv: list[str], work_dir: Path, partition: str = "") -> str:
 
 def start(store: Store, experiment_ids: list[int], trial_ids: list[int], *,
           idle_timeout_s: float = 3600.0, refresh_s: float = 10.0, slurm: bool = False,
-          partition: str = "", wait_s: float = 120.0) -> Started:
-    """Start TensorBoard over the experiments; returns once its socket answers."""
+          partition: str = "", wait_s: float = 120.0,
+          cluster: ClusterConfig | None = None) -> Started:
+    """Start TensorBoard over the experiments; returns once its socket answers. A
+    ``slurm`` job's sbatch runs under ``cluster``'s command timeout and retries."""
     if idle_timeout_s < 0:
         raise DethpcError(f"--idle-timeout: {idle_timeout_s:g} is negative; allowed: "
                           "minutes >= 0 (0: never)")
@@ -120,7 +123,7 @@ def start(store: Store, experiment_ids: list[int], trial_ids: list[int], *,
         script = work_dir / "tensorboard.sbatch"
         script.write_text(job_script(argv, work_dir, partition))
         try:
-            (fields["job_ref"],) = registry.slurm().submit(JobRequest(
+            (fields["job_ref"],) = registry.slurm(cluster).submit(JobRequest(
                 name="dethpc-tensorboard", comment=f"dethpc:task={task.id}", script=script,
                 workdir=Path.cwd()))
         except DethpcError as exc:
