@@ -54,7 +54,7 @@ def p90(values: list[float]) -> float:
 
 
 def timed(argv: list[str], env: dict[str, str], *, fresh_cache: Path | None = None,
-          fresh_home: Path | None = None) -> float:
+          fresh_home: Path | None = None, name: str = "") -> float:
     if fresh_cache is not None:
         shutil.rmtree(fresh_cache, ignore_errors=True)
         env = {**env, "XDG_CACHE_HOME": str(fresh_cache)}
@@ -63,12 +63,35 @@ def timed(argv: list[str], env: dict[str, str], *, fresh_cache: Path | None = No
         fresh_home.mkdir()
         env = {**env, "DETHPC_HOME": str(fresh_home)}
     start = time.perf_counter()
-    done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          check=False)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - start
-    if done.returncode != 0:
-        raise SystemExit(f"{argv}: exit {done.returncode}: {done.stderr.decode()}")
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{argv}: exit {proc.returncode}")
+    CPU.setdefault(name or " ".join(argv), []).append(usage.ru_utime + usage.ru_stime)
     return elapsed
+
+
+#: CPU seconds (user + sys) of each timed run, by variant name (the load on a shared host
+#: inflates wall time more than CPU)
+CPU: dict[str, list[float]] = {}
+
+
+def syscalls(argv: list[str], env: dict[str, str]) -> int | None:
+    """System calls of one run (``strace -c -f``'s total), or None without strace."""
+    strace = shutil.which("strace")
+    if strace is None:
+        return None
+    done = subprocess.run([strace, "-c", "-f", "-o", "/dev/stderr", *argv], env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          check=False)
+    for line in done.stderr.splitlines()[::-1]:
+        words = line.split()
+        if words and words[-1] == "total":
+            return int(words[3] if len(words) >= 5 else words[2])
+    return None
 
 
 def interpreter(path: str) -> str | None:
@@ -169,8 +192,9 @@ def main() -> None:
                 home_dir = (Path(tmp) / "fresh-home" if name.startswith("dethpc_fresh_home")
                             else None)
                 samples[name].append(timed(argv, env, fresh_cache=fresh,
-                                           fresh_home=home_dir))
+                                           fresh_home=home_dir, name=name))
         modules: dict[str, int | None] = {}
+        calls: dict[str, int | None] = {}
         for n, (name, argv) in enumerate(variants.items()):
             counted = dict(env)
             if name.startswith("dethpc_help_first"):
@@ -179,6 +203,7 @@ def main() -> None:
                 (Path(tmp) / f"count-home-{n}").mkdir()
                 counted["DETHPC_HOME"] = str(Path(tmp) / f"count-home-{n}")
             modules[name] = modules_imported(argv, counted)
+            calls[name] = syscalls(argv, counted)
     median = {k: round(statistics.median(v) * 1000, 1) for k, v in samples.items()}
     result = {
         "what": "wall ms of one command (fork to exit), medians of interleaved rounds",
@@ -196,6 +221,9 @@ def main() -> None:
         "median_ms": median,
         "p90_ms": {k: round(p90(v) * 1000, 1) for k, v in samples.items()},
         "modules_imported": modules,
+        "syscalls_strace_c_f": calls,
+        "median_cpu_ms": {k: round(statistics.median(CPU[k]) * 1000, 1)
+                          for k in variants},
         "samples_ms": {k: [round(x * 1000, 1) for x in v] for k, v in samples.items()},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -203,7 +231,9 @@ def main() -> None:
     width = max(map(len, variants))
     for name in variants:
         print(f"{name:<{width}}  median {median[name]:7.1f} ms  "
-              f"p90 {result['p90_ms'][name]:7.1f} ms  modules {modules.get(name, '-')}")
+              f"cpu {result['median_cpu_ms'][name]:7.1f} ms  "  # type: ignore[index]
+              f"p90 {result['p90_ms'][name]:7.1f} ms  modules {modules.get(name, '-')}  "
+              f"syscalls {calls.get(name, '-')}")
     print(f"wrote {args.out}")
 
 
