@@ -14,6 +14,10 @@ the whole process from fork to exit with ``time.perf_counter``:
   experiments (default 1,000) and ``--trials`` trials (default 100,000), written once by
   ``make_store.py`` (bulk ``INSERT ... SELECT``)
 - ``dethpc_fresh_home``: ``dethpc experiment list`` in an empty home (the store created)
+- ``dethpc_submit``: ``dethpc submit examples/digits/adaptive.yaml examples/digits
+  --no-daemon`` (the snapshot included; to "Created experiment N") in a home of its own
+  whose store is at the current revision (one experiment more each call; no daemon
+  started: ``service.start`` is the daemon's own start, not the submission)
 - ``squeue``: ``squeue`` (only when it is on PATH and answers)
 - ``det_version``: Determined's ``det --version`` (only when ``det`` is next to this
   Python or on PATH)
@@ -178,12 +182,28 @@ def main() -> None:
             "dethpc_trial_logs": [dethpc, "trial", "logs", str(trial_id), "--tail", "20"],
             "dethpc_fresh_home": [dethpc, "experiment", "list"],
         })
+        # submit: its own home (its store at head, made by a first command), the example
+        submit_home = Path(tmp) / "submit-home"
+        submit_home.mkdir()
+        (submit_home / "cluster.yaml").write_text(
+            f"backend: local\nruns_root: {submit_home}/runs\n")
+        homes = {"dethpc_submit": {"DETHPC_HOME": str(submit_home), "DETHPC_DETECT": "0",
+                                   "DETHPC_CLUSTER_CONFIG": str(submit_home / "cluster.yaml")}}
+        timed([dethpc, "experiment", "list"], {**env, **homes["dethpc_submit"]})
+        digits = REPO / "examples" / "digits"
+        variants["dethpc_submit"] = [dethpc, "submit", str(digits / "adaptive.yaml"),
+                                     str(digits), "--no-daemon"]
         if args.before:
+            homes.update({f"{name}_before": homes[name] for name in list(homes)})
             variants.update({f"{name}_before": [args.before, *argv[1:]]
                              for name, argv in list(variants.items())
                              if name.startswith("dethpc_")})
-        for argv in variants.values():   # warm the page cache, the .pyc and --help
-            timed(argv, env)
+
+        def env_of(name: str) -> dict[str, str]:
+            return {**env, **homes.get(name, {})}
+
+        for name, argv in variants.items():   # warm the page cache, the .pyc and --help
+            timed(argv, env_of(name))
         first_cache = Path(tmp) / "first-cache"
         samples: dict[str, list[float]] = {name: [] for name in variants}
         for _ in range(args.calls):
@@ -191,12 +211,12 @@ def main() -> None:
                 fresh = first_cache if name.startswith("dethpc_help_first") else None
                 home_dir = (Path(tmp) / "fresh-home" if name.startswith("dethpc_fresh_home")
                             else None)
-                samples[name].append(timed(argv, env, fresh_cache=fresh,
+                samples[name].append(timed(argv, env_of(name), fresh_cache=fresh,
                                            fresh_home=home_dir, name=name))
         modules: dict[str, int | None] = {}
         calls: dict[str, int | None] = {}
         for n, (name, argv) in enumerate(variants.items()):
-            counted = dict(env)
+            counted = env_of(name)
             if name.startswith("dethpc_help_first"):
                 counted["XDG_CACHE_HOME"] = str(Path(tmp) / f"count-cache-{n}")
             if name.startswith("dethpc_fresh_home"):
