@@ -45,6 +45,10 @@ class ClusterProfile(enum.Enum):
 FAULT_USER = "dethpc-faults"
 #: the users of the background trace (other people's jobs on the same GPUs)
 BACKGROUND_USERS = ("dethpc-bg1", "dethpc-bg2", "dethpc-bg3")
+#: the user the system under test runs as (its client commands, its login-side daemon
+#: or driver, its jobs), so that sdiag's per-user RPC counts hold that system's alone
+#: (root's hold slurmd's messages and the fault injector's admin commands)
+SYSTEM_USER = "dethpc-bench"
 #: ports: a node's port is FIRST_NODE_PORT + release offset + i (up to MAX_NODES)
 FIRST_NODE_PORT = 7201
 CTLD_PORT, DBD_PORT = 6717, 6719
@@ -98,7 +102,7 @@ def scale_layout(spec: ScaleSpec | None = None, base: Path | None = None,
     nodes = tuple(f"{prefix}{i + 1}" for i in range(spec.nodes))
     site = replace(first.site,
                    gres=GresSpec(type=spec.gpu_type, count=spec.gpus_per_node, nodes=nodes),
-                   unlimited_users=(FAULT_USER, *BACKGROUND_USERS))
+                   unlimited_users=(FAULT_USER, *BACKGROUND_USERS, SYSTEM_USER))
     return replace(first, state_dir=Path(f"{base}{tag}-scale"), shared_dir=base,
                    cluster_name=f"{name_tag}scale", node_prefix=prefix, node_count=spec.nodes,
                    first_node_port=FIRST_NODE_PORT + node_step,

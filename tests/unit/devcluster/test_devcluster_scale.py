@@ -104,7 +104,8 @@ def test_the_lanes_are_unchanged_by_the_profile() -> None:
 
 def test_the_fault_injector_and_background_users_have_no_qos_limits() -> None:
     site = profiles.scale_layout(base=BASE).site
-    assert site.unlimited_users == (profiles.FAULT_USER, *profiles.BACKGROUND_USERS)
+    assert site.unlimited_users == (profiles.FAULT_USER, *profiles.BACKGROUND_USERS,
+                                    profiles.SYSTEM_USER)
     plan = plan_accounting(site, "devscale", AccountingState({}, ()), site.unlimited_users)
     adds = {(c[2], c[3]): c for c in plan if c[:2] == ["add", "user"]}
     for user in site.unlimited_users:
