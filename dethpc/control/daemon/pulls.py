@@ -6,8 +6,10 @@ background (``dethpc.jobs.imagepull.Puller``) and this experiment's trials wait 
 other experiment does); with ``containers.pull: job`` on a backend with job
 dependencies, one pre-pull job per image (submitted once, recorded under
 ``runs_root``, polled only while it has not left the queue), and the trials go out at
-once with the sbatch arguments ``ready`` returns (``--dependency=afterok:...``). A
-failed pull fails the experiment with the runtime's words. ``ImageGate.check`` is the
+once with the sbatch arguments ``ready`` returns (``--dependency=afterok:...``); the
+record a daemon killed around a pre-pull job's sbatch left is adopted by its job name
+(``adopt_left``), also once that job has cached the image. A failed pull fails the
+experiment with the runtime's words. ``ImageGate.check`` is the
 tick's look at the pre-pull jobs trials wait on: one poll, only while such a job is
 watched. ``dependency_args`` and ``placement_args`` are pure.
 Must not: submit trials, or keep anything but a hint in memory: the watch of pre-pull
@@ -134,9 +136,12 @@ class ImageGate:
         settings = self.cluster.containers
         deps: list[str] = []
         for image in images:
-            if image_path(settings, image).is_file():
-                continue
             pj = pull_job(Path(self.cluster.runs_root), settings, image)
+            if image_path(settings, image).is_file():
+                # a pull job a killed daemon sent may have cached the image since: its
+                # record is still adopted, or no record would ever know that job
+                self.adopt_left(exp_id, pj, image)
+                continue
             job_id = pj.job_id()
             if job_id is None:
                 job_id = self.submit_pull(exp_id, cfg, pj, image)
@@ -159,10 +164,9 @@ class ImageGate:
         name, never submitted twice): its job id, or None while its trials wait (refused
         over a limit: the budget's answer) or when it failed (the experiment too)."""
         ledger = PullLedger(self.store, pj, image, exp_id, f"dethpc-pull-{self.tag}-{pj.key}")
-        if pj.submitting.is_file():
-            ledger.name = pj.submitting.read_text().strip() or ledger.name
-            if adopt(self.backend, [ledger]):
-                return pj.job_id()
+        adopted = self.adopt_left(exp_id, pj, image)
+        if adopted is not None:
+            return adopted
         settings = self.cluster.containers
         pj.root.mkdir(parents=True, exist_ok=True)
         pj.script.write_text(pull_job_script(settings, image, self.python))
@@ -179,6 +183,18 @@ class ImageGate:
             self.fail_unstarted(exp_id, f"the pre-pull job of {image!r} was refused: {exc}")
             return None
         return refs[0] if refs else None
+
+    def adopt_left(self, exp_id: int, pj: PullJob, image: str) -> str | None:
+        """The record of ``image``'s pre-pull job that a daemon killed around its sbatch
+        left (a name, no job id), if any: the job Slurm has under that name is recorded
+        (adopted, one ``backend.find``); none found, the record is dropped. The adopted
+        job's id, else None."""
+        if not pj.submitting.is_file():
+            return None
+        name = pj.submitting.read_text().strip() or f"dethpc-pull-{self.tag}-{pj.key}"
+        if adopt(self.backend, [PullLedger(self.store, pj, image, exp_id, name)]):
+            return pj.job_id()
+        return None
 
     def check(self) -> None:
         """Pre-pull jobs that trials wait on: a failed one fails their experiments with

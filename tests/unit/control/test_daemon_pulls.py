@@ -15,9 +15,15 @@ from dethpc.backends.base import JobInfo, JobState
 from dethpc.config.model import ClusterConfig, ContainerSettings, ResourcePool
 from dethpc.control.daemon import Daemon
 from dethpc.control.daemon.budget import SubmitBudget
-from dethpc.control.daemon.pulls import ImageGate, dependency_args, placement_args
+from dethpc.control.daemon.pulls import (
+    ImageGate,
+    PullLedger,
+    dependency_args,
+    placement_args,
+)
 from dethpc.control.daemon.shared import Scope
 from dethpc.jobs.containers import image_path
+from dethpc.jobs.imagepull import pull_job
 from dethpc.store.models import ExperimentState, TrialState
 from tests.unit.control.daemon_kit import Recorder, World, world
 
@@ -77,6 +83,27 @@ def test_an_image_in_the_cache_needs_no_job(tmp_path: Path) -> None:
     sif.write_text("sif")
     assert gate.ready(w.exp_id, w.config()) == ()
     assert w.backend.calls == []
+
+
+def test_a_killed_daemons_pull_job_that_cached_the_image_is_still_adopted(
+        tmp_path: Path) -> None:
+    """A daemon killed after its pre-pull job's sbatch left the job's name, no id; the
+    job cached the image before a daemon ran again. The image needs no job, and the
+    record still ends with the job's id (one find), not with a name nothing resolves."""
+    w, gate = pulling_world(tmp_path)
+    pj = pull_job(gate.cluster.runs_root, gate.cluster.containers, IMAGE)
+    ledger = PullLedger(w.store, pj, IMAGE, w.exp_id, "dethpc-pull-t-x")
+    ledger.record()
+    w.backend.found = [JobInfo(ref="77", state=JobState.COMPLETED, name="dethpc-pull-t-x")]
+    sif = image_path(gate.cluster.containers, IMAGE)
+    sif.parent.mkdir(parents=True)
+    sif.write_text("sif")
+    assert gate.ready(w.exp_id, w.config()) == ()
+    assert w.backend.calls == [("find", ["dethpc-pull-t-x"])]
+    assert pj.job_id() == "77" and not pj.submitting.exists()
+    assert w.events("pull") == [f"pre-pull job 77 for {IMAGE} (adopted after a restart)"]
+    assert gate.ready(w.exp_id, w.config()) == ()            # resolved: no find again
+    assert w.backend.names() == ["find"]
 
 
 def test_a_pull_that_failed_before_any_trial_ran_ends_the_experiment(tmp_path: Path) -> None:
