@@ -1,0 +1,301 @@
+"""What the peers-at-scale benchmark measures, and how (issue 48, item 6).
+
+Owns the pure parts -- each table-tested in tests/unit/bench/test_peers_scale_metrics.py:
+
+* ``target_loss``: the target, a fixed quantile (1%) of the recorded curves' final losses,
+  computed from the curves alone, before any run (``TARGET_FILE`` stores it);
+* ``gpu_hours``: GPU-hours allocated, from ``sacct -D -X`` (every run of a requeued job is
+  a row of its own, so a requeued job's earlier runs count), per user;
+* ``sdiag_users`` and ``RpcCounter``: slurmctld's RPC counts per user from ``sdiag``,
+  sampled; a count that goes down means slurmctld restarted (its statistics start at 0)
+  and the new count is all new RPCs, so the total over a restart is right to within the
+  RPCs between the last sample and the restart; the peak per second is the largest
+  increase between two samples over their interval;
+* ``LoginCpu``: the login-side CPU seconds of the system under test: every process of the
+  system's user outside a Slurm job (no ``SLURM_JOB_ID``), counted once at its root (a
+  process whose parent is counted reaches its parent's ``cutime`` when it is reaped), its
+  last reading of user+system+children; the benchmark's own processes (driver, injector,
+  sampler) run as other users and so are never in it; commands the runner runs and waits
+  for are measured by their ``wait4`` rusage instead and left out of the sampling;
+* ``time_to_target`` and ``regret_at``: from the work logs' validations, in seconds after
+  the first sbatch; ``cell_summary``: a cell's figures over its seeds, an unreached seed
+  counted at the timeout (never dropped), reached k/n beside.
+
+The thin side (``sample_procs``, ``read_sdiag``, ``read_sacct``) runs the commands and
+reads ``/proc``. Must not: submit, cancel or change anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.peers_scale.emulator import ReplayCurve
+
+TARGET_FILE = Path(__file__).resolve().parent / "target.json"
+TARGET_QUANTILE = 0.01
+
+
+# ------------------------------------------------------------------ the target
+def target_loss(curves: Sequence[ReplayCurve], quantile: float = TARGET_QUANTILE) -> float:
+    """The ``quantile`` of the curves' final losses (the lower index: the target is one
+    some curve reaches), as bench/peers' ``cnn.target_loss``."""
+    if not 0 <= quantile <= 1:
+        raise ValueError(f"quantile: {quantile} must be in [0, 1]")
+    if not curves:
+        raise ValueError("no curves")
+    finals = sorted(c.loss[-1] for c in curves)
+    return finals[int(quantile * (len(finals) - 1))]
+
+
+def best_loss(curves: Sequence[ReplayCurve]) -> float:
+    """The best loss any validation can show (regret's zero)."""
+    return min(min(c.loss) for c in curves)
+
+
+def stored_target(path: Path = TARGET_FILE) -> dict[str, Any]:
+    return dict(json.loads(path.read_text()))
+
+
+# ------------------------------------------------------------------ GPU-hours
+SACCT_FIELDS = ("JobIDRaw", "JobID", "User", "State", "Start", "ElapsedRaw", "AllocTRES")
+_GPU = re.compile(r"(?:^|,)gres/gpu=(\d+)")
+
+
+def alloc_gpus(tres: str) -> int:
+    m = _GPU.search(tres)
+    return int(m.group(1)) if m else 0
+
+
+def parse_sacct(text: str) -> list[dict[str, str]]:
+    """Rows of ``sacct -n -P -X -D -o SACCT_FIELDS``."""
+    return [dict(zip(SACCT_FIELDS, ln.split("|"), strict=False)) for ln in text.splitlines()
+            if ln.count("|") == len(SACCT_FIELDS) - 1]
+
+
+def gpu_hours(rows: Iterable[Mapping[str, str]]) -> dict[str, float]:
+    """GPU-hours allocated per user: every row (every run) GPUs x elapsed."""
+    out: dict[str, float] = {}
+    for r in rows:
+        elapsed = int(r["ElapsedRaw"]) if r["ElapsedRaw"].isdigit() else 0
+        hours = alloc_gpus(r["AllocTRES"]) * elapsed / 3600.0
+        out[r["User"]] = out.get(r["User"], 0.0) + hours
+    return out
+
+
+# ------------------------------------------------------------------ RPCs
+_USER_LINE = re.compile(r"^\s*(\S+)\s+\(\s*(\d+)\)\s+count:(\d+)")
+
+
+def sdiag_users(text: str) -> dict[str, int]:
+    """``sdiag``'s "Remote Procedure Call statistics by user": ``{user: count}``."""
+    out: dict[str, int] = {}
+    section = False
+    for line in text.splitlines():
+        if "statistics by user" in line:
+            section = True
+        elif section and (m := _USER_LINE.match(line)):
+            out[m.group(1)] = int(m.group(3))
+        elif section and "Pending RPC" in line:
+            break
+    return out
+
+
+@dataclass
+class RpcCounter:
+    """Per-user RPC totals from successive ``sdiag`` samples (see the module doc)."""
+
+    totals: dict[str, int] = field(default_factory=dict)
+    peak_per_s: dict[str, float] = field(default_factory=dict)
+    restarts: int = 0
+    _last: dict[str, int] | None = None
+    _last_t: float = 0.0
+
+    def add(self, t: float, counts: Mapping[str, int]) -> None:
+        if self._last is None:
+            self._last, self._last_t = dict(counts), t
+            return
+        reset = any(counts.get(u, 0) < n for u, n in self._last.items())
+        if reset:
+            self.restarts += 1
+        dt = max(t - self._last_t, 1e-9)
+        for user, n in counts.items():
+            delta = n if reset else n - self._last.get(user, 0)
+            self.totals[user] = self.totals.get(user, 0) + delta
+            if not reset:   # a restart's interval holds RPCs of two slurmctlds: no rate
+                self.peak_per_s[user] = max(self.peak_per_s.get(user, 0.0), delta / dt)
+        self._last, self._last_t = dict(counts), t
+
+
+# ------------------------------------------------------------------ login CPU
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    uid: int
+    in_job: bool
+    #: user + system + waited-for children's, seconds
+    cpu_s: float
+
+
+def parse_stat(text: str, ticks: int) -> tuple[int, float]:
+    """``(ppid, utime + stime + cutime + cstime in seconds)`` of a /proc/<pid>/stat."""
+    rest = text.rpartition(")")[2].split()
+    return int(rest[1]), sum(int(f) for f in rest[11:15]) / ticks
+
+
+@dataclass
+class LoginCpu:
+    """The login-side CPU of ``uid``'s processes (see the module doc); ``exclude``: pids
+    (and their descendants) measured some other way."""
+
+    uid: int
+    exclude: set[int] = field(default_factory=set)
+    #: pid -> its last reading, for the roots
+    last: dict[int, float] = field(default_factory=dict)
+
+    def add(self, procs: Mapping[int, Proc]) -> None:
+        for p in procs.values():
+            if p.uid != self.uid or p.in_job or self._under(p, procs, self.exclude):
+                continue
+            if self._under(p, procs, {q.pid for q in procs.values()
+                                      if q.uid == self.uid and not q.in_job and q.pid != p.pid}):
+                continue            # its parent (counted) reaps it into its cutime
+            self.last[p.pid] = max(self.last.get(p.pid, 0.0), p.cpu_s)
+
+    @staticmethod
+    def _under(p: Proc, procs: Mapping[int, Proc], pids: set[int]) -> bool:
+        seen: set[int] = set()
+        cur = p
+        while cur.pid not in seen:
+            seen.add(cur.pid)
+            if cur.pid in pids:
+                return True
+            if cur.ppid not in procs:
+                return cur.ppid in pids
+            cur = procs[cur.ppid]
+        return False
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.last.values())
+
+
+def sample_procs() -> dict[int, Proc]:
+    """Every process of this machine (those that vanish while read are skipped)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out: dict[int, Proc] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        try:
+            ppid, cpu = parse_stat(Path(f"/proc/{pid}/stat").read_text(), ticks)
+            uid = os.stat(f"/proc/{pid}").st_uid
+            env = Path(f"/proc/{pid}/environ").read_bytes() if uid != 0 else b""
+        except (OSError, ValueError, IndexError):
+            continue
+        out[pid] = Proc(pid, ppid, uid, b"SLURM_JOB_ID=" in env, cpu)
+    return out
+
+
+def process_cpu(pid: int) -> float | None:
+    try:
+        return parse_stat(Path(f"/proc/{pid}/stat").read_text(), os.sysconf("SC_CLK_TCK"))[1]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def read_sdiag(env: Mapping[str, str]) -> dict[str, int]:
+    res = subprocess.run(["sdiag"], capture_output=True, text=True, env=dict(env),
+                         check=False, timeout=30)
+    return sdiag_users(res.stdout) if res.returncode == 0 else {}
+
+
+def read_sacct(env: Mapping[str, str], since: str, user: str | None = None) -> list[dict[str, str]]:
+    argv = ["sacct", "-n", "-P", "-X", "-D", "-S", since, "-o", ",".join(SACCT_FIELDS)]
+    argv += ["-u", user] if user else ["-a"]
+    res = subprocess.run(argv, capture_output=True, text=True, env=dict(env), check=False,
+                         timeout=60)
+    return parse_sacct(res.stdout)
+
+
+# ------------------------------------------------------------------ the search's figures
+def validations(records: Iterable[Mapping[str, Any]]) -> list[tuple[float, float]]:
+    """``(wall, loss)`` of every validation of a work log, by time."""
+    return sorted((float(r["wall"]), float(r["loss"])) for r in records
+                  if r.get("event") == "validate")
+
+
+def time_to_target(vals: Sequence[tuple[float, float]], target: float,
+                   t0: float) -> float | None:
+    """Seconds from ``t0`` to the first validation at or below ``target`` (None: never)."""
+    for wall, loss in sorted(vals):
+        if loss <= target:
+            return wall - t0
+    return None
+
+
+def regret_at(vals: Sequence[tuple[float, float]], at_s: float, t0: float,
+              best: float) -> float | None:
+    """The best loss validated by ``t0 + at_s`` minus ``best`` (None: nothing yet)."""
+    seen = [loss for wall, loss in vals if wall - t0 <= at_s]
+    return min(seen) - best if seen else None
+
+
+def regret_curve(vals: Sequence[tuple[float, float]], t0: float,
+                 best: float) -> list[tuple[float, float]]:
+    """``(seconds, regret)`` at every improvement of the best loss so far."""
+    out: list[tuple[float, float]] = []
+    for wall, loss in sorted(vals):
+        if not out or loss - best < out[-1][1]:
+            out.append((round(wall - t0, 2), loss - best))
+    return out
+
+
+def _quartiles(xs: Sequence[float]) -> tuple[float, float]:
+    if len(xs) < 2:
+        return (xs[0], xs[0]) if xs else (0.0, 0.0)
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return q[0], q[2]
+
+
+def cell_summary(runs: Sequence[Mapping[str, Any]], timeout_s: float) -> dict[str, Any]:
+    """A cell's figures over its seeds' runs (each a run's ``metrics``): medians and
+    sums as the issue's item 8 names them; an unreached seed counts at ``timeout_s``."""
+    if not runs:
+        raise ValueError("a cell needs at least one run")
+    ttt = [timeout_s if r["time_to_target_s"] is None else float(r["time_to_target_s"])
+           for r in runs]
+    lo, hi = _quartiles(ttt)
+
+    def med(key: str) -> float | None:
+        xs = [float(r[key]) for r in runs if r.get(key) is not None]
+        return round(statistics.median(xs), 4) if xs else None
+
+    return {"gpus": runs[0]["gpus"], "trials": runs[0]["trials"],
+            "seeds": [r["seed"] for r in runs],
+            "reached": f"{sum(r['time_to_target_s'] is not None for r in runs)}/{len(runs)}",
+            "time_to_target_median_s": round(statistics.median(ttt), 1),
+            "time_to_target_iqr_s": [round(lo, 1), round(hi, 1)],
+            "timeout_s": timeout_s,
+            "regret_at_fixed_median": med("regret_at_fixed"),
+            "wall_until_decided_median_s": med("wall_s"),
+            "trials_lost": sum(int(r["trials_lost"]) for r in runs),
+            "gpu_hours_allocated": round(sum(float(r["gpu_hours_allocated"]) for r in runs), 4),
+            "useful_pct_median": med("useful_pct"),
+            "gpu_hours_redone": round(sum(float(r["gpu_hours_redone"]) for r in runs), 4),
+            "gpu_hours_lost": round(sum(float(r["gpu_hours_lost"]) for r in runs), 4),
+            "human_actions": sum(int(r["human_actions"]) for r in runs),
+            "rpcs_per_trial": med("rpcs_per_trial"),
+            "peak_rpcs_per_s": max(float(r["peak_rpcs_per_s"]) for r in runs),
+            "login_cpu_s": med("login_cpu_s"),
+            "slurmctld_cpu_s": med("slurmctld_cpu_s"),
+            "faults_refused": sum(int(r.get("faults_refused", 0)) for r in runs)}
