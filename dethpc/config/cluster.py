@@ -1,9 +1,9 @@
 """The cluster config: the admin-owned YAML that maps resource pools to Slurm.
 
-Owns: ``load_cluster_config`` (the lookup order: argument, ``$DETHPC_CLUSTER_CONFIG``,
-the user's ``~/.config/dethpc/cluster.yaml`` (``$XDG_CONFIG_HOME``), the site's
-``/etc/dethpc/cluster.yaml``, then what the caller's ``detect`` derives from Slurm, then
-built-in local defaults), ``parse_cluster_config``
+Owns: ``load_cluster_config`` (the lookup order: the file ``dethpc.config.locate`` finds
+(argument, ``$DETHPC_CLUSTER_CONFIG``, the user's ``~/.config/dethpc/cluster.yaml``
+(``$XDG_CONFIG_HOME``), the site's ``/etc/dethpc/cluster.yaml``), then what the caller's
+``detect`` derives from Slurm, then built-in local defaults), ``parse_cluster_config``
 and ``cluster_to_dict`` (the effective config, for ``dethpc config show-cluster``).
 Must not: talk to Slurm (whether a partition exists is checked at submit time)
 or know about experiments.
@@ -34,6 +34,12 @@ from dethpc.config._check import (
     signal_name,
 )
 from dethpc.config._yaml import load_yaml_text
+from dethpc.config.locate import (  # noqa: F401 - ENV_VAR, SYSTEM_PATH: re-exported
+    ENV_VAR,
+    SYSTEM_PATH,
+    find_cluster_config,
+    user_config_path,
+)
 from dethpc.config.model import (
     ClusterConfig,
     ContainerSettings,
@@ -43,8 +49,6 @@ from dethpc.config.model import (
 )
 from dethpc.config.workers import parse_workers
 
-ENV_VAR = "DETHPC_CLUSTER_CONFIG"
-SYSTEM_PATH = Path("/etc/dethpc/cluster.yaml")
 BUILTIN = "<built-in defaults>"
 #: the source of a config derived from Slurm's answers (``slurm_detect``)
 DETECTED = "<detected from Slurm>"
@@ -69,26 +73,6 @@ def default_cluster_config() -> ClusterConfig:
         pools={"default": ResourcePool(name="default")},
         source=BUILTIN,
     )
-
-
-def user_config_path() -> Path:
-    """The user's own cluster config: ``$XDG_CONFIG_HOME/dethpc/cluster.yaml``
-    (``~/.config/dethpc/cluster.yaml``)."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base).expanduser() / "dethpc" / "cluster.yaml"
-
-
-def find_cluster_config(path: str | Path | None = None) -> Path | None:
-    """The file to read, or None (detection, then the built-in defaults)."""
-    if path is not None:
-        return Path(path).expanduser()
-    env = os.environ.get(ENV_VAR)
-    if env:
-        return Path(env).expanduser()
-    for candidate in (user_config_path(), SYSTEM_PATH):
-        if candidate.is_file():
-            return candidate
-    return None
 
 
 def load_cluster_config(path: str | Path | None = None, *,

@@ -19,9 +19,12 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dethpc.common.errors import ConfigError, FieldError
-from dethpc.config.model import ClusterConfig
+
+if TYPE_CHECKING:  # an annotation only: the read commands import ENV_VAR (issue 47)
+    from dethpc.config.model import ClusterConfig
 
 ENV_VAR = "DETHPC_DATABASE_URL_FILE"
 

@@ -168,11 +168,12 @@ def test_detect_off_probes_nothing(tmp_path: Path) -> None:
 def test_precedence_file_beats_detection_user_beats_site(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from dethpc.config import cluster as cc
+    from dethpc.config import locate
 
     monkeypatch.delenv("DETHPC_CLUSTER_CONFIG", raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     site = tmp_path / "site.yaml"
-    monkeypatch.setattr(cc, "SYSTEM_PATH", site)
+    monkeypatch.setattr(locate, "SYSTEM_PATH", site)
     detected = {"backend": "slurm", "runs_root": str(tmp_path / "r"), "default_pool": "p",
                 "pools": {"p": {"partition": "p"}}}
     assert load_cluster_config(detect=lambda: detected).source == cc.DETECTED

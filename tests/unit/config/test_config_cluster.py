@@ -13,6 +13,7 @@ from dethpc.config import (
     cluster_to_dict,
     dump_config,
     load_cluster_config,
+    locate,
     parse_cluster_config,
 )
 from dethpc.config.model import RequeueMode, ResourcePool
@@ -24,7 +25,7 @@ REPO = Path(__file__).resolve().parents[3]
 def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("DETHPC_CLUSTER_CONFIG", raising=False)
     monkeypatch.setenv("DETHPC_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(cluster_mod, "SYSTEM_PATH", tmp_path / "etc" / "cluster.yaml")
+    monkeypatch.setattr(locate, "SYSTEM_PATH", tmp_path / "etc" / "cluster.yaml")
 
 
 def errors(raw: Any) -> list[str]:
