@@ -11,18 +11,24 @@ Must not: import typer or the ORM (the read path, ``dethpc.surfaces.cli.fastread
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-from dethpc.config import load_cluster_config
-from dethpc.config.model import ClusterConfig
-from dethpc.surfaces.cli.output import err_console
+if TYPE_CHECKING:
+    from dethpc.config.model import ClusterConfig
 
 
 def effective_cluster(path: str | None) -> ClusterConfig:
     from dethpc.backends.slurm_detect import detect
     from dethpc.common.paths import dethpc_home
-    from dethpc.config.cluster import slurm_client_env
+    from dethpc.config.cluster import load_cluster_config, slurm_client_env
 
-    cfg = load_cluster_config(path, detect=lambda: detect(
-        dethpc_home(), say=lambda text: err_console.print(text, markup=False)))
+    cfg = load_cluster_config(path, detect=lambda: detect(dethpc_home(), say=_say))
     os.environ.update(slurm_client_env(cfg, os.environ))
     return cfg
+
+
+def _say(text: str) -> None:
+    """What detection says, on stderr as the CLI says it (rich: imported when said)."""
+    from dethpc.surfaces.cli.output import err_console
+
+    err_console.print(text, markup=False)

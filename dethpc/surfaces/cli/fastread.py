@@ -6,7 +6,11 @@ logs ID`` (``t``; ``--tail N``) read with ``sqlite3`` (``dethpc.store.reader``),
 the views' dicts by the same functions (``dethpc.surfaces.views``) and printed by the
 same code (``dethpc.surfaces.cli.show``, ``output``) as the typer commands: the same
 bytes, in a fraction of the time (bench/cli: typer, SQLAlchemy, sqlmodel and pydantic
-were most of a 1.2 s answer). The console script (``dethpc.surfaces.entry``) asks here
+were most of a 1.2 s answer). What it needs of the cluster config (its backend, whether
+it names a database) comes from the copy ``clustercache`` saved while the config file
+and everything its validation read are unchanged, without YAML or the parsers; ``rich`` is
+imported only to draw a table or say a note (``--json`` and ``trial logs`` print plain).
+The console script (``dethpc.surfaces.entry``) asks here
 first; None means "not mine": the full CLI runs the command as it always has.
 
 Not mine (None, decided before anything is printed), so the full CLI answers: any other
@@ -36,6 +40,7 @@ from dethpc.common.errors import DethpcError, NotFoundError
 if TYPE_CHECKING:
     from dethpc.config.model import ClusterConfig
     from dethpc.store.reader import Reader
+    from dethpc.surfaces.cli.clustercache import ReadFacts
 
 #: ``DETHPC_FAST_READ=0``: every command through the full CLI (to compare, or to debug)
 ENV_FAST_READ = "DETHPC_FAST_READ"
@@ -127,8 +132,8 @@ def _open_reader() -> Reader | None:
 
     if os.environ.get(URL_FILE_VAR):
         return None
-    cluster = _cluster()
-    if cluster is None or cluster.database_url_file is not None or cluster.database_url:
+    facts = _cluster()
+    if facts is None or facts.own_database:
         return None
     from dethpc.common.paths import dethpc_home
     from dethpc.store.location import check_store, default_url, sqlite_path
@@ -138,29 +143,40 @@ def _open_reader() -> Reader | None:
     path = sqlite_path(url)
     reader = Reader.open(path) if path is not None else None
     if reader is not None:
-        from dethpc.surfaces.cli.output import err_console
-
         # a SQLite file on NFS/Lustre/GPFS...: said once per home, as the ORM path does
-        check_store(url, dethpc_home(),
-                    say=lambda text: err_console.print(text, markup=False, highlight=False))
-    _CLUSTER.append(cluster)
+        check_store(url, dethpc_home(), say=_say_plain)
+    _CLUSTER.append(facts)
     return reader
 
 
-#: the cluster config read by ``_open_reader`` (one per process)
-_CLUSTER: list[ClusterConfig] = []
+def _say_plain(text: str) -> None:
+    from dethpc.surfaces.cli.output import err_console
+
+    err_console.print(text, markup=False, highlight=False)
 
 
-def _cluster() -> ClusterConfig | None:
-    """The effective cluster config as the typer root would pass its path (the
-    ``--cluster-config`` option's environment variable); None when that is set empty."""
-    from dethpc.config.cluster import ENV_VAR
-    from dethpc.surfaces.cli.clusterenv import effective_cluster
+#: what the read path needs of the cluster config, read by ``_open_reader`` (one per process)
+_CLUSTER: list[ReadFacts] = []
+
+
+def _cluster() -> ReadFacts | None:
+    """The effective cluster config's facts as the typer root would load it from its path
+    (the ``--cluster-config`` option's environment variable), from the copy
+    ``clustercache`` saved when the file and everything its validation read are the same;
+    None when that variable is set empty."""
+    from dethpc.config.locate import ENV_VAR
+    from dethpc.surfaces.cli.clustercache import read_facts
 
     path = os.environ.get(ENV_VAR)
     if path == "":
         return None
-    return effective_cluster(path)
+
+    def load() -> ClusterConfig:
+        from dethpc.surfaces.cli.clusterenv import effective_cluster
+
+        return effective_cluster(path)
+
+    return read_facts(path, load)
 
 
 def _user() -> str:

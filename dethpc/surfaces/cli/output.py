@@ -4,7 +4,9 @@ Owns: ``console``/``err_console``, ``table`` (rich's head, plain rows where rich
 draw them the same, ``plain_rows``), ``say``, ``print_json``, ``fmt_metric`` and
 ``report_error`` (how an expected failure is said on stderr).
 Must not: import typer, the store or the ORM: the read path (``dethpc.surfaces.cli.fastread``)
-prints with this module alone, so that it answers in the time Slurm's tools do (issue 47).
+prints with this module alone, so that it answers in the time Slurm's tools do (issue 47);
+nor rich before something is drawn with it: the consoles are made on first use (PEP 562
+``__getattr__``), so ``--json`` and ``trial logs`` never import rich (~20 ms under load).
 """
 
 from __future__ import annotations
@@ -14,19 +16,39 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
 from dethpc.surfaces.layout import GAP, Col, cell_lines, fit, one_line, terminal_width, wrap_words
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from dethpc.common.errors import DethpcError
 
-console = Console()
-#: errors are never hard-wrapped: a path or a command to copy from them stays one line
-err_console = Console(stderr=True, soft_wrap=True)
+    #: stdout's console
+    console: Console
+    #: errors are never hard-wrapped: a path or a command to copy from them stays one line
+    err_console: Console
+
+
+def __getattr__(name: str) -> Console:
+    """``console`` and ``err_console``, made (and rich imported) on first use."""
+    if name not in ("console", "err_console"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from rich.console import Console
+
+    made = Console() if name == "console" else Console(stderr=True, soft_wrap=True)
+    globals()[name] = made
+    return made
+
+
+def _console() -> Console:
+    """``console`` (a test may have replaced it)."""
+    made: Console | None = globals().get("console")
+    return made if made is not None else __getattr__("console")
+
+
+def _err_console() -> Console:
+    made: Console | None = globals().get("err_console")
+    return made if made is not None else __getattr__("err_console")
 
 
 def print_json(data: Any) -> None:
@@ -38,6 +60,12 @@ def table(title: str, columns: Sequence[str | Col], rows: Sequence[Sequence[Any]
     """Print a table that fits the terminal (``dethpc.surfaces.layout``): shrinkable columns
     cut with ``…``, columns that cannot fit left out with a note; ``wide``: every column
     at full width, whatever the terminal."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = _console()
     cols = [c if isinstance(c, Col) else Col(c) for c in columns]
     cells = [[one_line(v) for v in r] for r in rows]
     width = terminal_width()
@@ -88,6 +116,7 @@ def say(text: str, *, wide: bool = False, hang: int = 0) -> None:
     """A line of prose (no markup), wrapped at spaces to the terminal's width (lines
     after the first indented ``hang`` spaces); a word longer than the width is cut with
     ``…``; ``wide``: one line, nothing cut."""
+    console = _console()
     if wide:
         console.print(text, markup=False, highlight=False, soft_wrap=True)
         return
@@ -98,6 +127,7 @@ def say(text: str, *, wide: bool = False, hang: int = 0) -> None:
 def report_error(exc: DethpcError) -> None:
     """An expected failure, said on stderr as every command says it (its exit code is
     the caller's: ``exc.exit_code``)."""
+    err_console = _err_console()
     err_console.print("[red]error:[/]", end=" ")
     err_console.print(str(exc), markup=False, highlight=False)
 

@@ -14,7 +14,8 @@ import time
 from typing import Any
 
 from dethpc.store.states import TrialState
-from dethpc.surfaces.cli.output import err_console, fmt_metric, print_json, say, table
+from dethpc.surfaces.cli import output
+from dethpc.surfaces.cli.output import fmt_metric, print_json, say, table
 from dethpc.surfaces.layout import (
     Col,
     fit,
@@ -118,8 +119,8 @@ def hparam_columns(base: list[Col], cells: list[list[object]], hparams: list[dic
 
 def say_unrun(detail: dict[str, Any], printed: bool) -> None:
     note = unrun_note(detail, printed)
-    if note is not None:
-        err_console.print(note, highlight=False, markup=False, soft_wrap=True)
+    if note is not None:   # rich is imported only when there is something to say
+        output.err_console.print(note, highlight=False, markup=False, soft_wrap=True)
 
 
 def unrun_note(detail: dict[str, Any], printed: bool) -> str | None:

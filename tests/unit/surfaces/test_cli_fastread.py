@@ -222,3 +222,25 @@ def test_fast_paths_constants_agree_with_the_cli() -> None:
 
     assert fastread.ENV_CATCH_UP == daemon_cmd.ENV_CATCH_UP
     assert fastread._user() == current_user()
+
+
+def test_a_changed_cluster_config_is_read_again_not_its_saved_copy(tmp_path: Path) -> None:
+    """The fast path keeps what it needs of the cluster config (``clustercache``); an edit
+    that leaves the file's size and mtime as they were (within the file system's timestamp
+    granularity) still reaches the CLI, which refuses the config, as the ORM path does."""
+    config = tmp_path / "c.yaml"
+    config.write_text(f"backend: local\nruns_root: {tmp_path / 'runs'}\n")
+    home = tmp_path / "home"
+    _fill(home, open_experiment=False, lease=False)
+    first = _run(home, ["experiment", "list"], fast=True)
+    assert first[2] == 0 and not set(first[3]) & set(FORBIDDEN)
+    assert list((tmp_path / "cache" / "dethpc").glob("cluster-*.txt"))   # a copy saved
+    again = _run(home, ["experiment", "list"], fast=True)
+    assert again[:3] == first[:3] and "yaml" not in again[3]              # answered from it
+    st = config.stat()
+    config.write_text(config.read_text().replace("backend: local", "backend: lokal"))
+    os.utime(config, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert config.stat().st_size == st.st_size
+    fast, orm = (_run(home, ["experiment", "list"], fast=f) for f in (True, False))
+    assert fast[:3] == orm[:3]
+    assert fast[2] != 0 and b"backend" in fast[1] and "typer" in fast[3]
