@@ -17,7 +17,6 @@ write any other row.
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 import time
 from collections.abc import Callable
@@ -25,24 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dethpc.store.location import sqlite_path
+from dethpc.store.revision import HEAD_REVISION
 from dethpc.store.sqlite import busy_timeout_s, settings_for
-
-#: the migration scripts (``dethpc.store.migrations``): file ``NNNN_slug.py`` is revision NNNN
-VERSIONS = Path(__file__).resolve().parent / "migrations" / "versions"
-_REVISION_FILE = re.compile(r"^(\d{4})_\w+\.py$")
 
 # the models' defaults (dethpc.store.models): ExperimentState.ACTIVE, the JSON encoding
 # SQLAlchemy's JSON type writes (json.dumps; an event's data None is JSON 'null', not SQL
 # NULL), booleans as 0/1
 _ACTIVE = "ACTIVE"
-
-
-def head_revision() -> str:
-    """The newest revision, from the file names (as ``migrations.head_revision``)."""
-    ids = [m.group(1) for p in VERSIONS.iterdir() if (m := _REVISION_FILE.match(p.name))]
-    if not ids:
-        raise RuntimeError(f"no revision scripts in {VERSIONS}")
-    return max(ids)
 
 
 @dataclass(frozen=True)
@@ -81,7 +69,7 @@ class SqliteAtHead:
             if exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
                 raise   # held by another process past the busy timeout: said as the Store's
             return None   # not a dethpc database at head: the Store says what it is
-        return cls(path) if stored == {head_revision()} else None
+        return cls(path) if stored == {HEAD_REVISION} else None
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=busy_timeout_s(), isolation_level=None)

@@ -11,7 +11,8 @@ Why: SQLAlchemy, sqlmodel and pydantic were about half of such a command's impor
 (0.5 s of 1.2 s under load, bench/cli); these reads are a handful of ``SELECT``s.
 
 The schema check is one ``SELECT`` of ``alembic_version`` against ``HEAD_REVISION``, a
-constant (tests/unit/store/test_store_reader.py checks it against the revision scripts):
+constant (``dethpc.store.revision``; tests/unit/store/test_store_reader.py checks it
+against the revision scripts):
 anything else -- no file, an empty or older database, a newer one, an unreadable one --
 answers None, and the caller takes the ORM path (``dethpc.store.Store``), which creates,
 migrates or says what is wrong, as it always has.
@@ -31,12 +32,11 @@ from urllib.parse import quote
 
 from dethpc.backends.base import JobState
 from dethpc.common.kinds import ExperimentKind
+from dethpc.store.revision import HEAD_REVISION
 from dethpc.store.sqlite import busy_timeout_s
 from dethpc.store.states import CheckpointState, ExperimentState, TrialState
 
-#: the newest schema revision (``dethpc/store/migrations/versions``): a store at any other
-#: is left to the ORM path. A new revision must change this (a test says so).
-HEAD_REVISION = "0010"
+__all__ = ["HEAD_REVISION", "Reader"]
 
 #: per table, how a column's stored value becomes the model's (JSON text, enums, booleans)
 _JSON = json.loads

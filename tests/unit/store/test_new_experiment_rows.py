@@ -15,7 +15,7 @@ from dethpc.config.model import ClusterConfig, ResourcePool
 from dethpc.control.experiments import create_experiment
 from dethpc.store import Store
 from dethpc.store.migrations import head_revision as alembic_head
-from dethpc.store.new_experiment import SqliteAtHead, head_revision
+from dethpc.store.new_experiment import HEAD_REVISION, SqliteAtHead
 
 REPO = Path(__file__).resolve().parents[3]
 DIGITS = REPO / "examples" / "digits"
@@ -52,7 +52,8 @@ def setup(tmp_path: Path) -> tuple[Store, ClusterConfig, Path]:
 
 
 def test_head_revision_is_the_migrations_head() -> None:
-    assert head_revision() == alembic_head()
+    """The constant (``dethpc.store.revision``, the read path's too) is the newest script."""
+    assert HEAD_REVISION == alembic_head()
 
 
 def test_same_rows_as_the_models(setup: tuple[Store, ClusterConfig, Path],
