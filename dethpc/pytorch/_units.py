@@ -68,15 +68,24 @@ def as_unit(value: TrainUnit | int | None) -> TrainUnit | None:
 
 
 def from_config(raw: Any, field: str) -> TrainUnit | None:
-    """``{batches: 100}`` / ``{epochs: 2}`` from an experiment config field, or None."""
+    """``{batches: 100}`` / ``{epochs: 2}`` from an experiment config field, or None.
+
+    A length of 0 (Determined's default ``min_validation_period: {batches: 0}``, which
+    its examples write out, e.g. ``deepspeed/dcgan``) is no period, as the config layer
+    reads it (``dethpc.config.experiment._period``)."""
     if raw is None:
         return None
     if isinstance(raw, Mapping) and len(raw) == 1:
         (key, value), = raw.items()
-        if key == "batches":
-            return Batch(value)
-        if key == "epochs":
-            return Epoch(value)
+        if key in ("batches", "epochs") and value == 0 and not isinstance(value, bool):
+            return None
+        try:
+            if key == "batches":
+                return Batch(value)
+            if key == "epochs":
+                return Epoch(value)
+        except DethpcError as exc:
+            raise DethpcError(f"{field}.{key}: {exc}") from None
         if key == "records":
             raise DethpcError(f"{field}: lengths in records are not supported by the PyTorch "
                               "Trainer; use batches or epochs")
