@@ -309,3 +309,4 @@ def test_plain_rows_are_used_for_plain_ascii_cells() -> None:
     assert plain_rows([["1", "ab"], ["22", ""]], [3, 4]) == "1    ab  \n22       \n"
     assert plain_rows([["1", "数"]], [3, 4]) is None
     assert plain_rows([["1", "abcde"]], [3, 4]) is None
+    assert plain_rows([["1", "ab…"]], [3, 4]) == "1    ab… \n"   # a cut cell (describe's)
