@@ -4,7 +4,9 @@ after a crash; answer a refusal. One protocol for every kind.
 Owns: ``Submission.submit`` — the kind's ``Ledger`` records the submission first (a batch
 row for trial arrays, pool workers and ``dethpc sbatch``'s jobs, a file under
 ``runs_root`` for an image's pre-pull job: its ``name``, and its ``comment`` where the
-name is the user's, is what adoption finds the job by), then one ``backend.submit``
+name is the user's, is what adoption finds the job by; a task's row for shells,
+notebooks, commands and TensorBoard jobs, ``dethpc.surfaces.tasks.ledger``), then one
+``backend.submit``
 (``send``: the same protocol around any submit callable, for ``dethpc sbatch``'s own
 words), then the ledger confirms the refs. A refusal over a limit gives the
 work back (``Ledger.give_back``: nothing reached Slurm) and asks the budget's policy
@@ -47,6 +49,11 @@ class SubmissionKind(StrEnum):
     WORKERS = "workers"        # the worker pool's array
     PULL = "pull"              # an image's pre-pull job
     SBATCH = "sbatch"          # ``dethpc sbatch``'s job: the user's script, the user's name
+    # a task's job (``dethpc.surfaces.tasks``: its row is the record), as ``TaskKind``
+    COMMAND = "command"        # ``dethpc cmd run``
+    SHELL = "shell"            # ``dethpc shell start``'s holder job
+    NOTEBOOK = "notebook"      # ``dethpc notebook start``
+    TENSORBOARD = "tensorboard"  # ``dethpc tensorboard start --slurm``
 
 
 def fault_point(name: str, kind: SubmissionKind | None = None) -> None:

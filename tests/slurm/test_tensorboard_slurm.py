@@ -45,7 +45,7 @@ def test_tensorboard_as_a_slurm_job_answers_and_stops(world: dict[str, Any],
     assert "-J " in out["ssh"] and out["ssh"].endswith(f"@{out['host']}")
     squeue = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T %j"], capture_output=True,
                             text=True, timeout=60, check=True).stdout.split()
-    assert squeue == ["RUNNING", "dethpc-tensorboard"]
+    assert squeue == ["RUNNING", f"dethpc-tensorboard-{out['id']}"]   # its adoption key
     assert scalars(sock, f"exp{world['exp']}/trial{world['b']}", "training/loss")[:3] == [
         (1, 1.0), (2, 2.0), (3, 3.0)]
     cli("tensorboard", "stop", out["id"])

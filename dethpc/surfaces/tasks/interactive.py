@@ -7,7 +7,8 @@ trial's placement and shape, but named ``dethpc-<kind>-<id>``, written to the ta
 ``job.log``, never requeued, no signal), its environment (``task_env``), the job script
 (``render_script``: every value shell-quoted; it writes its command's exit code to
 ``registry.EXIT_FILE``), submitting it (``submit``: the script 0600 in the 0700 task
-directory, through the backend, ``registry.slurm``) and waiting until it runs
+directory, through the one submission protocol, ``ledger``: the task's row recorded
+first, then Slurm's backend, ``registry.slurm``) and waiting until it runs
 (``wait_running``). How it ended is
 ``registry.finish``. The per-kind parts (what the job runs, how the CLI attaches) are
 in ``dethpc.surfaces.cli.interactive_cmd`` and ``dethpc.surfaces.tasks.nbserve``.
@@ -50,7 +51,7 @@ from dethpc.jobs.jobscript import container_prefix, inside
 from dethpc.jobs.render import STARTUP_HOOK, shjoin, shquote, startup_hook_argv
 from dethpc.store import Store
 from dethpc.store.models import Task, TaskKind, TaskState
-from dethpc.surfaces.tasks import registry
+from dethpc.surfaces.tasks import ledger, registry
 
 #: the config sections a task uses
 KEPT = ("resources", "environment", "bind_mounts", "slurm")
@@ -112,11 +113,13 @@ def task_config(raw: Any, source: str = "task config") -> ExperimentConfig:
 
 
 def task_directives(cfg: ExperimentConfig, pool: ResourcePool, *, kind: TaskKind,
-                    task_id: int, output: Path) -> list[str]:
+                    task_id: int, output: Path, comment: str = "") -> list[str]:
     """The task's job directives (``dethpc.jobs.directives.task_directives``), named
-    ``dethpc-<kind>-<id>``."""
-    return directives.task_directives(cfg, pool, name=f"dethpc-{kind.value}-{task_id}",
-                                      comment=f"dethpc:task={task_id}", output=str(output))
+    ``dethpc-<kind>-<id>`` (``ledger.job_name``), with its record's comment (default
+    ``dethpc:task=<id>``)."""
+    return directives.task_directives(cfg, pool, name=ledger.job_name(kind, task_id),
+                                      comment=comment or f"dethpc:task={task_id}",
+                                      output=str(output))
 
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -231,6 +234,8 @@ class Prepared:
     cfg: ExperimentConfig
     pool: ResourcePool
     prefix: list[str] | None
+    #: its record (the task row, held until the job id is in it)
+    record: ledger.TaskLedger
     #: whose command timeout and retries the job's sbatch runs under
     cluster: ClusterConfig | None = None
 
@@ -252,9 +257,9 @@ def prepare(store: Store, cluster: ClusterConfig, kind: TaskKind, *,
              "is then not requeued (it just ends)")
     if context is not None and not Path(context).is_dir():
         raise DethpcError(f"--context: {context} is not a directory")
-    task = registry.create(store, kind, [], idle_timeout_s)
+    task, record = ledger.record(store, kind, [], idle_timeout_s, registry.task_dir)
     assert task.id is not None
-    work_dir = registry.task_dir(task.id)
+    work_dir = Path(task.work_dir)
     for stale in (JOB_LOG, registry.EXIT_FILE, READY_FILE, "endpoint.json", "token"):
         (work_dir / stale).unlink(missing_ok=True)
     ctx_dir = None
@@ -278,33 +283,35 @@ def prepare(store: Store, cluster: ClusterConfig, kind: TaskKind, *,
         job = Job(kind=kind, task_id=task.id, work_dir=work_dir,
                   cwd=ctx_dir if ctx_dir is not None else Path.cwd(),
                   directives=task_directives(config, pool, kind=kind, task_id=task.id,
-                                             output=work_dir / JOB_LOG),
+                                             output=work_dir / JOB_LOG,
+                                             comment=record.comment),
                   env=env, command=argv, hook_command=hook,
                   python_bin=str(Path(python).parent), idle_timeout_s=int(idle_timeout_s))
     except Exception as exc:
-        registry.update(store, task.id, state=TaskState.FAILED, work_dir=str(work_dir),
-                        message=str(exc)[:500])
+        record.reason = str(exc)[:500]
+        record.give_back()
         raise
-    task = registry.update(store, task.id, work_dir=str(work_dir), host="")
-    return Prepared(task, job, config, pool, prefix, cluster)
+    return Prepared(task, job, config, pool, prefix, record, cluster)
 
 
 def submit(store: Store, prep: Prepared, extra_env: Mapping[str, str] | None = None) -> Task:
-    """Write the script (0600) and submit it; the task records its job id."""
-    task_id = prep.job.task_id
+    """Write the script (0600) and submit it through the one submission protocol
+    (``ledger.send``: recorded already, the job id confirmed in the task's row)."""
+    record = prep.record
     script = prep.job.work_dir / f"{prep.job.kind.value}.sbatch"
-    script.unlink(missing_ok=True)
-    fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(render_script(prep.job))
     try:
-        (job_ref,) = registry.slurm(prep.cluster).submit(JobRequest(
-            name=f"dethpc-{prep.job.kind.value}-{task_id}", comment=f"dethpc:task={task_id}",
-            script=script, workdir=Path.cwd(), env=dict(extra_env or {})))
-    except DethpcError as exc:
-        registry.update(store, task_id, state=TaskState.FAILED, message=f"sbatch: {exc}"[:500])
-        raise DethpcError(f"sbatch refused the {prep.job.kind.value} job: {exc}") from None
-    return registry.update(store, task_id, job_ref=job_ref)
+        script.unlink(missing_ok=True)
+        fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(render_script(prep.job))
+    except OSError as exc:
+        record.reason = f"cannot write {script}: {exc}"[:500]
+        record.give_back()
+        raise DethpcError(record.reason) from None
+    ledger.send(record, registry.slurm(prep.cluster), JobRequest(
+        name=record.name, comment=record.comment, script=script, workdir=Path.cwd(),
+        env=dict(extra_env or {})))
+    return registry.get(store, prep.job.task_id)
 
 
 def job_state(job_ref: str) -> tuple[str, str, str]:

@@ -5,7 +5,9 @@ and how a task's liveness is read: a local task is alive while its pid runs on i
 host with the task's directory in its command line (a reused pid is not mistaken for
 it); a ``--slurm`` task is alive while Slurm has its job pending or running (asked
 through the backend, ``slurm``, with the cluster config's command timeout and retries:
-no command of Slurm's is run here). A task found dead is marked
+no command of Slurm's is run here); a task whose job is being submitted is alive while
+its submitter is, and a record its submitter left unconfirmed is adopted (or failed) by
+the next list or kill that sees it (``dethpc.surfaces.tasks.ledger``). A task found dead is marked
 ``ended`` when listed (a notebook, shell or command job ``failed`` when the exit code
 its script wrote to ``EXIT_FILE`` is not 0: ``finish``, ``exit_code``). Kinds add
 their own start; list, finish and kill are these.
@@ -32,6 +34,7 @@ from dethpc.config.model import ClusterConfig
 from dethpc.control.experiments import current_user
 from dethpc.store import Store
 from dethpc.store.models import Task, TaskKind, TaskState, now
+from dethpc.surfaces.tasks import ledger
 
 #: the longest socket path AF_UNIX takes (108 bytes on Linux, less a margin)
 MAX_SOCKET_PATH = 100
@@ -149,9 +152,13 @@ def job_alive(task: Task) -> bool:
 
 
 def alive(task: Task) -> bool | None:
-    """True/False, or None when it cannot be told from here (another host)."""
+    """True/False, or None when it cannot be told from here (another host, or a job
+    recorded by a submitter that died and not yet adopted: ``ledger.adopt_left``)."""
     if task.job_ref:
         return job_alive(task)
+    unconfirmed = ledger.submitting(task)
+    if unconfirmed is not None:     # being submitted: alive while its submitter is
+        return True if unconfirmed else None
     if task.host != socket.gethostname():
         return None
     return pid_alive(task)
@@ -167,6 +174,9 @@ def tasks(store: Store, *, kind: TaskKind | None = None, include_ended: bool = F
         if not everyone:
             q = q.where(Task.owner == current_user())
         rows = list(s.exec(q).all())
+    if ledger.adopt_left(store, rows, slurm):   # submitters that died: their jobs
+        with store.session() as s:
+            rows = list(s.exec(q).all())
     out = []
     for task in rows:
         if not task.state.is_terminal and alive(task) is False and task.id is not None:
@@ -186,6 +196,13 @@ def kill(store: Store, task_id: int, *, grace_s: float = 20.0) -> Task:
     task = get(store, task_id)
     if task.owner != current_user():
         raise DethpcError(f"task {task_id} belongs to {task.owner!r}, not to you")
+    if ledger.adopt_left(store, [task], slurm):   # its submitter died: its job, if any
+        task = get(store, task_id)
+        if task.state.is_terminal:
+            return task
+    if ledger.submitting(task):
+        raise DethpcError(f"task {task_id} is being submitted (its Slurm job id is not "
+                          "recorded yet): run `dethpc task kill` again in a moment")
     if task.job_ref:
         with contextlib.suppress(DethpcError):   # already gone: nothing to cancel
             slurm().cancel([task.job_ref])

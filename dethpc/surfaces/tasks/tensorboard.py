@@ -2,7 +2,9 @@
 
 Owns: resolving experiments and trials into derive sources, starting the serving
 process (``dethpc.surfaces.tasks.tbserve``) in the background on this host -- or, with
-``slurm=True``, rendering and submitting a small job script that runs it -- waiting
+``slurm=True``, rendering a small job script that runs it and submitting it through the
+one submission protocol (``dethpc.surfaces.tasks.ledger``: the task's row recorded
+first) -- waiting
 until its Unix socket answers, recording the task, and the ``ssh -L`` line to reach it.
 The store is opened here only; the serving process reads trials' files.
 """
@@ -29,7 +31,7 @@ from dethpc.control.experiments import current_user, get_experiment
 from dethpc.jobs.directives import server_directives
 from dethpc.store import Store
 from dethpc.store.models import Task, TaskKind, TaskState, Trial
-from dethpc.surfaces.tasks import registry
+from dethpc.surfaces.tasks import ledger, registry
 from dethpc.surfaces.tasks.derive import Source
 
 SOCKET = "tensorboard.sock"
@@ -84,11 +86,13 @@ def serve_argv(sock: Path, work_dir: Path, srcs: list[Source], idle_timeout_s: f
     return argv
 
 
-def job_script(argv: list[str], work_dir: Path, partition: str = "") -> str:
-    """The ``--slurm`` job: one task, one CPU, the serving process in the foreground,
+def job_script(argv: list[str], work_dir: Path, partition: str = "",
+               name: str = "dethpc-tensorboard") -> str:
+    """The ``--slurm`` job (named ``name``: ``dethpc-tensorboard-<task id>``, its
+    ``ledger.job_name``): one task, one CPU, the serving process in the foreground,
     the partition's default time limit (it normally ends itself when idle)."""
     lines = ["#!/bin/bash", *(f"#SBATCH {d}" for d in server_directives(
-        "dethpc-tensorboard", str(work_dir / "server.log"), partition))]
+        name, str(work_dir / "server.log"), partition))]
     lines += ["umask 077", "exec " + shlex.join(argv), ""]
     return "\n".join(lines)
 
@@ -108,8 +112,13 @@ def start(store: Store, experiment_ids: list[int], trial_ids: list[int], *,
         raise DethpcError("tensorboard is not installed in this Python "
                           f"({sys.executable}): pip install 'dethpc[tensorboard]'")
     srcs = sources(store, experiment_ids, trial_ids)
-    task = registry.create(store, TaskKind.TENSORBOARD, [s.experiment_id for s in srcs],
-                           idle_timeout_s)
+    exp_ids = [s.experiment_id for s in srcs]
+    record = None
+    if slurm:    # the row is the job's record (``ledger``): held until the job id is in it
+        task, record = ledger.record(store, TaskKind.TENSORBOARD, exp_ids, idle_timeout_s,
+                                     registry.task_dir)
+    else:
+        task = registry.create(store, TaskKind.TENSORBOARD, exp_ids, idle_timeout_s)
     assert task.id is not None
     work_dir = registry.task_dir(task.id)
     # a directory left by an earlier database's task of the same id: start fresh
@@ -119,18 +128,18 @@ def start(store: Store, experiment_ids: list[int], trial_ids: list[int], *,
     log = work_dir / "server.log"
     fields: dict[str, object] = {"work_dir": str(work_dir), "endpoint": str(sock)}
     proc = None
-    if slurm:
+    if record is not None:
+        registry.update(store, task.id, **fields)
         script = work_dir / "tensorboard.sbatch"
-        script.write_text(job_script(argv, work_dir, partition))
         try:
-            (fields["job_ref"],) = registry.slurm(cluster).submit(JobRequest(
-                name="dethpc-tensorboard", comment=f"dethpc:task={task.id}", script=script,
-                workdir=Path.cwd()))
-        except DethpcError as exc:
-            registry.update(store, task.id, state=TaskState.FAILED, **fields,
-                            message=f"sbatch: {exc}"[:500])
-            raise DethpcError(f"sbatch refused the TensorBoard job: {exc}") from None
-        fields["host"] = ""
+            script.write_text(job_script(argv, work_dir, partition, name=record.name))
+        except OSError as exc:
+            record.reason = f"cannot write {script}: {exc}"[:500]
+            record.give_back()
+            raise DethpcError(record.reason) from None
+        ledger.send(record, registry.slurm(cluster), JobRequest(
+            name=record.name, comment=record.comment, script=script, workdir=Path.cwd()))
+        fields = {}
     else:
         with open(log, "ab") as out:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,

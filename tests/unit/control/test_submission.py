@@ -17,7 +17,7 @@ from sqlmodel import select
 
 from dethpc.backends.base import JobRequest
 from dethpc.backends.local import LocalBackend
-from dethpc.common.errors import SubmitLimitError
+from dethpc.common.errors import DethpcError, SubmitLimitError
 from dethpc.control.daemon.pulls import PullLedger
 from dethpc.control.submission import (
     BatchLedger,
@@ -38,12 +38,16 @@ from dethpc.store.models import (
     Experiment,
     ExperimentState,
     Job,
+    Task,
+    TaskKind,
+    TaskState,
     Trial,
     TrialState,
 )
 from dethpc.surfaces.sbatchwrap import plain
 from dethpc.surfaces.sbatchwrap.search_cli import parse_command
-from tests.unit.control.daemon_kit import World, world
+from dethpc.surfaces.tasks import ledger, registry
+from tests.unit.control.daemon_kit import Recorder, World, world
 
 POINTS = ("after_record", "after_sbatch", "after_confirm")
 
@@ -248,3 +252,100 @@ def test_a_kill_around_dethpc_sbatch_leaves_no_untracked_job(tmp_path: Path,
     assert {t.request_id: t.state for t in trials} == {3: TrialState.QUEUED,
                                                         5: TrialState.QUEUED}
     assert ("adopted" if point == "after_sbatch" else "submitted") in events
+
+
+# ------------------------------------------------------------------ a task's job
+TASK_KINDS = (TaskKind.COMMAND, TaskKind.SHELL, TaskKind.NOTEBOOK, TaskKind.TENSORBOARD)
+
+
+def only_task(store: Store) -> Task:
+    with store.session() as s:
+        (task,) = s.exec(select(Task))
+        return task
+
+
+@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("kind", TASK_KINDS)
+def test_a_kill_around_a_tasks_job_leaves_no_untracked_job(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: TaskKind, point: str) -> None:
+    """Before the one protocol, a shell's, notebook's, command's or TensorBoard's job was
+    submitted after its task row and its id written after the sbatch: a kill between the
+    two left a job ``dethpc-<kind>-<id>`` that nothing recorded, and a task without a job
+    id or a host that stayed open for ever. Now the row is the record (its submitter
+    holds its ``submitting`` file), and the next command that lists the tasks adopts the
+    job by name and comment, not another home's job of the same name, or fails the task
+    when sbatch never took it."""
+    monkeypatch.setenv("DETHPC_HOME", str(tmp_path / "home"))
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    spool = tmp_path / "spool"
+    # another home's task 1 of this kind: the same name, its own comment
+    decoy = LocalBackend(spool).submit(JobRequest(
+        name=ledger.job_name(kind, 1), comment="dethpc:task=1:0ther0ne",
+        script=script(tmp_path), workdir=tmp_path))
+    pid = os.fork()
+    if pid == 0:   # the submitter (`dethpc cmd run`, ...): its own store engine
+        try:
+            os.environ["DETHPC_FAULT_POINT"] = f"{point}:{kind.value}"
+            child = Store(str(store.engine.url))
+            task, record = ledger.record(child, kind, [], 0.0, registry.task_dir)
+            ledger.send(record, LocalBackend(spool), JobRequest(
+                name=record.name, comment=record.comment, script=script(tmp_path),
+                workdir=tmp_path))
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+    task = only_task(store)
+    assert task.id == 1
+    spooled = {i.ref for i in LocalBackend(spool).find([ledger.job_name(kind, 1)])}
+    spooled -= set(decoy)
+    # the next command that looks (`dethpc task list`): adopted, failed, or left alone
+    changed = ledger.adopt_left(store, [task], lambda: LocalBackend(spool))
+    assert changed == (0 if point == "after_confirm" else 1)
+    task = only_task(store)
+    assert not (Path(task.work_dir) / ledger.SUBMITTING).exists()
+    assert ledger.left(store, [task]) == []
+    if point == "after_record":     # sbatch never ran: the task says so, nothing runs
+        assert spooled == set() and task.job_ref == ""
+        assert task.state == TaskState.FAILED and "sbatch did not submit it" in task.message
+        return
+    (ref,) = spooled                # the task has its job, once; the decoy is not taken
+    assert task.job_ref == ref and task.state == TaskState.STARTING and task.host == ""
+    assert ("adopted" in task.message) == (point == "after_sbatch")
+
+
+def test_a_task_being_submitted_is_left_to_its_live_submitter(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record whose submitter still runs (its lock held) is alive, not adopted: a
+    ``task list`` at that instant neither fails it nor takes its job."""
+    monkeypatch.setenv("DETHPC_HOME", str(tmp_path / "home"))
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    task, record = ledger.record(store, TaskKind.COMMAND, [], 0.0, registry.task_dir)
+    assert ledger.submitting(task) is True and registry.alive(task) is True
+    assert ledger.adopt_left(store, [task], lambda: LocalBackend(tmp_path / "s")) == 0
+    record.release()                # the submitter died: the record is left
+    assert ledger.submitting(task) is False and registry.alive(task) is None
+    assert len(ledger.left(store, [task])) == 1
+
+
+def test_a_refused_or_unclear_task_submission_fails_the_task(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refusal over a limit is the user's answer (the task FAILED with sbatch's words,
+    nothing waits); an error that leaves it unclear whether Slurm took the job is settled
+    at once by asking Slurm by name: here it has none, and the task fails the same way."""
+    monkeypatch.setenv("DETHPC_HOME", str(tmp_path / "home"))
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    backend = Recorder(tmp_path / "spool")
+    backend.submit_errors = [SubmitLimitError("QOSMaxSubmitJobPerUserLimit", "too many"),
+                             DethpcError("sbatch timed out")]
+    for expected in ("QOSMaxSubmitJobPerUserLimit", "sbatch timed out"):
+        task, record = ledger.record(store, TaskKind.SHELL, [], 0.0, registry.task_dir)
+        with pytest.raises(DethpcError, match=f"sbatch refused the shell job: .*{expected}"):
+            ledger.send(record, backend, JobRequest(
+                name=record.name, comment=record.comment, script=script(tmp_path),
+                workdir=tmp_path))
+        task = registry.get(store, task.id or 0)
+        assert task.state == TaskState.FAILED and expected in task.message
+        assert ledger.submitting(task) is None
+        assert not (Path(task.work_dir) / ledger.SUBMITTING).exists()
+    assert backend.names() == ["submit", "submit", "find"]
