@@ -38,10 +38,11 @@ from dethpc.common import poolqueue as queue
 from dethpc.common.errors import SubmitError
 from dethpc.common.jobref import JobRef
 from dethpc.common.kinds import EventKind, ExperimentKind
-from dethpc.config.model import ClusterConfig, ExperimentConfig, WorkerPool
+from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool, WorkerPool
 from dethpc.control import pool_view as view
 from dethpc.control.bad_nodes import exclusion
 from dethpc.control.reconcile import load_config
+from dethpc.control.resolved import Resolved
 from dethpc.control.submission import BatchLedger, RefusalPolicy, Submission, record_batch
 from dethpc.jobs.directives import run_limits
 from dethpc.jobs.pool_items import pool_problem, work_item
@@ -68,12 +69,12 @@ class PoolMode(Enum):
 
 
 def pool_mode(cfg: ExperimentConfig, cluster: ClusterConfig, kind: ExperimentKind,
-              python: str) -> PoolMode:
+              python: str, wp: WorkerPool | None = None) -> PoolMode:
     """Whether an experiment runs in a worker pool. A site default (its resource pool's
     ``workers``) applies only to experiments of ``dethpc submit`` that a worker can run
     (``pool_problem``), the others run one job per trial; an experiment's own
     ``slurm.workers`` that cannot be honoured is REFUSED (``check_worker_pool``)."""
-    if not cluster.worker_pool(cfg).enabled:
+    if not (wp or cluster.worker_pool(cfg)).enabled:   # wp: as the tick resolved it
         return PoolMode.OFF
     fits = kind == ExperimentKind.MANAGED and not pool_problem(cfg, python)
     if fits:
@@ -103,9 +104,10 @@ class Budget(RefusalPolicy, Protocol):
     """The daemon's submit budget under the user's job limits (``SubmitBudget``)."""
 
     def room(self, exp: Experiment, cfg: ExperimentConfig, wanted: int,
-             per_trial: int = 1) -> int: ...
+             per_trial: int = 1, *, pool: ResourcePool | None = None) -> int: ...
 
-    def count_submitted_for(self, cfg: ExperimentConfig, jobs: int) -> None: ...
+    def count_submitted_for(self, cfg: ExperimentConfig, jobs: int,
+                            pool: ResourcePool | None = None) -> None: ...
 
 
 class TrialFiles(Protocol):
@@ -124,8 +126,9 @@ class PoolTender:
         self.workers_cancelled = 0
         self.cancels_put_off = 0
 
-    def enabled(self, cfg: ExperimentConfig, kind: ExperimentKind) -> bool:
-        return pool_mode(cfg, self.cluster, kind, self.python) is PoolMode.ON
+    def enabled(self, cfg: ExperimentConfig, kind: ExperimentKind,
+                wp: WorkerPool | None = None) -> bool:
+        return pool_mode(cfg, self.cluster, kind, self.python, wp) is PoolMode.ON
 
     # ------------------------------------------------------------------ poll
     def worker_refs(self, exp_ids: list[int]) -> dict[str, int]:
@@ -169,12 +172,14 @@ class PoolTender:
                 select(Experiment).where(col(Experiment.id).in_(exp_ids))) if e.id is not None}
 
     # ------------------------------------------------------------------ items
-    def submit_items(self, exp: Experiment, cfg: ExperimentConfig, trials: list[Trial]) -> int:
-        """One item per trial that needs a run; their Job rows in one ITEMS batch."""
+    def submit_items(self, exp: Experiment, cfg: ExperimentConfig, trials: list[Trial], *,
+                     pool: ResourcePool | None = None) -> int:
+        """One item per trial that needs a run; their Job rows in one ITEMS batch.
+        ``pool``: the config's resource pool as the tick resolved it."""
         assert exp.id is not None
         run_dir = Path(exp.run_dir)
         paths = queue.PoolPaths.of_run_dir(run_dir).create()
-        pool = self.cluster.pool(cfg.resources.resource_pool)
+        pool = pool or self.cluster.pool(cfg.resources.resource_pool)
         with self.store.session() as s:
             batch = Batch(experiment_id=exp.id, pool=pool.name, size=len(trials),
                           kind=BatchKind.ITEMS, state=BatchState.SUBMITTED)
@@ -209,11 +214,18 @@ class PoolTender:
         return len(trials)
 
     # ------------------------------------------------------------------ workers
-    def tend(self, exp_id: int, infos: dict[str, JobInfo], *, fresh: bool = True) -> int:
+    def tend(self, exp_id: int, infos: dict[str, JobInfo], *, fresh: bool = True,
+             resolved: Resolved | None = None) -> int:
         """Expire stale leases and apply ``plan_workers``; the workers submitted (those
         cancelled are counted in ``workers_cancelled``). ``fresh`` False: ``infos`` are
         an older poll's (``Poller``): a worker read PENDING there may be running a trial
-        now, so a cancel the plan wants waits for the next tick's poll."""
+        now, so a cancel the plan wants waits for the next tick's poll. ``resolved``:
+        the experiment's (config, pool) as the tick resolved them: an experiment without
+        a worker pool costs no transaction."""
+        wp = resolved.worker_pool() if resolved is not None else None
+        if resolved is not None and wp is not None and not (
+                resolved.kind.daemon_submits and self.enabled(resolved.cfg, resolved.kind, wp)):
+            return 0
         with self.store.session() as s:
             exp = s.get(Experiment, exp_id)
             if exp is None or not exp.kind.daemon_submits:
@@ -221,9 +233,9 @@ class PoolTender:
             paths = queue.PoolPaths.of_run_dir(Path(exp.run_dir))
             if not paths.root.is_dir():    # no pool was ever set up: nothing to parse
                 return 0
-            cfg = load_config(exp)
-            wp = self.cluster.worker_pool(cfg)
-            if not self.enabled(cfg, exp.kind):
+            cfg = resolved.cfg if resolved is not None else load_config(exp)
+            wp = wp or self.cluster.worker_pool(cfg)
+            if not self.enabled(cfg, exp.kind, wp):
                 return 0
             batches = list(s.exec(select(Batch).where(
                 Batch.experiment_id == exp_id, Batch.kind == BatchKind.WORKERS,
@@ -268,16 +280,17 @@ class PoolTender:
             self.event(exp_id, EventKind.WORKERS, f"pool shrinks: cancelled {list(cancel)}, "
                        f"retiring {list(plan.retire)} after their run")
         if plan.submit and active:
-            return self.submit_workers(exp, cfg, wp, plan.submit)
+            return self.submit_workers(exp, cfg, wp, plan.submit,
+                                       pool=resolved.pool() if resolved is not None else None)
         return 0
 
     def submit_workers(self, exp: Experiment, cfg: ExperimentConfig, wp: WorkerPool,
-                       n: int) -> int:
+                       n: int, *, pool: ResourcePool | None = None) -> int:
         assert exp.id is not None
-        n = self.budget.room(exp, cfg, n)
+        pool = pool or self.cluster.pool(cfg.resources.resource_pool)
+        n = self.budget.room(exp, cfg, n, pool=pool)
         if n <= 0:
             return 0
-        pool = self.cluster.pool(cfg.resources.resource_pool)
         # new workers keep off the nodes where the experiment's runs keep failing (the
         # workers already there are not retired for it)
         exclude, exclude_note = exclusion(self.store, exp.id, cfg, pool, time.time())
@@ -304,7 +317,7 @@ class PoolTender:
         refs = Submission(self.backend, self.budget).submit(
             BatchLedger(self.store, batch), request, exclude_note)
         if refs:
-            self.budget.count_submitted_for(cfg, len(refs))
+            self.budget.count_submitted_for(cfg, len(refs), pool)
         return 0    # workers run trials; the trials were counted when their items were put
 
     def event(self, exp_id: int, kind: EventKind, message: str) -> None:

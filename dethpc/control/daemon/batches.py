@@ -25,7 +25,7 @@ from typing import Any
 
 from dethpc.backends.base import Backend, JobRequest
 from dethpc.common.paths import ExperimentPaths
-from dethpc.config.model import ClusterConfig, ExperimentConfig
+from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
 from dethpc.control.bad_nodes import exclusion
 from dethpc.control.daemon.budget import SubmitBudget
 from dethpc.control.submission import BatchLedger, Submission, record_batch
@@ -79,12 +79,14 @@ class BatchSubmitter:
         self.submission = Submission(backend, budget)
 
     def submit_recorded(self, exp: Experiment, cfg: ExperimentConfig, trials: list[Trial],
-                        *, array: bool = True, deps: tuple[str, ...] = ()) -> int:
+                        *, array: bool = True, deps: tuple[str, ...] = (),
+                        pool: ResourcePool | None = None) -> int:
         """One sbatch: an array with one task per trial, or (``array=False``, one trial)
         the trial's own job script, with ``deps`` (the image gate's dependencies) added
-        to its arguments. Returns how many trials were submitted."""
+        to its arguments. Returns how many trials were submitted. ``pool``: the
+        config's resource pool as the tick resolved it (None: resolved here)."""
         assert exp.id is not None
-        pool = self.cluster.pool(cfg.resources.resource_pool)
+        pool = pool or self.cluster.pool(cfg.resources.resource_pool)
         paths = ExperimentPaths(Path(exp.run_dir)).ensure()
         # nodes where this experiment's trials keep failing
         exclude, exclude_note = exclusion(self.store, exp.id, cfg, pool, time.time())

@@ -69,15 +69,15 @@ class SubmitBudget:
                                        pool.sbatch_args)
 
     def room(self, exp: Experiment, cfg: ExperimentConfig, wanted: int,
-             per_trial: int = 1) -> int:
+             per_trial: int = 1, *, pool: ResourcePool | None = None) -> int:
         """How many of ``wanted`` trials (``per_trial`` jobs each) may be submitted now
         under the user's per-user submit limits; records a ``limit`` event (once while
-        it lasts) when some must wait."""
+        it lasts) when some must wait. ``pool``: the config's, as the tick resolved it."""
         if self.refused:
             return 0
         if self.queue is None:
             return fits(wanted, self.cap, None)
-        pool = self.cluster.pool(cfg.resources.resource_pool)
+        pool = pool or self.cluster.pool(cfg.resources.resource_pool)
         limits = self.pool_limits(pool)
         free = headroom(limits, self.queue)
         n = fits(wanted, self.cap, free, per_trial)
@@ -94,9 +94,10 @@ class SubmitBudget:
         if self.queue is not None:
             self.queue += [self.pool_limits(pool).tag()] * jobs
 
-    def count_submitted_for(self, cfg: ExperimentConfig, jobs: int) -> None:
-        """``count_submitted`` in the resource pool of ``cfg``."""
-        self.count_submitted(self.cluster.pool(cfg.resources.resource_pool), jobs)
+    def count_submitted_for(self, cfg: ExperimentConfig, jobs: int,
+                            pool: ResourcePool | None = None) -> None:
+        """``count_submitted`` in the resource pool of ``cfg`` (``pool``, when resolved)."""
+        self.count_submitted(pool or self.cluster.pool(cfg.resources.resource_pool), jobs)
 
     def succeeded(self) -> None:
         """sbatch accepted a submission: the cap grows back."""

@@ -90,7 +90,9 @@ class Daemon:
         stats = TickStats()
         stats.changed = self.adopter.scan() > 0   # detached jobs: one listdir of the spool
         self.recovery.retry_cancels(stats)        # scancels an earlier tick could not make
-        exp_ids = self.scope.open_experiments(self.store)
+        # the open experiments, each one's (config, pool) resolved once for every phase
+        opened = self.scope.open_resolved(self.store, self.cluster)
+        exp_ids = list(opened)
         stats.experiments = len(exp_ids)
         if not exp_ids:
             return stats
@@ -104,15 +106,15 @@ class Daemon:
         self.pulls.check()
         self.budget.start_tick(seen.user_jobs)
         # ingest, feed the searchers, judge job ends; then the checkpoints GC doomed
-        cancel = self.reconciling.run(exp_ids, seen.infos, stats)
+        cancel = self.reconciling.run(exp_ids, seen.infos, stats, opened)
         if self.reconciling.release:   # held after a failed launch or expedited requeue
             self.backend.act(self.reconciling.release, JobAction.RELEASE)
             stats.changed = True
         # running trials without progress: stacks asked for, then their jobs ended
-        cancel += self.watchdog.run(exp_ids, seen.infos, stats)
+        cancel += self.watchdog.run(exp_ids, seen.infos, stats, opened)
         self.canceller.cancel_wanted(cancel, stats)            # one scancel
         self.submitting.run(exp_ids, seen.infos, stats,        # throttles, sbatch, pools
-                            fresh=seen.fresh)
+                            fresh=seen.fresh, resolved=opened)
         return stats
 
     def catch_up(self) -> TickStats:

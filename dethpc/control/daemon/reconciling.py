@@ -16,7 +16,7 @@ trial itself (the reconciler does).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from dethpc.backends.base import JobInfo
 from dethpc.common.errors import DethpcError
@@ -26,6 +26,7 @@ from dethpc.control.daemon.incidents import fail_experiment
 from dethpc.control.daemon.shared import Guard, TickStats
 from dethpc.control.daemon.verdicts import write_searched
 from dethpc.control.reconcile import ExperimentReconciler
+from dethpc.control.resolved import Resolved
 from dethpc.store import Store
 from dethpc.store.models import Experiment
 
@@ -41,10 +42,10 @@ class Reconciling:
         #: expedited requeue's failed run)
         self.release: list[str] = []
 
-    def run(self, exp_ids: list[int], infos: dict[str, JobInfo],
-            stats: TickStats) -> list[str]:
+    def run(self, exp_ids: list[int], infos: dict[str, JobInfo], stats: TickStats,
+            resolved: Mapping[int, Resolved] | None = None) -> list[str]:
         """Reconcile each experiment; returns the refs they want cancelled (and keeps
-        those to release in ``release``)."""
+        those to release in ``release``). ``resolved``: the tick's (config, pool) of each."""
         cancel: list[str] = []
         self.release = []
         for exp_id in exp_ids:
@@ -52,7 +53,9 @@ class Reconciling:
                 with self.store.session() as s:
                     exp = s.get(Experiment, exp_id)
                     assert exp is not None
-                    out = ExperimentReconciler(s, exp, infos, self.clock()).run()
+                    r = resolved.get(exp_id) if resolved is not None else None
+                    out = ExperimentReconciler(s, exp, infos, self.clock(),
+                                               cfg=r.cfg if r is not None else None).run()
                 write_searched(out.searched)
                 cancel += out.cancel
                 self.release += out.release

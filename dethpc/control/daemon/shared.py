@@ -2,6 +2,7 @@
 
 Owns: ``TickStats`` (the tally each phase adds to, by which ``Daemon.run`` paces itself),
 ``Scope`` (this daemon's owner's rows, and the open experiments a tick works on),
+``Scope.open_resolved`` (each open experiment's ``Resolved``, from one read),
 ``Guard`` and ``LeaseLost`` (the lease, checked before every phase that polls, submits
 or cancels), ``fault_point`` (the kills tests inject) and ``slurm_unreachable`` (a
 failed command that means "ask again later").
@@ -21,7 +22,9 @@ from sqlmodel.sql.expression import SelectOfScalar
 
 from dethpc.common.errors import CommandError, DethpcError
 from dethpc.common.runner import is_transient
+from dethpc.config.model import ClusterConfig
 from dethpc.control.lease import Lease
+from dethpc.control.resolved import Resolved
 from dethpc.store import Store
 from dethpc.store.models import Experiment, ExperimentState
 
@@ -68,6 +71,13 @@ class Scope:
             return [e.id for e in s.exec(self.mine(select(Experiment).where(
                 Experiment.state.in_(OPEN_STATES))))  # type: ignore[attr-defined]
                 if e.id is not None]
+
+    def open_resolved(self, store: Store, cluster: ClusterConfig) -> dict[int, Resolved]:
+        """``open_experiments`` with each one's ``Resolved``, from one read of their rows."""
+        with store.session() as s:
+            return {e.id: Resolved.of(e, cluster) for e in s.exec(self.mine(
+                select(Experiment).where(Experiment.state.in_(OPEN_STATES))  # type: ignore[attr-defined]
+                .order_by(col(Experiment.id)))) if e.id is not None}
 
 
 class LeaseLost(DethpcError):

@@ -18,7 +18,7 @@ Must not: submit for an experiment of a kind the daemon does not submit
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +35,7 @@ from dethpc.control.daemon.shared import Guard, TickStats, slurm_unreachable
 from dethpc.control.daemon.throttles import sync_throttles
 from dethpc.control.pool_tend import PoolTender
 from dethpc.control.reconcile import load_config
+from dethpc.control.resolved import Resolved
 from dethpc.store import Store
 from dethpc.store.models import Experiment, ExperimentState, Job, Trial
 
@@ -90,8 +91,9 @@ class Submitter:
         self.store, self.backend, self.budget = store, backend, budget
         self.batches, self.gate, self.pools = batches, gate, pools
 
-    def experiment(self, exp_id: int) -> int:
-        """Submit experiment ``exp_id``'s trials that need a job; how many went out."""
+    def experiment(self, exp_id: int, resolved: Resolved | None = None) -> int:
+        """Submit experiment ``exp_id``'s trials that need a job; how many went out.
+        ``resolved``: its (config, pool) as the tick resolved them (None: from its row)."""
         with self.store.session() as s:
             exp = s.get(Experiment, exp_id)
             if exp is None or exp.state != ExperimentState.ACTIVE:
@@ -104,21 +106,23 @@ class Submitter:
         trials = [t for t in trials if not t.state.is_terminal]
         if not trials:
             return 0
-        cfg = load_config(exp)
+        cfg = resolved.cfg if resolved is not None else load_config(exp)
         deps = self.gate.ready(exp_id, cfg)
         if deps is None:
             return 0
-        if self.pools.enabled(cfg, exp.kind):
-            return self.pools.submit_items(exp, cfg, trials)
+        pool = resolved.pool() if resolved is not None else None
+        if self.pools.enabled(cfg, exp.kind,
+                              resolved.worker_pool() if resolved is not None else None):
+            return self.pools.submit_items(exp, cfg, trials, pool=pool)
         if cfg.slurm.components and self.backend.traits.het_jobs:
             return self.het(exp, cfg, trials, deps)
-        trials = trials[:self.budget.room(exp, cfg, len(trials))]
+        trials = trials[:self.budget.room(exp, cfg, len(trials), pool=pool)]
         submitted = 0
         for chunk in array_chunks(len(trials), self.backend.max_array_size()):
             if self.budget.refused:
                 break
             submitted += self.batches.submit_recorded(
-                exp, cfg, trials[chunk.start:chunk.stop], deps=deps)
+                exp, cfg, trials[chunk.start:chunk.stop], deps=deps, pool=pool)
         return submitted
 
     def het(self, exp: Experiment, cfg: ExperimentConfig, trials: list[Trial],
@@ -147,14 +151,18 @@ class SubmitPhase:
         self.clock = clock
 
     def run(self, exp_ids: list[int], infos: dict[str, JobInfo], stats: TickStats, *,
-            fresh: bool = True) -> None:
-        """``fresh``: ``infos`` come from this tick's poll (``Observed.fresh``)."""
+            fresh: bool = True, resolved: Mapping[int, Resolved] | None = None) -> None:
+        """``fresh``: ``infos`` come from this tick's poll (``Observed.fresh``).
+        ``resolved``: each experiment's (config, pool) as the tick resolved them."""
         for exp_id in exp_ids:
             self.guard.holds()
+            r = resolved.get(exp_id) if resolved is not None else None
             try:
-                sync_throttles(self.store, self.backend, exp_id)
-                stats.submitted += self.submitter.experiment(exp_id)
-                stats.submitted += self.pools.tend(exp_id, infos, fresh=fresh)
+                if r is None or r.state is ExperimentState.ACTIVE:
+                    sync_throttles(self.store, self.backend, exp_id,
+                                   r.cfg if r is not None else None)
+                    stats.submitted += self.submitter.experiment(exp_id, r)
+                stats.submitted += self.pools.tend(exp_id, infos, fresh=fresh, resolved=r)
             except (DethpcError, OSError) as exc:
                 self.failed(exp_id, failure(exc, self.runs_root), stats)
 

@@ -17,6 +17,7 @@ from sqlmodel import select
 
 from dethpc.backends.base import Backend
 from dethpc.common.kinds import EventKind
+from dethpc.config.model import ExperimentConfig
 from dethpc.control.reconcile import load_config
 from dethpc.store import Store
 from dethpc.store.models import Batch, BatchState, Event, Experiment, ExperimentState, Job
@@ -41,13 +42,17 @@ def throttle_changes(k: int, batches: Iterable[Batch],
     return out
 
 
-def sync_throttles(store: Store, backend: Backend, exp_id: int) -> int:
-    """Apply ``throttle_changes`` to experiment ``exp_id``'s arrays; how many changed."""
+def sync_throttles(store: Store, backend: Backend, exp_id: int,
+                   cfg: ExperimentConfig | None = None) -> int:
+    """Apply ``throttle_changes`` to experiment ``exp_id``'s arrays; how many changed.
+    ``cfg``: its config as the tick resolved it (None: read from its row)."""
+    if cfg is not None and cfg.slurm.components and backend.traits.het_jobs:
+        return 0  # heterogeneous trials are single jobs, no arrays to throttle
     with store.session() as s:
         exp = s.get(Experiment, exp_id)
         if exp is None or exp.state != ExperimentState.ACTIVE or not exp.kind.daemon_submits:
             return 0  # the throttle of a job someone else submitted is theirs
-        cfg = load_config(exp)
+        cfg = cfg if cfg is not None else load_config(exp)
         if cfg.slurm.components and backend.traits.het_jobs:
             return 0  # heterogeneous trials are single jobs, no arrays to throttle
         live = set(s.exec(select(Job.batch_id).where(

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from sqlmodel import col, select
@@ -45,6 +45,7 @@ from dethpc.control.daemon.shared import TickStats
 from dethpc.control.hangs import CANCEL_WAIT_S, DUMP_WAIT_S, RunWatch, judge, observe
 from dethpc.control.pool_view import is_item_ref
 from dethpc.control.reconcile import load_config
+from dethpc.control.resolved import Resolved
 from dethpc.store import Store
 from dethpc.store.models import Event, Experiment, Job
 
@@ -72,10 +73,16 @@ class Watchdog:
         #: (ref, run) whose exit record this daemon wrote
         self._ended: set[tuple[str, int]] = set()
 
-    def run(self, exp_ids: list[int], infos: dict[str, JobInfo],
-            stats: TickStats) -> list[str]:
+    def run(self, exp_ids: list[int], infos: dict[str, JobInfo], stats: TickStats,
+            resolved: Mapping[int, Resolved] | None = None) -> list[str]:
         """Watch the running jobs; returns the hung jobs that outlived the kill of their
-        steps, for the tick's cancel."""
+        steps, for the tick's cancel. ``resolved``: the tick's view of each experiment:
+        those whose policy watches nothing are passed over without a transaction."""
+        if resolved is not None:
+            exp_ids = [e for e in exp_ids if (r := resolved.get(e)) is None or (
+                r.kind.wrapped and r.cfg.slurm.watchdog.watches(r.kind.user_script))]
+        if not exp_ids and not self._watch:
+            return []
         now = self.clock()
         dump: list[str] = []
         kill: list[str] = []
@@ -87,7 +94,8 @@ class Watchdog:
                 exp = s.get(Experiment, exp_id)
                 if exp is None or not exp.kind.wrapped:
                     continue
-                policy = load_config(exp).slurm.watchdog
+                r = resolved.get(exp_id) if resolved is not None else None
+                policy = (r.cfg if r is not None else load_config(exp)).slurm.watchdog
                 script = exp.kind.user_script
                 if not policy.watches(script):
                     continue

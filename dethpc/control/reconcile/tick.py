@@ -52,10 +52,12 @@ class ExperimentReconciler:
     """Reconciles one experiment; construct per tick, call ``run``."""
 
     def __init__(self, s: Session, exp: Experiment, infos: dict[str, JobInfo],
-                 now: float, *, fast: bool = False) -> None:
-        """``fast``: for ``run_fast`` between polls (``infos`` is empty then)."""
+                 now: float, *, fast: bool = False, cfg: ExperimentConfig | None = None) -> None:
+        """``fast``: for ``run_fast`` between polls (``infos`` is empty then). ``cfg``: the
+        experiment's config as the tick resolved it (``daemon.shared.Resolved``); None:
+        read from ``exp``."""
         self.s, self.exp, self.infos, self.now = s, exp, infos, now
-        self.cfg = load_config(exp)
+        self.cfg = cfg if cfg is not None else load_config(exp)
         assert exp.id is not None
         ss = s.get(SearcherState, exp.id)
         self.ss = ss if ss is not None else SearcherState(experiment_id=exp.id)

@@ -93,3 +93,46 @@ def test_catch_up_judges_ended_jobs_and_submits_nothing(tmp_path: Path) -> None:
     assert [t.state for t in w.trials()] == [TrialState.ERROR] * 2 + [TrialState.QUEUED] * 2
     daemon.tick()                                              # a daemon submits again
     assert "submit" in w.backend.names()
+
+
+def test_a_tick_resolves_each_experiments_config_and_pool_once(tmp_path: Path,
+                                                               monkeypatch: Any) -> None:
+    """Issue 46 item 3: the stored config is parsed and its resource pool looked up once
+    per open experiment per tick (``dethpc.control.resolved``), then handed to every
+    phase (reconcile, watchdog, throttles, submit, the worker pool), not resolved again
+    by each: counted over a tick that creates and submits trials and a steady one. (Job
+    building, ``dethpc.jobs``, takes the cluster config and looks the pool up for each
+    script it renders: not the control plane's lookups, not counted.)"""
+    import sys
+
+    from dethpc.config import stored
+    from dethpc.config.model import ClusterConfig
+    from dethpc.control import resolved
+    from dethpc.control.reconcile import tick
+
+    w = world(tmp_path)
+    parses: list[str] = []
+    pools: list[str] = []
+    real_parse, real_pool = stored.parse_stored, ClusterConfig.pool
+
+    def parse(text: str) -> Any:
+        parses.append(text)
+        return real_parse(text)
+
+    def pool(self: ClusterConfig, name: str | None) -> Any:
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if not caller.startswith("dethpc.jobs"):
+            pools.append(f"{caller}: {name}")
+        return real_pool(self, name)
+
+    for module in (tick, resolved):
+        monkeypatch.setattr(module, "parse_stored", parse)
+    monkeypatch.setattr(ClusterConfig, "pool", pool)
+    daemon = Daemon(w.store, w.cluster, w.backend)
+    for _ in range(2):
+        parses.clear()
+        pools.clear()
+        stats = daemon.tick()
+        assert stats.experiments == 1
+        assert len(parses) == 1 and len(pools) == 1, (parses, pools)
+    assert len(w.trials()) == 2 and all(not t.needs_job for t in w.trials())

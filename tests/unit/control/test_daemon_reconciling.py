@@ -41,7 +41,8 @@ class Script:
     def __init__(self, answers: dict[int, Out | Exception], log: list[Any]) -> None:
         self.answers, self.log = answers, log
 
-    def __call__(self, s: Any, exp: Any, infos: Any, now: float, fast: bool = False) -> Any:
+    def __call__(self, s: Any, exp: Any, infos: Any, now: float, fast: bool = False,
+                 cfg: Any = None) -> Any:
         script = self
 
         class One:
