@@ -184,8 +184,12 @@ def exposed(rows: list[dict[str, str]], nodes: Sequence[str],
     return [r for r in rows if r["state"] == "RUNNING" and hit & set(expand(r["nodes"]))]
 
 
+def as_user(user: str, argv: list[str]) -> list[str]:
+    return ["runuser", "-u", user, "--", *argv]
+
+
 def as_fault_user(argv: list[str]) -> list[str]:
-    return ["runuser", "-u", FAULT_USER, "--", *argv]
+    return as_user(FAULT_USER, argv)
 
 
 @dataclass
@@ -226,6 +230,11 @@ class FaultInjector:
             w.join(timeout=300)
         for node in sorted(self.crashed):
             self._do(FaultEvent(round(time.time() - self.t0, 1), FaultKind.REVIVE, (node,)))
+        done = {(o["due_s"], o["kind"]) for o in self.outcomes}
+        for ev in self.events:      # the search ended before these were due: said, not hidden
+            if (ev.at_s, ev.kind.value) not in done:
+                self.outcomes.append({**ev.as_json(), "due_s": ev.at_s, "refused": False,
+                                      "skipped": "the search ended before it was due"})
         return sorted(self.outcomes, key=lambda o: o["due_s"])
 
     def _run(self) -> None:

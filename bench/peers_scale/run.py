@@ -1,0 +1,379 @@
+"""The peers-at-scale benchmark's driver (issue 48): one invocation, one commit, every cell.
+
+For each cell (a system, a seed, with or without faults), on the scale dev cluster
+(``python -m dethpc.devcluster up --profile scale``): the seeded background trace is
+submitted as ``dethpc-bg1..3`` (its jobs at offset 0 first, then the arrivals, from a
+thread); the system is launched through its ``SystemRunner`` as ``dethpc-bench``; the
+first sbatch of that user is the cell's zero (``t0``): the fault schedule (the same for
+every system of a seed) runs from it, injected as ``dethpc-faults`` / root; meanwhile
+``sdiag`` is sampled every second (RPCs per user, across slurmctld's restart) and
+``/proc`` every second (login-side CPU of the system's user outside jobs); a person
+looks at the search every ``--operator-s`` seconds and acts when it is stuck (counted).
+A cell ends when the system has decided every trial or at ``--timeout``; then the
+background and what is left are cancelled, and ``sacct -D`` gives the GPU-hours of every
+run of every job. The work log gives time to target, regret, redone and lost work.
+
+Writes ``--out`` (default bench/results/peers_scale.json): the commit, versions, the
+cluster, the target, every cell's raw record (fault outcomes with their squeue exposure,
+sacct rows, RPCs per user, the regret curve) and ``summary`` keyed by ``<system>`` and
+``<system>+faults`` (metrics.cell_summary). A run is never merged with another.
+
+Usage (as root, the scale cluster up):
+  python -m bench.peers_scale.run --quick                 # one seed, dethpc-pool, faults
+  python -m bench.peers_scale.run --systems dethpc-per-job --trials 32 --time-scale 1 \\
+      --timeout 420 --faults both --out bench/results/peers_scale_smoke.json --smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.peers_scale import faults as flt
+from bench.peers_scale import metrics as mx
+from bench.peers_scale.emulator import EmulatorSpec, load_curves
+from bench.peers_scale.systems import RUNNERS, Cell, SystemRunner
+from bench.peers_scale.trace import BackgroundJob, TraceSpec, background_trace
+from bench.peers_scale.worklog import count_work, read_log
+from dethpc.devcluster.profiles import BACKGROUND_USERS, SYSTEM_USER, saved_spec, scale_layout
+
+REPO = Path(__file__).resolve().parents[2]
+OUT = REPO / "bench" / "results" / "peers_scale.json"
+SCALE_CONF = "/etc/slurm-scale/slurm.conf"
+
+
+def slurm_env() -> dict[str, str]:
+    return {**os.environ, "SLURM_CONF": SCALE_CONF}
+
+
+def _run(argv: list[str], env: dict[str, str], timeout: float = 60) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, env=env, check=False,
+                          timeout=timeout, cwd="/tmp").stdout
+
+
+# ------------------------------------------------------------------ background
+class Background:
+    """Submits a trace's jobs at their offsets from ``start`` (each as its user)."""
+
+    def __init__(self, jobs: list[BackgroundJob], env: dict[str, str], gpu_type: str) -> None:
+        self.jobs, self.env, self.gpu_type = jobs, env, gpu_type
+        self.submitted: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _submit(self, job: BackgroundJob) -> None:
+        minutes = int(job.duration_s // 60) + 2
+        out = subprocess.run(flt.as_user(job.user, [
+            "sbatch", "--parsable", "-p", "low", f"--gpus-per-node={self.gpu_type}:{job.gpus}",
+            "-c", "1", "-t", str(minutes), "-J", "bg", "-o", "/dev/null",
+            "--wrap", f"sleep {job.duration_s:g}"]), capture_output=True, text=True,
+            env=self.env, check=False, timeout=60, cwd="/tmp")
+        self.submitted.append({"user": job.user, "gpus": job.gpus, "at_s": job.submit_s,
+                               "duration_s": job.duration_s,
+                               "job": out.stdout.strip().split(";")[0] or None,
+                               "refused": out.returncode != 0})
+
+    def start(self) -> Background:
+        self.start_t = time.time()
+        for job in [j for j in self.jobs if j.submit_s == 0]:   # the queue is busy first
+            self._submit(job)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        for job in [j for j in self.jobs if j.submit_s > 0]:
+            if self._stop.wait(max(0.0, self.start_t + job.submit_s - time.time())):
+                return
+            self._submit(job)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+        for user in BACKGROUND_USERS:
+            _run(["scancel", "-u", user], self.env)
+
+
+# ------------------------------------------------------------------ sampling
+class Sampler:
+    """sdiag and /proc every ``interval`` seconds, from a thread."""
+
+    def __init__(self, env: dict[str, str], uid: int, exclude: set[int],
+                 interval: float = 1.0) -> None:
+        self.env, self.interval = env, interval
+        self.rpc = mx.RpcCounter()
+        self.cpu = mx.LoginCpu(uid=uid, exclude=exclude)
+        self.ctld: dict[int, list[float]] = {}     # slurmctld pid -> [first, last] CPU
+        self._pidfile = scale_layout(saved_spec()).pid_file("slurmctld")
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def sample(self) -> None:
+        with self._lock:
+            counts = mx.read_sdiag(self.env)
+            if counts:
+                self.rpc.add(time.time(), counts)
+            self.cpu.add(mx.sample_procs())
+            try:
+                pid = int(self._pidfile.read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                return
+            cpu = mx.process_cpu(pid)
+            if cpu is not None:
+                self.ctld.setdefault(pid, [cpu, cpu])[1] = cpu
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def start(self) -> Sampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self.sample()
+
+    @property
+    def slurmctld_cpu_s(self) -> float:
+        return sum(last - first for first, last in self.ctld.values())
+
+
+def first_sbatch(env: dict[str, str], timeout: float) -> float | None:
+    """The submit time (epoch) of the system user's first job, polled as dethpc-faults."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = _run(flt.as_fault_user(["squeue", "-h", "-u", SYSTEM_USER, "-o", "%V"]), env)
+        stamps = [ln.strip() for ln in out.splitlines() if ln.strip()]
+        if stamps:
+            return min(time.mktime(time.strptime(s, "%Y-%m-%dT%H:%M:%S")) for s in stamps)
+        time.sleep(0.2)
+    return None
+
+
+# ------------------------------------------------------------------ one cell
+def run_cell(system: str, seed: int, with_faults: bool, args: argparse.Namespace,
+             root: Path, target: float, best: float) -> dict[str, Any]:
+    env = slurm_env()
+    spec_c = saved_spec()
+    if spec_c is None:
+        raise SystemExit("peers_scale: no scale cluster; python -m dethpc.devcluster up "
+                         "--profile scale")
+    layout = scale_layout(spec_c)
+    nodes = [n.name for n in layout.nodes]
+    gpus = spec_c.gpus
+    name = f"{system}{'+faults' if with_faults else ''}"
+    cdir = root / f"{name}-s{seed}"
+    cdir.mkdir(parents=True)
+
+    def say(m: str) -> None:
+        print(f"[{name} s{seed} {time.strftime('%H:%M:%S')}] {m}", flush=True)
+
+    cell = Cell(system=system, seed=seed, trials=args.trials, gpus=gpus, dir=cdir, env=env,
+                spec=EmulatorSpec(startup_s=args.startup_s, time_scale=args.time_scale),
+                timeout_s=args.timeout, say=say)
+    runner: SystemRunner = RUNNERS[system]()
+    schedule = flt.fault_schedule(seed, nodes, args.timeout,
+                                  flt.FaultPlan() if with_faults else flt.NO_FAULTS)
+    bg = Background(background_trace(seed, TraceSpec(total_gpus=gpus,
+                                                     horizon_s=args.timeout,
+                                                     gpus_per_node=spec_c.gpus_per_node,
+                                                     busy_fraction=args.busy)),
+                    env, spec_c.gpu_type).start()
+    say(f"background: {len(bg.submitted)} jobs at offset 0")
+    import pwd
+    sampler = Sampler(env, pwd.getpwnam(SYSTEM_USER).pw_uid, runner.measured_pids).start()
+    from dethpc.devcluster.cluster import DevCluster
+    injector = flt.FaultInjector(schedule, DevCluster(layout), runner.kill_login, env, say=say,
+                                 before_ctld_restart=sampler.sample)
+    launched = time.time()
+    runner.launch(cell)
+    t0 = first_sbatch(env, 120.0) or launched
+    say(f"launched; first sbatch {t0 - launched:+.1f} s after launch; "
+        f"{len(schedule)} fault events")
+    injector.start(t0)
+    deadline = t0 + args.timeout
+    next_look = time.time() + args.operator_s
+    looks: list[dict[str, Any]] = []
+    while time.time() < deadline and not runner.finished():
+        if time.time() >= next_look:
+            action = runner.operator_check()
+            if action:
+                looks.append({"at_s": round(time.time() - t0, 1), "action": action})
+                say(f"operator: {action}")
+            next_look = time.time() + args.operator_s
+        time.sleep(1.0)
+    ended = time.time()
+    finished = runner.finished()
+    say(f"{'finished' if finished else 'TIMEOUT'} after {ended - t0:.0f} s")
+    outcomes = injector.stop()
+    facts = runner.stop()
+    sampler.stop()
+    bg.stop()
+    _run(["scancel", "-u", SYSTEM_USER], env)
+    _wait_gone(env, 120.0)
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(launched - 1))
+    sacct = mx.read_sacct(env, since, SYSTEM_USER)
+    bg_sacct = mx.read_sacct(env, since, ",".join(BACKGROUND_USERS))
+    records = read_log(cell.worklog) if cell.worklog.exists() else []
+    work = count_work(records)
+    vals = mx.validations(records)
+    ttt = mx.time_to_target(vals, target, t0)
+    executed_s = work.total("executed_s")
+    rpcs = sampler.rpc.totals.get(SYSTEM_USER, 0)
+    metrics = {
+        "seed": seed, "gpus": gpus, "trials": args.trials, "finished": finished,
+        "time_to_target_s": None if ttt is None else round(ttt, 1),
+        "regret_at_fixed": mx.regret_at(vals, args.regret_at, t0, best),
+        "wall_s": round(ended - t0, 1) if finished else None,
+        "trials_logged": len(work.trials), "trials_lost": work.trials_lost
+        + max(0, args.trials - len(work.trials)) * (not finished),
+        "gpu_hours_allocated": round(mx.gpu_hours(sacct).get(SYSTEM_USER, 0.0), 5),
+        "useful_pct": round(100 * work.total("useful") / max(1, work.total("executed")), 2),
+        "gpu_hours_executed": round(executed_s / 3600, 5),
+        "gpu_hours_redone": round(work.total("redone_s") / 3600, 5),
+        "gpu_hours_lost": round(work.total("lost_s") / 3600, 5),
+        "human_actions": len(runner.human_actions),
+        "rpcs": rpcs, "rpcs_per_trial": round(rpcs / args.trials, 2),
+        "peak_rpcs_per_s": round(sampler.rpc.peak_per_s.get(SYSTEM_USER, 0.0), 2),
+        "login_cpu_s": round(sampler.cpu.seconds + runner.commands_cpu_s, 2),
+        "slurmctld_cpu_s": round(sampler.slurmctld_cpu_s, 2),
+        "faults_refused": flt.refused_count(outcomes),
+        "faults_injected": sum("skipped" not in o for o in outcomes),
+        "faults_skipped": sum("skipped" in o for o in outcomes)}
+    say(json.dumps({k: metrics[k] for k in ("time_to_target_s", "trials_lost",
+                                            "gpu_hours_redone", "human_actions",
+                                            "rpcs_per_trial", "login_cpu_s",
+                                            "faults_refused")}))
+    if not args.keep_dirs:
+        shutil.rmtree(cdir / "runs", ignore_errors=True)
+    return {"system": system, "faults": with_faults, "cell": name, "metrics": metrics,
+            "t0": t0, "launched": launched, "human_actions": runner.human_actions,
+            "operator_looks": looks, "login_process": runner.login_process,
+            "login_cpu": {"sampled_s": round(sampler.cpu.seconds, 2),
+                          "commands_s": round(runner.commands_cpu_s, 2)},
+            "rpcs_by_user": sampler.rpc.totals, "peak_rpcs_per_s_by_user":
+            {u: round(v, 2) for u, v in sampler.rpc.peak_per_s.items()},
+            "slurmctld_restarts_seen": sampler.rpc.restarts,
+            "fault_outcomes": outcomes, "system_facts": facts,
+            "background": {"submitted": len(bg.submitted),
+                           "refused": sum(b["refused"] for b in bg.submitted),
+                           "gpu_hours": round(sum(mx.gpu_hours(bg_sacct).values()), 4)},
+            "sacct_runs": sacct, "regret_curve": mx.regret_curve(vals, t0, best),
+            "work": [w.__dict__ for w in work.trials], "worklog": str(cell.worklog)}
+
+
+def cancel_all(env: dict[str, str]) -> None:
+    for user in (SYSTEM_USER, *BACKGROUND_USERS, flt.FAULT_USER):
+        _run(["scancel", "-u", user], env)
+
+
+def _wait_gone(env: dict[str, str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    users = ",".join([SYSTEM_USER, *BACKGROUND_USERS, flt.FAULT_USER])
+    while time.monotonic() < deadline:
+        if not _run(flt.as_fault_user(["squeue", "-h", "-u", users, "-o", "%i"]), env).strip():
+            return
+        time.sleep(1.0)
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version(),
+           "slurm": _run(["sinfo", "--version"], slurm_env()).strip()}
+    from importlib.metadata import version
+    out["dethpc"] = version("dethpc")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--systems", nargs="+", default=sorted(RUNNERS), choices=sorted(RUNNERS))
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--faults", choices=["off", "on", "both"], default="both")
+    ap.add_argument("--trials", type=int, default=256)
+    ap.add_argument("--time-scale", type=float, default=1.0)
+    ap.add_argument("--startup-s", type=float, default=10.0)
+    ap.add_argument("--busy", type=float, default=0.5, help="background share of the GPUs")
+    ap.add_argument("--timeout", type=float, default=1800.0,
+                    help="a cell's limit from its first sbatch; the fault schedule's horizon")
+    ap.add_argument("--regret-at", type=float, default=300.0)
+    ap.add_argument("--operator-s", type=float, default=60.0,
+                    help="how often a person looks at a search that may be stuck")
+    ap.add_argument("--quick", action="store_true",
+                    help="one seed of each system asked, with faults (about 20 minutes)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="label the results a smoke test, not the issue's table")
+    ap.add_argument("--keep-dirs", action="store_true")
+    ap.add_argument("--root", type=Path, default=Path("/tmp/peers_scale"))
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+    if args.quick:
+        args.seeds, args.faults = args.seeds[:1], "on"
+    if os.geteuid() != 0:
+        raise SystemExit("peers_scale: run as root (runuser, node crashes, slurmctld restarts)")
+    target = mx.stored_target()
+    curves = load_curves()
+    if abs(target["target_loss"] - mx.target_loss(curves)) > 1e-12:
+        raise SystemExit("peers_scale: target.json does not match the curves")
+    root = args.root / time.strftime("%Y%m%d-%H%M%S")
+    root.mkdir(parents=True)
+    root.chmod(0o755)
+    args.root.chmod(0o755)
+    modes = {"off": [False], "on": [True], "both": [False, True]}[args.faults]
+    t_start = time.monotonic()
+    raw = []
+    for seed in args.seeds:          # systems interleaved within each seed
+        for with_faults in modes:
+            for system in args.systems:
+                try:
+                    raw.append(run_cell(system, seed, with_faults, args, root,
+                                        target["target_loss"], target["best_loss"]))
+                except BaseException:
+                    cancel_all(slurm_env())   # leave no background or system job behind
+                    raise
+    summary: dict[str, Any] = {}
+    for name in dict.fromkeys(r["cell"] for r in raw):
+        summary[name] = mx.cell_summary([r["metrics"] for r in raw if r["cell"] == name],
+                                        args.timeout)
+    spec = saved_spec()
+    schedules = {seed: [e.as_json() for e in flt.fault_schedule(
+        seed, [n.name for n in scale_layout(spec).nodes], args.timeout)]
+        for seed in args.seeds} if True in modes else {}
+    commit = _run(["git", "-C", str(REPO), "rev-parse", "HEAD"], dict(os.environ)).strip()
+    dirty = bool(_run(["git", "-C", str(REPO), "status", "--porcelain", "--", "bench/peers_scale",
+                       "dethpc"], dict(os.environ)).strip())
+    doc = {
+        "benchmark": "peers_scale",
+        "smoke": bool(args.smoke),
+        "note": ("SMOKE TEST of the pipeline (dethpc alone, small): not the issue's table"
+                 if args.smoke else "issue 48 table"),
+        "commit": commit, "tree_dirty": dirty, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "argv": sys.argv[1:], "params": {k: str(v) if isinstance(v, Path) else v
+                                         for k, v in vars(args).items()},
+        "versions": versions(), "host": {"node": platform.node(), "cpus": os.cpu_count()},
+        "cluster": {"nodes": spec.nodes if spec else None, "gpus": spec.gpus if spec else None,
+                    "gpu_type": spec.gpu_type if spec else None},
+        "target": target, "fault_plan": flt.FaultPlan().__dict__,
+        "fault_schedule": schedules,
+        "faults_refused": sum(r["metrics"]["faults_refused"] for r in raw),
+        "summary": summary, "runs": raw, "wall_s": round(time.monotonic() - t_start, 1)}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    print(json.dumps(summary, indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
