@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from dethpc.backends.base import Backend, JobRequest
-from dethpc.common.errors import DethpcError, SubmitLimitError
+from dethpc.common.errors import DethpcError, SubmitError, SubmitLimitError
 from dethpc.control.experiments import current_user
 from dethpc.control.submission import Submission, SubmissionKind, adopt
 from dethpc.store import Store
@@ -151,10 +151,11 @@ def record(store: Store, kind: TaskKind, experiment_ids: list[int], idle_timeout
 
 def send(ledger: TaskLedger, backend: Backend, request: JobRequest) -> None:
     """Submit ``request`` under the ledger's name and comment, recorded already; the row
-    has its job id on return. A refusal over a limit fails the task (``Refused``); any
-    other error of sbatch's (a timeout, say: the job may exist) is answered at once by
-    asking Slurm for the job by name: adopted when found, the task FAILED when not, the
-    record left for the next command that looks when Slurm cannot be asked."""
+    has its job id on return. A refusal over a limit fails the task (``Refused``), as
+    sbatch's other refusals (``SubmitError``) do; any other error of sbatch's (a
+    timeout, say: the job may exist) is answered at once by asking Slurm for the job by
+    name: adopted when found, the task FAILED when not, the record left for the next
+    command that looks when Slurm cannot be asked."""
     word = label(ledger.task_kind)
     ledger.reason = "sbatch answered no job id"
     try:
@@ -162,6 +163,10 @@ def send(ledger: TaskLedger, backend: Backend, request: JobRequest) -> None:
             return
     except Refused:
         raise
+    except SubmitError as exc:      # sbatch said no (a bad partition, ...): nothing ran
+        ledger.reason = f"sbatch: {exc}"[:500]
+        ledger.give_back()
+        raise DethpcError(f"sbatch refused the {word} job: {exc}") from None
     except DethpcError as exc:
         ledger.reason = f"sbatch: {exc}"[:500]
         try:

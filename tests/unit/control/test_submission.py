@@ -17,7 +17,7 @@ from sqlmodel import select
 
 from dethpc.backends.base import JobRequest
 from dethpc.backends.local import LocalBackend
-from dethpc.common.errors import DethpcError, SubmitLimitError
+from dethpc.common.errors import DethpcError, SubmitError, SubmitLimitError
 from dethpc.control.daemon.pulls import PullLedger
 from dethpc.control.submission import (
     BatchLedger,
@@ -330,15 +330,17 @@ def test_a_task_being_submitted_is_left_to_its_live_submitter(
 
 def test_a_refused_or_unclear_task_submission_fails_the_task(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A refusal over a limit is the user's answer (the task FAILED with sbatch's words,
-    nothing waits); an error that leaves it unclear whether Slurm took the job is settled
-    at once by asking Slurm by name: here it has none, and the task fails the same way."""
+    """A refusal, over a limit or not, is the user's answer (the task FAILED with sbatch's
+    words, nothing waits, Slurm not asked again); an error that leaves it unclear whether
+    Slurm took the job is settled at once by asking Slurm by name: here it has none, and
+    the task fails the same way."""
     monkeypatch.setenv("DETHPC_HOME", str(tmp_path / "home"))
     store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
     backend = Recorder(tmp_path / "spool")
     backend.submit_errors = [SubmitLimitError("QOSMaxSubmitJobPerUserLimit", "too many"),
-                             DethpcError("sbatch timed out")]
-    for expected in ("QOSMaxSubmitJobPerUserLimit", "sbatch timed out"):
+                             DethpcError("sbatch timed out"),
+                             SubmitError("sbatch refused the job: invalid partition")]
+    for expected in ("QOSMaxSubmitJobPerUserLimit", "sbatch timed out", "invalid partition"):
         task, record = ledger.record(store, TaskKind.SHELL, [], 0.0, registry.task_dir)
         with pytest.raises(DethpcError, match=f"sbatch refused the shell job: .*{expected}"):
             ledger.send(record, backend, JobRequest(
@@ -348,4 +350,5 @@ def test_a_refused_or_unclear_task_submission_fails_the_task(
         assert task.state == TaskState.FAILED and expected in task.message
         assert ledger.submitting(task) is None
         assert not (Path(task.work_dir) / ledger.SUBMITTING).exists()
-    assert backend.names() == ["submit", "submit", "find"]
+    # only the unclear answer asks Slurm for the job; a refusal is sbatch's last word
+    assert backend.names() == ["submit", "submit", "find", "submit"]
