@@ -260,6 +260,21 @@ def regret_curve(vals: Sequence[tuple[float, float]], t0: float,
     return out
 
 
+def in_progress(records: Iterable[Mapping[str, Any]], ended: float,
+                window_s: float) -> set[str]:
+    """Trials still being worked on when the cell ended at ``ended``: no ``end`` record
+    after their last start, and a record within ``window_s`` before ``ended`` (a step
+    takes at most the slowest recorded step). At a timeout they are *unfinished*, not
+    lost: the system had not failed them."""
+    last: dict[str, tuple[float, bool]] = {}
+    for r in records:
+        trial, wall = str(r["trial"]), float(r["wall"])
+        ended_run = r.get("event") == "end"
+        if r.get("event") == "start" or trial not in last or wall >= last[trial][0]:
+            last[trial] = (wall, ended_run)
+    return {t for t, (wall, done) in last.items() if not done and wall >= ended - window_s}
+
+
 def _quartiles(xs: Sequence[float]) -> tuple[float, float]:
     if len(xs) < 2:
         return (xs[0], xs[0]) if xs else (0.0, 0.0)
@@ -289,6 +304,8 @@ def cell_summary(runs: Sequence[Mapping[str, Any]], timeout_s: float) -> dict[st
             "regret_at_fixed_median": med("regret_at_fixed"),
             "wall_until_decided_median_s": med("wall_s"),
             "trials_lost": sum(int(r["trials_lost"]) for r in runs),
+            "trials_unfinished_at_timeout": sum(int(r.get("trials_unfinished", 0))
+                                                for r in runs),
             "gpu_hours_allocated": round(sum(float(r["gpu_hours_allocated"]) for r in runs), 4),
             "useful_pct_median": med("useful_pct"),
             "gpu_hours_redone": round(sum(float(r["gpu_hours_redone"]) for r in runs), 4),

@@ -230,6 +230,8 @@ def run_cell(system: str, seed: int, with_faults: bool, args: argparse.Namespace
     work = count_work(records)
     vals = mx.validations(records)
     ttt = mx.time_to_target(vals, target, t0)
+    slowest = max(max(c.step_s) for c in load_curves()) * args.time_scale
+    unfinished = mx.in_progress(records, ended, slowest + 5.0) if not finished else set()
     executed_s = work.total("executed_s")
     rpcs = sampler.rpc.totals.get(SYSTEM_USER, 0)
     metrics = {
@@ -237,8 +239,9 @@ def run_cell(system: str, seed: int, with_faults: bool, args: argparse.Namespace
         "time_to_target_s": None if ttt is None else round(ttt, 1),
         "regret_at_fixed": mx.regret_at(vals, args.regret_at, t0, best),
         "wall_s": round(ended - t0, 1) if finished else None,
-        "trials_logged": len(work.trials), "trials_lost": work.trials_lost
-        + max(0, args.trials - len(work.trials)) * (not finished),
+        "trials_logged": len(work.trials), "trials_lost": work.trials_lost - len(unfinished),
+        "trials_unfinished": len(unfinished),
+        "trials_never_started": max(0, args.trials - len(work.trials)),
         "gpu_hours_allocated": round(mx.gpu_hours(sacct).get(SYSTEM_USER, 0.0), 5),
         "useful_pct": round(100 * work.total("useful") / max(1, work.total("executed")), 2),
         "gpu_hours_executed": round(executed_s / 3600, 5),

@@ -17,6 +17,7 @@ from bench.peers_scale.metrics import (
     alloc_gpus,
     cell_summary,
     gpu_hours,
+    in_progress,
     parse_sacct,
     parse_stat,
     regret_at,
@@ -192,3 +193,18 @@ def test_cell_sums_losses_and_keeps_the_worst_peak() -> None:
             s["gpu_hours_lost"], s["gpu_hours_redone"]) == (1, 1, 9.0, 0.5, 0.2)
     with pytest.raises(ValueError):
         cell_summary([], 1.0)
+
+
+def _rec(trial: str, event: str, wall: float) -> dict[str, Any]:
+    return {"trial": trial, "run": "r", "event": event, "step": 0, "wall": wall}
+
+
+@pytest.mark.parametrize(("records", "want"), [
+    ([_rec("a", "start", 0), _rec("a", "step", 95)], {"a"}),          # stepping at the end
+    ([_rec("a", "start", 0), _rec("a", "step", 50)], set()),          # silent: killed, lost
+    ([_rec("a", "start", 0), _rec("a", "end", 99)], set()),           # ended
+    ([_rec("a", "start", 0), _rec("a", "end", 50), _rec("a", "start", 98)], {"a"}),  # resumed
+    ([_rec("a", "start", 0), _rec("b", "start", 92), _rec("b", "ready", 93)], {"b"}),
+])
+def test_in_progress_at_the_end(records: list[dict[str, Any]], want: set[str]) -> None:
+    assert in_progress(records, ended=100.0, window_s=10.0) == want
