@@ -333,6 +333,11 @@ def main() -> int:
     root.mkdir(parents=True)
     root.chmod(0o755)
     args.root.chmod(0o755)
+    # the code this run imports: HEAD now, and whether what it imports differs from it
+    # (others may commit while it runs: read once, before the first cell)
+    commit = _run(["git", "-C", str(REPO), "rev-parse", "HEAD"], dict(os.environ)).strip()
+    dirty = _run(["git", "-C", str(REPO), "status", "--porcelain", "--", "bench/peers_scale",
+                  "dethpc"], dict(os.environ)).split("\n")
     modes = {"off": [False], "on": [True], "both": [False, True]}[args.faults]
     t_start = time.monotonic()
     raw = []
@@ -353,15 +358,12 @@ def main() -> int:
     schedules = {seed: [e.as_json() for e in flt.fault_schedule(
         seed, [n.name for n in scale_layout(spec).nodes], args.timeout)]
         for seed in args.seeds} if True in modes else {}
-    commit = _run(["git", "-C", str(REPO), "rev-parse", "HEAD"], dict(os.environ)).strip()
-    dirty = bool(_run(["git", "-C", str(REPO), "status", "--porcelain", "--", "bench/peers_scale",
-                       "dethpc"], dict(os.environ)).strip())
     doc = {
         "benchmark": "peers_scale",
         "smoke": bool(args.smoke),
         "note": ("SMOKE TEST of the pipeline (dethpc alone, small): not the issue's table"
                  if args.smoke else "issue 48 table"),
-        "commit": commit, "tree_dirty": dirty, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "commit": commit, "uncommitted_at_start": [ln for ln in dirty if ln.strip()], "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "argv": sys.argv[1:], "params": {k: str(v) if isinstance(v, Path) else v
                                          for k, v in vars(args).items()},
         "versions": versions(), "host": {"node": platform.node(), "cpus": os.cpu_count()},
