@@ -363,7 +363,8 @@ def main() -> int:
         "smoke": bool(args.smoke),
         "note": ("SMOKE TEST of the pipeline (dethpc alone, small): not the issue's table"
                  if args.smoke else "issue 48 table"),
-        "commit": commit, "uncommitted_at_start": [ln for ln in dirty if ln.strip()], "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "commit": commit, "uncommitted_at_start": [ln for ln in dirty if ln.strip()],
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "argv": sys.argv[1:], "params": {k: str(v) if isinstance(v, Path) else v
                                          for k, v in vars(args).items()},
         "versions": versions(), "host": {"node": platform.node(), "cpus": os.cpu_count()},
