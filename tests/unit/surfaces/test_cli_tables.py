@@ -259,7 +259,7 @@ def test_json_parses_for_every_table_command(ids: dict[str, int], tmp_path: Path
 
 
 def _drawn(monkeypatch: pytest.MonkeyPatch, *, terminal: bool, rich_rows: bool,
-           columns: int, wide: bool, rows: list[list[Any]]) -> str:
+           columns: int, wide: bool, rows: list[list[Any]], title: str = "Things") -> str:
     import io
 
     from rich.console import Console
@@ -272,9 +272,10 @@ def _drawn(monkeypatch: pytest.MonkeyPatch, *, terminal: bool, rich_rows: bool,
     monkeypatch.setattr(output, "console", Console(file=buf, force_terminal=terminal or None))
     if rich_rows:
         monkeypatch.setattr(output, "plain_rows", lambda *_: None)
-    output.table("Things", [Col("id", keep=100), Col("name", shrink=True, keep=90),
-                            Col("state", keep=95), Col("labels here", shrink=True, keep=30),
-                            Col("owner", shrink=True, keep=60)], rows, wide=wide)
+    output.table(title, [Col("id", keep=100), Col("name", shrink=True, keep=90),
+                         Col("state" if title == "Things" else "state of it", keep=95),
+                         Col("labels here", shrink=True, keep=30),
+                         Col("owner", shrink=True, keep=60)], rows, wide=wide)
     return buf.getvalue()
 
 
@@ -310,3 +311,83 @@ def test_plain_rows_are_used_for_plain_ascii_cells() -> None:
     assert plain_rows([["1", "数"]], [3, 4]) is None
     assert plain_rows([["1", "abcde"]], [3, 4]) is None
     assert plain_rows([["1", "ab…"]], [3, 4]) == "1    ab… \n"   # a cut cell (describe's)
+
+
+def _drawn_without_console(monkeypatch: pytest.MonkeyPatch, title: str, columns: int,
+                           wide: bool, rows: list[list[Any]]) -> tuple[str, bool]:
+    """What ``table`` prints on a stdout that is not a terminal and no console made yet
+    (a command's first table), and whether it made one (drew with rich)."""
+    import io
+
+    from dethpc.surfaces.cli import output
+    from dethpc.surfaces.layout import Col
+
+    buf = io.StringIO()
+    monkeypatch.setenv("COLUMNS", str(columns))
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delattr(output, "console", raising=False)
+    monkeypatch.setattr("sys.stdout", buf)
+    try:
+        output.table(title, [Col("id", keep=100), Col("name", shrink=True, keep=90),
+                             Col("state" if title == "Things" else "state of it", keep=95),
+                             Col("labels here", shrink=True, keep=30),
+                             Col("owner", shrink=True, keep=60)], rows, wide=wide)
+    finally:
+        made = output.__dict__.pop("console", None) is not None
+    return buf.getvalue(), made
+
+
+@pytest.mark.parametrize("columns", [20, 24, 33, 40, 80, 200])
+@pytest.mark.parametrize("wide", [False, True])
+def test_plain_head_is_what_rich_draws_byte_for_byte(monkeypatch: pytest.MonkeyPatch,
+                                                     columns: int, wide: bool) -> None:
+    """Not in a terminal, ``table`` writes its head (title, headers wrapped over lines,
+    rule) without rich too; byte for byte rich's head, over titles shorter and longer than
+    the table, narrow and wide terminals, empty and plain tables (and cells that are not
+    plain ASCII, which fall back to rich)."""
+    import random
+
+    rng = random.Random(columns * 2 + wide)
+    words = ["", "a", "COMPLETED", "digits-random", "zq" * 20, "x y  z", "émigré", "0.25"]
+    plain_used = 0
+    for title in ["Things", "T", "Experiments", "ASHA bracket 0 (12 trial(s) created)",
+                  "x" * 70, "odd [b]markup[/b]", ":smile: emoji"]:
+        for n_rows in (0, 1, 9):
+            rows = [[i, *(rng.choice(words) for _ in range(4))] for i in range(n_rows)]
+            plain, made = _drawn_without_console(monkeypatch, title, columns, wide, rows)
+            drawn = _drawn(monkeypatch, terminal=False, rich_rows=True, columns=columns,
+                           wide=wide, rows=rows, title=title)
+            assert plain == drawn, (title, rows)
+            plain_used += not made
+    assert plain_used > 0
+
+
+def test_prose_is_written_plain_only_where_rich_prints_it_as_it_is(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``say`` not in a terminal: plain lines where rich prints the text as it is; lines
+    with what rich would change (an emoji code, control characters) go through rich."""
+    import io
+
+    from rich.console import Console
+
+    from dethpc.surfaces.cli import output
+
+    monkeypatch.setenv("COLUMNS", "30")
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE"):
+        monkeypatch.delenv(name, raising=False)
+    for text in ["Experiment 3 digits: COMPLETED (100%), searcher random, metric loss",
+                 "a :smile: here", "x:y:z", "tab\there", "émigré [b]x[/b]", ""]:
+        for wide in (False, True):
+            buf = io.StringIO()
+            monkeypatch.delattr(output, "console", raising=False)
+            monkeypatch.setattr("sys.stdout", buf)
+            try:
+                output.say(text, wide=wide, hang=2)
+            finally:
+                output.__dict__.pop("console", None)
+            rich_buf = io.StringIO()
+            monkeypatch.setattr(output, "console", Console(file=rich_buf))
+            output.say(text, wide=wide, hang=2)
+            assert buf.getvalue() == rich_buf.getvalue(), text
+    assert output.plain_text("a line: of prose") and not output.plain_text("a :smile:")
