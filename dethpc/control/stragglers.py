@@ -15,7 +15,6 @@ dashboard; what to do about a slow node is the user's or admin's call).
 from __future__ import annotations
 
 import json
-import statistics
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -108,6 +107,8 @@ def find_straggler(times: Iterable[RankTime], behind_pct: float) -> Straggler | 
     ranks = {t.rank: t for t in seen if (t.job, t.run) == (newest.job, run)}
     if len(ranks) < 2:
         return None
+    import statistics  # here: its imports (decimal, fractions, random) only when ranks compare
+
     median = statistics.median(t.busy_s for t in ranks.values())
     if median <= 0:
         return None
