@@ -18,7 +18,7 @@ import typer
 
 from dethpc.common.errors import DethpcError
 from dethpc.common.version import __version__
-from dethpc.surfaces.cli.common import ENV, err_console
+from dethpc.surfaces.cli.common import ENV, err_console, report_error
 
 #: what ``dethpc`` says of itself in ``--help``
 HELP = "Determined-style deep-learning experiments on Slurm."
@@ -77,7 +77,7 @@ def _interactive(name: str) -> Callable[[typer.Typer], None]:
 
 
 def _submit(app: typer.Typer) -> None:
-    from dethpc.surfaces.cli.experiment_cmd import create
+    from dethpc.surfaces.cli.submit_cmd import create
 
     app.command("submit", help="Alias of `experiment create`.")(create)
 
@@ -246,15 +246,18 @@ def main() -> None:
             sys.exit(forwarded)
         app_for(sys.argv[1:])()
     except DethpcError as exc:
-        err_console.print("[red]error:[/]", end=" ")
-        err_console.print(str(exc), markup=False, highlight=False)
+        report_error(exc)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:  # noqa: BLE001 - the database's own errors, said plainly
+        import sqlite3
+
         from sqlalchemy.exc import OperationalError
 
-        if not (isinstance(exc, OperationalError) or _refused_by_policy(exc)):
+        # sqlite3's own: submit's rows without SQLAlchemy (dethpc.store.new_experiment)
+        if not (isinstance(exc, (OperationalError, sqlite3.OperationalError))
+                or _refused_by_policy(exc)):
             raise
         from dethpc.store.sqlite import busy_timeout_s
 

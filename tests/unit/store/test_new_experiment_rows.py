@@ -4,7 +4,10 @@ that never imports SQLAlchemy (issue 47 item 1). Real SQLite."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -101,3 +104,26 @@ def test_only_an_sqlite_file_at_head(tmp_path: Path) -> None:
     conn.commit()
     conn.close()
     assert SqliteAtHead.open(f"sqlite:///{db}") is None                 # the Store upgrades
+
+
+def test_submit_imports_no_sqlalchemy(tmp_path: Path) -> None:
+    """The whole command, on a store at head: recorded, and SQLAlchemy never imported."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "cluster.yaml").write_text(f"backend: local\nruns_root: {home}/runs\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DETHPC_", "SLURM_"))}
+    env.update(DETHPC_HOME=str(home), DETHPC_CLUSTER_CONFIG=str(home / "cluster.yaml"),
+               DETHPC_DETECT="0")
+    Store(f"sqlite:///{home / 'dethpc.db'}")   # the home's store, at head
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "dethpc.surfaces.cli.main", "submit",
+         str(DIGITS / "adaptive.yaml"), str(DIGITS), "--no-daemon", "--json"],
+        env=env, capture_output=True, text=True, check=False, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().replace(" ", "").replace("\n", "") == '{"id":1}'
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert not {m for m in imported if m.split(".")[0] in ("sqlalchemy", "sqlmodel")}
+    conn = sqlite3.connect(home / "dethpc.db")
+    assert conn.execute("SELECT name, state FROM experiment").fetchall() == [
+        ("digits-asha", "ACTIVE")]
