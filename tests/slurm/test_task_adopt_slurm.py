@@ -110,3 +110,28 @@ def test_a_task_submitter_killed_after_sbatch_its_job_is_adopted_and_killed(
     finally:
         if ours:
             subprocess.run(["scancel", *ours], capture_output=True, check=False, timeout=60)
+
+
+def test_a_left_command_whose_job_already_ended_is_adopted_and_ended(
+        home: tuple[Path, int]) -> None:
+    """The job of a ``cmd run`` killed after its sbatch ends before any command looks:
+    slurmctld still answers for it with its comment (``squeue --states=all``, for
+    ``MinJobAge``), so ``task list`` adopts it and ends the task by its exit code. (After
+    that, where accounting keeps no comments, the job's log in the task's directory says
+    it ran: the unit table's case, since waiting out MinJobAge here costs 5 minutes.)"""
+    root, _ = home
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 2))
+    killed = cli("cmd", "run", "--", "true", DETHPC_FAULT_POINT="after_sbatch:command")
+    assert killed.returncode == -signal.SIGKILL, (killed.stdout, killed.stderr)
+    key = (root / "tasks" / "1" / "submitting").read_text()
+    (jid,) = [j for j, c in squeue_named("dethpc-command-1").items() if c == key]
+    wait_until(f"job {jid} completed in accounting",
+               lambda: sacct_named("dethpc-command-1", since).get(jid) == "COMPLETED",
+               timeout=120)
+    assert squeue_named("dethpc-command-1") == {}
+    listed = cli("task", "list", "--all", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (task,) = json.loads(listed.stdout)
+    assert (task["job"], task["state"], task["message"]) == (jid, "ended", "exit code 0"), task
+    assert not (root / "tasks" / "1" / "submitting").exists()
+    assert list(sacct_named("dethpc-command-1", since)) == [jid]

@@ -51,7 +51,7 @@ from dethpc.jobs.jobscript import container_prefix, inside
 from dethpc.jobs.render import STARTUP_HOOK, shjoin, shquote, startup_hook_argv
 from dethpc.store import Store
 from dethpc.store.models import Task, TaskKind, TaskState
-from dethpc.surfaces.tasks import ledger, registry
+from dethpc.surfaces.tasks import ledger, logs, registry
 
 #: the config sections a task uses
 KEPT = ("resources", "environment", "bind_mounts", "slurm")
@@ -71,7 +71,7 @@ _SYNTHETIC = {"entrypoint": "true",
               "searcher": {"name": "single", "metric": "loss",
                            "max_length": {"batches": 1}}}
 #: files in the task directory
-JOB_LOG = "job.log"
+JOB_LOG = logs.log_name(TaskKind.COMMAND)
 READY_FILE = "ready"
 HOOK_ENV = "hook-env"
 #: how often a shell's holder job looks for an attached step (seconds)

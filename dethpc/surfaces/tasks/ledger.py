@@ -34,6 +34,7 @@ from dethpc.control.experiments import current_user
 from dethpc.control.submission import Submission, SubmissionKind, adopt
 from dethpc.store import Store
 from dethpc.store.models import Task, TaskKind, TaskState, now
+from dethpc.surfaces.tasks import logs
 
 #: the file in a task's directory that marks its job as recorded but not yet confirmed
 SUBMITTING = "submitting"
@@ -78,10 +79,21 @@ class TaskLedger:
         self.done()
 
     def give_back(self) -> None:
-        """Nothing reached Slurm: the task FAILED (dethpc never submits it again)."""
-        self._update(state=TaskState.FAILED, ended_at=now(), message=self.reason or (
+        """Slurm has no such job: the task FAILED (dethpc never submits it again). Found
+        dead by another process, a job whose log is in the task's directory did run and
+        has left the queue (accounting keeps no comments to find it by): the task ends
+        by its exit code instead."""
+        state, message = TaskState.FAILED, self.reason or (
             f"its submitter ended before it recorded the job id, and Slurm has no job "
-            f"{self.name} with the comment {self.comment}: sbatch did not submit it")[:500])
+            f"{self.name} with the comment {self.comment}: sbatch did not submit it")
+        if not self.reason and (self.work_dir / logs.log_name(self.task_kind)).exists():
+            code = logs.exit_code(self.work_dir)
+            state = logs.ended_state(self.task_kind, code)
+            said = f"exit code {code}" if code is not None else "no exit code"
+            message = (f"its job ran ({said}) and left the queue before its submitter, "
+                       "which ended, recorded the job id (Slurm's accounting keeps no "
+                       "comments to find it by)")
+        self._update(state=state, ended_at=now(), message=message[:500])
         self.done()
 
     def refusal(self, exp_id: int, size: int, exc: SubmitLimitError) -> None:

@@ -34,13 +34,13 @@ from dethpc.config.model import ClusterConfig
 from dethpc.control.experiments import current_user
 from dethpc.store import Store
 from dethpc.store.models import Task, TaskKind, TaskState, now
-from dethpc.surfaces.tasks import ledger
+from dethpc.surfaces.tasks import ledger, logs
 
 #: the longest socket path AF_UNIX takes (108 bytes on Linux, less a margin)
 MAX_SOCKET_PATH = 100
 
 #: the file a task's job writes its command's exit code to (``finish`` reads it)
-EXIT_FILE = "exit-code"
+EXIT_FILE = logs.EXIT_FILE
 
 
 def private_dir(path: Path) -> Path:
@@ -241,23 +241,17 @@ def _terminate(pid: int, grace_s: float, running: Callable[[], bool]) -> None:
 
 def exit_code(task: Task) -> int | None:
     """The command's exit code the job wrote, or None (cancelled, killed, not ended)."""
-    try:
-        return int((Path(task.work_dir) / EXIT_FILE).read_text().strip())
-    except (OSError, ValueError):
-        return None
+    return logs.exit_code(task.work_dir)
 
 
 def finish(store: Store, task: Task, *, message: str = "") -> Task:
     """Record how a task's job ended: ENDED when its exit code is 0 (or it has none and
-    was not a command), FAILED otherwise."""
+    was not a command), FAILED otherwise (``logs.ended_state``)."""
     assert task.id is not None
     code = exit_code(task)
     if code is None and task.kind == TaskKind.COMMAND:
-        return update(store, task.id, state=TaskState.FAILED,
-                               message=message or "the job ended without an exit code "
-                               "(cancelled, or out of time?)")
-    if code:
-        return update(store, task.id, state=TaskState.FAILED,
-                               message=message or f"exit code {code}")
-    return update(store, task.id, state=TaskState.ENDED,
-                           message=message or ("exit code 0" if code == 0 else "ended"))
+        default = "the job ended without an exit code (cancelled, or out of time?)"
+    else:
+        default = f"exit code {code}" if code is not None else "ended"
+    return update(store, task.id, state=logs.ended_state(task.kind, code),
+                  message=message or default)

@@ -31,7 +31,7 @@ from dethpc.control.experiments import current_user, get_experiment
 from dethpc.jobs.directives import server_directives
 from dethpc.store import Store
 from dethpc.store.models import Task, TaskKind, TaskState, Trial
-from dethpc.surfaces.tasks import ledger, registry
+from dethpc.surfaces.tasks import ledger, logs, registry
 from dethpc.surfaces.tasks.derive import Source
 
 SOCKET = "tensorboard.sock"
@@ -92,7 +92,7 @@ def job_script(argv: list[str], work_dir: Path, partition: str = "",
     ``ledger.job_name``): one task, one CPU, the serving process in the foreground,
     the partition's default time limit (it normally ends itself when idle)."""
     lines = ["#!/bin/bash", *(f"#SBATCH {d}" for d in server_directives(
-        name, str(work_dir / "server.log"), partition))]
+        name, str(work_dir / logs.log_name(TaskKind.TENSORBOARD)), partition))]
     lines += ["umask 077", "exec " + shlex.join(argv), ""]
     return "\n".join(lines)
 
@@ -125,7 +125,8 @@ def start(store: Store, experiment_ids: list[int], trial_ids: list[int], *,
     shutil.rmtree(work_dir / "logs", ignore_errors=True)
     sock = registry.socket_path(task.id, work_dir, SOCKET)
     argv = serve_argv(sock, work_dir, srcs, idle_timeout_s, refresh_s)
-    log = work_dir / "server.log"
+    log = work_dir / logs.log_name(TaskKind.TENSORBOARD)
+    log.unlink(missing_ok=True)   # an earlier database's task's: its presence says a job ran
     fields: dict[str, object] = {"work_dir": str(work_dir), "endpoint": str(sock)}
     proc = None
     if record is not None:

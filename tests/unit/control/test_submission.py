@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlmodel import select
 
-from dethpc.backends.base import JobRequest
+from dethpc.backends.base import JobInfo, JobRequest, JobState
 from dethpc.backends.local import LocalBackend
 from dethpc.common.errors import DethpcError, SubmitError, SubmitLimitError
 from dethpc.control.daemon.pulls import PullLedger
@@ -352,3 +352,35 @@ def test_a_refused_or_unclear_task_submission_fails_the_task(
         assert not (Path(task.work_dir) / ledger.SUBMITTING).exists()
     # only the unclear answer asks Slurm for the job; a refusal is sbatch's last word
     assert backend.names() == ["submit", "submit", "find", "submit"]
+
+
+@pytest.mark.parametrize(("code", "state"), [("0", TaskState.ENDED), ("3", TaskState.FAILED),
+                                             (None, TaskState.FAILED)])
+def test_a_left_task_whose_job_ran_and_left_the_queue_ends_by_its_exit_code(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str | None,
+        state: TaskState) -> None:
+    """Where Slurm's accounting keeps no comments (no ``AccountingStoreFlags=job_comment``),
+    a job that left the queue before its dead submitter's record was adopted is listed by
+    sacct under its name without the key: not this task's for sure. Its log in the task's
+    directory says it ran: the task ends by the exit code its script wrote, not FAILED
+    as never submitted."""
+    monkeypatch.setenv("DETHPC_HOME", str(tmp_path / "home"))
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    task, record = ledger.record(store, TaskKind.COMMAND, [], 0.0, registry.task_dir)
+    record.release()                # the submitter died after its sbatch
+    work = Path(task.work_dir)
+    (work / "job.log").write_text("output\n")
+    if code is not None:
+        (work / "exit-code").write_text(code + "\n")
+    backend = Recorder(tmp_path / "spool")
+    backend.found = [JobInfo(ref="77", state=JobState.COMPLETED, name=record.name)]
+    assert ledger.adopt_left(store, [task], lambda: backend) == 1
+    task = registry.get(store, task.id or 0)
+    assert task.state == state and task.job_ref == ""
+    assert task.message.startswith("its job ran (" + (f"exit code {code}" if code
+                                                      else "no exit code"))
+    task, record = ledger.record(store, TaskKind.COMMAND, [], 0.0, registry.task_dir)
+    record.release()
+    ledger.adopt_left(store, [task], lambda: backend)
+    task = registry.get(store, task.id or 0)
+    assert task.state == TaskState.FAILED and "sbatch did not submit it" in task.message
