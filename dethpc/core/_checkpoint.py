@@ -54,8 +54,8 @@ class DownloadMode(enum.Enum):
     """Determined's download modes. On a shared filesystem nothing is downloaded:
     every rank reads the checkpoint in place, whichever mode is given."""
 
-    LocalWorkersShareDownload = "LocalWorkersShareDownload"
-    NoSharedDownload = "NoSharedDownload"
+    LocalWorkersShareDownload = "LOCAL_WORKERS_SHARE_DOWNLOAD"
+    NoSharedDownload = "NO_SHARED_DOWNLOAD"
 
 
 class CheckpointError(DethpcError):
@@ -430,13 +430,21 @@ class CheckpointContext:
     def download(self, storage_id: str, ckpt_dir: str | os.PathLike[str],
                  download_mode: DownloadMode = DownloadMode.LocalWorkersShareDownload, *,
                  selector: Callable[[str], bool] | None = None) -> None:
-        """Copy a verified checkpoint's files into ``ckpt_dir`` (created if absent)."""
+        """Copy a verified checkpoint's files into ``ckpt_dir`` (created if absent), and,
+        as Determined's (unless ``selector`` leaves it out), a ``metadata.json`` holding
+        the checkpoint's metadata as Determined writes it: the keys given to
+        ``upload``/``store_path`` (``steps_completed`` among them) at the top level, not
+        dethpc's own record of the checkpoint (its files' checksums)."""
         DownloadMode(download_mode)
         dst = Path(ckpt_dir)
         with self.restore_path(storage_id) as src:
             for file in _payload_files(src):
                 rel = file.relative_to(src).as_posix()
-                if rel == METADATA_FILE or (selector is not None and not selector(rel)):
+                if selector is not None and not selector(rel):
+                    continue
+                if rel == METADATA_FILE:
+                    dst.mkdir(parents=True, exist_ok=True)
+                    (dst / rel).write_text(json.dumps(read_metadata(src).metadata, indent=2))
                     continue
                 (dst / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(file, dst / rel)

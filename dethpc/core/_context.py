@@ -92,7 +92,9 @@ class Context:
         self.preempt = preempt or DummyPreemptContext(dist)
         self.train = train or DummyTrainContext(dist=dist)
         self.searcher = searcher or DummySearcherContext(dist)
-        self.info = info if info is not None else ClusterInfo()
+        #: the job's ClusterInfo, also off-cluster (ids None, the environment's seed and
+        #: checkpoint directory): what dethpc's own layers read
+        self.job_info = info if info is not None else ClusterInfo()
         self.experimental = experimental or DummyExperimentalCoreContext()
         self.profiler = profiler or ProfilerContext(distributed=dist)
         self.hparams: dict[str, Any] = dict(hparams or {})
@@ -101,6 +103,16 @@ class Context:
         #: one rank on the cluster), fed by the Trainer
         self.step_times = step_times
         self._closed = False
+
+    @property
+    def info(self) -> ClusterInfo | None:
+        """The trial's ``ClusterInfo``; ``None`` off-cluster, as Determined's
+        (``det.core.init()`` outside a trial; ``det.get_cluster_info()`` is None there too)."""
+        return self.job_info if self.job_info.on_cluster else None
+
+    @info.setter
+    def info(self, info: ClusterInfo | None) -> None:
+        self.job_info = info if info is not None else ClusterInfo()
 
     # ------------------------------------------------------------ life cycle
     def start(self) -> None:
@@ -166,7 +178,7 @@ class Context:
         self.train.report_alert(title, description, level or "info")
 
     def __repr__(self) -> str:
-        return f"Context(info={self.info!r}, distributed={self.distributed!r})"
+        return f"Context(info={self.job_info!r}, distributed={self.distributed!r})"
 
 
 def with_trial_dir(env: Mapping[str, str]) -> Mapping[str, str]:

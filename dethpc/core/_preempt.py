@@ -96,14 +96,14 @@ class PreemptMode(enum.Enum):
     """How ranks agree on preemption (Determined's names)."""
 
     #: every rank calls should_preempt(); rank 0 decides and broadcasts (a collective)
-    WorkersAskChief = "workers_ask_chief"
+    WorkersAskChief = "WORKERS_ASK_CHIEF"
     #: every rank decides alone from its own signal and the stop file (no collective;
     #: Determined's ranks each ask the master)
-    WorkersAskMaster = "workers_ask_master"
+    WorkersAskMaster = "WORKERS_ASK_MASTER"
     #: only rank 0 calls should_preempt(); other ranks always get False
-    ChiefOnly = "chief_only"
+    ChiefOnly = "CHIEF_ONLY"
     #: no handlers, no stop file: should_preempt() is always False
-    ExplicitOnly = "explicit_only"
+    ExplicitOnly = "EXPLICIT_ONLY"
 
 
 def parse_signal(name: str) -> signal.Signals:

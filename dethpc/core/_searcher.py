@@ -224,4 +224,6 @@ class DummySearcherContext(SearcherContext):
             raise DethpcError(NOT_COMPLETED)
 
     def get_configured_units(self) -> Unit | None:
-        return super().get_configured_units() if self.target is not None else Unit.BATCHES
+        # Determined's Dummy answers EPOCHS whatever its operation's length (the searcher
+        # is deprecated with its units; a program reads them to convert lengths)
+        return super().get_configured_units() if self.target is not None else Unit.EPOCHS

@@ -377,15 +377,15 @@ RULES: dict[str, Rule] = {
         "it); " + _CUDA_AMP),
     "determined.pytorch.PyTorchTrialContext.configure_apex_amp": _APEX,
     "determined.pytorch.PyTorchTrialContext.run_cross_slot_reduction": _CROSS_SLOT,
-    "determined.pytorch.PyTorchTrialContext.lr_schedulers": D(
-        "the wrapped schedulers with their step mode and frequency"),
-    "determined.pytorch.PyTorchTrialContext.profiler": D("None: the Trainer runs no profiler"),
-    "determined.pytorch.PyTorchTrialContext.set_profiler": D("logged, nothing is profiled"),
+    "determined.pytorch.PyTorchTrialContext.lr_schedulers": S(),
+    "determined.pytorch.PyTorchTrialContext.profiler": S(),
+    "determined.pytorch.PyTorchTrialContext.set_profiler": S(),
     "determined.pytorch.PyTorchTrialContext.set_enable_tensorboard_logging": D(
         "kept for get_enable_tensorboard_logging(); the Trainer's metrics reach TensorBoard "
         "through dethpc tensorboard either way"),
     "determined.pytorch.PyTorchTrialContext.set_stop_requested": D(
-        "the Trainer checkpoints, records an early exit (user_requested_stop) and returns"),
+        "at the next reporting, validation or checkpoint boundary (as Determined's) the "
+        "Trainer checkpoints, records an early exit (user_requested_stop) and returns"),
     "determined.pytorch.PyTorchTrialContext.get_tensorboard_writer": D(
         "a torch.utils.tensorboard.SummaryWriter on get_tensorboard_path()"),
     "determined.pytorch.PyTorchTrialContext.wrap_optimizer": D(
@@ -406,8 +406,9 @@ RULES: dict[str, Rule] = {
         "max_length"),
     "determined.pytorch.adapt_batch_sampler": _SAMPLERS,
     "determined.pytorch.data_length": S(),
-    "determined.pytorch.init": D("aggregation_frequency must be 1; exp_conf is not read (the "
-                                 "trial's config.yaml is); enable_tensorboard_logging has no "
+    "determined.pytorch.init": D("aggregation_frequency must be 1; exp_conf is what "
+                                 "get_experiment_config() answers off-cluster (in a trial, the "
+                                 "trial's config.yaml); enable_tensorboard_logging has no "
                                  "effect"),
     "determined.pytorch.samplers": _SAMPLERS,
     "determined.pytorch.samplers.*": _SAMPLERS,

@@ -60,16 +60,20 @@ def init(*, hparams: Mapping[str, Any] | None = None,
     """Like Determined's ``det.pytorch.init()``: yields a ``PyTorchTrialContext``.
 
     ``hparams`` replaces the trial's hyperparameters (use it off-cluster for defaults).
-    ``exp_conf`` (Determined's, for local training) is accepted and not used: the
-    trial's config.yaml is read instead. ``aggregation_frequency`` must be 1;
-    ``enable_tensorboard_logging`` has no effect (no TensorBoard files are written).
+    ``exp_conf`` (Determined's, for local training) is what ``get_experiment_config()``
+    answers off-cluster (and what a checkpoint's ``load_data.json`` records), as
+    Determined's; in a trial the trial's config.yaml is read instead.
+    ``aggregation_frequency`` must be 1; ``enable_tensorboard_logging`` has no effect (no
+    TensorBoard files are written).
     """
-    del exp_conf, enable_tensorboard_logging
+    del enable_tensorboard_logging
     if aggregation_frequency != 1:
         raise DethpcError(f"aggregation_frequency={aggregation_frequency} is not supported by "
                           "dethpc (gradients are exchanged every batch); use 1")
     with trial_context(PyTorchTrialContext, hparams=hparams, distributed=distributed,
                        preempt_mode=preempt_mode, exit_on_preempt=exit_on_preempt) as context:
+        if exp_conf is not None and not context.core.job_info.on_cluster:
+            context._exp_conf = dict(exp_conf)
         yield context
 
 

@@ -45,11 +45,8 @@ class CheckpointLoadContext(PyTorchTrialContext):
                  exp_conf: Mapping[str, Any] | None = None) -> None:
         dist = DistributedContext()
         core = Context(DummyCheckpointContext(dist), dist, hparams=dict(hparams or {}))
-        self._exp_conf = dict(exp_conf or {})
         super().__init__(core, hparams=dict(hparams or {}))
-
-    def get_experiment_config(self) -> dict[str, Any]:
-        return dict(self._exp_conf)
+        self._exp_conf = dict(exp_conf or {})
 
 
 @contextlib.contextmanager

@@ -237,7 +237,7 @@ class Trainer:
         else:
             raise DethpcError("no training length: this run has no searcher target "
                               "(target.json); pass Trainer.fit(max_length=Batch(n)) or Epoch(n)")
-        cfg = self.core.info.experiment_config
+        cfg = self.core.job_info.experiment_config
         validation_period = validation_period or from_config(
             cfg.get("min_validation_period"), "min_validation_period")
         checkpoint_period = checkpoint_period or from_config(
@@ -276,7 +276,7 @@ class Trainer:
         if checkpoint_policy not in ("best", "all", "none"):
             raise DethpcError(f"checkpoint_policy {checkpoint_policy!r} is not one of "
                               "best, all, none")
-        if checkpoint_policy == "best" and not self.core.info.on_cluster:
+        if checkpoint_policy == "best" and not self.core.job_info.on_cluster:
             # as Determined's local training: no experiment to be best in
             checkpoint_policy = "all"
         self._checkpoint_policy = checkpoint_policy
@@ -290,8 +290,8 @@ class Trainer:
         if test_mode is None:
             test_mode = os.environ.get(ENV_TEST_MODE, "").lower() in ("1", "true", "yes")
         uuid = latest_checkpoint
-        if uuid is None and self.core.info.on_cluster and not test_mode:
-            uuid = self.core.info.latest_checkpoint
+        if uuid is None and self.core.job_info.on_cluster and not test_mode:
+            uuid = self.core.job_info.latest_checkpoint
         with contextlib.ExitStack() as shutdown:
             first = self._first_batch(uuid)
             for callback in self.callbacks.values():
@@ -353,9 +353,10 @@ class Trainer:
             for batch in self._train_items(epoch, offset):
                 sync_s = self.context._sync_s
                 batch_idx = self.context._batches = self.progress.batches
+                self.context._training = True
                 if batch_idx % plan.batches_per_epoch == 0:
                     self._on_epoch_start(epoch)
-                metrics = self._call_train_batch(batch, epoch, batch_idx)
+                metrics = self._train_batch_profiled(batch, epoch, batch_idx)
                 if amp_scaler is not None:  # automatic AMP: one update per batch
                     amp_scaler.update()
                 if isinstance(metrics, torch.Tensor):  # as Determined: a bare loss
@@ -380,6 +381,17 @@ class Trainer:
                 if self.progress.batches >= plan.max_batches:
                     return False
         return False
+
+    def _train_batch_profiled(self, item: Any, epoch: int, batch_idx: int) -> Any:
+        """``train_batch`` inside the torch profiler of ``context.set_profiler()`` (entered
+        around each batch and stepped after it, as Determined's Trainer does)."""
+        profiler = self.context.profiler
+        if profiler is None:
+            return self._call_train_batch(item, epoch, batch_idx)
+        with profiler:
+            metrics = self._call_train_batch(item, epoch, batch_idx)
+            profiler.step()
+        return metrics
 
     # ------------------------------------------- seams for another trial type
     def _data_shard(self) -> tuple[int, int]:
@@ -422,17 +434,21 @@ class Trainer:
         checkpoint = bool(plan.checkpoint_period and b % plan.checkpoint_period == 0)
         # as Determined's Trainer: the batches since the last report are reported at every
         # boundary (reporting, validation or checkpoint period), not only at a reporting one
-        if b % plan.reporting_period == 0 or validate or checkpoint:
+        boundary = b % plan.reporting_period == 0 or validate or checkpoint
+        if boundary:
             self._report_training(plan)
         if validate:
             self._validate(plan)
         if checkpoint and self.progress.last_checkpoint != b:
             self._checkpoint(plan)
-        return self._check_preempt(plan) if inside else False
+        return self._check_preempt(plan, boundary) if inside else False
 
-    def _check_preempt(self, plan: _Plan) -> bool:
-        # every rank's own flag, as Determined's: trial code sets it on every rank
-        requested = self.context.get_stop_requested()
+    def _check_preempt(self, plan: _Plan, boundary: bool = True) -> bool:
+        # every rank's own flag, as Determined's: trial code sets it on every rank; as
+        # Determined's Trainer, a requested stop is honoured at the next boundary (a
+        # reporting, validation or checkpoint period: "we finish the step"), preemption
+        # after any batch
+        requested = boundary and self.context.get_stop_requested()
         if not requested and not self.core.preempt.should_preempt():
             return False
         self._report_training(plan)
@@ -516,7 +532,7 @@ class Trainer:
             return False
         if self._checkpoint_policy != "best":
             return self._checkpoint_policy == "all"
-        searcher = self.core.info.experiment_config.get("searcher") or {}
+        searcher = self.core.job_info.experiment_config.get("searcher") or {}
         value = metrics.get(searcher.get("metric", "")) if isinstance(searcher, Mapping) \
             else None
         if best_before is None or not isinstance(value, int | float):
@@ -629,7 +645,7 @@ class Trainer:
         data = {"trial_type": self._trial_base.__name__,
                 "trial_cls_spec": f"{module}:{cls.__qualname__}",
                 "hparams": self.context.get_hparams(),
-                "experiment_config": self.core.info.experiment_config,
+                "experiment_config": self.context.get_experiment_config(),
                 "model_dir": os.getcwd(), "is_trainer": True, "format": FORMAT}
         (path / LOAD_DATA_FILE).write_text(json.dumps(data, indent=1, default=str) + "\n")
 

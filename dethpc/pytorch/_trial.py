@@ -24,7 +24,6 @@ import random
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +48,23 @@ class StepMode(enum.Enum):
     STEP_EVERY_OPTIMIZER_STEP = 4
 
 
-@dataclass
-class WrappedScheduler:
-    scheduler: Any
-    step_mode: StepMode
-    frequency: int = 1
+_StepMode = StepMode
+
+
+class LRScheduler:
+    """Determined's ``det.pytorch.LRScheduler``: a scheduler with the step mode (and
+    frequency) the Trainer follows; its methods are the scheduler's. ``wrap_lr_scheduler``
+    keeps one of these per scheduler in ``context.lr_schedulers``, as Determined's, and
+    accepts one in place of a scheduler."""
+
+    StepMode = StepMode
+
+    def __init__(self, scheduler: Any, step_mode: _StepMode, frequency: int = 1) -> None:
+        if not isinstance(step_mode, _StepMode):   # as Determined's: a member, not a value
+            raise TypeError(f"step_mode must be an LRScheduler.StepMode. Got {type(step_mode)}.")
+        self.scheduler = scheduler
+        self.step_mode = step_mode
+        self.frequency = _check_frequency(frequency)
 
     def due(self, batches: int, batches_per_epoch: int) -> bool:
         """Step after batch ``batches`` (1-based count of batches trained)?"""
@@ -62,22 +73,6 @@ class WrappedScheduler:
         if self.step_mode is StepMode.STEP_EVERY_EPOCH and batches % batches_per_epoch == 0:
             return (batches // batches_per_epoch) % self.frequency == 0
         return False
-
-
-_StepMode = StepMode
-
-
-class LRScheduler:
-    """Determined's ``det.pytorch.LRScheduler``: a scheduler with the step mode the
-    Trainer follows; ``wrap_lr_scheduler`` accepts one, and its methods are the
-    scheduler's."""
-
-    StepMode = StepMode
-
-    def __init__(self, scheduler: Any, step_mode: _StepMode, frequency: int = 1) -> None:
-        self.scheduler = scheduler
-        self.step_mode = StepMode(step_mode)
-        self.frequency = _check_frequency(frequency)
 
     def get_last_lr(self) -> list[float]:
         return list(self.scheduler.get_last_lr())
@@ -90,6 +85,10 @@ class LRScheduler:
 
     def step(self, *args: Any, **kwargs: Any) -> None:
         self.scheduler.step(*args, **kwargs)
+
+
+#: the name this wrapper had before ``context.lr_schedulers`` held Determined's class
+WrappedScheduler = LRScheduler
 
 
 def _check_frequency(frequency: Any) -> int:
@@ -151,13 +150,16 @@ class PyTorchTrialContext:
         if self._one_process_launch_check:
             check_world(core_context.distributed, os.environ)
         self._hparams = dict(core_context.hparams if hparams is None else hparams)
+        #: the experiment config given by hand (init(exp_conf=) off-cluster, a loaded
+        #: checkpoint's), instead of the trial's
+        self._exp_conf: dict[str, Any] | None = None
         self.models: list[nn.Module] = []
         self.optimizers: list[torch.optim.Optimizer] = []
-        self.lr_schedulers: list[WrappedScheduler] = []
+        self.lr_schedulers: list[LRScheduler] = []
         self.device = torch.device(device) if device is not None else self._default_device()
         self._seed = self._resolve_seed()
         seed_everything(self._seed)
-        #: Determined's torch-profiler handle: dethpc's Trainer profiles nothing
+        #: the torch profiler of set_profiler() (None: none), as Determined's
         self.profiler: Any = None
         self.experimental = PyTorchExperimentalContext(self)
         self._scaler: Any = None
@@ -171,6 +173,8 @@ class PyTorchTrialContext:
         self._batches = 0
         self._batches_per_epoch = 0
         self._initial_batch = 0
+        #: whether the Trainer has begun a batch (the position getters answer from then on)
+        self._training = False
         #: seconds this process spent where DDP waits for the other ranks: in
         #: ``backward()`` (the gradient all-reduce) and at the head of a wrapped model's
         #: forward (its buffer broadcast from rank 0, before the module runs); the Trainer
@@ -199,7 +203,7 @@ class PyTorchTrialContext:
             except (TypeError, ValueError) as exc:
                 raise DethpcError(f"hyperparameter seed={self._hparams['seed']!r} is not an "
                                   "integer") from exc
-        info_seed = self._core.info.trial_seed
+        info_seed = self._core.job_info.trial_seed
         return int(info_seed) if info_seed is not None else 0
 
     def get_trial_seed(self) -> int:
@@ -244,39 +248,51 @@ class PyTorchTrialContext:
         return per_slot, per_slot * slots
 
     def get_experiment_config(self) -> dict[str, Any]:
-        return self._core.info.experiment_config
+        """The trial's experiment config; off-cluster the ``exp_conf`` given to
+        ``det.pytorch.init()`` (Determined's local training), else ``{}``."""
+        if self._exp_conf is not None:
+            return dict(self._exp_conf)
+        return self._core.job_info.experiment_config
 
     def get_trial_id(self) -> int:
         """The trial's id (0 off-cluster)."""
-        return self._core.info.trial_id or 0
+        return self._core.job_info.trial_id or 0
 
     def get_experiment_id(self) -> int:
         """The experiment's id (0 off-cluster)."""
-        return self._core.info.experiment_id or 0
+        return self._core.job_info.experiment_id or 0
 
     # ------------------------------------------------- the Trainer's position
     def get_initial_batch(self) -> int:
         """Batches trained when this run started (0, or the checkpoint resumed from)."""
         return self._initial_batch
 
+    def _position(self, name: str) -> tuple[int, int]:
+        """(batch index, batches per epoch); as Determined's, an error before the Trainer
+        trained a batch (a loaded trial's context, a trial's ``__init__``)."""
+        if not self._training or not self._batches_per_epoch:
+            raise DethpcError(f"{name}(): training hasn't started (the Trainer sets the "
+                              "position when it trains the first batch)")
+        return self._batches, self._batches_per_epoch
+
     def current_train_batch(self) -> int:
         """Batches trained so far (the index of the batch being trained)."""
-        return self._batches
+        return self._position("current_train_batch")[0]
 
     def current_train_epoch(self) -> int:
         """The epoch being trained (0-based)."""
-        per = self._batches_per_epoch
-        return self._batches // per if per else 0
+        batch, per = self._position("current_train_epoch")
+        return batch // per
 
     def is_epoch_start(self) -> bool:
         """True when the batch being trained is the first of an epoch."""
-        per = self._batches_per_epoch
-        return bool(per) and self._batches % per == 0
+        batch, per = self._position("is_epoch_start")
+        return batch % per == 0
 
     def is_epoch_end(self) -> bool:
         """True when the batch being trained is the last of an epoch."""
-        per = self._batches_per_epoch
-        return bool(per) and (self._batches + 1) % per == 0
+        batch, per = self._position("is_epoch_end")
+        return (batch + 1) % per == 0
 
     # ------------------------------------------------------------- stopping
     def get_stop_requested(self) -> bool:
@@ -315,9 +331,11 @@ class PyTorchTrialContext:
         self._tensorboard_logging = bool(enable_tensorboard_logging)
 
     def set_profiler(self, *args: Any, **kwargs: Any) -> None:
-        """Determined's torch-profiler settings: logged, nothing is profiled."""
-        log.info("set_profiler(): dethpc's Trainer runs no profiler; wrap train_batch in "
-                 "torch.profiler yourself")
+        """As Determined's: ``context.profiler`` becomes a ``torch.profiler.profile(*args,
+        **kwargs)`` whose traces go to ``get_tensorboard_path()``; the Trainer enters it
+        around each ``train_batch`` and steps it after."""
+        handler = torch.profiler.tensorboard_trace_handler(str(self.get_tensorboard_path()))
+        self.profiler = torch.profiler.profile(*args, on_trace_ready=handler, **kwargs)
 
     def get_data_config(self) -> dict[str, Any]:
         data = self.get_experiment_config().get("data")
@@ -393,12 +411,9 @@ class PyTorchTrialContext:
         """The Trainer steps it every ``frequency`` batches / epochs, or never
         (MANUAL_STEP); an ``LRScheduler`` wrapper brings its own mode and frequency."""
         if isinstance(lr_scheduler, LRScheduler):
-            self.lr_schedulers.append(WrappedScheduler(lr_scheduler.scheduler,
-                                                       lr_scheduler.step_mode,
-                                                       lr_scheduler.frequency))
+            self.lr_schedulers.append(lr_scheduler)
             return lr_scheduler
-        self.lr_schedulers.append(WrappedScheduler(lr_scheduler, StepMode(step_mode),
-                                                   _check_frequency(frequency)))
+        self.lr_schedulers.append(LRScheduler(lr_scheduler, step_mode, frequency))
         return lr_scheduler
 
     def wrap_scaler(self, scaler: Any) -> Any:

@@ -238,14 +238,20 @@ def fine_tune(path: str) -> None:
     check(ctx.get_data_config() == {}, "data config")
     check((ctx.get_trial_id(), ctx.get_experiment_id(), ctx.get_trial_seed()) == (0, 0, 0),
           "ids off a cluster")
-    check((ctx.get_initial_batch(), ctx.current_train_batch(),
-           ctx.current_train_epoch()) == (0, 0, 0), "no training position")
-    check(not ctx.is_epoch_start() and not ctx.is_epoch_end(), "no epoch")
+    check(ctx.get_initial_batch() == 0, "no batch trained before")
+    for position in (ctx.current_train_batch, ctx.current_train_epoch, ctx.is_epoch_start,
+                     ctx.is_epoch_end):
+        refused = False
+        try:                      # as Determined's: no position before training
+            position()
+        except Exception:  # noqa: BLE001 - the refusal's class is the package's own
+            refused = True
+        check(refused, f"{position.__name__}() refuses before training")
     ctx.set_stop_requested(False)
     check(not ctx.get_stop_requested(), "stop flag")
     ctx.set_enable_tensorboard_logging(False)
     check(not ctx.get_enable_tensorboard_logging(), "tensorboard flag")
-    ctx.set_profiler()
+    ctx.set_profiler()            # as Determined's: context.profiler is a torch profiler
     check(ctx.get_tensorboard_path() is not None, "a tensorboard path")
     with torch.no_grad():
         before = trial.model.weight.clone()
@@ -258,7 +264,7 @@ def fine_tune(path: str) -> None:
     sched.step()
     check(not torch.equal(before, trial.model.weight), "a fine-tuning step")
     check(len(ctx.models) == 1 and len(ctx.optimizers) == 1 and len(ctx.lr_schedulers) == 1
-          and ctx.profiler is None and ctx.distributed.size == 1 and ctx.device is not None
+          and ctx.profiler is not None and ctx.distributed.size == 1 and ctx.device is not None
           and ctx.experimental is not None, "what the context holds")
     ctx.reset_reducers()
     check(ctx.reduce_metrics(for_training=True) == {}, "no training reducers")

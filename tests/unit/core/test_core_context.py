@@ -41,7 +41,9 @@ def test_off_cluster_gets_dummy_twins(tmp_path: Path, monkeypatch: pytest.Monkey
         assert isinstance(ctx.searcher, DummySearcherContext)
         assert ctx.distributed.rank == 0 and ctx.distributed.size == 1
         assert ctx.distributed.allgather(5) == [5] and ctx.distributed.broadcast("x") == "x"
-        assert ctx.info.trial_id is None and not ctx.info.on_cluster
+        # as Determined's, off-cluster: info is None; dethpc's layers read job_info
+        assert ctx.info is None
+        assert ctx.job_info.trial_id is None and not ctx.job_info.on_cluster
         assert ctx.searcher.target_length is None
         assert ctx.preempt.should_preempt() is False
         ctx.train.report_training_metrics(1, {"loss": 1.0})  # logs, writes nothing

@@ -103,7 +103,13 @@ def test_checkpoint_metadata_upload_download(tmp_path: Path) -> None:
                        selector=lambda rel: rel != "a.txt")
     assert ckpt.get_metadata(uuid) == {"steps_completed": 3, "note": "n"}
     ckpt.download(uuid, tmp_path / "dst")
-    assert sorted(p.name for p in (tmp_path / "dst").rglob("*") if p.is_file()) == ["b.txt"]
+    # as Determined's: metadata.json comes along, holding the metadata given to upload
+    assert sorted(p.name for p in (tmp_path / "dst").rglob("*") if p.is_file()) == [
+        "b.txt", "metadata.json"]
+    assert json.loads((tmp_path / "dst" / "metadata.json").read_text()) == {
+        "steps_completed": 3, "note": "n"}
+    ckpt.download(uuid, tmp_path / "dst2", selector=lambda rel: rel != "metadata.json")
+    assert not (tmp_path / "dst2" / "metadata.json").exists()
     with ckpt.restore_path(uuid, core.DownloadMode.NoSharedDownload) as path:
         assert (path / "sub" / "b.txt").read_text() == "b"
     rank1 = CheckpointContext(tmp_path / "ck", DistributedContext(rank=1, size=2))

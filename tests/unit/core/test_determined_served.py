@@ -295,7 +295,8 @@ def test_searcher_context_missing_and_dummy_operation() -> None:
     for o in dummy.operations():
         lengths.append(o.length)
         o.report_completed(0.2)
-    assert lengths == [3] and dummy.get_configured_units() is core.Unit.BATCHES
+    # Determined's Dummy answers EPOCHS whatever its length's unit
+    assert lengths == [3] and dummy.get_configured_units() is core.Unit.EPOCHS
 
 
 # ------------------------------------------------------ import_from_path
