@@ -52,7 +52,7 @@ class Tiny(det.pytorch.PyTorchTrial):
 
 
 def _fit(tmp_path: Path, trial_cls: type = Tiny, batches: int = 4,
-         setup: Any = None) -> tuple[Any, list[dict[str, Any]]]:
+         setup: Any = None, reporting: int = 1) -> tuple[Any, list[dict[str, Any]]]:
     trial_dir = tmp_path / "exp" / "trials" / "1"
     trial_dir.mkdir(parents=True, exist_ok=True)
     (trial_dir / "hparams.json").write_text("{}")
@@ -64,7 +64,7 @@ def _fit(tmp_path: Path, trial_cls: type = Tiny, batches: int = 4,
         if setup is not None:
             setup(trial)
         det.pytorch.Trainer(trial, context).fit(max_length=det.pytorch.Batch(batches),
-                                                reporting_period=det.pytorch.Batch(1))
+                                                reporting_period=det.pytorch.Batch(reporting))
     lines = (trial_dir / "metrics.jsonl").read_text().splitlines()
     return trial, [json.loads(line) for line in lines]
 
@@ -90,6 +90,61 @@ def test_set_stop_requested_checkpoints_and_records_an_early_exit(tmp_path: Path
     assert [r["steps"] for r in records if r["kind"] == "checkpoint"] == [2]
     assert [r["reason"] for r in records if r["kind"] == "early_exit"] == [
         "user_requested_stop"]
+
+
+def test_a_requested_stop_waits_for_the_next_boundary(tmp_path: Path) -> None:
+    """As Determined's Trainer ("we finish the step, checkpoint, then exit"): asked in the
+    first batch, with reports every 3 batches, the Trainer stops after batch 3."""
+    class Stopper(Tiny):
+        def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> dict[str, Any]:
+            if batch_idx == 0:
+                self.context.set_stop_requested(True)
+            return super().train_batch(batch, epoch_idx, batch_idx)
+
+    trial, records = _fit(tmp_path, Stopper, batches=8, reporting=3)
+    assert len(trial.seen) == 3
+    assert [r["steps"] for r in records if r["kind"] == "checkpoint"] == [3]
+    assert [r["reason"] for r in records if r["kind"] == "early_exit"] == [
+        "user_requested_stop"]
+
+
+def test_the_position_is_refused_before_training(tmp_path: Path) -> None:
+    """As Determined's: no position before the Trainer trains a batch."""
+    with core.init(env={}, exit_on_preempt=False) as ctx:
+        context = det.pytorch.PyTorchTrialContext(ctx)
+        for getter in (context.current_train_batch, context.current_train_epoch,
+                       context.is_epoch_start, context.is_epoch_end):
+            with pytest.raises(DethpcError, match="training hasn't started"):
+                getter()
+
+
+def test_set_profiler_runs_the_torch_profiler_around_each_batch(tmp_path: Path) -> None:
+    """``set_profiler`` as Determined's: ``context.profiler`` is a torch profiler the
+    Trainer enters around each ``train_batch`` and steps after it."""
+    def setup(trial: Tiny) -> None:
+        trial.context.set_profiler(
+            activities=[torch.profiler.ProfilerActivity.CPU],
+            schedule=torch.profiler.schedule(wait=100, warmup=1, active=1))
+
+    trial, _ = _fit(tmp_path, setup=setup, batches=4)
+    assert isinstance(trial.context.profiler, torch.profiler.profile)
+    assert trial.context.profiler.step_num == 4
+
+
+def test_lr_schedulers_are_determineds_wrappers(tmp_path: Path) -> None:
+    """``context.lr_schedulers`` holds ``LRScheduler`` objects (``get_last_lr`` and the
+    rest), and an ``LRScheduler`` takes a ``StepMode`` member only, as Determined's."""
+    def setup(trial: Tiny) -> None:
+        trial.sched = trial.context.wrap_lr_scheduler(
+            torch.optim.lr_scheduler.StepLR(trial.opt, 1, gamma=0.5),
+            StepMode.STEP_EVERY_BATCH, frequency=2)
+
+    trial, _ = _fit(tmp_path, setup=setup, batches=4)
+    (wrapped,) = trial.context.lr_schedulers
+    assert isinstance(wrapped, det.pytorch.LRScheduler)
+    assert wrapped.get_last_lr() == [0.1 * 0.5 ** 2] and wrapped.frequency == 2
+    with pytest.raises(TypeError, match="StepMode"):
+        det.pytorch.LRScheduler(trial.sched, 2)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("mode", "frequency", "steps"), [
