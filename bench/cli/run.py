@@ -26,7 +26,8 @@ the whole process from fork to exit with ``time.perf_counter``:
 ``--before PATH`` (another checkout's console script) adds each ``dethpc_*`` command run
 by it, as ``*_before``, to the same rounds (before and after under the same load). The
 home (``DETHPC_HOME``), cluster config (the local backend) and cache directory are
-temporary. Medians, p90s, every sample and
+temporary; ``PYTHONDONTWRITEBYTECODE`` is dropped from the commands' environment, so the
+warm-up calls leave bytecode as an installed dethpc has it. Medians, p90s, every sample and
 the modules each Python command imports (``-X importtime``) go to
 ``bench/results/cli.json`` (or ``--out``), with the host, its load average before and
 after, and the commit.
@@ -161,6 +162,11 @@ def main() -> None:
                     "XDG_CACHE_HOME": str(Path(tmp) / "cache"),
                     "XDG_CONFIG_HOME": str(Path(tmp) / "config")})
         env.pop("COLUMNS", None)
+        # an installed CLI runs from its bytecode: with PYTHONDONTWRITEBYTECODE set (as on
+        # the dev VM) every module changed since the last compile would be compiled again
+        # on every call (~40 ms of CPU for a read command after an edit); the warm-up calls
+        # write the .pyc files instead
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         variants: dict[str, list[str]] = {
             "python_pass": [sys.executable, "-c", "pass"],
             "dethpc_version": [dethpc, "--version"],
