@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dethpc.core import determined_surface as ds
+from dethpc.core import determined_rules as ds
 
 INVENTORY = Path(__file__).resolve().parent / "unit" / "data" / "determined" / \
     "surface-0.38.1.json"

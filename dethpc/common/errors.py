@@ -102,7 +102,7 @@ class ContextError(DethpcError):
 class UnsupportedError(DethpcError):
     """A name of Determined's API that dethpc refuses, raised where the user's code calls
     (or reads) it: the message names the Determined feature and what to do instead
-    (``dethpc.core.determined_surface`` holds every such message). Never an
+    (``dethpc.core.determined_rules`` holds every such message). Never an
     ``AttributeError``: ``name`` is Determined's dotted name (``determined.X.y``)."""
 
     exit_code = 2

@@ -15,7 +15,7 @@ docs/job-environment.md generated from the table (``python scripts/job_environme
 and the container files spell, against the table).
 
 Determined's ``DET_*`` rows are exactly the variables a dethpc trial sees;
-``dethpc.core.determined_surface.ENV_RULES`` classifies every variable of Determined's
+``dethpc.core.determined_rules.ENV_RULES`` classifies every variable of Determined's
 (served, served differently, or absent and why): the ones it serves are these rows.
 ``dethpc.launch.detenv`` computes their values.
 

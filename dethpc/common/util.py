@@ -1,5 +1,5 @@
 """The helpers of Determined's ``det.util`` and ``determined.common.util`` that its own
-examples and tests use (``dethpc.core.determined_surface`` lists them).
+examples and tests use (``dethpc.core.determined_rules`` lists them).
 
 Owns: ``merge_dicts`` (a recursive merge into a copy) and the YAML helpers
 ``yaml_safe_load``, ``yaml_safe_dump`` and ``safe_load_yaml_with_exceptions``, over

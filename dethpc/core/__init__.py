@@ -1,7 +1,7 @@
 """The in-job API: ``dethpc.core.init()`` and the sub-contexts it returns.
 
 Owns: the public names of the core API (Determined's ``det.core`` names, each classified
-in ``dethpc.core.determined_surface``) and ``init()``, which builds the ``Context`` that
+in ``dethpc.core.determined_rules``) and ``init()``, which builds the ``Context`` that
 training code enters with ``with`` (or ``start()``s and ``close()``s, as Determined
 allows); leaving it after ``preempt.should_preempt()`` returned True exits the process with
 ``EXIT_PREEMPTED`` (80, after a signal) or ``EXIT_STOPPED`` (81, after a stop/pause file),

@@ -1,7 +1,7 @@
 """Stand-ins for the names of Determined's API that dethpc refuses.
 
 Owns: ``refuse(name)`` (raise ``UnsupportedError`` with the message
-``dethpc.core.determined_surface`` holds for a refused Determined name) and the stubs that
+``dethpc.core.determined_rules`` holds for a refused Determined name) and the stubs that
 take such a name's place, so that the user's code fails where it calls (or reads) the
 name, with that message, never with an ``AttributeError``: ``refused_function``,
 ``refused_class`` (instantiating it or any subclass refuses; so does reading a public
@@ -24,7 +24,7 @@ from dethpc.common.errors import UnsupportedError
 
 def refuse(name: str) -> NoReturn:
     """Raise the refusal of Determined's ``name`` (``determined.pytorch.PyTorchCallback``)."""
-    from dethpc.core.determined_surface import refusal
+    from dethpc.core.determined_rules import refusal
 
     raise UnsupportedError(name, refusal(name))
 

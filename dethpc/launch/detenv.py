@@ -2,7 +2,7 @@
 
 Owns: how each ``DET_*`` variable of a trial gets its value. Which ones a trial's processes
 see, and who sets each, is the table in ``dethpc.common.jobenv`` (``STATIC``, ``RUN``,
-``NODE`` and ``LAUNCHER`` are read from it); ``dethpc.core.determined_surface.ENV_RULES``
+``NODE`` and ``LAUNCHER`` are read from it); ``dethpc.core.determined_rules.ENV_RULES``
 says why Determined's others are absent:
 
 * ``static_env``: what is known when the job script is rendered (the ids, the task type,

@@ -6,7 +6,7 @@ Owns: the public names ``PyTorchTrial``, ``PyTorchTrialContext``, ``Trainer``,
 (``DataLoader``, ``LRScheduler``, ``Reducer``, ``to_device``, ``PyTorchCallback``,
 ``MetricReducer``, ``samplers``, ``adapt_batch_sampler``, ``CheckpointLoadContext``,
 ``load_trial_from_checkpoint_path``, ...), or stand-ins that refuse where used
-(``deepspeed``'s Trial API; ``dethpc.core.determined_surface`` classifies each). Names are loaded
+(``deepspeed``'s Trial API; ``dethpc.core.determined_rules`` classifies each). Names are loaded
 lazily so that ``run_test_mode``, ``Batch`` and ``Epoch`` can be imported without torch
 (the CLI does).
 Must not: import torch at package import time.

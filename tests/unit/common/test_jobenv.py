@@ -2,13 +2,13 @@
 
 * every ``DETHPC_*``/``DET_*`` name that the code (strings, docstrings, comments), the job
   script templates, the container files and the docs spell is a row of the table (or a
-  name of a family row, or Determined's, classified in ``determined_surface``);
+  name of a family row, or Determined's, classified in ``determined_rules``);
 * no Python code outside the table spells a job variable's name in a string: it imports
   the constant (a stray literal fails);
 * every row is used: its constant is imported, or a template spells it, or the module
   that reads a login-side setting spells it;
 * one constant per row; the docs' generated section is what the generator prints; the
-  ``DET_*`` rows are exactly the variables ``determined_surface`` classifies as served.
+  ``DET_*`` rows are exactly the variables ``determined_rules`` classifies as served.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ TOKEN = re.compile(r"(?<![A-Za-z0-9_])(?:DETHPC|DET)_[A-Z0-9_]*")
 #: the table itself, and Determined's inventory of its names (the rule table classifies
 #: Determined's variables by their names, dethpc sets only the served ones)
 TABLE_MODULE = Path("dethpc/common/jobenv.py")
-INVENTORY_MODULE = Path("dethpc/core/determined_surface.py")
+INVENTORY_MODULE = Path("dethpc/core/determined_rules.py")
 #: a placeholder, not a variable: ``$DET_NAME`` for "a variable" in the rule table's keys
 PLACEHOLDERS = {INVENTORY_MODULE: {"DET_NAME"}}
 SURFACE = REPO / "tests" / "unit" / "data" / "determined" / "surface-0.38.1.json"
@@ -279,7 +279,7 @@ def test_a_row_nobody_uses_fails(hits: list[Hit]) -> None:
 
 # ---------------------------------------------------------------- Determined's rows
 def test_det_rows_are_the_variables_classified_served(inventory_names: set[str]) -> None:
-    from dethpc.core import determined_surface as ds
+    from dethpc.core import determined_rules as ds
 
     served = {key[1:] for key, rule in ds.ENV_RULES.items()
               if rule.status in (ds.SERVED, ds.DIFFERENT)}

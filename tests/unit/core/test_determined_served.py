@@ -1,5 +1,5 @@
 """What dethpc serves of Determined's API, served differently on Slurm: the behaviour each
-line of ``dethpc.core.determined_surface`` promises, where a unit test can see it
+line of ``dethpc.core.determined_rules`` promises, where a unit test can see it
 (``test_determined_surface.py`` checks that the names exist and take the same calls).
 """
 

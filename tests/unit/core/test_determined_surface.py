@@ -1,8 +1,8 @@
 """Determined 0.38.1's public surface, walked against dethpc.
 
 The inventory (``tests/unit/data/determined/surface-0.38.1.json``) is derived from
-Determined's source by ``scripts/determined_surface.py``; the classification is
-``dethpc.core.determined_surface``. For every inventory entry:
+Determined's source by ``scripts/determined_inventory.py``; the classification is
+``dethpc.core.determined_rules``. For every inventory entry:
 
 * it is classified, and no line of the table is stale;
 * a served (or served differently) name exists where the table says, of a compatible
@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 
 from dethpc.common.errors import DethpcError, UnsupportedError
-from dethpc.core import determined_surface as ds
+from dethpc.core import determined_rules as ds
 from tests.surface_coverage import resolve
 
 REPO = Path(__file__).resolve().parents[3]
@@ -72,7 +72,7 @@ def _entries(*statuses: str, kinds: tuple[str, ...] | None = None,
 def test_every_name_and_variable_is_classified() -> None:
     missing = [ds.entry_key(e) for e in NAMES if ds.rule_for(ds.entry_key(e)) is None]
     missing += [v["name"] for v in ENV if ds.rule_for("$" + v["name"]) is None]
-    assert not missing, f"add a line to dethpc/core/determined_surface.py for: {missing}"
+    assert not missing, f"add a line to dethpc/core/determined_rules.py for: {missing}"
 
 
 def test_no_line_of_the_table_is_stale() -> None:
@@ -539,14 +539,14 @@ def test_core_api_doc_shows_the_generated_table() -> None:
     assert ds.DOC_BEGIN in text and ds.DOC_END in text
     section = text[text.index(ds.DOC_BEGIN):text.index(ds.DOC_END) + len(ds.DOC_END)] + "\n"
     assert section == ds.doc_table(INVENTORY), (
-        "docs/core-api.md is stale: python scripts/determined_surface.py --doc")
+        "docs/core-api.md is stale: python scripts/determined_inventory.py --doc")
     assert "unclassified" not in section
 
 
 # ------------------------------------------------------------- the script
 def _script() -> Any:
-    spec = importlib.util.spec_from_file_location("determined_surface_script",
-                                                  REPO / "scripts" / "determined_surface.py")
+    spec = importlib.util.spec_from_file_location("determined_inventory_script",
+                                                  REPO / "scripts" / "determined_inventory.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -562,7 +562,7 @@ def _write(root: Path, files: dict[str, str]) -> None:
 
 
 def test_the_script_reads_a_source_tree_by_its_rules(tmp_path: Path) -> None:
-    """scripts/determined_surface.py on a tiny tree shaped like Determined's."""
+    """scripts/determined_inventory.py on a tiny tree shaped like Determined's."""
     h = "harness/determined"
     _write(tmp_path, {
         f"{h}/__init__.py": "from determined._a import Thing, make\nfrom determined import core"

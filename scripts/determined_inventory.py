@@ -10,18 +10,18 @@ values and enum values.
 
 Re-run it (after a Determined upgrade, or a change to the rules below)::
 
-    python scripts/determined_surface.py \\
+    python scripts/determined_inventory.py \\
         --mirror /work/.mirror/determined-ai+determined/repo --tag v0.38.1
     # or, with a checkout or an unpacked archive of Determined's repository:
-    python scripts/determined_surface.py --source /tmp/det-0.38.1 --version 0.38.1
+    python scripts/determined_inventory.py --source /tmp/det-0.38.1 --version 0.38.1
 
 then ``pytest tests/unit/core/test_determined_surface.py`` says which new names need a
-line in ``dethpc/core/determined_surface.py``, and::
+line in ``dethpc/core/determined_rules.py``, and::
 
-    python scripts/determined_surface.py --doc [--version 0.38.1]
+    python scripts/determined_inventory.py --doc [--version 0.38.1]
 
 rewrites the generated section of docs/core-api.md from the committed inventory and that
-table (``dethpc.core.determined_surface.doc_table``), reading no Determined source.
+table (``dethpc.core.determined_rules.doc_table``), reading no Determined source.
 
 What counts as public (a user's code can reach it after ``import determined as det``):
 
@@ -132,7 +132,7 @@ class Source:
             self._cache[name] = self._parse(name)
         found = self._cache[name]
         if found is None:
-            raise SystemExit(f"determined_surface: module {name} not found under "
+            raise SystemExit(f"determined_inventory: module {name} not found under "
                              f"{self.harness}")
         return found
 
@@ -175,7 +175,7 @@ class Source:
         """Where ``module.name`` is defined: (module, its node), or (module name, None)
         when it names a module, or None when it comes from outside Determined."""
         if depth > 20:
-            raise SystemExit(f"determined_surface: import cycle at {module}.{name}")
+            raise SystemExit(f"determined_inventory: import cycle at {module}.{name}")
         if self.is_module(f"{module}.{name}") and name not in self.module(module).defs \
                 and name not in self.module(module).imports:
             return f"{module}.{name}", None
@@ -579,7 +579,7 @@ def build(root: Path, version: str, origin: dict[str, str]) -> dict[str, Any]:
         inv.used(module, uses[module])
     names = [inv.entries[k] for k in sorted(inv.entries)]
     return {"determined": {"version": version, **origin},
-            "generated_by": "scripts/determined_surface.py",
+            "generated_by": "scripts/determined_inventory.py",
             "names": names, "environment": environment(root)}
 
 
@@ -597,7 +597,7 @@ def _from_mirror(mirror: Path, tag: str, into: Path) -> dict[str, str]:
 def write_doc(version: str, check: bool = False) -> int:
     """docs/core-api.md with its generated section replaced (``--doc``)."""
     sys.path.insert(0, str(REPO))
-    from dethpc.core.determined_surface import DOC_BEGIN, DOC_END, doc_table
+    from dethpc.core.determined_rules import DOC_BEGIN, DOC_END, doc_table
 
     inventory = json.loads((DEFAULT_OUT / f"surface-{version}.json").read_text("utf-8"))
     doc = REPO / "docs" / "core-api.md"
