@@ -82,10 +82,15 @@ def test_a_read_only_command_on_a_current_store_imports_no_alembic(
     env = environment(home, tmp_path)
     created, _ = run(["experiment", "list"], env)  # a fresh home: created at head
     assert created.returncode == 0, created.stderr
-    done, modules = run(["experiment", "list"], env)
+    # the full CLI (the read path off): the ORM opens the store and checks its revision
+    done, modules = run(["experiment", "list"], {**env, "DETHPC_FAST_READ": "0"})
     assert done.returncode == 0 and done.stdout == created.stdout
     assert "alembic" not in tops(modules)
     assert "sqlalchemy" in tops(modules)  # the store was opened: the check ran
+    # the read path (docs/cli.md): the same answer with sqlite3 alone
+    fast, fast_modules = run(["experiment", "list"], env)
+    assert fast.returncode == 0 and fast.stdout == created.stdout
+    assert not {"alembic", "sqlalchemy", "yaml"} & tops(fast_modules)
 
 
 def test_a_fresh_home_is_created_at_head_without_running_a_migration(
