@@ -94,7 +94,7 @@ def validations(trial_dir: Path) -> dict[int, float]:
 def test_deepspeed_trial_2x1_preempted_resumes_with_the_same_losses(
         harness: DaemonHarness, slurm_cluster: Any) -> None:
     t0 = time.monotonic()
-    exp = harness.submit(ds_trial("low", 0.4), TRIAL)
+    exp = harness.submit(ds_trial("low", 0.5), TRIAL)   # 16 s after the 1st checkpoint
     ref_exp = harness.submit(ds_trial("debug", 0.0), TRIAL)
     ref = harness.wait("the trial's job to run", lambda: harness.job_ref(exp) if squeue(
         harness.job_ref(exp) or "0", "%T") == "RUNNING" else None, timeout=300,
