@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -143,3 +144,37 @@ def test_summarize(sib: bool, rows: list[tuple[int, str, float | None]],
 ])
 def test_plain_line(snap: Snapshot, want: str) -> None:
     assert plain_line(snap) == want
+
+
+@pytest.mark.parametrize("columns", [None, "100", "0", "-3", "abc", "", "7"])
+@pytest.mark.parametrize("terminal", [False, True])
+def test_terminal_columns_are_shutils(monkeypatch: pytest.MonkeyPatch, columns: str | None,
+                                      terminal: bool) -> None:
+    """``layout`` reads the width as ``shutil.get_terminal_size`` does (without importing
+    shutil): ``COLUMNS`` when a positive number, else the terminal of ``sys.__stdout__``
+    (a pseudo-terminal 123 columns wide here), else 80."""
+    import fcntl
+    import shutil
+    import struct
+    import sys
+    import termios
+
+    from dethpc.surfaces import layout
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    monkeypatch.setenv("LINES", "24")   # shutil asks the terminal only for what is unset
+    master, slave = os.openpty()
+    try:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 123, 0, 0))
+        with open(slave if terminal else os.devnull, "w", closefd=not terminal) as out:
+            monkeypatch.setattr(sys, "__stdout__", out)
+            want = shutil.get_terminal_size(fallback=(80, 24)).columns
+            assert layout._columns() == want
+            assert want == (int(columns) if columns and columns.lstrip("-").isdigit()
+                            and int(columns) > 0 else 123 if terminal else 80)
+    finally:
+        os.close(master)
+        os.close(slave)
