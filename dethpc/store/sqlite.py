@@ -30,14 +30,11 @@ Overrides for an admin (and the bench): ``DETHPC_SQLITE_JOURNAL`` (``wal``/``del
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from dethpc.common.jobenv import ENV_SQLITE_JOURNAL, ENV_SQLITE_SYNCHRONOUS
-
-log = logging.getLogger(__name__)
 
 JOURNALS = ("wal", "delete")
 SYNCHRONOUS = ("full", "normal")
@@ -85,7 +82,10 @@ class SqliteSettings:
                 try:
                     cur.execute(f"PRAGMA journal_mode={self.journal}")
                 except Exception as exc:  # noqa: BLE001 - sqlite3.OperationalError: busy
-                    log.info("SQLite journal mode stays %s (%s)", row[0], exc)
+                    import logging  # here: the read commands open no connection with it
+
+                    logging.getLogger(__name__).info("SQLite journal mode stays %s (%s)",
+                                                     row[0], exc)
             cur.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
         finally:
             cur.close()
