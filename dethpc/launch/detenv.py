@@ -10,8 +10,9 @@ says why Determined's others are absent:
   interface); ``dethpc.jobs`` exports these in the script;
 * ``run_env``: what a run learns when it starts (the run number, the hyperparameters, the
   checkpoint it resumes from, this node's name and slots, the cluster, the job, the
-  user); ``python -m dethpc.launch.detenv`` prints them as ``export`` lines, which the job
-  script evaluates, and the worker pool calls it for each trial it runs;
+  user); ``python -m dethpc.launch.run_start --det-env`` (a trial's script; ``python -m
+  dethpc.launch.detenv`` in a wrapped script) prints them as ``export`` lines, which the
+  job script evaluates, and the worker pool calls it for each trial it runs;
 * ``node_env``: the per-node part of ``run_env``, which dethpc's per-rank shim sets again
   on every node (the batch shell's values are the first node's).
 
@@ -173,20 +174,31 @@ def export_lines(values: Mapping[str, str]) -> str:
     return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in values.items())
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m dethpc.launch.detenv``: the run's ``DET_*`` variables as export lines
-    (``--node``: only this node's). Never fails a job: a problem prints nothing."""
-    args = sys.argv[1:] if argv is None else argv
+def exports(env: Mapping[str, str], *, node: bool = False) -> str:
+    """The run's ``DET_*`` variables (``node``: only this node's) as ``export`` lines for
+    ``env``. Never fails a job: a problem (lines that stdout cannot write included: a
+    value that is not valid in its encoding) gives no lines, and a note on stderr."""
     try:
-        values = node_env(os.environ) if "--node" in args else run_env(os.environ)
-        if "--node" not in args:  # `import determined` means dethpc unless one is installed
+        values = node_env(env) if node else run_env(env)
+        if not node:  # `import determined` means dethpc unless one is installed
             from dethpc.launch.determined_alias import alias_env
 
-            values.update(alias_env(os.environ))
+            values.update(alias_env(env))
+        lines = export_lines(values)
+        lines.encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict")
     except Exception as exc:  # noqa: BLE001 - the job runs on without these variables
         print(f"dethpc: DET_* variables not set: {exc}", file=sys.stderr)
-        return 0
-    sys.stdout.write(export_lines(values))
+        return ""
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dethpc.launch.detenv``: the run's ``DET_*`` variables as export lines
+    (``--node``: only this node's). Trial scripts get the same lines from their first
+    python (``python -m dethpc.launch.run_start --det-env``); this entry stays for
+    scripts rendered before, and for ``dethpc sbatch``'s wrapped scripts."""
+    args = sys.argv[1:] if argv is None else argv
+    sys.stdout.write(exports(os.environ, node="--node" in args))
     return 0
 
 

@@ -68,6 +68,8 @@ def heavy_in(modules: set[str], heavy: tuple[str, ...]) -> list[str]:
 @pytest.mark.parametrize("module, args, heavy", [
     ("dethpc.launch.run_start", (), HEAVY_START),
     ("dethpc.launch.run_start", ("--trial-dir", "trial"), HEAVY_START),
+    # a trial script's run start, with Determined's DET_* (detenv's lines)
+    ("dethpc.launch.run_start", ("--trial-dir", "trial", "--det-env"), HEAVY_START),
     ("dethpc.launch.run_end", ("start",), HEAVY_HELPER),
     ("dethpc.launch.run_end", ("--kind", "trial", "--rc", "0", "--local",
                                "--trial-dir", "trial"), HEAVY_HELPER),
@@ -126,3 +128,37 @@ def test_run_start_answers_as_run_end_start_did(tmp_path: Path) -> None:
         bad = subprocess.run([sys.executable, "-m", *module, "--bogus"], env=env,
                              capture_output=True, text=True, timeout=60)
         assert bad.returncode == 2 and "--bogus" in bad.stderr
+
+
+def test_run_start_det_env_adds_detenv_lines_in_the_same_python(tmp_path: Path) -> None:
+    """``run_start --det-env`` (a trial script's one python before the trial): its answer,
+    then exactly the lines ``python -m dethpc.launch.detenv`` prints for the same
+    environment; none for Slurm's extra start of a completed job; a DET_* problem costs
+    the variables (a note on stderr), never the answer."""
+    trial = tmp_path / "trial"
+    (trial / "checkpoints" / "c1").mkdir(parents=True)
+    (trial / "checkpoints" / "c1" / "metadata.json").write_text('{"steps_completed": 4}')
+    (trial / "hparams.json").write_text('{"lr": 0.5, "name": "it\'s"}')
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "SLURM_RESTART_COUNT": "1",
+           "SLURM_JOB_ID": "125", "SLURM_ARRAY_JOB_ID": "120", "SLURM_ARRAY_TASK_ID": "5",
+           "DETHPC_TRIAL_DIR": str(trial), "DETHPC_EXPERIMENT_ID": "3",
+           "DETHPC_TRIAL_ID": "9", "DETHPC_RUN_ID": "1", "CUDA_VISIBLE_DEVICES": "2,3"}
+
+    def out(*argv: str, extra: dict[str, str] | None = None) -> tuple[str, str]:
+        proc = subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True,
+                              env={**env, **(extra or {})}, timeout=60, check=True)
+        return proc.stdout, proc.stderr
+
+    det, _ = out("dethpc.launch.detenv")
+    assert "export DET_LATEST_CHECKPOINT=c1\n" in det and "DET_HPARAMS=" in det
+    start = ["dethpc.launch.run_start", "--trial-dir", str(trial)]
+    assert out(*start, "--det-env") == ("JOB_REF=120_5 done_already=0\n" + det, "")
+    (trial / "exits.jsonl").write_text('{"reason": "completed", "job": "120_5"}\n')
+    assert out(*start, "--det-env") == ("JOB_REF=120_5 done_already=1\n", "")
+    (trial / "exits.jsonl").unlink()
+    # a node name that is not UTF-8 (stdout's encoding here): no DET_*, the ref stands
+    bad = {"SLURMD_NODENAME": "n\udcff", "PYTHONIOENCODING": "utf-8"}
+    bad_out, bad_err = out(*start, "--det-env", extra=bad)
+    assert out("dethpc.launch.detenv", extra=bad) == ("", bad_err)
+    assert bad_out == "JOB_REF=120_5 done_already=0\n"
+    assert bad_err.startswith("dethpc: DET_* variables not set: ")
