@@ -71,6 +71,11 @@ class JobRequest:
     signal_lead_s: int = 0
     env: Mapping[str, str] = field(default_factory=dict)
     extra_args: tuple[str, ...] = ()  # extra sbatch argv (never a shell string)
+    #: where the job's stdout and stderr go (sbatch's ``--output``; a file, no ``%``
+    #: patterns), for a job whose caller follows that file (an interactive task's
+    #: ``job.log``); None: the backend's default (Slurm: the script's own ``--output``,
+    #: else ``slurm-%j.out``; local: its spool's ``output.log``)
+    output: Path | None = None
 
     def task_ref(self, job_id: str, index: int) -> str:
         """The ref of task ``index`` of the job ``job_id`` this request became (the job

@@ -12,7 +12,8 @@ Slurm semantics emulated: array tasks with their own ``SLURM_JOB_ID``, the
 job's ``--ntasks``, or ``--nodes`` x ``--ntasks-per-node``, from its ``#SBATCH`` lines
 and extra arguments, as sbatch reads them), the time-limit
 signal to the batch shell ``signal_lead_s`` before the limit then
-TERM/KILL (TIMEOUT), requeue by exit code ``LOCAL_REQUEUE_EXIT`` or by
+TERM/KILL (TIMEOUT), the job's output to ``JobRequest.output`` when given (sbatch's
+``--output``; else the spool's ``output.log``), requeue by exit code ``LOCAL_REQUEUE_EXIT`` or by
 ``requeue()``, and a dead supervisor reported as NODE_FAIL.
 Must not: run Slurm commands, or block on a task (every call returns at once;
 ``poll`` starts no subprocess).
@@ -185,6 +186,7 @@ class LocalBackend:
                 "workdir": str(Path(request.workdir).resolve()), "env": dict(request.env),
                 "time_limit_s": request.time_limit_s, "signal": request.signal,
                 "signal_lead_s": request.signal_lead_s,
+                "output": str(Path(request.output).resolve()) if request.output else None,
                 "array_count": len(idx), "array_min": min(idx, default=0),
                 "array_max": max(idx, default=0), "tasks": tasks,
             })

@@ -23,7 +23,8 @@ Layout::
         supervisor.lock     flock held by the task's supervisor for its whole life
         control.lock        serialises markers against the final state write
         cancel | requeue    markers written by the backend, consumed by the supervisor
-        output.log          the script's stdout+stderr (appended across requeues)
+        output.log          the script's stdout+stderr (appended across requeues), unless
+                            request.json names its own "output" (sbatch's --output)
         supervisor.log      the supervisor's own stderr
 
 Who writes ``state.json``: only a process holding ``supervisor.lock`` (the

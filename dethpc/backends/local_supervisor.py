@@ -6,7 +6,8 @@ Slurm-like environment, deliver the time-limit signal to the batch shell
 ``signal_lead_s`` before the limit, SIGTERM the group at the limit and SIGKILL
 it ``KILL_WAIT_S`` later (TIMEOUT), honour the ``cancel`` and ``requeue``
 markers, rerun on exit code ``LOCAL_REQUEUE_EXIT`` with
-``SLURM_RESTART_COUNT`` + 1, and write ``state.json`` at every transition.
+``SLURM_RESTART_COUNT`` + 1, write the script's output where the request asks
+(``output``, else the spool's ``output.log``), and write ``state.json`` at every transition.
 The supervisor runs detached (own session) so that it outlives the daemon; it
 holds ``supervisor.lock`` (inherited from the backend as an open fd) for its
 whole life, which is how anyone can tell it is alive.
@@ -201,10 +202,17 @@ class Supervisor:
                 env[f"SLURM_ARRAY_TASK_{key.upper()}"] = str(req[f"array_{key}"])
         return env
 
+    @property
+    def output(self) -> Path:
+        """Where the script's stdout and stderr go: the request's ``output`` (sbatch's
+        ``--output``, appended across requeues), else the spool's ``output.log``."""
+        asked = self.req.get("output")
+        return Path(str(asked)) if asked else self.paths.output
+
     def run_once(self) -> dict[str, Any] | None:
         """Run the script once; return the terminal changes, or None to requeue."""
         try:
-            with open(self.paths.output, "ab") as out:
+            with open(self.output, "ab") as out:
                 proc = subprocess.Popen(  # noqa: S603 - argv list
                     ["bash", str(self.req["script"])], cwd=self.req["workdir"],
                     env=self.environment(), stdin=subprocess.DEVNULL, stdout=out,

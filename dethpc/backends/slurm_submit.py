@@ -49,6 +49,8 @@ def sbatch_argv(request: JobRequest, mode: str, max_array_size: Callable[[], int
             raise SubmitError(f"array index {indices[-1]} is above this cluster's "
                               f"MaxArraySize-1 ({limit - 1}); submit smaller batches")
         argv.append(f"--array={format_array(indices, request.throttle)}")
+    if request.output is not None:
+        argv.append(f"--output={request.output}")
     return [*argv, *export_arg(request), *request.extra_args, str(request.script)]
 
 

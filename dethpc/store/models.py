@@ -274,8 +274,11 @@ class Task(SQLModel, table=True):
     state: TaskState = Field(default=TaskState.STARTING, sa_column=_enum(TaskState))
     #: the process id on ``host`` (a local task; 0: none)
     pid: int = 0
-    #: the Slurm job id (a ``--slurm`` task; "" none)
+    #: the job id (a task whose job went through a backend; "" none)
     job_ref: str = ""
+    #: the backend that job went to (``BackendKind``'s value: ``slurm`` or ``local``);
+    #: "" for a task without a job (revision 0011)
+    backend: str = Field(default="", sa_column=Column(sa.String(length=32), nullable=False))
     host: str = ""
     #: where it answers: a Unix socket's path, or a URL
     endpoint: str = ""

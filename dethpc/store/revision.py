@@ -10,4 +10,4 @@ Must not: import anything.
 """
 
 #: the newest schema revision: a store at any other is left to the ORM path (``Store``)
-HEAD_REVISION = "0010"
+HEAD_REVISION = "0011"

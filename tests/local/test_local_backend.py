@@ -234,6 +234,22 @@ def test_requeue_exit_code_reruns(spool: Path, work: Path) -> None:
     assert (work / "runs").read_text().split() == ["0", "1"]
 
 
+def test_output_goes_where_the_request_asks_across_requeues(spool: Path, work: Path) -> None:
+    """``JobRequest.output`` (sbatch's ``--output``): the job's stdout and stderr go
+    there, appended across a requeue, and not to the spool's own ``output.log``."""
+    backend = LocalBackend(spool)
+    path = script(work, """
+        echo "out $SLURM_RESTART_COUNT"; echo "err $SLURM_RESTART_COUNT" >&2
+        if [ "$SLURM_RESTART_COUNT" = 0 ]; then exit 85; fi
+    """)
+    log = work / "task" / "job.log"
+    log.parent.mkdir()
+    refs = backend.submit(request(work, path, output=log))
+    assert wait_terminal(backend, refs)[refs[0]].state is JobState.COMPLETED
+    assert log.read_text().split("\n") == ["out 0", "err 0", "out 1", "err 1", ""]
+    assert not (spool / "tasks" / refs[0] / "output.log").exists()
+
+
 def test_time_limit_signal_then_term(spool: Path, work: Path) -> None:
     backend = LocalBackend(spool)
     path = script(work, """

@@ -73,11 +73,13 @@ def world() -> Iterator[dict[str, object]]:
         yield from _world(monkeypatch)
 
 
-def _world(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, object]]:
+def _world(monkeypatch: pytest.MonkeyPatch,
+           backend: str = "local") -> Iterator[dict[str, object]]:
+    """The world, its cluster config's backend ``backend`` (where a ``--slurm`` job goes)."""
     home = Path(tempfile.mkdtemp(prefix="dethpc-tb-"))
     home.chmod(0o755)
     (home / "cluster.yaml").write_text(yaml.safe_dump(
-        {"backend": "local", "runs_root": str(home / "runs")}))
+        {"backend": backend, "runs_root": str(home / "runs")}))
     monkeypatch.setenv("DETHPC_HOME", str(home))
     monkeypatch.setenv("DETHPC_CLUSTER_CONFIG", str(home / "cluster.yaml"))
     _fresh_env()
@@ -222,3 +224,21 @@ def test_bad_input_is_one_line(world, cli):
         rc, _out, err = cli(*[world["exp"] if a == "EXP" else a for a in args], check=False)
         assert rc != 0 and "Traceback" not in err, (args, err)
         assert words in err and len(err.strip().splitlines()) == 1, (args, err)
+
+
+def test_the_job_form_runs_on_the_local_backend(world, cli):
+    """``--slurm`` with a cluster config of ``backend: local``: the same job script goes
+    to the local backend (issue 46 item 1); it serves on its socket, its output goes to
+    ``server.log``, the task lists its backend, and ``tensorboard stop`` ends the job."""
+    exp, a = world["exp"], world["a"]
+    out = json.loads(cli("tensorboard", "start", exp, "--trial", a, "--slurm", "--json")[1])
+    sock, task_id = Path(out["endpoint"]), out["id"]
+    assert out["backend"] == "local" and out["job"] and out["pid"] == 0
+    assert json.loads(get(sock, "/data/runs")[1]) == [f"exp{exp}/trial{a}"]
+    assert (sock.parent / "server.log").stat().st_size > 0
+    live = json.loads(cli("task", "list", "--json")[1])
+    assert [(r["id"], r["backend"], r["job"]) for r in live] == [(task_id, "local",
+                                                                   out["job"])]
+    cli("tensorboard", "stop", task_id)
+    assert json.loads(cli("task", "list", "--json")[1]) == []
+    assert not registry.job_alive(registry.get(Store(), task_id))

@@ -20,7 +20,7 @@ pytest.importorskip("tensorboard")
 @pytest.fixture
 def world(slurm_cluster: Any) -> Iterator[dict[str, object]]:
     with pytest.MonkeyPatch.context() as monkeypatch:
-        yield from _world(monkeypatch)
+        yield from _world(monkeypatch, backend="slurm")   # the job goes to the config's
 
 
 def test_tensorboard_as_a_slurm_job_answers_and_stops(world: dict[str, Any],

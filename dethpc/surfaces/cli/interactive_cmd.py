@@ -1,5 +1,6 @@
 """``dethpc shell start|open|list``, ``dethpc notebook start|list|stop`` and
-``dethpc cmd run``: interactive work as Slurm jobs (docs/interactive.md).
+``dethpc cmd run``: interactive work as jobs of the cluster config's backend (Slurm; the
+local backend for notebooks and commands) (docs/interactive.md).
 
 Owns: the commands' options (the shared ``--pool``, ``--config-file/--config`` and
 ``-c/--context``) and what they print; the jobs are built by ``dethpc.surfaces.tasks``.
@@ -20,8 +21,10 @@ from dethpc.surfaces.cli.task_cmd import _row, _table
 from dethpc.surfaces.tasks import registry
 
 shell_app = typer.Typer(help="Interactive shells in Slurm allocations.", no_args_is_help=True)
-notebook_app = typer.Typer(help="JupyterLab in Slurm jobs.", no_args_is_help=True)
-cmd_app = typer.Typer(help="One-off commands as Slurm jobs.", no_args_is_help=True)
+notebook_app = typer.Typer(help="JupyterLab in jobs (Slurm, or the local backend).",
+                           no_args_is_help=True)
+cmd_app = typer.Typer(help="One-off commands as jobs (Slurm, or the local backend).",
+                      no_args_is_help=True)
 
 PoolOpt = typer.Option(None, "--pool", "-p", help="resource pool (default: the config's "
                        "resources.resource_pool, else the cluster's default pool)")
@@ -76,9 +79,9 @@ def cmd_run(command: list[str] = typer.Argument(None, metavar="-- COMMAND...",
     task = cmd.start(ENV.store, ENV.cluster, config=_config(config_file), pool=pool,
                      context=context, argv=command or [], warn=_warn)
     if detach:
-        typer.echo(f"command task {task.id}: Slurm job {task.job_ref}")
+        typer.echo(f"command task {task.id}: {registry.job_label(task)}")
         return
-    _err(f"command task {task.id}: Slurm job {task.job_ref}")
+    _err(f"command task {task.id}: {registry.job_label(task)}")
 
     def write(chunk: bytes) -> None:
         sys.stdout.buffer.write(chunk)
@@ -113,7 +116,7 @@ def shell_start(command: list[str] = typer.Argument(None, metavar="[-- COMMAND..
     task = shell.start(ENV.store, ENV.cluster, config=_config(config_file), pool=pool,
                        context=context, idle_timeout_s=_idle(idle_timeout), warn=_warn,
                        on_pending=_pending)
-    _err(f"shell task {task.id}: Slurm job {task.job_ref} on {task.host}")
+    _err(f"shell task {task.id}: {registry.job_label(task)} on {task.host}")
     _attach_then(task.id or 0, command or [], keep)
 
 
@@ -160,7 +163,8 @@ def notebook_start(context_arg: Path = typer.Argument(None, metavar="[CONTEXT]",
                        "stop after this many minutes without kernels, terminals or "
                        "requests (checked once a minute; 0: at the job's time limit)")),
                    json_out: bool = JsonOpt) -> None:
-    """Start JupyterLab in a Slurm job; prints the ssh tunnel and the URL with the token."""
+    """Start JupyterLab in a job (Slurm's, or the local backend's); prints the ssh tunnel
+    and the URL with the token."""
     from dethpc.surfaces.tasks import notebook
 
     if context_arg is not None and context is not None:
@@ -173,7 +177,7 @@ def notebook_start(context_arg: Path = typer.Argument(None, metavar="[CONTEXT]",
     if json_out:
         return print_json({**_row(t), "token": started.token, "port": started.port,
                            "ssh": started.ssh_line, "url": started.url})
-    typer.echo(f"notebook task {t.id}: JupyterLab in Slurm job {t.job_ref} on "
+    typer.echo(f"notebook task {t.id}: JupyterLab in {registry.job_label(t)} on "
                f"{t.host}:{started.port}")
     typer.echo("On your workstation, run:")
     typer.echo(f"  {started.ssh_line}")

@@ -30,7 +30,8 @@ def tb_start(
         refresh: float = typer.Option(10.0, "--refresh", help=(
             "seconds between re-derivations of the event files while it runs")),
         slurm: bool = typer.Option(False, "--slurm", help=(
-            "run it as a Slurm job (default: a background process on this node)")),
+            "run it as a job of the cluster config's backend, Slurm or local (default: a "
+            "background process on this node)")),
         partition: str = typer.Option("", "--partition", help="the --slurm job's partition"),
         json_out: bool = JsonOpt) -> None:
     """Serve the experiments' metrics with TensorBoard on an owner-only Unix socket."""
@@ -47,7 +48,8 @@ def tb_start(
     t = started.task
     if json_out:
         return print_json({**_row(t), "url": started.url, "ssh": started.ssh_line})
-    where = f"Slurm job {t.job_ref} on {t.host}" if t.job_ref else f"pid {t.pid} on {t.host}"
+    where = (f"{registry.job_label(t)} on {t.host}" if t.job_ref
+             else f"pid {t.pid} on {t.host}")
     typer.echo(f"TensorBoard task {t.id} ({where}) serves on {t.endpoint}")
     typer.echo("On your workstation, run:")
     typer.echo(f"  {started.ssh_line}")
@@ -58,7 +60,8 @@ def tb_start(
 
 def _row(t: Task) -> dict[str, object]:
     return {"id": t.id, "kind": t.kind.value, "state": t.state.value, "owner": t.owner,
-            "host": t.host, "pid": t.pid, "job": t.job_ref, "endpoint": t.endpoint,
+            "host": t.host, "pid": t.pid, "job": t.job_ref, "backend": t.backend,
+            "endpoint": t.endpoint,
             "experiments": t.experiment_ids, "idle_timeout_s": t.idle_timeout_s,
             "created_at": t.created_at, "ended_at": t.ended_at, "message": t.message}
 

@@ -35,7 +35,7 @@ def follow(store: Store, task: Task, write: Callable[[bytes], None],
     CLI returns (the command's; 1 when the job ended without one)."""
     def running() -> bool:
         nonlocal task
-        state, nodes, _ = interactive.job_state(task.job_ref)
+        state, nodes, _ = interactive.job_state(task)
         if state == "RUNNING" and not task.host and task.id is not None:
             from dethpc.common.hostlist import expand_hostlist
 

@@ -1,4 +1,4 @@
-"""Shells, notebooks and one-off commands as Slurm jobs: the shared job builder.
+"""Shells, notebooks and one-off commands as jobs: the shared job builder.
 
 Owns: reading a task's config (an experiment YAML or a Determined command/notebook/
 shell config: only ``resources``, ``environment``, ``bind_mounts`` and ``slurm`` are
@@ -8,8 +8,11 @@ trial's placement and shape, but named ``dethpc-<kind>-<id>``, written to the ta
 (``render_script``: every value shell-quoted; it writes its command's exit code to
 ``registry.EXIT_FILE``), submitting it (``submit``: the script 0600 in the 0700 task
 directory, through the one submission protocol, ``ledger``: the task's row recorded
-first, then Slurm's backend, ``registry.slurm``) and waiting until it runs
-(``wait_running``). How it ended is
+first, then the backend the cluster config names, ``registry.backend``: Slurm, or the
+local backend, which runs the same script as a process of this machine; a shell needs
+Slurm, ``srun --overlap`` attaches to it) and waiting until it runs (``wait_running``).
+The job's output goes to the task's ``job.log`` on either (``JobRequest.output``, besides
+the script's ``--output`` directive). How it ended is
 ``registry.finish``. The per-kind parts (what the job runs, how the CLI attaches) are
 in ``dethpc.surfaces.cli.interactive_cmd`` and ``dethpc.surfaces.tasks.nbserve``.
 Must not: print (the CLI does) or open the store beyond ``dethpc.surfaces.tasks.registry``.
@@ -126,12 +129,14 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def task_env(cfg: ExperimentConfig, pool: ResourcePool, *, task_id: int, kind: TaskKind,
-             work_dir: Path, context_dir: Path | None) -> list[tuple[str, str]]:
-    """What a task's job exports: dethpc's (``DETHPC_TASK_ID``, ``DETHPC_CONTEXT_DIR``
-    when there is a context, ...) then the config's ``environment_variables`` (the GPU
-    ones on a GPU pool), names checked as a trial's are."""
+             work_dir: Path, context_dir: Path | None,
+             backend: BackendKind = BackendKind.SLURM) -> list[tuple[str, str]]:
+    """What a task's job exports: dethpc's (``DETHPC_TASK_ID``, ``DETHPC_BACKEND``: the
+    backend it runs on, ``DETHPC_CONTEXT_DIR`` when there is a context, ...) then the
+    config's ``environment_variables`` (the GPU ones on a GPU pool), names checked as a
+    trial's are."""
     env = [(ENV_TASK_ID, str(task_id)), (ENV_TASK_KIND, kind.value),
-           (ENV_TASK_DIR, str(work_dir)), (ENV_BACKEND, "slurm"),
+           (ENV_TASK_DIR, str(work_dir)), (ENV_BACKEND, backend.value),
            (ENV_SLOTS_PER_TRIAL, str(cfg.resources.slots_per_trial))]
     if context_dir is not None:
         env.append((ENV_CONTEXT_DIR, str(context_dir)))
@@ -238,6 +243,8 @@ class Prepared:
     record: ledger.TaskLedger
     #: whose command timeout and retries the job's sbatch runs under
     cluster: ClusterConfig | None = None
+    #: the backend the job goes to (the cluster config's)
+    backend: BackendKind = BackendKind.SLURM
 
 
 def prepare(store: Store, cluster: ClusterConfig, kind: TaskKind, *,
@@ -247,9 +254,14 @@ def prepare(store: Store, cluster: ClusterConfig, kind: TaskKind, *,
             warn: Callable[[str], None] = lambda _: None) -> Prepared:
     """Record the task, make its 0700 directory, copy the context, build its job
     (``command``: its argv, or a function of the task directory that returns it)."""
-    if traits_of(cluster.backend).kind is not BackendKind.SLURM:
-        raise DethpcError(f"`dethpc {kind.value}` runs a Slurm job; the cluster config "
-                          f"({cluster.source}) has backend {cluster.backend!r}")
+    backend = registry.backend_kind(cluster)
+    if kind is TaskKind.SHELL and not traits_of(backend).srun_steps:
+        raise DethpcError(
+            f"`dethpc shell` attaches to a Slurm allocation with `srun --overlap`, which "
+            f"the {backend.value} backend of the cluster config ({cluster.source}) cannot "
+            "do; run `dethpc cmd run -- COMMAND` for a command in the task's environment, "
+            "or `dethpc notebook start` for a terminal in JupyterLab, or use a cluster "
+            "config with backend: slurm")
     name = pool_name or config.resources.resource_pool
     pool = cluster.pool(name)
     if pool.preemptible:
@@ -257,7 +269,8 @@ def prepare(store: Store, cluster: ClusterConfig, kind: TaskKind, *,
              "is then not requeued (it just ends)")
     if context is not None and not Path(context).is_dir():
         raise DethpcError(f"--context: {context} is not a directory")
-    task, record = ledger.record(store, kind, [], idle_timeout_s, registry.task_dir)
+    task, record = ledger.record(store, kind, [], idle_timeout_s, registry.task_dir,
+                                 backend=backend)
     assert task.id is not None
     work_dir = Path(task.work_dir)
     for stale in (JOB_LOG, registry.EXIT_FILE, READY_FILE, "endpoint.json", "token"):
@@ -273,7 +286,7 @@ def prepare(store: Store, cluster: ClusterConfig, kind: TaskKind, *,
             snapshot_context(Path(context), ctx_dir)
         prefix = container_prefix(config, cluster, pool.name, run_dir=work_dir)
         env = task_env(config, pool, task_id=task.id, kind=kind, work_dir=work_dir,
-                       context_dir=ctx_dir)
+                       context_dir=ctx_dir, backend=backend)
         hook = startup_hook_argv(work_dir / HOOK_ENV)
         argv = list(command(work_dir) if callable(command) else command)
         if prefix is not None:
@@ -291,7 +304,7 @@ def prepare(store: Store, cluster: ClusterConfig, kind: TaskKind, *,
         record.reason = str(exc)[:500]
         record.give_back()
         raise
-    return Prepared(task, job, config, pool, prefix, record, cluster)
+    return Prepared(task, job, config, pool, prefix, record, cluster, backend)
 
 
 def submit(store: Store, prep: Prepared, extra_env: Mapping[str, str] | None = None) -> Task:
@@ -308,16 +321,16 @@ def submit(store: Store, prep: Prepared, extra_env: Mapping[str, str] | None = N
         record.reason = f"cannot write {script}: {exc}"[:500]
         record.give_back()
         raise DethpcError(record.reason) from None
-    ledger.send(record, registry.slurm(prep.cluster), JobRequest(
+    ledger.send(record, registry.backend(prep.cluster, prep.backend), JobRequest(
         name=record.name, comment=record.comment, script=script, workdir=Path.cwd(),
-        env=dict(extra_env or {})))
+        env=dict(extra_env or {}), output=prep.job.work_dir / JOB_LOG))
     return registry.get(store, prep.job.task_id)
 
 
-def job_state(job_ref: str) -> tuple[str, str, str]:
-    """(state, node list, pending reason) as Slurm says (through the backend); ("", "",
-    "") once the job is no longer pending or running."""
-    info = registry.job_info(job_ref)
+def job_state(task: Task) -> tuple[str, str, str]:
+    """(state, node list, pending reason) as the task's backend says; ("", "", "") once
+    the job is no longer pending or running."""
+    info = registry.job_info(task)
     if info is None or info.state.is_terminal:
         return "", "", ""
     return info.state.value.upper(), info.nodes, info.reason or "None"
@@ -331,7 +344,7 @@ def wait_running(task: Task, *, until: Callable[[], bool] = lambda: True,
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     said = ""
     while True:
-        state, nodes, reason = job_state(task.job_ref)
+        state, nodes, reason = job_state(task)
         if not state:
             raise DethpcError(f"job {task.job_ref} ended before it was ready: "
                               f"{log_tail(Path(task.work_dir) / JOB_LOG)}")
@@ -349,9 +362,9 @@ def wait_running(task: Task, *, until: Callable[[], bool] = lambda: True,
 
 
 def cancel(store: Store, task: Task, message: str) -> Task:
-    """scancel the task's job and wait until squeue no longer lists it."""
+    """Cancel the task's job through its backend and wait until it has left the queue."""
     with contextlib.suppress(DethpcError):   # already gone: nothing to cancel
-        registry.slurm().cancel([task.job_ref])
+        registry.task_backend(task).cancel([task.job_ref])
     deadline = time.monotonic() + 60
     while registry.job_alive(task) and time.monotonic() < deadline:
         time.sleep(0.5)

@@ -1,5 +1,6 @@
-"""A task's Slurm job through the one submission protocol (``dethpc.control.submission``):
-shells, notebooks, one-off commands and TensorBoard's ``--slurm`` job.
+"""A task's job through the one submission protocol (``dethpc.control.submission``), on
+the backend the cluster config names (Slurm, or the local backend): shells (Slurm only),
+notebooks, one-off commands and TensorBoard's ``--slurm`` job.
 
 Owns: the record of a task's job before its sbatch (``record``: the task row, committed
 with its directory and, there, a 0600 ``SUBMITTING`` file that holds the job's comment
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from dethpc.backends.base import Backend, JobRequest
 from dethpc.common.errors import DethpcError, SubmitError, SubmitLimitError
+from dethpc.common.traits import BackendKind
 from dethpc.control.experiments import current_user
 from dethpc.control.submission import Submission, SubmissionKind, adopt
 from dethpc.store import Store
@@ -138,14 +140,17 @@ def _hold(path: Path, comment: str) -> int:
 
 
 def record(store: Store, kind: TaskKind, experiment_ids: list[int], idle_timeout_s: float,
-           make_dir: Callable[[int], Path]) -> tuple[Task, TaskLedger]:
-    """The task's row (STARTING, this host, its directory ``make_dir(id)``), committed
-    only once its ``SUBMITTING`` file is held: no other process sees the row without it."""
+           make_dir: Callable[[int], Path],
+           backend: BackendKind = BackendKind.SLURM) -> tuple[Task, TaskLedger]:
+    """The task's row (STARTING, this host, its directory ``make_dir(id)``, the backend
+    its job goes to), committed only once its ``SUBMITTING`` file is held: no other
+    process sees the row without it."""
     fd = None
     try:
         with store.session() as s:
             task = Task(kind=kind, owner=current_user(), host=socket.gethostname(),
-                        experiment_ids=list(experiment_ids), idle_timeout_s=idle_timeout_s)
+                        experiment_ids=list(experiment_ids), idle_timeout_s=idle_timeout_s,
+                        backend=backend.value)
             s.add(task)
             s.flush()
             assert task.id is not None

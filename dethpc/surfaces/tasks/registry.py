@@ -3,9 +3,11 @@
 Owns: ``Task`` rows (``dethpc.store.models.Task``), each task's owner-only directory,
 and how a task's liveness is read: a local task is alive while its pid runs on its
 host with the task's directory in its command line (a reused pid is not mistaken for
-it); a ``--slurm`` task is alive while Slurm has its job pending or running (asked
-through the backend, ``slurm``, with the cluster config's command timeout and retries:
-no command of Slurm's is run here); a task whose job is being submitted is alive while
+it); a task with a job (a shell, notebook or command; TensorBoard's ``--slurm`` job) is
+alive while the backend its job went to (``Task.backend``: Slurm, or the local backend)
+has it pending or running, and is stopped by that backend's cancel (``task_backend``;
+``backend``: the cluster config's, Slurm's with its command timeout and retries: no
+command of Slurm's is run here); a task whose job is being submitted is alive while
 its submitter is, and a record its submitter left unconfirmed is adopted (or failed) by
 the next list or kill that sees it (``dethpc.surfaces.tasks.ledger``). A task found dead is marked
 ``ended`` when listed (a notebook, shell or command job ``failed`` when the exit code
@@ -21,7 +23,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sqlmodel import col, select
@@ -30,6 +32,7 @@ from dethpc.backends.base import Backend, JobInfo
 from dethpc.common.errors import DethpcError, NotFoundError
 from dethpc.common.paths import dethpc_home
 from dethpc.common.runner import CommandRunner
+from dethpc.common.traits import BackendKind
 from dethpc.config.model import ClusterConfig
 from dethpc.control.experiments import current_user
 from dethpc.store import Store
@@ -113,14 +116,39 @@ def pid_alive(task: Task) -> bool:
     return bool(task.work_dir) and task.work_dir in cmdline
 
 
-def slurm(cluster: ClusterConfig | None = None) -> Backend:
-    """The backend a task's job goes through: Slurm's, whatever the cluster config's
-    backend, since only Slurm runs these allocations (``srun --overlap`` attaches to
-    them), with the cluster config's command timeout and retries (``cluster``, else the
-    config this process finds: ``site_cluster``); one per such setting in a process, its
-    RPCs paced as the daemon's are."""
+def backend_kind(cluster: ClusterConfig) -> BackendKind:
+    """The backend a new task's job goes to: the cluster config's (as an experiment's)."""
+    kind = BackendKind.parse(cluster.backend)
+    if kind is None:
+        raise DethpcError(f"the cluster config ({cluster.source}) has backend "
+                          f"{cluster.backend!r}; allowed: local, slurm")
+    return kind
+
+
+def backend(cluster: ClusterConfig | None = None, kind: BackendKind | None = None) -> Backend:
+    """The backend a task's job goes through: ``kind``'s, default the cluster config's
+    (``cluster``, else the config this process finds: ``site_cluster``), with that
+    config's settings (Slurm: its command timeout and retries; local: its concurrency
+    limit, the machine's spool under ``DETHPC_HOME``); one per such setting in a
+    process (Slurm's RPCs paced as the daemon's are)."""
     cfg = cluster if cluster is not None else site_cluster()
+    kind = kind or backend_kind(cfg)
+    if kind is BackendKind.LOCAL:
+        from dethpc.backends.factory import local_spool_dir
+
+        return _local(str(local_spool_dir()), cfg.local_max_concurrent)
     return _slurm(cfg.command_timeout_s, cfg.command_retries)
+
+
+def kind_of(task: Task) -> BackendKind:
+    """The backend the task's job went to (a row without one: Slurm's, the only one that
+    ran tasks' jobs before ``Task.backend`` was recorded)."""
+    return BackendKind.parse(task.backend) or BackendKind.SLURM
+
+
+def task_backend(task: Task) -> Backend:
+    """The backend that has the task's job: liveness and cancel ask it."""
+    return backend(kind=kind_of(task))
 
 
 @functools.cache
@@ -140,15 +168,37 @@ def _slurm(timeout_s: float, retries: int) -> Backend:
     return slurm_backend(runner=CommandRunner(timeout=timeout_s, retries=retries))
 
 
-def job_info(job_ref: str) -> JobInfo | None:
-    """What Slurm says of a task's job (one poll through the backend); None: unknown."""
-    return slurm().poll([job_ref]).get(job_ref)
+@functools.cache
+def _local(spool_dir: str, max_concurrent: int) -> Backend:
+    from dethpc.backends.local import LocalBackend
+
+    return LocalBackend(Path(spool_dir), max_concurrent=max_concurrent)
+
+
+def job_label(task: Task) -> str:
+    """The task's job in the user's words: ``Slurm job 123`` or ``local job 7``."""
+    word = "Slurm" if kind_of(task) is BackendKind.SLURM else kind_of(task).value
+    return f"{word} job {task.job_ref}"
+
+
+def job_info(task: Task) -> JobInfo | None:
+    """What the task's backend says of its job (one poll); None: unknown."""
+    return task_backend(task).poll([task.job_ref]).get(task.job_ref)
 
 
 def job_alive(task: Task) -> bool:
-    """Slurm still has the task's job (pending, running or suspended)."""
-    info = job_info(task.job_ref)
+    """The task's backend still has its job (pending, running or suspended)."""
+    info = job_info(task)
     return info is not None and not info.state.is_terminal
+
+
+def adopt_left(store: Store, rows: Sequence[Task]) -> int:
+    """``ledger.adopt_left`` for ``rows``, each through the backend its job went to."""
+    changed = 0
+    for kind in dict.fromkeys(kind_of(t) for t in rows):
+        changed += ledger.adopt_left(store, [t for t in rows if kind_of(t) is kind],
+                                     functools.partial(backend, kind=kind))
+    return changed
 
 
 def alive(task: Task) -> bool | None:
@@ -174,7 +224,7 @@ def tasks(store: Store, *, kind: TaskKind | None = None, include_ended: bool = F
         if not everyone:
             q = q.where(Task.owner == current_user())
         rows = list(s.exec(q).all())
-    if ledger.adopt_left(store, rows, slurm):   # submitters that died: their jobs
+    if adopt_left(store, rows):   # submitters that died: their jobs
         with store.session() as s:
             rows = list(s.exec(q).all())
     out = []
@@ -191,21 +241,21 @@ def tasks(store: Store, *, kind: TaskKind | None = None, include_ended: bool = F
 
 
 def kill(store: Store, task_id: int, *, grace_s: float = 20.0) -> Task:
-    """Stop a task: SIGTERM to its process (SIGKILL after ``grace_s``) or scancel of its
-    job; waits until it is gone. Stopping an ended task is a no-op."""
+    """Stop a task: SIGTERM to its process (SIGKILL after ``grace_s``) or its backend's
+    cancel of its job; waits until it is gone. Stopping an ended task is a no-op."""
     task = get(store, task_id)
     if task.owner != current_user():
         raise DethpcError(f"task {task_id} belongs to {task.owner!r}, not to you")
-    if ledger.adopt_left(store, [task], slurm):   # its submitter died: its job, if any
+    if adopt_left(store, [task]):   # its submitter died: its job, if any
         task = get(store, task_id)
         if task.state.is_terminal:
             return task
     if ledger.submitting(task):
-        raise DethpcError(f"task {task_id} is being submitted (its Slurm job id is not "
+        raise DethpcError(f"task {task_id} is being submitted (its job id is not "
                           "recorded yet): run `dethpc task kill` again in a moment")
     if task.job_ref:
         with contextlib.suppress(DethpcError):   # already gone: nothing to cancel
-            slurm().cancel([task.job_ref])
+            task_backend(task).cancel([task.job_ref])
         deadline = time.monotonic() + grace_s * 3
         while job_alive(task) and time.monotonic() < deadline:
             time.sleep(0.5)

@@ -2,9 +2,9 @@
 
 Owns: resolving experiments and trials into derive sources, starting the serving
 process (``dethpc.surfaces.tasks.tbserve``) in the background on this host -- or, with
-``slurm=True``, rendering a small job script that runs it and submitting it through the
-one submission protocol (``dethpc.surfaces.tasks.ledger``: the task's row recorded
-first) -- waiting
+``slurm=True``, rendering a small job script that runs it and submitting it to the
+cluster config's backend (Slurm's, or the local one) through the one submission
+protocol (``dethpc.surfaces.tasks.ledger``: the task's row recorded first) -- waiting
 until its Unix socket answers, recording the task, and the ``ssh -L`` line to reach it.
 The store is opened here only; the serving process reads trials' files.
 """
@@ -115,8 +115,10 @@ def start(store: Store, experiment_ids: list[int], trial_ids: list[int], *,
     exp_ids = [s.experiment_id for s in srcs]
     record = None
     if slurm:    # the row is the job's record (``ledger``): held until the job id is in it
+        cfg = cluster if cluster is not None else registry.site_cluster()
+        kind = registry.backend_kind(cfg)
         task, record = ledger.record(store, TaskKind.TENSORBOARD, exp_ids, idle_timeout_s,
-                                     registry.task_dir)
+                                     registry.task_dir, backend=kind)
     else:
         task = registry.create(store, TaskKind.TENSORBOARD, exp_ids, idle_timeout_s)
     assert task.id is not None
@@ -138,8 +140,9 @@ def start(store: Store, experiment_ids: list[int], trial_ids: list[int], *,
             record.reason = f"cannot write {script}: {exc}"[:500]
             record.give_back()
             raise DethpcError(record.reason) from None
-        ledger.send(record, registry.slurm(cluster), JobRequest(
-            name=record.name, comment=record.comment, script=script, workdir=Path.cwd()))
+        ledger.send(record, registry.backend(cfg, kind), JobRequest(
+            name=record.name, comment=record.comment, script=script, workdir=Path.cwd(),
+            output=log))
         fields = {}
     else:
         with open(log, "ab") as out:
@@ -155,7 +158,7 @@ def start(store: Store, experiment_ids: list[int], trial_ids: list[int], *,
         registry.update(store, task_id, state=TaskState.FAILED, message=str(exc)[:500])
         raise
     if slurm:
-        fields = {"host": _job_node(task.job_ref)}
+        fields = {"host": _job_node(task)}
     task = registry.update(store, task_id, state=TaskState.RUNNING, **fields)
     return Started(task, ssh_line(task), f"http://localhost:{LOCAL_PORT}/")
 
@@ -170,8 +173,8 @@ def ssh_line(task: Task) -> str:
     return f"ssh -N -L {LOCAL_PORT}:{task.endpoint} {user}@{task.host or login}"
 
 
-def _job_node(job_ref: str) -> str:
-    info = registry.job_info(job_ref)
+def _job_node(task: Task) -> str:
+    info = registry.job_info(task)
     return info.nodes if info is not None else ""
 
 

@@ -35,6 +35,8 @@ class NotAsked:
     (req(array_indices=(999,), throttle=0), "--parsable", ["--array=999", "/w/job.sbatch"]),
     (req(env={"A": "1", "B": "x y"}, extra_args=("--partition=low", "-q", "x")), "--parsable",
      ["--export=ALL,A=1,B=x y", "--partition=low", "-q", "x", "/w/job.sbatch"]),
+    # the output path the caller follows (an interactive task's job.log)
+    (req(output=Path("/t/7/job.log")), "--parsable", ["--output=/t/7/job.log", "/w/job.sbatch"]),
 ])
 def test_sbatch_argv(request_: JobRequest, mode: str, tail: list[str]) -> None:
     asked = NotAsked() if not request_.array_indices else (lambda: 1000)

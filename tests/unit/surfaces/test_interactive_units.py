@@ -212,12 +212,23 @@ def test_prepare_copies_the_context_and_warns_of_a_preemptible_pool(
     assert len(warned) == 1 and "preemptible" in warned[0] and "not requeued" in warned[0]
 
 
-def test_prepare_refuses_a_local_backend_and_a_missing_context(
+def test_prepare_refuses_a_shell_on_the_local_backend_and_a_missing_context(
         home: Path, tmp_path: Path) -> None:
+    """A shell needs ``srun --overlap``: refused on the local backend, naming what runs
+    there instead; a command there is prepared, its job told the backend's real name."""
     local = replace(_cluster(tmp_path), backend="local")
-    with pytest.raises(DethpcError, match="runs a Slurm job"):
+    with pytest.raises(DethpcError, match="srun --overlap.*dethpc cmd run"):
         interactive.prepare(Store(), local, TaskKind.SHELL, config=task_config({}),
                             pool_name=None, context=None, command=[])
+    prep = interactive.prepare(Store(), local, TaskKind.COMMAND, config=task_config({}),
+                               pool_name=None, context=None, command=["true"])
+    assert ("DETHPC_BACKEND", "local") in prep.job.env and prep.task.backend == "local"
+    prep.record.give_back()
+    prep = interactive.prepare(Store(), _cluster(tmp_path), TaskKind.COMMAND,
+                               config=task_config({}), pool_name=None, context=None,
+                               command=["true"])
+    assert ("DETHPC_BACKEND", "slurm") in prep.job.env and prep.task.backend == "slurm"
+    prep.record.give_back()
     with pytest.raises(DethpcError, match="--context: .* is not a directory"):
         interactive.prepare(Store(), _cluster(tmp_path), TaskKind.SHELL,
                             config=task_config({}), pool_name=None,
@@ -317,7 +328,7 @@ def test_follow_copies_until_the_task_ends(tmp_path: Path) -> None:
     (["cmd", "run"], "COMMAND: name the command to run"),
     (["shell", "start", "--idle-timeout", "-1"], "--idle-timeout: -1 is negative"),
     (["notebook", "start", "--config", "/nonexistent.yaml"], "file not found"),
-    (["cmd", "run", "--", "true"], "runs a Slurm job"),
+    (["shell", "start"], "attaches to a Slurm allocation with `srun --overlap`"),
     (["task", "logs", "99"], "task 99 does not exist"),
 ])
 def test_the_cli_refuses_bad_input_in_one_line(home: Path, args: list[str], words: str,
