@@ -29,7 +29,7 @@ import time
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from sqlmodel import col, select
 
@@ -48,6 +48,7 @@ from dethpc.jobs.directives import run_limits
 from dethpc.jobs.pool_items import pool_problem, work_item
 from dethpc.jobs.pool_script import pool_comment, pool_name, worker_array_script
 from dethpc.store import Store
+from dethpc.store.bulk import insert_rows
 from dethpc.store.models import (
     Batch,
     BatchKind,
@@ -191,8 +192,12 @@ class PoolTender:
             runs: dict[int, int] = {}
             for trial_id in s.exec(select(Job.trial_id).where(col(Job.trial_id).in_(ids))):
                 runs[trial_id] = runs.get(trial_id, 0) + 1
+            # the trials in one query and their job rows in one insert (a get and an ORM
+            # Job per trial were a sixth of the daemon's CPU in a pool search)
+            rows = {t.id: t for t in s.exec(select(Trial).where(col(Trial.id).in_(ids)))}
+            jobs: list[dict[str, Any]] = []
             for index, trial in enumerate(trials):
-                t = s.get(Trial, trial.id)
+                t = rows.get(trial.id)
                 assert t is not None and t.id is not None
                 seq = int(runs.get(t.id, 0))
                 name = queue.item_name(t.id, seq)
@@ -205,8 +210,9 @@ class PoolTender:
                     queue.enqueue(paths, replace(item, ref=ref))
                 t.needs_job = False
                 s.add(t)
-                s.add(Job(experiment_id=exp.id, trial_id=t.id, batch_id=batch.id,
-                          array_index=index, ref=ref))
+                jobs.append({"experiment_id": exp.id, "trial_id": t.id, "batch_id": batch.id,
+                             "array_index": index, "ref": ref})
+            insert_rows(s, Job, jobs)
             s.add(batch)
             s.add(Event(experiment_id=exp.id, kind=EventKind.SUBMITTED,
                         message=f"batch {batch.id}: {len(trials)} trial run(s) put in the "

@@ -37,6 +37,7 @@ from dethpc.control.reconcile.searcher_ops import SearcherOps
 from dethpc.control.reconcile.skip_rules import nothing_written_yet
 from dethpc.jobs.jobscript import trial_checkpoint_dir
 from dethpc.searchers import replay
+from dethpc.store.bulk import insert_rows
 from dethpc.store.models import Checkpoint, IngestOffset, Metric, Trial
 
 #: values per ``IN (...)`` of a prefetch (SQLite before 3.32 allows 999 parameters)
@@ -64,6 +65,11 @@ class Ingest:
         #: in ``_validations_known``, found or not)
         self._validations: dict[tuple[int, int], dict[str, Any]] = {}
         self._validations_known: set[tuple[int, int]] = set()
+        #: the metric rows of this tick's lines, inserted in one statement at its end
+        #: (``insert_metrics``): an ORM object and a flush per line were a fifth of the
+        #: daemon's CPU in a pool search (bench/daemon_cost). Nothing reads them back
+        #: this tick but through ``_validations`` (each trial's file is read once)
+        self._metric_rows: list[dict[str, Any]] = []
 
     def offset(self, trial: Trial, name: str) -> IngestOffset | None:
         """The stored offset row of one file of ``trial`` (None: nothing ingested yet).
@@ -125,6 +131,11 @@ class Ingest:
             row.offset = chunk.new_offset
             self.rows.s.add(row)
 
+    def insert_metrics(self) -> None:
+        """The metric rows of the lines read so far, in their order, in one statement."""
+        insert_rows(self.rows.s, Metric, self._metric_rows)
+        self._metric_rows = []
+
     def _prefetch(self, trial: Trial, records: list[dict[str, Any]]) -> None:
         """Two queries for a chunk's checkpoint lines instead of two per line: the stored
         checkpoint rows of their uuids (into the session's identity map, where
@@ -154,9 +165,9 @@ class Ingest:
         assert trial.id is not None
         if kind in (LineKind.TRAINING, LineKind.VALIDATION):
             metrics = rec.get("metrics") or {}
-            self.rows.s.add(Metric(trial_id=trial.id, kind=MetricKind(kind.value), steps=steps,
-                                   metrics=dict(metrics),
-                                   time=float(rec.get("time") or self.rows.now)))
+            self._metric_rows.append({
+                "trial_id": trial.id, "kind": MetricKind(kind.value).value, "steps": steps,
+                "metrics": dict(metrics), "time": float(rec.get("time") or self.rows.now)})
             trial.steps_completed = max(trial.steps_completed, steps)
             self.rows.s.add(trial)
             if kind == LineKind.VALIDATION:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import bindparam
 from sqlalchemy import select as sa_select
@@ -28,6 +28,8 @@ from dethpc.common.kinds import EventKind
 from dethpc.common.paths import ExperimentPaths, TrialPaths
 from dethpc.control.reconcile.skip_rules import LiveRow, new_reasons, quiet_job
 from dethpc.store.models import Event, Experiment, ExperimentState, Job, Trial, TrialState
+
+T = TypeVar("T")
 
 TERMINAL_TRIAL_STATES = [s for s in TrialState if s.is_terminal]
 
@@ -46,7 +48,7 @@ class Outcome:
     searched: dict[str, int] = field(default_factory=dict)
 
 
-def chunks(ids: list[int], size: int = 900) -> list[list[int]]:
+def chunks(ids: list[T], size: int = 900) -> list[list[T]]:
     """``ids`` in pieces an ``IN (...)`` takes on every SQLite build."""
     return [ids[i:i + size] for i in range(0, len(ids), size)]
 

@@ -117,8 +117,9 @@ class ExperimentReconciler:
         return self._close(self.cfg.searcher.max_concurrent_trials)
 
     def _close(self, concurrency: int) -> Outcome:
-        """Checkpoint GC, then the experiment's progress and the searcher's snapshot (with
-        the limit it ran under) added to the transaction."""
+        """The tick's metric rows, checkpoint GC, then the experiment's progress and the
+        searcher's snapshot (with the limit it ran under) added to the transaction."""
+        self.ingest.insert_metrics()
         collect_garbage(self.rows, self.cfg,
                         full=self.ingest.new_checkpoints or self.rows.out.changed)
         if self.ops.calls or not self.restored or self.last_concurrency != concurrency:
