@@ -7,9 +7,10 @@ this machine's cores):
 
 * ``per_job``: the real trial job script (``dethpc.jobs.jobscript.trial_script``) run by
   ``bash`` with the local backend's ``SLURM_*`` environment, as ``LocalBackend`` runs
-  it: ``run_start``, ``detenv``, the trial (``python3 bench_train.py``), ``run_end``.
-  ``per_job_old``: the same script with its first python as it was before issue 47
-  item 3 (``python -m dethpc.launch.run_end start``).
+  it: ``run_start --det-env`` (the job's ref and Determined's ``DET_*``: one python),
+  the trial (``python3 bench_train.py``), ``run_end``. ``per_job_old``: the same script
+  with its run's start as it was before the fold (``as_before``: ``run_start`` before
+  the environment's exports, ``python -m dethpc.launch.detenv`` after them: two).
 * ``pool``: what a pool worker does per work item (``dethpc.launch.worker``): the
   item's environment (``main.trial_env``: Determined's variables, the latest checkpoint)
   and ``forkserver.spawn`` from a process that preloaded its modules once. ``pool_old``
@@ -47,6 +48,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import socket
@@ -149,8 +151,26 @@ def python_start(n: int = 3) -> float:
     return statistics.median(out)
 
 
-#: the job script's first python before issue 47 item 3 (``per_job_old``)
-OLD_START = ("-m dethpc.launch.run_start", "-m dethpc.launch.run_end start")
+#: the run's start in a trial script now: two comment lines, the defaults, one python
+#: (with ``--det-env``), the output's redirect
+START = re.compile(r"# the run's start:.*\n#.*\n(JOB_REF=.*\n)(eval .*) --det-env\)\"\n"
+                   r"(exec .*\n)")
+
+
+def as_before(script: str) -> str:
+    """The trial script as rendered before ``detenv`` was folded into ``run_start``
+    (``per_job_old``): ``run_start`` right after the traps, before the exports;
+    ``python -m dethpc.launch.detenv`` after them, where the run's start is now."""
+    found = START.search(script)
+    if found is None:
+        raise SystemExit("the trial script's run start is not the one this bench knows")
+    defaults, start, redirect = found.groups()
+    python = start.split()[1].removeprefix('"$(')
+    old = (script[:found.start()] + "# Determined's DET_* variables that this run learns "
+           f"as it starts (dethpc.launch.detenv)\neval \"$({python} -m dethpc.launch.detenv)"
+           '"\n' + script[found.end():])
+    trap = "trap 'on_signal TERM TERM' TERM\n"
+    return old.replace(trap, trap + defaults + start + ')"\n' + redirect, 1)
 
 
 def helpers(trial: Path, reps: int) -> dict[str, dict[str, float]]:
@@ -161,11 +181,12 @@ def helpers(trial: Path, reps: int) -> dict[str, dict[str, float]]:
            "DETHPC_EXPERIMENT_ID": "1", "DETHPC_TRIAL_ID": "1"}
     cmds = {
         "python -c pass": [py, "-c", "pass"],
-        "run_end start (before)": [py, "-m", "dethpc.launch.run_end", "start"],
-        "run_start (now)": [py, "-m", "dethpc.launch.run_start"],
-        "run_start --trial-dir (Slurm)": [py, "-m", "dethpc.launch.run_start",
-                                          "--trial-dir", str(trial)],
-        "detenv": [py, "-m", "dethpc.launch.detenv"],
+        "run_start --det-env (now; local)": [py, "-m", "dethpc.launch.run_start",
+                                             "--det-env"],
+        "run_start --trial-dir --det-env (now; Slurm)": [
+            py, "-m", "dethpc.launch.run_start", "--trial-dir", str(trial), "--det-env"],
+        "run_start (before; local)": [py, "-m", "dethpc.launch.run_start"],
+        "detenv (before)": [py, "-m", "dethpc.launch.detenv"],
         "run_end (the run's end)": [py, "-m", "dethpc.launch.run_end", "--kind", "trial",
                                     "--rc", "0", "--local", "--trial-dir", str(trial)],
         "entry latest-checkpoint (wrapped scripts)": [
@@ -193,8 +214,7 @@ def per_job(paths: ExperimentPaths, trial_id: int, python_start_s: float, old: b
     script = trial / "job.sbatch"
     text = trial_script(cfg, CLUSTER, backend="local", python=sys.executable,
                         run_dir=paths.root, exp_id=1, trial_id=trial_id)
-    assert OLD_START[0] in text
-    script.write_text(text.replace(*OLD_START) if old else text)
+    script.write_text(as_before(text) if old else text)
     marks_file = trial / "marks.json"
     env = {**local_env(1000 + trial_id), "BENCH_MARKS": str(marks_file)}
     t0 = time.time()
@@ -298,17 +318,18 @@ def main() -> None:
             "job_script_helpers": helper,
             "dethpc_own_cpu_s": {
                 "what": "CPU seconds of dethpc's part of a trial's start (the load blurs "
-                        "CPU least): the job script's first python and detenv (per-job; "
+                        "CPU least): the job script's pythons before the trial (per-job; "
                         "job_script_helpers) + dethpc's imports and setup in the trial",
-                "per_job_old": _own_cpu(helper, "run_end start (before)", jobs_old),
-                "per_job": _own_cpu(helper, "run_start (now)", jobs),
-                "pool_old": _own_cpu(None, "", pools["old"]),
-                "pool_new": _own_cpu(None, "", pools["new"])},
-            "per_job_old": {"what": "the job script's first python is "
-                                    "`python -m dethpc.launch.run_end start` (before)",
+                "per_job_old": _own_cpu(helper, ("run_start (before; local)",
+                                                 "detenv (before)"), jobs_old),
+                "per_job": _own_cpu(helper, ("run_start --det-env (now; local)",), jobs),
+                "pool_old": _own_cpu(None, (), pools["old"]),
+                "pool_new": _own_cpu(None, (), pools["new"])},
+            "per_job_old": {"what": "two pythons before the trial: `python -m "
+                                    "dethpc.launch.run_start`, then `... detenv` (before)",
                             "median": summary(jobs_old), "runs": jobs_old},
-            "per_job": {"what": "the job script's first python is "
-                                "`python -m dethpc.launch.run_start` (now)",
+            "per_job": {"what": "one python before the trial: `python -m "
+                                "dethpc.launch.run_start --det-env` (now)",
                         "median": summary(jobs), "runs": jobs},
             "pool_old": {"what": "worker preloads torch alone (before issue 47 item 3)",
                          "preload_s": preload["old"], "median": summary(pools["old"]),
@@ -325,11 +346,11 @@ def main() -> None:
     print("dethpc_own_cpu_s", json.dumps(result["dethpc_own_cpu_s"]))
 
 
-def _own_cpu(helper: dict[str, dict[str, float]] | None, first: str,
+def _own_cpu(helper: dict[str, dict[str, float]] | None, before_trial: tuple[str, ...],
              runs: list[dict[str, Any]]) -> float:
     in_trial = statistics.median(r["phases"]["cpu.dethpc_imports"]
                                  + r["phases"]["cpu.dethpc_setup"] for r in runs)
-    wrapper = 0.0 if helper is None else helper[first]["cpu_s"] + helper["detenv"]["cpu_s"]
+    wrapper = 0.0 if helper is None else sum(helper[h]["cpu_s"] for h in before_trial)
     return round(wrapper + in_trial, 3)
 
 
