@@ -27,6 +27,7 @@ from dethpc.backends.slurm_parse import nodes_registering
 from dethpc.common.errors import DethpcError
 from dethpc.devcluster import procs
 from dethpc.devcluster.cluster import DevCluster
+from dethpc.devcluster.pinning import DaemonRole
 
 #: the copy of slurm.conf a shortened MinJobAge runs on (beside slurm.conf: slurmctld
 #: finds gres.conf and plugstack.conf in the directory of the file it was given)
@@ -113,7 +114,9 @@ class ClusterFaults:
         if pid:
             procs.stop(pid, "slurmctld", timeout=20.0)
         t1 = time.monotonic()
-        self.cluster.daemon_runner.run(argv)
+        # on the CPUs `up` gives the login side (a scale cluster's --login-cpus), so a
+        # restart does not move slurmctld off the core its CPU is metered on
+        self.cluster.daemon_runner.run(lay.pinning.argv(DaemonRole.LOGIN, argv))
         self._wait("slurmctld to answer `scontrol ping`", self.cluster.controller_up,
                    lay.log_dir / "slurmctld.log")
         if wait_nodes:
@@ -164,7 +167,7 @@ class ClusterFaults:
         lay = self.cluster.layout
         t0 = time.monotonic()
         if not procs.running_pid(lay.pid_file("slurmdbd"), "slurmdbd"):
-            self.cluster.daemon_runner.run(["slurmdbd"])
+            self.cluster.daemon_runner.run(lay.pinning.argv(DaemonRole.LOGIN, ["slurmdbd"]))
         self._wait("slurmdbd to answer `sacct`", self.sacct_answers, lay.log_dir / "slurmdbd.log")
         return time.monotonic() - t0
 

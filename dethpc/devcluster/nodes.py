@@ -24,6 +24,7 @@ from pathlib import Path
 from dethpc.common.errors import DethpcError
 from dethpc.devcluster import procs
 from dethpc.devcluster.cluster import RESUMABLE_STATES, USABLE_STATES, DevCluster
+from dethpc.devcluster.pinning import DaemonRole
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,9 @@ def revive_node(cluster: DevCluster, node: str, timeout: float = 180.0) -> None:
     started = 0.0
     if procs.running_pid(lay.pid_file("slurmd", node), "slurmd") is None:
         started = time.time()
-        cluster.daemon_runner.run(["slurmd", "-N", node], retry=False)
+        # as `up` starts it: on the node CPUs the layout pins (none by default)
+        cluster.daemon_runner.run(lay.pinning.argv(DaemonRole.NODE, ["slurmd", "-N", node]),
+                                  retry=False)
     deadline = time.monotonic() + timeout
     last_resume = 0.0
     state, registered = "", 0.0
