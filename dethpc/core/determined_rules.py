@@ -75,9 +75,11 @@ _LOGGED = "logged, nothing else: dethpc has no master to send it to"
 _APEX = R("NVIDIA apex mixed precision (configure_apex_amp)",
           "use context.experimental.use_amp(), or torch.autocast in train_batch with "
           "context.wrap_scaler(torch.amp.GradScaler())")
-_CROSS_SLOT = R("the cross-slot step of Determined's reducers (run_cross_slot_reduction), "
-                "whose arguments are its Trainer's private reducer wrappers",
-                "call context.reduce_metrics(for_training=...) on every rank")
+_CROSS_SLOT = D("takes dethpc's wrapped reducers (context._wrapped_reducers, as "
+                "Determined's) and one list per slot of their per_slot_reduce() results; "
+                "context.reduce_metrics(for_training=...) on every rank does the allgather too")
+_TRIAL_CLASSES = ("the context class the Trainer builds; trial_controller_class is None: "
+                  "no controller class runs a trial here, the Trainer does")
 _CUDA_AMP = ("CUDA AMP as Determined's: on a CPU device the scaler and autocast are off and "
              "the numbers are full precision, as Determined's own on CPU")
 _SAMPLERS = S("outside the Trainer (which shards, seeds and resumes each DataLoader itself)")
@@ -362,12 +364,8 @@ RULES: dict[str, Rule] = {
         "AVG, SUM, MAX, MIN per metric, over the batches of every rank, as Determined's"),
     "determined.pytorch.PyTorchTrial.get_batch_length": D(
         "not called: the Trainer counts batches (records are refused as a unit)"),
-    "determined.pytorch.PyTorchTrial.trial_context_class": R(
-        f"{_LEGACY}'s trial classes (trial_context_class, trial_controller_class)",
-        "nothing to set: det.pytorch.Trainer runs the trial"),
-    "determined.pytorch.PyTorchTrial.trial_controller_class": R(
-        f"{_LEGACY}'s trial classes (trial_context_class, trial_controller_class)",
-        "nothing to set: det.pytorch.Trainer runs the trial"),
+    "determined.pytorch.PyTorchTrial.trial_context_class": D(_TRIAL_CLASSES),
+    "determined.pytorch.PyTorchTrial.trial_controller_class": D(_TRIAL_CLASSES),
     "determined.pytorch.PyTorchTrialContext": D("built by det.pytorch.init() (or "
                                                 "PyTorchTrialContext(core_context))",
                                                 signature=False),
@@ -416,12 +414,8 @@ RULES: dict[str, Rule] = {
     "determined.pytorch.deepspeed.*": S(),
     "determined.pytorch.deepspeed.DeepSpeedTrial.get_batch_length": D(
         "not called: the Trainer counts batches (records are refused as a unit)"),
-    "determined.pytorch.deepspeed.DeepSpeedTrial.trial_context_class": R(
-        f"{_LEGACY}'s trial classes (trial_context_class, trial_controller_class)",
-        "nothing to set: det.pytorch.deepspeed.Trainer runs the trial"),
-    "determined.pytorch.deepspeed.DeepSpeedTrial.trial_controller_class": R(
-        f"{_LEGACY}'s trial classes (trial_context_class, trial_controller_class)",
-        "nothing to set: det.pytorch.deepspeed.Trainer runs the trial"),
+    "determined.pytorch.deepspeed.DeepSpeedTrial.trial_context_class": D(_TRIAL_CLASSES),
+    "determined.pytorch.deepspeed.DeepSpeedTrial.trial_controller_class": D(_TRIAL_CLASSES),
     "determined.pytorch.deepspeed.DeepSpeedTrialContext": D(
         "built by det.pytorch.deepspeed.init() (or DeepSpeedTrialContext(core_context)); "
         "CPU training is allowed (Determined's requires a GPU); it is a PyTorchTrialContext "
@@ -429,10 +423,11 @@ RULES: dict[str, Rule] = {
         "say that the engine does that", signature=False),
     "determined.pytorch.deepspeed.DeepSpeedTrialContext.run_cross_slot_reduction":
         _CROSS_SLOT,
-    "determined.pytorch.deepspeed.DeepSpeedTrialContext.profiler": D(
-        "None: the Trainer runs no profiler"),
-    "determined.pytorch.deepspeed.DeepSpeedTrialContext.set_profiler": D(
-        "logged, nothing is profiled"),
+    "determined.pytorch.deepspeed.DeepSpeedTrialContext.profiler": S(
+        "the torch profiler set_profiler() built (None before), as Determined's"),
+    "determined.pytorch.deepspeed.DeepSpeedTrialContext.set_profiler": S(
+        "a torch.profiler.profile of these arguments, entered around each train_batch and "
+        "stepped, its traces under the TensorBoard path, as Determined's"),
     "determined.pytorch.deepspeed.DeepSpeedTrialContext.set_enable_tensorboard_logging": D(
         "kept for get_enable_tensorboard_logging(); the Trainer's metrics reach TensorBoard "
         "through dethpc tensorboard either way"),

@@ -31,7 +31,6 @@ import torch
 
 from dethpc.common.errors import DethpcError
 from dethpc.core import Context, DistributedContext, PreemptMode
-from dethpc.core._refused import RefusedAttribute
 from dethpc.pytorch._callback import PyTorchCallback
 from dethpc.pytorch._init import trial_context
 from dethpc.pytorch._state import capture_rng, restore_rng
@@ -187,10 +186,10 @@ class DeepSpeedTrial(ABC):
     """Determined's ``DeepSpeedTrial``: ``train_batch`` and ``evaluate_batch`` get an
     iterator over the data loader and pull their (micro) batches from it."""
 
-    trial_context_class = RefusedAttribute(
-        "determined.pytorch.deepspeed.DeepSpeedTrial.trial_context_class")
-    trial_controller_class = RefusedAttribute(
-        "determined.pytorch.deepspeed.DeepSpeedTrial.trial_controller_class")
+    #: the context class its Trainer builds (Determined's harness reads it)
+    trial_context_class: type[DeepSpeedTrialContext] = DeepSpeedTrialContext
+    #: None: no controller class runs a trial here, ``det.pytorch.deepspeed.Trainer`` does
+    trial_controller_class: type | None = None
 
     @abstractmethod
     def __init__(self, context: DeepSpeedTrialContext) -> None: ...

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import abc
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -67,17 +68,60 @@ def _label(reducer: MetricReducer) -> str:
     return f"the MetricReducer {type(reducer).__name__}"
 
 
+@dataclass(frozen=True)
+class WrappedReducer:
+    """One reducer a trial context wrapped, with its ``name`` and where it applies (what
+    Determined's ``context._wrapped_reducers`` holds and ``run_cross_slot_reduction``
+    takes)."""
+
+    reducer: MetricReducer
+    name: str | None
+    for_training: bool
+    for_validation: bool
+
+    def cross_slot_reduce(self, per_slot_metrics: Sequence[Any]) -> Any:
+        try:
+            return self.reducer.cross_slot_reduce(list(per_slot_metrics))
+        except Exception as exc:
+            raise ValueError(f"{_label(self.reducer)} (name={self.name!r}) failed in "
+                             "cross_slot_reduce()") from exc
+
+
+def cross_slot_reduction(reducables: Sequence[WrappedReducer],
+                         gathered: Sequence[Sequence[Any]]) -> dict[str, Any]:
+    """The metrics of ``reducables`` from ``gathered``, one list per slot of each
+    reducer's ``per_slot_reduce()`` (in ``reducables``' order): each reducer's values of
+    every slot go to its ``cross_slot_reduce``; its result is the metric ``name``, or,
+    wrapped without a name, a dict of metrics."""
+    metrics: dict[str, Any] = {}
+    per_reducer = zip(*gathered, strict=True) if gathered else iter(())
+    for wrapped, per_slot in zip(reducables, per_reducer, strict=True):
+        value = wrapped.cross_slot_reduce(per_slot)
+        if wrapped.name is None:
+            if not isinstance(value, dict):
+                raise ValueError(f"{_label(wrapped.reducer)} was wrapped without a name, so it "
+                                 f"must return a dict of metrics; it returned a "
+                                 f"{type(value).__name__}: pass name= for one metric")
+            metrics.update(value)
+        else:
+            if isinstance(value, dict):
+                raise ValueError(f"{_label(wrapped.reducer)} was wrapped with "
+                                 f"name={wrapped.name!r} but returned a dict: leave name=None "
+                                 "to return several metrics, or return one value")
+            metrics[wrapped.name] = value
+    return metrics
+
+
 class ReducerSet:
     """The reducers one trial context wrapped, in the order they were wrapped."""
 
     def __init__(self, allgather: Callable[[Any], list[Any]]) -> None:
         self._allgather = allgather
-        #: (reducer, name, for_training, for_validation)
-        self.entries: list[tuple[MetricReducer, str | None, bool, bool]] = []
+        self.entries: list[WrappedReducer] = []
 
     def wrap(self, reducer: Any, name: str | None, for_training: bool,
              for_validation: bool) -> MetricReducer:
-        if any(reducer is r for r, *_ in self.entries):
+        if any(reducer is w.reducer for w in self.entries):
             raise ValueError(f"wrap_reducer() got the same {type(reducer).__name__} twice: "
                              "wrap each reducer once")
         if not isinstance(reducer, MetricReducer):
@@ -85,47 +129,29 @@ class ReducerSet:
                 raise TypeError(f"wrap_reducer() takes a function or a "
                                 f"det.pytorch.MetricReducer, got {type(reducer).__name__}")
             reducer = _FunctionReducer(reducer)
-        self.entries.append((reducer, name, bool(for_training), bool(for_validation)))
+        self.entries.append(WrappedReducer(reducer, name, bool(for_training),
+                                           bool(for_validation)))
         return reducer
 
     def reset(self) -> None:
-        for reducer, name, *_ in self.entries:
+        for w in self.entries:
             try:
-                reducer.reset()
+                w.reducer.reset()
             except Exception as exc:
-                raise ValueError(f"{_label(reducer)} (name={name!r}) failed in "
+                raise ValueError(f"{_label(w.reducer)} (name={w.name!r}) failed in "
                                  "reset()") from exc
 
     def reduce(self, for_training: bool) -> dict[str, Any]:
         """Every rank calls this together (one allgather when a reducer applies)."""
-        chosen = [(r, n) for r, n, t, v in self.entries if (t if for_training else v)]
+        chosen = [w for w in self.entries
+                  if (w.for_training if for_training else w.for_validation)]
         if not chosen:
             return {}
         mine = []
-        for reducer, name in chosen:
+        for w in chosen:
             try:
-                mine.append(reducer.per_slot_reduce())
+                mine.append(w.reducer.per_slot_reduce())
             except Exception as exc:
-                raise ValueError(f"{_label(reducer)} (name={name!r}) failed in "
+                raise ValueError(f"{_label(w.reducer)} (name={w.name!r}) failed in "
                                  "per_slot_reduce()") from exc
-        gathered = self._allgather(mine)
-        metrics: dict[str, Any] = {}
-        for (reducer, name), per_slot in zip(chosen, zip(*gathered, strict=True), strict=True):
-            try:
-                value = reducer.cross_slot_reduce(list(per_slot))
-            except Exception as exc:
-                raise ValueError(f"{_label(reducer)} (name={name!r}) failed in "
-                                 "cross_slot_reduce()") from exc
-            if name is None:
-                if not isinstance(value, dict):
-                    raise ValueError(f"{_label(reducer)} was wrapped without a name, so it "
-                                     f"must return a dict of metrics; it returned a "
-                                     f"{type(value).__name__}: pass name= for one metric")
-                metrics.update(value)
-            else:
-                if isinstance(value, dict):
-                    raise ValueError(f"{_label(reducer)} was wrapped with name={name!r} but "
-                                     "returned a dict: leave name=None to return several "
-                                     "metrics, or return one value")
-                metrics[name] = value
-        return metrics
+        return cross_slot_reduction(chosen, self._allgather(mine))

@@ -32,8 +32,13 @@ from torch import nn
 
 from dethpc.common.errors import DethpcError
 from dethpc.core import Context, DistributedContext
-from dethpc.core._refused import RefusedAttribute, refused_method
-from dethpc.pytorch._reducer import MetricReducer, ReducerSet
+from dethpc.core._refused import refused_method
+from dethpc.pytorch._reducer import (
+    MetricReducer,
+    ReducerSet,
+    WrappedReducer,
+    cross_slot_reduction,
+)
 
 log = logging.getLogger(__name__)
 
@@ -514,7 +519,6 @@ class PyTorchTrialContext:
     # apex is not served (a GPU-only NVIDIA extension Determined itself deprecates)
     _CTX = "determined.pytorch.PyTorchTrialContext"
     configure_apex_amp = refused_method(f"{_CTX}.configure_apex_amp")
-    run_cross_slot_reduction = refused_method(f"{_CTX}.run_cross_slot_reduction")
 
     # --------------------------------------------------------------- reducers
     def wrap_reducer(self, reducer: Callable[[list[Any]], Any] | MetricReducer,
@@ -535,6 +539,19 @@ class PyTorchTrialContext:
         """The reducers' metrics (training or validation ones), combined across the
         ranks with one allgather: every rank must call it."""
         return self._reducers.reduce(for_training)
+
+    @property
+    def _wrapped_reducers(self) -> list[WrappedReducer]:
+        """The wrapped reducers in the order they were wrapped (Determined's attribute of
+        that name, what ``run_cross_slot_reduction`` takes)."""
+        return list(self._reducers.entries)
+
+    def run_cross_slot_reduction(self, reducables: list[WrappedReducer],
+                                 gathered: list[Any]) -> dict[str, Any]:
+        """Determined's last step of a reduction, without the allgather: ``gathered``
+        holds one list per slot of each of ``reducables``' ``per_slot_reduce()`` results;
+        returns their metrics (each reducer's ``name``, or its dict when it has none)."""
+        return cross_slot_reduction(reducables, gathered)
 
     def to_device(self, data: Any) -> Any:
         """Move tensors (nested in lists/tuples/dicts) to the trial's device."""
@@ -610,10 +627,10 @@ class PyTorchTrial(ABC):
     def build_validation_data_loader(self) -> torch.utils.data.DataLoader:
         ...
 
-    #: Determined's legacy harness classes of a trial: refused when read
-    trial_context_class = RefusedAttribute("determined.pytorch.PyTorchTrial.trial_context_class")
-    trial_controller_class = RefusedAttribute(
-        "determined.pytorch.PyTorchTrial.trial_controller_class")
+    #: the context class the Trainer builds for this trial (Determined's harness reads it)
+    trial_context_class: type[PyTorchTrialContext] = PyTorchTrialContext
+    #: None: no controller class runs a trial here, ``det.pytorch.Trainer`` does
+    trial_controller_class: type | None = None
 
     # Determined's optional methods: the Trainer refuses a trial that overrides one it
     # does not run (TRAINER_REFUSES), before training starts.

@@ -90,8 +90,8 @@ class CompatDeepSpeedTrial(det_ds.DeepSpeedTrial):
         check(context.get_initial_batch() == 0 or context.get_initial_batch() > 0, "initial")
         check(context.get_stop_requested() is False, "get_stop_requested")
         context.set_stop_requested(False)
-        context.set_profiler()
-        check(context.profiler is None, "profiler")
+        context.set_profiler()          # as Determined's: a torch profiler, stepped per batch
+        check(context.profiler is not None, "profiler")
         context.set_enable_tensorboard_logging(True)
         check(context.get_enable_tensorboard_logging(), "tensorboard logging")
         check(context.get_tensorboard_path().name == "tensorboard", "get_tensorboard_path")
@@ -99,6 +99,8 @@ class CompatDeepSpeedTrial(det_ds.DeepSpeedTrial):
         context.disable_dataset_reproducibility_checks()
         context.disable_auto_grad_accumulation()
         self.count = context.wrap_reducer(lambda parts: sum(parts), name="val_count")
+        check(type(self).trial_context_class is det_ds.DeepSpeedTrialContext
+              and type(self).trial_controller_class is None, "the trial's harness classes")
 
     def build_training_data_loader(self) -> Any:
         return det.pytorch.DataLoader(data(), batch_size=self.context.get_per_slot_batch_size(),
@@ -126,6 +128,11 @@ class CompatDeepSpeedTrial(det_ds.DeepSpeedTrial):
     def evaluate_batch(self, dataloader_iter: Any, batch_idx: int) -> dict[str, Any]:
         x, y = next(dataloader_iter)
         self.count.update(len(x))
+        if batch_idx == 0:                   # the cross-slot step by hand, one "slot"
+            wrapped = [w for w in self.context._wrapped_reducers if w.name == "val_count"]
+            got = self.context.run_cross_slot_reduction(
+                wrapped, [[w.reducer.per_slot_reduce() for w in wrapped]])
+            check(got == {"val_count": len(x)}, "run_cross_slot_reduction")
         return {"val_loss": torch.nn.functional.mse_loss(self.engine(x), y)}
 
     def evaluation_reducer(self) -> det.pytorch.Reducer:

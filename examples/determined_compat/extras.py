@@ -268,6 +268,16 @@ def fine_tune(path: str) -> None:
           and ctx.experimental is not None, "what the context holds")
     ctx.reset_reducers()
     check(ctx.reduce_metrics(for_training=True) == {}, "no training reducers")
+    total = ctx.wrap_reducer(lambda values: sum(values), name="total")
+    total.update(2.0)
+    # the cross-slot step by hand, two "slots" (of the reducer wrapped here only: the
+    # trial's own have no values on a loaded context)
+    wrapped = [w for w in ctx._wrapped_reducers if w.name == "total"]
+    mine = [w.reducer.per_slot_reduce() for w in wrapped]
+    check(ctx.run_cross_slot_reduction(wrapped, [mine, mine]) == {"total": 4.0},
+          "run_cross_slot_reduction")
+    check(type(trial).trial_context_class is det.pytorch.PyTorchTrialContext
+          and type(trial).trial_controller_class is None, "the trial's harness classes")
     other = det.pytorch.CheckpointLoadContext({"global_batch_size": 4})
     other.wrap_scaler(torch.amp.GradScaler("cpu", enabled=False))
     plain = other.autocast_forward_pass(other.wrap_model(torch.nn.Linear(2, 1)))

@@ -54,11 +54,13 @@ def distributed(d: det.core.DistributedContext) -> dict[str, Any]:
             "cross_rank": d.cross_rank, "cross_size": d.cross_size}
 
 
-def searcher_loop(ctx: det.core.Context) -> dict[str, Any]:
+def searcher_loop(ctx: det.core.Context, units: Any) -> dict[str, Any]:
     """Determined's (deprecated) operations loop: train to each op's length, report
-    progress and the searcher metric, acknowledge the end."""
-    check(ctx.searcher.get_configured_units() == det.core.Unit.BATCHES,
-          f"get_configured_units(): Unit.BATCHES, got {ctx.searcher.get_configured_units()}")
+    progress and the searcher metric, acknowledge the end. ``units``: what
+    get_configured_units() answers (the config's in a job; EPOCHS off-cluster, as
+    Determined's DummySearcherContext)."""
+    check(ctx.searcher.get_configured_units() == units,
+          f"get_configured_units(): {units}, got {ctx.searcher.get_configured_units()}")
     lengths = []
     for op in ctx.searcher.operations(det.core.SearcherMode.WorkersAskChief):
         for batch in range(1, op.length + 1):
@@ -105,7 +107,10 @@ def checkpoints(ctx: det.core.Context, scratch: Path) -> dict[str, Any]:
     uuid = ctx.distributed.broadcast(uuid)
     dst = scratch / f"download-{ctx.distributed.rank}"
     ctx.checkpoint.download(uuid, dst, det.core.DownloadMode.NoSharedDownload)
-    check(sorted(p.name for p in dst.rglob("*") if p.is_file()) == ["model.txt"],
+    # as Determined's: the files the upload's selector chose, and the metadata.json
+    # every upload writes
+    check(sorted(p.name for p in dst.rglob("*") if p.is_file()) == ["metadata.json",
+                                                                    "model.txt"],
           f"download(): the uploaded files the selector chose, got {list(dst.rglob('*'))}")
     with ctx.checkpoint.restore_path(uuid, det.core.DownloadMode.LocalWorkersShareDownload) \
             as path:
@@ -172,7 +177,7 @@ def off_cluster(scratch: Path) -> dict[str, Any]:
         check(all(k.startswith("Dummy") for k in kinds.values()),
               f"off-cluster core.init() gives the Dummy contexts, got {kinds}")
         out = {"kinds": kinds, "distributed": distributed(ctx.distributed),
-               "searcher": searcher_loop(ctx)}
+               "searcher": searcher_loop(ctx, det.core.Unit.EPOCHS)}
         out["reports"] = train_reports(ctx, 1)
         with ctx.checkpoint.store_path({"steps_completed": 1}) as (path, uuid):
             (path / "w.txt").write_text("w\n")
@@ -247,7 +252,7 @@ def on_cluster(launcher: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         report["distributed"] = distributed(core_context.distributed)
-        report["searcher"] = searcher_loop(core_context)
+        report["searcher"] = searcher_loop(core_context, det.core.Unit.BATCHES)
         report["reports"] = train_reports(core_context, 2)
         report["checkpoints"] = checkpoints(core_context, scratch)
         report["preempted"] = preemption(core_context)

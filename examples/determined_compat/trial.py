@@ -94,8 +94,12 @@ class CompatTrial(det.pytorch.PyTorchTrial):
         context.experimental.disable_dataset_reproducibility_checks()
         context.set_enable_tensorboard_logging(True)
         check(context.get_enable_tensorboard_logging() is True, "tensorboard logging flag")
-        context.set_profiler(enabled=False)
-        check(context.profiler is None, "no profiler")
+        # as Determined's docs: torch.profiler.profile's own arguments (a short schedule;
+        # the Trainer steps it around each train_batch)
+        context.set_profiler(activities=[torch.profiler.ProfilerActivity.CPU],
+                             schedule=torch.profiler.schedule(wait=1, warmup=1, active=1,
+                                                              repeat=1))
+        check(context.profiler is not None, "a torch profiler")
         check(context.get_tensorboard_path().is_dir(), "get_tensorboard_path() is made")
         self.writer = context.get_tensorboard_writer()
         # Determined wants the scaler before the model

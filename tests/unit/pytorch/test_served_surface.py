@@ -150,8 +150,8 @@ def test_reducers_combine_ranks_in_dataset_order() -> None:
         r = reducers.wrap(list, "order", True, True)
         for v in values:
             r.update(v)  # type: ignore[attr-defined]
-    mine0 = [e[0].per_slot_reduce() for e in rank0.entries]
-    mine1 = [e[0].per_slot_reduce() for e in rank1.entries]
+    mine0 = [e.reducer.per_slot_reduce() for e in rank0.entries]
+    mine1 = [e.reducer.per_slot_reduce() for e in rank1.entries]
     both = ReducerSet(lambda _x: [mine0, mine1])
     both.entries = rank0.entries
     assert both.reduce(for_training=True) == {"order": [0, 1, 2, 3, 4]}
@@ -168,7 +168,7 @@ def test_reducer_results_must_match_their_name() -> None:
     other.wrap(lambda vs: {"a": 1.0}, "named", True, True)
     with pytest.raises(ValueError, match="returned a dict"):
         other.reduce(for_training=True)
-    fn = other.entries[0][0]
+    fn = other.entries[0].reducer
     with pytest.raises(ValueError, match="twice"):
         other.wrap(fn, None, True, True)
     with pytest.raises(TypeError, match="MetricReducer"):
