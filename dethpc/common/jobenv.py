@@ -136,6 +136,7 @@ ENV_DB_BUSY_TIMEOUT_S = "DETHPC_DB_BUSY_TIMEOUT_S"
 ENV_SQLITE_JOURNAL = "DETHPC_SQLITE_JOURNAL"
 ENV_SQLITE_SYNCHRONOUS = "DETHPC_SQLITE_SYNCHRONOUS"
 ENV_DETECT = "DETHPC_DETECT"
+ENV_FAST_READ = "DETHPC_FAST_READ"
 ENV_CATCH_UP = "DETHPC_CATCH_UP"
 ENV_REMOTE_CONFIG = "DETHPC_REMOTE_CONFIG"
 ENV_TEMPLATE_DIR = "DETHPC_TEMPLATE_DIR"
@@ -295,6 +296,10 @@ TABLE: tuple[EnvVar, ...] = (
            "`wal` is refused off a local disk)", Where.LOGIN),
     EnvVar(ENV_SQLITE_SYNCHRONOUS, (_U,), "dethpc.store.sqlite",
            "SQLite's `synchronous` level (default `full`)", Where.LOGIN),
+    EnvVar(ENV_FAST_READ, (_U,), "dethpc.surfaces.cli.fastread",
+           "`0`: `experiment list`/`describe` and `trial logs` take the full CLI's path "
+           "(SQLAlchemy) instead of reading a SQLite store at head with sqlite3",
+           Where.LOGIN),
     EnvVar(ENV_DETECT, (_U,), "dethpc.backends.slurm_detect",
            "`0`: never probe Slurm (without a config file the backend is local)", Where.LOGIN),
     EnvVar(ENV_CATCH_UP, (_U,), "the CLI's views",

@@ -22,12 +22,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-import yaml
 from sqlmodel import Session, select
 
+from dethpc.common.errors import ConfigError
 from dethpc.common.flock import flocked
 from dethpc.common.jobref import JobRef, parse_job_id
 from dethpc.common.kinds import EventKind
+from dethpc.config._yaml import load_stored_yaml
 from dethpc.control.submission import Ledger, SubmissionKind
 from dethpc.store import Store
 from dethpc.store.models import (
@@ -92,8 +93,8 @@ def job_name_of(exp: Experiment) -> str:
     (``plain.config_yaml`` writes the job's name there; the experiment's own name may be
     changed later)."""
     try:
-        cfg = yaml.safe_load(exp.config_yaml)
-    except yaml.YAMLError:
+        cfg = load_stored_yaml(exp.config_yaml)
+    except ConfigError:
         cfg = None
     name = cfg.get("name") if isinstance(cfg, dict) else None
     return str(name) if name else exp.name
