@@ -201,6 +201,21 @@ def _signature(info: CheckpointInfo) -> tuple[tuple[str, int, int], ...] | None:
     return tuple(out)
 
 
+def _copy_out(src: Path, dst: Path, selector: Callable[[str], bool] | None) -> None:
+    """``download``'s copy: the checkpoint's files ``selector`` chooses, and its
+    ``metadata.json`` rewritten as Determined's (the user's metadata at the top level)."""
+    for file in _payload_files(src):
+        rel = file.relative_to(src).as_posix()
+        if selector is not None and not selector(rel):
+            continue
+        if rel == METADATA_FILE:
+            dst.mkdir(parents=True, exist_ok=True)
+            (dst / rel).write_text(json.dumps(read_metadata(src).metadata, indent=2))
+            continue
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(file, dst / rel)
+
+
 class CheckpointContext:
     """``store_path`` / ``restore_path`` / ``latest`` over one checkpoint directory."""
 
@@ -436,18 +451,8 @@ class CheckpointContext:
         ``upload``/``store_path`` (``steps_completed`` among them) at the top level, not
         dethpc's own record of the checkpoint (its files' checksums)."""
         DownloadMode(download_mode)
-        dst = Path(ckpt_dir)
         with self.restore_path(storage_id) as src:
-            for file in _payload_files(src):
-                rel = file.relative_to(src).as_posix()
-                if selector is not None and not selector(rel):
-                    continue
-                if rel == METADATA_FILE:
-                    dst.mkdir(parents=True, exist_ok=True)
-                    (dst / rel).write_text(json.dumps(read_metadata(src).metadata, indent=2))
-                    continue
-                (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(file, dst / rel)
+            _copy_out(src, Path(ckpt_dir), selector)
 
     def _path_of(self, uuid: str) -> Path:
         if not isinstance(uuid, str) or not uuid or "/" in uuid or uuid.startswith("."):
