@@ -3,9 +3,12 @@
 Owns: the single-daemon lock (an fcntl lock on ``$DETHPC_HOME/daemon.lock``,
 held for the daemon's life, so two daemons never tick the same database), the
 pidfile, ``start`` (detached ``dethpc daemon run`` with its log in
-``$DETHPC_HOME/daemon.log``), ``prestart`` (the same process started at a command's
+``$DETHPC_HOME/daemon.log``, under its supervisor ``dethpc.common.supervisor``, which
+starts it again with back-off when it is killed or crashes: docs/reliability.md),
+``prestart`` (the same process started at a command's
 first line, so that its start overlaps the command's own; ``start`` adopts it, and it is
-stopped when the command exits without having done so), ``stop`` and ``status``, and
+stopped when the command exits without having done so), ``stop`` (the supervisor
+first, so nothing comes back) and ``status``, and
 ``wake`` (the file a client touches after it changed an experiment, so that an idle
 daemon ticks now).
 Must not: tick (``dethpc.control.daemon`` does).
@@ -16,6 +19,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -27,6 +31,7 @@ from typing import IO
 
 from dethpc.common.errors import DethpcError
 from dethpc.common.paths import dethpc_home, make_private_dir
+from dethpc.common.supervisor import EXIT_BUSY
 
 
 def lock_path() -> Path:
@@ -39,6 +44,14 @@ def pid_path() -> Path:
 
 def log_path() -> Path:
     return dethpc_home() / "daemon.log"
+
+
+def supervisor_lock_path() -> Path:
+    return dethpc_home() / "daemon-supervisor.lock"
+
+
+def supervisor_pid_path() -> Path:
+    return dethpc_home() / "daemon-supervisor.pid"
 
 
 def wake_path() -> Path:
@@ -81,28 +94,45 @@ def daemon_lock(block: bool = False) -> Iterator[bool]:
         f.close()
 
 
-def running_pid() -> int | None:
-    """The pid of the running daemon, or None (the lock, not the pidfile, is the truth)."""
-    if not lock_path().exists():
+def _holder(lock: Path, pidfile: Path) -> int | None:
+    """The pid in ``pidfile`` while someone holds ``lock`` (-1: unreadable), else None."""
+    if not lock.exists():
         return None
-    with open(lock_path(), "a+") as f:
+    with open(lock, "a+") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             try:
-                return int(pid_path().read_text().strip())
+                return int(pidfile.read_text().strip())
             except (FileNotFoundError, ValueError):
                 return -1
         fcntl.flock(f, fcntl.LOCK_UN)
     return None
 
 
+def running_pid() -> int | None:
+    """The pid of the running daemon, or None (the lock, not the pidfile, is the truth)."""
+    return _holder(lock_path(), pid_path())
+
+
+def supervisor_pid() -> int | None:
+    """The pid of the daemon's supervisor, or None (its lock is the truth)."""
+    return _holder(supervisor_lock_path(), supervisor_pid_path())
+
+
 def _spawn(extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """The supervisor (``dethpc.common.supervisor``: standard library only, asleep in
+    ``sigwaitinfo``) of a ``dethpc daemon run``, detached, both writing to the log. The
+    daemon's argv is one JSON word of the supervisor's, so a process list that looks
+    for ``daemon`` ``run`` finds the daemon alone."""
     make_private_dir(dethpc_home())
     env = {**os.environ, **(extra_env or {})}
+    daemon = [sys.executable, "-m", "dethpc.surfaces.cli.main", "daemon", "run"]
     with open(log_path(), "ab") as log:
         return subprocess.Popen(  # noqa: S603
-            [sys.executable, "-m", "dethpc.surfaces.cli.main", "daemon", "run"],
+            [sys.executable, "-m", "dethpc.common.supervisor", "--command", json.dumps(daemon),
+             "--lock", str(supervisor_lock_path()), "--pidfile", str(supervisor_pid_path()),
+             "--ready-pidfile", str(pid_path())],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
             start_new_session=True, close_fds=True)
 
@@ -119,7 +149,8 @@ def prestart() -> None:
     daemon's start (about 2 s of imports on an idle login node) runs beside the
     command's own instead of after it. Stopped at this process's exit unless ``start``
     adopted it (a submit refused for a bad config leaves no daemon behind)."""
-    if _Prestarted.proc is not None or running_pid() is not None:
+    if _Prestarted.proc is not None or running_pid() is not None \
+            or supervisor_pid() is not None:
         return
     _Prestarted.proc = _spawn()
     atexit.register(_drop_prestarted)
@@ -140,34 +171,52 @@ def start(extra_env: dict[str, str] | None = None, wait_s: float = 120.0) -> int
     Waits on events: it returns as soon as the new daemon holds the lock and fails as
     soon as it exits. ``wait_s`` only bounds a daemon stuck before its lock (a hung
     home file system); it is long because a loaded 2-core login node took more than
-    10 s just to import the daemon (1.6 s when idle)."""
+    10 s just to import the daemon (1.6 s when idle).
+
+    A supervisor that waits out a back-off (its daemon died) is asked to start it now
+    (SIGUSR1) and waited for instead of starting a second one."""
     proc, _Prestarted.proc = _Prestarted.proc, None
     pid = running_pid()
     if pid is not None:
         return pid
-    if proc is None:
+    keeper = supervisor_pid()
+    if keeper is not None and keeper > 0:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(keeper, signal.SIGUSR1)
+    elif proc is None:
         proc = _spawn(extra_env)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         pid = running_pid()
         if pid is not None:
             return pid
-        if proc.poll() is not None:
-            raise DethpcError(f"the daemon exited at once (code {proc.returncode}); "
+        if proc is not None and proc.poll() is not None:
+            if proc.returncode != EXIT_BUSY:
+                raise DethpcError(f"the daemon exited at once (code {proc.returncode}); "
+                                  f"see {log_path()}")
+            proc = None                 # another start's supervisor won: wait for its daemon
+        if proc is None and supervisor_pid() is None:
+            raise DethpcError(f"the daemon's supervisor exited without starting it; "
                               f"see {log_path()}")
         time.sleep(0.05)
     raise DethpcError(f"the daemon did not take its lock within {wait_s:.0f}s; see {log_path()}")
 
 
 def stop(timeout_s: float = 30.0) -> int | None:
-    """SIGTERM the daemon (it finishes its tick) and wait; returns the pid stopped."""
-    pid = running_pid()
-    if pid is None or pid <= 0:
-        return None
-    os.kill(pid, signal.SIGTERM)
+    """SIGTERM the daemon's supervisor (it restarts nothing after, forwards the signal and
+    exits once the daemon did) and the daemon (it finishes its tick), and wait for both;
+    returns the daemon's pid stopped (None when none ran)."""
+    keeper, pid = supervisor_pid(), running_pid()
+    for target in (keeper, pid):
+        if target is not None and target > 0:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(target, signal.SIGTERM)
+    if pid is not None and pid <= 0:
+        pid = None
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if running_pid() is None:
+        if running_pid() is None and supervisor_pid() is None:
             return pid
         time.sleep(0.1)
-    raise DethpcError(f"daemon {pid} did not stop within {timeout_s:.0f}s")
+    raise DethpcError(f"daemon {pid} (supervisor {keeper}) did not stop within "
+                      f"{timeout_s:.0f}s")
