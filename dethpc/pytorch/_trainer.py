@@ -226,10 +226,15 @@ class Trainer:
         if target is not None:
             scale = 1 if unit == "batches" else bpe
             max_batches = target.length * scale
-            validate_at = {v * scale for v in target.validate_at}
-            if max_length is not None and max_length.batches(bpe) != max_batches:
-                log.warning("fit(max_length=%s) ignored: the searcher's target.json asks "
-                            "for %d %s", max_length, target.length, unit)
+            if max_length is not None and max_length.batches(bpe) < max_batches:
+                # Determined 0.38 trains to the user's length and lets the searcher stop
+                # it early: a trial shorter than its rung completes at its own length
+                log.info("fit(max_length=%s) is shorter than the searcher's target "
+                         "(%d %s): the trial completes at its own length",
+                         max_length, target.length, unit)
+                max_batches = max_length.batches(bpe)
+            validate_at = {b for b in (v * scale for v in target.validate_at)
+                           if b <= max_batches}
         elif max_length is not None:
             max_batches = max_length.batches(bpe)
         elif test_mode:
@@ -263,7 +268,9 @@ class Trainer:
             test_mode: bool | None = None,
             profiling_enabled: bool = False, *,
             test_validation_batches: int = 2) -> None:
-        """Train to the searcher's target (or ``max_length`` off-cluster).
+        """Train to the searcher's target, or to ``max_length`` when shorter (as
+        Determined: a trial whose own length ends below its rung completes there);
+        ``max_length`` alone off-cluster.
 
         The parameters are Determined 0.38's, in its order. ``checkpoint_policy``
         (``best``/``all``/``none``) and ``profiling_enabled`` are accepted and have no

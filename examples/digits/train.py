@@ -1,9 +1,10 @@
 """Train DigitsTrial with dethpc.core.init() + Trainer: ``entrypoint: python3 train.py``.
 
 On a cluster (DETHPC_TRIAL_DIR set) hyperparameters come from hparams.json and the
-length from target.json; off-cluster ``python3 train.py`` uses DEFAULTS and
-``--batches``. Validation/checkpoint periods come from the experiment config's
-min_validation_period / min_checkpoint_period when the daemon provides it.
+length from target.json (``--batches`` given there caps it: a trial completes at
+its own length, as Determined's); off-cluster ``python3 train.py`` uses DEFAULTS and
+``--batches`` (200 unless given). Validation/checkpoint periods come from the
+experiment config's min_validation_period / min_checkpoint_period when the daemon provides it.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ DEFAULTS = {"lr": 0.01, "hidden_size": 64, "dropout": 0.1, "optimizer": "adam",
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--batches", type=int, default=200,
-                        help="length off-cluster (on a cluster target.json wins)")
+    parser.add_argument("--batches", type=int, default=None,
+                        help="the trial's own length (default: the searcher's target; "
+                             "200 off-cluster)")
     parser.add_argument("--checkpoint-period", type=int, default=None)
     args = parser.parse_args()
     logging.basicConfig(level=os.environ.get("DETHPC_LOG_LEVEL", "INFO"),
@@ -33,7 +35,10 @@ def main() -> None:
         hparams = {**DEFAULTS, **core_context.hparams}
         context = PyTorchTrialContext(core_context, hparams=hparams)
         trial = DigitsTrial(context)
-        Trainer(trial, context).fit(max_length=Batch(args.batches),
+        batches = args.batches
+        if batches is None and core_context.searcher.target is None:
+            batches = 200
+        Trainer(trial, context).fit(max_length=Batch(batches) if batches else None,
                                     checkpoint_period=args.checkpoint_period)
 
 
