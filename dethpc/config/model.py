@@ -190,9 +190,12 @@ class WorkerPool:
     heartbeat_s: float = 5.0
     #: a lease not renewed for this long is handed back (its worker's node died)
     lease_timeout_s: float = 60.0
-    #: a worker with nothing to claim for this long exits (0: only on drain); the daemon
-    #: submits workers again when work comes
-    idle_exit_s: float = 300.0
+    #: a worker with nothing to claim for this long exits (0: only on drain or retire); the
+    #: daemon submits workers again when work comes. The daemon already retires idle
+    #: workers beyond the live runs each tick (``plan_workers``); this bounds the rest (a
+    #: daemon down or slow): 30 s, three of its longest ticks (``tick_max_s`` 10), by which
+    #: the run the searcher makes of a run's end has reached the queue (docs/worker-pool.md)
+    idle_exit_s: float = 30.0
 
 
 @dataclass(frozen=True)

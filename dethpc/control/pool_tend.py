@@ -7,9 +7,10 @@ trial run, one work item per run (a ``Job`` row of a ``BatchKind.ITEMS`` batch w
 ref is the item, ``dethpc.control.pool_view``) and one or more arrays of long-lived workers
 (``BatchKind.WORKERS`` batches, no Job rows). Each tick, per such experiment:
 expire the leases whose worker stopped renewing them (its node died), then
-``plan_workers``: submit workers while items wait (never more than live items, at most
-the pool's size), cancel surplus workers that have not started, retire running ones
-the pool no longer wants (``set-concurrency``), drain when no work will come.
+``plan_workers``: submit workers while items wait that no free worker takes (never more
+than live items, at most the pool's size), cancel surplus workers that have not started,
+retire running ones the pool no longer wants (idle beyond the live items, or
+``set-concurrency``), drain when no work will come.
 
 Idempotency: an item is put only if it was never put (``queue.known``) and its Job
 row commits after, under the name the next tick would compute again (the trial's
@@ -268,7 +269,8 @@ class PoolTender:
         waiting = len(queue.pending(paths))
         retired = _listdir(paths.retire)
         plan = view.plan_workers(pool_size(wp, cfg, live_items), workers, waiting=waiting,
-                                 live_items=live_items, active=active, retired=retired)
+                                 live_items=live_items, active=active, retired=retired,
+                                 busy=view.busy_workers(paths))
         if plan.drain:
             paths.drain.touch()
         elif plan.undrain:

@@ -159,27 +159,45 @@ class WorkerPlan:
     undrain: bool = False                 # work came back (activate): remove the drain
 
 
+def busy_workers(paths: queue.PoolPaths) -> set[str]:
+    """The job refs of the workers that hold a lease now (run a trial); one listing."""
+    refs = (queue.job_of_worker(name.partition(queue.LEASE_SEP)[0])
+            for name in queue.active_leases(paths))
+    return {r for r in refs if r}
+
+
 def plan_workers(want: int, workers: Sequence[Worker], *, waiting: int, live_items: int,
-                 active: bool, retired: Iterable[str] = ()) -> WorkerPlan:
+                 active: bool, retired: Iterable[str] = (),
+                 busy: Iterable[str] = ()) -> WorkerPlan:
     """How many workers to add, which to cancel, retire or keep.
 
     ``want``: the pool's size (> 0); ``workers``: the experiment's worker tasks as this
     tick saw them; ``waiting``: items no worker holds; ``live_items``: items not ended
-    (waiting or held); ``active``: the experiment may get new work; ``retired``: workers
-    already told to exit after their run. Rules:
+    (waiting, held, or ended but not yet judged); ``active``: the experiment may get new
+    work; ``retired``: workers already told to exit after their run; ``busy``: workers
+    that hold a lease (``busy_workers``). A pool holds a worker only while there is work
+    for it (GPUs held only while there is work, as Determined frees a trial's slots when
+    it ends). Rules:
 
     * nothing live and no new work to come: drain, cancel the workers not started;
     * never more workers than live items: a surplus not started yet is cancelled
-      (newest first); one running stays (idle, it waits for the searcher's next
-      promotion, until its own idle timeout), unless the pool itself shrank below the
-      running workers (``set-concurrency``): then the newest are retired after their run;
-    * items wait and fewer workers than ``min(want, live items)``: un-retire retired
-      ones first, then submit the rest."""
+      (newest first); a surplus of running workers that hold no lease is retired at once
+      (newest first: they exit at their next look, ``poolqueue.retired``). No work is
+      lost by it: whatever the searcher makes of a live run's end (a promotion, a new
+      trial) is taken by the worker that run frees, warm; and a run that ended but is
+      not judged yet still counts as live, so its worker is kept for that. The pool
+      itself shrunk below the running workers (``set-concurrency``): the newest are
+      retired after their run;
+    * items wait that no free worker (not started, or running without a lease) will
+      take, and fewer workers than ``min(want, live items)``: un-retire retired ones
+      first, then submit the rest; never more than those items (no worker is started
+      for a run that has ended or that a free worker takes)."""
     live = [w for w in workers if not w.state.is_terminal]
     retired_set = {r for r in retired if any(w.ref == r for w in live)}
     if not active and live_items == 0:
         return WorkerPlan(drain=True, cancel=tuple(w.ref for w in live
                                                     if w.state == JobState.PENDING))
+    busy_set = set(busy)
     target = min(want, live_items)
     counted = [w for w in live if w.ref not in retired_set]
     pending = sorted((w for w in counted if w.state == JobState.PENDING),
@@ -188,11 +206,16 @@ def plan_workers(want: int, workers: Sequence[Worker], *, waiting: int, live_ite
                      key=lambda w: sort_key(w.ref), reverse=True)
     cancel = [w.ref for w in pending[:max(0, len(counted) - target)]]
     retire = [w.ref for w in running[:max(0, len(running) - want)]]
+    staying = [w for w in running if w.ref not in retire]
+    idle = [w.ref for w in staying if w.ref not in busy_set]
+    retire += idle[:max(0, len(staying) - live_items)]
     have = len(counted) - len(cancel) - len(retire)
+    free = have - sum(1 for w in staying if w.ref in busy_set)
     keep: list[str] = []
     submit = 0
-    if waiting > 0 and have < target:
-        keep = sorted(retired_set, key=sort_key)[:target - have]
-        submit = target - have - len(keep)
+    need = min(target - have, waiting - free)
+    if need > 0:
+        keep = sorted(retired_set, key=sort_key)[:need]
+        submit = need - len(keep)
     return WorkerPlan(submit=submit, cancel=tuple(cancel), retire=tuple(retire),
                       keep=tuple(keep), undrain=active and waiting > 0)

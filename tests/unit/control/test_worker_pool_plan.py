@@ -28,35 +28,64 @@ def ws(*states: JobState) -> list[view.Worker]:
     return [view.Worker(f"7_{i}", st) for i, st in enumerate(states)]
 
 
+ALL = ("7_0", "7_1", "7_2", "7_3")   # every worker holds a lease
+
 PLANS = [
-    # (want, workers, waiting, live items, active, retired) -> plan
+    # (want, workers, waiting, live items, active, retired, busy) -> plan
     ("first items: a worker per item up to the pool's size",
-     (4, ws(), 3, 3, True, ()), view.WorkerPlan(submit=3, undrain=True)),
-    ("more items than the pool", (2, ws(), 5, 5, True, ()),
+     (4, ws(), 3, 3, True, (), ()), view.WorkerPlan(submit=3, undrain=True)),
+    ("more items than the pool", (2, ws(), 5, 5, True, (), ()),
      view.WorkerPlan(submit=2, undrain=True)),
-    ("enough workers (pending ones count)", (2, ws(R, P), 3, 5, True, ()),
+    ("enough workers (pending ones count)", (2, ws(R, P), 3, 5, True, (), ("7_0",)),
      view.WorkerPlan(undrain=True)),
-    ("a worker ended: replace it while items wait", (2, ws(R, D), 1, 2, True, ()),
+    ("a worker ended: replace it while items wait", (2, ws(R, D), 1, 2, True, (), ("7_0",)),
      view.WorkerPlan(submit=1, undrain=True)),
-    ("nothing waits: no new worker", (2, ws(R, D), 0, 1, True, ()), view.WorkerPlan()),
-    ("fewer items than workers: cancel the one not started, keep the idle running one",
-     (4, ws(R, R, P), 0, 1, True, ()), view.WorkerPlan(cancel=("7_2",))),
+    ("nothing waits: no new worker", (2, ws(R, D), 0, 1, True, (), ("7_0",)),
+     view.WorkerPlan()),
+    ("fewer items than workers: cancel the one not started, retire the idle running one",
+     (4, ws(R, R, P), 0, 1, True, (), ("7_0",)),
+     view.WorkerPlan(cancel=("7_2",), retire=("7_1",))),
+    ("ASHA stopped most trials: the idle workers beyond the live runs leave, newest first",
+     (64, ws(R, R, R, R), 0, 2, True, (), ("7_1",)),
+     view.WorkerPlan(retire=("7_3", "7_2"))),
+    ("a run ended, not judged yet: it is live, its idle worker stays for its follow-up",
+     (64, ws(R, R), 0, 2, True, (), ("7_0",)), view.WorkerPlan()),
+    ("a busy worker is never retired for idleness, even beyond the live items",
+     (4, ws(R, R), 0, 1, True, (), ("7_0", "7_1")), view.WorkerPlan()),
+    ("an idle worker will take the waiting item: no new worker for it",
+     (4, ws(R, R), 1, 2, True, (), ("7_0",)), view.WorkerPlan(undrain=True)),
+    ("a worker not started will take one waiting item: submit for the other only",
+     (4, ws(R, P), 2, 3, True, (), ("7_0",)), view.WorkerPlan(submit=1, undrain=True)),
+    ("live runs that ended unjudged get no new worker: only the waiting item does",
+     (8, ws(), 1, 3, True, (), ()), view.WorkerPlan(submit=1, undrain=True)),
     ("set-concurrency below the running workers: retire the newest",
-     (1, ws(R, R, R), 2, 5, True, ()), view.WorkerPlan(retire=("7_2", "7_1"), undrain=True)),
+     (1, ws(R, R, R), 2, 5, True, (), ALL),
+     view.WorkerPlan(retire=("7_2", "7_1"), undrain=True)),
     ("retired workers are not counted; grown back: keep one instead of submitting",
-     (2, ws(R, R, R), 1, 4, True, ("7_1", "7_2")), view.WorkerPlan(keep=("7_1",), undrain=True)),
+     (2, ws(R, R, R), 1, 4, True, ("7_1", "7_2"), ALL),
+     view.WorkerPlan(keep=("7_1",), undrain=True)),
     ("experiment over: drain and cancel what has not started",
-     (2, ws(R, P, D), 0, 0, False, ()), view.WorkerPlan(drain=True, cancel=("7_1",))),
+     (2, ws(R, P, D), 0, 0, False, (), ()), view.WorkerPlan(drain=True, cancel=("7_1",))),
     ("paused with runs still stopping: no drain yet",
-     (2, ws(R, R), 0, 1, False, ()), view.WorkerPlan()),
+     (2, ws(R, R), 0, 2, False, (), ALL), view.WorkerPlan()),
 ]
 
 
 @pytest.mark.parametrize("name,args,plan", PLANS, ids=[p[0] for p in PLANS])
 def test_plan_workers(name, args, plan) -> None:
-    want, workers, waiting, live, active, retired = args
+    want, workers, waiting, live, active, retired, busy = args
     assert view.plan_workers(want, workers, waiting=waiting, live_items=live, active=active,
-                             retired=retired) == plan
+                             retired=retired, busy=busy) == plan
+
+
+def test_busy_workers_are_the_lease_holders_job_refs(tmp_path: Path) -> None:
+    paths = queue.PoolPaths(tmp_path / "pool").create()
+    for t in (1, 2, 3):
+        queue.enqueue(paths, _item(t, 0))
+    held = [queue.claim(paths, queue.worker_id(ref, 40, "n1")) for ref in ("7_0", "7_3")]
+    assert all(held)
+    assert queue.claim(paths, queue.worker_id("0", 41, "n1")) is not None  # not a job
+    assert view.busy_workers(paths) == {"7_0", "7_3"}
 
 
 def _item(trial: int, seq: int, attempt: int = 0) -> queue.WorkItem:
