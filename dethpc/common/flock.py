@@ -2,7 +2,8 @@
 
 Owns: ``flocked``, the one way dethpc holds a lock file for a block (the local
 backend's spool, ``dethpc sbatch``'s submit token, the dev cluster's and the
-container image's build locks).
+container image's build locks), and ``held``, whether a submitter's lock is still held
+(``dethpc sbatch``'s and an interactive task's).
 Must not: decide where lock files live, or remove them.
 """
 
@@ -26,3 +27,19 @@ def flocked(path: Path, *, mode: int = 0o644) -> Iterator[int]:
         yield fd
     finally:
         os.close(fd)
+
+
+def held(path: Path) -> bool | None:
+    """Whether another process holds an flock on ``path`` now (probed without waiting:
+    the probe's own lock lasts microseconds); None when ``path`` cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

@@ -15,8 +15,6 @@ does), or submit a ``dethpc sbatch`` job again (a job not found ends its experim
 
 from __future__ import annotations
 
-import fcntl
-import os
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -25,7 +23,7 @@ from pathlib import Path
 from sqlmodel import Session, select
 
 from dethpc.common.errors import ConfigError
-from dethpc.common.flock import flocked
+from dethpc.common.flock import flocked, held
 from dethpc.common.jobref import JobRef, parse_job_id
 from dethpc.common.kinds import EventKind
 from dethpc.config._yaml import load_stored_yaml
@@ -74,18 +72,12 @@ def submitting(runs_root: Path) -> Iterator[str]:
 def submitter_alive(runs_root: Path, batch_name: str) -> bool:
     """Whether the ``dethpc sbatch`` that recorded ``batch_name`` still holds its lock."""
     path = lock_path(runs_root, batch_name.removeprefix(MARKER))
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
+    alive = held(path)
+    if alive is None:
         return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    path.unlink(missing_ok=True)
-    return False
+    if not alive:
+        path.unlink(missing_ok=True)
+    return alive
 
 
 def job_name_of(exp: Experiment) -> str:

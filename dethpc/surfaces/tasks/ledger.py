@@ -31,6 +31,7 @@ from pathlib import Path
 
 from dethpc.backends.base import Backend, JobRequest
 from dethpc.common.errors import DethpcError, SubmitError, SubmitLimitError
+from dethpc.common.flock import held
 from dethpc.common.traits import BackendKind
 from dethpc.control.experiments import current_user
 from dethpc.control.submission import Submission, SubmissionKind, adopt
@@ -201,18 +202,7 @@ def submitting(task: Task) -> bool | None:
     such record."""
     if task.job_ref or not task.work_dir or task.state.is_terminal:
         return None
-    path = Path(task.work_dir) / SUBMITTING
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    return held(Path(task.work_dir) / SUBMITTING)
 
 
 def left(store: Store, rows: Sequence[Task]) -> list[TaskLedger]:
