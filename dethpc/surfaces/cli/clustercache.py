@@ -123,16 +123,7 @@ def _saved(key: str, text: bytes) -> ReadFacts | None:
 
 
 def _save(key: str, text: bytes, facts: ReadFacts, needs: list[str]) -> None:
-    path = _file(key)
-    tmp = f"{path}.{os.getpid()}.tmp"
+    from dethpc.surfaces.cli.helpcache import save_keyed
+
     record = {"backend": facts.backend, "own_database": facts.own_database, "needs": needs}
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.write(key.encode() + b"\n" + json.dumps(record).encode() + b"\n" + text)
-        os.replace(tmp, path)
-    except (OSError, UnicodeError):
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+    save_keyed(_file(key), key, json.dumps(record).encode() + b"\n" + text)

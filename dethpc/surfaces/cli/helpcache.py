@@ -153,15 +153,23 @@ class recording:  # noqa: N801 - used as a function: ``with recording(argv):``
 
 
 def _save(key: str, text: str, stream: TextIO) -> None:
-    path = _path(key)
-    tmp = f"{path}.{os.getpid()}.tmp"
     try:
         data = text.encode(getattr(stream, "encoding", None) or "utf-8")
+    except UnicodeError:
+        return
+    save_keyed(_path(key), key, data)
+
+
+def save_keyed(path: str, key: str, data: bytes) -> None:
+    """Write ``key``'s line, then ``data``, to ``path`` whole or not at all (a temporary
+    file renamed over it); a saved copy that cannot be written is simply not saved."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(tmp, "wb") as f:
             f.write(key.encode() + b"\n" + data)
         os.replace(tmp, path)
-    except (OSError, UnicodeError):
+    except OSError:
         try:
             os.unlink(tmp)
         except OSError:
