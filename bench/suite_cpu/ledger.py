@@ -13,12 +13,14 @@ Must not: change anything the process does (no signal handlers, no output).
 """
 
 import atexit
-import os
+import json  # here, not at exit: a package imported inside an atexit callback makes an
+import os  # unhandled KeyboardInterrupt end with exit code 1, not by SIGINT
+import resource
 import sys
 
 
 def _role(argv: list[str]) -> str:
-    first = os.path.basename(argv[0]) if argv else ""
+    first = os.path.basename(str(argv[0] or "")) if argv else ""
     if first == "dethpc":
         words = [a for a in argv[1:] if not a.startswith("-")][:2]
         return "daemon" if words[:2] == ["daemon", "run"] else "cli"
@@ -31,9 +33,13 @@ def _role(argv: list[str]) -> str:
 
 
 def _write() -> None:
-    import json
-    import resource
+    try:
+        _append()
+    except Exception:  # noqa: BLE001 - a measurement never changes what the process prints
+        pass
 
+
+def _append() -> None:
     path = os.environ.get("DETHPC_CPU_LEDGER")
     if not path:
         return

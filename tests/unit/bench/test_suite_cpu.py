@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -81,11 +82,16 @@ def test_installed_pth_writes_one_line_per_process(tmp_path: Path) -> None:
         env = {**os.environ, "DETHPC_CPU_LEDGER": str(ledger)}
         env.pop("PYTEST_XDIST_WORKER", None)
         subprocess.run([sys.executable, "-c", "sum(range(10**6))"], env=env, check=True)
+        # the measured process ends as it would unmeasured: an unhandled KeyboardInterrupt
+        # by SIGINT (an import inside the atexit callback turned it into exit code 1)
+        ki = subprocess.run([sys.executable, "-c", "raise KeyboardInterrupt"], env=env,
+                            capture_output=True, text=True)
+        assert ki.returncode == -signal.SIGINT and "ledger" not in ki.stderr
         env.pop("DETHPC_CPU_LEDGER")
         subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
     finally:
         subprocess.run([*install, "--remove"], check=True, capture_output=True)
     lines = [json.loads(x) for x in ledger.read_text().splitlines()]
-    assert len(lines) == 1
+    assert len(lines) == 2          # the sum's and the interrupted one's
     assert lines[0]["role"] == "other" and lines[0]["argv"] == ["-c"]
     assert lines[0]["user_s"] + lines[0]["sys_s"] > 0
