@@ -36,6 +36,40 @@ def machine_cpu_s(ledger: Path) -> float | None:
     return round(sum(int(b[i]) - int(a[i]) for i in busy) / hz, 1)
 
 
+#: dethpc's own job-side processes (their CPU is dethpc's part of a job), by module
+JOB_SIDE = ("dethpc.launch.run_start", "dethpc.launch.run_end", "dethpc.launch.detenv",
+            "dethpc.surfaces.entry", "dethpc.backends.local_supervisor", "dethpc.launch._worker",
+            "dethpc.launch.worker", "dethpc.launch.torch_distributed", "dethpc.launch.deepspeed",
+            "dethpc.launch.mpi", "dethpc.launch.horovod", "dethpc.launch.hetjob",
+            "dethpc.launch.wrap_rank", "dethpc.surfaces.tasks")
+#: processes that run a user's training (dethpc's in-process launcher included)
+TRAINING = ("dethpc.launch._run_main", "dethpc.pytorch.run", "torch.distributed.run")
+CLI = ("dethpc.surfaces.cli.main", "dethpc.cli.main")
+
+
+def role_of(rec: dict[str, Any]) -> str:
+    """A process's role from what it ran (argv, ``__main__``'s module), not from its
+    environment: every process a test starts inherits pytest-xdist's variables.
+    ``cli`` and ``daemon`` (dethpc's login side), ``job-dethpc`` (dethpc's own job-side
+    processes), ``training`` (a user's program, under dethpc's launcher or not),
+    ``pytest`` (pytest, its workers, and ``python -c`` snippets), ``other``."""
+    argv = [str(a) for a in rec.get("argv") or []]
+    module = rec.get("module") or ""
+    first = os.path.basename(argv[0]) if argv else ""
+    words = [a for a in argv[1:] if not a.startswith("-")][:2]
+    if first == "dethpc" or module.startswith(CLI):
+        return "daemon" if words == ["daemon", "run"] else "cli"
+    if module == "dethpc.common.supervisor":
+        return "daemon"
+    if module.startswith(JOB_SIDE):
+        return "job-dethpc"
+    if module.startswith(TRAINING) or (not module and first.endswith(".py")):
+        return "training"
+    if first == "-c" or module.startswith(("pytest", "xdist")):
+        return "pytest"
+    return "other"
+
+
 def summarize(lines: list[dict[str, Any]]) -> dict[str, Any]:
     by_role: dict[str, dict[str, float]] = defaultdict(lambda: {"processes": 0, "cpu_s": 0.0})
     cli_by_command: Counter[str] = Counter()
@@ -43,6 +77,7 @@ def summarize(lines: list[dict[str, Any]]) -> dict[str, Any]:
     job_by_module: dict[str, float] = defaultdict(float)
     for rec in lines:
         cpu = float(rec["user_s"]) + float(rec["sys_s"])
+        rec = {**rec, "role": role_of(rec)}
         role = by_role[rec["role"]]
         role["processes"] += 1
         role["cpu_s"] += cpu
@@ -51,8 +86,8 @@ def summarize(lines: list[dict[str, Any]]) -> dict[str, Any]:
             key = " ".join(words) or "(no command)"
             cli_by_command[key] += 1
             cli_cpu_by_command[key] += cpu
-        if rec["role"] == "job":
-            job_by_module[rec.get("module") or os.path.basename(rec["argv"][0] or "?")] += cpu
+        if rec["role"] in ("job-dethpc", "training"):
+            job_by_module[rec.get("module") or os.path.basename(str(rec["argv"][0] or "?"))] += cpu
     total = sum(r["cpu_s"] for r in by_role.values())
     return {
         "processes": len(lines),

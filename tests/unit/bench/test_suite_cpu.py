@@ -64,7 +64,29 @@ def test_summary_sums_by_role_and_command() -> None:
     assert s["cli_top_commands"] == [  # by CPU, then by name
         {"command": "experiment list", "runs": 2, "cpu_s": 2.0},
         {"command": "submit x.yaml", "runs": 1, "cpu_s": 2.0}]
+    assert s["by_role"]["job-dethpc"]["cpu_s"] == 1.0
     assert s["job_top_modules"] == [{"module": "dethpc.launch.run_start", "cpu_s": 1.0}]
+
+
+@pytest.mark.parametrize(("argv", "module", "role"), [
+    (["/v/bin/dethpc", "experiment", "list"], None, "cli"),
+    (["/r/dethpc/surfaces/cli/main.py", "submit", "x.yaml"], "dethpc.surfaces.cli.main", "cli"),
+    (["/r/dethpc/surfaces/cli/main.py", "daemon", "run"], "dethpc.surfaces.cli.main", "daemon"),
+    (["/r/dethpc/common/supervisor.py", "{}"], "dethpc.common.supervisor", "daemon"),
+    (["/r/dethpc/launch/run_end.py"], "dethpc.launch.run_end", "job-dethpc"),
+    (["/r/dethpc/surfaces/entry.py", "latest-checkpoint"], "dethpc.surfaces.entry",
+     "job-dethpc"),
+    (["/r/dethpc/launch/worker/__main__.py"], "dethpc.launch.worker.__main__", "job-dethpc"),
+    (["/r/dethpc/launch/_run_main.py", "train.py"], "dethpc.launch._run_main", "training"),
+    (["train.py", "--steps", "3"], None, "training"),
+    (["-c"], None, "pytest"),
+    (["/v/lib/pytest/__main__.py"], "pytest.__main__", "pytest"),
+    (["/v/lib/jupyterlab/__main__.py"], "jupyterlab.__main__", "other"),
+])
+def test_roles_from_what_ran(argv: list[str], module: str | None, role: str) -> None:
+    """Every process a test starts inherits pytest-xdist's variables: the summary's role
+    comes from argv and the main module, never from the environment."""
+    assert _load("summarize").role_of({"argv": argv, "module": module}) == role
 
 
 def test_installed_pth_writes_one_line_per_process(tmp_path: Path) -> None:
