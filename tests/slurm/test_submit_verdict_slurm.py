@@ -127,9 +127,11 @@ def test_no_association_is_refused_for_the_user(slurm_cluster, cluster_user, use
     assert res.returncode == 1, out
     assert "Invalid account or account/partition combination specified" in out, out
     assert "pools.debug.account = 'dethpc'" in out and "Traceback" not in out
+    # --no-daemon: the verdict is sbatch's --test-only at submit; a daemon started as the
+    # user would outlive the test (its home is removed under it)
     ok = submit(site_with(user_tmp, "debug", account="ml-team", qos="limited"),
                 user_tmp / "home", "--config", "resources.resource_pool=debug",
-                user=cluster_user, python=user_python)
+                "--no-daemon", user=cluster_user, python=user_python)
     assert ok.returncode == 0, ok.stdout + ok.stderr   # the same user, an account it has
 
 
