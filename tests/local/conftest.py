@@ -67,3 +67,25 @@ def env_without_fault():
     env = dict(os.environ)
     env.pop("DETHPC_FAULT_POINT", None)
     return env
+
+
+def dethpc_processes(home: Path) -> dict[int, str]:
+    """The live supervisor and daemon processes whose DETHPC_HOME is ``home``:
+    pid -> 'supervisor' | 'daemon'."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            env = (proc / "environ").read_bytes().split(b"\0")
+            state = (proc / "stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+        if state == "Z" or f"DETHPC_HOME={home}".encode() not in env:
+            continue
+        if b"dethpc.common.supervisor" in argv:
+            found[int(proc.name)] = "supervisor"
+        elif b"daemon" in argv and b"run" in argv:
+            found[int(proc.name)] = "daemon"
+    return found

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.local.conftest import TOY, cli, env_without_fault, wait_for, write_config
+from tests.local.conftest import (
+    TOY,
+    cli,
+    dethpc_processes,
+    env_without_fault,
+    wait_for,
+    write_config,
+)
 
 
 def describe(exp_id):
@@ -200,20 +207,7 @@ def test_set_concurrency_cli_tops_up_and_refuses_bad_values(home, tmp_path):
 
 def _daemons_of(home: Path) -> list[int]:
     """The live ``dethpc daemon run`` processes whose DETHPC_HOME is ``home``."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-            env = (proc / "environ").read_bytes().split(b"\0")
-            state = (proc / "stat").read_text().rpartition(")")[2].split()[0]
-        except OSError:
-            continue
-        if b"daemon" in argv and b"run" in argv and state != "Z" \
-                and f"DETHPC_HOME={home}".encode() in env:
-            found.append(int(proc.name))
-    return found
+    return [pid for pid, role in dethpc_processes(home).items() if role == "daemon"]
 
 
 def test_submit_starts_the_daemon_at_its_first_line_and_a_refused_one_leaves_none(

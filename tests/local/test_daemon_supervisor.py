@@ -13,29 +13,7 @@ from pathlib import Path
 
 from dethpc.common.supervisor import Policy
 from dethpc.control import service
-from tests.local.conftest import TOY, cli, wait_for, write_config
-
-
-def _ours(home: Path) -> dict[int, str]:
-    """The live supervisor and daemon processes whose DETHPC_HOME is ``home``:
-    pid -> 'supervisor' | 'daemon'."""
-    found = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-            env = (proc / "environ").read_bytes().split(b"\0")
-            state = (proc / "stat").read_text().rpartition(")")[2].split()[0]
-        except OSError:
-            continue
-        if state == "Z" or f"DETHPC_HOME={home}".encode() not in env:
-            continue
-        if b"dethpc.common.supervisor" in argv:
-            found[int(proc.name)] = "supervisor"
-        elif b"daemon" in argv and b"run" in argv:
-            found[int(proc.name)] = "daemon"
-    return found
+from tests.local.conftest import TOY, cli, dethpc_processes, wait_for, write_config
 
 
 def _daemon_pid(home: Path) -> int | None:
@@ -80,7 +58,7 @@ def test_a_sigkilled_daemon_comes_back_and_its_experiment_completes(home, tmp_pa
     wait_for(lambda: _daemon_pid(home) not in (None, first) and _lease_pid(home)
              == _daemon_pid(home), timeout=120, what="a restarted daemon holding the lease")
     second = _daemon_pid(home)
-    assert _ours(home) == {keeper: "supervisor", second: "daemon"}
+    assert dethpc_processes(home) == {keeper: "supervisor", second: "daemon"}
     assert not Path(f"/proc/{first}").exists() or not _alive(first)
     cli("experiment", "wait", exp, "--timeout", "180", timeout=200)
     d = _describe(exp)
@@ -94,7 +72,7 @@ def test_daemon_stop_during_a_back_off_leaves_no_process(home):
     cli("daemon", "start")
     keeper = int((home / "daemon-supervisor.pid").read_text())
     first = _daemon_pid(home)
-    assert first is not None and _ours(home) == {keeper: "supervisor", first: "daemon"}
+    assert first is not None and dethpc_processes(home) == {keeper: "supervisor", first: "daemon"}
     os.kill(first, signal.SIGKILL)
     wait_for(lambda: "restarting it in" in (home / "daemon.log").read_text(), interval=0.02,
              what="the supervisor's back-off")
@@ -103,7 +81,8 @@ def test_daemon_stop_during_a_back_off_leaves_no_process(home):
     service.stop()
     # its lock is free: what is left is its interpreter's exit
     wait_for(lambda: not _alive(keeper), timeout=30, interval=0.05, what="its exit")
-    wait_for(lambda: _ours(home) == {}, timeout=30, interval=0.05, what="no process left")
+    wait_for(lambda: dethpc_processes(home) == {}, timeout=30, interval=0.05,
+             what="no process left")
     assert cli("daemon", "status", check=False).returncode == 1
     log = (home / "daemon.log").read_text()
     assert "stop asked" in log, log
@@ -137,4 +116,4 @@ def test_a_daemon_crashing_at_start_is_restarted_with_back_off_then_given_up(hom
                 for k in range(p.max_quick_failures - 1))
     assert took >= waits, (took, waits, log)
     assert "gave up: the child failed 5 times in a row" in log, log
-    assert _ours(home) == {}
+    assert dethpc_processes(home) == {}
