@@ -10,7 +10,6 @@ jobs, dependencies and failure handling on real Slurm, not that Apptainer pulls.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,20 +19,13 @@ import pytest
 
 from dethpc.jobs.imagepull import pull_job
 from tests.slurm.fixtures.harness import DaemonHarness, wait_until
-from tests.unit.jobs.test_containers import STANDIN
+from tests.slurm.fixtures.standin_runtime import standin_pull_site
 
 
 @pytest.fixture
 def site(tmp_path: Path, slurm_cluster: Any,
          monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[DaemonHarness, Path]]:
-    bin_dir = tmp_path / "bin"
-    (bin_dir / "log").mkdir(parents=True)
-    (bin_dir / "apptainer").write_text(STANDIN)
-    (bin_dir / "apptainer").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("STANDIN_DIR", str(bin_dir / "log"))
-    h = DaemonHarness.create(tmp_path / "dethpc", containers={
-        "runtime": "apptainer", "sif_cache": str(tmp_path / "sif"), "pull": "job"})
+    h, bin_dir = standin_pull_site(tmp_path, monkeypatch)
     yield h, bin_dir
     (bin_dir / "log" / "go").touch()
     h.cancel_all_experiments()

@@ -44,7 +44,7 @@ from dethpc.control.submission import SubmissionKind
 from dethpc.jobs.imagepull import pull_job
 from dethpc.store.models import Batch, BatchKind, BatchState
 from tests.slurm.fixtures.harness import DaemonHarness, toy_context, wait_until
-from tests.unit.jobs.test_containers import STANDIN
+from tests.slurm.fixtures.standin_runtime import standin_pull_site
 
 KINDS = (SubmissionKind.TRIALS, SubmissionKind.WORKERS, SubmissionKind.PULL)
 IMAGE = "org/img:1"
@@ -88,15 +88,8 @@ def site(tmp_path: Path, slurm_cluster: Any,
          monkeypatch: pytest.MonkeyPatch) -> Iterator[DaemonHarness]:
     """A daemon's home on the dev cluster; the stand-in runtime on the PATH its jobs
     inherit (used by the pull case only)."""
-    bin_dir = tmp_path / "bin"
-    (bin_dir / "log").mkdir(parents=True)
-    (bin_dir / "apptainer").write_text(STANDIN)
-    (bin_dir / "apptainer").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("STANDIN_DIR", str(bin_dir / "log"))
     monkeypatch.delenv("DETHPC_FAULT_POINT", raising=False)
-    h = DaemonHarness.create(tmp_path / "dethpc", containers={
-        "runtime": "apptainer", "sif_cache": str(tmp_path / "sif"), "pull": "job"})
+    h, _ = standin_pull_site(tmp_path, monkeypatch)
     yield h
     h.cancel_all_experiments()
 
