@@ -2,7 +2,8 @@
 
 Owns: ``Daemon.tick()`` — the order of the phases, read top to bottom — and
 ``Daemon.run()``, the loop that ticks and waits with back-off. The phases are units of
-their own (``dethpc.control.daemon``'s modules): recover, poll, reconcile, cancel,
+their own (``dethpc.control.daemon``'s modules): recover, poll (the tasks' jobs too:
+``tasks``), reconcile, cancel,
 submit (throttles, trials, the worker pool), the image gate, housekeeping, the hang
 watchdog and the watch between ticks. Backend calls per tick do not grow with the
 number of trials: one poll, at most one cancel (and one stack-dump signal), one sbatch
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from dethpc.backends.base import Backend, JobAction
 from dethpc.common.errors import DethpcError
+from dethpc.common.traits import BackendKind
 from dethpc.config.model import ClusterConfig
 from dethpc.control.adoption import Adopter
 from dethpc.control.daemon.batches import BatchSubmitter, TrialFiles
@@ -34,6 +36,7 @@ from dethpc.control.daemon.reconciling import Reconciling
 from dethpc.control.daemon.recovery import Recovery
 from dethpc.control.daemon.shared import Guard, LeaseLost, Scope, TickStats
 from dethpc.control.daemon.submit import SubmitPhase, Submitter
+from dethpc.control.daemon.tasks import TaskWatch
 from dethpc.control.daemon.watch import Watched, Watcher, next_delay
 from dethpc.control.daemon.watchdog import Watchdog
 from dethpc.control.lease import Lease
@@ -68,10 +71,12 @@ class Daemon:
                                  runs_root=cluster.runs_root)
         self.pulls = ImageGate(store, cluster, backend, python=python, tag=tag, clock=clock,
                                policy=self.budget)
+        #: interactive tasks' and TensorBoard's jobs on this backend, in the one poll
+        self.tasks = TaskWatch(store, self.scope, BackendKind.parse(cluster.backend))
         self.poller = Poller(store, backend, self.pools, self.scope,
                              pool_poll_s=cluster.pool_poll_s, actions=lambda: (
                                  self.canceller.jobs_cancelled + self.pools.workers_cancelled
-                                 + self.pools.cancels_put_off))
+                                 + self.pools.cancels_put_off), tasks=self.tasks)
         self.checkpoints = CheckpointDeleter(store)
         self.reconciling = Reconciling(store, clock, self.guard, self.canceller,
                                        self.checkpoints)
@@ -95,9 +100,11 @@ class Daemon:
         exp_ids = list(opened)
         stats.experiments = len(exp_ids)
         if not exp_ids:
+            self.tasks_alone(stats)
             return stats
         self.recovery.adopt(stats)                # batches a crash left SUBMITTING
         seen = self.poller.observe(stats, exp_ids)  # one poll of every live job
+        self.tasks.record(seen.infos, stats, fresh=seen.fresh)   # tasks' jobs that ended
         # pre-pull jobs that trials wait on, polled after them: Slurm kills a dependent
         # job only after its pull ended, so a trial job seen cancelled by a failed pull
         # has that pull's end seen here, and the experiment fails with the runtime's
@@ -130,10 +137,18 @@ class Daemon:
         if not exp_ids:
             return stats
         seen = self.poller.observe(stats, exp_ids, force=True)
+        self.tasks.record(seen.infos, stats)
         self.budget.start_tick(seen.user_jobs)
         cancel = self.reconciling.run(exp_ids, seen.infos, stats)
         self.canceller.cancel_wanted(cancel, stats)
         return stats
+
+    def tasks_alone(self, stats: TickStats) -> None:
+        """No experiment is open: the live tasks' jobs, when there are any, in one poll
+        (without them, no backend call)."""
+        if self.tasks.live():
+            self.guard.holds()
+            self.tasks.record(self.poller.observe(stats, [], force=True).infos, stats)
 
     def tick_once(self) -> TickStats:
         """One pass for cron (``dethpc daemon tick``): a tick, and when it started an image

@@ -1,8 +1,9 @@
 """The poll phase: every live job's state, in one backend call per tick.
 
 Owns: ``Poller.observe`` — the refs of every live job of this daemon's experiments plus
-the open experiments' pool workers, polled with one ``backend.poll`` (Slurm: one
-``squeue``, and one ``sacct`` only for refs that left the queue); a worker pool's items
+the open experiments' pool workers and the live tasks' jobs (``TaskWatch.refs``: a
+notebook, shell, command or TensorBoard job), polled with one ``backend.poll`` (Slurm:
+one ``squeue``, and one ``sacct`` only for refs that left the queue); a worker pool's items
 read from its directory (``dethpc.control.pool_view``); then the user's jobs as the
 backend lists them (``user_jobs``: Slurm answers from that same ``squeue``), which the
 submit phase counts against per-user limits. ``poll_plan`` is pure.
@@ -27,6 +28,7 @@ from sqlmodel import select
 
 from dethpc.backends.base import Backend, JobInfo
 from dethpc.control.daemon.shared import Scope, TickStats
+from dethpc.control.daemon.tasks import TaskWatch
 from dethpc.control.pool_tend import PoolTender
 from dethpc.control.pool_view import is_item_ref
 from dethpc.store import Store
@@ -81,8 +83,11 @@ class Poller:
     def __init__(self, store: Store, backend: Backend, pools: PoolTender,
                  scope: Scope, *, pool_poll_s: float = 0.0,
                  monotonic: Callable[[], float] = time.monotonic,
-                 actions: Callable[[], int] = lambda: 0) -> None:
+                 actions: Callable[[], int] = lambda: 0,
+                 tasks: TaskWatch | None = None) -> None:
         self.store, self.backend, self.pools, self.scope = store, backend, pools, scope
+        #: the live tasks' jobs, asked in the same call (None: none are)
+        self.tasks = tasks
         self.pool_poll_s, self.monotonic, self.actions = pool_poll_s, monotonic, actions
         #: the last backend answer (when, for which jobs, what it said), and the count
         #: of cancels then: one since makes the next tick poll (``poll_due``)
@@ -110,6 +115,9 @@ class Poller:
             refs = [ref for ref in s.exec(self.scope.mine(select(Job.ref).where(
                 Job.live == True), Job.experiment_id))  # noqa: E712
                     if ref]
+        if self.tasks is not None:
+            known = set(refs)
+            refs += [r for r in self.tasks.refs() if r not in known]
         workers = list(self.pools.worker_refs(exp_ids))
         plan = poll_plan(refs, workers)
         stats.polled = plan.polled

@@ -33,6 +33,7 @@ from dethpc.backends.base import Backend, JobRequest
 from dethpc.common.errors import DethpcError, SubmitError, SubmitLimitError
 from dethpc.common.flock import held
 from dethpc.common.traits import BackendKind
+from dethpc.control import task_end
 from dethpc.control.experiments import current_user
 from dethpc.control.submission import Submission, SubmissionKind, adopt
 from dethpc.store import Store
@@ -90,8 +91,8 @@ class TaskLedger:
             f"its submitter ended before it recorded the job id, and Slurm has no job "
             f"{self.name} with the comment {self.comment}: sbatch did not submit it")
         if not self.reason and (self.work_dir / logs.log_name(self.task_kind)).exists():
-            code = logs.exit_code(self.work_dir)
-            state = logs.ended_state(self.task_kind, code)
+            code = task_end.exit_code(self.work_dir)
+            state = task_end.ended_state(self.task_kind, code)
             said = f"exit code {code}" if code is not None else "no exit code"
             message = (f"its job ran ({said}) and left the queue before its submitter, "
                        "which ended, recorded the job id (Slurm's accounting keeps no "

@@ -1,9 +1,9 @@
-"""What a task's job leaves in its directory: its log and its exit code.
+"""What a task's job leaves in its directory: its log.
 
 Owns: ``log_path`` (``job.log`` of a notebook, shell or command job; ``server.log`` of
 TensorBoard), ``follow`` (copy what the file gains until the task's job or process
-has ended, then what is left), the exit code the job script writes (``EXIT_FILE``,
-``exit_code``) and what it makes of the task (``ended_state``).
+has ended, then what is left). The exit code the job script writes and what it makes
+of the task are ``dethpc.control.task_end``'s.
 """
 
 from __future__ import annotations
@@ -12,26 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from dethpc.store.models import Task, TaskKind, TaskState
-
-#: the file a task's job writes its command's exit code to
-EXIT_FILE = "exit-code"
-
-
-def exit_code(work_dir: str | Path) -> int | None:
-    """The command's exit code the job wrote, or None (cancelled, killed, not ended)."""
-    try:
-        return int((Path(work_dir) / EXIT_FILE).read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def ended_state(kind: TaskKind, code: int | None) -> TaskState:
-    """How a task whose job ended stands: ENDED when its exit code is 0 (or it has none
-    and is not a command), FAILED otherwise."""
-    if code or (code is None and kind == TaskKind.COMMAND):
-        return TaskState.FAILED
-    return TaskState.ENDED
+from dethpc.store.models import Task, TaskKind
 
 
 def log_name(kind: TaskKind) -> str:

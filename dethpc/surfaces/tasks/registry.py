@@ -11,8 +11,12 @@ command of Slurm's is run here); a task whose job is being submitted is alive wh
 its submitter is, and a record its submitter left unconfirmed is adopted (or failed) by
 the next list or kill that sees it (``dethpc.surfaces.tasks.ledger``). A task found dead is marked
 ``ended`` when listed (a notebook, shell or command job ``failed`` when the exit code
-its script wrote to ``EXIT_FILE`` is not 0: ``finish``, ``exit_code``). Kinds add
-their own start; list, finish and kill are these.
+its script wrote to ``EXIT_FILE`` is not 0: ``finish``, ``dethpc.control.task_end``).
+While this user's daemon runs, a list reads the states it recorded of the tasks whose
+jobs went to its backend (its one batched poll: ``dethpc.control.daemon.tasks``) and
+asks no backend about them; without a daemon, the listed tasks' jobs are asked of
+their backends in one poll per backend. Kinds add their own start; list, finish and
+kill are these.
 """
 
 from __future__ import annotations
@@ -34,16 +38,18 @@ from dethpc.common.paths import dethpc_home
 from dethpc.common.runner import CommandRunner
 from dethpc.common.traits import BackendKind
 from dethpc.config.model import ClusterConfig
+from dethpc.control import task_end
 from dethpc.control.experiments import current_user
+from dethpc.control.task_end import gone
 from dethpc.store import Store
 from dethpc.store.models import Task, TaskKind, TaskState, now
-from dethpc.surfaces.tasks import ledger, logs
+from dethpc.surfaces.tasks import ledger
 
 #: the longest socket path AF_UNIX takes (108 bytes on Linux, less a margin)
 MAX_SOCKET_PATH = 100
 
 #: the file a task's job writes its command's exit code to (``finish`` reads it)
-EXIT_FILE = logs.EXIT_FILE
+EXIT_FILE = task_end.EXIT_FILE
 
 
 def private_dir(path: Path) -> Path:
@@ -141,9 +147,8 @@ def backend(cluster: ClusterConfig | None = None, kind: BackendKind | None = Non
 
 
 def kind_of(task: Task) -> BackendKind:
-    """The backend the task's job went to (a row without one: Slurm's, the only one that
-    ran tasks' jobs before ``Task.backend`` was recorded)."""
-    return BackendKind.parse(task.backend) or BackendKind.SLURM
+    """The backend the task's job went to (``task_end.task_backend``)."""
+    return task_end.task_backend(task)
 
 
 def task_backend(task: Task) -> Backend:
@@ -188,8 +193,7 @@ def job_info(task: Task) -> JobInfo | None:
 
 def job_alive(task: Task) -> bool:
     """The task's backend still has its job (pending, running or suspended)."""
-    info = job_info(task)
-    return info is not None and not info.state.is_terminal
+    return not gone(job_info(task))
 
 
 def adopt_left(store: Store, rows: Sequence[Task]) -> int:
@@ -216,7 +220,10 @@ def alive(task: Task) -> bool | None:
 
 def tasks(store: Store, *, kind: TaskKind | None = None, include_ended: bool = False,
           everyone: bool = False) -> list[Task]:
-    """The user's tasks, oldest first; live ones found dead are marked ended."""
+    """The user's tasks, oldest first; live ones found dead are marked ended. While a
+    daemon runs, the states of the tasks whose jobs went to its backend are the ones it
+    recorded from its batched poll (``dethpc.control.daemon.tasks``); the other tasks'
+    jobs are asked of their backends here, one poll per backend (``job_infos``)."""
     with store.session() as s:
         q = select(Task).order_by(col(Task.id))
         if kind is not None:
@@ -227,16 +234,39 @@ def tasks(store: Store, *, kind: TaskKind | None = None, include_ended: bool = F
     if adopt_left(store, rows):   # submitters that died: their jobs
         with store.session() as s:
             rows = list(s.exec(q).all())
+    jobs = [t for t in rows if t.job_ref and not t.state.is_terminal]
+    tracked = daemon_backend(store) if jobs else None
+    infos = job_infos([t for t in jobs if kind_of(t) is not tracked])
     out = []
     for task in rows:
-        if not task.state.is_terminal and alive(task) is False and task.id is not None:
-            if task.kind in (TaskKind.COMMAND, TaskKind.NOTEBOOK, TaskKind.SHELL):
-                task = finish(store, task)   # ENDED, or FAILED by its exit code
-            else:
-                task = update(store, task.id or 0, state=TaskState.ENDED,
-                              message=task.message or "its process is gone")
+        if task.state.is_terminal or task.id is None:
+            dead = False
+        elif task.job_ref:
+            dead = kind_of(task) is not tracked and gone(infos.get(task.job_ref))
+        else:
+            dead = alive(task) is False
+        if dead:
+            task = finish(store, task)   # ENDED, or FAILED by its exit code
         if include_ended or not task.state.is_terminal:
             out.append(task)
+    return out
+
+
+def daemon_backend(store: Store) -> BackendKind | None:
+    """The backend whose tasks' jobs a running daemon of this user polls and records
+    (the cluster config's), or None when no daemon runs."""
+    from dethpc.surfaces import views
+
+    if not views.daemon_running(store, current_user()):
+        return None
+    return BackendKind.parse(site_cluster().backend)
+
+
+def job_infos(rows: Sequence[Task]) -> dict[str, JobInfo]:
+    """What the backends say of these tasks' jobs: one poll per backend they went to."""
+    out: dict[str, JobInfo] = {}
+    for kind in dict.fromkeys(kind_of(t) for t in rows):
+        out.update(backend(kind=kind).poll([t.job_ref for t in rows if kind_of(t) is kind]))
     return out
 
 
@@ -291,17 +321,12 @@ def _terminate(pid: int, grace_s: float, running: Callable[[], bool]) -> None:
 
 def exit_code(task: Task) -> int | None:
     """The command's exit code the job wrote, or None (cancelled, killed, not ended)."""
-    return logs.exit_code(task.work_dir)
+    return task_end.exit_code(task.work_dir)
 
 
 def finish(store: Store, task: Task, *, message: str = "") -> Task:
-    """Record how a task's job ended: ENDED when its exit code is 0 (or it has none and
-    was not a command), FAILED otherwise (``logs.ended_state``)."""
+    """Record how a task's job or process ended (``task_end.end_fields``: a notebook,
+    shell or command ENDED when its exit code is 0, or it has none and was not a
+    command, FAILED otherwise; TensorBoard ENDED)."""
     assert task.id is not None
-    code = exit_code(task)
-    if code is None and task.kind == TaskKind.COMMAND:
-        default = "the job ended without an exit code (cancelled, or out of time?)"
-    else:
-        default = f"exit code {code}" if code is not None else "ended"
-    return update(store, task.id, state=logs.ended_state(task.kind, code),
-                  message=message or default)
+    return update(store, task.id, **task_end.end_fields(task, message=message))
