@@ -7,8 +7,13 @@ one task), the per-user limits a pool's jobs fall under (``Limit``, ``PoolLimits
 and plans with them) and the ``Backend`` protocol.
 Must not: run commands or touch the store.
 
-Job references are strings: ``"<array_job_id>_<task>"`` for array tasks (the
-form ``squeue``/``sacct``/``scancel`` accept) and ``"<job_id>"`` otherwise.
+Job references are ``JobRef``s (``dethpc.common.jobref``): ``"<array_job_id>_<task>"``
+for array tasks (the form ``squeue``/``sacct``/``scancel`` accept) and ``"<job_id>"``
+otherwise, each a ``str`` with its parts known. A backend gives them (``submit``) and
+takes them (``poll``, ``cancel``, ``act``, ``signal_steps``); text from elsewhere is
+read into one with ``JobRef.parse``/``job_refs`` first. A ``JobInfo``'s ``ref`` is the
+``JobRef`` asked about (a worker pool's item, read from its directory and never a
+backend's, is named by its own text: ``dethpc.control.pool_view``).
 """
 
 from __future__ import annotations
@@ -77,15 +82,15 @@ class JobRequest:
     #: else ``slurm-%j.out``; local: its spool's ``output.log``)
     output: Path | None = None
 
-    def task_ref(self, job_id: str, index: int) -> str:
+    def task_ref(self, job_id: str, index: int) -> JobRef:
         """The ref of task ``index`` of the job ``job_id`` this request became (the job
         itself when it is no array)."""
-        return str(JobRef(job_id).task_ref(index if self.array_indices else None))
+        return JobRef(job_id).task_ref(index if self.array_indices else None)
 
 
 @dataclass(frozen=True)
 class JobInfo:
-    ref: str                         # "<array_job_id>_<task>" or "<job_id>"
+    ref: str                         # a JobRef: "<array_job_id>_<task>" or "<job_id>"
     state: JobState
     raw_state: str = ""              # the backend's own word (e.g. "NODE_FAIL")
     exit_code: int | None = None
@@ -111,29 +116,29 @@ class Backend(Protocol):
         """True when this backend can be used from this machine."""
         ...
 
-    def submit(self, request: JobRequest) -> list[str]:
+    def submit(self, request: JobRequest) -> list[JobRef]:
         """Submit one (array) job; return one ref per array index, in index order."""
         ...
 
-    def poll(self, refs: Sequence[str]) -> dict[str, JobInfo]:
-        """One batched query for all refs. A ref the backend has no record of is UNKNOWN;
-        one it cannot tell about this time (Slurm's accounting down or behind) is left
-        out of the answer: no news, never a verdict."""
+    def poll(self, refs: Sequence[JobRef]) -> dict[str, JobInfo]:
+        """One batched query for all refs, keyed by them. A ref the backend has no
+        record of is UNKNOWN; one it cannot tell about this time (Slurm's accounting
+        down or behind) is left out of the answer: no news, never a verdict."""
         ...
 
     def find(self, names: Sequence[str]) -> list[JobInfo]:
         """Jobs (tasks) whose job name is one of ``names``: adoption after a crash."""
         ...
 
-    def cancel(self, refs: Sequence[str], signal: str | None = None) -> None:
+    def cancel(self, refs: Sequence[JobRef], signal: str | None = None) -> None:
         """Cancel (or signal, when ``signal`` is given) all refs in one call."""
         ...
 
-    def act(self, refs: Sequence[str], action: JobAction) -> None:
+    def act(self, refs: Sequence[JobRef], action: JobAction) -> None:
         """``action`` on all refs in one call (Slurm: ``scontrol requeue|release``)."""
         ...
 
-    def signal_steps(self, refs: Sequence[str], signal: str) -> None:
+    def signal_steps(self, refs: Sequence[JobRef], signal: str) -> None:
         """Send ``signal`` to the processes of the jobs' steps (every rank), not to
         their batch shells (the hang watchdog's stack dump; ``KILL``: the steps end and
         the batch shells record the run's end). O(1) calls for all refs."""

@@ -53,7 +53,7 @@ from dethpc.backends.local_spool import (
 )
 from dethpc.backends.local_supervisor import kill_group, signal_number
 from dethpc.common.errors import NotFoundError, SubmitError
-from dethpc.common.jobref import sort_key
+from dethpc.common.jobref import JobRef, sort_key
 from dethpc.common.sbatch_options import script_header, task_count
 from dethpc.common.traits import LOCAL, BackendTraits
 
@@ -107,7 +107,7 @@ class LocalBackend:
     def user_jobs(self) -> list[JobInfo] | None:
         return None
 
-    def submit(self, request: JobRequest) -> list[str]:
+    def submit(self, request: JobRequest) -> list[JobRef]:
         indices: list[int | None] = list(sorted(set(request.array_indices))) or [None]
         if any(i is not None and (i < 0 or i >= LOCAL_MAX_ARRAY_SIZE) for i in indices):
             raise SubmitError(f"array index out of range 0..{LOCAL_MAX_ARRAY_SIZE - 1}")
@@ -124,9 +124,9 @@ class LocalBackend:
         if request.array_indices:
             self.spool.array_dir(job).mkdir(parents=True, exist_ok=True)
             write_text_atomic(self.spool.throttle(job), f"{request.throttle or 0}\n")
-        refs: list[str] = []
+        refs: list[JobRef] = []
         for pos, index in enumerate(indices):
-            ref = request.task_ref(job, index) if index is not None else job
+            ref = request.task_ref(job, index) if index is not None else JobRef(job)
             self._create_task(ref, request, first + pos, job, index,
                               refs[-1] if refs else None, tasks)
             refs.append(ref)

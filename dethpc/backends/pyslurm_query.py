@@ -137,19 +137,19 @@ def _text(value: Any) -> str:
     return "" if text in _EMPTY else text
 
 
-def _refs(job: Any) -> list[str]:
+def _refs(job: Any) -> list[JobRef]:
     """The dethpc refs one pyslurm record stands for (squeue ``-r`` forms)."""
     job_id = getattr(job, "id", None)
     het_id = getattr(job, "heterogeneous_id", None)  # pyslurm >= 23.02 only
     if het_id:
-        return [str(JobRef(str(het_id)).component(
-            int(getattr(job, "heterogeneous_offset", None) or 0)))]
+        return [JobRef(str(het_id)).component(
+            int(getattr(job, "heterogeneous_offset", None) or 0))]
     array_id = getattr(job, "array_id", None)
     if not array_id:
-        return [str(job_id)]
+        return [JobRef(str(job_id))]
     task = getattr(job, "array_task_id", None)
     if task is not None:
-        return [str(JobRef(str(array_id), task=int(task)))]
+        return [JobRef(str(array_id), task=int(task))]
     waiting = _text(getattr(job, "array_tasks_waiting", None))
     if waiting:  # the array's pending remainder, one record for many tasks
         try:
@@ -157,9 +157,9 @@ def _refs(job: Any) -> list[str]:
         except ValueError:
             # an unparsable list: the array's own id, which the backend's poll
             # hands to every task without a record of its own
-            return [str(array_id)]
+            return [JobRef(str(array_id))]
         return task_refs(str(array_id), tasks)
-    return [str(JobRef(str(array_id), task=0))]  # a task whose index reads "no value": 0
+    return [JobRef(str(array_id), task=0)]  # a task whose index reads "no value": 0
 
 
 def job_infos(job: Any) -> list[JobInfo]:

@@ -34,6 +34,7 @@ from dethpc.backends.slurm_poll import SlurmPoll
 from dethpc.backends.slurm_ratelimit import RpcPacer, parse_rate_limit, subject_to_limit
 from dethpc.backends.slurm_site import SlurmSite, slurm_up
 from dethpc.common.errors import CommandError
+from dethpc.common.jobref import JobRef
 from dethpc.common.runner import CommandRunner
 from dethpc.common.traits import SLURM, BackendTraits
 
@@ -124,7 +125,7 @@ class SlurmBackend:
         self._paced()
         return slurm_submit.judge(self.runner, request, self.max_array_size)
 
-    def submit(self, request: JobRequest) -> list[str]:
+    def submit(self, request: JobRequest) -> list[JobRef]:
         self._paced()
         return slurm_submit.submit(self.runner, request, self.max_array_size)
 

@@ -24,7 +24,7 @@ from dethpc.backends import slurm_parse as sp
 from dethpc.backends.base import JobRequest
 from dethpc.backends.limits import limit_refusal
 from dethpc.common.errors import CommandError, SubmitError, SubmitLimitError
-from dethpc.common.jobref import format_array, task_refs
+from dethpc.common.jobref import JobRef, format_array, task_refs
 from dethpc.common.runner import CommandRunner
 from dethpc.common.sbatch_options import getopt_complaint
 
@@ -85,14 +85,14 @@ def submit_error(exc: CommandError) -> Exception:
     return exc
 
 
-def submitted_refs(job: str, request: JobRequest) -> list[str]:
+def submitted_refs(job: str, request: JobRequest) -> list[JobRef]:
     """One ref per array index, in index order (``<job>_<i>``); ``[job]`` otherwise."""
     return task_refs(job, sorted(set(request.array_indices)))
 
 
 # ------------------------------------------------------------------------ commands
 def submit(runner: CommandRunner, request: JobRequest,
-           max_array_size: Callable[[], int]) -> list[str]:
+           max_array_size: Callable[[], int]) -> list[JobRef]:
     """``Backend.submit``: one ``sbatch --parsable``, never retried."""
     argv = sbatch_argv(request, "--parsable", max_array_size)
     try:

@@ -4,9 +4,11 @@ Owns: the job-id grammar Slurm prints and accepts (``123``, ``123_4``,
 ``123_[2-4%25]``, ``123+1``, ``123.batch``) as ``JobId``; the one reference dethpc
 keeps for a job it submitted, ``JobRef`` (an array task ``123_4``, a plain job
 ``123``, a heterogeneous job by its leader ``123``; a het component ``123+1`` only where
-Slurm lists one): ``str(ref)`` is its only printed form, which the store's ``Job.ref``
-column, the backends' ``JobInfo.ref`` and ``scontrol``/``scancel`` take as a string
-(``JobRef.parse`` reads it back); ``task_refs`` names an array's tasks; the reference
+Slurm lists one): a ``str`` that is its one printed form, with its parts known; the
+``Backend`` protocol takes and gives them (``submit``, ``poll``, ``cancel``, ``act``,
+``JobInfo.ref``), the store's ``Job.ref`` column keeps that text and hands a ``JobRef``
+back, ``scontrol``/``scancel`` take it as it is (``JobRef.parse``/``job_refs`` read
+text into one); ``task_refs`` names an array's tasks; the reference
 a running job has of itself (``ref_from_env``: the
 store's job ref, the exit records' ``job`` and the ``scontrol`` target of a requeue are
 this one string); array index specs (``parse_array_spec``/``format_array``).
@@ -30,26 +32,62 @@ _JOB_ID_RE = re.compile(
 )
 
 
-@dataclass(frozen=True)
-class JobRef:
+class JobRef(str):
     """One job dethpc keeps: ``base`` the job id (an array's id for its tasks, a
     heterogeneous job's leader id), ``task`` an array task, ``het`` a het component.
 
-    ``str()`` prints it as Slurm takes it and the store keeps it: ``123_4``, ``123+1``,
-    ``123``. Frozen and cheap: the job side imports this module."""
+    It *is* its printed form, the text Slurm takes and the store keeps (``123_4``,
+    ``123+1``, ``123``): a ``str`` whose parts are known, so it passes wherever a job id
+    as text does (``scancel`` argv, a dict key, a log line) and equals that text; the
+    store's ``Job.ref`` column hands one back for every job's row
+    (``dethpc.store.jobref_column``). Immutable and cheap: the job side imports this
+    module."""
 
-    base: str
-    task: int | None = None
-    het: int | None = None
+    __slots__ = ()
 
-    def __post_init__(self) -> None:
-        if self.task is not None and self.het is not None:
-            raise ValueError(f"job {self.base}: an array task is no het component")
+    def __new__(cls, base: str, task: int | None = None, het: int | None = None) -> JobRef:
+        if task is not None and het is not None:
+            raise ValueError(f"job {base}: an array task is no het component")
+        text = f"{base}_{task}" if task is not None else (
+            f"{base}+{het}" if het is not None else str(base))
+        return super().__new__(cls, text)
+
+    def __getnewargs__(self) -> tuple[str, int | None, int | None]:   # type: ignore[override]
+        return self.base, self.task, self.het
+
+    def __repr__(self) -> str:
+        return f"JobRef({str(self)!r})"
+
+    @property
+    def base(self) -> str:
+        """The job id: an array's for its tasks, a het job's leader's."""
+        return self._parts()[0]
+
+    @property
+    def task(self) -> int | None:
+        """The array task's index; None: no array task."""
+        return self._parts()[1]
+
+    @property
+    def het(self) -> int | None:
+        """The het component's offset; None: no het component."""
+        return self._parts()[2]
+
+    def _parts(self) -> tuple[str, int | None, int | None]:
+        base, sep, task = self.rpartition("_")
+        if sep and task.isdigit():
+            return base, int(task), None
+        base, sep, het = self.rpartition("+")
+        if sep and het.isdigit():
+            return base, None, int(het)
+        return str(self), None, None
 
     @classmethod
     def parse(cls, text: str) -> JobRef:
         """``"123_4"`` -> ``JobRef("123", task=4)``; ``ValueError`` for a text that is no
         job id, or names no single job (a task range, a step)."""
+        if isinstance(text, JobRef):
+            return text
         jid = parse_job_id(text)
         if jid.tasks or jid.step is not None:
             raise ValueError(f"{text.strip()!r} names no single job")
@@ -63,19 +101,18 @@ class JobRef:
         """Component ``offset`` of this heterogeneous job (squeue lists ``123+0``...)."""
         return JobRef(self.base, het=offset)
 
-    def __str__(self) -> str:
-        if self.task is not None:
-            return f"{self.base}_{self.task}"
-        if self.het is not None:
-            return f"{self.base}+{self.het}"
-        return self.base
+
+def job_refs(refs: Iterable[str]) -> list[JobRef]:
+    """``refs`` as ``JobRef``s (``JobRef.parse``: the ones that are already, as they are);
+    ``ValueError`` for one that names no single job."""
+    return [JobRef.parse(r) for r in refs]
 
 
-def task_refs(base: str, indices: Iterable[int]) -> list[str]:
+def task_refs(base: str, indices: Iterable[int]) -> list[JobRef]:
     """The refs of array job ``base``'s tasks ``indices``, in that order; ``[base]`` when
     there are none (a job that is no array)."""
     job = JobRef(base)
-    return [str(job.task_ref(i)) for i in indices] or [str(job)]
+    return [job.task_ref(i) for i in indices] or [job]
 
 
 @dataclass(frozen=True)
@@ -103,14 +140,14 @@ class JobId:
         return self.task is not None
 
     @property
-    def ref(self) -> str:
+    def ref(self) -> JobRef:
         """The one job this id names, as dethpc keeps it and ``scontrol`` takes it: an
         array task alone (``123_4``; the array's plain id would name every task), a het
         component (``123+1``), else the job (``123``). Steps and ranges have none."""
         if self.tasks or self.step is not None:
             raise ValueError(f"{self} names no single job")
-        return str(JobRef(self.base, task=self.task,
-                          het=self.het_offset if self.task is None else None))
+        return JobRef(self.base, task=self.task,
+                      het=self.het_offset if self.task is None else None)
 
     def __str__(self) -> str:
         text = self.base
@@ -124,7 +161,7 @@ class JobId:
             text += f".{self.step}"
         return text
 
-    def refs(self) -> list[str]:
+    def refs(self) -> list[JobRef]:
         """The dethpc refs this id stands for (bracket forms expand to one per task)."""
         if self.tasks:
             return task_refs(self.base, self.tasks)

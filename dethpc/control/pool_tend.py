@@ -37,7 +37,7 @@ from sqlmodel import col, select
 from dethpc.backends.base import Backend, JobInfo, JobRequest
 from dethpc.common import poolqueue as queue
 from dethpc.common.errors import SubmitError
-from dethpc.common.jobref import JobRef
+from dethpc.common.jobref import JobRef, job_refs
 from dethpc.common.kinds import EventKind, ExperimentKind
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool, WorkerPool
 from dethpc.control import pool_view as view
@@ -282,7 +282,7 @@ class PoolTender:
             self.cancels_put_off += 1
             cancel = ()
         if cancel:
-            self.backend.cancel(list(cancel))
+            self.backend.cancel(job_refs(cancel))
             self.workers_cancelled += len(cancel)
         if plan.retire or cancel:
             self.event(exp_id, EventKind.WORKERS, f"pool shrinks: cancelled {list(cancel)}, "

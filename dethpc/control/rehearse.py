@@ -31,6 +31,7 @@ from sqlmodel import select
 
 from dethpc.backends.base import Backend, JobAction, JobState
 from dethpc.common.errors import DethpcError, NotFoundError
+from dethpc.common.jobref import job_refs
 from dethpc.common.kinds import EventKind
 from dethpc.common.markers import replace_text
 from dethpc.common.paths import ExperimentPaths, TrialPaths
@@ -152,7 +153,7 @@ def mark(target: Target, what: Rehearsal, now: float) -> None:
 def requeued(backend: Backend, targets: list[Target]) -> set[str]:
     """The refs whose job left the rehearsed run: Slurm counted a requeue, or the job is
     no longer running."""
-    infos = backend.poll([t.ref for t in targets])
+    infos = backend.poll(job_refs(t.ref for t in targets))
     return {t.ref for t in targets if (info := infos.get(t.ref)) is not None
             and (info.restart_count > t.run or info.state != JobState.RUNNING)}
 
@@ -169,14 +170,14 @@ def rehearse(store: Store, backend: Backend, targets: list[Target], what: Rehear
                           "limit ends its trial's run as a preemption (the worker hands the "
                           "trial back and requeues itself); rehearse it without --time-limit")
     if any(t.run < 0 for t in targets):   # a worker's run: its job's count, now
-        infos = backend.poll([t.ref for t in targets if t.run < 0])
+        infos = backend.poll(job_refs(t.ref for t in targets if t.run < 0))
         targets = [replace(t, run=infos[t.ref].restart_count) if t.run < 0 and t.ref in infos
                    else t for t in targets]
     now = time.time()
     for t in targets:
         mark(t, what, now)
     for signal in sorted({t.signal for t in targets}):
-        backend.cancel([t.ref for t in targets if t.signal == signal], signal=signal)
+        backend.cancel(job_refs(t.ref for t in targets if t.signal == signal), signal=signal)
     for t in targets:
         _event(store, t, f"{what.value} rehearsal: SIG{t.signal} sent to job {t.ref} "
                          f"(run {t.run})")
@@ -188,7 +189,7 @@ def rehearse(store: Store, backend: Backend, targets: list[Target], what: Rehear
         done = requeued(backend, left)
         late = [t for t in left if t.ref not in done and waited >= t.grace_s]
         if late:
-            backend.act([t.ref for t in late], JobAction.REQUEUE)
+            backend.act(job_refs(t.ref for t in late), JobAction.REQUEUE)
         for t in left:
             if t.ref in done or t in late:
                 out.append(Outcome(t, t.ref in done, waited))

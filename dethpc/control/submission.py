@@ -34,7 +34,7 @@ from sqlmodel import select
 
 from dethpc.backends.base import Backend, JobInfo, JobRequest
 from dethpc.common.errors import SubmitLimitError
-from dethpc.common.jobref import base_job_id, parse_job_id, task_refs
+from dethpc.common.jobref import JobRef, base_job_id, parse_job_id, task_refs
 from dethpc.common.kinds import EventKind
 from dethpc.store import Store
 from dethpc.store.models import Batch, BatchKind, BatchState, Event, Job, Trial
@@ -103,9 +103,9 @@ class Found:
     base: str
     is_array: bool
 
-    def refs(self, size: int) -> list[str]:
+    def refs(self, size: int) -> list[JobRef]:
         """The refs of a submission of ``size`` jobs (array tasks, or the one job)."""
-        return task_refs(self.base, range(size)) if self.is_array else [self.base]
+        return task_refs(self.base, range(size)) if self.is_array else [JobRef(self.base)]
 
 
 def found_job(name: str, found: Sequence[JobInfo], comment: str = "") -> Found | None:

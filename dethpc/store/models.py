@@ -19,10 +19,11 @@ from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
-from sqlmodel import JSON, Column, Field, SQLModel
+from sqlmodel import JSON, AutoString, Column, Field, SQLModel
 
 from dethpc.backends.base import JobState
 from dethpc.common.exitcodes import ExitReason
+from dethpc.common.jobref import JobRef
 from dethpc.common.kinds import ExperimentKind
 
 # re-exported: their home is ``dethpc.store.states`` (no ORM), where the read path
@@ -84,6 +85,28 @@ def _enum(cls: type[StrEnum], *, nullable: bool = False, index: bool = False) ->
 
 def _json(*, nullable: bool = False) -> Any:
     return Column(JSON, nullable=nullable)
+
+
+class JobRefText(sa.types.TypeDecorator[str]):
+    """A job reference column: written as its text, read back as a ``JobRef`` when the
+    text names one job (``JobRef.parse``: ``123_4``, ``123``, ``123+1``), else as the
+    text it is (a worker pool's item ref, ``item:...``). The stored text is the same as
+    before this type (``str(JobRef)`` is that text): no migration, and the schema (a
+    VARCHAR) is unchanged."""
+
+    impl = AutoString
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: sa.Dialect) -> str | None:
+        return None if value is None else str(value)
+
+    def process_result_value(self, value: str | None, dialect: sa.Dialect) -> str | None:
+        if value is None:
+            return None
+        try:
+            return JobRef.parse(value)
+        except ValueError:
+            return value
 
 
 class Experiment(SQLModel, table=True):
@@ -174,7 +197,8 @@ class Job(SQLModel, table=True):
     trial_id: int = Field(index=True, foreign_key="trial.id")
     batch_id: int = Field(index=True, foreign_key="batch.id")
     array_index: int = 0
-    ref: str | None = Field(default=None, index=True)   # "123_4"
+    #: "123_4": a ``JobRef`` (``JobRefText``); an ITEMS batch's rows: the item's ref
+    ref: str | None = Field(default=None, sa_column=Column(JobRefText(), index=True))
     state: JobState = Field(default=JobState.PENDING, sa_column=_enum(JobState))
     raw_state: str = ""
     restart_count: int = 0

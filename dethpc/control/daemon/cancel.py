@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from sqlmodel import select
 
 from dethpc.backends.base import Backend
+from dethpc.common.jobref import JobRef, job_refs
 from dethpc.control.daemon.shared import Guard, TickStats
 from dethpc.control.pool_tend import PoolTender
 from dethpc.control.pool_view import is_item_ref
@@ -22,11 +23,11 @@ from dethpc.store import Store
 from dethpc.store.models import Job
 
 
-def split_refs(refs: Iterable[str]) -> tuple[list[str], list[str]]:
+def split_refs(refs: Iterable[str]) -> tuple[list[str], list[JobRef]]:
     """``(items, jobs)``: a worker pool's item refs and the backend's job refs, each in
     the order given."""
     refs = list(refs)
-    return [r for r in refs if is_item_ref(r)], [r for r in refs if not is_item_ref(r)]
+    return [r for r in refs if is_item_ref(r)], job_refs(r for r in refs if not is_item_ref(r))
 
 
 def wanted_refs(wanted: Iterable[str]) -> list[str]:

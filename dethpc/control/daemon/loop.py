@@ -23,6 +23,7 @@ from pathlib import Path
 
 from dethpc.backends.base import Backend, JobAction
 from dethpc.common.errors import DethpcError
+from dethpc.common.jobref import job_refs
 from dethpc.common.traits import BackendKind
 from dethpc.config.model import ClusterConfig
 from dethpc.control.adoption import Adopter
@@ -115,7 +116,7 @@ class Daemon:
         # ingest, feed the searchers, judge job ends; then the checkpoints GC doomed
         cancel = self.reconciling.run(exp_ids, seen.infos, stats, opened)
         if self.reconciling.release:   # held after a failed launch or expedited requeue
-            self.backend.act(self.reconciling.release, JobAction.RELEASE)
+            self.backend.act(job_refs(self.reconciling.release), JobAction.RELEASE)
             stats.changed = True
         # running trials without progress: stacks asked for, then their jobs ended
         cancel += self.watchdog.run(exp_ids, seen.infos, stats, opened)

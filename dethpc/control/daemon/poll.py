@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from sqlmodel import select
 
 from dethpc.backends.base import Backend, JobInfo
+from dethpc.common.jobref import JobRef, job_refs
 from dethpc.control.daemon.shared import Scope, TickStats
 from dethpc.control.daemon.tasks import TaskWatch
 from dethpc.control.pool_tend import PoolTender
@@ -40,7 +41,7 @@ class PollPlan:
     """What one poll asks: ``jobs`` of the backend, ``items`` of the pools' directories;
     ``polled`` is the count a tick reports."""
 
-    jobs: list[str]
+    jobs: list[JobRef]
     items: list[str]
     polled: int
 
@@ -50,7 +51,7 @@ def poll_plan(live: Sequence[str], workers: Sequence[str]) -> PollPlan:
     added to the jobs. ``polled`` counts the live refs, and the workers too when no item
     is live (as the daemon has always counted them)."""
     items = [r for r in live if is_item_ref(r)]
-    jobs = [r for r in live if not is_item_ref(r)] + list(workers)
+    jobs = job_refs([*(r for r in live if not is_item_ref(r)), *workers])
     return PollPlan(jobs, items, len(live) + (0 if items else len(workers)))
 
 

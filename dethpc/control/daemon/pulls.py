@@ -23,6 +23,7 @@ from pathlib import Path
 
 from dethpc.backends.base import Backend, JobInfo, JobRequest, JobState
 from dethpc.common.errors import DethpcError
+from dethpc.common.jobref import JobRef, job_refs
 from dethpc.common.kinds import EventKind
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
 from dethpc.control.daemon.incidents import event, fail_experiment, fail_unstarted
@@ -147,7 +148,7 @@ class ImageGate:
                 job_id = self.submit_pull(exp_id, cfg, pj, image)
                 if job_id is None:
                     return None
-            info = self.backend.poll([job_id]).get(job_id)
+            info = self.backend.poll([JobRef.parse(job_id)]).get(job_id)
             if info is not None and info.state.is_terminal:
                 if info.state == JobState.COMPLETED and image_path(settings, image).is_file():
                     continue
@@ -202,7 +203,7 @@ class ImageGate:
         (one poll, only while such a job is watched)."""
         if not self.pull_watch:
             return
-        infos = self.backend.poll(sorted(self.pull_watch))
+        infos = self.backend.poll(job_refs(sorted(self.pull_watch)))
         settings = self.cluster.containers
         for job_id, (image, exp_ids) in list(self.pull_watch.items()):
             info = infos.get(job_id)

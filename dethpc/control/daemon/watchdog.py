@@ -36,6 +36,7 @@ from sqlmodel import col, select
 from dethpc.backends.base import Backend, JobAction, JobInfo, JobState
 from dethpc.common.exitcodes import ExitReason, exit_record
 from dethpc.common.jobenv import STACK_DUMP_SIGNAL
+from dethpc.common.jobref import job_refs
 from dethpc.common.jsonlines import append_record
 from dethpc.common.kinds import EventKind
 from dethpc.common.markers import run_mark
@@ -146,7 +147,7 @@ class Watchdog:
         for ref in set(self._watch) - running:
             del self._watch[ref]
         if dump:
-            self.backend.signal_steps(sorted(dump), STACK_DUMP_SIGNAL)
+            self.backend.signal_steps(job_refs(sorted(dump)), STACK_DUMP_SIGNAL)
             stats.changed = True
             log.warning("hung: %s (stacks asked for)", ", ".join(sorted(dump)))
         if kill:
@@ -154,11 +155,11 @@ class Watchdog:
             # nothing reads it), and a cancel would start Slurm's KillWait, whose
             # SIGKILL takes the batch shell too: KILL the steps alone, and the batch
             # shell records the run's end (``hung``) and ends the job at once
-            self.backend.signal_steps(sorted(kill), "KILL")
+            self.backend.signal_steps(job_refs(sorted(kill)), "KILL")
         if requeue:
             # a wrapped script runs in the batch step: the requeue's TERM and KILL reach
             # it, and Slurm runs the job again (a counted run: its record says hung)
-            self.backend.act(sorted(requeue), JobAction.REQUEUE)
+            self.backend.act(job_refs(sorted(requeue)), JobAction.REQUEUE)
             log.warning("hung: %s requeued", ", ".join(sorted(requeue)))
         return cancel
 

@@ -42,6 +42,7 @@ from dethpc.common.jobenv import (
     ENV_TASK_ID,
     ENV_TASK_KIND,
 )
+from dethpc.common.jobref import JobRef
 from dethpc.common.traits import BackendKind, traits_of
 from dethpc.common.version import __version__
 from dethpc.config import parse_experiment_config
@@ -364,7 +365,7 @@ def wait_running(task: Task, *, until: Callable[[], bool] = lambda: True,
 def cancel(store: Store, task: Task, message: str) -> Task:
     """Cancel the task's job through its backend and wait until it has left the queue."""
     with contextlib.suppress(DethpcError):   # already gone: nothing to cancel
-        registry.task_backend(task).cancel([task.job_ref])
+        registry.task_backend(task).cancel([JobRef.parse(task.job_ref)])
     deadline = time.monotonic() + 60
     while registry.job_alive(task) and time.monotonic() < deadline:
         time.sleep(0.5)

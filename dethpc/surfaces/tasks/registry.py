@@ -34,6 +34,7 @@ from sqlmodel import col, select
 
 from dethpc.backends.base import Backend, JobInfo
 from dethpc.common.errors import DethpcError, NotFoundError
+from dethpc.common.jobref import JobRef, job_refs
 from dethpc.common.paths import dethpc_home
 from dethpc.common.runner import CommandRunner
 from dethpc.common.traits import BackendKind
@@ -188,7 +189,7 @@ def job_label(task: Task) -> str:
 
 def job_info(task: Task) -> JobInfo | None:
     """What the task's backend says of its job (one poll); None: unknown."""
-    return task_backend(task).poll([task.job_ref]).get(task.job_ref)
+    return task_backend(task).poll([JobRef.parse(task.job_ref)]).get(task.job_ref)
 
 
 def job_alive(task: Task) -> bool:
@@ -266,7 +267,8 @@ def job_infos(rows: Sequence[Task]) -> dict[str, JobInfo]:
     """What the backends say of these tasks' jobs: one poll per backend they went to."""
     out: dict[str, JobInfo] = {}
     for kind in dict.fromkeys(kind_of(t) for t in rows):
-        out.update(backend(kind=kind).poll([t.job_ref for t in rows if kind_of(t) is kind]))
+        out.update(backend(kind=kind).poll(job_refs(t.job_ref for t in rows
+                                                     if kind_of(t) is kind)))
     return out
 
 
@@ -285,7 +287,7 @@ def kill(store: Store, task_id: int, *, grace_s: float = 20.0) -> Task:
                           "recorded yet): run `dethpc task kill` again in a moment")
     if task.job_ref:
         with contextlib.suppress(DethpcError):   # already gone: nothing to cancel
-            task_backend(task).cancel([task.job_ref])
+            task_backend(task).cancel([JobRef.parse(task.job_ref)])
         deadline = time.monotonic() + grace_s * 3
         while job_alive(task) and time.monotonic() < deadline:
             time.sleep(0.5)

@@ -3,13 +3,22 @@ the batch script's environment the way the backend recorded it at submit."""
 
 from __future__ import annotations
 
+import pickle
 import re
 from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
-from dethpc.common.jobref import JobId, JobRef, parse_job_id, ref_from_env, sort_key, task_refs
+from dethpc.common.jobref import (
+    JobId,
+    JobRef,
+    job_refs,
+    parse_job_id,
+    ref_from_env,
+    sort_key,
+    task_refs,
+)
 
 
 @pytest.mark.parametrize(("text", "ref"), [
@@ -130,3 +139,31 @@ def test_refs_are_printed_by_jobref_alone() -> None:
              for i, line in enumerate(p.read_text().splitlines(), 1)
              if _HAND_PRINTED.search(line)]
     assert not found, "print job refs with dethpc.common.jobref.JobRef:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(("ref", "parts"), [
+    (JobRef("123"), ("123", None, None)),
+    (JobRef("123", task=4), ("123", 4, None)),
+    (JobRef("123", het=0), ("123", None, 0)),
+    (JobRef.parse("77_3"), ("77", 3, None)),
+])
+def test_jobref_is_its_text_with_its_parts_known(ref: JobRef, parts: tuple[object, ...]
+                                                 ) -> None:
+    """A ``JobRef`` is the text the store keeps and Slurm takes: it equals that text,
+    finds what is keyed by it, and knows its parts; it survives a pickle."""
+    text = str(ref)
+    assert isinstance(ref, str) and ref == text and hash(ref) == hash(text)
+    assert {text: 1}[ref] == 1 and {ref: 1}[text] == 1
+    assert (ref.base, ref.task, ref.het) == parts
+    assert repr(ref) == f"JobRef({text!r})" and type(str(ref)) is str
+    back = pickle.loads(pickle.dumps(ref))
+    assert type(back) is JobRef and back == ref and back.task == ref.task
+    assert JobRef.parse(ref) is ref
+
+
+def test_job_refs_reads_text_into_refs() -> None:
+    refs = job_refs(["5_1", JobRef("6"), "7+0"])
+    assert refs == ["5_1", "6", "7+0"] and all(type(r) is JobRef for r in refs)
+    assert [r.task for r in refs] == [1, None, None]
+    with pytest.raises(ValueError):
+        job_refs(["item:1:t3-s0"])
