@@ -232,6 +232,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = p.parse_args(argv)
     command = json.loads(a.command)
     policy = Policy(a.backoff_s, a.max_backoff_s, a.quick_s, a.max_quick_failures)
+    # blocked before the pidfile names this process: a SIGUSR1 or SIGTERM sent as soon as
+    # it is named must be taken by ``Supervisor.run``, not kill it by the default action
+    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
     with _locked(a.lock, a.pidfile) as held:
         if not held:
             _log(f"another supervisor holds {a.lock}; exiting")

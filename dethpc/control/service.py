@@ -179,8 +179,8 @@ def start(extra_env: dict[str, str] | None = None, wait_s: float = 120.0) -> int
     pid = running_pid()
     if pid is not None:
         return pid
-    keeper = supervisor_pid()
-    if keeper is not None and keeper > 0:
+    keeper = None if proc is not None else supervisor_pid()
+    if keeper is not None and keeper > 0:     # not our own prestarted one: it waits no back-off
         with contextlib.suppress(ProcessLookupError):
             os.kill(keeper, signal.SIGUSR1)
     elif proc is None:

@@ -24,7 +24,7 @@ def home(tmp_path, monkeypatch):
     monkeypatch.setenv("DETHPC_CLUSTER_CONFIG", str(h / "cluster.yaml"))
     monkeypatch.delenv("DETHPC_FAULT_POINT", raising=False)
     yield h
-    subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "daemon", "stop"],
+    subprocess.run([sys.executable, "-m", "dethpc.surfaces.entry", "daemon", "stop"],
                    capture_output=True, timeout=60)
 
 
@@ -71,21 +71,32 @@ def env_without_fault():
 
 def dethpc_processes(home: Path) -> dict[int, str]:
     """The live supervisor and daemon processes whose DETHPC_HOME is ``home``:
-    pid -> 'supervisor' | 'daemon'."""
-    found = {}
+    pid -> 'supervisor' | 'daemon'.
+
+    A child that the daemon (or the supervisor) has forked and not yet exec'd shows its
+    parent's argv in /proc for that instant (the local backend starts jobs, the
+    supervisor its daemon): it is the parent's fork, not a second daemon, so a process
+    whose parent has the same argv is left out (f45 counted one as a second daemon). A
+    real second daemon is started by a supervisor, whose argv differs."""
+    seen: dict[int, tuple[list[bytes], int]] = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
             env = (proc / "environ").read_bytes().split(b"\0")
-            state = (proc / "stat").read_text().rpartition(")")[2].split()[0]
+            fields = (proc / "stat").read_text().rpartition(")")[2].split()
         except OSError:
             continue
-        if state == "Z" or f"DETHPC_HOME={home}".encode() not in env:
+        if fields[0] == "Z" or f"DETHPC_HOME={home}".encode() not in env:
             continue
+        seen[int(proc.name)] = (argv, int(fields[1]))
+    found = {}
+    for pid, (argv, ppid) in seen.items():
+        if ppid in seen and seen[ppid][0] == argv:
+            continue                    # a fork of its parent, before its exec
         if b"dethpc.common.supervisor" in argv:
-            found[int(proc.name)] = "supervisor"
+            found[pid] = "supervisor"
         elif b"daemon" in argv and b"run" in argv:
-            found[int(proc.name)] = "daemon"
+            found[pid] = "daemon"
     return found
