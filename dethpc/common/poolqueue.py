@@ -19,7 +19,7 @@ re-queued, so a worker that comes back late finds its lease gone on its next
 heartbeat and stops its trial. Item names are ``t<trial>-s<seq>``: a promotion or a
 continuation of trial T is a new item with a higher ``seq``.
 
-Owns: ``PoolPaths``, ``WorkItem``, ``Lease``, ``RunResult`` and the functions that
+Owns: ``WorkerPoolPaths``, ``WorkItem``, ``Lease``, ``RunResult`` and the functions that
 move items between states (enqueue, claim, heartbeat, finish, give_back, expire,
 withdraw, kill, known) and the pool's size (``retire``, ``retired``).
 Must not: start processes, read the store, or decide what to enqueue.
@@ -54,13 +54,13 @@ def job_of_worker(worker: str) -> str | None:
 
 
 @dataclass(frozen=True)
-class PoolPaths:
+class WorkerPoolPaths:
     """The files of one experiment's pool (``<run_dir>/pool``)."""
 
     root: Path
 
     @classmethod
-    def of_run_dir(cls, run_dir: Path) -> PoolPaths:
+    def of_run_dir(cls, run_dir: Path) -> WorkerPoolPaths:
         return cls(Path(run_dir) / "pool")
 
     @property
@@ -93,7 +93,7 @@ class PoolPaths:
         current run (the pool shrinks: ``set-concurrency``)."""
         return self.root / "retire"
 
-    def create(self) -> PoolPaths:
+    def create(self) -> WorkerPoolPaths:
         for d in (self.work, self.leases, self.returning, self.results, self.retire):
             d.mkdir(parents=True, exist_ok=True)
         return self
@@ -170,7 +170,7 @@ def item_name(trial_id: int, seq: int) -> str:
     return f"t{trial_id}-s{seq}"
 
 
-def enqueue(paths: PoolPaths, item: WorkItem) -> Path:
+def enqueue(paths: WorkerPoolPaths, item: WorkItem) -> Path:
     """Make ``item`` claimable (atomically: a worker never reads half a file)."""
     target = paths.work / f"{item.name}.json"
     replace_text(target, item.to_json())
@@ -186,7 +186,7 @@ def _sort_key(name: str) -> tuple[int, int]:
         return (1 << 62, 0)
 
 
-def pending(paths: PoolPaths) -> list[str]:
+def pending(paths: WorkerPoolPaths) -> list[str]:
     """Item names waiting in ``work/`` (oldest trial first)."""
     try:
         names = [n for n in os.listdir(paths.work) if n.endswith(".json")
@@ -196,7 +196,7 @@ def pending(paths: PoolPaths) -> list[str]:
     return sorted(names, key=_sort_key)
 
 
-def claim(paths: PoolPaths, worker: str) -> Lease | None:
+def claim(paths: WorkerPoolPaths, worker: str) -> Lease | None:
     """Take the first item nobody else took; None when ``work/`` is empty.
 
     The item is touched first (its mtime becomes the lease's first heartbeat; a
@@ -222,7 +222,7 @@ def heartbeat(lease: Lease) -> bool:
     return True
 
 
-def finish(paths: PoolPaths, lease: Lease, result: RunResult) -> None:
+def finish(paths: WorkerPoolPaths, lease: Lease, result: RunResult) -> None:
     """Record the result, then drop the lease (a crash in between leaves a result
     and a lease; ``expire`` drops such a lease instead of re-queueing it)."""
     write_result(paths, result)
@@ -232,12 +232,12 @@ def finish(paths: PoolPaths, lease: Lease, result: RunResult) -> None:
         pass
 
 
-def write_result(paths: PoolPaths, result: RunResult) -> None:
+def write_result(paths: WorkerPoolPaths, result: RunResult) -> None:
     replace_text(paths.results / f"{item_name(result.trial_id, result.seq)}.json",
                   result.to_json())
 
 
-def _requeue_from(paths: PoolPaths, held: Path, item_file: str) -> WorkItem | None:
+def _requeue_from(paths: WorkerPoolPaths, held: Path, item_file: str) -> WorkItem | None:
     """``held`` was renamed out of ``leases/`` by us: put it back in ``work/``."""
     if (paths.results / item_file).exists() or (paths.results / "taken" / item_file).exists():
         held.unlink(missing_ok=True)
@@ -249,7 +249,7 @@ def _requeue_from(paths: PoolPaths, held: Path, item_file: str) -> WorkItem | No
     return again
 
 
-def give_back(paths: PoolPaths, lease: Lease) -> WorkItem | None:
+def give_back(paths: WorkerPoolPaths, lease: Lease) -> WorkItem | None:
     """Hand a lease back at once (the run was preempted: any worker resumes it from
     its checkpoint). None when it was already taken away."""
     held = paths.returning / f"{lease.item.name}.json"
@@ -260,7 +260,7 @@ def give_back(paths: PoolPaths, lease: Lease) -> WorkItem | None:
     return _requeue_from(paths, held, f"{lease.item.name}.json")
 
 
-def expire(paths: PoolPaths, timeout_s: float, now: float | None = None) -> list[WorkItem]:
+def expire(paths: WorkerPoolPaths, timeout_s: float, now: float | None = None) -> list[WorkItem]:
     """Hand back every lease whose heartbeat is older than ``timeout_s`` (its worker's
     node died, or it hangs); also finishes hand-backs a crash left in ``returning/``."""
     now = time.time() if now is None else now
@@ -292,7 +292,7 @@ def expire(paths: PoolPaths, timeout_s: float, now: float | None = None) -> list
     return back
 
 
-def take_results(paths: PoolPaths) -> list[RunResult]:
+def take_results(paths: WorkerPoolPaths) -> list[RunResult]:
     """Results not yet taken, removed as they are read (the daemon side stores them)."""
     out: list[RunResult] = []
     try:
@@ -312,14 +312,14 @@ def take_results(paths: PoolPaths) -> list[RunResult]:
     return out
 
 
-def active_leases(paths: PoolPaths) -> list[str]:
+def active_leases(paths: WorkerPoolPaths) -> list[str]:
     try:
         return sorted(n for n in os.listdir(paths.leases) if LEASE_SEP in n)
     except FileNotFoundError:
         return []
 
 
-def withdraw(paths: PoolPaths, trial_id: int) -> list[str]:
+def withdraw(paths: WorkerPoolPaths, trial_id: int) -> list[str]:
     """Take trial ``trial_id``'s unclaimed items out of ``work/`` (a searcher stop of
     a trial no worker runs yet); the names taken. A claimed item is not touched: its
     trial reads the ``stop`` file as in a job."""
@@ -334,7 +334,7 @@ def withdraw(paths: PoolPaths, trial_id: int) -> list[str]:
     return taken
 
 
-def retire(paths: PoolPaths, tasks: Iterable[str], keep: Iterable[str] = ()) -> None:
+def retire(paths: WorkerPoolPaths, tasks: Iterable[str], keep: Iterable[str] = ()) -> None:
     """Workers ``tasks`` (their job refs, ``<array>_<task>``) exit after their current
     run; workers ``keep`` no longer do (the pool grew back while they still live)."""
     paths.retire.mkdir(parents=True, exist_ok=True)
@@ -344,22 +344,22 @@ def retire(paths: PoolPaths, tasks: Iterable[str], keep: Iterable[str] = ()) -> 
         (paths.retire / task).unlink(missing_ok=True)
 
 
-def retired(paths: PoolPaths, task: str) -> bool:
+def retired(paths: WorkerPoolPaths, task: str) -> bool:
     return bool(task) and (paths.retire / task).exists()
 
 
-def kill(paths: PoolPaths, name: str) -> None:
+def kill(paths: WorkerPoolPaths, name: str) -> None:
     """Ask whichever worker holds item ``name`` to kill its trial now (a cancel or a stop
     past its grace): the worker records the run ``cancelled``."""
     paths.kill.mkdir(parents=True, exist_ok=True)
     (paths.kill / name).touch()
 
 
-def killed(paths: PoolPaths, name: str) -> bool:
+def killed(paths: WorkerPoolPaths, name: str) -> bool:
     return (paths.kill / name).exists()
 
 
-def known(paths: PoolPaths, name: str) -> bool:
+def known(paths: WorkerPoolPaths, name: str) -> bool:
     """Item ``name`` was put in the queue once (waiting, held, being handed back, or
     ended): putting it again would run it twice."""
     file = f"{name}.json"

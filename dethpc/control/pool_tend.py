@@ -18,7 +18,7 @@ count of Job rows), so a daemon killed in between neither loses nor doubles a ru
 worker array is recorded SUBMITTING before sbatch and adopted by name like a trial
 batch (the daemon's recover phase, ``dethpc.control.daemon.recovery``).
 
-Owns: ``PoolTender``, given the daemon's submit budget and trial files (``Budget``,
+Owns: ``WorkerPoolTender``, given the daemon's submit budget and trial files (``Budget``,
 ``TrialFiles``). Must not: judge a run's end (the reconciler does, from
 ``view.poll_items``).
 """
@@ -46,7 +46,7 @@ from dethpc.control.reconcile import load_config
 from dethpc.control.resolved import Resolved
 from dethpc.control.submission import BatchLedger, RefusalPolicy, Submission, record_batch
 from dethpc.jobs.directives import run_limits
-from dethpc.jobs.pool_items import pool_problem, work_item
+from dethpc.jobs.pool_items import work_item, worker_pool_problem
 from dethpc.jobs.pool_script import pool_comment, pool_name, worker_array_script
 from dethpc.store import Store
 from dethpc.store.bulk import insert_rows
@@ -64,39 +64,39 @@ from dethpc.store.models import (
 log = logging.getLogger(__name__)
 
 
-class PoolMode(Enum):
+class WorkerPoolMode(Enum):
     OFF = "off"            # one job per trial run
     ON = "on"              # work items and long-lived workers
     REFUSED = "refused"    # the experiment asks for a pool it cannot run in
 
 
-def pool_mode(cfg: ExperimentConfig, cluster: ClusterConfig, kind: ExperimentKind,
-              python: str, wp: WorkerPool | None = None) -> PoolMode:
+def worker_pool_mode(cfg: ExperimentConfig, cluster: ClusterConfig, kind: ExperimentKind,
+              python: str, wp: WorkerPool | None = None) -> WorkerPoolMode:
     """Whether an experiment runs in a worker pool. A site default (its resource pool's
     ``workers``) applies only to experiments of ``dethpc submit`` that a worker can run
-    (``pool_problem``), the others run one job per trial; an experiment's own
+    (``worker_pool_problem``), the others run one job per trial; an experiment's own
     ``slurm.workers`` that cannot be honoured is REFUSED (``check_worker_pool``)."""
     if not (wp or cluster.worker_pool(cfg)).enabled:   # wp: as the tick resolved it
-        return PoolMode.OFF
-    fits = kind == ExperimentKind.MANAGED and not pool_problem(cfg, python)
+        return WorkerPoolMode.OFF
+    fits = kind == ExperimentKind.MANAGED and not worker_pool_problem(cfg, python)
     if fits:
-        return PoolMode.ON
-    return PoolMode.REFUSED if cfg.slurm.workers is not None else PoolMode.OFF
+        return WorkerPoolMode.ON
+    return WorkerPoolMode.REFUSED if cfg.slurm.workers is not None else WorkerPoolMode.OFF
 
 
 def check_worker_pool(cfg: ExperimentConfig, cluster: ClusterConfig, kind: ExperimentKind,
                       python: str) -> None:
     """``submit``'s check: an experiment's own ``slurm.workers`` it cannot run in."""
-    if pool_mode(cfg, cluster, kind, python) is not PoolMode.REFUSED:
+    if worker_pool_mode(cfg, cluster, kind, python) is not WorkerPoolMode.REFUSED:
         return
-    why = (pool_problem(cfg, python) if kind == ExperimentKind.MANAGED else
+    why = (worker_pool_problem(cfg, python) if kind == ExperimentKind.MANAGED else
            "only experiments of `dethpc submit` run in a pool (this one's jobs are the "
            "user's own scripts)")
     raise SubmitError(f"slurm.workers: the worker pool cannot run this experiment: {why}; "
                       "remove slurm.workers (or set it to false) to run one job per trial")
 
 
-def pool_size(wp: WorkerPool, cfg: ExperimentConfig, live_items: int) -> int:
+def worker_pool_size(wp: WorkerPool, cfg: ExperimentConfig, live_items: int) -> int:
     """Workers the pool may hold: its ``count``, else ``max_concurrent_trials``, else
     one per live item."""
     return wp.count or cfg.searcher.max_concurrent_trials or max(1, live_items)
@@ -118,7 +118,7 @@ class TrialFiles(Protocol):
     def write(self, exp: Experiment, cfg: ExperimentConfig, trial: Trial) -> Path: ...
 
 
-class PoolTender:
+class WorkerPoolTender:
     def __init__(self, store: Store, cluster: ClusterConfig, backend: Backend, *,
                  python: str, tag: str, budget: Budget, files: TrialFiles) -> None:
         self.store, self.cluster, self.backend = store, cluster, backend
@@ -130,7 +130,7 @@ class PoolTender:
 
     def enabled(self, cfg: ExperimentConfig, kind: ExperimentKind,
                 wp: WorkerPool | None = None) -> bool:
-        return pool_mode(cfg, self.cluster, kind, self.python, wp) is PoolMode.ON
+        return worker_pool_mode(cfg, self.cluster, kind, self.python, wp) is WorkerPoolMode.ON
 
     # ------------------------------------------------------------------ poll
     def worker_refs(self, exp_ids: list[int]) -> dict[str, int]:
@@ -166,11 +166,11 @@ class PoolTender:
         for exp_id, paths in self.pool_paths(list(by_exp)).items():
             view.cancel_items(paths, by_exp[exp_id])
 
-    def pool_paths(self, exp_ids: list[int]) -> dict[int, queue.PoolPaths]:
+    def pool_paths(self, exp_ids: list[int]) -> dict[int, queue.WorkerPoolPaths]:
         if not exp_ids:
             return {}
         with self.store.session() as s:
-            return {e.id: queue.PoolPaths.of_run_dir(Path(e.run_dir)) for e in s.exec(
+            return {e.id: queue.WorkerPoolPaths.of_run_dir(Path(e.run_dir)) for e in s.exec(
                 select(Experiment).where(col(Experiment.id).in_(exp_ids))) if e.id is not None}
 
     # ------------------------------------------------------------------ items
@@ -180,7 +180,7 @@ class PoolTender:
         ``pool``: the config's resource pool as the tick resolved it."""
         assert exp.id is not None
         run_dir = Path(exp.run_dir)
-        paths = queue.PoolPaths.of_run_dir(run_dir).create()
+        paths = queue.WorkerPoolPaths.of_run_dir(run_dir).create()
         pool = pool or self.cluster.pool(cfg.resources.resource_pool)
         with self.store.session() as s:
             batch = Batch(experiment_id=exp.id, pool=pool.name, size=len(trials),
@@ -237,7 +237,7 @@ class PoolTender:
             exp = s.get(Experiment, exp_id)
             if exp is None or not exp.kind.daemon_submits:
                 return 0
-            paths = queue.PoolPaths.of_run_dir(Path(exp.run_dir))
+            paths = queue.WorkerPoolPaths.of_run_dir(Path(exp.run_dir))
             if not paths.root.is_dir():    # no pool was ever set up: nothing to parse
                 return 0
             cfg = resolved.cfg if resolved is not None else load_config(exp)
@@ -268,7 +268,7 @@ class PoolTender:
                         ", ".join(i.name for i in back))
         waiting = len(queue.pending(paths))
         retired = _listdir(paths.retire)
-        plan = view.plan_workers(pool_size(wp, cfg, live_items), workers, waiting=waiting,
+        plan = view.plan_workers(worker_pool_size(wp, cfg, live_items), workers, waiting=waiting,
                                  live_items=live_items, active=active, retired=retired,
                                  busy=view.busy_workers(paths))
         if plan.drain:
@@ -303,7 +303,7 @@ class PoolTender:
         # workers already there are not retired for it)
         exclude, exclude_note = exclusion(self.store, exp.id, cfg, pool, time.time())
         run_dir = Path(exp.run_dir)
-        paths = queue.PoolPaths.of_run_dir(run_dir).create()
+        paths = queue.WorkerPoolPaths.of_run_dir(run_dir).create()
         batch = record_batch(self.store, exp.id, pool.name, BatchKind.WORKERS,
                              lambda batch_id: pool_name(exp.id or 0, batch_id, self.tag),
                              size=n)

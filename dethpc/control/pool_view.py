@@ -65,7 +65,7 @@ def _listdir(path: os.PathLike[str] | str) -> list[str]:
         return []
 
 
-def poll_items(paths: queue.PoolPaths, refs: Iterable[str]) -> dict[str, JobInfo]:
+def poll_items(paths: queue.WorkerPoolPaths, refs: Iterable[str]) -> dict[str, JobInfo]:
     """The state of each item ref of one pool, as a backend's poll would give it: four
     directory listings, and one small read per item that is not waiting untouched."""
     work = set(_listdir(paths.work))
@@ -116,7 +116,7 @@ def poll_items(paths: queue.PoolPaths, refs: Iterable[str]) -> dict[str, JobInfo
     return out
 
 
-def cancel_items(paths: queue.PoolPaths, refs: Iterable[str]) -> None:
+def cancel_items(paths: queue.WorkerPoolPaths, refs: Iterable[str]) -> None:
     """``scancel`` for items: one still waiting is taken out and ends cancelled; one a
     worker holds has its trial killed by that worker (``queue.kill``)."""
     for ref in refs:
@@ -159,7 +159,7 @@ class WorkerPlan:
     undrain: bool = False                 # work came back (activate): remove the drain
 
 
-def busy_workers(paths: queue.PoolPaths) -> set[str]:
+def busy_workers(paths: queue.WorkerPoolPaths) -> set[str]:
     """The job refs of the workers that hold a lease now (run a trial); one listing."""
     refs = (queue.job_of_worker(name.partition(queue.LEASE_SEP)[0])
             for name in queue.active_leases(paths))

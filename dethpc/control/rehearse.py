@@ -35,7 +35,7 @@ from dethpc.common.jobref import job_refs
 from dethpc.common.kinds import EventKind
 from dethpc.common.markers import replace_text
 from dethpc.common.paths import ExperimentPaths, TrialPaths
-from dethpc.common.poolqueue import LEASE_SEP, PoolPaths, job_of_worker
+from dethpc.common.poolqueue import LEASE_SEP, WorkerPoolPaths, job_of_worker
 from dethpc.config.model import ClusterConfig
 from dethpc.control.pool_view import PREFIX as POOL_REF_PREFIX
 from dethpc.control.pool_view import parse_item_ref
@@ -119,7 +119,7 @@ def worker_of(run_dir: Path, item_ref: str) -> str | None:
     parsed = parse_item_ref(item_ref)
     if parsed is None:
         return None
-    leases = PoolPaths.of_run_dir(run_dir).leases
+    leases = WorkerPoolPaths.of_run_dir(run_dir).leases
     for lease in sorted(leases.glob(f"*{LEASE_SEP}{parsed[1]}.json")):
         return job_of_worker(lease.name.rsplit(LEASE_SEP, 1)[0])
     return None

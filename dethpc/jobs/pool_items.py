@@ -4,7 +4,7 @@ the same functions that build its job script (``dethpc.jobs.render.trial_env``,
 environment unchanged.
 
 Owns: ``work_item`` and the rule of which experiments a pool can run
-(``pool_problem``: one process per trial, no dethpc launcher, no het components).
+(``worker_pool_problem``: one process per trial, no dethpc launcher, no het components).
 Must not: write files (``dethpc.common.poolqueue.enqueue`` does) or submit.
 """
 
@@ -20,7 +20,7 @@ from dethpc.jobs.jobscript import in_image, inside, run_env
 from dethpc.jobs.render import entrypoint_argv, is_launcher
 
 
-def pool_problem(cfg: ExperimentConfig, python: str) -> str:
+def worker_pool_problem(cfg: ExperimentConfig, python: str) -> str:
     """'' when a worker can run this experiment's trials, else why not (one line)."""
     if is_launcher(entrypoint_argv(cfg.entrypoint, python)):
         return "entrypoint: a dethpc launcher (several processes per trial) cannot run in a pool"

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from dethpc.common.exitcodes import LOCAL_REQUEUE_EXIT
 from dethpc.common.jobenv import ENV_PREEMPT_SIGNAL
-from dethpc.common.poolqueue import PoolPaths
+from dethpc.common.poolqueue import WorkerPoolPaths
 from dethpc.common.traits import BackendKind, traits_of
 from dethpc.config.model import ClusterConfig, ExperimentConfig, RequeueMode
 from dethpc.jobs.directives import trial_directives
@@ -54,7 +54,7 @@ def worker_array_script(cfg: ExperimentConfig, cluster: ClusterConfig, *,
     # a worker's own failure is no trial's: its job keeps the plain --requeue (an
     # expedited one would be held after any non-zero exit, with no trial to decide)
     pool = replace(cluster.pool(cfg.resources.resource_pool), requeue=RequeueMode.NORMAL)
-    paths = PoolPaths.of_run_dir(run_dir)
+    paths = WorkerPoolPaths.of_run_dir(run_dir)
     directives = trial_directives(cfg, pool, name=pool_name(exp_id, batch_id, tag),
                                   comment=pool_comment(exp_id, batch_id, tag),
                                   output=str(paths.root / "slurm-%A_%a.out"))

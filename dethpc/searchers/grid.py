@@ -21,10 +21,10 @@ from dethpc.config.hparams import flatten_hparams, grid_points, grid_size
 from dethpc.config.model import CategoricalHP, ConstHP, HParamTree, SearcherConfig
 from dethpc.config.searcher_registry import SearcherSpec
 from dethpc.searchers import sampling
-from dethpc.searchers.pool import PoolSearcher
+from dethpc.searchers.independent import IndependentSearcher
 
 
-class GridSearcher(PoolSearcher):
+class GridSearcher(IndependentSearcher):
     """All grid points, in ``sampling.grid`` order."""
 
     name = "grid"

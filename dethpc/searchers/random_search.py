@@ -2,7 +2,7 @@
 
 Owns: ``RandomSearcher`` -- ``max_trials`` trials with hparams sampled from the
 tree, at most ``max_concurrent_trials`` alive at once (0 = no limit), the pool
-rules of ``dethpc.searchers.pool``, a trial that raised ``det.InvalidHP`` replaced by a
+rules of ``dethpc.searchers.independent``, a trial that raised ``det.InvalidHP`` replaced by a
 new sample (not counted) -- and its ``SPEC`` (no keys of its own;
 ``max_trials`` required).
 Must not: do I/O, read the clock or use the global RNG; early-stop anything.
@@ -13,10 +13,10 @@ from __future__ import annotations
 from dethpc.common.errors import ConfigError, FieldError
 from dethpc.config.model import HParamTree, SearcherConfig
 from dethpc.config.searcher_registry import SearcherSpec
-from dethpc.searchers.pool import PoolSearcher
+from dethpc.searchers.independent import IndependentSearcher
 
 
-class RandomSearcher(PoolSearcher):
+class RandomSearcher(IndependentSearcher):
     """Determined's ``random``: ``max_trials`` sampled trials, ``max_concurrent_trials``
     at a time (0 = no limit)."""
 

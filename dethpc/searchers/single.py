@@ -15,10 +15,10 @@ from typing import Any
 from dethpc.config._check import Checker, show
 from dethpc.config.model import HParamTree, SearcherConfig
 from dethpc.config.searcher_registry import SearcherSpec
-from dethpc.searchers.pool import PoolSearcher
+from dethpc.searchers.independent import IndependentSearcher
 
 
-class SingleSearcher(PoolSearcher):
+class SingleSearcher(IndependentSearcher):
     """Exactly one trial, whatever ``max_trials`` says."""
 
     name = "single"

@@ -92,7 +92,7 @@ def test_set_concurrency_retires_surplus_workers_after_their_run(home, tmp_path)
         slurm={"workers": {"preload": ["dethpc.core"], "heartbeat_s": 1,
                            "lease_timeout_s": 30}})
     exp, run_dir = _submit(cfg)
-    pool = queue.PoolPaths.of_run_dir(run_dir)
+    pool = queue.WorkerPoolPaths.of_run_dir(run_dir)
     wait_for(lambda: len(queue.active_leases(pool)) == 3, timeout=120,
              interval=0.05, what="3 workers holding trials")
     cli("experiment", "set-concurrency", exp, "1")

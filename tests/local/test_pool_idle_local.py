@@ -43,7 +43,7 @@ def test_workers_no_more_than_the_work_and_idle_ones_leave(home, tmp_path):
                            "lease_timeout_s": 30, "idle_exit_s": 0}})
     exp = json.loads(cli("submit", cfg, TOY, "--json").stdout)["id"]
     run_dir = Path(json.loads(cli("experiment", "describe", exp, "--json").stdout)["run_dir"])
-    pool = queue.PoolPaths.of_run_dir(run_dir)
+    pool = queue.WorkerPoolPaths.of_run_dir(run_dir)
 
     def rung_judged() -> bool:    # every first run ended or waits at step 8 on the hold
         return len(list(pool.results.glob("**/*.json"))) + len(

@@ -29,7 +29,7 @@ from dethpc.common import poolqueue as queue
 from dethpc.common.paths import ExperimentPaths
 from dethpc.config import parse_experiment_config
 from dethpc.config.model import ClusterConfig, ResourcePool
-from dethpc.jobs.pool_items import pool_problem, work_item
+from dethpc.jobs.pool_items import work_item, worker_pool_problem
 
 TOY = Path(__file__).parents[1] / "fixtures" / "toy" / "train.py"
 CLUSTER = ClusterConfig(pools={"default": ResourcePool(
@@ -44,7 +44,7 @@ class Pool:
     def __init__(self, run_dir: Path, backend: str = "local") -> None:
         self.run_dir = run_dir
         self.backend = backend
-        self.paths = queue.PoolPaths.of_run_dir(run_dir).create()
+        self.paths = queue.WorkerPoolPaths.of_run_dir(run_dir).create()
         self.exp = ExperimentPaths(run_dir)
         self.exp.context.mkdir(parents=True)
         shutil.copy(TOY, self.exp.context / "train.py")
@@ -135,7 +135,7 @@ def pool(tmp_path: Path) -> Iterator[Pool]:
 
 
 def test_promotions_continue_in_live_workers(pool: Pool) -> None:
-    assert pool_problem(CFG, "python3") == ""
+    assert worker_pool_problem(CFG, "python3") == ""
     pool.start("w0")
     pool.start("w1")
     for t in range(4):

@@ -117,8 +117,8 @@ class PoolRun:
             return Path(exp.run_dir)
 
     @property
-    def pool(self) -> queue.PoolPaths:
-        return queue.PoolPaths.of_run_dir(self.run_dir)
+    def pool(self) -> queue.WorkerPoolPaths:
+        return queue.WorkerPoolPaths.of_run_dir(self.run_dir)
 
     def state(self) -> str:
         with self.store.session() as s:

@@ -17,7 +17,7 @@ from sqlmodel import select
 from dethpc.backends.base import Backend
 from dethpc.common.jobref import JobRef, job_refs
 from dethpc.control.daemon.shared import Guard, TickStats
-from dethpc.control.pool_tend import PoolTender
+from dethpc.control.pool_tend import WorkerPoolTender
 from dethpc.control.pool_view import is_item_ref
 from dethpc.store import Store
 from dethpc.store.models import Job
@@ -36,9 +36,10 @@ def wanted_refs(wanted: Iterable[str]) -> list[str]:
 
 
 class Canceller:
-    def __init__(self, store: Store, backend: Backend, pools: PoolTender,
+    def __init__(self, store: Store, backend: Backend, worker_pools: WorkerPoolTender,
                  guard: Guard) -> None:
-        self.store, self.backend, self.pools, self.guard = store, backend, pools, guard
+        self.store, self.backend, self.guard = store, backend, guard
+        self.worker_pools = worker_pools
         #: backend jobs cancelled so far, between ticks too (the poll asks again after one)
         self.jobs_cancelled = 0
 
@@ -57,7 +58,7 @@ class Canceller:
         Once that went through, none of them is due a cancel any more (``cancel_due``)."""
         items, jobs = split_refs(refs)
         if items:
-            self.pools.cancel_items(items)
+            self.worker_pools.cancel_items(items)
         if jobs:
             self.backend.cancel(jobs)
             self.jobs_cancelled += len(jobs)

@@ -41,7 +41,7 @@ from dethpc.control.daemon.tasks import TaskWatch
 from dethpc.control.daemon.watch import Watched, Watcher, next_delay
 from dethpc.control.daemon.watchdog import Watchdog
 from dethpc.control.lease import Lease
-from dethpc.control.pool_tend import PoolTender
+from dethpc.control.pool_tend import WorkerPoolTender
 from dethpc.jobs.containers import PULL_TIMEOUT_S
 from dethpc.jobs.imagepull import Puller
 from dethpc.jobs.jobscript import instance_tag
@@ -65,26 +65,26 @@ class Daemon:
         self.budget = SubmitBudget(store, cluster, backend, self.scope)
         files = TrialFiles(cluster, backend, python=python, jenv=jenv)
         #: experiments run by a worker pool (``slurm.workers``): items and workers
-        self.pools = PoolTender(store, cluster, backend, python=python, tag=tag,
+        self.worker_pools = WorkerPoolTender(store, cluster, backend, python=python, tag=tag,
                                 budget=self.budget, files=files)
-        self.canceller = Canceller(store, backend, self.pools, self.guard)
+        self.canceller = Canceller(store, backend, self.worker_pools, self.guard)
         self.recovery = Recovery(store, backend, self.scope, self.guard, self.canceller,
                                  runs_root=cluster.runs_root)
         self.pulls = ImageGate(store, cluster, backend, python=python, tag=tag, clock=clock,
                                policy=self.budget)
         #: interactive tasks' and TensorBoard's jobs on this backend, in the one poll
         self.tasks = TaskWatch(store, self.scope, BackendKind.parse(cluster.backend))
-        self.poller = Poller(store, backend, self.pools, self.scope,
+        self.poller = Poller(store, backend, self.worker_pools, self.scope,
                              pool_poll_s=cluster.pool_poll_s, actions=lambda: (
-                                 self.canceller.jobs_cancelled + self.pools.workers_cancelled
-                                 + self.pools.cancels_put_off), tasks=self.tasks)
+                                 self.canceller.jobs_cancelled + self.worker_pools.workers_cancelled
+                                 + self.worker_pools.cancels_put_off), tasks=self.tasks)
         self.checkpoints = CheckpointDeleter(store)
         self.reconciling = Reconciling(store, clock, self.guard, self.canceller,
                                        self.checkpoints)
         self.submitter = Submitter(store, backend, self.budget, BatchSubmitter(
             store, cluster, backend, self.budget, files, tag=tag, jenv=jenv),
-            self.pulls, self.pools)
-        self.submitting = SubmitPhase(store, backend, self.guard, self.submitter, self.pools,
+            self.pulls, self.worker_pools)
+        self.submitting = SubmitPhase(store, backend, self.guard, self.submitter, self.worker_pools,
                                       runs_root=cluster.runs_root, clock=clock)
         self.watcher = Watcher(store, cluster, self.scope, wake)
         self.watchdog = Watchdog(store, cluster, backend, clock)
@@ -121,7 +121,7 @@ class Daemon:
         # running trials without progress: stacks asked for, then their jobs ended
         cancel += self.watchdog.run(exp_ids, seen.infos, stats, opened)
         self.canceller.cancel_wanted(cancel, stats)            # one scancel
-        self.submitting.run(exp_ids, seen.infos, stats,        # throttles, sbatch, pools
+        self.submitting.run(exp_ids, seen.infos, stats,        # throttles, sbatch, worker pools
                             fresh=seen.fresh, resolved=opened)
         return stats
 

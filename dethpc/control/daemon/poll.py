@@ -8,7 +8,7 @@ read from its directory (``dethpc.control.pool_view``); then the user's jobs as 
 backend lists them (``user_jobs``: Slurm answers from that same ``squeue``), which the
 submit phase counts against per-user limits. ``poll_plan`` is pure.
 The cadence (``poll_due``, pure): while the only backend jobs are worker-pool workers
-(the runs' progress and ends come through the pools' files), the backend is asked at
+(the runs' progress and ends come through the worker pools' files), the backend is asked at
 most every ``pool_poll_s`` and the last answer stands in between; any other live job,
 a ref not in the last answer (a worker just submitted), or a job cancelled or a cancel
 put off since (``actions``: the daemon's count of them) polls at once. ``Observed.fresh``
@@ -30,7 +30,7 @@ from dethpc.backends.base import Backend, JobInfo
 from dethpc.common.jobref import JobRef, job_refs
 from dethpc.control.daemon.shared import Scope, TickStats
 from dethpc.control.daemon.tasks import TaskWatch
-from dethpc.control.pool_tend import PoolTender
+from dethpc.control.pool_tend import WorkerPoolTender
 from dethpc.control.pool_view import is_item_ref
 from dethpc.store import Store
 from dethpc.store.models import Job
@@ -38,7 +38,7 @@ from dethpc.store.models import Job
 
 @dataclass(frozen=True)
 class PollPlan:
-    """What one poll asks: ``jobs`` of the backend, ``items`` of the pools' directories;
+    """What one poll asks: ``jobs`` of the backend, ``items`` of the worker pools' directories;
     ``polled`` is the count a tick reports."""
 
     jobs: list[JobRef]
@@ -76,17 +76,18 @@ class Observed:
     infos: dict[str, JobInfo]
     user_jobs: Sequence[JobInfo] | None
     #: the backend was asked this tick (False: the last answer stood, ``poll_due``);
-    #: what may be stale must not decide a cancel (``PoolTender.tend``)
+    #: what may be stale must not decide a cancel (``WorkerPoolTender.tend``)
     fresh: bool = True
 
 
 class Poller:
-    def __init__(self, store: Store, backend: Backend, pools: PoolTender,
+    def __init__(self, store: Store, backend: Backend, worker_pools: WorkerPoolTender,
                  scope: Scope, *, pool_poll_s: float = 0.0,
                  monotonic: Callable[[], float] = time.monotonic,
                  actions: Callable[[], int] = lambda: 0,
                  tasks: TaskWatch | None = None) -> None:
-        self.store, self.backend, self.pools, self.scope = store, backend, pools, scope
+        self.store, self.backend, self.scope = store, backend, scope
+        self.worker_pools = worker_pools
         #: the live tasks' jobs, asked in the same call (None: none are)
         self.tasks = tasks
         self.pool_poll_s, self.monotonic, self.actions = pool_poll_s, monotonic, actions
@@ -119,7 +120,7 @@ class Poller:
         if self.tasks is not None:
             known = set(refs)
             refs += [r for r in self.tasks.refs() if r not in known]
-        workers = list(self.pools.worker_refs(exp_ids))
+        workers = list(self.worker_pools.worker_refs(exp_ids))
         plan = poll_plan(refs, workers)
         stats.polled = plan.polled
         now, actions = self.monotonic(), self.actions()
@@ -137,5 +138,5 @@ class Poller:
             infos = {r: self._last[r] for r in plan.jobs if r in self._last}
             self.skipped += 1
         if plan.items:
-            infos.update(self.pools.poll_items(plan.items))
+            infos.update(self.worker_pools.poll_items(plan.items))
         return infos

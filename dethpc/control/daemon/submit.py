@@ -3,7 +3,7 @@ and its worker pool.
 
 Owns: ``SubmitPhase.run`` — for each open experiment, after the lease is checked:
 ``sync_throttles``, ``Submitter.experiment`` and the worker pool's tending
-(``PoolTender.tend``); a failure is that experiment's alone (Slurm not answering: its
+(``WorkerPoolTender.tend``); a failure is that experiment's alone (Slurm not answering: its
 trials wait for the next tick; a full or unwritable ``runs_root``: they wait, and the
 daemon says why; anything else fails the experiment: ERROR at once, in sbatch's words,
 when none of its jobs reached Slurm yet, else its jobs are killed). ``Submitter.experiment`` — an
@@ -33,7 +33,7 @@ from dethpc.control.daemon.incidents import fail_unstarted, warn_once
 from dethpc.control.daemon.pulls import ImageGate
 from dethpc.control.daemon.shared import Guard, TickStats, slurm_unreachable
 from dethpc.control.daemon.throttles import sync_throttles
-from dethpc.control.pool_tend import PoolTender
+from dethpc.control.pool_tend import WorkerPoolTender
 from dethpc.control.reconcile import load_config
 from dethpc.control.resolved import Resolved
 from dethpc.store import Store
@@ -87,9 +87,9 @@ def failure(exc: Exception, runs_root: Path) -> Failure:
 
 class Submitter:
     def __init__(self, store: Store, backend: Backend, budget: SubmitBudget,
-                 batches: BatchSubmitter, gate: ImageGate, pools: PoolTender) -> None:
+                 batches: BatchSubmitter, gate: ImageGate, worker_pools: WorkerPoolTender) -> None:
         self.store, self.backend, self.budget = store, backend, budget
-        self.batches, self.gate, self.pools = batches, gate, pools
+        self.batches, self.gate, self.worker_pools = batches, gate, worker_pools
 
     def experiment(self, exp_id: int, resolved: Resolved | None = None) -> int:
         """Submit experiment ``exp_id``'s trials that need a job; how many went out.
@@ -111,9 +111,9 @@ class Submitter:
         if deps is None:
             return 0
         pool = resolved.pool() if resolved is not None else None
-        if self.pools.enabled(cfg, exp.kind,
+        if self.worker_pools.enabled(cfg, exp.kind,
                               resolved.worker_pool() if resolved is not None else None):
-            return self.pools.submit_items(exp, cfg, trials, pool=pool)
+            return self.worker_pools.submit_items(exp, cfg, trials, pool=pool)
         if cfg.slurm.components and self.backend.traits.het_jobs:
             return self.het(exp, cfg, trials, deps)
         trials = trials[:self.budget.room(exp, cfg, len(trials), pool=pool)]
@@ -144,10 +144,10 @@ class Submitter:
 
 class SubmitPhase:
     def __init__(self, store: Store, backend: Backend, guard: Guard, submitter: Submitter,
-                 pools: PoolTender, *, runs_root: Path,
+                 worker_pools: WorkerPoolTender, *, runs_root: Path,
                  clock: Callable[[], float] = time.time) -> None:
         self.store, self.backend, self.guard = store, backend, guard
-        self.submitter, self.pools, self.runs_root = submitter, pools, runs_root
+        self.submitter, self.worker_pools, self.runs_root = submitter, worker_pools, runs_root
         self.clock = clock
 
     def run(self, exp_ids: list[int], infos: dict[str, JobInfo], stats: TickStats, *,
@@ -162,7 +162,7 @@ class SubmitPhase:
                     sync_throttles(self.store, self.backend, exp_id,
                                    r.cfg if r is not None else None)
                     stats.submitted += self.submitter.experiment(exp_id, r)
-                stats.submitted += self.pools.tend(exp_id, infos, fresh=fresh, resolved=r)
+                stats.submitted += self.worker_pools.tend(exp_id, infos, fresh=fresh, resolved=r)
             except (DethpcError, OSError) as exc:
                 self.failed(exp_id, failure(exc, self.runs_root), stats)
 

@@ -28,7 +28,7 @@ from sqlmodel import col, select
 
 from dethpc.backends.base import JobState
 from dethpc.common.paths import METRICS_FILE, ExperimentPaths
-from dethpc.common.poolqueue import PoolPaths
+from dethpc.common.poolqueue import WorkerPoolPaths
 from dethpc.config.model import ClusterConfig
 from dethpc.control.daemon.shared import Scope
 from dethpc.store import Store
@@ -174,7 +174,7 @@ class Watcher:
             trial_id: Watched(exp_id, ExperimentPaths(Path(run_dirs[exp_id]))
                               .trial(trial_id).metrics, offsets.get(trial_id, 0))
             for trial_id, exp_id in trial_exp.items() if exp_id in run_dirs}
-        pools = [PoolPaths.of_run_dir(Path(d)) for d in run_dirs.values()]
+        pools = [WorkerPoolPaths.of_run_dir(Path(d)) for d in run_dirs.values()]
         self.pool_dirs = [d for p in pools for d in (p.results, p.leases) if d.is_dir()]
         for r, mtime in _mtimes(r for r in self.pool_dirs
                                 if r not in self.pool_marks).items():

@@ -105,7 +105,7 @@ def _append_exit(trial_dir: Path, reason: ExitReason, code: int, item: queue.Wor
 
 @dataclass(frozen=True)
 class Settings:
-    paths: queue.PoolPaths
+    paths: queue.WorkerPoolPaths
     worker: str
     heartbeat_s: float
     poll_s: float
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     flags = Flags()
     ref = ref_from_env(os.environ)
     install_handlers(flags, args.preempt_signal)
-    s = Settings(paths=queue.PoolPaths.of_run_dir(args.run_dir),
+    s = Settings(paths=queue.WorkerPoolPaths.of_run_dir(args.run_dir),
                  worker=args.worker_id or default_worker_id(),
                  heartbeat_s=args.heartbeat_s, poll_s=args.poll_s, max_idle_s=args.max_idle_s,
                  task=args.task or ("" if ref == "0" else ref))

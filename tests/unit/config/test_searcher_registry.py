@@ -30,7 +30,7 @@ from dethpc.config.model import (
 from dethpc.config.searcher_registry import SearcherSpec, enum_option, int_option
 from dethpc.searchers.base import Create, Shutdown
 from dethpc.searchers.factory import make_searcher
-from dethpc.searchers.pool import PoolSearcher
+from dethpc.searchers.independent import IndependentSearcher
 
 LR = {"type": "log", "minval": -4, "maxval": -1, "base": 10}
 LR_GRID = {**LR, "count": 3}
@@ -162,7 +162,7 @@ def test_spec_refuses_reserved_and_repeated_keys() -> None:
 
 @pytest.mark.parametrize("module", ["dethpc.config", "dethpc.config.searcher",
                                     "dethpc.config.searcher_registry", "dethpc.searchers.factory",
-                                    "dethpc.searchers.asha", "dethpc.searchers.pool"])
+                                    "dethpc.searchers.asha", "dethpc.searchers.independent"])
 def test_any_import_order_works_and_stays_light(module: str) -> None:
     """config -> registry -> searcher modules -> config: no cycle, whichever comes first."""
     code = (f"import sys, {module}\n"
@@ -179,7 +179,7 @@ class Order(StrEnum):
     FRESH = "fresh"
 
 
-class RepeatSearcher(PoolSearcher):
+class RepeatSearcher(IndependentSearcher):
     """``repeats`` trials of one hparam draw (``order: fresh`` draws each anew)."""
 
     name = "repeat"

@@ -14,7 +14,7 @@ from dethpc.common.errors import CommandError
 from dethpc.control.daemon.cancel import Canceller, split_refs, wanted_refs
 from dethpc.control.daemon.poll import Poller, PollPlan, poll_plan
 from dethpc.control.daemon.shared import Scope, TickStats
-from dethpc.control.pool_tend import PoolTender
+from dethpc.control.pool_tend import WorkerPoolTender
 from dethpc.control.pool_view import item_ref
 from dethpc.store.models import Batch, BatchKind, BatchState, Job
 from tests.unit.control.daemon_kit import CountingGuard, World, world
@@ -50,8 +50,8 @@ def test_wanted_refs(wanted: list[str], refs: list[str]) -> None:
     assert wanted_refs(wanted) == refs
 
 
-def pools(w: World) -> PoolTender:
-    return PoolTender(w.store, w.cluster, w.backend, python="python3", tag="t",
+def worker_pools(w: World) -> WorkerPoolTender:
+    return WorkerPoolTender(w.store, w.cluster, w.backend, python="python3", tag="t",
                       budget=None, files=None)  # type: ignore[arg-type]
 
 
@@ -79,7 +79,7 @@ def test_one_poll_of_the_live_jobs_and_the_pool_workers_then_the_users_jobs(
     w.backend.states = {"5_0": JobState.RUNNING}
     w.backend.user = [JobInfo(ref="5_0", state=JobState.RUNNING)]
     stats = TickStats()
-    seen = Poller(w.store, w.backend, pools(w), Scope()).observe(stats, [w.exp_id])
+    seen = Poller(w.store, w.backend, worker_pools(w), Scope()).observe(stats, [w.exp_id])
     assert w.backend.calls == [("poll", ["5_0", "5_1", "9_0", "9_1"]), ("user_jobs", None)]
     assert seen.infos["5_0"].state == JobState.RUNNING
     assert seen.user_jobs == w.backend.user and stats.polled == 4
@@ -88,7 +88,7 @@ def test_one_poll_of_the_live_jobs_and_the_pool_workers_then_the_users_jobs(
 def test_another_owners_jobs_are_not_polled(tmp_path: Path) -> None:
     w = world(tmp_path)
     live_jobs(w, ["5_0"])
-    Poller(w.store, w.backend, pools(w), Scope("somebody-else")).poll(TickStats(), [])
+    Poller(w.store, w.backend, worker_pools(w), Scope("somebody-else")).poll(TickStats(), [])
     assert w.backend.calls == [("poll", [])]
 
 
@@ -98,7 +98,7 @@ def test_the_cancel_phase_checks_the_lease_then_cancels_once_and_clears_what_was
     live_jobs(w, ["5_0", "5_1"], cancel_due=True)
     guard = CountingGuard()
     stats = TickStats()
-    Canceller(w.store, w.backend, pools(w), guard).cancel_wanted(
+    Canceller(w.store, w.backend, worker_pools(w), guard).cancel_wanted(
         ["5_1", "5_0", "5_1"], stats)
     assert w.backend.calls == [("cancel", ["5_0", "5_1"])]
     assert guard.checks == 1 and stats.cancelled == 2
@@ -109,7 +109,7 @@ def test_the_cancel_phase_checks_the_lease_then_cancels_once_and_clears_what_was
 def test_nothing_wanted_cancels_nothing(tmp_path: Path) -> None:
     w = world(tmp_path)
     guard = CountingGuard()
-    Canceller(w.store, w.backend, pools(w), guard).cancel_wanted([], TickStats())
+    Canceller(w.store, w.backend, worker_pools(w), guard).cancel_wanted([], TickStats())
     assert w.backend.calls == [] and guard.checks == 0
 
 
@@ -118,7 +118,7 @@ def test_a_failed_cancel_reaches_the_caller_and_the_jobs_stay_due(tmp_path: Path
     live_jobs(w, ["5_0"], cancel_due=True)
     w.backend.cancel_error = CommandError(["scancel"], 1, "", "slurmctld away")
     with pytest.raises(CommandError):
-        Canceller(w.store, w.backend, pools(w), CountingGuard()).cancel_wanted(
+        Canceller(w.store, w.backend, worker_pools(w), CountingGuard()).cancel_wanted(
             ["5_0"], TickStats())
     with w.store.session() as s:
         assert all(j.cancel_due for j in s.exec(select(Job)))
@@ -155,7 +155,7 @@ def test_a_pools_workers_are_polled_every_pool_poll_s_not_every_tick(tmp_path: P
                     state=BatchState.SUBMITTED, array_job_id="9"))
     w.backend.states = {"9_0": JobState.RUNNING, "9_1": JobState.PENDING}
     now, cancels = [100.0], [0]
-    poller = Poller(w.store, w.backend, pools(w), Scope(), pool_poll_s=10.0,
+    poller = Poller(w.store, w.backend, worker_pools(w), Scope(), pool_poll_s=10.0,
                     monotonic=lambda: now[0], actions=lambda: cancels[0])
 
     def tick() -> dict[str, JobInfo]:
@@ -205,7 +205,7 @@ def test_a_worker_read_pending_by_an_older_poll_is_not_cancelled(tmp_path: Path)
     poll."""
     from dethpc.common import poolqueue as queue
     w = world(tmp_path, slurm={"workers": 2})
-    queue.PoolPaths.of_run_dir(Path(w.experiment().run_dir)).create()
+    queue.WorkerPoolPaths.of_run_dir(Path(w.experiment().run_dir)).create()
     with w.store.session() as s:
         s.add(Batch(experiment_id=w.exp_id, name="w", size=2, kind=BatchKind.WORKERS,
                     state=BatchState.SUBMITTED, array_job_id="9"))
@@ -218,7 +218,7 @@ def test_a_worker_read_pending_by_an_older_poll_is_not_cancelled(tmp_path: Path)
         s.add(b)
     infos = {"9_0": JobInfo(ref="9_0", state=JobState.RUNNING),
              "9_1": JobInfo(ref="9_1", state=JobState.PENDING)}
-    tender = pools(w)
+    tender = worker_pools(w)
     tender.tend(w.exp_id, infos, fresh=False)
     assert "cancel" not in w.backend.names()
     assert (tender.cancels_put_off, tender.workers_cancelled) == (1, 0)

@@ -20,7 +20,7 @@ from dethpc.control.daemon.cancel import Canceller
 from dethpc.control.daemon.housekeeping import CheckpointDeleter
 from dethpc.control.daemon.reconciling import Reconciling
 from dethpc.control.daemon.shared import TickStats
-from dethpc.control.pool_tend import PoolTender
+from dethpc.control.pool_tend import WorkerPoolTender
 from dethpc.store.models import Checkpoint, CheckpointState, Experiment, ExperimentState
 from tests.unit.control.daemon_kit import CountingGuard, World, world
 
@@ -76,7 +76,7 @@ def phase(w: World, answers: dict[int, Out | Exception],
     log: list[Any] = []
     monkeypatch.setattr(reconciling, "ExperimentReconciler", Script(answers, log))
     guard = CountingGuard()
-    pools = PoolTender(w.store, w.cluster, w.backend, python="python3", tag="t",
+    pools = WorkerPoolTender(w.store, w.cluster, w.backend, python="python3", tag="t",
                        budget=None, files=None)  # type: ignore[arg-type]
     canceller = Canceller(w.store, w.backend, pools, guard)
     return Reconciling(w.store, lambda: 1.0, guard, canceller, Deleter(w, log)), log, guard

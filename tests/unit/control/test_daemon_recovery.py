@@ -14,7 +14,7 @@ from dethpc.common.errors import CommandError
 from dethpc.control.daemon.cancel import Canceller
 from dethpc.control.daemon.recovery import Recovery
 from dethpc.control.daemon.shared import Scope, TickStats
-from dethpc.control.pool_tend import PoolTender
+from dethpc.control.pool_tend import WorkerPoolTender
 from dethpc.control.submission import Found, found_job
 from dethpc.store.models import Batch, BatchState, Job
 from tests.unit.control.daemon_kit import CountingGuard, World, world
@@ -45,7 +45,7 @@ def test_an_adopted_jobs_refs(found: Found, size: int, refs: list[str]) -> None:
 
 def recovery(w: World) -> tuple[Recovery, CountingGuard]:
     guard = CountingGuard()
-    pools = PoolTender(w.store, w.cluster, w.backend, python="python3", tag="t",
+    pools = WorkerPoolTender(w.store, w.cluster, w.backend, python="python3", tag="t",
                        budget=None, files=None)  # type: ignore[arg-type]
     canceller = Canceller(w.store, w.backend, pools, guard)
     return Recovery(w.store, w.backend, Scope(), guard, canceller,

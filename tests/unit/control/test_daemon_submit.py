@@ -26,7 +26,7 @@ from dethpc.control.daemon.submit import (
     het_room,
 )
 from dethpc.control.daemon.throttles import sync_throttles, throttle_changes, throttle_for
-from dethpc.control.pool_tend import PoolTender
+from dethpc.control.pool_tend import WorkerPoolTender
 from dethpc.jobs.render import make_env
 from dethpc.store.models import Batch, BatchState, Experiment, ExperimentState, Job
 from tests.unit.control.daemon_kit import CountingGuard, World, world
@@ -92,14 +92,14 @@ class Parts:
         self.budget.start_tick(None)
         jenv = make_env()
         files = TrialFiles(w.cluster, w.backend, python="python3", jenv=jenv)
-        self.pools = PoolTender(w.store, w.cluster, w.backend, python="python3", tag="t",
-                                budget=self.budget, files=files)
+        self.worker_pools = WorkerPoolTender(w.store, w.cluster, w.backend, python="python3",
+                                             tag="t", budget=self.budget, files=files)
         gate = ImageGate(w.store, w.cluster, w.backend, python="python3", tag="t",
                          clock=lambda: 1.0, policy=self.budget)
         self.submitter = Submitter(w.store, w.backend, self.budget, BatchSubmitter(
             w.store, w.cluster, w.backend, self.budget, files, tag="t", jenv=jenv),
-            gate, self.pools)
-        self.phase = SubmitPhase(w.store, w.backend, self.guard, self.submitter, self.pools,
+            gate, self.worker_pools)
+        self.phase = SubmitPhase(w.store, w.backend, self.guard, self.submitter, self.worker_pools,
                                  runs_root=w.cluster.runs_root)
 
 

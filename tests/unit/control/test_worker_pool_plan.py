@@ -18,7 +18,12 @@ from dethpc.config.model import ClusterConfig, ResourcePool, WorkerPool
 from dethpc.control import pool_view as view
 from dethpc.control.daemon.budget import SubmitBudget
 from dethpc.control.daemon.shared import Scope
-from dethpc.control.pool_tend import PoolMode, PoolTender, check_worker_pool, pool_mode
+from dethpc.control.pool_tend import (
+    WorkerPoolMode,
+    WorkerPoolTender,
+    check_worker_pool,
+    worker_pool_mode,
+)
 from tests.unit.control.daemon_kit import world
 
 P, R, D = JobState.PENDING, JobState.RUNNING, JobState.COMPLETED
@@ -79,7 +84,7 @@ def test_plan_workers(name, args, plan) -> None:
 
 
 def test_busy_workers_are_the_lease_holders_job_refs(tmp_path: Path) -> None:
-    paths = queue.PoolPaths(tmp_path / "pool").create()
+    paths = queue.WorkerPoolPaths(tmp_path / "pool").create()
     for t in (1, 2, 3):
         queue.enqueue(paths, _item(t, 0))
     held = [queue.claim(paths, queue.worker_id(ref, 40, "n1")) for ref in ("7_0", "7_3")]
@@ -95,7 +100,7 @@ def _item(trial: int, seq: int, attempt: int = 0) -> queue.WorkItem:
 
 
 def test_items_read_as_jobs_and_cancel_withdraws_or_kills(tmp_path: Path) -> None:
-    paths = queue.PoolPaths(tmp_path / "pool").create()
+    paths = queue.WorkerPoolPaths(tmp_path / "pool").create()
     for t in (1, 2, 3, 4):
         queue.enqueue(paths, _item(t, 0))
     held = queue.claim(paths, "w0")            # trial 1
@@ -163,16 +168,16 @@ def test_site_default_applies_only_where_a_worker_can_run_the_trials() -> None:
     launcher = parse_experiment_config({
         **BASE, "entrypoint": "python3 -m dethpc.launch.torch_distributed -- t.py"})
     managed, script = ExperimentKind.MANAGED, ExperimentKind.SCRIPT
-    assert pool_mode(plain, site, managed, "python3") is PoolMode.ON
-    assert pool_mode(plain, site, script, "python3") is PoolMode.OFF
-    assert pool_mode(launcher, site, managed, "python3") is PoolMode.OFF   # falls back
+    assert worker_pool_mode(plain, site, managed, "python3") is WorkerPoolMode.ON
+    assert worker_pool_mode(plain, site, script, "python3") is WorkerPoolMode.OFF
+    assert worker_pool_mode(launcher, site, managed, "python3") is WorkerPoolMode.OFF   # falls back
     asked = parse_experiment_config({**BASE, "entrypoint": launcher.entrypoint,
                                      "slurm": {"workers": True}})
-    assert pool_mode(asked, ClusterConfig(), managed, "python3") is PoolMode.REFUSED
+    assert worker_pool_mode(asked, ClusterConfig(), managed, "python3") is WorkerPoolMode.REFUSED
     with pytest.raises(SubmitError, match="slurm.workers: the worker pool cannot run"):
         check_worker_pool(asked, ClusterConfig(), managed, "python3")
     off = parse_experiment_config({**BASE, "slurm": {"workers": False}})
-    assert pool_mode(off, site, managed, "python3") is PoolMode.OFF        # opted out
+    assert worker_pool_mode(off, site, managed, "python3") is WorkerPoolMode.OFF        # opted out
 
 
 def test_new_workers_keep_off_the_experiments_bad_nodes(tmp_path: Path) -> None:
@@ -189,7 +194,7 @@ def test_new_workers_keep_off_the_experiments_bad_nodes(tmp_path: Path) -> None:
     w.add_batch(trials, name="b2", ref="pool:1:t1-s1", nodes="n2",
                 exit_reason=ExitReason.ERROR, ended_at=now - 1)
     budget = SubmitBudget(w.store, w.cluster, w.backend, Scope())
-    tender = PoolTender(w.store, w.cluster, w.backend, python="python3", tag="t",
+    tender = WorkerPoolTender(w.store, w.cluster, w.backend, python="python3", tag="t",
                         budget=budget, files=None)  # type: ignore[arg-type]
     cfg = w.config()
     assert cfg.slurm.workers is not None

@@ -25,7 +25,7 @@ def _item(tmp: Path, trial: int, seq: int = 1) -> queue.WorkItem:
 
 
 def _claim_all(root: str, worker: str, out: mp.Queue) -> None:  # type: ignore[type-arg]
-    paths = queue.PoolPaths(Path(root))
+    paths = queue.WorkerPoolPaths(Path(root))
     got: list[str] = []
     while (lease := queue.claim(paths, worker)) is not None:
         got.append(lease.item.name)
@@ -33,7 +33,7 @@ def _claim_all(root: str, worker: str, out: mp.Queue) -> None:  # type: ignore[t
 
 
 def test_concurrent_claims_each_item_exactly_once(tmp_path: Path) -> None:
-    paths = queue.PoolPaths(tmp_path / "pool").create()
+    paths = queue.WorkerPoolPaths(tmp_path / "pool").create()
     for t in range(60):
         queue.enqueue(paths, _item(tmp_path, t))
     ctx = mp.get_context("fork")
@@ -53,7 +53,7 @@ def test_concurrent_claims_each_item_exactly_once(tmp_path: Path) -> None:
 
 
 def test_expired_lease_returns_and_its_worker_loses_it(tmp_path: Path) -> None:
-    paths = queue.PoolPaths(tmp_path / "pool").create()
+    paths = queue.WorkerPoolPaths(tmp_path / "pool").create()
     queue.enqueue(paths, _item(tmp_path, 1))
     queue.enqueue(paths, _item(tmp_path, 2))
     dead = queue.claim(paths, "dead")
@@ -73,7 +73,7 @@ def test_expired_lease_returns_and_its_worker_loses_it(tmp_path: Path) -> None:
 
 
 def test_a_claim_is_a_fresh_heartbeat_even_for_an_old_item(tmp_path: Path) -> None:
-    paths = queue.PoolPaths(tmp_path / "pool").create()
+    paths = queue.WorkerPoolPaths(tmp_path / "pool").create()
     path = queue.enqueue(paths, _item(tmp_path, 1))
     old = time.time() - 1000
     os.utime(path, (old, old))
@@ -83,7 +83,7 @@ def test_a_claim_is_a_fresh_heartbeat_even_for_an_old_item(tmp_path: Path) -> No
 
 
 def test_finished_item_is_not_requeued_after_a_crash(tmp_path: Path) -> None:
-    paths = queue.PoolPaths(tmp_path / "pool").create()
+    paths = queue.WorkerPoolPaths(tmp_path / "pool").create()
     queue.enqueue(paths, _item(tmp_path, 3))
     lease = queue.claim(paths, "w")
     assert lease is not None
@@ -100,7 +100,7 @@ def test_finished_item_is_not_requeued_after_a_crash(tmp_path: Path) -> None:
 
 
 def test_give_back_requeues_at_once(tmp_path: Path) -> None:
-    paths = queue.PoolPaths(tmp_path / "pool").create()
+    paths = queue.WorkerPoolPaths(tmp_path / "pool").create()
     queue.enqueue(paths, _item(tmp_path, 4))
     lease = queue.claim(paths, "w")
     assert lease is not None
@@ -191,7 +191,7 @@ def test_worker_array_script(tmp_path: Path) -> None:
 
     from dethpc.config import parse_experiment_config
     from dethpc.config.model import ClusterConfig, ResourcePool
-    from dethpc.jobs.pool_items import pool_problem
+    from dethpc.jobs.pool_items import worker_pool_problem
     from dethpc.jobs.pool_script import worker_array_script
 
     cfg = parse_experiment_config({
@@ -214,11 +214,11 @@ def test_worker_array_script(tmp_path: Path) -> None:
         assert "--preload torch" in text and "#SBATCH --job-name=dethpc-ab-e3-b7-pool" in text
         assert "--max-idle-s 300" in text
     assert "scontrol requeue" in texts["slurm"] and "scontrol" not in texts["local"]
-    assert pool_problem(cfg, "python3") == ""
+    assert worker_pool_problem(cfg, "python3") == ""
     launcher = parse_experiment_config({
         "name": "p", "entrypoint": "python3 -m dethpc.launch.torch_distributed -- t.py",
         "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 10}}})
-    assert "launcher" in pool_problem(launcher, "python3")
+    assert "launcher" in worker_pool_problem(launcher, "python3")
 
 
 @pytest.mark.parametrize("runtime", ["apptainer", "charliecloud"])
@@ -263,7 +263,7 @@ def test_with_an_image_the_worker_runs_inside_it_and_its_items_run_warm(
 
 
 def test_withdraw_takes_only_unclaimed_items_of_the_trial(tmp_path: Path) -> None:
-    paths = queue.PoolPaths(tmp_path / "pool").create()
+    paths = queue.WorkerPoolPaths(tmp_path / "pool").create()
     queue.enqueue(paths, _item(tmp_path, 1, seq=1))
     queue.enqueue(paths, _item(tmp_path, 11, seq=1))
     running = queue.claim(paths, "w")
@@ -275,7 +275,7 @@ def test_withdraw_takes_only_unclaimed_items_of_the_trial(tmp_path: Path) -> Non
 
 
 def test_retire_marks_workers_by_job_ref_and_keep_undoes_it(tmp_path: Path) -> None:
-    paths = queue.PoolPaths(tmp_path / "pool").create()
+    paths = queue.WorkerPoolPaths(tmp_path / "pool").create()
     queue.retire(paths, ["12_2", "12_3"])
     assert [queue.retired(paths, f"12_{t}") for t in range(4)] == [False, False, True, True]
     queue.retire(paths, [], keep=["12_2"])
@@ -284,7 +284,7 @@ def test_retire_marks_workers_by_job_ref_and_keep_undoes_it(tmp_path: Path) -> N
 
 
 def test_kill_marks_an_item_and_known_sees_every_state(tmp_path: Path) -> None:
-    paths = queue.PoolPaths(tmp_path / "pool").create()
+    paths = queue.WorkerPoolPaths(tmp_path / "pool").create()
     item = queue.WorkItem(trial_id=3, seq=1, argv=["true"], env={}, cwd="/", trial_dir="/",
                           ref="pool:1:t3-s1")
     assert not queue.known(paths, item.name)

@@ -1,6 +1,6 @@
 """The pool of independent full-length trials that single, random and grid share.
 
-Owns: ``PoolSearcher`` -- up to ``total`` trials, each trained to
+Owns: ``IndependentSearcher`` -- up to ``total`` trials, each trained to
 ``max_length`` and validated there (no ``max_length``: length 0, the trial runs
 until its training code ends), at most ``concurrency`` alive at once
 (0 = all); a new ``Create`` each time a trial exits (for any reason: Determined
@@ -39,7 +39,7 @@ from dethpc.searchers.base import (
 )
 
 
-class PoolSearcher(Searcher):
+class IndependentSearcher(Searcher):
     """Up to ``total`` independent full-length trials, ``concurrency`` at a time."""
 
     name = "pool"
