@@ -22,7 +22,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,6 +89,15 @@ class EmulatorSpec:
             raise ValueError(f"time_scale: {self.time_scale} must be > 0")
         if self.state_bytes < 0:
             raise ValueError(f"state_bytes: {self.state_bytes} must be >= 0")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> EmulatorSpec:
+        """The spec a runner passed to a trial's process (``PEERS_STARTUP_S``,
+        ``PEERS_TIME_SCALE``, ``PEERS_SAVE_S``, ``PEERS_LOAD_S``; the defaults otherwise)."""
+        return cls(startup_s=float(env.get("PEERS_STARTUP_S", "10")),
+                   time_scale=float(env.get("PEERS_TIME_SCALE", "1")),
+                   save_s=float(env.get("PEERS_SAVE_S", "2")),
+                   load_s=float(env.get("PEERS_LOAD_S", "2")))
 
 
 class TrialEmulator:

@@ -1,0 +1,48 @@
+"""bench/peers_scale/peer_ray and peer_hydra: the Ray allocation's script is valid bash with
+the documented directives and the shared draws; the Hydra multirun carries the cell's
+values as overrides; the emulator's spec comes from the runner's environment."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from bench.peers_scale.draws import shared_draws
+from bench.peers_scale.emulator import EmulatorSpec
+from bench.peers_scale.peer_hydra import HydraRunner
+from bench.peers_scale.peer_ray import render_sbatch
+from bench.peers_scale.systems import Cell
+
+
+def test_the_ray_allocation_script_is_bash_with_the_pages_directives(tmp_path: Path) -> None:
+    script = render_sbatch(nodes=16, gpus_per_node=4, cpus_per_node=4, minutes=40,
+                           out_dir=tmp_path, storage=tmp_path / "ray results",
+                           python="/usr/bin/python3.11", env={"PEERS_WORKLOG": "/a b/w"},
+                           draws=shared_draws(1, 8), max_failures=3)
+    path = tmp_path / "ray.sbatch"
+    path.write_text(script)
+    assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0
+    for line in ("#SBATCH --nodes=16", "#SBATCH --exclusive", "#SBATCH --tasks-per-node=1",
+                 "#SBATCH --gpus-per-node=a100:4", "#SBATCH --requeue",
+                 "export PEERS_WORKLOG='/a b/w'"):
+        assert line in script.splitlines()
+    assert "start --head" in script and "--address \"$ip_head\"" in script
+    assert "--draws 34,16,65,30,126,115,120,97" in script
+    assert "'" + str(tmp_path / "ray results") + "'" in script
+
+
+def test_the_hydra_multirun_carries_the_cells_values(tmp_path: Path) -> None:
+    cell = Cell("hydra-optuna", 3, 32, 64, tmp_path, {"SLURM_CONF": "x"}, EmulatorSpec(), 600)
+    runner = HydraRunner()
+    runner.cell = cell
+    argv = runner.argv(cell)
+    assert argv[2] == "--multirun"
+    for override in ("hydra.sweeper.n_trials=32", "hydra.sweeper.n_jobs=64",
+                     "hydra.sweeper.sampler.seed=3", "hydra.launcher.array_parallelism=64",
+                     f"hydra.sweep.dir={tmp_path / 'multirun'}"):
+        assert override in argv
+
+
+def test_the_emulator_spec_comes_from_the_runners_environment() -> None:
+    spec = EmulatorSpec.from_env({"PEERS_STARTUP_S": "3", "PEERS_TIME_SCALE": "0.5"})
+    assert (spec.startup_s, spec.time_scale, spec.save_s) == (3.0, 0.5, 2.0)
