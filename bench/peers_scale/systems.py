@@ -308,4 +308,6 @@ def chown_tree(path: Path) -> None:
 RUNNERS: dict[str, Callable[[], SystemRunner]] = {
     "dethpc-pool": lambda: DethpcRunner("pool"),
     "dethpc-per-job": lambda: DethpcRunner("per-job"),
+    "ray-tune": lambda: __import__("bench.peers_scale.peer_ray", fromlist=["_"]).RayTuneRunner(),
+    "hydra-optuna": lambda: __import__("bench.peers_scale.peer_hydra", fromlist=["_"]).HydraRunner(),  # noqa: E501
 }
