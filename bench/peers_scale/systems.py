@@ -308,6 +308,12 @@ def chown_tree(path: Path) -> None:
 RUNNERS: dict[str, Callable[[], SystemRunner]] = {
     "dethpc-pool": lambda: DethpcRunner("pool"),
     "dethpc-per-job": lambda: DethpcRunner("per-job"),
+    "optuna": lambda: __import__("bench.peers_scale.peer_optuna", fromlist=["_"]).OptunaRunner(
+        "rdb"),
+    "optuna-journal": lambda: __import__("bench.peers_scale.peer_optuna",
+                                         fromlist=["_"]).OptunaRunner("journal"),
+    "submitit": lambda: __import__("bench.peers_scale.peer_submitit",
+                                   fromlist=["_"]).SubmititRunner(),
     "ray-tune": lambda: __import__("bench.peers_scale.peer_ray", fromlist=["_"]).RayTuneRunner(),
     "hydra-optuna": lambda: __import__("bench.peers_scale.peer_hydra", fromlist=["_"]).HydraRunner(),  # noqa: E501
 }

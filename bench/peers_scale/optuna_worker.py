@@ -1,0 +1,275 @@
+"""One task of Optuna's Slurm job array in the peers-at-scale benchmark: an Optuna worker.
+
+Owns: one worker's life, as Optuna's documentation runs many workers on one study
+("Easy Parallelization", optuna.readthedocs.io/en/stable/tutorial/10_key_features/
+004_distributed.html; ``RDBStorage`` with ``heartbeat_interval``, ``grace_period`` and
+``heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback``, the new name of
+``RetryFailedTrialCallback`` deprecated in 4.9: optuna.readthedocs.io/en/stable/reference/
+generated/optuna.storages.RetryFailedTrialCallback.html, and the checkpoint pattern of
+optuna-examples' pytorch/pytorch_checkpoint.py: a retried trial resumes from the
+checkpoint of the trial it retries, ``retried_trial_number``; ``JournalStorage`` with
+``JournalFileBackend`` for a shared file system without a database server:
+optuna.readthedocs.io/en/stable/reference/generated/optuna.storages.journal.
+JournalFileBackend.html): load the study the runner created, then ``study.optimize``
+with ``SuccessiveHalvingPruner(min_resource=4, reduction_factor=4)`` (rungs at 4, 16 and
+64 steps: 1/4/16 validation periods, as dethpc's ASHA) and ``MaxTrialsCallback(n,
+states=(COMPLETE, PRUNED))`` (RUNNING trials are not counted: a trial that fails and is
+retried still gets decided). A trial is the shared emulator: the curve is the
+hyperparameter ``curve`` (the shared draws, enqueued in order by the runner), a
+validation every 4 steps reported to the pruner, a checkpoint after each validation the
+pruner kept, under ``ckpt/t<n>`` where ``n`` is the trial's lineage (its own number, or
+the number of the first trial it retries); the work log names the trial ``t<n>``.
+
+Slurm's signal (``--signal=B:USR1@...``; at preemption ``USR1`` then ``TERM``): the
+handler only sets a flag; at the next step the trial checkpoints, ends ``preempted`` and
+raises ``Leave`` (Optuna marks it FAIL); the worker then enqueues its retry at once with
+the same ``RetryHeartbeatStaleTrialCallback`` (public API: the callback called on the
+frozen trial) instead of waiting out the heartbeat's grace period, requeues itself with
+``scontrol requeue`` when it is the time limit (a preemption is requeued by Slurm) and
+exits. A worker killed outright (a node crash) leaves its trial RUNNING: with the RDB
+storage another worker's heartbeat check fails and retries it after ``grace_period``; the
+journal storage has no heartbeat (Optuna 5: ``JournalStorage`` is no ``BaseHeartbeat``),
+so there a requeued task fails and retries the RUNNING trials it had taken itself
+(``user_attrs["slurm_task"]``), when Slurm starts it again.
+
+Written to win: the start-up (the client import and the emulator's CUDA/container sleep)
+is paid once per worker process, not per trial (a worker's later trials run in a warm
+process, as a real Optuna worker does); a pruned trial does not checkpoint. SQLite under
+64 workers: Optuna's FAQ warns against SQLite for parallel runs because pysqlite begins
+its transactions late (two workers may pop the same enqueued trial, optuna issue 4002):
+the engine gets SQLAlchemy's documented pysqlite recipe (no implicit BEGIN, ``BEGIN
+IMMEDIATE`` on each transaction) and a 120 s busy timeout, so every transaction is
+serialized. Run as ``python -m bench.peers_scale.optuna_worker CONFIG.json`` (the
+runner's array script ``exec``s it, so Slurm's batch signal reaches Python); ``CONFIG.json
+--create`` creates the study and enqueues the draws (the user's one command before
+``sbatch``), ``--summary`` prints the trials by state.
+Must not: be imported by dethpc or by the benchmark's driver (it imports Optuna).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.storages.journal import JournalFileBackend
+from optuna.study import MaxTrialsCallback
+from optuna.trial import FrozenTrial, TrialState
+
+from bench.peers_scale.emulator import STATE_FILE, EmulatorSpec, TrialEmulator, load_curves
+from bench.peers_scale.worklog import EndReason, WorkLog
+
+DECIDED = (TrialState.COMPLETE, TrialState.PRUNED)
+_flag: dict[str, Any] = {"signal": None, "at": 0.0}
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    """Only a flag: the work happens at the next step boundary."""
+    if _flag["signal"] is None:
+        _flag["signal"], _flag["at"] = signum, time.time()
+
+
+class Leave(Exception):
+    """Slurm asked this worker to go: its trial is checkpointed and must be retried."""
+
+
+def serialize_sqlite(engine: Any) -> None:
+    """SQLAlchemy's pysqlite recipe ("Serializable isolation / Savepoints / Transactional
+    DDL"): pysqlite opens no transaction itself; each one starts ``BEGIN IMMEDIATE``."""
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()        # connections made before the listeners are not reused
+
+
+def retry_callback(cfg: dict[str, Any]) -> RetryHeartbeatStaleTrialCallback:
+    return RetryHeartbeatStaleTrialCallback(max_retry=int(cfg["max_retry"]),
+                                            inherit_intermediate_values=True)
+
+
+def make_storage(cfg: dict[str, Any]) -> optuna.storages.BaseStorage:
+    if cfg["kind"] == "journal":
+        return JournalStorage(JournalFileBackend(cfg["journal"]))
+    storage = RDBStorage(cfg["url"], engine_kwargs={"connect_args": {"timeout": 120}},
+                         heartbeat_interval=int(cfg["heartbeat_interval"]),
+                         grace_period=int(cfg["grace_period"]),
+                         heartbeat_stale_trial_callback=retry_callback(cfg))
+    serialize_sqlite(storage.engine)
+    return storage
+
+
+def load(cfg: dict[str, Any], seed: int) -> optuna.Study:
+    return optuna.load_study(
+        study_name=cfg["study"], storage=make_storage(cfg),
+        sampler=optuna.samplers.RandomSampler(seed=seed),
+        pruner=optuna.pruners.SuccessiveHalvingPruner(
+            min_resource=int(cfg["validate_every"]), reduction_factor=int(cfg["eta"]),
+            min_early_stopping_rate=0))
+
+
+class Worker:
+    """The objective and its process-wide state (warm after the first trial)."""
+
+    def __init__(self, cfg: dict[str, Any], task: str) -> None:
+        self.cfg, self.task = cfg, task
+        self.curves = load_curves()
+        self.log = WorkLog(Path(cfg["worklog"]))
+        self.spec = EmulatorSpec(**cfg["spec"])
+        self.warm = False
+        self.current: int | None = None
+
+    def objective(self, trial: optuna.Trial) -> float:
+        self.current = trial.number
+        if _flag["signal"] is not None:
+            raise Leave("signalled before the trial started")
+        # Optuna 5's Trial has no system_attrs: the callback reads the frozen trial
+        frozen = [t for t in trial.study.get_trials(deepcopy=False,
+                                                    states=(TrialState.RUNNING,))
+                  if t.number == trial.number]
+        root = RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen[0]) \
+            if frozen else None
+        lineage = trial.number if root is None else root
+        curve = self.curves[trial.suggest_int("curve", 0, len(self.curves) - 1)]
+        trial.set_user_attr("slurm_task", self.task)
+        ckpt = Path(self.cfg["ckpt_root"]) / f"t{lineage}"
+        spec = self.spec if not self.warm else dataclasses.replace(self.spec, startup_s=0.0)
+        emu = TrialEmulator(f"t{lineage}", curve, self.log, spec)
+        emu.start(None if self.warm else "optuna")
+        self.warm = True
+        if (ckpt / STATE_FILE).exists():
+            emu.restore(ckpt)
+        saved, every, steps = emu.step, int(self.cfg["validate_every"]), curve.steps
+        loss = float("nan")
+        while emu.step < steps:
+            if _flag["signal"] is not None:
+                if emu.step > saved:
+                    emu.save(ckpt)          # keep the steps since the last checkpoint
+                emu.end(EndReason.PREEMPTED)
+                raise Leave(f"signal {_flag['signal']} at step {emu.step}")
+            emu.train_step()
+            if emu.step % every == 0 or emu.step == steps:
+                loss = emu.validate()
+                trial.report(loss, emu.step)
+                if trial.should_prune():
+                    emu.end(EndReason.STOPPED)
+                    raise optuna.TrialPruned(f"pruned at step {emu.step}")
+                emu.save(ckpt)
+                saved = emu.step
+        emu.end(EndReason.COMPLETED)
+        return loss
+
+
+def stop_on_signal(study: optuna.Study, _trial: FrozenTrial) -> None:
+    if _flag["signal"] is not None:
+        study.stop()
+
+
+def requeue_self(cfg: dict[str, Any], started: float) -> None:
+    """At the time limit's signal the task requeues itself (Slurm requeues a preempted
+    task by itself); a failure is printed, not raised."""
+    if _flag["signal"] is None:
+        return
+    limit_s = float(cfg["time_limit_min"]) * 60
+    if _flag["at"] - started < limit_s - float(cfg["signal_s"]) - 60:
+        return                  # well before the limit: a preemption
+    job = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
+    res = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True,
+                         check=False, timeout=60)
+    print(f"scontrol requeue {job}: exit {res.returncode} {res.stderr.strip()}", flush=True)
+
+
+def recover_own(study: optuna.Study, cfg: dict[str, Any], task: str) -> None:
+    """Journal storage only (no heartbeat): a RUNNING trial this task had taken before
+    Slurm restarted it is failed and retried now."""
+    if cfg["kind"] != "journal" or int(os.environ.get("SLURM_RESTART_COUNT", "0")) == 0:
+        return
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if t.user_attrs.get("slurm_task") == task:
+            failed = study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
+            if failed.state == TrialState.FAIL:
+                retry_callback(cfg)(study, failed)
+                print(f"retried trial {t.number}, left RUNNING by this task's last run",
+                      flush=True)
+
+
+def decided(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=DECIDED))
+
+
+def create(cfg: dict[str, Any]) -> None:
+    """The user's one command before the array: the study, and the shared draws enqueued
+    in order (``enqueue_trial``: waiting trials are taken first, oldest first)."""
+    study = optuna.create_study(study_name=cfg["study"], storage=make_storage(cfg),
+                                direction="minimize")
+    for curve in cfg["draws"]:
+        study.enqueue_trial({"curve": int(curve)})
+
+
+def summary(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The study's trials by state, and how many were retries (for the raw record)."""
+    study = optuna.load_study(study_name=cfg["study"], storage=make_storage(cfg))
+    trials = study.get_trials(deepcopy=False)
+    states: dict[str, int] = {}
+    for t in trials:
+        states[t.state.name] = states.get(t.state.name, 0) + 1
+    return {"trials": len(trials), "states": states,
+            "retries": sum("failed_trial" in t.system_attrs for t in trials),
+            "beyond_draws": sum(t.number >= len(cfg["draws"])
+                                and "failed_trial" not in t.system_attrs for t in trials)}
+
+
+def main() -> int:
+    started = time.time()
+    if sys.argv[2:] == ["--create"]:
+        create(json.loads(Path(sys.argv[1]).read_text()))
+        return 0
+    if sys.argv[2:] == ["--summary"]:
+        print(json.dumps(summary(json.loads(Path(sys.argv[1]).read_text()))))
+        return 0
+    signal.signal(signal.SIGUSR1, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+    cfg = json.loads(Path(sys.argv[1]).read_text())
+    task_id = int(os.environ.get("SLURM_ARRAY_TASK_ID", "0"))
+    task = f"{os.environ.get('SLURM_ARRAY_JOB_ID', '0')}_{task_id}"
+    study = load(cfg, seed=int(cfg["seed"]) * 1000 + task_id)
+    recover_own(study, cfg, task)
+    if decided(study) >= int(cfg["trials"]):
+        print("the study already holds its decided trials: nothing to do", flush=True)
+        return 0
+    worker = Worker(cfg, task)
+    try:
+        study.optimize(worker.objective, gc_after_trial=False, callbacks=[
+            MaxTrialsCallback(int(cfg["trials"]), states=DECIDED), stop_on_signal])
+    except Leave as exc:
+        number = worker.current
+        frozen = [t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+                  if t.number == number]
+        if frozen:
+            retry_callback(cfg)(study, frozen[0])
+        print(f"leaving: {exc}; trial {number} retried", flush=True)
+        requeue_self(cfg, started)
+        return 0
+    requeue_self(cfg, started)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,79 @@
+"""bench/peers_scale's Optuna and submitit runners: their pure parts (the job array's
+script, the workers' configuration, synchronous successive halving's rules)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench.peers_scale.draws import shared_draws
+from bench.peers_scale.emulator import EmulatorSpec
+from bench.peers_scale.halving import promote, rung_steps
+from bench.peers_scale.peer_optuna import SIGNAL_S, OptunaRunner, array_script
+from bench.peers_scale.peer_submitit import SubmititRunner
+from bench.peers_scale.systems import RUNNERS, Cell
+
+
+def _cell(tmp_path: Path) -> Cell:
+    return Cell(system="optuna", seed=2, trials=32, gpus=64, dir=tmp_path, env={
+        "SLURM_CONF": "/etc/slurm-scale/slurm.conf"}, spec=EmulatorSpec(time_scale=2.0),
+        timeout_s=500.0)
+
+
+def test_rungs_are_dethpcs_one_four_sixteen_validation_periods() -> None:
+    assert rung_steps(4) == [4, 16, 64]
+    with pytest.raises(ValueError):
+        rung_steps(0)
+
+
+@pytest.mark.parametrize(("losses", "kept"), [
+    ({i: float(i) for i in range(32)}, list(range(8))),
+    ({0: 0.5, 1: 0.1, 2: 0.3, 3: 0.2, 4: 0.9}, [1]),
+    ({7: 1.0, 3: 1.0, 5: 1.0, 9: 1.0}, [3]),      # a tie goes to the smaller number
+    ({4: 0.2}, [4]),                               # one left: it goes on
+    ({}, []),
+])
+def test_promote_keeps_the_best_quarter(losses: dict[int, float], kept: list[int]) -> None:
+    assert promote(losses) == kept
+
+
+def test_the_array_script_is_bash_with_requeue_and_the_batch_signal(tmp_path: Path) -> None:
+    text = array_script(tasks=64, minutes=38, out_dir=tmp_path / "o d",
+                        config=tmp_path / "c.json", env={"PYTHONPATH": "/a b:/c"})
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+    lines = text.splitlines()
+    for want in ("#SBATCH --array=0-63", "#SBATCH --requeue", "#SBATCH --partition=low",
+                 f"#SBATCH --signal=B:USR1@{SIGNAL_S}", "#SBATCH --time=38",
+                 "#SBATCH --gpus-per-node=a100:1"):
+        assert want in lines
+    assert "export PYTHONPATH='/a b:/c'" in lines
+    assert lines[-1].startswith("exec ") and "bench.peers_scale.optuna_worker" in lines[-1]
+
+
+@pytest.mark.parametrize("kind", ["rdb", "journal"])
+def test_the_workers_get_the_shared_draws_and_dethpcs_rungs(tmp_path: Path, kind: str) -> None:
+    cfg = OptunaRunner(kind).config(_cell(tmp_path))
+    assert cfg["draws"] == shared_draws(2, 32)
+    assert (cfg["validate_every"], cfg["eta"]) == (4, 4)
+    assert cfg["kind"] == kind and cfg["grace_period"] > cfg["heartbeat_interval"]
+    assert cfg["time_limit_min"] * 60 > 500 + SIGNAL_S      # the limit is never reached
+    assert cfg["spec"]["time_scale"] == 2.0
+
+
+def test_the_submitit_driver_gets_the_shared_draws(tmp_path: Path) -> None:
+    cfg = SubmititRunner().config(_cell(tmp_path))
+    assert cfg["draws"] == shared_draws(2, 32) and cfg["parallelism"] == 64
+
+
+def test_runners_are_registered_and_say_what_their_login_process_is() -> None:
+    optuna, journal, submitit = (RUNNERS[n]() for n in ("optuna", "optuna-journal",
+                                                        "submitit"))
+    assert (optuna.name, journal.name, submitit.name) == ("optuna", "optuna-journal",
+                                                          "submitit")
+    assert optuna.login_process == "" and optuna.kill_login() is None
+    assert journal.operator_check() is None
+    assert "driver" in submitit.login_process
+    with pytest.raises(ValueError):
+        OptunaRunner("postgres")
