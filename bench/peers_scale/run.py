@@ -49,6 +49,8 @@ from dethpc.devcluster.profiles import BACKGROUND_USERS, SYSTEM_USER, saved_spec
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "bench" / "results" / "peers_scale.json"
 SCALE_CONF = "/etc/slurm-scale/slurm.conf"
+#: held by a running driver (hold_cluster); manual tests on the scale cluster take it too
+LOCK = "/tmp/peers_scale.lock"
 
 
 def slurm_env() -> dict[str, str]:
@@ -291,6 +293,21 @@ def _wait_gone(env: dict[str, str], timeout: float) -> None:
         time.sleep(1.0)
 
 
+def hold_cluster() -> None:
+    """One run at a time on the scale cluster: a cell cancels every job of the system's
+    user and injects node crashes, so two runs (or a run and someone's manual test as
+    ``dethpc-bench``) spoil each other. The lock is held until this process exits."""
+    import fcntl
+    fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"peers_scale: another run holds {LOCK}; waiting for it", flush=True)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()} {' '.join(sys.argv)}\n".encode())
+
+
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version(),
            "slurm": _run(["sinfo", "--version"], slurm_env()).strip()}
@@ -325,6 +342,7 @@ def main() -> int:
         args.seeds, args.faults = args.seeds[:1], "on"
     if os.geteuid() != 0:
         raise SystemExit("peers_scale: run as root (runuser, node crashes, slurmctld restarts)")
+    hold_cluster()
     target = mx.stored_target()
     curves = load_curves()
     if abs(target["target_loss"] - mx.target_loss(curves)) > 1e-12:
