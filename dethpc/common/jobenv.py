@@ -137,6 +137,7 @@ ENV_SQLITE_JOURNAL = "DETHPC_SQLITE_JOURNAL"
 ENV_SQLITE_SYNCHRONOUS = "DETHPC_SQLITE_SYNCHRONOUS"
 ENV_DETECT = "DETHPC_DETECT"
 ENV_FAST_READ = "DETHPC_FAST_READ"
+ENV_FAST_SBATCH = "DETHPC_FAST_SBATCH"
 ENV_CATCH_UP = "DETHPC_CATCH_UP"
 ENV_REMOTE_CONFIG = "DETHPC_REMOTE_CONFIG"
 ENV_TEMPLATE_DIR = "DETHPC_TEMPLATE_DIR"
@@ -300,6 +301,9 @@ TABLE: tuple[EnvVar, ...] = (
            "`0`: `experiment list`/`describe` and `trial logs` take the full CLI's path "
            "(SQLAlchemy) instead of reading a SQLite store at head with sqlite3",
            Where.LOGIN),
+    EnvVar(ENV_FAST_SBATCH, (_U,), "dethpc.surfaces.cli.fastsbatch",
+           "`0`: `dethpc sbatch` takes the full CLI's path (typer, SQLAlchemy) instead of "
+           "writing its rows to a SQLite store at head with sqlite3", Where.LOGIN),
     EnvVar(ENV_DETECT, (_U,), "dethpc.backends.slurm_detect",
            "`0`: never probe Slurm (without a config file the backend is local)", Where.LOGIN),
     EnvVar(ENV_CATCH_UP, (_U,), "the CLI's views",

@@ -39,6 +39,14 @@ def dethpc_home() -> Path:
     return Path(os.environ.get(ENV_HOME) or Path.home() / ".dethpc").expanduser()
 
 
+def user_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/dethpc`` (``~/.cache/dethpc``): what a user's commands keep to
+    answer faster next time (saved ``--help``, the cluster config's facts, compiled job
+    templates); anything there may be deleted at any time."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "dethpc"
+
+
 def make_private_dir(path: Path) -> Path:
     """``path`` and missing parents; the directory itself, when this call creates it, is
     the owner's only (0700: a database or a home holds hyperparameters and paths)."""
@@ -60,6 +68,8 @@ EXITS_FILE = "exits.jsonl"
 
 @dataclass(frozen=True)
 class TrialPaths:
+    """The files of one trial under its experiment's run directory."""
+
     root: Path
 
     @property
@@ -235,11 +245,24 @@ def make_run_dir(path: Path, runs_mode: str = "private") -> Path:
 
 @dataclass(frozen=True)
 class ExperimentPaths:
+    """The files of one experiment's run directory."""
+
     root: Path
 
     @classmethod
     def of(cls, runs_root: Path, experiment_id: int) -> ExperimentPaths:
         return cls(Path(runs_root) / str(experiment_id))
+
+    @classmethod
+    def new(cls, runs_root: Path, experiment_id: int) -> ExperimentPaths:
+        """The run directory of a just-recorded experiment; it must not exist yet."""
+        paths = cls.of(runs_root, experiment_id)
+        if paths.root.exists():
+            from dethpc.common.errors import DethpcError
+
+            raise DethpcError(f"run directory {paths.root} already exists; the runs root "
+                              "and the database disagree (was the database replaced?)")
+        return paths
 
     @property
     def config(self) -> Path:

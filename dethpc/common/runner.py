@@ -10,17 +10,25 @@ Must not: know about Slurm semantics beyond the list of transient messages.
 
 from __future__ import annotations
 
-import logging
 import re
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from dethpc.common.errors import CommandError
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    import logging
+
+
+def _log() -> logging.Logger:
+    """This module's logger, ``logging`` imported when something is said (it is not on
+    ``dethpc sbatch``'s light path otherwise, issue 47)."""
+    import logging
+
+    return logging.getLogger(__name__)
 
 #: stderr fragments that mean "try again", as slurmctld reports load or restarts.
 TRANSIENT_MARKERS: tuple[str, ...] = (
@@ -37,6 +45,8 @@ TRANSIENT_MARKERS: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class CommandResult:
+    """One command's argv, exit code and output."""
+
     argv: tuple[str, ...]
     returncode: int
     stdout: str
@@ -116,7 +126,8 @@ class CommandRunner:
                 raise CommandError(args, None, reason=f"could not be started ({exc})") from exc
             except subprocess.TimeoutExpired as exc:
                 if attempt + 1 < attempts:
-                    log.warning("`%s` timed out, retrying in %.1fs", " ".join(args), delay)
+                    _log().warning("`%s` timed out, retrying in %.1fs", " ".join(args),
+                                   delay)
                     time.sleep(delay)
                     delay *= 2
                     continue
@@ -131,7 +142,7 @@ class CommandRunner:
             if proc.returncode == 0 or not check:
                 return last
             if is_transient(proc.stderr, proc.stdout) and attempt + 1 < attempts:
-                log.warning("`%s` failed transiently (%s), retrying in %.1fs",
+                _log().warning("`%s` failed transiently (%s), retrying in %.1fs",
                             " ".join(args), (proc.stderr.strip() or proc.stdout.strip())[-200:],
                             delay)
                 time.sleep(delay)

@@ -28,6 +28,8 @@ class BackendKind(enum.Enum):
 
 @dataclass(frozen=True)
 class BackendTraits:
+    """What a backend can do, asked instead of its name."""
+
     kind: BackendKind
     #: job steps start through ``srun``: a plain entrypoint runs in a one-task step,
     #: a dethpc launcher starts its ranks with ``srun`` (the local backend forks them)

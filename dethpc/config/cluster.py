@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -47,6 +46,7 @@ from dethpc.config.model import (
     ResourcePool,
     WorkerPool,
 )
+from dethpc.config.slurm_client import client_env, path_with_first  # noqa: F401
 from dethpc.config.workers import parse_workers
 
 BUILTIN = "<built-in defaults>"
@@ -182,26 +182,13 @@ def _existing_file(ck: Checker, value: Any, path: str, base: Path) -> Path | Non
     return location
 
 
-def path_with_first(first: list[str], path: str) -> str:
-    """``path`` (a ``$PATH``) with the directories ``first`` at its front, in that order,
-    each once (the same directory further on is dropped, as are empty entries)."""
-    rest = [d for d in path.split(os.pathsep) if d and d not in first]
-    return os.pathsep.join([*first, *rest])
-
-
 def slurm_client_env(cluster: ClusterConfig, environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables to set so that the Slurm commands dethpc runs (and its jobs, which
-    inherit the submitting process's environment) are the cluster config's: ``PATH``
-    with ``slurm_bin`` first and ``SLURM_CONF``. Empty when the config names neither
-    or ``environ`` already says so."""
-    out: dict[str, str] = {}
-    if cluster.slurm_bin is not None:
-        path = environ.get("PATH", os.defpath)
-        if path.split(os.pathsep)[0] != str(cluster.slurm_bin):
-            out["PATH"] = path_with_first([str(cluster.slurm_bin)], path)
-    if cluster.slurm_conf is not None and environ.get("SLURM_CONF") != str(cluster.slurm_conf):
-        out["SLURM_CONF"] = str(cluster.slurm_conf)
-    return out
+    """``dethpc.config.slurm_client.client_env`` of the config's ``slurm_bin`` and
+    ``slurm_conf``: ``PATH`` with ``slurm_bin`` first and ``SLURM_CONF``, unless
+    ``environ`` already says so."""
+    return client_env(None if cluster.slurm_bin is None else str(cluster.slurm_bin),
+                      None if cluster.slurm_conf is None else str(cluster.slurm_conf),
+                      environ)
 
 
 def _pools(ck: Checker, value: Any) -> dict[str, ResourcePool]:

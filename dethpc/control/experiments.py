@@ -243,11 +243,7 @@ def _insert_experiment(store: Store, row: NewExperiment, place: Callable[[int], 
 
 def run_dir_of(exp_id: int, runs_root: Path) -> ExperimentPaths:
     """The run directory of a new experiment; it must not exist yet."""
-    paths = ExperimentPaths.of(runs_root, exp_id)
-    if paths.root.exists():
-        raise DethpcError(f"run directory {paths.root} already exists; the runs root "
-                          "and the database disagree (was the database replaced?)")
-    return paths
+    return ExperimentPaths.new(runs_root, exp_id)
 
 
 def claim_run_dir(exp: Experiment, runs_root: Path) -> ExperimentPaths:

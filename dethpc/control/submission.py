@@ -17,29 +17,39 @@ of them, confirmed with what Slurm has when found, given back when not (the work
 submitted anew by its phase). ``BatchLedger`` is the batch row's ledger;
 ``fault_point`` the kill -9 seam of the tests (``DETHPC_FAULT_POINT``: ``after_record``,
 ``after_sbatch``, ``after_confirm``, each also as ``<point>:<kind>``).
+The protocol (``send``, ``fault_point``, the kinds) imports neither the ORM nor a backend:
+``dethpc sbatch`` runs it on an SQLite store at head without them (issue 47 item 1;
+``BatchLedger`` and ``record_batch`` import the models where they run).
 Must not: decide what to submit or how many (the submit phase and the budget's ``room``
 do), or build a job's script or its sbatch options (``dethpc.jobs``).
 """
 from __future__ import annotations
 
-import logging
 import os
 import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from sqlmodel import select
-
-from dethpc.backends.base import Backend, JobInfo, JobRequest
 from dethpc.common.errors import SubmitLimitError
 from dethpc.common.jobref import JobRef, base_job_id, parse_job_id, task_refs
 from dethpc.common.kinds import EventKind
-from dethpc.store import Store
-from dethpc.store.models import Batch, BatchKind, BatchState, Event, Job, Trial
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    import logging
+
+    from dethpc.backends.base import Backend, JobInfo, JobRequest
+    from dethpc.store import Store
+    from dethpc.store.models import Batch, BatchKind, Trial
+
+
+def _log() -> logging.Logger:
+    """This module's logger, ``logging`` imported when something is said (it is not on
+    ``dethpc sbatch``'s light path otherwise, issue 47)."""
+    import logging
+
+    return logging.getLogger(__name__)
 
 
 class SubmissionKind(StrEnum):
@@ -61,7 +71,7 @@ def fault_point(name: str, kind: SubmissionKind | None = None) -> None:
     SIGKILLs this process there."""
     wanted = os.environ.get("DETHPC_FAULT_POINT")
     if wanted and (wanted == name or (kind is not None and wanted == f"{name}:{kind}")):
-        log.warning("fault injection: SIGKILL at %s", wanted)
+        _log().warning("fault injection: SIGKILL at %s", wanted)
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -180,6 +190,8 @@ def record_batch(store: Store, exp_id: int, pool: str, kind: BatchKind,
                  size: int = 0, throttle: int = 0) -> Batch:
     """A batch SUBMITTING, committed, with one job row per trial (no ref yet; the trials no
     longer need a job); ``name_of(batch_id)`` names it. Returns the batch (detached)."""
+    from dethpc.store.models import Batch, Job, Trial
+
     with store.session() as s:
         batch = Batch(experiment_id=exp_id, pool=pool, size=size or len(trials), kind=kind)
         s.add(batch)
@@ -203,6 +215,8 @@ class BatchLedger:
     job rows)."""
 
     def __init__(self, store: Store, batch: Batch) -> None:
+        from dethpc.store.models import BatchKind
+
         assert batch.id is not None
         self.store, self.batch_id = store, batch.id
         self.exp_id, self.size, self.name = batch.experiment_id, batch.size, batch.name
@@ -213,6 +227,10 @@ class BatchLedger:
     def confirm(self, refs: Sequence[str], note: str = "", adopted: bool = False) -> None:
         """The batch SUBMITTED under its array job id, each job row its ref, and an event
         (``note``: the nodes it excludes, and why)."""
+        from sqlmodel import select
+
+        from dethpc.store.models import Batch, BatchState, Event, Job
+
         with self.store.session() as s:
             b = s.get(Batch, self.batch_id)
             assert b is not None
@@ -241,6 +259,10 @@ class BatchLedger:
     def give_back(self) -> None:
         """The batch FAILED, its never-submitted job rows gone, its open trials need a job
         again (a worker array has no job rows: its items wait in the pool's queue)."""
+        from sqlmodel import select
+
+        from dethpc.store.models import Batch, BatchState, Job, Trial
+
         with self.store.session() as s:
             for job in s.exec(select(Job).where(Job.batch_id == self.batch_id)):
                 t = s.get(Trial, job.trial_id)

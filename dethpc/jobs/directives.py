@@ -2,7 +2,8 @@
 
 Owns: the directives of a trial job, an array job, a het-job component, an interactive
 task's job and a server job (``trial_directives``, ``component_directives``,
-``task_directives``, ``server_directives``), the shape and placement lines they
+``task_directives``, ``server_directives``), what dethpc adds to a user's own script's
+(``dethpc_directives``: ``--requeue``, the pool's early signal), the shape and placement lines they
 share with other jobs (``shape_directives``, ``placement_directives``, ``job_time``),
 the limits those lines set that a backend enforces (``run_limits``: the local backend
 reads the same time and signal) and the last check of each line (``check_directive``).
@@ -16,8 +17,9 @@ Must not: run commands, write files or know the templates.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from dethpc.common.errors import SubmitError
 from dethpc.common.sbatch_options import canonical_option, layer, option_value, parse_time
@@ -84,9 +86,35 @@ def placement_directives(pool: ResourcePool, time: str | None = None) -> list[st
         ("--time", time)) if value]
 
 
-def early_signal(pool: ResourcePool) -> str:
+class SignalPool(Protocol):
+    """What the early signal needs of a pool (a ``ResourcePool``, or ``dethpc sbatch``'s
+    ``SitePool``)."""
+
+    @property
+    def signal(self) -> str: ...
+
+    @property
+    def signal_grace_s(self) -> int: ...
+
+
+def early_signal(pool: SignalPool) -> str:
     """The pool's early signal to the batch shell, ``signal_grace_s`` before the end."""
     return f"--signal=B:{pool.signal}@{pool.signal_grace_s}"
+
+
+def dethpc_directives(directives: Sequence[str], pool: SignalPool) -> list[str]:
+    """What dethpc adds after the user's ``directives`` (a search's, or a plain
+    ``dethpc sbatch``'s): ``--requeue`` and the pool's early signal to the batch shell,
+    each unless the user chose (``--no-requeue`` counts).
+    ``--array``, ``--chdir``, ``--job-name`` and ``--comment`` are on sbatch's command
+    line (``JobRequest``), which beats any ``#SBATCH`` line."""
+    chosen = {canonical_option(d) for d in directives}
+    out = []
+    if not chosen & {"--requeue", "--no-requeue"}:
+        out.append("--requeue")
+    if "--signal" not in chosen:
+        out.append(early_signal(pool))
+    return out
 
 
 def trial_directives(cfg: ExperimentConfig, pool: ResourcePool, *, name: str,

@@ -3,16 +3,14 @@
 Owns: the trial job
 script (``render_trial_script``) and its environment (``trial_env``: dethpc's contract
 and Determined's ``DET_*`` variables), the array script that maps array task ids to
-trial scripts (``render_array_script``), the entrypoint -> argv rule, and the
-Jinja2 environment (``StrictUndefined``; ``shquote``/``shjoin`` filters; a
-site's template directory first, so a site can ``{% extends "base/..." %}``).
+trial scripts (``render_array_script``) and the entrypoint -> argv rule. The Jinja2
+environment they render with is ``dethpc.jobs.templates``' (re-exported here).
 Must not: write files or run commands (the daemon writes what this returns), or
 make directives (``dethpc.jobs.directives`` owns every ``#SBATCH`` line).
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import sys
@@ -29,13 +27,13 @@ from dethpc.common.jobenv import (
     ENV_CONTEXT_DIR,
     ENV_SLOTS_PER_TRIAL,
     ENV_SOCKET_IFNAME,
-    ENV_TEMPLATE_DIR,
     trial_contract,
 )
 from dethpc.common.sbatch_options import parse_time
 from dethpc.common.traits import BackendTraits
 from dethpc.common.version import __version__
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
+from dethpc.jobs.templates import make_env, shjoin, shquote, template_dir  # noqa: F401
 from dethpc.launch._determined import from_determined
 from dethpc.launch.detenv import static_env
 
@@ -66,40 +64,6 @@ mv -f "$dethpc_env_out.tmp" "$dethpc_env_out"
 def startup_hook_argv(env_prefix: Path) -> list[str]:
     """argv that runs ``startup-hook.sh`` on one node (see ``HOOK_RUNNER``)."""
     return ["bash", "-c", HOOK_RUNNER, STARTUP_HOOK, str(env_prefix)]
-
-
-def template_dir() -> Path:
-    """The packaged templates (inside the wheel) or the repository's folder."""
-    package = Path(__file__).resolve().parents[1]  # dethpc/ (a wheel ships the templates there)
-    packaged = package / "sbatch_templates"
-    return packaged if packaged.is_dir() else package.parent / "sbatch_templates"
-
-
-def shquote(value: object) -> str:
-    return shlex.quote(str(value))
-
-
-def shjoin(argv: Sequence[object]) -> str:
-    return " ".join(shlex.quote(str(a)) for a in argv)
-
-
-def make_env(site_dir: Path | None = None) -> jinja2.Environment:
-    base = jinja2.FileSystemLoader(str(template_dir()))
-    loaders: list[jinja2.BaseLoader] = []
-    site = site_dir or (Path(os.environ[ENV_TEMPLATE_DIR])
-                        if os.environ.get(ENV_TEMPLATE_DIR) else None)
-    if site is not None and site.is_dir():
-        loaders.append(jinja2.FileSystemLoader(str(site)))
-    loaders += [base, jinja2.PrefixLoader({"base": base})]
-    env = jinja2.Environment(
-        loader=jinja2.ChoiceLoader(loaders),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,  # noqa: S701 - shell scripts, quoting via shquote
-    )
-    env.filters["shquote"] = shquote
-    env.filters["shjoin"] = shjoin
-    return env
 
 
 # ------------------------------------------------------------------ pure helpers

@@ -5,7 +5,7 @@ Owns: what a SCRIPT experiment keeps beside its config (``SearchSubmission`` in
 script), the kind's job scripts (``ScriptJobs``: one wrapper per trial, one array per
 batch carrying the user's directives, through ``sbatch_templates/search_*.sbatch.j2``),
 a trial's environment (``trial_env``, ``hparam_exports``) and the directives dethpc adds
-to the user's (``pool_directives``, ``dethpc_directives``).
+to the user's (``pool_directives``; ``dethpc.jobs.directives.dethpc_directives``).
 Must not: submit (the daemon does, through ``dethpc.jobs.kinds``), write files, touch
 the store, or parse the search file (``dethpc.surfaces.sbatchwrap.search`` does).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ from dethpc.common.paths import ExperimentPaths
 from dethpc.common.sbatch_options import canonical_option, option_value
 from dethpc.common.traits import BackendKind
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool
-from dethpc.jobs.directives import early_signal, placement_directives
+from dethpc.jobs.directives import dethpc_directives, placement_directives
 from dethpc.jobs.protocol import TrialJob
 from dethpc.jobs.render import make_env, uses_gpus
 from dethpc.launch.detenv import static_env
@@ -119,21 +119,6 @@ def pool_directives(cfg: ExperimentConfig, pool: ResourcePool) -> list[str]:
     if cfg.resources.resource_pool is None:
         return []
     return [*placement_directives(pool, pool.default_time), *pool.sbatch_args]
-
-
-def dethpc_directives(directives: Sequence[str], pool: ResourcePool) -> list[str]:
-    """What dethpc adds after the user's ``directives`` (a search's, or a plain
-    ``dethpc sbatch``'s): ``--requeue`` and the pool's early signal to the batch shell,
-    each unless the user chose (``--no-requeue`` counts).
-    ``--array``, ``--chdir``, ``--job-name`` and ``--comment`` are on sbatch's command
-    line (``JobRequest``), which beats any ``#SBATCH`` line."""
-    chosen = {canonical_option(d) for d in directives}
-    out = []
-    if not chosen & {"--requeue", "--no-requeue"}:
-        out.append("--requeue")
-    if "--signal" not in chosen:
-        out.append(early_signal(pool))
-    return out
 
 
 # ------------------------------------------------------------------ the daemon's seam

@@ -8,7 +8,9 @@ name is the user's, which nothing could adopt it by). Now the job goes out with
 dethpc's ``--comment`` key beside the user's unchanged name, and the daemon finds it by
 the two: a job of the same name that the user submitted with plain sbatch is not taken.
 The job waits for a file the test writes after the adoption, so it is running when
-adopted (no sleep races a timer).
+adopted (no sleep races a timer). Both submitters are killed: the light path's, which
+records with ``sqlite3`` (``dethpc.store.sbatch_rows``), and the ORM's
+(``DETHPC_FAST_SBATCH=0``).
 """
 
 from __future__ import annotations
@@ -52,8 +54,9 @@ def squeue_named(name: str) -> dict[str, str]:
     return dict(line.split("|", 1) for line in out.splitlines() if line)
 
 
+@pytest.mark.parametrize("fast", ["1", "0"], ids=["sqlite3 path", "ORM path"])
 def test_submitter_killed_after_sbatch_its_job_is_adopted_and_completes(
-        home: tuple[Path, Store, Daemon], tmp_path: Path) -> None:
+        home: tuple[Path, Store, Daemon], tmp_path: Path, fast: str) -> None:
     root, store, daemon = home
     work = tmp_path / "project"
     work.mkdir()
@@ -62,8 +65,8 @@ def test_submitter_killed_after_sbatch_its_job_is_adopted_and_completes(
     decoy = subprocess.run(["sbatch", "--parsable", "job.sh"], cwd=work, capture_output=True,
                            text=True, check=True).stdout.strip().split(";")[0]
     try:
-        killed = dethpc_sbatch(root, work, "job.sh",
-                               DETHPC_FAULT_POINT="after_sbatch:sbatch")
+        killed = dethpc_sbatch(root, work, "job.sh", DETHPC_FAULT_POINT="after_sbatch:sbatch",
+                               DETHPC_FAST_SBATCH=fast)
         assert killed.returncode == -signal.SIGKILL, (killed.stdout, killed.stderr)
         assert killed.stdout == ""                      # it died before printing the id
         with store.session() as s:

@@ -1,7 +1,8 @@
 """What the read commands need of the cluster config, saved so that they need not parse it.
 
-Owns: ``ReadFacts`` (the two things ``dethpc.surfaces.cli.fastread`` asks of the validated
-cluster config: its backend, and whether it names a database of its own) and
+Owns: ``ReadFacts`` (what the light paths ask of the validated cluster config: its
+backend and whether it names a database of its own, for ``dethpc.surfaces.cli.fastread``;
+the ``SbatchSite`` of ``dethpc sbatch``'s, ``fastsbatch``) and
 ``read_facts(path, load)``: those facts from the copy saved under the same key, else from
 ``load()`` (the full load and validation, ``clusterenv.effective_cluster``), saved for next
 time. Why (issue 47): importing YAML and the config parsers and validating the file was
@@ -13,7 +14,8 @@ loaded and checked as always): the file found (``dethpc.config.locate``: the
 the copy and compared, so an edit within the file system's timestamp granularity still
 counts), the files the validation checks exist (``slurm_bin``'s ``sbatch``,
 ``slurm_conf``), the validating code (dethpc's version, the ``dethpc.config`` sources'
-names, sizes and mtimes), ``HOME`` and ``DETHPC_HOME``. Without a file (Slurm's answers or
+names, sizes and mtimes, and ``sbatchwrap/site.py``'s, which makes the site), ``HOME``
+and ``DETHPC_HOME``. Without a file (Slurm's answers or
 the built-in defaults) nothing is saved: detection may probe Slurm and say so each time.
 A config that fails validation is never saved (the CLI says what is wrong). Copies live in
 ``$XDG_CACHE_HOME/dethpc/`` (``~/.cache/dethpc/``) beside ``--help``'s
@@ -32,12 +34,16 @@ from typing import TYPE_CHECKING
 
 from dethpc.common.version import __version__
 from dethpc.config import locate
+from dethpc.surfaces.sbatchwrap import site as sbatch_site
+from dethpc.surfaces.sbatchwrap.site import SbatchSite
 
 if TYPE_CHECKING:
     from dethpc.config.model import ClusterConfig
 
 #: the sources of the validation (``dethpc.config``): a change there is a new key
 _CONFIG_DIR = os.path.dirname(os.path.abspath(locate.__file__))
+#: the code that makes the saved site from the config: a change there is a new key too
+_SITE_SOURCE = os.path.abspath(sbatch_site.__file__)
 
 
 @dataclass(frozen=True)
@@ -47,12 +53,15 @@ class ReadFacts:
     backend: str
     #: ``database_url`` or ``database_url_file`` set: not the default SQLite file
     own_database: bool
+    #: what ``dethpc sbatch`` needs of it (None: not known, the command loads the config)
+    sbatch: SbatchSite | None = None
 
     @classmethod
     def of(cls, cluster: ClusterConfig) -> ReadFacts:
         return cls(backend=str(cluster.backend),
                    own_database=bool(cluster.database_url)
-                   or cluster.database_url_file is not None)
+                   or cluster.database_url_file is not None,
+                   sbatch=SbatchSite.of(cluster))
 
 
 def read_facts(path: str | None, load: Callable[[], ClusterConfig]) -> ReadFacts:
@@ -93,6 +102,8 @@ def _inputs(path: str | None) -> tuple[str, bytes] | None:
             if entry.name.endswith(".py"):
                 st = entry.stat()
                 parts.append((entry.name, st.st_size, st.st_mtime_ns))
+        st = os.stat(_SITE_SOURCE)
+        parts.append((_SITE_SOURCE, st.st_size, st.st_mtime_ns))
     except OSError:
         return None
     return repr(parts).replace("\n", " "), text
@@ -117,7 +128,8 @@ def _saved(key: str, text: bytes) -> ReadFacts | None:
         if not all(os.path.isfile(p) for p in record["needs"]):
             return None
         return ReadFacts(backend=str(record["backend"]),
-                         own_database=bool(record["own_database"]))
+                         own_database=bool(record["own_database"]),
+                         sbatch=SbatchSite.from_json(record["sbatch"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -125,5 +137,6 @@ def _saved(key: str, text: bytes) -> ReadFacts | None:
 def _save(key: str, text: bytes, facts: ReadFacts, needs: list[str]) -> None:
     from dethpc.surfaces.cli.helpcache import save_keyed
 
-    record = {"backend": facts.backend, "own_database": facts.own_database, "needs": needs}
+    record = {"backend": facts.backend, "own_database": facts.own_database, "needs": needs,
+              "sbatch": None if facts.sbatch is None else facts.sbatch.to_json()}
     save_keyed(_file(key), key, json.dumps(record).encode() + b"\n" + text)

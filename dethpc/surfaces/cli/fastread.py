@@ -132,7 +132,7 @@ def _open_reader() -> Reader | None:
 
     if os.environ.get(URL_FILE_VAR):
         return None
-    facts = _cluster()
+    facts = cluster_facts()
     if facts is None or facts.own_database:
         return None
     from dethpc.common.paths import dethpc_home
@@ -159,7 +159,7 @@ def _say_plain(text: str) -> None:
 _CLUSTER: list[ReadFacts] = []
 
 
-def _cluster() -> ReadFacts | None:
+def cluster_facts() -> ReadFacts | None:
     """The effective cluster config's facts as the typer root would load it from its path
     (the ``--cluster-config`` option's environment variable), from the copy
     ``clustercache`` saved when the file and everything its validation read are the same;
@@ -179,7 +179,7 @@ def _cluster() -> ReadFacts | None:
     return read_facts(path, load)
 
 
-def _user() -> str:
+def user_name() -> str:
     """Who runs this process (``dethpc.control.experiments.current_user``: that module's
     imports are the daemon's; tests/unit/surfaces/test_cli_fastread.py checks the two)."""
     import getpass
@@ -199,7 +199,7 @@ def _daemon_running(reader: Reader) -> bool:
 
     if running_pid() is not None:
         return True
-    row = reader.daemon_lease(_user())
+    row = reader.daemon_lease(user_name())
     return not (row is None or not row.holder or row.expires_at < time.time())
 
 
@@ -221,7 +221,7 @@ def _run(command: ReadCommand, reader: Reader) -> int | None:
 
     if command.verb == "list":
         rows = views.read_experiments(reader, include_ended=not command.active,
-                                      owner=None if command.all else _user())
+                                      owner=None if command.all else user_name())
         if not _quiet_view(reader, [r["state"] for r in rows]):
             return None
         show.experiment_list(rows, json_out=command.json, wide=command.wide)

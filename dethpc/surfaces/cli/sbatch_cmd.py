@@ -1,7 +1,11 @@
 """``dethpc sbatch``: a drop-in for ``sbatch``, and ``dethpc sbatch --search``.
 
 Owns: the typer command: hands the raw words to ``dethpc.surfaces.sbatchwrap`` (``plain`` for a
-job, ``search`` for a search) and prints what it returns with sbatch's exit code.
+job, ``search`` for a search) and prints what it returns with sbatch's exit code. A plain
+job on an SQLite store at head is answered before typer by ``fastsbatch`` (issue 47),
+whose ``run_plain``, ``dethpc_head`` and ``ensure_daemon`` this command shares; here it
+runs for a search, the help, PostgreSQL, a store to create or upgrade, or
+``DETHPC_FAST_SBATCH=0``.
 Must not: hold logic the library lacks.
 """
 
@@ -15,7 +19,9 @@ from pathlib import Path
 import typer
 
 from dethpc.common.jobenv import ENV_HP_PREFIX, ENV_HPARAMS
+from dethpc.surfaces.cli import fastsbatch
 from dethpc.surfaces.cli.common import ENV
+from dethpc.surfaces.cli.fastsbatch import dethpc_head, ensure_daemon  # noqa: F401 - re-exported
 
 
 def run_search(argv: Sequence[str], environ: Mapping[str, str], cwd: Path) -> str:
@@ -51,29 +57,19 @@ def run_search(argv: Sequence[str], environ: Mapping[str, str], cwd: Path) -> st
 
 def run_plain(argv: Sequence[str], environ: Mapping[str, str], cwd: Path,
               stdin_text: str | None) -> tuple[str, str, int]:
-    """Submit one job (or array) through the real sbatch: (stdout, stderr, exit code)."""
-    from dethpc.common.errors import DethpcError
+    """Submit one job (or array) through the real sbatch: (stdout, stderr, exit code);
+    the records through ``ENV.store`` (``fastsbatch.run_plain``, which the light path
+    runs over an SQLite store at head)."""
     from dethpc.common.runner import CommandRunner
-    from dethpc.control.experiments import current_user
     from dethpc.surfaces.sbatchwrap import plain
-    from dethpc.surfaces.sbatchwrap.search_cli import parse_command
+    from dethpc.surfaces.sbatchwrap.site import SbatchSite
 
-    runner = CommandRunner(env=dict(environ), cwd=str(cwd))
     if plain.wants_info(argv):
-        out = plain.passthrough(argv, runner)
+        out = plain.passthrough(argv, CommandRunner(env=dict(environ), cwd=str(cwd)))
         return out.stdout, out.stderr, out.code
-    backend = ENV.backend
-    if not backend.traits.user_sbatch:
-        raise DethpcError(f"dethpc sbatch submits through Slurm's sbatch; this cluster's "
-                          f"backend is {backend.traits.name} (cluster.yaml: backend). Use "
-                          "`dethpc submit` with an experiment config on the local backend")
-    cmd = parse_command(argv)
-    if cmd.overrides:
-        raise DethpcError("--config is for searches (dethpc sbatch --search FILE ...)")
-    job = plain.plan(cmd, ENV.cluster, cwd=cwd, environ=environ, stdin_text=stdin_text,
-                     max_array_size=max(1, backend.max_array_size()))
-    out = plain.submit(ENV.store, ENV.cluster, job, runner, owner=current_user())
-    return out.stdout, out.stderr, out.code
+    return fastsbatch.run_plain(argv, environ, cwd, stdin_text, site=SbatchSite.of(ENV.cluster),
+                                store=lambda: ENV.store,
+                                max_array_size=lambda: ENV.backend.max_array_size())
 
 
 USAGE = f"""Usage: dethpc sbatch [--forward-signal] [--max-idle auto|SECONDS] [--no-daemon]
@@ -97,59 +93,32 @@ hyperparameters as ${ENV_HP_PREFIX}<NAME> and in the JSON file ${ENV_HPARAMS}, a
 options (also `dethpc sbatch --help-sbatch`)."""
 
 
-def dethpc_head(args: Sequence[str]) -> list[str]:
-    """The words before the script (the first word that is neither an option nor the
-    value of one of dethpc's own options): where dethpc's flags are looked for."""
-    from dethpc.surfaces.sbatchwrap.search_cli import VALUE_OPTIONS
-
-    i = 0
-    while i < len(args) and args[i].startswith("-"):
-        i += 2 if args[i] in VALUE_OPTIONS else 1
-    return list(args[:min(i, len(args))])
-
-
-def ensure_daemon() -> None:
-    """Start this user's daemon unless one runs, so that the job just submitted is tracked
-    (said on stderr: sbatch's own output stays byte-identical)."""
-    from dethpc.control import service
-
-    if service.running_pid() is None:
-        pid = service.start()
-        sys.stderr.write(f"dethpc: started the daemon (pid {pid}) that tracks this job; "
-                         f"log: {service.log_path()}\n")
-
-
 def sbatch(ctx: typer.Context) -> None:
     """sbatch, tracked by dethpc; --search runs a searcher over the script
     (docs/existing-scripts.md)."""
     args = list(ctx.args)
     head = dethpc_head(args)
     # dethpc's own flag, before the script: do not start the daemon
-    no_daemon = "--no-daemon" in head
+    no_daemon = fastsbatch.NO_DAEMON in head
     if no_daemon:
-        args.remove("--no-daemon")
-        head.remove("--no-daemon")
+        args.remove(fastsbatch.NO_DAEMON)
+        head.remove(fastsbatch.NO_DAEMON)
     if "--help" in head or "-h" in head:
         typer.echo(USAGE)
         return
     if "--help-sbatch" in head:
         args = ["--help"]
+    # the config's slurm_bin/slurm_conf into this process's environment first
+    # (``clusterenv``), so that sbatch and the job see them, as on the light path
+    ENV.cluster  # noqa: B018
     environ, cwd = dict(os.environ), Path.cwd()
     if any(a == "--search" or a.startswith("--search=") for a in head):
         typer.echo(run_search(args, environ, cwd))
         if not no_daemon:
             ensure_daemon()
         return
-    from dethpc.common.sbatch_options import canonical_option
-    from dethpc.surfaces.sbatchwrap.search_cli import parse_command
-
-    cmd = parse_command(args)
-    no_script = cmd.script is None and not any(canonical_option(o) == "--wrap"
-                                               for o in cmd.options)
-    stdin_text = None
-    if no_script and not sys.stdin.isatty():
-        stdin_text = sys.stdin.read()
-    elif not args:
+    _, stdin_text = fastsbatch.stdin_script(args)
+    if stdin_text is None and not args:
         typer.echo(USAGE)
         return
     from dethpc.surfaces.sbatchwrap import plain

@@ -22,6 +22,8 @@ class ArraySpecError(DethpcError):
 
 @dataclass(frozen=True)
 class ArraySpec:
+    """The task ids of an ``--array`` value and its throttle."""
+
     indices: tuple[int, ...]
     #: ``%N``: at most N tasks at once (0: no limit)
     throttle: int = 0

@@ -39,9 +39,9 @@ from dethpc.config.experiment import _IGNORED_TOP, parse_experiment_config
 from dethpc.config.hparams import flatten_hparams
 from dethpc.config.model import AshaVariant, ClusterConfig, ExperimentConfig
 from dethpc.config.overrides import apply_overrides
-from dethpc.jobs.render import shquote
 from dethpc.jobs.script_jobs import ScriptJobs, SearchSubmission, hparam_var
 from dethpc.store import Store
+from dethpc.surfaces.sbatchwrap.shim import write_shim
 
 #: top-level fields of a search file (Determined's names)
 SEARCH_FIELDS = ("name", "description", "labels", "searcher", "hyperparameters",
@@ -232,21 +232,6 @@ def submit_search(store: Store, cluster: ClusterConfig, backend: Backend, *,
     write_shim(ExperimentPaths(Path(get_experiment(store, exp_id).run_dir)),
                cluster.python or sys.executable)
     return exp_id
-
-
-def write_shim(paths: ExperimentPaths, python: str) -> Path:
-    """``<run dir>/bin/dethpc``, first on a trial's PATH: the job API of the Python that
-    runs dethpc (its light entry point ``dethpc.surfaces.entry`` when installed, else the CLI),
-    whatever ``python`` the user's environment has."""
-    import importlib.util
-
-    module = ("dethpc.surfaces.entry" if importlib.util.find_spec("dethpc.surfaces.entry")
-              else "dethpc.surfaces.cli.main")
-    paths.bin.mkdir(parents=True, exist_ok=True)
-    shim = paths.bin / "dethpc"
-    shim.write_text(f"#!/bin/sh\nexec {shquote(python)} -m {module} \"$@\"\n")
-    shim.chmod(0o755)
-    return shim
 
 
 def announce(exp_id: int, parsable: bool) -> str:

@@ -52,6 +52,8 @@ _ENV_FLAGS = frozenset({"--no-requeue", "--requeue", "--overcommit", "--wait"})
 
 @dataclass
 class SearchCommand:
+    """A ``dethpc sbatch`` command line: dethpc's own options, then sbatch's words."""
+
     search_file: Path | None = None
     parsable: bool = False
     #: ``--forward-signal``: the early signal reaches the script too (plain mode only)

@@ -46,15 +46,39 @@ def test_saved_facts_are_used_until_the_file_changes(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text("backend: local\n")
     load = Loads(cfg)
-    assert read_facts(str(cfg), load) == ReadFacts("local", own_database=False)
-    assert read_facts(str(cfg), load) == ReadFacts("local", own_database=False)
+    first = read_facts(str(cfg), load)
+    assert first == ReadFacts.of(load_cluster_config(cfg))
+    assert (first.backend, first.own_database) == ("local", False)
+    assert read_facts(str(cfg), load) == first               # the sbatch site too
     assert load.calls == 1                                   # the second from the copy
     rewrite(cfg, "backend: slurm\n")
-    assert read_facts(str(cfg), load) == ReadFacts("slurm", own_database=False)
+    assert read_facts(str(cfg), load) == ReadFacts.of(load_cluster_config(cfg))
+    assert read_facts(str(cfg), load).backend == "slurm"
     assert load.calls == 2                                   # a stale copy would say local
     cfg.write_text("backend: local\ndatabase_url: postgresql://db.example/dethpc\n")
     assert read_facts(str(cfg), load).own_database
     assert load.calls == 3
+
+
+def test_the_sbatch_site_comes_back_from_the_copy(tmp_path: Path) -> None:
+    """What ``dethpc sbatch`` reads of the config (its pools' partitions and signals, the
+    runs root, the Slurm client), from the saved copy as the full load makes it."""
+    from dethpc.surfaces.sbatchwrap.site import SbatchSite
+
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"backend: slurm\nruns_root: {tmp_path}/runs\nruns_mode: group\n"
+                   f"python: /opt/py\nslurm_conf: {conf}\ndefault_pool: b\npools:\n"
+                   "  a: {partition: p1, signal: USR1, signal_grace_s: 30}\n"
+                   "  b: {partition: p2}\n")
+    load = Loads(cfg)
+    want = SbatchSite.of(load_cluster_config(cfg))
+    read_facts(str(cfg), load)
+    saved = read_facts(str(cfg), load)
+    assert load.calls == 1 and saved.sbatch == want
+    assert want.pool_for("p0,p1").name == "a" and want.pool_for("p9").name == "b"
+    assert (want.runs_mode, want.python, want.slurm_conf) == ("group", "/opt/py", str(conf))
 
 
 def test_an_invalid_config_is_loaded_and_refused_each_time(tmp_path: Path) -> None:

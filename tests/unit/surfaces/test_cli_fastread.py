@@ -221,7 +221,7 @@ def test_fast_paths_constants_agree_with_the_cli() -> None:
     from dethpc.surfaces.cli import daemon_cmd, fastread
 
     assert fastread.ENV_CATCH_UP == daemon_cmd.ENV_CATCH_UP
-    assert fastread._user() == current_user()
+    assert fastread.user_name() == current_user()
 
 
 def test_a_changed_cluster_config_is_read_again_not_its_saved_copy(tmp_path: Path) -> None:
