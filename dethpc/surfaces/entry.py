@@ -8,7 +8,8 @@ step: no typer, rich or database imports, docs/shell-api.md); anything else runs
 output ``cli.helpcache`` saved, without the CLI's imports, and ``experiment list``,
 ``experiment describe`` and ``trial logs`` by ``cli.fastread`` on a SQLite store at head,
 without typer or the ORM (issue 47: the commonest questions at the speed of Slurm's own
-tools), and a plain ``dethpc sbatch`` there by ``cli.fastsbatch``.
+tools), and a plain ``dethpc sbatch`` there by ``cli.fastsbatch``; ``dethpc daemon stop``
+by ``cli.fastdaemon``.
 A ``submit`` (``experiment create``) that will start the user's daemon starts it here,
 before the CLI's imports (``service.prestart``).
 Must not: import ``dethpc.surfaces.cli`` for a job API verb.
@@ -64,6 +65,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         from dethpc.surfaces.cli.fastread import answer
 
         code = answer(args)  # list, describe, logs: sqlite3, no typer (None: not its own)
+        if code is not None:
+            sys.exit(code)
+    if args == ["daemon", "stop"] and not remote_file_present():
+        from dethpc.surfaces.cli.fastdaemon import answer as daemon_answer
+
+        code = daemon_answer(args)  # the lock and pid files only: no typer, no config
         if code is not None:
             sys.exit(code)
     if args[:1] == ["sbatch"] and not remote_file_present():

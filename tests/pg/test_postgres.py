@@ -31,7 +31,7 @@ def pg_home(tmp_path, monkeypatch, postgres_url):
     monkeypatch.setenv("DETHPC_HOME", str(h))
     monkeypatch.setenv("DETHPC_CLUSTER_CONFIG", str(h / "cluster.yaml"))
     yield h
-    subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "daemon", "stop"],
+    subprocess.run([sys.executable, "-m", "dethpc.surfaces.entry", "daemon", "stop"],
                    capture_output=True, timeout=60)
 
 
