@@ -44,6 +44,7 @@ from dethpc.store.models import (
     Trial,
     TrialState,
 )
+from dethpc.store.new_experiment import SqliteAtHead
 from dethpc.surfaces.sbatchwrap import plain
 from dethpc.surfaces.sbatchwrap.search_cli import parse_command
 from dethpc.surfaces.tasks import ledger, registry
@@ -188,14 +189,17 @@ def test_a_kill_around_a_pre_pull_leaves_no_untracked_job(tmp_path: Path, point:
 
 
 # ------------------------------------------------------------------ dethpc sbatch
+@pytest.mark.parametrize("records", ["models", "sqlite3"])
 @pytest.mark.parametrize("point", POINTS)
-def test_a_kill_around_dethpc_sbatch_leaves_no_untracked_job(tmp_path: Path,
-                                                             point: str) -> None:
+def test_a_kill_around_dethpc_sbatch_leaves_no_untracked_job(tmp_path: Path, point: str,
+                                                             records: str) -> None:
     """Before the one protocol, a ``dethpc sbatch`` killed between its sbatch and its
     record left a running job whose trial the daemon marked ERROR: the job carries the
     user's name, which nothing could adopt it by. Now it goes out with dethpc's
     ``--comment`` as well, and the restarted daemon adopts it by name and comment, not
-    the user's other job of that name. The local backend's spool stands in for sbatch."""
+    the user's other job of that name. The local backend's spool stands in for sbatch.
+    ``records``: the submitter writes through the models (a ``Store``), or with ``sqlite3``
+    alone (``SqliteAtHead``: the console entry's light path on a store at head)."""
     w = world(tmp_path)
     spool = tmp_path / "spool"
     (tmp_path / "job.sh").write_text("#!/bin/bash\n#SBATCH --array=3,5\ntrue\n")
@@ -206,7 +210,7 @@ def test_a_kill_around_dethpc_sbatch_leaves_no_untracked_job(tmp_path: Path,
     decoy = LocalBackend(spool).submit(JobRequest(name="job.sh", comment="",
                                                   script=script(tmp_path), workdir=tmp_path))
 
-    def child(store: Store) -> None:
+    def child(store: Store | SqliteAtHead) -> None:
         """The submitter: holds its lock (released when it dies), records, submits."""
         token = submitting(w.cluster.runs_root).__enter__()
         rec = plain.record(store, w.cluster, job, token=token, owner="me",
@@ -220,7 +224,10 @@ def test_a_kill_around_dethpc_sbatch_leaves_no_untracked_job(tmp_path: Path,
     if pid == 0:
         try:
             os.environ["DETHPC_FAULT_POINT"] = f"{point}:{SubmissionKind.SBATCH}"
-            child(Store(str(w.store.engine.url)))
+            url = str(w.store.engine.url)
+            quick = SqliteAtHead.open(url)     # the store is at head: never None here
+            assert quick is not None
+            child(Store(url) if records == "models" else quick)
         finally:
             os._exit(3)
     _, status = os.waitpid(pid, 0)
