@@ -8,6 +8,7 @@ Must not: parse YAML or validate; ``dethpc.config.experiment`` and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -407,11 +408,12 @@ class ClusterConfig:
     source: str = "<built-in defaults>"
 
     def worker_pool(self, cfg: ExperimentConfig) -> WorkerPool:
-        """The experiment's worker-pool setting: its own ``slurm.workers``, else its
-        resource pool's ``workers``."""
-        if cfg.slurm.workers is not None:
-            return cfg.slurm.workers
-        return self.pool(cfg.resources.resource_pool).workers
+        """The experiment's worker-pool setting (``worker_pool_of``), its resource pool
+        looked up here (``ConfigError`` for an unknown one, asked only without its own
+        ``slurm.workers``)."""
+        wp = worker_pool_of(cfg, lambda: self.pool(cfg.resources.resource_pool))
+        assert wp is not None   # ``pool`` gives a pool or raises
+        return wp
 
     def pool(self, name: str | None) -> ResourcePool:
         key = name or self.default_pool
@@ -425,3 +427,15 @@ class ClusterConfig:
                         f"unknown resource pool {key!r}; allowed: {allowed}")],
             source="experiment config",
         )
+
+
+def worker_pool_of(cfg: ExperimentConfig,
+                   pool: Callable[[], ResourcePool | None]) -> WorkerPool | None:
+    """The one rule for an experiment's worker-pool setting: its own ``slurm.workers``,
+    else its resource pool's ``workers`` (``pool()``, asked only then; None: the pool is
+    not known). ``ClusterConfig.worker_pool`` and the daemon's per-tick ``Resolved``
+    both ask it."""
+    if cfg.slurm.workers is not None:
+        return cfg.slurm.workers
+    resource_pool = pool()
+    return resource_pool.workers if resource_pool is not None else None

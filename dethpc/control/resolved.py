@@ -16,7 +16,13 @@ from dataclasses import dataclass
 from dethpc.common.errors import ConfigError
 from dethpc.common.kinds import ExperimentKind
 from dethpc.config import parse_stored
-from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool, WorkerPool
+from dethpc.config.model import (
+    ClusterConfig,
+    ExperimentConfig,
+    ResourcePool,
+    WorkerPool,
+    worker_pool_of,
+)
 from dethpc.store.models import Experiment, ExperimentState
 
 
@@ -47,12 +53,11 @@ class Resolved:
         return cls(exp.id, exp.kind, ExperimentState(exp.state), cfg, pool, error)
 
     def worker_pool(self) -> WorkerPool | None:
-        """Its worker-pool setting, as ``ClusterConfig.worker_pool`` gives it: its own
-        ``slurm.workers``, else its resource pool's; None when that pool is unknown (the
-        caller asks ``ClusterConfig.worker_pool``, which says so where it did before)."""
-        if self.cfg.slurm.workers is not None:
-            return self.cfg.slurm.workers
-        return self.resource_pool.workers if self.resource_pool is not None else None
+        """Its worker-pool setting by ``ClusterConfig.worker_pool``'s one rule
+        (``worker_pool_of``) with the pool resolved here; None when that pool is unknown
+        (the caller asks ``ClusterConfig.worker_pool``, which says so where it did
+        before)."""
+        return worker_pool_of(self.cfg, lambda: self.resource_pool)
 
     def pool(self) -> ResourcePool:
         """The experiment's resource pool; ``ConfigError`` (as ``cluster.pool``) when the
