@@ -34,7 +34,13 @@ from dethpc.core import Context, DistributedContext, PreemptMode
 from dethpc.pytorch._callback import PyTorchCallback
 from dethpc.pytorch._init import trial_context
 from dethpc.pytorch._state import capture_rng, restore_rng
-from dethpc.pytorch._trainer import STATE_FILE, _mean_metrics, _Plan, _Progress
+from dethpc.pytorch._trainer import (
+    STATE_FILE,
+    _load_state,
+    _mean_metrics,
+    _Plan,
+    _Progress,
+)
 from dethpc.pytorch._trainer import Trainer as _PyTorchTrainer
 from dethpc.pytorch._trial import PyTorchTrialContext, Reducer
 
@@ -328,12 +334,8 @@ class Trainer(_PyTorchTrainer):
 
     def _restore(self, uuid: str) -> None:
         with self.core.checkpoint.restore_path(uuid) as path:
-            file = Path(path) / STATE_FILE
-            if not file.is_file():
-                raise DethpcError(f"checkpoint {uuid} has no {STATE_FILE}: it was not written "
-                                  "by dethpc.pytorch.deepspeed.Trainer")
-            # our own, checksum-verified file; it holds RNG states (not weights only)
-            state = torch.load(file, map_location="cpu", weights_only=False)
+            state = _load_state(path, uuid, writer="dethpc.pytorch.deepspeed.Trainer",
+                                map_location="cpu")
             if state.get("format") != DS_FORMAT:
                 raise DethpcError(f"checkpoint {uuid} is {state.get('format')!r}, not a "
                                   f"DeepSpeedTrial's ({DS_FORMAT})")

@@ -138,6 +138,21 @@ def upgrade_state(state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
+def _load_state(path: Path, uuid: str, *, writer: str, map_location: Any) -> dict[str, Any]:
+    """The ``STATE_FILE`` of checkpoint ``uuid``, restored at ``path``, loaded onto
+    ``map_location``; ``DethpcError`` when the checkpoint has none (it was not written by
+    ``writer``, the trainer named in the message). Both trainers' ``_restore`` read it
+    here; each checks what is its own after (the Trainer upgrades an older format, the
+    DeepSpeed one refuses another format)."""
+    file = Path(path) / STATE_FILE
+    if not file.is_file():
+        raise DethpcError(f"checkpoint {uuid} has no {STATE_FILE}: it was not written by "
+                          f"{writer}")
+    # our own, checksum-verified file; it holds RNG states (not weights only)
+    state: dict[str, Any] = torch.load(file, map_location=map_location, weights_only=False)
+    return state
+
+
 class Trainer:
     """Drives a ``PyTorchTrial`` with checkpoint/resume/preemption handled.
 
@@ -658,13 +673,8 @@ class Trainer:
 
     def _restore(self, uuid: str) -> None:
         with self.core.checkpoint.restore_path(uuid) as path:
-            file = Path(path) / STATE_FILE
-            if not file.is_file():
-                raise DethpcError(f"checkpoint {uuid} has no {STATE_FILE}: it was not written "
-                                  "by dethpc.pytorch.Trainer")
-            # Our own, checksum-verified file; it holds RNG states (not weights only).
-            state = upgrade_state(torch.load(file, map_location=self.context.device,
-                                             weights_only=False))
+            state = upgrade_state(_load_state(path, uuid, writer="dethpc.pytorch.Trainer",
+                                              map_location=self.context.device))
         self._hooks("on_checkpoint_load_start", state)
         self._apply(state, uuid)
         self._restore_callbacks(state, uuid)
