@@ -6,8 +6,9 @@ submit jobs and poll their state, and ``layout``: the layout of the lane's dev
 cluster this process is bound to, with its node names). Also ``cluster_user``
 (the site's non-root test user, for tests of per-user limits, which root may be
 exempt from), ``user_tmp`` (a directory that user owns: pytest's ``tmp_path`` is
-not reachable for it) and ``user_python`` (how that user runs this checkout's
-Python).
+not reachable for it), ``user_python`` (how that user runs this checkout's
+Python) and ``ds_harness`` (the DeepSpeed tests' daemon home, skipped without
+deepspeed).
 Must not: choose the cluster (which lane's cluster a process uses, ``SLURM_CONF``
 and the rest, is bound before any test runs in tests/conftest.py, with the
 reachability rules: skip locally, fail under CI=true, optional auto-start with
@@ -16,6 +17,7 @@ DETHPC_TEST_START_CLUSTER=1).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -26,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
@@ -34,6 +36,9 @@ from dethpc.common.runner import CommandResult, CommandRunner
 from dethpc.devcluster.lanes import current_layout, lane_layout
 from dethpc.devcluster.layout import DevClusterLayout
 from dethpc.devcluster.users import ClusterUser, ensure_user, user_dir
+
+if TYPE_CHECKING:
+    from tests.slurm.fixtures.harness import DaemonHarness
 
 HERE = Path(__file__).parent.resolve()
 T = TypeVar("T")
@@ -163,3 +168,20 @@ def user_tmp(cluster_user: ClusterUser) -> Iterator[Path]:
     yield path
     if os.environ.get("DETHPC_KEEP_TMP") != "1":
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def ds_harness(tmp_path: Path, slurm_cluster: SlurmCluster) -> Iterator[DaemonHarness]:
+    """The DeepSpeed tests' daemon home (test_deepspeed_trial_slurm.py,
+    test_deepspeed_preemption_slurm.py): one slot per node, so a 2-slot trial's ranks are
+    two Slurm tasks on two nodes; its experiments cancelled after the test. Skipped
+    where deepspeed is not installed (``scripts/setup.sh --tests`` installs it), except
+    under CI=true, where a missing deepspeed fails these tests."""
+    if importlib.util.find_spec("deepspeed") is None and os.environ.get("CI") != "true":
+        pytest.skip("deepspeed not installed (scripts/setup.sh --tests installs it; in CI "
+                    "a missing deepspeed fails these tests)")
+    from tests.slurm.fixtures.harness import DaemonHarness
+
+    h = DaemonHarness.create(tmp_path / "dethpc", slots_per_node=1)
+    yield h
+    h.cancel_all_experiments()

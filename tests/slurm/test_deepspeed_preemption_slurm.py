@@ -18,15 +18,9 @@ ranks succeeded.
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.slurm.fixtures.harness import (
     DaemonHarness,
@@ -44,19 +38,6 @@ PERIOD = 10
 SHARDS = ["ds/mp_rank_00_model_states.pt", "ds/zero_pp_rank_0_mp_rank_00_optim_states.pt",
           "ds/zero_pp_rank_1_mp_rank_00_optim_states.pt"]
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("deepspeed") is None and os.environ.get("CI") != "true",
-    reason="deepspeed not installed (scripts/setup.sh --tests installs it; in CI a missing "
-           "deepspeed fails these tests)")
-
-
-@pytest.fixture
-def harness(tmp_path: Path, slurm_cluster: Any) -> Iterator[DaemonHarness]:
-    h = DaemonHarness.create(tmp_path / "dethpc", slots_per_node=1)
-    yield h
-    h.cancel_all_experiments()
-
-
 def ds(pool: str, hparams: dict[str, Any], max_restarts: int = 3) -> dict[str, Any]:
     raw = experiment_yaml(batches=STEPS, pool=pool, max_restarts=max_restarts,
                           hparams={"checkpoint_period": PERIOD, **hparams})
@@ -65,11 +46,6 @@ def ds(pool: str, hparams: dict[str, Any], max_restarts: int = 3) -> dict[str, A
     raw["resources"] = {"resource_pool": pool, "slots_per_trial": 2}
     raw["name"] = f"ds-zero1-{pool}"
     return raw
-
-
-def squeue(ref: str, fmt: str) -> str:
-    return subprocess.run(["squeue", "-h", "-j", ref, "-o", fmt], capture_output=True,
-                          text=True).stdout.strip()
 
 
 def by_run(runs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -81,29 +57,31 @@ def by_run(runs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 
 def test_zero1_trial_preempted_stops_together_and_resumes_bit_identical(
-        harness: DaemonHarness, slurm_cluster: Any) -> None:
+        ds_harness: DaemonHarness, slurm_cluster: Any) -> None:
     t0 = time.monotonic()
-    exp = harness.submit(ds("low", {"step_time": 0.4}), DS_TRIAL)
-    ref_exp = harness.submit(ds("debug", {}), DS_TRIAL)
-    ref = harness.wait("the trial's job to run", lambda: harness.job_ref(exp) if squeue(
-        harness.job_ref(exp) or "0", "%T") == "RUNNING" else None, timeout=300)
-    trial_dir = harness.trial_dir(exp)
-    harness.wait("a first checkpoint", lambda: checkpoints(harness.ckpt_dir(exp)),
-                 timeout=300)
+    exp = ds_harness.submit(ds("low", {"step_time": 0.4}), DS_TRIAL)
+    ref_exp = ds_harness.submit(ds("debug", {}), DS_TRIAL)
+    ref = ds_harness.wait(
+        "the trial's job to run", lambda: ds_harness.job_ref(exp) if slurm_cluster.squeue_field(
+            ds_harness.job_ref(exp) or "0", "%T") == "RUNNING" else None,
+        timeout=300)
+    trial_dir = ds_harness.trial_dir(exp)
+    ds_harness.wait("a first checkpoint", lambda: checkpoints(ds_harness.ckpt_dir(exp)),
+                    timeout=300)
     # a high job on the trial's first node that can start only by preempting it
     sent = preempt(ref, lambda: bool(read_jsonl(trial_dir / "runs.jsonl")),
                    cpus_on_node=1)
     try:
-        done = harness.wait_done(exp, timeout=400)
-        reference = harness.wait_done(ref_exp, timeout=400)
+        done = ds_harness.wait_done(exp, timeout=400)
+        reference = ds_harness.wait_done(ref_exp, timeout=400)
     finally:
         slurm_cluster.cancel(*sent)
     runs = by_run(read_jsonl(trial_dir / "runs.jsonl"))
     print(f"ZeRO-1 2x1 preempted: {done.state} in {time.monotonic() - t0:.0f} s; runs " +
           "; ".join(str([(r["host"], r["first_step"], r["steps_done"], r["preempted"])
                          for r in run]) for run in runs))
-    assert done.state == "COMPLETED" and reference.state == "COMPLETED", harness.events(exp)
-    trial = harness.trial(exp)
+    assert done.state == "COMPLETED" and reference.state == "COMPLETED", ds_harness.events(exp)
+    trial = ds_harness.trial(exp)
     assert trial.restarts == 0 and trial.steps_completed == STEPS, trial
     first = runs[0]
     assert len(first) == 2 and all(r["preempted"] for r in first), first   # every rank
@@ -113,29 +91,29 @@ def test_zero1_trial_preempted_stops_together_and_resumes_bit_identical(
     assert len(runs) >= 2 and not any(r["preempted"] for r in runs[-1]), runs
     assert {r["run"] for r in runs[-1]} != {0} and runs[-1][0]["job"] == ref.split("_")[0]
     # the checkpoint written at the preemption: every rank's shard, then metadata.json
-    at_stop = [c for c in checkpoints(harness.ckpt_dir(exp))
+    at_stop = [c for c in checkpoints(ds_harness.ckpt_dir(exp))
                if c["steps_completed"] == first[0]["steps_done"]]
     assert at_stop and all(s in at_stop[0]["files"] for s in SHARDS), at_stop
     assert runs[1][0]["first_step"] == first[0]["steps_done"], runs
     assert_bit_identical(trial_dir / "final_weights.pt",
-                         harness.trial_dir(ref_exp) / "final_weights.pt")
+                         ds_harness.trial_dir(ref_exp) / "final_weights.pt")
 
 
 def test_rank_dying_mid_shard_resumes_from_the_previous_checkpoint(
-        harness: DaemonHarness) -> None:
+        ds_harness: DaemonHarness) -> None:
     t0 = time.monotonic()
-    exp = harness.submit(ds("debug", {"step_time": 0.05, "die_at_checkpoint": 2},
-                            max_restarts=1), DS_TRIAL)
-    done = harness.wait_done(exp, timeout=400)
-    trial_dir = harness.trial_dir(exp)
-    ckpt_dir = harness.ckpt_dir(exp)
+    exp = ds_harness.submit(ds("debug", {"step_time": 0.05, "die_at_checkpoint": 2},
+                               max_restarts=1), DS_TRIAL)
+    done = ds_harness.wait_done(exp, timeout=400)
+    trial_dir = ds_harness.trial_dir(exp)
+    ckpt_dir = ds_harness.ckpt_dir(exp)
     runs = by_run(read_jsonl(trial_dir / "runs.jsonl"))
     exits = read_jsonl(trial_dir / "exits.jsonl")
     print(f"ZeRO-1 rank death mid-shard: {done.state} in {time.monotonic() - t0:.0f} s; "
           f"exits {[(e['reason'], e['code']) for e in exits]}; runs {runs}")
-    assert done.state == "COMPLETED", harness.events(exp)
+    assert done.state == "COMPLETED", ds_harness.events(exp)
     assert "rank 1 dies half-way through" in job_log(trial_dir)
-    trial = harness.trial(exp)
+    trial = ds_harness.trial(exp)
     assert trial.restarts == 1 and trial.steps_completed == STEPS, trial  # the death counts
     assert [e["reason"] for e in exits] == ["error", "completed"], exits
     # the crashed run wrote no record; the next one resumed from checkpoint 1 (step 10),

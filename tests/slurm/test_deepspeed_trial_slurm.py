@@ -17,15 +17,9 @@ uninterrupted in ``debug``, bit for bit, and no batch is trained twice.
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.slurm.fixtures.harness import (
     DaemonHarness,
@@ -43,19 +37,6 @@ SHARDS = ["model0/mp_rank_00_model_states.pt",
           "model0/zero_pp_rank_0_mp_rank_00_optim_states.pt",
           "model0/zero_pp_rank_1_mp_rank_00_optim_states.pt"]
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("deepspeed") is None and os.environ.get("CI") != "true",
-    reason="deepspeed not installed (scripts/setup.sh --tests installs it; in CI a missing "
-           "deepspeed fails these tests)")
-
-
-@pytest.fixture
-def harness(tmp_path: Path, slurm_cluster: Any) -> Iterator[DaemonHarness]:
-    h = DaemonHarness.create(tmp_path / "dethpc", slots_per_node=1)
-    yield h
-    h.cancel_all_experiments()
-
-
 def ds_trial(pool: str, step_time: float) -> dict[str, Any]:
     raw = experiment_yaml(batches=BATCHES, pool=pool, checkpoint_period=PERIOD,
                           hparams={"seed": 7, "lr": 0.02, "step_time": step_time})
@@ -65,11 +46,6 @@ def ds_trial(pool: str, step_time: float) -> dict[str, Any]:
     raw["searcher"]["metric"] = "val_loss"
     raw["name"] = f"ds-trial-api-{pool}"
     return raw
-
-
-def squeue(ref: str, fmt: str) -> str:
-    return subprocess.run(["squeue", "-h", "-j", ref, "-o", fmt], capture_output=True,
-                          text=True).stdout.strip()
 
 
 def losses(trial_dir: Path, rank: int) -> list[dict[str, Any]]:
@@ -92,30 +68,31 @@ def validations(trial_dir: Path) -> dict[int, float]:
 
 
 def test_deepspeed_trial_2x1_preempted_resumes_with_the_same_losses(
-        harness: DaemonHarness, slurm_cluster: Any) -> None:
+        ds_harness: DaemonHarness, slurm_cluster: Any) -> None:
     t0 = time.monotonic()
-    exp = harness.submit(ds_trial("low", 0.5), TRIAL)   # 16 s after the 1st checkpoint
-    ref_exp = harness.submit(ds_trial("debug", 0.0), TRIAL)
-    ref = harness.wait("the trial's job to run", lambda: harness.job_ref(exp) if squeue(
-        harness.job_ref(exp) or "0", "%T") == "RUNNING" else None, timeout=300,
-        story_of=exp)
-    trial_dir = harness.trial_dir(exp)
-    harness.wait("a first checkpoint", lambda: checkpoints(harness.ckpt_dir(exp)),
-                 timeout=300, story_of=exp)
+    exp = ds_harness.submit(ds_trial("low", 0.5), TRIAL)   # 16 s after the 1st checkpoint
+    ref_exp = ds_harness.submit(ds_trial("debug", 0.0), TRIAL)
+    ref = ds_harness.wait(
+        "the trial's job to run", lambda: ds_harness.job_ref(exp) if slurm_cluster.squeue_field(
+            ds_harness.job_ref(exp) or "0", "%T") == "RUNNING" else None,
+        timeout=300, story_of=exp)
+    trial_dir = ds_harness.trial_dir(exp)
+    ds_harness.wait("a first checkpoint", lambda: checkpoints(ds_harness.ckpt_dir(exp)),
+                    timeout=300, story_of=exp)
     # a high job on the trial's first node that can start only by preempting it
     sent = preempt(ref, lambda: bool(read_jsonl(trial_dir / "runs.jsonl")), cpus_on_node=1)
     try:
-        done = harness.wait_done(exp, timeout=400)
-        reference = harness.wait_done(ref_exp, timeout=400)
+        done = ds_harness.wait_done(exp, timeout=400)
+        reference = ds_harness.wait_done(ref_exp, timeout=400)
     finally:
         slurm_cluster.cancel(*sent)
     runs = read_jsonl(trial_dir / "runs.jsonl")
     print(f"DeepSpeedTrial 2x1 preempted: {done.state} in {time.monotonic() - t0:.0f} s; "
           "runs " + str([(r["run"], r["rank"], r["node"], r["first_batch"], r["batches"])
                          for r in runs]))
-    assert done.state == "COMPLETED", harness.story(exp)
-    assert reference.state == "COMPLETED", harness.story(ref_exp)
-    trial = harness.trial(exp)
+    assert done.state == "COMPLETED", ds_harness.story(exp)
+    assert reference.state == "COMPLETED", ds_harness.story(ref_exp)
+    trial = ds_harness.trial(exp)
     assert trial.restarts == 0 and trial.steps_completed == BATCHES, trial
 
     # two ranks, one world of 2, on two nodes, in every run
@@ -132,12 +109,12 @@ def test_deepspeed_trial_2x1_preempted_resumes_with_the_same_losses(
     assert {r["batches"] for r in last} == {BATCHES} and len(by_run) >= 2, runs
     assert last[0]["job"] == ref.split("_")[0]   # the same job, requeued
     # the checkpoint written at the stop: both ranks' optimizer shards
-    at_stop = [c for c in checkpoints(harness.ckpt_dir(exp))
+    at_stop = [c for c in checkpoints(ds_harness.ckpt_dir(exp))
                if c["steps_completed"] == next(iter(stop))]
     assert at_stop and all(s in at_stop[0]["files"] for s in SHARDS), at_stop
 
     # every rank's loss at every batch, as the uninterrupted run's, each batch once
-    ref_dir = harness.trial_dir(ref_exp)
+    ref_dir = ds_harness.trial_dir(ref_exp)
     for rank in (0, 1):
         got, want = per_batch(losses(trial_dir, rank)), per_batch(losses(ref_dir, rank))
         assert sorted(want) == list(range(BATCHES)), sorted(want)
