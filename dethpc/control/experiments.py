@@ -170,7 +170,7 @@ def create_experiment(store: Store | SqliteAtHead, cluster: ClusterConfig,
     submit``'s path without SQLAlchemy): the same rows either way."""
     check_supported(cfg)  # valid Determined values dethpc cannot honour (field paths)
     check_entrypoints(cfg)
-    if cluster.worker_pool(cfg).enabled:   # else pool_tend.pool_mode is OFF: nothing to check
+    if cluster.worker_pool(cfg).enabled:   # else worker_pool_mode is OFF: nothing to check
         from dethpc.control.pool_tend import check_worker_pool
 
         check_worker_pool(cfg, cluster, kind, cluster.python or sys.executable)
