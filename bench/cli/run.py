@@ -22,6 +22,15 @@ the whole process from fork to exit with ``time.perf_counter``:
 - ``det_version``: Determined's ``det --version`` (only when ``det`` is next to this
   Python or on PATH)
 
+``--sbatch`` times instead, in the same interleaved rounds (Slurm must answer:
+the dev cluster), ``python_pass``, ``sbatch job.sh`` itself (``sbatch``), ``dethpc sbatch
+job.sh`` as a user runs it with the daemon already running (``dethpc_sbatch``: the light
+path on the home's SQLite store at head) and the same with ``DETHPC_FAST_SBATCH=0``
+(``dethpc_sbatch_full``: typer and the ORM, the path before issue 47's change). The job
+script holds itself (``#SBATCH --hold``, a name of the run's own): nothing runs on the
+cluster, and every job is cancelled at the end. Results: ``bench/results/cli_sbatch.json``
+(or ``--out``); ``syscalls`` there count the sbatch child too (``strace -f``).
+
 ``dethpc`` is the console script next to this Python, or ``--dethpc PATH``;
 ``--before PATH`` (another checkout's console script) adds each ``dethpc_*`` command run
 by it, as ``*_before``, to the same rounds (before and after under the same load). The
@@ -33,7 +42,7 @@ the modules each Python command imports (``-X importtime``) go to
 after, and the commit.
 
 Usage: python bench/cli/run.py [--calls 15] [--experiments 1000] [--trials 100000]
-[--dethpc PATH] [--before PATH] [--out FILE]
+[--dethpc PATH] [--before PATH] [--out FILE] [--sbatch]
 """
 
 from __future__ import annotations
@@ -48,6 +57,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -133,6 +144,65 @@ def record_store(env: dict[str, str], experiments: int, trials: int,
     return int(exp_id), int(trial_id)
 
 
+def sbatch_site(tmp: Path, env: dict[str, str],
+                dethpc: str) -> tuple[dict[str, list[str]], dict[str, dict[str, str]], str]:
+    """``--sbatch``'s variants and homes: a home on the Slurm backend whose store is at
+    head (made by a first command) and whose daemon runs, and a held job script; returns
+    the variants, their homes' variables and the job name every job goes out under."""
+    sbatch = shutil.which("sbatch")
+    if sbatch is None or subprocess.run(["squeue"], capture_output=True, check=False,
+                                        timeout=30).returncode != 0:
+        raise SystemExit("--sbatch needs Slurm's sbatch on PATH and a cluster that answers")
+    home = tmp / "sbatch-home"
+    home.mkdir()
+    (home / "cluster.yaml").write_text(f"backend: slurm\nruns_root: {home}/runs\n")
+    name = f"dethpc-bench-{uuid.uuid4().hex[:8]}"
+    work = tmp / "sbatch-work"
+    work.mkdir()
+    (work / "job.sh").write_text(f"#!/bin/bash\n#SBATCH --hold\n#SBATCH --job-name={name}\n"
+                                 "#SBATCH --output=/dev/null\n#SBATCH --time=1\ntrue\n")
+    where = {"DETHPC_HOME": str(home), "DETHPC_CLUSTER_CONFIG": str(home / "cluster.yaml"),
+             "DETHPC_DETECT": "0"}
+    timed([dethpc, "experiment", "list"], {**env, **where})   # the store, at head
+    subprocess.run([dethpc, "daemon", "start"], env={**env, **where}, check=True,
+                   capture_output=True, timeout=300)
+    job = str(work / "job.sh")
+    variants = {"python_pass": [sys.executable, "-c", "pass"], "sbatch": [sbatch, job],
+                "dethpc_sbatch": [dethpc, "sbatch", job],
+                "dethpc_sbatch_full": [dethpc, "sbatch", job]}
+    homes = {"dethpc_sbatch": where, "dethpc_sbatch_full": {**where, "DETHPC_FAST_SBATCH": "0"}}
+    return variants, homes, name
+
+
+def measure(variants: dict[str, list[str]], env_of: Callable[[str], dict[str, str]],
+            tmp: Path, rounds: int) -> tuple[dict[str, list[float]], dict[str, int | None],
+                                             dict[str, int | None]]:
+    """Warm-up calls, then ``rounds`` interleaved rounds of every variant; then the modules
+    each imports and the system calls of one run of each."""
+    for name, argv in variants.items():   # warm the page cache, the .pyc and --help
+        timed(argv, env_of(name))
+    first_cache = tmp / "first-cache"
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, argv in variants.items():
+            fresh = first_cache if name.startswith("dethpc_help_first") else None
+            home_dir = tmp / "fresh-home" if name.startswith("dethpc_fresh_home") else None
+            samples[name].append(timed(argv, env_of(name), fresh_cache=fresh,
+                                       fresh_home=home_dir, name=name))
+    modules: dict[str, int | None] = {}
+    calls: dict[str, int | None] = {}
+    for n, (name, argv) in enumerate(variants.items()):
+        counted = env_of(name)
+        if name.startswith("dethpc_help_first"):
+            counted["XDG_CACHE_HOME"] = str(tmp / f"count-cache-{n}")
+        if name.startswith("dethpc_fresh_home"):
+            (tmp / f"count-home-{n}").mkdir()
+            counted["DETHPC_HOME"] = str(tmp / f"count-home-{n}")
+        modules[name] = modules_imported(argv, counted)
+        calls[name] = syscalls(argv, counted)
+    return samples, modules, calls
+
+
 def git_commit() -> str:
     done = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True, check=False)
@@ -147,8 +217,12 @@ def main() -> None:
     parser.add_argument("--dethpc", default=str(Path(sys.executable).parent / "dethpc"))
     parser.add_argument("--before", help="another checkout's console script, its dethpc "
                         "commands timed in the same rounds (``*_before``)")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "cli.json")
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--sbatch", action="store_true", help="time `dethpc sbatch` beside "
+                        "`sbatch` instead (Slurm must answer)")
     args = parser.parse_args()
+    args.out = args.out or REPO / "bench" / "results" / (
+        "cli_sbatch.json" if args.sbatch else "cli.json")
     dethpc = args.dethpc
     det = shutil.which("det", path=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     load_before = os.getloadavg()
@@ -167,69 +241,62 @@ def main() -> None:
         # on every call (~40 ms of CPU for a read command after an edit); the warm-up calls
         # write the .pyc files instead
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        variants: dict[str, list[str]] = {
-            "python_pass": [sys.executable, "-c", "pass"],
-            "dethpc_version": [dethpc, "--version"],
-            "dethpc_help": [dethpc, "--help"],
-            "dethpc_help_first": [dethpc, "--help"],
-        }
-        squeue = shutil.which("squeue")
-        if squeue and subprocess.run([squeue], capture_output=True, check=False,
-                                     timeout=30).returncode == 0:
-            variants["squeue"] = [squeue]
-        if det:
-            variants["det_version"] = [det, "--version"]
-        # the store: its first command (a fresh home), timed once, then filled
-        first_ms = round(timed([dethpc, "experiment", "list"], env) * 1000, 1)
-        exp_id, trial_id = record_store(env, args.experiments, args.trials, Path(tmp) / "runs")
-        variants.update({
-            "dethpc_experiment_list": [dethpc, "experiment", "list"],
-            "dethpc_experiment_describe": [dethpc, "experiment", "describe", str(exp_id)],
-            "dethpc_trial_logs": [dethpc, "trial", "logs", str(trial_id), "--tail", "20"],
-            "dethpc_fresh_home": [dethpc, "experiment", "list"],
-        })
-        # submit: its own home (its store at head, made by a first command), the example
-        submit_home = Path(tmp) / "submit-home"
-        submit_home.mkdir()
-        (submit_home / "cluster.yaml").write_text(
-            f"backend: local\nruns_root: {submit_home}/runs\n")
-        homes = {"dethpc_submit": {"DETHPC_HOME": str(submit_home), "DETHPC_DETECT": "0",
-                                   "DETHPC_CLUSTER_CONFIG": str(submit_home / "cluster.yaml")}}
-        timed([dethpc, "experiment", "list"], {**env, **homes["dethpc_submit"]})
-        digits = REPO / "examples" / "digits"
-        variants["dethpc_submit"] = [dethpc, "submit", str(digits / "adaptive.yaml"),
-                                     str(digits), "--no-daemon"]
-        if args.before:
-            homes.update({f"{name}_before": homes[name] for name in list(homes)})
-            variants.update({f"{name}_before": [args.before, *argv[1:]]
-                             for name, argv in list(variants.items())
-                             if name.startswith("dethpc_")})
+        first_ms: float | None = None
+        job_name = ""
+        variants: dict[str, list[str]]
+        homes: dict[str, dict[str, str]]
+        if args.sbatch:
+            variants, homes, job_name = sbatch_site(Path(tmp), env, dethpc)
+        else:
+            variants = {
+                "python_pass": [sys.executable, "-c", "pass"],
+                "dethpc_version": [dethpc, "--version"],
+                "dethpc_help": [dethpc, "--help"],
+                "dethpc_help_first": [dethpc, "--help"],
+            }
+            squeue = shutil.which("squeue")
+            if squeue and subprocess.run([squeue], capture_output=True, check=False,
+                                         timeout=30).returncode == 0:
+                variants["squeue"] = [squeue]
+            if det:
+                variants["det_version"] = [det, "--version"]
+            # the store: its first command (a fresh home), timed once, then filled
+            first_ms = round(timed([dethpc, "experiment", "list"], env) * 1000, 1)
+            exp_id, trial_id = record_store(env, args.experiments, args.trials,
+                                            Path(tmp) / "runs")
+            variants.update({
+                "dethpc_experiment_list": [dethpc, "experiment", "list"],
+                "dethpc_experiment_describe": [dethpc, "experiment", "describe", str(exp_id)],
+                "dethpc_trial_logs": [dethpc, "trial", "logs", str(trial_id), "--tail", "20"],
+                "dethpc_fresh_home": [dethpc, "experiment", "list"],
+            })
+            # submit: its own home (its store at head, made by a first command), the example
+            submit_home = Path(tmp) / "submit-home"
+            submit_home.mkdir()
+            (submit_home / "cluster.yaml").write_text(
+                f"backend: local\nruns_root: {submit_home}/runs\n")
+            homes = {"dethpc_submit": {"DETHPC_HOME": str(submit_home), "DETHPC_DETECT": "0",
+                                       "DETHPC_CLUSTER_CONFIG": str(submit_home / "cluster.yaml")}}
+            timed([dethpc, "experiment", "list"], {**env, **homes["dethpc_submit"]})
+            digits = REPO / "examples" / "digits"
+            variants["dethpc_submit"] = [dethpc, "submit", str(digits / "adaptive.yaml"),
+                                         str(digits), "--no-daemon"]
+            if args.before:
+                homes.update({f"{name}_before": homes[name] for name in list(homes)})
+                variants.update({f"{name}_before": [args.before, *argv[1:]]
+                                 for name, argv in list(variants.items())
+                                 if name.startswith("dethpc_")})
 
         def env_of(name: str) -> dict[str, str]:
             return {**env, **homes.get(name, {})}
 
-        for name, argv in variants.items():   # warm the page cache, the .pyc and --help
-            timed(argv, env_of(name))
-        first_cache = Path(tmp) / "first-cache"
-        samples: dict[str, list[float]] = {name: [] for name in variants}
-        for _ in range(args.calls):
-            for name, argv in variants.items():
-                fresh = first_cache if name.startswith("dethpc_help_first") else None
-                home_dir = (Path(tmp) / "fresh-home" if name.startswith("dethpc_fresh_home")
-                            else None)
-                samples[name].append(timed(argv, env_of(name), fresh_cache=fresh,
-                                           fresh_home=home_dir, name=name))
-        modules: dict[str, int | None] = {}
-        calls: dict[str, int | None] = {}
-        for n, (name, argv) in enumerate(variants.items()):
-            counted = env_of(name)
-            if name.startswith("dethpc_help_first"):
-                counted["XDG_CACHE_HOME"] = str(Path(tmp) / f"count-cache-{n}")
-            if name.startswith("dethpc_fresh_home"):
-                (Path(tmp) / f"count-home-{n}").mkdir()
-                counted["DETHPC_HOME"] = str(Path(tmp) / f"count-home-{n}")
-            modules[name] = modules_imported(argv, counted)
-            calls[name] = syscalls(argv, counted)
+        try:
+            samples, modules, calls = measure(variants, env_of, Path(tmp), args.calls)
+        finally:
+            if args.sbatch:     # the daemon, and the held jobs of every variant
+                subprocess.run([dethpc, "daemon", "stop"], env=env_of("dethpc_sbatch"),
+                               capture_output=True, check=False, timeout=120)
+                subprocess.run(["scancel", f"--name={job_name}"], check=False, timeout=60)
     median = {k: round(statistics.median(v) * 1000, 1) for k, v in samples.items()}
     result = {
         "what": "wall ms of one command (fork to exit), medians of interleaved rounds",
@@ -240,8 +307,10 @@ def main() -> None:
         "python": platform.python_version(),
         "commit": git_commit(),
         "dethpc": dethpc,
-        "experiments_in_store": args.experiments,
-        "trials_in_store": args.trials,
+        "experiments_in_store": None if args.sbatch else args.experiments,
+        "trials_in_store": None if args.sbatch else args.trials,
+        "sbatch_job": "a held one-line script (#SBATCH --hold), the user's daemon running; "
+                      "syscalls include the sbatch child" if args.sbatch else None,
         "first_command_fresh_home_ms": first_ms,
         "calls": args.calls,
         "median_ms": median,
