@@ -6,7 +6,8 @@ with heartbeats and ``RetryHeartbeatStaleTrialCallback``) and ``optuna-journal``
 system without a database server). What the user does: one short command that creates
 the study and enqueues the shared draws (``bench.peers_scale.optuna_worker CONFIG
 --create``), then one ``sbatch`` of a K-task job array (K = the cell's GPUs, what dethpc
-gets as ``max_concurrent_trials``): one GPU a task on the preemptible ``low`` partition,
+gets as ``max_concurrent_trials``, at most the trials: ``tasks``): one GPU a task on
+the preemptible ``low`` partition,
 ``--requeue`` (Slurm requeues a task after a preemption or a node failure),
 ``--signal=B:USR1@120`` (the time limit's warning, also sent at preemption), ``--time``
 past the cell's timeout, the script ``exec``ing the worker (bench/peers_scale/
@@ -152,6 +153,13 @@ class OptunaRunner:
                 "signal_s": SIGNAL_S}
 
     @staticmethod
+    def tasks(cell: Cell) -> int:
+        """K: a worker a GPU (what dethpc gets as ``max_concurrent_trials``), but never
+        more workers than trials: a worker with no enqueued trial left samples a new one,
+        so K > n would run K trials, not n."""
+        return max(1, min(cell.gpus, cell.trials))
+
+    @staticmethod
     def _minutes(cell: Cell) -> int:
         return int(cell.timeout_s // 60) + 30
 
@@ -168,7 +176,7 @@ class OptunaRunner:
         cfg_path = self.dir / "config.json"
         cfg_path.write_text(json.dumps(self.config(cell), indent=1))
         script = self.dir / "array.sbatch"
-        script.write_text(array_script(tasks=cell.gpus, minutes=self._minutes(cell),
+        script.write_text(array_script(tasks=self.tasks(cell), minutes=self._minutes(cell),
                                        out_dir=self.dir, config=cfg_path,
                                        env=peers_env(cell)))
         chown_tree(cell.dir)
@@ -180,7 +188,7 @@ class OptunaRunner:
         if res.rc != 0:
             raise RuntimeError(f"sbatch exited {res.rc}: {res.stderr[-2000:]}")
         self.array_id = res.stdout.strip().split(";")[0]
-        cell.say(f"{self.name}: array {self.array_id} of {cell.gpus} workers")
+        cell.say(f"{self.name}: array {self.array_id} of {self.tasks(cell)} workers")
 
     def finished(self) -> bool:
         """The array has left the queue (asked as ``dethpc-faults`` every 5 s, so the
