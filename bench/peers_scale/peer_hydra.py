@@ -47,6 +47,17 @@ HYDRA_VENV = REPO / "bench" / "peers" / ".venv-hydra"
 JOB_NAME = "hydra_app"
 
 
+def hydra_versions() -> dict[str, str]:
+    """The versions in Hydra's venv (hydra-core, the sweeper's optuna, submitit)."""
+    from importlib.metadata import distributions
+    wanted = {"hydra-core", "hydra-optuna-sweeper", "hydra-submitit-launcher", "optuna",
+              "submitit"}
+    found = {d.metadata["Name"].lower(): d.version
+             for d in distributions(path=[str(p) for p in HYDRA_VENV.glob(
+                 "lib/python3*/site-packages")])}
+    return {k: v for k, v in sorted(found.items()) if k in wanted}
+
+
 @dataclass
 class HydraRunner:
     name: str = "hydra-optuna"
@@ -159,7 +170,8 @@ class HydraRunner:
                 proc.kill()
                 proc.wait(timeout=30)
         results = self.sweep_dir / "optimization_results.yaml" if self.cell else None
-        return {"multiruns": [{"pid": p.pid, "rc": p.returncode,
+        return {"versions": hydra_versions(),
+                "multiruns": [{"pid": p.pid, "rc": p.returncode,
                                "killed": p.pid in self.killed} for p in self.procs],
                 "optimization_results": results.read_text()
                 if results is not None and results.exists() else None}

@@ -90,7 +90,7 @@ def main() -> None:
         fh.write(json.dumps({"at": time.time(), "pid": os.getpid(),
                              "job": os.environ.get("SLURM_JOB_ID"),
                              "restart": os.environ.get("SLURM_RESTART_COUNT", "0"),
-                             "restored": restoring}) + "\n")
+                             "restored": restoring, "ray": ray.__version__}) + "\n")
     (args.storage / f"{args.name}.driver.pid").write_text(f"{os.getpid()}\n")
     resourced = tune.with_resources(trainable, {"cpu": 1, "gpu": 1})
     if restoring:
