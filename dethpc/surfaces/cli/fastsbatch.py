@@ -16,9 +16,10 @@ default SQLite file (``database_url``, ``database_url_file``,
 ``DETHPC_DATABASE_URL_FILE``: PostgreSQL and its roles are the ORM's); a store that is
 missing or not at the head revision (the ORM creates or migrates it); a backend that
 does not take a user's sbatch (the CLI says why); a cluster config the CLI will refuse.
-The daemon that tracks the job (unless ``--no-daemon``) is started at the first line
-when none runs (``service.prestart``: its imports run beside this command's; stopped
-again when the command fails) and adopted at the end: no daemon module is imported here.
+The daemon that tracks the job (unless ``--no-daemon``) is started as soon as the job is
+planned when none runs (``service.prestart``: its imports run beside the submission's;
+stopped again when sbatch refuses) and adopted at the end: no daemon module is imported
+here.
 Must not: import typer, click, SQLAlchemy, sqlmodel, pydantic or Alembic
 (tests/unit/surfaces/test_cli_fastsbatch.py checks), or print before it knows the
 command is its own.
@@ -57,10 +58,12 @@ def dethpc_head(args: Sequence[str]) -> list[str]:
 def run_plain(argv: Sequence[str], environ: Mapping[str, str], cwd: Path,
               stdin_text: str | None, *, site: SbatchSite,
               store: Callable[[], Store | SqliteAtHead],
-              max_array_size: Callable[[], int]) -> tuple[str, str, int]:
+              max_array_size: Callable[[], int],
+              planned: Callable[[], None] | None = None) -> tuple[str, str, int]:
     """Submit one job (or array) through the real sbatch: (stdout, stderr, exit code).
     ``store`` is opened once the backend is known to take a user's sbatch;
-    ``max_array_size`` is asked only for an array job."""
+    ``max_array_size`` is asked only for an array job; ``planned`` is called once the
+    job is planned (nothing refused it), before anything is recorded."""
     from dethpc.common.errors import DethpcError
     from dethpc.common.runner import CommandRunner
     from dethpc.common.traits import traits_of
@@ -78,6 +81,8 @@ def run_plain(argv: Sequence[str], environ: Mapping[str, str], cwd: Path,
         raise DethpcError("--config is for searches (dethpc sbatch --search FILE ...)")
     job = plain.plan(cmd, site, cwd=cwd, environ=environ, stdin_text=stdin_text,
                      max_array_size=lambda: max(1, max_array_size()))
+    if planned is not None:
+        planned()
     runner = CommandRunner(env=dict(environ), cwd=str(cwd))
     out = plain.submit(store(), site, job, runner, owner=user_name())
     return out.stdout, out.stderr, out.code
@@ -133,10 +138,6 @@ def answer(args: list[str]) -> int | None:
     if place is None:
         return None
     site, db = place
-    if not no_daemon:
-        from dethpc.control.service import prestart
-
-        prestart()                 # stopped at exit unless ensure_daemon adopts it
     try:
         _, stdin_text = stdin_script(words)
         environ, cwd = dict(os.environ), Path.cwd()
@@ -147,8 +148,16 @@ def answer(args: list[str]) -> int | None:
 
             return SlurmSite(CommandRunner(env=environ), None).max_array_size()
 
+        def prestart() -> None:
+            """The daemon started now unless one runs, its imports beside the submission's
+            (stopped at exit unless ``ensure_daemon`` adopts it: sbatch refused)."""
+            from dethpc.control import service
+
+            service.prestart()
+
         out, err, code = run_plain(words, environ, cwd, stdin_text, site=site,
-                                   store=lambda: db, max_array_size=max_array_size)
+                                   store=lambda: db, max_array_size=max_array_size,
+                                   planned=None if no_daemon else prestart)
         sys.stdout.write(out)
         sys.stderr.write(err)
         if code == 0 and not no_daemon:

@@ -131,7 +131,8 @@ def _run(tmp_path: Path, args: list[str], *, fast: bool) -> tuple[bytes, bytes, 
 def test_a_refusal_is_the_same_bytes_without_the_clis_imports(tmp_path: Path,
                                                               args: list[str]) -> None:
     """Refused before anything is recorded (no Slurm needed): the light path says what
-    the typer command says, with its exit code, and imports none of ``FORBIDDEN``."""
+    the typer command says, with its exit code, imports none of ``FORBIDDEN`` and, though
+    the first is run without ``--no-daemon``, starts no daemon."""
     make_home(tmp_path)
     full = _run(tmp_path, args, fast=False)
     fast = _run(tmp_path, args, fast=True)
@@ -140,3 +141,5 @@ def test_a_refusal_is_the_same_bytes_without_the_clis_imports(tmp_path: Path,
     assert "typer" in full[3]                        # the full path did run
     assert not (tmp_path / "home" / "runs").exists() or not any(
         (tmp_path / "home" / "runs").iterdir())
+    # refused before it was planned: no daemon was started for it (its log is its trace)
+    assert not (tmp_path / "home" / "daemon.log").exists()
