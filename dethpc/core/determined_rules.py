@@ -324,8 +324,8 @@ RULES: dict[str, Rule] = {
     "determined.pytorch.Batch.*": S(),
     "determined.pytorch.Epoch": S(),
     "determined.pytorch.Epoch.*": S(),
-    "determined.pytorch.TrainUnit": D("a length of int value only (Determined also takes a "
-                                      "container of steps)"),
+    "determined.pytorch.TrainUnit": S("an int value (a length or a period) or a container "
+                                      "of steps (a schedule of a period)"),
     "determined.pytorch.TrainUnit.*": S(),
     "determined.pytorch.CheckpointLoadContext": S("one process, no trial directory"),
     "determined.pytorch.CheckpointLoadContext.*": S(),

@@ -71,15 +71,20 @@ class _Plan:
     batches_per_epoch: int
     unit: str
     validate_at: frozenset[int]
-    validation_period: int | None
-    checkpoint_period: int | None
-    reporting_period: int
+    #: each a period (``Batch(n)``/``Epoch(n)``) or a schedule (``Batch([1, 5, 10])``)
+    validation_period: TrainUnit | None
+    checkpoint_period: TrainUnit | None
+    reporting_period: TrainUnit
     test_mode: bool
     test_validation_batches: int | None
 
     def steps(self, batches: int) -> int:
         """``batches`` in the searcher's unit (what metrics.jsonl records)."""
         return batches if self.unit == "batches" else batches // self.batches_per_epoch
+
+    def due(self, period: TrainUnit | None, batches: int) -> bool:
+        """Does ``period`` (or schedule) fall after batch ``batches``?"""
+        return period is not None and period.due(batches, self.batches_per_epoch)
 
 
 def _unwrap(model: nn.Module) -> nn.Module:
@@ -267,9 +272,8 @@ class Trainer:
         return _Plan(
             max_batches=max_batches, batches_per_epoch=bpe, unit=unit,
             validate_at=frozenset(validate_at | {max_batches}),
-            validation_period=validation_period.batches(bpe) if validation_period else None,
-            checkpoint_period=checkpoint_period.batches(bpe) if checkpoint_period else None,
-            reporting_period=reporting_period.batches(bpe), test_mode=test_mode,
+            validation_period=validation_period, checkpoint_period=checkpoint_period,
+            reporting_period=reporting_period, test_mode=test_mode,
             test_validation_batches=test_validation_batches if test_mode else None)
 
     # ------------------------------------------------------------------- fit
@@ -303,6 +307,11 @@ class Trainer:
             checkpoint_policy = "all"
         self._checkpoint_policy = checkpoint_policy
         del profiling_enabled
+        length = as_unit(max_length)
+        if length is not None:
+            # as Determined's fit(): a schedule is a period's, never a length (refused
+            # before the trial starts up)
+            length.require_length()
         self._refuse_unsupported()
         callbacks = self.trial.build_callbacks()
         if not isinstance(callbacks, Mapping):
@@ -451,12 +460,11 @@ class Trainer:
         # as Determined's Trainer, a period that falls on the last batch is kept in its
         # order (validation, then checkpoint) before the final validation and checkpoint
         # of _finish (a checkpoint period on the last batch checkpoints before validating)
-        validate = (inside and b in plan.validate_at) or bool(
-            plan.validation_period and b % plan.validation_period == 0)
-        checkpoint = bool(plan.checkpoint_period and b % plan.checkpoint_period == 0)
+        validate = (inside and b in plan.validate_at) or plan.due(plan.validation_period, b)
+        checkpoint = plan.due(plan.checkpoint_period, b)
         # as Determined's Trainer: the batches since the last report are reported at every
         # boundary (reporting, validation or checkpoint period), not only at a reporting one
-        boundary = b % plan.reporting_period == 0 or validate or checkpoint
+        boundary = plan.due(plan.reporting_period, b) or validate or checkpoint
         if boundary:
             self._report_training(plan)
         if validate:

@@ -1,13 +1,16 @@
-"""Training lengths for ``Trainer.fit``: ``Batch(n)`` and ``Epoch(n)``.
+"""Training lengths and periods for ``Trainer.fit``: ``Batch(n)`` and ``Epoch(n)``.
 
-Owns: the two length types (and Determined's base of both, ``TrainUnit``) and their
-conversion to a number of batches.
+Owns: the two unit types (and Determined's base of both, ``TrainUnit``), their conversion
+to a number of batches (a length), and when a period or a schedule falls (``due``). As
+Determined's, a unit's value is an int (a length, or a period: every ``n``) or a container
+of steps (a schedule: ``Batch([1, 5, 10])`` falls at batches 1, 5 and 10; a schedule is
+no length).
 Must not: import torch (the CLI and the test-mode helper import this package).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,19 +19,36 @@ from dethpc.common.errors import DethpcError
 
 @dataclass(frozen=True)
 class TrainUnit:
-    """Determined's base of ``Batch`` and ``Epoch``: a length of ``value`` units."""
+    """Determined's base of ``Batch`` and ``Epoch``: ``value`` units (an int), or the
+    steps of a schedule (a container of ints)."""
 
-    value: int
+    value: int | Container[int]
 
     def should_stop(self, step_num: int) -> bool:
-        """True at every multiple of ``value`` (a period's boundary), never at step 0;
-        always True for a ``value`` below 1 (Determined's rule)."""
+        """An int value: True at every multiple of ``value`` (a period's boundary), never
+        at step 0, always for a ``value`` below 1; a container: True at the steps it holds
+        (Determined's rules)."""
+        if not isinstance(self.value, int):
+            return step_num in self.value
         if self.value < 1:
             return True
         return step_num != 0 and step_num % self.value == 0
 
     def batches(self, batches_per_epoch: int) -> int:
         raise DethpcError(f"{type(self).__name__} is not a length: use Batch(n) or Epoch(n)")
+
+    def due(self, batches: int, batches_per_epoch: int) -> bool:
+        """Does this period (or schedule) fall after batch ``batches`` (a 1-based count of
+        the batches trained)? Never for the base class (Determined's Trainer only counts
+        a ``Batch`` or an ``Epoch``)."""
+        return False
+
+    def require_length(self) -> int:
+        """The int value; ``DethpcError`` for a schedule (no length)."""
+        if not isinstance(self.value, int):
+            raise DethpcError(f"{self!r} is a schedule of steps, not a length: max_length "
+                              f"must be Batch(int) or Epoch(int) (as Determined requires)")
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -39,7 +59,10 @@ class Batch(TrainUnit):
         _check(self.value, "Batch")
 
     def batches(self, batches_per_epoch: int) -> int:
-        return self.value
+        return self.require_length()
+
+    def due(self, batches: int, batches_per_epoch: int) -> bool:
+        return self.should_stop(batches)
 
 
 @dataclass(frozen=True)
@@ -50,12 +73,23 @@ class Epoch(TrainUnit):
         _check(self.value, "Epoch")
 
     def batches(self, batches_per_epoch: int) -> int:
-        return self.value * batches_per_epoch
+        return self.require_length() * batches_per_epoch
+
+    def due(self, batches: int, batches_per_epoch: int) -> bool:
+        """At the last batch of an epoch whose 1-based number the period or schedule
+        holds (Determined's Trainer checks an ``Epoch`` at the end of each epoch)."""
+        epochs, within = divmod(batches, batches_per_epoch)
+        return within == 0 and self.should_stop(epochs)
 
 
 def _check(value: Any, name: str) -> None:
+    """An int n >= 1, or a container of steps (not a string; its steps are not checked:
+    Determined asks a container only whether it holds a step)."""
+    if isinstance(value, Container) and not isinstance(value, str | bytes | int):
+        return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise DethpcError(f"{name}(n) needs an int n >= 1, got {value!r}")
+        raise DethpcError(f"{name}(n) needs an int n >= 1, got {value!r} (or a schedule: "
+                          f"a container of steps, {name}([1, 5, 10]))")
 
 
 def as_unit(value: TrainUnit | int | None) -> TrainUnit | None:
@@ -79,13 +113,13 @@ def from_config(raw: Any, field: str) -> TrainUnit | None:
         (key, value), = raw.items()
         if key in ("batches", "epochs") and value == 0 and not isinstance(value, bool):
             return None
-        try:
-            if key == "batches":
-                return Batch(value)
-            if key == "epochs":
-                return Epoch(value)
-        except DethpcError as exc:
-            raise DethpcError(f"{field}.{key}: {exc}") from None
+        if key in ("batches", "epochs"):
+            # a config period is a number (Determined's schema); schedules are fit()'s
+            name = "Batch" if key == "batches" else "Epoch"
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise DethpcError(f"{field}.{key}: {name}(n) needs an int n >= 1, "
+                                  f"got {value!r}")
+            return Batch(value) if key == "batches" else Epoch(value)
         if key == "records":
             raise DethpcError(f"{field}: lengths in records are not supported by the PyTorch "
                               "Trainer; use batches or epochs")

@@ -38,7 +38,9 @@ and under dethpc, each in its own interpreter, and must give the same numbers.
   keeps the ids and TensorBoard path apart). Determined's side there sets torch's
   ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``: Determined 0.38.1 cannot load its own checkpoint
   under torch >= 2.6 otherwise. Its local mode passes ``first_batch_idx=0`` on a resume
-  (no master's steps_completed): compared apart.
+  (no master's steps_completed): compared apart. Its ``schedules`` case runs
+  ``Batch([...])``/``Epoch([...])`` schedules as fit's periods (where each validation,
+  checkpoint and report came) and a schedule as ``max_length`` (refused).
 
 Determined comes from ``.venv/determined-oracle`` (scripts/setup.sh --tests; the
 ``determined-oracle`` extra): only the Determined side's subprocess has it on its path,
@@ -284,7 +286,10 @@ def surface_runs(tmp_path_factory: pytest.TempPathFactory, traces: Path) -> dict
     "loaded_context",
     # the trial context's getters in train_batch, LR schedulers in each StepMode, the
     # profiler; a stop requested in batch 7, honoured at the next boundary
-    "context", "stop"])
+    "context", "stop",
+    # Batch([...])/Epoch([...]) schedules as fit's periods: where each validation,
+    # checkpoint and report came; a schedule as max_length refused
+    "schedules"])
 def test_what_needs_no_master_answers_as_determined(surface_runs: dict[str, Any],
                                                     case: str) -> None:
     theirs, ours = surface_runs["determined"][case], surface_runs["dethpc"][case]
@@ -324,6 +329,22 @@ def test_context_cases_mean_something(surface_runs: dict[str, Any]) -> None:
     assert len(run["stop"]["batches"]) == 9 and run["stop"]["checkpoints"] == 2
     assert [r["steps"] for r in run["stop"]["reports"]["training"]][-1] == 9
     assert run["loaded_context"]["current_train_batch"] == "raises"
+
+
+def test_schedules_case_means_something(surface_runs: dict[str, Any]) -> None:
+    """The schedules were followed, not only matched: Determined validated, checkpointed
+    and reported at the steps each schedule holds (an Epoch schedule at the end of its
+    epochs of 8 batches), then at the end; a schedule as max_length trained nothing."""
+    run = surface_runs["determined"]["schedules"]
+    lists = run["batch_lists"]
+    assert lists["validated"] == [1, 5, 10, 24] and lists["checkpointed"] == [3, 10, 17, 24]
+    assert lists["reports"]["training"] == [1, 2, 3, 5, 7, 10, 17, 20, 24]
+    assert run["batch_range_set"]["validated"] == [4, 10, 16, 20]
+    assert run["batch_range_set"]["checkpointed"] == [8, 9, 20]
+    assert run["epoch_lists"]["validated"] == [8, 24]
+    assert run["epoch_lists"]["checkpointed"] == [16, 24]
+    assert run["mixed"]["checkpointed"] == [6, 12, 24]
+    assert run["max_length_schedule"] == "raises" and run["max_length_schedule_trained"] == []
 
 
 def test_surface_cases_mean_something(surface_runs: dict[str, Any]) -> None:

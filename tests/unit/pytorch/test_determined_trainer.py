@@ -51,8 +51,13 @@ class Tiny(det.pytorch.PyTorchTrial):
         return {"val": self.model(batch[0]).mean()}
 
 
-def _fit(tmp_path: Path, trial_cls: type = Tiny, batches: int = 4,
-         setup: Any = None, reporting: int = 1) -> tuple[Any, list[dict[str, Any]]]:
+def _unit(value: Any) -> Any:
+    return det.pytorch.Batch(value) if isinstance(value, int) else value
+
+
+def _fit(tmp_path: Path, trial_cls: type = Tiny, batches: Any = 4,
+         setup: Any = None, reporting: Any = 1,
+         **periods: Any) -> tuple[Any, list[dict[str, Any]]]:
     trial_dir = tmp_path / "exp" / "trials" / "1"
     trial_dir.mkdir(parents=True, exist_ok=True)
     (trial_dir / "hparams.json").write_text("{}")
@@ -63,8 +68,8 @@ def _fit(tmp_path: Path, trial_cls: type = Tiny, batches: int = 4,
         trial = trial_cls(context)
         if setup is not None:
             setup(trial)
-        det.pytorch.Trainer(trial, context).fit(max_length=det.pytorch.Batch(batches),
-                                                reporting_period=det.pytorch.Batch(reporting))
+        det.pytorch.Trainer(trial, context).fit(max_length=_unit(batches),
+                                                reporting_period=_unit(reporting), **periods)
     lines = (trial_dir / "metrics.jsonl").read_text().splitlines()
     return trial, [json.loads(line) for line in lines]
 
@@ -163,6 +168,31 @@ def test_lr_scheduler_step_modes(tmp_path: Path, mode: StepMode, frequency: int,
 
     trial, _ = _fit(tmp_path, setup=setup, batches=8)
     assert trial.sched.last_epoch == steps
+
+
+def test_schedules_of_steps_as_periods(tmp_path: Path) -> None:
+    """``Batch([...])``/``Epoch([...])`` periods, as Determined's: validations, checkpoints
+    and reports at the steps they hold (an epoch schedule at the end of those epochs)."""
+    _, records = _fit(tmp_path, batches=12, reporting=det.pytorch.Batch([2, 7]),
+                      validation_period=det.pytorch.Epoch([1, 2]),
+                      checkpoint_period=det.pytorch.Batch((3, 5)), checkpoint_policy="none")
+    steps = {kind: [r["steps"] for r in records if r["kind"] == kind]
+             for kind in ("training", "validation", "checkpoint")}
+    assert steps == {"training": [2, 3, 4, 5, 7, 8, 12], "validation": [4, 8, 12],
+                     "checkpoint": [3, 5, 12]}
+
+
+def test_a_schedule_as_max_length_is_refused_before_the_trial_starts(tmp_path: Path) -> None:
+    started: list[int] = []
+
+    class Startup(det.pytorch.PyTorchCallback):
+        def on_trial_startup(self, first_batch_idx: int, checkpoint_uuid: str | None) -> None:
+            started.append(first_batch_idx)
+
+    cls = type("Scheduled", (Tiny,), {"build_callbacks": lambda self: {"s": Startup()}})
+    with pytest.raises(DethpcError, match="schedule of steps, not a length"):
+        _fit(tmp_path, cls, batches=det.pytorch.Batch([2, 4]))
+    assert started == []
 
 
 @pytest.mark.parametrize(("override", "error", "match"), [
