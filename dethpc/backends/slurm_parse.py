@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dethpc.backends.base import JobInfo, JobState
-from dethpc.common.jobref import base_job_id, parse_job_id
+from dethpc.common.jobref import base_job_id, canonical_ref, parse_job_id
 from dethpc.common.sbatch_options import getopt_complaint, parse_time
 
 # ----------------------------------------------------------------------- states
@@ -56,6 +56,9 @@ STATE_TABLE: dict[str, JobState] = {
 def map_state(raw: str) -> JobState:
     """Slurm state word -> ``JobState``; tolerates "CANCELLED by 0", "CANCELLED+",
     case and blanks. Anything unknown is ``UNKNOWN``."""
+    state = STATE_TABLE.get(raw)   # squeue's and sacct's own word, as it is
+    if state is not None:
+        return state
     word = raw.strip().split(" ", 1)[0].rstrip("+").upper()
     return STATE_TABLE.get(word, JobState.UNKNOWN)
 
@@ -161,13 +164,14 @@ def parse_squeue(text: str) -> list[JobInfo]:
         if len(fields) < 10:
             continue
         jid, state, status, restarts, reason, nodes, qos, account, name, comment = fields
+        one = canonical_ref(jid)   # a task or job as it is, without the id grammar
         try:
-            parsed = parse_job_id(jid)
+            refs = [one] if one is not None else parse_job_id(jid).refs()
         except ValueError:
             continue
         st = map_state(state)
         code, sig = parse_wait_status(status) if st.is_terminal else (None, None)
-        for ref in parsed.refs():
+        for ref in refs:
             out.append(JobInfo(
                 ref=ref, state=st, raw_state=state.strip(), exit_code=code, signal=sig,
                 reason=_clean(reason), restart_count=_int_or_zero(restarts),

@@ -13,6 +13,8 @@ import pytest
 from dethpc.common.jobref import (
     JobId,
     JobRef,
+    base_job_id,
+    canonical_ref,
     job_refs,
     parse_job_id,
     ref_from_env,
@@ -167,3 +169,23 @@ def test_job_refs_reads_text_into_refs() -> None:
     assert [r.task for r in refs] == [1, None, None]
     with pytest.raises(ValueError):
         job_refs(["item:1:t3-s0"])
+
+
+@pytest.mark.parametrize(("text", "fast"), [
+    ("123", True), ("123_4", True), ("123_0", True), ("123+1", True), ("0123_7", True),
+    ("123_04", False), ("123+01", False), (" 77 ", False), ("77\n", False),
+    ("123_[1-3]", False), ("123.batch", False), ("123_4.0", False), ("123+1_2", False),
+    ("12\u00b3", False), ("\u0663", False), ("", False), ("item:1:2", False),
+    ("123_", False), ("_4", False), ("123+", False),
+])
+def test_canonical_ref_reads_only_printed_forms_and_agrees_with_the_grammar(
+        text: str, fast: bool) -> None:
+    """The fast read takes a text only when it is a JobRef's printed form, and then gives
+    what the grammar gives; every other text is left to the grammar (None)."""
+    got = canonical_ref(text)
+    assert (got is not None) is fast
+    if got is not None:
+        assert type(got) is JobRef and got == JobRef.parse(parse_job_id(text).ref)
+        assert (got.base, got.task, got.het) == (
+            parse_job_id(text).base, parse_job_id(text).task, parse_job_id(text).het_offset)
+        assert base_job_id(text) == parse_job_id(text).base
