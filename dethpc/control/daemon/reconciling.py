@@ -3,8 +3,9 @@
 Owns: ``Reconciling.run`` — per experiment, ``ExperimentReconciler(...).run()``
 (``dethpc.control.reconcile``: record the poll, ingest the trial files, feed the
 searcher, judge job ends, enact pause/cancel/kill, mark checkpoints for GC), then, once
-that transaction has committed, the trials' ``searched`` markers (``verdicts``) and the
-housekeeping of the checkpoints it doomed; the refs
+that transaction has committed, the trials' ``searched`` markers (``verdicts``), the
+searcher it stored kept for the next tick (``searcher_memo``: a hint checked against the
+store) and the housekeeping of the checkpoints it doomed; the refs
 every experiment wants cancelled are gathered for the cancel phase. An experiment whose
 reconcile fails is failed (``incidents.fail_experiment``); the others go on.
 ``Reconciling.fast`` is the same between ticks for the metrics files that grew
@@ -25,7 +26,7 @@ from dethpc.control.daemon.housekeeping import CheckpointDeleter
 from dethpc.control.daemon.incidents import fail_experiment
 from dethpc.control.daemon.shared import Guard, TickStats
 from dethpc.control.daemon.verdicts import write_searched
-from dethpc.control.reconcile import ExperimentReconciler
+from dethpc.control.reconcile import ExperimentReconciler, SearcherMemo
 from dethpc.control.resolved import Resolved
 from dethpc.store import Store
 from dethpc.store.models import Experiment
@@ -41,6 +42,9 @@ class Reconciling:
         #: the last run's jobs to release (held by Slurm after a failed launch or an
         #: expedited requeue's failed run)
         self.release: list[str] = []
+        #: each experiment's searcher as the last committed transaction stored it: a
+        #: hint, checked against the stored snapshot's text (``searcher_memo``)
+        self.memo = SearcherMemo()
 
     def run(self, exp_ids: list[int], infos: dict[str, JobInfo], stats: TickStats,
             resolved: Mapping[int, Resolved] | None = None) -> list[str]:
@@ -48,14 +52,17 @@ class Reconciling:
         those to release in ``release``). ``resolved``: the tick's (config, pool) of each."""
         cancel: list[str] = []
         self.release = []
+        self.memo.retain(exp_ids)
         for exp_id in exp_ids:
             try:
                 with self.store.session() as s:
                     exp = s.get(Experiment, exp_id)
                     assert exp is not None
                     r = resolved.get(exp_id) if resolved is not None else None
-                    out = ExperimentReconciler(s, exp, infos, self.clock(),
-                                               cfg=r.cfg if r is not None else None).run()
+                    rec = ExperimentReconciler(s, exp, infos, self.clock(), memo=self.memo,
+                                               cfg=r.cfg if r is not None else None)
+                    out = rec.run()
+                self.memo.keep(exp_id, rec.kept())   # committed: the searcher stored
                 write_searched(out.searched)
                 cancel += out.cancel
                 self.release += out.release
@@ -80,8 +87,10 @@ class Reconciling:
                     exp = s.get(Experiment, exp_id)
                     if exp is None:
                         continue
-                    out = ExperimentReconciler(s, exp, {}, self.clock(),
-                                               fast=True).run_fast(trial_ids)
+                    rec = ExperimentReconciler(s, exp, {}, self.clock(), fast=True,
+                                               memo=self.memo)
+                    out = rec.run_fast(trial_ids)
+                self.memo.keep(exp_id, rec.kept())
                 write_searched(out.searched)
                 cancel += out.cancel
                 changed |= out.changed

@@ -10,6 +10,7 @@ that acts on rows (acting module, then its rules):
 - ``ingest`` (metrics, checkpoints and exit records read in), ``ingest_rules``;
 - ``job_ends`` (polled states, job ends), ``job_rules`` and ``dethpc.control.job_end``;
 - ``searcher_ops`` (searcher calls and actions; every trial change settled), ``changes``;
+- ``searcher_memo`` (the searcher kept between ticks, its snapshot stored as text);
 - ``stops`` (stop, pause and cancel requests), ``stop_rules``;
 - ``experiment_state`` (pause, activate, cancel, kill; the end), ``state_rules``;
 - ``checkpoints`` (the checkpoints GC drops), ``dethpc.control.checkpoint_gc``.
@@ -20,13 +21,14 @@ Must not: hold logic itself (it only re-exports); no module of this package impo
 from dethpc.control.reconcile.ingest_rules import parse_exit_record
 from dethpc.control.reconcile.job_rules import NOT_RESUBMITTED
 from dethpc.control.reconcile.rows import TERMINAL_TRIAL_STATES, Outcome
+from dethpc.control.reconcile.searcher_memo import CONCURRENCY_KEY, SearcherMemo
 from dethpc.control.reconcile.skip_rules import (
     LiveRow,
     new_reasons,
     nothing_written_yet,
     quiet_job,
 )
-from dethpc.control.reconcile.tick import CONCURRENCY_KEY, ExperimentReconciler, load_config
+from dethpc.control.reconcile.tick import ExperimentReconciler, load_config
 
 __all__ = [
     "CONCURRENCY_KEY",
@@ -35,6 +37,7 @@ __all__ = [
     "ExperimentReconciler",
     "LiveRow",
     "Outcome",
+    "SearcherMemo",
     "load_config",
     "new_reasons",
     "nothing_written_yet",

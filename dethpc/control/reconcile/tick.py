@@ -5,7 +5,8 @@ same rows (``rows.TickRows``), run in their order: the searcher's first call; re
 the polled job states (``job_ends``); ingest the trial files (``ingest``); judge and
 carry out job ends (``job_ends``); refill after ``set-concurrency``; enact pause,
 cancel and kill (``experiment_state``); cancel overdue stops (``stops``); end the
-experiment; checkpoint GC (``checkpoints``); the searcher's snapshot. ``run_fast`` is
+experiment; checkpoint GC (``checkpoints``); the searcher's snapshot, stored as the
+text ``searcher_memo`` encodes once, only when the searcher was told something. ``run_fast`` is
 the share between polls (ingest and searcher only). ``load_config`` reads the stored
 config once per experiment per tick.
 Must not: decide anything itself (the ``*_rules`` modules and ``job_end`` do), call a
@@ -15,13 +16,16 @@ deletes only after this transaction commits.
 
 Idempotency: offsets, rows, unknown-tick counts and the searcher snapshot commit
 together, so a daemon killed mid-tick re-reads the same lines and makes the same
-decisions. Nothing is kept in memory between ticks.
+decisions. Nothing is kept in memory between ticks but the searcher object the last
+committed tick stored (``searcher_memo``), and it is used only while the store's
+snapshot is, character for character, the text stored with it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy.orm import defer
 from sqlmodel import Session
 
 from dethpc.backends.base import JobInfo
@@ -32,16 +36,19 @@ from dethpc.control.reconcile.experiment_state import ExperimentStates
 from dethpc.control.reconcile.ingest import Ingest
 from dethpc.control.reconcile.job_ends import JobEnds
 from dethpc.control.reconcile.rows import Outcome, TickRows
+from dethpc.control.reconcile.searcher_memo import (
+    Kept,
+    SearcherMemo,
+    read_snapshot,
+    snapshot_text,
+    write_snapshot,
+)
 from dethpc.control.reconcile.searcher_ops import SearcherOps
 from dethpc.control.reconcile.state_rules import search_starts, top_up_due
 from dethpc.control.reconcile.stops import Stops
 from dethpc.searchers import replay
 from dethpc.searchers.base import Searcher
-from dethpc.searchers.factory import make_searcher
 from dethpc.store.models import Experiment, ExperimentState, Job, SearcherState, Trial
-
-#: the limit a snapshot was taken under, so a change (set-concurrency) is seen once
-CONCURRENCY_KEY = "_max_concurrent_trials"
 
 
 def load_config(exp: Experiment) -> ExperimentConfig:
@@ -52,24 +59,26 @@ class ExperimentReconciler:
     """Reconciles one experiment; construct per tick, call ``run``."""
 
     def __init__(self, s: Session, exp: Experiment, infos: dict[str, JobInfo],
-                 now: float, *, fast: bool = False, cfg: ExperimentConfig | None = None) -> None:
+                 now: float, *, fast: bool = False, cfg: ExperimentConfig | None = None,
+                 memo: SearcherMemo | None = None) -> None:
         """``fast``: for ``run_fast`` between polls (``infos`` is empty then). ``cfg``: the
         experiment's config as the tick resolved it (``daemon.shared.Resolved``); None:
-        read from ``exp``."""
+        read from ``exp``. ``memo``: the searchers earlier ticks left (``searcher_memo``);
+        the caller keeps ``kept()`` in it once this transaction has committed."""
         self.s, self.exp, self.infos, self.now = s, exp, infos, now
         self.cfg = cfg if cfg is not None else load_config(exp)
         assert exp.id is not None
-        ss = s.get(SearcherState, exp.id)
+        # the snapshot column is read as text by ``read_snapshot``, never decoded here
+        ss = s.get(SearcherState, exp.id, options=[defer(SearcherState.snapshot)])  # type: ignore[arg-type]
         self.ss = ss if ss is not None else SearcherState(experiment_id=exp.id)
-        self.searcher: Searcher = make_searcher(self.cfg.searcher, self.cfg.hyperparameters,
-                                                self.cfg.experiment_seed)
+        got = read_snapshot(s, exp.id, exp.config_yaml, self.cfg, memo)
+        self.searcher: Searcher = got.searcher
         #: max_concurrent_trials the last tick ran with (None: first tick, or older snapshot)
-        self.last_concurrency: int | None = None
+        self.last_concurrency: int | None = got.concurrency
         #: the searcher was restored from a stored snapshot
-        self.restored = bool(self.ss.snapshot)
-        if self.ss.snapshot:
-            self.searcher.restore(self.ss.snapshot)
-            self.last_concurrency = self.ss.snapshot.get(CONCURRENCY_KEY)
+        self.restored = got.restored
+        #: the snapshot text the store holds for ``searcher`` once this tick commits
+        self.snapshot_text = got.text
         self.rows = TickRows.load(s, exp, infos, now, fast=fast)
         self.stops = Stops(self.rows)
         self.ops = SearcherOps(self.rows, self.searcher, self.ss, self.stops)
@@ -85,9 +94,10 @@ class ExperimentReconciler:
             self.ops.feed(replay.initial())
         for job in rows.jobs:
             self.job_ends.observe(job)
-        for trial in list(rows.trials.values()):
-            if (not trial.state.is_terminal or rows.live_job(trial) is not None) \
-                    and not self.ingest.unwritten(trial):
+        trials = list(rows.trials.values())
+        self.ingest.read_ahead([trial for trial in trials if self._to_read(trial)])
+        for trial in trials:   # asked again: an earlier trial's lines may have changed it
+            if self._to_read(trial):
                 self.ingest.read(trial)
         for job in rows.jobs:   # a job woken meanwhile is judged too
             if job.live:
@@ -101,6 +111,12 @@ class ExperimentReconciler:
         self.states.finish_if_done()
         return self._close(concurrency)
 
+    def _to_read(self, trial: Trial) -> bool:
+        """The trial's files are read this tick: it is open or its job lives, and it may
+        have written something (``Ingest.unwritten``)."""
+        return ((not trial.state.is_terminal or self.rows.live_job(trial) is not None)
+                and not self.ingest.unwritten(trial))
+
     def run_fast(self, trial_ids: set[int]) -> Outcome:
         """The file-driven share of a tick (``Daemon.fast_tick``), between two polls of
         the backend: ingest the metrics of ``trial_ids`` (whose metrics.jsonl grew) and
@@ -110,9 +126,11 @@ class ExperimentReconciler:
         writes the stop file even for a job still pending (``seen_pending``)."""
         if self.exp.state != ExperimentState.ACTIVE or not self.ss.initialized:
             return self.rows.out
-        for trial_id in sorted(trial_ids):
-            trial = self.rows.trials.get(trial_id)
-            if trial is not None and self.rows.live_job(trial) is not None:
+        trials = [t for t in map(self.rows.trials.get, sorted(trial_ids)) if t is not None]
+        self.ingest.read_ahead([t for t in trials if self.rows.live_job(t) is not None],
+                               exits=False)
+        for trial in trials:
+            if self.rows.live_job(trial) is not None:
                 self.ingest.read(trial, exits=False)
         return self._close(self.cfg.searcher.max_concurrent_trials)
 
@@ -127,10 +145,20 @@ class ExperimentReconciler:
             # are what the store holds (rebuilding them was ~10 % of a tick at 10,000
             # trials, bench/tick_scale)
             self.exp.progress = self.searcher.progress()
-            self.ss.snapshot = {**self.searcher.snapshot(), CONCURRENCY_KEY: concurrency}
             self.s.add(self.ss)
+            self.s.flush()   # the row exists (a first tick adds it) before its snapshot
+            self.snapshot_text = snapshot_text(self.searcher, concurrency)
+            assert self.exp.id is not None
+            write_snapshot(self.s, self.exp.id, self.snapshot_text)
+            self.last_concurrency = concurrency
         self.s.add(self.exp)
         return self.rows.out
+
+    def kept(self) -> Kept:
+        """The searcher as this tick leaves it, with the snapshot text stored for it: for
+        the memo, once the transaction has committed."""
+        return Kept(self.exp.config_yaml, self.snapshot_text, self.searcher,
+                    self.last_concurrency)
 
     # ------------------------------------------------------------------ for callers
     # What tests and tools reach for on a reconciler: the tick's rows and outcome, and
