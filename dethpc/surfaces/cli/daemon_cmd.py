@@ -140,6 +140,8 @@ def run(until_idle: bool = typer.Option(False, help="exit when no experiment is 
             d = _daemon(lease)
             logging.info("dethpc daemon: backend %s, database %s", d.backend.name,
                          ENV.store.safe_url)
+            from dethpc.control.daemon.heap import settle
+            settle()   # this process is the daemon's: its start-up heap frozen
             d.run(until_idle=until_idle, should_stop=lambda: stopping["now"])
         finally:
             lease.release()
