@@ -3,7 +3,8 @@ backend) runs.
 
 Owns: a trial's allocation shape (``allocation``), every ``#SBATCH`` line
 (``directives``), container runtimes and image pulls (``containers``, ``imagepull``),
-rendering of ``sbatch_templates/`` (``render``, ``jobscript``), what each experiment
+rendering of ``sbatch_templates/`` (``render``, ``jobscript``; the Jinja2 environment,
+``templates``), what each experiment
 kind submits (``kinds``), the worker pool's array script and work items
 (``pool_script``, ``pool_items``) and Slurm's verdict at submit (``verdict``).
 Must not: open the store, submit, cancel or poll (the control plane does), or import
