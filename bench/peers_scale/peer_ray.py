@@ -13,14 +13,18 @@ allocation asks for ``--requeue`` (Slurm requeues it after a preemption or a nod
 the rerun restores the experiment) and ``--open-mode=append``.
 
 Written to win, beyond the page's template: the head is waited for by polling its port
-(not ``sleep 10``) and the workers start in one ``srun`` (not one a node with ``sleep 5``
-between: 16 nodes would spend 80 s there); each node gets a 100 MB object store (the
+(not ``sleep 10``); each node gets a 100 MB object store (the
 default, 30 % of the memory, is for data, not for a 4 KB checkpoint); no dashboard, no
 log monitor (the driver does not print the workers' logs: ``log_to_driver=False``).
 Emulation plumbing, not a choice a site would make: every "node" of the scale cluster is
 this one host (127.0.0.1), so each Ray node gets its own ports (the page's "SLURM
 networking caveats" list: node manager, object manager, worker ports, agents) and
-``--node-ip-address`` is the head's for all.
+``--node-ip-address`` is the head's for all. The workers start as the page's loop does,
+one ``srun`` a node with ``sleep 5`` between (75 s for 15 workers): started in one
+``srun`` all at once (tried first), 14 of 15 ``ray start`` exited with "The current node
+timed out during startup" -- Ray waits a fixed 30 s for a raylet to register with the
+GCS, and 15 raylets starting together on this 2-core host (load 5-6) missed it; on a real
+cluster each node starts on its own CPUs.
 
 The login-side process: Ray runs nothing on the login node; the process that holds the
 search is the **driver** (the Tune controller, ``ray_driver.py``) in the allocation's batch
@@ -87,9 +91,6 @@ def render_sbatch(*, nodes: int, gpus_per_node: int, cpus_per_node: int, minutes
                   '--min-worker-port=$((base + 10)) --max-worker-port=$((base + 199))')
     common = ('--num-cpus "$SLURM_CPUS_PER_TASK" --num-gpus ' + str(gpus_per_node)
               + ' --object-store-memory=100000000 --include-log-monitor=false --block')
-    worker = (f'base=$((30200 + 200 * SLURM_PROCID)); exec {ray} start '
-              f'--address "$ip_head" --node-ip-address "$head_node_ip" '
-              f'{node_ports} {common}')
     return f"""#!/bin/bash
 #SBATCH --job-name=ray-tune
 #SBATCH --partition=low
@@ -130,12 +131,17 @@ until (echo >"/dev/tcp/$head_node_ip/$port") 2>/dev/null; do
 done
 set -x
 
+# the page's loop: one srun a worker node, 5 s apart (all at once, 14 of 15 raylets missed
+# Ray's fixed 30 s start-up wait on this 2-core host: see the module doc)
 worker_num=$((SLURM_JOB_NUM_NODES - 1))
-if [ "$worker_num" -gt 0 ]; then
-    # all workers in one step (the template starts one a node with sleep 5 between)
-    srun --nodes=$worker_num --ntasks=$worker_num --exclude="$head_node" \\
-        bash -c {q(worker)} &
-fi
+for ((i = 1; i <= worker_num; i++)); do
+    node_i=${{nodes_array[$i]}}
+    base=$((30000 + 200 * i))
+    srun --nodes=1 --ntasks=1 -w "$node_i" \\
+        {ray} start --address "$ip_head" --node-ip-address="$head_node_ip" \\
+        {node_ports} {common} &
+    sleep 5
+done
 
 {q(python)} -u {q(str(Path(__file__).with_name("ray_driver.py")))} \\
     --storage {q(str(storage))} --name {NAME} --max-failures {max_failures} \\
