@@ -158,6 +158,14 @@ def measure(n: int, profile: bool) -> dict[str, Any]:
         return real_fast(grown)
 
     daemon.tick, daemon.fast_tick = tick, fast  # type: ignore[method-assign]
+    try:   # the collector as `dethpc daemon run` sets it before its loop (from bcd771d)
+        from dethpc.control.daemon.heap import settle
+    except ImportError:
+        gc_mode = "default"
+    else:
+        settle()
+        gc_mode = "settled"
+    memo = getattr(daemon.reconciling, "memo", None)   # the searcher kept (from ced663b)
     prof = cProfile.Profile() if profile else None
     c0, w0 = time.process_time(), time.monotonic()
     if prof:
@@ -180,7 +188,10 @@ def measure(n: int, profile: bool) -> dict[str, Any]:
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "journal": os.environ.get("DETHPC_SQLITE_JOURNAL", "(store's choice)"),
         "synchronous": os.environ.get("DETHPC_SQLITE_SYNCHRONOUS", "(store's choice)"),
+        "gc": gc_mode,
     }
+    if memo is not None:
+        out["searcher_memo"] = {"hits": memo.hits, "misses": memo.misses}
     with store.engine.connect() as c:
         out["journal_mode_used"] = c.exec_driver_sql("PRAGMA journal_mode").scalar()
         out["synchronous_used"] = c.exec_driver_sql("PRAGMA synchronous").scalar()
