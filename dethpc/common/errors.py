@@ -118,6 +118,14 @@ class EnterpriseOnlyError(DethpcError):
     catching it runs unchanged."""
 
 
+class InvalidExperimentException(DethpcError):  # noqa: N818 - Determined's name
+    """Determined's ``det.errors.InvalidExperimentException``: training code asked for
+    what cannot work (``wrap_lr_scheduler`` of a ``ReduceLROnPlateau`` with an automatic
+    step mode, or of a scheduler over an optimizer ``wrap_optimizer`` did not return).
+    Determined derives it from ``BaseException``; here it is a ``DethpcError`` (an
+    ``Exception``), so the CLI reports it without a traceback."""
+
+
 class CheckpointNotFound(DethpcError):  # noqa: N818 - Determined's name
     """Determined's ``det.errors.CheckpointNotFound``: a checkpoint uuid that this trial's
     checkpoint directory does not hold (``CheckpointContext.restore_path``,

@@ -141,8 +141,10 @@ RULES: dict[str, Rule] = {
     "determined.TrialInfo.*": S(),
     "determined.__version__": D("dethpc's version, not Determined's"),
     "determined.core": S(),
-    "determined.errors": D("dethpc.common.errors, which defines the two classes Determined's "
-                           "examples and tests catch", path="dethpc.common.errors"),
+    "determined.errors": D("dethpc.common.errors, which defines the classes Determined's "
+                           "examples and tests catch, and InvalidExperimentException "
+                           "(wrap_lr_scheduler's refusals; an Exception here, a "
+                           "BaseException in Determined)", path="dethpc.common.errors"),
     "determined.errors.EnterpriseOnlyError": D("defined, never raised (no Enterprise master)",
                                                path="dethpc.common.errors.EnterpriseOnlyError"),
     "determined.errors.CheckpointNotFound": D(

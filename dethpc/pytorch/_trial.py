@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from dethpc.common.errors import DethpcError
+from dethpc.common.errors import DethpcError, InvalidExperimentException
 from dethpc.core import Context, DistributedContext
 from dethpc.core._refused import refused_method
 from dethpc.pytorch._reducer import (
@@ -69,7 +69,9 @@ class LRScheduler:
             raise TypeError(f"step_mode must be an LRScheduler.StepMode. Got {type(step_mode)}.")
         self.scheduler = scheduler
         self.step_mode = step_mode
-        self.frequency = _check_frequency(frequency)
+        # MANUAL_STEP never reads it (Determined's takes any value there)
+        self.frequency = frequency if step_mode is StepMode.MANUAL_STEP \
+            else _check_frequency(frequency)
 
     def due(self, batches: int, batches_per_epoch: int) -> bool:
         """Step after batch ``batches`` (1-based count of batches trained)?"""
@@ -410,14 +412,28 @@ class PyTorchTrialContext:
         self.optimizers.append(optimizer)
         return optimizer
 
-    def wrap_lr_scheduler(self, lr_scheduler: Any,
-                          step_mode: StepMode = StepMode.STEP_EVERY_BATCH,
+    def wrap_lr_scheduler(self, lr_scheduler: Any, step_mode: StepMode,
                           frequency: int = 1) -> Any:
-        """The Trainer steps it every ``frequency`` batches / epochs, or never
-        (MANUAL_STEP); an ``LRScheduler`` wrapper brings its own mode and frequency."""
-        if isinstance(lr_scheduler, LRScheduler):
-            self.lr_schedulers.append(lr_scheduler)
-            return lr_scheduler
+        """The Trainer steps it every ``frequency`` batches / optimizer steps / epochs, or
+        never (MANUAL_STEP); returns ``lr_scheduler``. As Determined's: ``step_mode`` is
+        required (a ``StepMode`` member, ``TypeError`` otherwise); a
+        ``ReduceLROnPlateau`` (its ``step`` needs a metric) takes ``MANUAL_STEP`` only, and
+        a scheduler's ``optimizer`` must be one ``wrap_optimizer`` returned
+        (``InvalidExperimentException``, before anything is wrapped). An ``LRScheduler``
+        given here is wrapped again: the mode given here steps it."""
+        if isinstance(lr_scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau) and \
+                step_mode != StepMode.MANUAL_STEP:
+            raise InvalidExperimentException(
+                "wrap_lr_scheduler() of a torch.optim.lr_scheduler.ReduceLROnPlateau with "
+                f"step_mode={step_mode}: its step() needs the metric, so the Trainer cannot "
+                "step it; wrap it with StepMode.MANUAL_STEP and step it yourself, e.g. in a "
+                "PyTorchCallback's on_validation_end(metrics) (as Determined requires)")
+        optimizer = getattr(lr_scheduler, "optimizer", None)
+        if optimizer is not None and optimizer not in self.optimizers:
+            raise InvalidExperimentException(
+                "wrap_lr_scheduler(): the scheduler's optimizer is not one wrap_optimizer() "
+                "returned; build the scheduler on the optimizer context.wrap_optimizer() "
+                "returns (as Determined requires)")
         self.lr_schedulers.append(LRScheduler(lr_scheduler, step_mode, frequency))
         return lr_scheduler
 

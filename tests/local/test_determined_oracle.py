@@ -40,7 +40,8 @@ and under dethpc, each in its own interpreter, and must give the same numbers.
   under torch >= 2.6 otherwise. Its local mode passes ``first_batch_idx=0`` on a resume
   (no master's steps_completed): compared apart. Its ``schedules`` case runs
   ``Batch([...])``/``Epoch([...])`` schedules as fit's periods (where each validation,
-  checkpoint and report came) and a schedule as ``max_length`` (refused).
+  checkpoint and report came) and a schedule as ``max_length`` (refused); its
+  ``wrap_lr_scheduler`` case what ``context.wrap_lr_scheduler`` refuses, by class.
 
 Determined comes from ``.venv/determined-oracle`` (scripts/setup.sh --tests; the
 ``determined-oracle`` extra): only the Determined side's subprocess has it on its path,
@@ -289,7 +290,9 @@ def surface_runs(tmp_path_factory: pytest.TempPathFactory, traces: Path) -> dict
     "context", "stop",
     # Batch([...])/Epoch([...]) schedules as fit's periods: where each validation,
     # checkpoint and report came; a schedule as max_length refused
-    "schedules"])
+    "schedules",
+    # what wrap_lr_scheduler refuses (step mode, ReduceLROnPlateau, unwrapped optimizer)
+    "wrap_lr_scheduler"])
 def test_what_needs_no_master_answers_as_determined(surface_runs: dict[str, Any],
                                                     case: str) -> None:
     theirs, ours = surface_runs["determined"][case], surface_runs["dethpc"][case]
@@ -345,6 +348,24 @@ def test_schedules_case_means_something(surface_runs: dict[str, Any]) -> None:
     assert run["epoch_lists"]["checkpointed"] == [16, 24]
     assert run["mixed"]["checkpointed"] == [6, 12, 24]
     assert run["max_length_schedule"] == "raises" and run["max_length_schedule_trained"] == []
+
+
+def test_wrap_lr_scheduler_case_means_something(surface_runs: dict[str, Any]) -> None:
+    """Determined refused what the case names (a missing or non-member step mode with a
+    TypeError, a ReduceLROnPlateau not in MANUAL_STEP and a scheduler over an unwrapped
+    optimizer with its InvalidExperimentException) and wrapped the rest, an LRScheduler
+    given in a wrapper of its own."""
+    run = surface_runs["determined"]["wrap_lr_scheduler"]
+    refused = {k: v[0] for k, v in run.items() if v[0] != "ok"}
+    assert refused == {
+        "no_step_mode": "TypeError", "step_mode_by_value": "TypeError",
+        "step_mode_by_name": "TypeError", "plateau_by_value": "InvalidExperimentException",
+        **{f"plateau_{m}": "InvalidExperimentException" for m in (
+            "STEP_EVERY_EPOCH", "STEP_EVERY_BATCH", "STEP_EVERY_OPTIMIZER_STEP")},
+        **{f"{kind}_{m}": "InvalidExperimentException" for kind in ("plateau_bare", "bare")
+           for m in ("STEP_EVERY_EPOCH", "STEP_EVERY_BATCH", "MANUAL_STEP",
+                     "STEP_EVERY_OPTIMIZER_STEP")}}
+    assert run["lr_scheduler_given"] == ["ok", [True], 1, ["LRScheduler"], [False]]
 
 
 def test_surface_cases_mean_something(surface_runs: dict[str, Any]) -> None:

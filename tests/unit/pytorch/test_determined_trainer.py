@@ -161,13 +161,50 @@ def test_lr_scheduler_step_modes(tmp_path: Path, mode: StepMode, frequency: int,
                                  steps: int) -> None:
     def setup(trial: Tiny) -> None:
         sched = torch.optim.lr_scheduler.StepLR(trial.opt, step_size=1, gamma=0.5)
-        wrapper = det.pytorch.LRScheduler(sched, det.pytorch.LRScheduler.StepMode(mode),
-                                          frequency=frequency)
-        trial.context.wrap_lr_scheduler(wrapper, step_mode=mode)
+        trial.context.wrap_lr_scheduler(sched, step_mode=mode, frequency=frequency)
         trial.sched = sched
 
     trial, _ = _fit(tmp_path, setup=setup, batches=8)
     assert trial.sched.last_epoch == steps
+
+
+def test_a_wrapped_lr_scheduler_is_stepped_in_the_mode_wrap_lr_scheduler_got(
+        tmp_path: Path) -> None:
+    """An ``LRScheduler`` given to ``wrap_lr_scheduler`` is wrapped again, as Determined's:
+    the mode and frequency of the call step it, not the ones it carries."""
+    def setup(trial: Tiny) -> None:
+        trial.sched = torch.optim.lr_scheduler.StepLR(trial.opt, step_size=1, gamma=0.5)
+        inner = det.pytorch.LRScheduler(trial.sched, StepMode.MANUAL_STEP)
+        trial.context.wrap_lr_scheduler(inner, StepMode.STEP_EVERY_BATCH, frequency=2)
+
+    trial, _ = _fit(tmp_path, setup=setup, batches=8)
+    assert trial.sched.last_epoch == 4
+
+
+def test_wrap_lr_scheduler_checks_what_determined_checks() -> None:
+    """``step_mode`` is required; a ``ReduceLROnPlateau`` takes ``MANUAL_STEP`` only; the
+    scheduler's optimizer must be a wrapped one; nothing is held after a refusal."""
+    from dethpc.common.errors import InvalidExperimentException
+
+    with preserved_rng(), core.init(env={}, exit_on_preempt=False) as ctx:
+        context = det.pytorch.PyTorchTrialContext(ctx)
+        model = context.wrap_model(torch.nn.Linear(1, 1))
+        opt = context.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+        other = torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=0.1)
+        plateau = torch.optim.lr_scheduler.ReduceLROnPlateau
+        with pytest.raises(TypeError):
+            context.wrap_lr_scheduler(torch.optim.lr_scheduler.StepLR(opt, 1))  # type: ignore[call-arg]
+        with pytest.raises(InvalidExperimentException, match="MANUAL_STEP"):
+            context.wrap_lr_scheduler(plateau(opt), StepMode.STEP_EVERY_EPOCH)
+        with pytest.raises(InvalidExperimentException, match="wrap_optimizer"):
+            context.wrap_lr_scheduler(torch.optim.lr_scheduler.StepLR(other, 1),
+                                      StepMode.STEP_EVERY_BATCH)
+        with pytest.raises(InvalidExperimentException, match="wrap_optimizer"):
+            context.wrap_lr_scheduler(plateau(other), StepMode.MANUAL_STEP)
+        assert context.lr_schedulers == []
+        sched = plateau(opt)
+        assert context.wrap_lr_scheduler(sched, StepMode.MANUAL_STEP, frequency=0) is sched
+        assert len(context.lr_schedulers) == 1
 
 
 def test_schedules_of_steps_as_periods(tmp_path: Path) -> None:
