@@ -77,7 +77,16 @@ SLURM_ALLOWED = {
     "common/detached.py": "the job side: a detached job registers itself from inside",
     "common/hostlist.py": "the job side: the launchers expand their own node list",
 }
-_SLURM_ARGV = re.compile(r"""\[\s*["'](""" + "|".join(SLURM_COMMANDS) + r""")["']""")
+def _argv_lines(tree: ast.AST) -> list[int]:
+    """Lines of list displays whose first item is a Slurm command's name: an argv.
+    A display compared with (``args[:1] == ["sbatch"]``: a CLI word) is not one, nor a
+    subscript (``record["sbatch"]``): read from the syntax, not the text."""
+    compared = {id(c) for node in ast.walk(tree) if isinstance(node, ast.Compare)
+                for c in (node.left, *node.comparators)}
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.List) and node.elts
+            and isinstance(node.elts[0], ast.Constant) and node.elts[0].value in SLURM_COMMANDS
+            and id(node) not in compared]
 
 
 def slurm_calls(root: Path) -> list[str]:
@@ -88,9 +97,7 @@ def slurm_calls(root: Path) -> list[str]:
         rel = path.relative_to(root).as_posix()
         if any(rel == a or rel.startswith(a + "/") for a in SLURM_ALLOWED):
             continue
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            if _SLURM_ARGV.search(line):
-                out.append(f"{rel}:{n}")
+        out += [f"{rel}:{n}" for n in sorted(_argv_lines(ast.parse(path.read_text())))]
     return out
 
 
@@ -104,7 +111,9 @@ def test_only_the_backends_run_slurms_commands() -> None:
 def test_the_slurm_command_rule_finds_a_stray_call(tmp_path: Path) -> None:
     (tmp_path / "surfaces").mkdir()
     (tmp_path / "surfaces" / "x.py").write_text(
-        'import subprocess\nsubprocess.run(["squeue", "-h"])\n')
+        'import subprocess\nsubprocess.run(["squeue", "-h"])\n'
+        'if args[:1] == ["sbatch"]:\n    site = record["sbatch"]\n'
+        'words = ("scancel",)\n')
     (tmp_path / "backends").mkdir()
     (tmp_path / "backends" / "y.py").write_text('argv = ["sbatch", "--parsable"]\n')
     assert slurm_calls(tmp_path) == ["surfaces/x.py:2"]
