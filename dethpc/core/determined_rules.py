@@ -403,7 +403,9 @@ RULES: dict[str, Rule] = {
         "checkpoint_policy as Determined's (best off-cluster is all, as its local mode; on "
         "a cluster best compares with the experiment's best validation in the trials' "
         "metrics files); profiling_enabled is ignored; the searcher's target wins over "
-        "max_length"),
+        "a longer max_length (a shorter one ends the trial, as Determined's; a max_length "
+        "that is not ASHA's max_time is warned about, as Determined's); a Batch/Epoch "
+        "schedule of steps is a period, never a length, as Determined's"),
     "determined.pytorch.adapt_batch_sampler": _SAMPLERS,
     "determined.pytorch.data_length": S(),
     "determined.pytorch.init": D("aggregation_frequency must be 1; exp_conf is what "

@@ -10,7 +10,8 @@ metric reducers, ``evaluate_full_dataset``, the checkpoint policy after validati
 ``load_data.json`` in each checkpoint (``load_trial_from_checkpoint_path``), Determined's
 evaluation reducers (AVG, SUM, MAX, MIN), and the refusal, before training, of a trial
 that asks for what the loop does not do.
-Must not: parse the experiment config beyond the two period fields, exit the
+Must not: parse the experiment config beyond the two period fields and the searcher's
+metric and length (``searcher.time_metric``/``max_time``, for the warning), exit the
 process (``dethpc.core.init`` does, with 80/81), or know how files are laid out
 (``dethpc.core`` checkpoint/train contexts do).
 """
@@ -41,7 +42,7 @@ from dethpc.pytorch._callback import PyTorchCallback
 from dethpc.pytorch._data import EpochLoaders
 from dethpc.pytorch._state import capture_rng, preserved_rng, restore_rng
 from dethpc.pytorch._trial import TRAINER_REFUSES, PyTorchTrial, PyTorchTrialContext, Reducer
-from dethpc.pytorch._units import Batch, TrainUnit, as_unit, from_config
+from dethpc.pytorch._units import Batch, Epoch, TrainUnit, as_unit, from_config
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +234,31 @@ class Trainer:
             return 0
         return int(meta.get("batches_trained", meta.get("steps_completed", 0)) or 0)
 
+    def _check_searcher_length(self, max_length: TrainUnit) -> None:
+        """Warn, as Determined's ``fit`` does, when ``max_length`` is not the length the
+        ASHA searcher ranks at (``searcher.time_metric`` and ``max_time``). What follows
+        differs when it is longer: Determined trains on until the searcher's stop at the
+        top rung (at the trial's first validation at or past ``max_time``) reaches it;
+        dethpc trains to ``max_time`` (validating there) and completes
+        (``docs/searchers.md``, "Deviations")."""
+        searcher = self.core.job_info.experiment_config.get("searcher")
+        if not isinstance(searcher, Mapping) or searcher.get("time_metric") is None:
+            return
+        metric, max_time = searcher.get("time_metric"), searcher.get("max_time")
+        kind = {"batches": Batch, "epochs": Epoch}.get(str(metric))
+        if kind is None:
+            log.warning("searcher.time_metric %r is neither batches nor epochs: the trial "
+                        "trains to fit(max_length=%s)", metric, max_length)
+            return
+        if isinstance(max_length, kind) and max_length.value == max_time:
+            return
+        wanted = kind(max_time) if isinstance(max_time, int) and max_time > 0 else max_time
+        log.warning(
+            "fit(max_length=%s) does not match searcher.time_metric and max_time of the "
+            "experiment config (%s): the trial ends at the shorter of the two (a longer "
+            "max_length stops where the searcher ranks its top rung; Determined would train "
+            "on to its next validation there)", max_length, wanted)
+
     # ------------------------------------------------------------------ plan
     def _plan(self, max_length: TrainUnit | None, checkpoint_period: TrainUnit | None,
               validation_period: TrainUnit | None, reporting_period: TrainUnit,
@@ -248,7 +274,8 @@ class Trainer:
             max_batches = target.length * scale
             if max_length is not None and max_length.batches(bpe) < max_batches:
                 # Determined 0.38 trains to the user's length and lets the searcher stop
-                # it early: a trial shorter than its rung completes at its own length
+                # it early: a trial shorter than its rung completes at its own length. A
+                # longer one stops at the target (_check_searcher_length warns)
                 log.info("fit(max_length=%s) is shorter than the searcher's target "
                          "(%d %s): the trial completes at its own length",
                          max_length, target.length, unit)
@@ -312,6 +339,8 @@ class Trainer:
             # as Determined's fit(): a schedule is a period's, never a length (refused
             # before the trial starts up)
             length.require_length()
+            if self.core.job_info.on_cluster:
+                self._check_searcher_length(length)
         self._refuse_unsupported()
         callbacks = self.trial.build_callbacks()
         if not isinstance(callbacks, Mapping):

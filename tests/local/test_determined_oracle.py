@@ -41,7 +41,11 @@ and under dethpc, each in its own interpreter, and must give the same numbers.
   (no master's steps_completed): compared apart. Its ``schedules`` case runs
   ``Batch([...])``/``Epoch([...])`` schedules as fit's periods (where each validation,
   checkpoint and report came) and a schedule as ``max_length`` (refused); its
-  ``wrap_lr_scheduler`` case what ``context.wrap_lr_scheduler`` refuses, by class.
+  ``wrap_lr_scheduler`` case what ``context.wrap_lr_scheduler`` refuses, by class; its
+  ``searcher_length`` case whether ``fit`` warns that ``max_length`` is not the ASHA
+  searcher's length (each side's check as its ``fit`` calls it on a cluster). What a
+  master would show and no case can run here is written down in
+  ``KNOWN_DIVERGENT_WITH_A_MASTER``.
 
 Determined comes from ``.venv/determined-oracle`` (scripts/setup.sh --tests; the
 ``determined-oracle`` extra): only the Determined side's subprocess has it on its path,
@@ -292,7 +296,9 @@ def surface_runs(tmp_path_factory: pytest.TempPathFactory, traces: Path) -> dict
     # checkpoint and report came; a schedule as max_length refused
     "schedules",
     # what wrap_lr_scheduler refuses (step mode, ReduceLROnPlateau, unwrapped optimizer)
-    "wrap_lr_scheduler"])
+    "wrap_lr_scheduler",
+    # whether fit warns that max_length is not the ASHA searcher's time_metric/max_time
+    "searcher_length"])
 def test_what_needs_no_master_answers_as_determined(surface_runs: dict[str, Any],
                                                     case: str) -> None:
     theirs, ours = surface_runs["determined"][case], surface_runs["dethpc"][case]
@@ -366,6 +372,33 @@ def test_wrap_lr_scheduler_case_means_something(surface_runs: dict[str, Any]) ->
            for m in ("STEP_EVERY_EPOCH", "STEP_EVERY_BATCH", "MANUAL_STEP",
                      "STEP_EVERY_OPTIMIZER_STEP")}}
     assert run["lr_scheduler_given"] == ["ok", [True], 1, ["LRScheduler"], [False]]
+
+
+#: what differs where Determined's side needs its master (its local mode runs no
+#: searcher, so no case can run it here): (the doc that states it, the phrase there, why
+#: dethpc keeps its behaviour)
+KNOWN_DIVERGENT_WITH_A_MASTER = {
+    "asha_max_length_longer_than_max_time": (
+        "docs/searchers.md", "A trial's own `max_length` longer than `max_time` ends at",
+        "Determined's stopping ASHA ranks a trial at its top rung at its first validation "
+        "at or past max_time and stops it after, so a longer fit(max_length=) trains on to "
+        "that validation plus the stop's latency, for nothing the search can use; dethpc "
+        "trains to max_time, validates there and completes. Both warn alike (case "
+        "searcher_length); a shorter max_length ends at its own length in both"),
+}
+
+
+def test_known_divergences_with_a_master_are_written_down() -> None:
+    for name, (doc, phrase, why) in KNOWN_DIVERGENT_WITH_A_MASTER.items():
+        assert phrase in (REPO / doc).read_text(), f"{name}: {doc} no longer states it"
+        assert why
+
+
+def test_searcher_length_case_means_something(surface_runs: dict[str, Any]) -> None:
+    """Determined warned for each max_length that is not Batch(max_time)/Epoch(max_time)
+    of an ASHA time_metric (longer, shorter, the other unit, an unknown time_metric),
+    never without a time_metric."""
+    assert surface_runs["determined"]["searcher_length"] == [0, 1, 1, 1, 0, 1, 1, 1, 0, 0]
 
 
 def test_surface_cases_mean_something(surface_runs: dict[str, Any]) -> None:

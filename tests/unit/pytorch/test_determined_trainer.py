@@ -61,8 +61,9 @@ def _fit(tmp_path: Path, trial_cls: type = Tiny, batches: Any = 4,
     trial_dir = tmp_path / "exp" / "trials" / "1"
     trial_dir.mkdir(parents=True, exist_ok=True)
     (trial_dir / "hparams.json").write_text("{}")
+    # no daemon reads the metrics: a rung's validation waits for no verdict
     env = {"DETHPC_TRIAL_DIR": str(trial_dir), "DETHPC_TRIAL_ID": "1",
-           "DETHPC_EXPERIMENT_ID": "1"}
+           "DETHPC_EXPERIMENT_ID": "1", "DETHPC_VERDICT_WAIT_S": "0"}
     with preserved_rng(), core.init(env=env, exit_on_preempt=False) as ctx:
         context = det.pytorch.PyTorchTrialContext(ctx)
         trial = trial_cls(context)
@@ -230,6 +231,33 @@ def test_a_schedule_as_max_length_is_refused_before_the_trial_starts(tmp_path: P
     with pytest.raises(DethpcError, match="schedule of steps, not a length"):
         _fit(tmp_path, cls, batches=det.pytorch.Batch([2, 4]))
     assert started == []
+
+
+@pytest.mark.parametrize(("max_length", "ends", "warned"), [
+    (10, 6, True), (6, 6, False), (4, 4, True), (det.pytorch.Epoch(2), 6, True)])
+def test_fit_max_length_against_the_asha_searchers_length(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, max_length: Any, ends: int,
+        warned: bool) -> None:
+    """ASHA's ``time_metric: batches, max_time: 6``: a ``max_length`` that is not
+    ``Batch(6)`` is warned about, as Determined's ``fit`` warns. Shorter, the trial ends
+    at its own length (as Determined's); longer, at the searcher's length, where its top
+    rung ranks it (Determined trains on until the searcher's stop at its first
+    validation there reaches it: the divergence ``docs/searchers.md`` states)."""
+    exp = tmp_path / "exp"
+    (exp / "trials" / "1").mkdir(parents=True)
+    (exp / "config.yaml").write_text(json.dumps({"searcher": {
+        "name": "asha", "metric": "val", "time_metric": "batches", "max_time": 6,
+        "max_trials": 4}}))
+    (exp / "trials" / "1" / "target.json").write_text(json.dumps(
+        {"unit": "batches", "length": 6, "validate_at": [2, 6]}))
+    with caplog.at_level("WARNING", logger="dethpc.pytorch._trainer"):
+        _, records = _fit(tmp_path, batches=max_length)
+    assert [r["steps"] for r in records if r["kind"] == "training"][-1] == ends
+    assert [r["steps"] for r in records if r["kind"] == "validation"] == [2, ends]
+    said = [r.getMessage() for r in caplog.records if "does not match" in r.getMessage()]
+    assert bool(said) == warned, said
+    if warned:
+        assert "searcher.time_metric and max_time" in said[0] and "Batch(value=6)" in said[0]
 
 
 @pytest.mark.parametrize(("override", "error", "match"), [
