@@ -44,10 +44,15 @@ class TrainUnit:
         return False
 
     def require_length(self) -> int:
-        """The int value; ``DethpcError`` for a schedule (no length)."""
+        """The int value; ``DethpcError`` for a schedule (no length, as Determined's) and
+        for a value below 1 (Determined's ``fit`` then trains, validates and checkpoints
+        nothing, silently; refused here, loudly)."""
         if not isinstance(self.value, int):
             raise DethpcError(f"{self!r} is a schedule of steps, not a length: max_length "
                               f"must be Batch(int) or Epoch(int) (as Determined requires)")
+        if self.value < 1:
+            raise DethpcError(f"{self!r} is no training length: max_length must be at "
+                              "least 1 (a value below 1 is a period's: every step)")
         return self.value
 
 
@@ -83,12 +88,14 @@ class Epoch(TrainUnit):
 
 
 def _check(value: Any, name: str) -> None:
-    """An int n >= 1, or a container of steps (not a string; its steps are not checked:
-    Determined asks a container only whether it holds a step)."""
+    """An int n, or a container of steps (not a string; its steps are not checked:
+    Determined asks a container only whether it holds a step). As Determined's, an n
+    below 1 is a period of every step (``should_stop``); it is no length
+    (``require_length``)."""
     if isinstance(value, Container) and not isinstance(value, str | bytes | int):
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise DethpcError(f"{name}(n) needs an int n >= 1, got {value!r} (or a schedule: "
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DethpcError(f"{name}(n) needs an int n, got {value!r} (or a schedule: "
                           f"a container of steps, {name}([1, 5, 10]))")
 
 
@@ -96,9 +103,10 @@ def as_unit(value: TrainUnit | int | None) -> TrainUnit | None:
     """Accept a plain int as a number of batches."""
     if value is None or isinstance(value, Batch | Epoch):
         return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        return Batch(value)
-    raise DethpcError(f"a length must be Batch(n), Epoch(n) or an int of batches, got {value!r}")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return Batch(value)   # dethpc's own shorthand (Determined's fit takes units only)
+    raise DethpcError(f"a length must be Batch(n), Epoch(n) or an int of batches >= 1, "
+                      f"got {value!r}")
 
 
 def from_config(raw: Any, field: str) -> TrainUnit | None:

@@ -343,7 +343,8 @@ def test_context_cases_mean_something(surface_runs: dict[str, Any]) -> None:
 def test_schedules_case_means_something(surface_runs: dict[str, Any]) -> None:
     """The schedules were followed, not only matched: Determined validated, checkpointed
     and reported at the steps each schedule holds (an Epoch schedule at the end of its
-    epochs of 8 batches), then at the end; a schedule as max_length trained nothing."""
+    epochs of 8 batches), then at the end; a value below 1 at every step; a schedule as
+    max_length trained nothing."""
     run = surface_runs["determined"]["schedules"]
     lists = run["batch_lists"]
     assert lists["validated"] == [1, 5, 10, 24] and lists["checkpointed"] == [3, 10, 17, 24]
@@ -353,6 +354,9 @@ def test_schedules_case_means_something(surface_runs: dict[str, Any]) -> None:
     assert run["epoch_lists"]["validated"] == [8, 24]
     assert run["epoch_lists"]["checkpointed"] == [16, 24]
     assert run["mixed"]["checkpointed"] == [6, 12, 24]
+    assert run["below_1"]["validated"] == [8, 10]
+    assert run["below_1"]["checkpointed"] == list(range(1, 11))
+    assert run["below_1"]["reports"]["training"] == list(range(1, 11))
     assert run["max_length_schedule"] == "raises" and run["max_length_schedule_trained"] == []
 
 

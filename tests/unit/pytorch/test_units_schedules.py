@@ -42,9 +42,19 @@ def test_neither_an_int_nor_a_container_of_steps_is_refused(value: Any) -> None:
     """A string is a container but holds no steps; a float is neither (Determined's
     ``should_stop`` fails on it at the first batch): refused when built, the message
     naming both forms."""
-    with pytest.raises(DethpcError, match=r"needs an int n >= 1, got .* \(or a schedule: "
+    with pytest.raises(DethpcError, match=r"needs an int n, got .* \(or a schedule: "
                                           r"a container of steps, Batch\(\[1, 5, 10\]\)\)"):
         Batch(value)
+
+
+def test_a_value_below_1_is_a_period_of_every_step_and_no_length() -> None:
+    """As Determined's ``TrainUnit``: ``Batch(0)`` falls after every batch, ``Epoch(-1)``
+    at the end of every epoch; as ``max_length`` it is refused (Determined's ``fit``
+    trains nothing then, silently)."""
+    assert [b for b in range(1, 9) if Batch(0).due(b, 4)] == list(range(1, 9))
+    assert [b for b in range(1, 9) if Epoch(-1).due(b, 4)] == [4, 8]
+    with pytest.raises(DethpcError, match="no training length"):
+        Batch(0).batches(4)
 
 
 def test_a_config_period_is_a_number_not_a_schedule() -> None:
