@@ -298,7 +298,7 @@ def config_yaml(job: PlainJob) -> str:
 def block_yaml(data: Mapping[str, object], indent: str = "") -> str | None:
     """``data`` (identifier keys; strings, whole numbers, finite floats, booleans and
     mappings of them) as block YAML whose strings are JSON's double-quoted scalars (a
-    YAML double-quoted scalar is a superset): what ``yaml.safe_load`` reads back as
+    YAML double-quoted scalar is a superset): what PyYAML's safe loader reads back as
     ``data``, without importing YAML (~15 ms of ``dethpc sbatch``, issue 47). None when a
     value is anything else, or a string holds a character outside printable ASCII (the
     caller dumps with PyYAML)."""
