@@ -277,6 +277,7 @@ class Ingest:
         for ck in self._checkpoints_at(trial, steps):
             ck.validation_metric = value
             self.rows.s.add(ck)
+            self.rows.touched.add(ck.trial_id)
         self.rows.s.add(trial)
         self.rows.out.changed = True
         if not trial.state.is_terminal:
@@ -335,6 +336,7 @@ class Ingest:
                         created_at=float(rec.get("time") or self.rows.now))
         s.add(ck)
         self._fresh_checkpoints[uuid] = ck
+        self.rows.touched.add(trial.id)
         trial.latest_checkpoint = uuid
         # a checkpoint at step N is N steps done, metrics reported or not (a bash loop
         # may only checkpoint: `dethpc report checkpoint --step N`)

@@ -85,6 +85,9 @@ class TickRows:
         #: the jobs above by trial (an exit record looks its job up here: scanning
         #: every job per record made a tick that ingests many exits quadratic)
         self.jobs_of: dict[int, list[Job]] = {}
+        #: trials whose checkpoints, their metrics or the trial's state changed this
+        #: tick: what the checkpoint policy must look at again (``collect_garbage``)
+        self.touched: set[int] = set()
 
     @classmethod
     def load(cls, s: Session, exp: Experiment, infos: dict[str, JobInfo], now: float, *,
@@ -221,6 +224,8 @@ class TickRows:
         if trial.state == state:
             return
         trial.state = state
+        if trial.id is not None:
+            self.touched.add(trial.id)
         if reason:
             trial.exit_reason = reason
         if state.is_terminal or state in (TrialState.PAUSED, TrialState.WAITING):

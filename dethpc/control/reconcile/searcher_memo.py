@@ -49,6 +49,9 @@ class Kept:
     text: str            # the snapshot text the store holds for it
     searcher: Searcher
     concurrency: int | None   # ``CONCURRENCY_KEY`` of that snapshot
+    #: when a tick under this snapshot last applied the checkpoint policy to every trial
+    #: (``tick.ExperimentReconciler._gc_scope``); None: not known
+    gc_full_at: float | None = None
 
 
 @dataclass
@@ -63,6 +66,8 @@ class Restored:
     concurrency: int | None
     #: it came from the memo (nothing decoded)
     hit: bool = False
+    #: ``Kept.gc_full_at`` of the memo's entry (None on a miss)
+    gc_full_at: float | None = None
 
 
 class SearcherMemo:
@@ -113,7 +118,8 @@ def read_snapshot(s: Session, exp_id: int, config: str, cfg: ExperimentConfig,
     text = stored_text(s, exp_id)
     kept = memo.take(exp_id, config, text) if memo is not None else None
     if kept is not None:
-        return Restored(kept.searcher, text, True, kept.concurrency, hit=True)
+        return Restored(kept.searcher, text, True, kept.concurrency, hit=True,
+                        gc_full_at=kept.gc_full_at)
     snapshot: dict[str, Any] = json.loads(text) if text else {}
     searcher = make_searcher(cfg.searcher, cfg.hyperparameters, cfg.experiment_seed)
     if snapshot:

@@ -31,7 +31,7 @@ from sqlmodel import Session
 from dethpc.backends.base import JobInfo
 from dethpc.config import parse_stored
 from dethpc.config.model import ExperimentConfig
-from dethpc.control.reconcile.checkpoints import collect_garbage
+from dethpc.control.reconcile.checkpoints import collect_garbage, per_trial
 from dethpc.control.reconcile.experiment_state import ExperimentStates
 from dethpc.control.reconcile.ingest import Ingest
 from dethpc.control.reconcile.job_ends import JobEnds
@@ -49,6 +49,10 @@ from dethpc.control.reconcile.stops import Stops
 from dethpc.searchers import replay
 from dethpc.searchers.base import Searcher
 from dethpc.store.models import Experiment, ExperimentState, Job, SearcherState, Trial
+
+#: the longest a daemon goes between two passes of the checkpoint policy over every
+#: trial of an experiment (between them, over the trials that changed: ``_gc_scope``)
+GC_FULL_EVERY_S = 300.0
 
 
 def load_config(exp: Experiment) -> ExperimentConfig:
@@ -79,6 +83,8 @@ class ExperimentReconciler:
         self.restored = got.restored
         #: the snapshot text the store holds for ``searcher`` once this tick commits
         self.snapshot_text = got.text
+        #: when the checkpoint policy last looked at every trial (``_gc_scope``)
+        self.gc_full_at = got.gc_full_at
         self.rows = TickRows.load(s, exp, infos, now, fast=fast)
         self.stops = Stops(self.rows)
         self.ops = SearcherOps(self.rows, self.searcher, self.ss, self.stops)
@@ -138,8 +144,9 @@ class ExperimentReconciler:
         """The tick's metric rows, checkpoint GC, then the experiment's progress and the
         searcher's snapshot (with the limit it ran under) added to the transaction."""
         self.ingest.insert_metrics()
-        collect_garbage(self.rows, self.cfg,
-                        full=self.ingest.new_checkpoints or self.rows.out.changed)
+        full = self.ingest.new_checkpoints or self.rows.out.changed
+        only = self._gc_scope() if full else None
+        collect_garbage(self.rows, self.cfg, full=full, only=only)
         if self.ops.calls or not self.restored or self.last_concurrency != concurrency:
             # a searcher told nothing this tick is as restored: its snapshot and progress
             # are what the store holds (rebuilding them was ~10 % of a tick at 10,000
@@ -154,11 +161,26 @@ class ExperimentReconciler:
         self.s.add(self.exp)
         return self.rows.out
 
+    def _gc_scope(self) -> set[int] | None:
+        """The trials the checkpoint policy looks at this tick: those whose checkpoints,
+        metrics or state changed (``rows.touched``) when the policy is per trial and a
+        committed tick of this process passed over every trial less than
+        ``GC_FULL_EVERY_S`` ago under the same snapshot (``searcher_memo``); else every
+        trial (None), and that time is noted. A trial changed elsewhere (another process)
+        is looked at again by the next full pass at the latest: a partial pass can only
+        delete later, never what a full pass would keep. At 10,000 trials the pass over
+        every completed checkpoint was ~60 ms of each tick that stored one."""
+        if per_trial(self.cfg) and self.gc_full_at is not None \
+                and self.now - self.gc_full_at < GC_FULL_EVERY_S:
+            return self.rows.touched
+        self.gc_full_at = self.now
+        return None
+
     def kept(self) -> Kept:
         """The searcher as this tick leaves it, with the snapshot text stored for it: for
         the memo, once the transaction has committed."""
         return Kept(self.exp.config_yaml, self.snapshot_text, self.searcher,
-                    self.last_concurrency)
+                    self.last_concurrency, self.gc_full_at)
 
     # ------------------------------------------------------------------ for callers
     # What tests and tools reach for on a reconciler: the tick's rows and outcome, and

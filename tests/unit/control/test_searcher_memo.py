@@ -15,7 +15,7 @@ from dethpc.common.paths import ExperimentPaths
 from dethpc.control.reconcile import ExperimentReconciler, SearcherMemo
 from dethpc.control.reconcile.searcher_memo import stored_text
 from dethpc.store import Store
-from dethpc.store.models import Experiment, SearcherState, Trial
+from dethpc.store.models import Checkpoint, Experiment, SearcherState, Trial
 
 CONFIG = """
 name: memo
@@ -51,7 +51,9 @@ def tick(store: Store, exp_id: int, memo: SearcherMemo | None) -> ExperimentReco
 
 
 def report(store: Store, exp_id: int, steps: int) -> None:
-    """Every open trial writes a validation at ``steps`` (a loss from its request id)."""
+    """Every open trial writes a checkpoint and a validation at ``steps`` (a loss from its
+    request id, best at the tenth step: the checkpoint policy keeps a best that is not
+    the latest)."""
     with store.session() as s:
         exp = s.get(Experiment, exp_id)
         assert exp is not None
@@ -62,14 +64,24 @@ def report(store: Store, exp_id: int, steps: int) -> None:
         path = paths.trial(t.id).metrics
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a") as f:
-            f.write(json.dumps({"kind": "validation", "steps": steps,
-                                "metrics": {"loss": t.request_id / steps}}) + "\n")
+            f.write(json.dumps({"kind": "checkpoint", "steps": steps,
+                                "uuid": f"c{t.request_id}-{steps}",
+                                "metadata": {"steps_completed": steps}}) + "\n")
+            f.write(json.dumps({"kind": "validation", "steps": steps, "metrics": {
+                "loss": (steps % 10 + 1) * (t.request_id + 1)}}) + "\n")
+
+
+def checkpoint_states(store: Store) -> dict[str, str]:
+    with store.session() as s:
+        return {c.uuid: c.state.value for c in s.exec(select(Checkpoint))}
 
 
 def test_ticks_with_the_memo_store_what_ticks_restoring_from_the_store_do(
         tmp_path: Path) -> None:
     """Two copies of one search, ticked alike, one keeping its searcher between ticks:
-    after every tick both store the same snapshot, and the kept one was used."""
+    after every tick both store the same snapshot and their checkpoints are in the same
+    states (the kept one's ticks apply the checkpoint policy to the trials that changed
+    only, the other's to every trial), and the kept searcher was used."""
     stores = [Store(f"sqlite:///{tmp_path / name}.db") for name in ("plain", "kept")]
     ids = [experiment(st, tmp_path / f"run-{i}") for i, st in enumerate(stores)]
     memo = SearcherMemo()
@@ -80,7 +92,10 @@ def test_ticks_with_the_memo_store_what_ticks_restoring_from_the_store_do(
             tick(st, exp_id, m)
         with stores[0].session() as a, stores[1].session() as b:
             assert json.loads(stored_text(a, ids[0])) == json.loads(stored_text(b, ids[1]))
+        assert checkpoint_states(stores[0]) == checkpoint_states(stores[1])
     assert memo.hits == 3 and memo.misses == 1   # the first tick had nothing kept
+    states = checkpoint_states(stores[1])
+    assert {"DELETING", "COMPLETED"} <= set(states.values())
 
 
 def test_the_kept_searcher_only_for_the_stored_text_and_config(tmp_path: Path) -> None:
