@@ -85,6 +85,10 @@ class Ingest:
         #: rows this tick added, looked up without a flush: a flush and two queries per
         #: checkpoint line were most of a busy tick's CPU (``_checkpoint``)
         self._fresh_checkpoints: dict[str, Checkpoint] = {}
+        #: the same by (trial, steps): a validation finds this tick's checkpoints at its
+        #: steps without scanning them all (a catch-up tick of 15,000 ended trials at
+        #: 50,000 did not end in 10 minutes: 30,000 validations x 30,000 checkpoints)
+        self._fresh_at: dict[tuple[int, int], list[Checkpoint]] = {}
         #: validations' metrics by (trial, steps): this tick's lines, and the stored ones
         #: at the steps of this tick's checkpoint lines (``_prefetch``: those keys are
         #: in ``_validations_known``, found or not)
@@ -296,8 +300,7 @@ class Ingest:
             with self.rows.s.no_autoflush:
                 found = {ck.uuid: ck for ck in self.rows.s.exec(select(Checkpoint).where(
                     Checkpoint.trial_id == trial.id, Checkpoint.steps_completed == steps))}
-        found.update((ck.uuid, ck) for ck in self._fresh_checkpoints.values()
-                     if ck.trial_id == trial.id and ck.steps_completed == steps)
+        found.update((ck.uuid, ck) for ck in self._fresh_at.get((trial.id, steps), []))
         return list(found.values())
 
     def _validation_at(self, trial: Trial, steps: int) -> dict[str, Any] | None:
@@ -336,6 +339,7 @@ class Ingest:
                         created_at=float(rec.get("time") or self.rows.now))
         s.add(ck)
         self._fresh_checkpoints[uuid] = ck
+        self._fresh_at.setdefault((trial.id, steps), []).append(ck)
         self.rows.touched.add(trial.id)
         trial.latest_checkpoint = uuid
         # a checkpoint at step N is N steps done, metrics reported or not (a bash loop
