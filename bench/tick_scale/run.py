@@ -31,6 +31,8 @@ import os
 import platform
 import pstats
 import resource
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,9 +44,14 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
+#: the dethpc a cell imports: this checkout, or (``--trees``, before/after in one run) a
+#: ``git archive`` of another commit
+TREE = Path(os.environ.get("TICK_TREE") or REPO)
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(TREE))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from pgserver import PgServer  # noqa: E402
 from replay import Model, ReplayRunner  # noqa: E402
 from sqlmodel import select  # noqa: E402
 
@@ -71,7 +78,9 @@ def cluster_at(work: Path) -> ClusterConfig:
 
 
 def store_at(work: Path) -> Store:
-    return Store(f"sqlite:///{work}/db.sqlite")
+    """The cell's store: ``TICK_URL`` (a PostgreSQL database) or the SQLite file in
+    ``work``."""
+    return Store(os.environ.get("TICK_URL") or f"sqlite:///{work}/db.sqlite")
 
 
 def experiment_yaml(n: int, *, length: int, step_time: float) -> dict[str, Any]:
@@ -153,6 +162,10 @@ def synthetic_build(n: int, work: Path) -> dict[str, Any]:
     daemon.tick()
     runner.model.save(work / "model.json")
     (work / "running.json").write_text(json.dumps([j.trial_id for j in running]))
+    # what the measure cells append to: cut back to these sizes before each cell
+    (work / "sizes.json").write_text(json.dumps({
+        str(paths.trial(j.trial_id).metrics): paths.trial(j.trial_id).metrics.stat().st_size
+        for j in running}))
     return {"exp_id": exp_id, "build_s": round(time.monotonic() - t0, 1),
             "sbatch": runner.count("sbatch")}
 
@@ -168,20 +181,22 @@ def synthetic_measure(n: int, work: Path, profile: bool) -> dict[str, Any]:
     running = json.loads((work / "running.json").read_text())
     step = [4]
 
-    def progress() -> None:   # every running trial reports two more steps
+    def progress() -> bool:   # every running trial reports two more steps
         for tid in running:
             append(paths.trial(tid).metrics, metric_lines(step[0], step[0] + 1))
         step[0] += 2
+        return (step[0] - 2) % 5 == 0 or (step[0] - 1) % 5 == 0   # a validation among them
 
+    gc_mode = settle()   # as `dethpc daemon run` does before its first tick
     daemon.tick()   # a steady daemon has ticked before: imports and discovery are done
     ticks: list[dict[str, Any]] = []
-    for _ in range(3):
-        progress()
+    for _ in range(int(os.environ.get("TICK_TICKS", "6"))):
+        validation = progress()
         before = len(runner.calls)
         c0, w0 = time.process_time(), time.monotonic()
         daemon.tick()
         ticks.append({"cpu_s": round(time.process_time() - c0, 3),
-                      "wall_s": round(time.monotonic() - w0, 3),
+                      "wall_s": round(time.monotonic() - w0, 3), "validation": validation,
                       "commands": [c[0] for c in runner.calls[before:]]})
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     progress()
@@ -194,16 +209,24 @@ def synthetic_measure(n: int, work: Path, profile: bool) -> dict[str, Any]:
         for t in s.exec(select(Trial)):
             states[t.state.value] = states.get(t.state.value, 0) + 1
         live = len(list(s.exec(select(Job.id).where(Job.live == True))))  # noqa: E712
+    cpu = [t["cpu_s"] for t in ticks]
     out: dict[str, Any] = {
         "trials": n, "trial_states": states, "live_jobs": live,
-        "running_jobs": RUNNING, "cpu_s_per_tick": min(t["cpu_s"] for t in ticks),
-        "cpu_s_ticks": [t["cpu_s"] for t in ticks],
+        "running_jobs": RUNNING, "cpu_s_per_tick": round(statistics.median(cpu), 4),
+        "cpu_s_min": min(cpu),
+        "cpu_s_plain_median": statistics.median(
+            [t["cpu_s"] for t in ticks if not t["validation"]]),
+        "cpu_s_validation_median": statistics.median(
+            [t["cpu_s"] for t in ticks if t["validation"]]),
+        "cpu_s_ticks": cpu, "validation_ticks": [t["validation"] for t in ticks],
         "wall_s_ticks": [t["wall_s"] for t in ticks],
         "commands_per_tick": [len(t["commands"]) for t in ticks],
         "command_names": sorted({Path(c).name for t in ticks for c in t["commands"]}),
         "peak_rss_mb": round(rss_mb, 1), "tick_heap_peak_mb": round(heap_peak, 1),
-        "db_mb": round(os.path.getsize(work / "db.sqlite") / 2**20, 1),
+        "gc": gc_mode,
     }
+    if (work / "db.sqlite").exists() and not os.environ.get("TICK_URL"):
+        out["db_mb"] = round(os.path.getsize(work / "db.sqlite") / 2**20, 1)
     if profile:
         progress()
         prof = cProfile.Profile()
@@ -216,6 +239,17 @@ def synthetic_measure(n: int, work: Path, profile: bool) -> dict[str, Any]:
         (work / "profile.txt").write_text(buf.getvalue())
         print(buf.getvalue(), file=sys.stderr)
     return out
+
+
+def settle() -> str:
+    """The daemon process's collector settings where the measured tree has them
+    (``dethpc.control.daemon.heap``, from bcd771d), else the interpreter's defaults."""
+    try:
+        from dethpc.control.daemon import heap
+    except ImportError:
+        return "default"
+    heap.settle()
+    return "settled"
 
 
 # ------------------------------------------------------------------ dev cluster
@@ -298,10 +332,10 @@ def running_count(work: Path) -> int:
 
 
 # ------------------------------------------------------------------ driver
-def child(*args: str) -> dict[str, Any]:
+def child(*args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run this script's ``_cell`` mode in a fresh process; its last stdout line is JSON."""
     res = subprocess.run([sys.executable, __file__, "_cell", *args], capture_output=True,
-                         text=True, check=False)
+                         text=True, check=False, env={**os.environ, **(env or {})})
     if res.returncode != 0:
         raise SystemExit(f"cell {args} failed:\n{res.stderr[-4000:]}")
     if res.stderr.strip():
@@ -324,18 +358,79 @@ def cell(mode: str, n: int, work: Path, profile: bool) -> dict[str, Any]:
     raise SystemExit(f"unknown cell mode {mode!r}")
 
 
-def run_synthetic(sizes: list[int], profile_at: int | None) -> list[dict[str, Any]]:
+def restore(work: Path, pg: PgServer | None, n: int) -> None:
+    """The built store as the build left it: the database (a copy of the built one) and
+    the running trials' metrics files cut back to their built sizes."""
+    if pg is not None:
+        pg.create("m", template=f"b{n}")
+    else:
+        for suffix in ("-wal", "-shm"):
+            (work / f"db.sqlite{suffix}").unlink(missing_ok=True)
+        shutil.copyfile(work / "db.built", work / "db.sqlite")
+    for path, size in json.loads((work / "sizes.json").read_text()).items():
+        os.truncate(path, size)
+
+
+def run_synthetic(sizes: list[int], profile_at: int | None, *, backends: list[str],
+                  trees: dict[str, Path], measures: int) -> list[dict[str, Any]]:
+    """Per backend and size: one store built by the daemon, then ``measures`` rounds of
+    one measure cell per tree (interleaved), each on the built store restored."""
     out = []
-    for n in sizes:
-        work = Path(tempfile.mkdtemp(prefix=f"dethpc-tick-{n}-"))
-        built = child("build", str(n), str(work))
-        r = child("measure", str(n), str(work), "1" if n == profile_at else "0")
-        r["build"] = built
-        r["backend"] = "replay: SlurmBackend over squeue lines in the dev cluster's format"
-        print(json.dumps({k: r[k] for k in ("trials", "cpu_s_per_tick", "peak_rss_mb",
-                                             "db_mb", "commands_per_tick")}), flush=True)
-        out.append(r)
+    for backend in backends:
+        pg = PgServer() if backend == "postgres" else None
+        if pg is not None:
+            pg.start()
+        try:
+            for n in sizes:
+                work = Path(tempfile.mkdtemp(prefix=f"dethpc-tick-{backend}-{n}-"))
+                env = {}
+                if pg is not None:
+                    pg.create(f"b{n}")
+                    env["TICK_URL"] = pg.url(f"b{n}")
+                built = child("build", str(n), str(work), env=env)
+                if pg is None:
+                    shutil.copyfile(work / "db.sqlite", work / "db.built")
+                for _ in range(measures):
+                    for label, tree in trees.items():
+                        restore(work, pg, n)
+                        env = {"TICK_TREE": str(tree)}
+                        if pg is not None:
+                            env["TICK_URL"] = pg.url("m")
+                        load = os.getloadavg()[0]
+                        r = child("measure", str(n), str(work),
+                                  "1" if n == profile_at else "0", env=env)
+                        if pg is not None:
+                            r["db_mb"] = pg.size_mb("m")
+                        r.update(backend=backend, tree=label, load_before=round(load, 2),
+                                 load_after=round(os.getloadavg()[0], 2), build=built)
+                        print(json.dumps({k: r.get(k) for k in (
+                            "backend", "trials", "tree", "cpu_s_per_tick",
+                            "cpu_s_plain_median", "cpu_s_validation_median", "peak_rss_mb",
+                            "load_before")}), flush=True)
+                        out.append(r)
+                shutil.rmtree(work, ignore_errors=True)
+        finally:
+            if pg is not None:
+                pg.stop()
     return out
+
+
+def summary(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Medians over the cells of each (backend, trials, tree)."""
+    groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    for c in cells:
+        groups.setdefault((c["backend"], c["trials"], c["tree"]), []).append(c)
+    med = statistics.median
+    return [{"backend": b, "trials": n, "tree": t, "cells": len(cs),
+             "cpu_s_per_tick_median": med(c["cpu_s_per_tick"] for c in cs),
+             "cpu_s_plain_median": med(c["cpu_s_plain_median"] for c in cs),
+             "cpu_s_validation_median": med(c["cpu_s_validation_median"] for c in cs),
+             "cpu_s_all_ticks_median": med(x for c in cs for x in c["cpu_s_ticks"]),
+             "peak_rss_mb_max": max(c["peak_rss_mb"] for c in cs),
+             "tick_heap_peak_mb_max": max(c["tick_heap_peak_mb"] for c in cs),
+             "db_mb": cs[-1].get("db_mb"),
+             "load": [c["load_before"] for c in cs]}
+            for (b, n, t), cs in sorted(groups.items())]
 
 
 def run_dev(sizes: list[int]) -> list[dict[str, Any]]:
@@ -378,8 +473,17 @@ def main() -> None:
     ap.add_argument("--trials", type=int, nargs="+", default=[1000, 10000, 50000])
     ap.add_argument("--dev-trials", type=int, nargs="+", default=[1000, 3000])
     ap.add_argument("--profile", type=int, default=None)
+    ap.add_argument("--backends", nargs="+", default=["sqlite"],
+                    choices=["sqlite", "postgres"])
+    ap.add_argument("--trees", nargs="+", default=[], metavar="LABEL=PATH",
+                    help="measure each built store with these dethpc trees (git "
+                         "archives), interleaved; default: this checkout")
+    ap.add_argument("--measures", type=int, default=1,
+                    help="measure cells per tree on each built store")
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args()
+    trees = {label: Path(path).resolve() for label, path in
+             (t.split("=", 1) for t in args.trees)} or {"this": REPO}
     path = Path(args.out)
     doc: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     doc.update({"benchmark": "tick_scale", "host": platform.node(), "time": time.time(),
@@ -387,8 +491,11 @@ def main() -> None:
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True, check=False).stdout.strip()
     if args.part in ("synthetic", "both"):
-        doc["synthetic"] = run_synthetic(args.trials, args.profile)
+        doc["synthetic"] = run_synthetic(args.trials, args.profile, backends=args.backends,
+                                         trees=trees, measures=args.measures)
+        doc["synthetic_summary"] = summary(doc["synthetic"])
         doc["synthetic_commit"] = commit
+        doc["synthetic_trees"] = {label: str(path) for label, path in trees.items()}
     if args.part in ("dev", "both"):
         doc["dev_cluster"] = run_dev(args.dev_trials)
         doc["dev_cluster_commit"] = commit
