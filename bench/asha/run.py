@@ -136,7 +136,7 @@ class Sim:
     events: list[tuple[float, int, int, int, int, bool]] = field(default_factory=list)
     queue: list[Create | Continue] = field(default_factory=list)
     #: rid -> the order of its Create: a pool hands out the oldest trial's item first
-    #: (``dethpc.common.poolqueue.pending``), so a promotion goes ahead of newer trials
+    #: (``dethpc.common.worker_queue.pending``), so a promotion goes ahead of newer trials
     created: dict[int, int] = field(default_factory=dict)
     busy: int = 0
     since: dict[int, float] = field(default_factory=dict)     # rid -> item handed out at

@@ -13,7 +13,7 @@ otherwise, each a ``str`` with its parts known. A backend gives them (``submit``
 takes them (``poll``, ``cancel``, ``act``, ``signal_steps``); text from elsewhere is
 read into one with ``JobRef.parse``/``job_refs`` first. A ``JobInfo``'s ``ref`` is the
 ``JobRef`` asked about (a worker pool's item, read from its directory and never a
-backend's, is named by its own text: ``dethpc.control.pool_view``).
+backend's, is named by its own text: ``dethpc.control.worker_pool_view``).
 """
 
 from __future__ import annotations

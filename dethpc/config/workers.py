@@ -5,7 +5,7 @@ Owns: ``parse_workers``. Accepted forms: ``true``/``false``; an integer (that ma
 workers, enabled; 0 means off); a mapping with ``enabled``, ``count``, ``preload``,
 ``heartbeat_s``, ``lease_timeout_s``, ``idle_exit_s`` (a mapping without ``enabled``
 enables the pool).
-Must not: decide whether an experiment can run in a pool (``dethpc.jobs.pool_items``).
+Must not: decide whether an experiment can run in a pool (``dethpc.jobs.worker_pool_items``).
 """
 
 from __future__ import annotations

@@ -171,7 +171,7 @@ def create_experiment(store: Store | SqliteAtHead, cluster: ClusterConfig,
     check_supported(cfg)  # valid Determined values dethpc cannot honour (field paths)
     check_entrypoints(cfg)
     if cluster.worker_pool(cfg).enabled:   # else worker_pool_mode is OFF: nothing to check
-        from dethpc.control.pool_tend import check_worker_pool
+        from dethpc.control.worker_pool_tend import check_worker_pool
 
         check_worker_pool(cfg, cluster, kind, cluster.python or sys.executable)
     check_containers(cfg, cluster)

@@ -35,11 +35,11 @@ from dethpc.common.jobref import job_refs
 from dethpc.common.kinds import EventKind
 from dethpc.common.markers import replace_text
 from dethpc.common.paths import ExperimentPaths, TrialPaths
-from dethpc.common.poolqueue import LEASE_SEP, WorkerPoolPaths, job_of_worker
+from dethpc.common.worker_queue import LEASE_SEP, WorkerPoolPaths, job_of_worker
 from dethpc.config.model import ClusterConfig
-from dethpc.control.pool_view import PREFIX as POOL_REF_PREFIX
-from dethpc.control.pool_view import parse_item_ref
 from dethpc.control.reconcile import load_config
+from dethpc.control.worker_pool_view import PREFIX as POOL_REF_PREFIX
+from dethpc.control.worker_pool_view import parse_item_ref
 from dethpc.store import Store
 from dethpc.store.models import Event, Experiment, Job, Trial
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from sqlmodel import select
 
 from dethpc.backends.local_supervisor import NODENAME
-from dethpc.common import poolqueue as queue
-from dethpc.control.pool_view import parse_item_ref
+from dethpc.common import worker_queue as queue
+from dethpc.control.worker_pool_view import parse_item_ref
 from dethpc.store import Store
 from dethpc.store.models import Batch, BatchKind, Job
 from tests.local.conftest import REPO, TOY, cli, wait_for, write_config

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from sqlmodel import select
 
-from dethpc.common import poolqueue as queue
+from dethpc.common import worker_queue as queue
 from dethpc.store import Store
 from dethpc.store.models import Batch, BatchKind
 from tests.local.conftest import TOY, cli, wait_for, write_config

@@ -24,7 +24,7 @@ from dethpc.common.paths import ExperimentPaths
 from dethpc.config import parse_experiment_config
 from dethpc.config.model import ClusterConfig, ResourcePool
 from dethpc.jobs.jobscript import trial_script
-from dethpc.jobs.pool_items import work_item
+from dethpc.jobs.worker_pool_items import work_item
 
 REPO = Path(__file__).resolve().parents[2]
 DIGITS = REPO / "examples" / "digits"
@@ -51,7 +51,7 @@ import json, os, sys
 from pathlib import Path
 from dethpc.config import parse_experiment_config
 from dethpc.launch.worker import forkserver, main
-from dethpc.common.poolqueue import WorkItem
+from dethpc.common.worker_queue import WorkItem
 item = WorkItem.from_json(Path(sys.argv[2]).read_text())
 forkserver.preload(["torch"], warm=sys.argv[1] == "warm")
 pid, _ = forkserver.spawn(item.argv, main.trial_env(item), item.cwd,

@@ -1,7 +1,7 @@
 """Pool workers end to end on this machine (dethpc.launch.worker), real processes, no mocks.
 
 The test plays the daemon side: it writes trials' hparams/target files, enqueues work
-items built by ``dethpc.jobs.pool_items.work_item`` (the job contract's environment),
+items built by ``dethpc.jobs.worker_pool_items.work_item`` (the job contract's environment),
 reads results, and returns expired leases. Proves: promotions continue in the same
 live workers (K worker processes for trials + promotions; the promoted trial resumes
 from its checkpoint); a preempted worker hands its lease back and the trial resumes
@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from dethpc.common import poolqueue as queue
+from dethpc.common import worker_queue as queue
 from dethpc.common.paths import ExperimentPaths
 from dethpc.config import parse_experiment_config
 from dethpc.config.model import ClusterConfig, ResourcePool
-from dethpc.jobs.pool_items import work_item, worker_pool_problem
+from dethpc.jobs.worker_pool_items import work_item, worker_pool_problem
 
 TOY = Path(__file__).parents[1] / "fixtures" / "toy" / "train.py"
 CLUSTER = ClusterConfig(pools={"default": ResourcePool(

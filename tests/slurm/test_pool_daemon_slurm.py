@@ -35,8 +35,8 @@ from typing import Any
 import yaml
 from sqlmodel import select
 
-from dethpc.common import poolqueue as queue
-from dethpc.control.pool_view import parse_item_ref
+from dethpc.common import worker_queue as queue
+from dethpc.control.worker_pool_view import parse_item_ref
 from dethpc.store import Store
 from dethpc.store.models import Batch, BatchKind, Experiment, Job, Trial
 from tests.slurm.fixtures.harness import (

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dethpc.config.model import ClusterConfig, ResourcePool
-from dethpc.jobs.pool_script import worker_array_script
+from dethpc.jobs.worker_pool_script import worker_array_script
 from tests.local.test_worker_pool_local import CFG, Pool
 
 CLUSTER = ClusterConfig(pools={"default": ResourcePool(

@@ -13,7 +13,7 @@ A tick, as ``Daemon.tick()`` reads:
 5. ``cancel``: everything the experiments want cancelled, in one call.
 6. ``submit``: per experiment, its arrays' ``throttles``, its trials that need a job
    (``batches``, within the ``budget`` of the user's job limits, once the image gate
-   lets them) and its worker pool (``dethpc.control.pool_tend``).
+   lets them) and its worker pool (``dethpc.control.worker_pool_tend``).
 
 Between ticks, ``watch`` sleeps with back-off and runs the fast path for the metrics
 files that grew. ``shared`` holds what the phases share (the tally, the owner's scope,

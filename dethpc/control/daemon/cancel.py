@@ -17,8 +17,8 @@ from sqlmodel import select
 from dethpc.backends.base import Backend
 from dethpc.common.jobref import JobRef, job_refs
 from dethpc.control.daemon.shared import Guard, TickStats
-from dethpc.control.pool_tend import WorkerPoolTender
-from dethpc.control.pool_view import is_item_ref
+from dethpc.control.worker_pool_tend import WorkerPoolTender
+from dethpc.control.worker_pool_view import is_item_ref
 from dethpc.store import Store
 from dethpc.store.models import Job
 

@@ -41,7 +41,7 @@ from dethpc.control.daemon.tasks import TaskWatch
 from dethpc.control.daemon.watch import Watched, Watcher, next_delay
 from dethpc.control.daemon.watchdog import Watchdog
 from dethpc.control.lease import Lease
-from dethpc.control.pool_tend import WorkerPoolTender
+from dethpc.control.worker_pool_tend import WorkerPoolTender
 from dethpc.jobs.containers import PULL_TIMEOUT_S
 from dethpc.jobs.imagepull import Puller
 from dethpc.jobs.jobscript import instance_tag

@@ -4,7 +4,7 @@ Owns: ``Poller.observe`` — the refs of every live job of this daemon's experim
 the open experiments' pool workers and the live tasks' jobs (``TaskWatch.refs``: a
 notebook, shell, command or TensorBoard job), polled with one ``backend.poll`` (Slurm:
 one ``squeue``, and one ``sacct`` only for refs that left the queue); a worker pool's items
-read from its directory (``dethpc.control.pool_view``); then the user's jobs as the
+read from its directory (``dethpc.control.worker_pool_view``); then the user's jobs as the
 backend lists them (``user_jobs``: Slurm answers from that same ``squeue``), which the
 submit phase counts against per-user limits. ``poll_plan`` is pure.
 The cadence (``poll_due``, pure): while the only backend jobs are worker-pool workers
@@ -30,8 +30,8 @@ from dethpc.backends.base import Backend, JobInfo
 from dethpc.common.jobref import JobRef, job_refs
 from dethpc.control.daemon.shared import Scope, TickStats
 from dethpc.control.daemon.tasks import TaskWatch
-from dethpc.control.pool_tend import WorkerPoolTender
-from dethpc.control.pool_view import is_item_ref
+from dethpc.control.worker_pool_tend import WorkerPoolTender
+from dethpc.control.worker_pool_view import is_item_ref
 from dethpc.store import Store
 from dethpc.store.models import Job
 

@@ -33,9 +33,9 @@ from dethpc.control.daemon.incidents import fail_unstarted, warn_once
 from dethpc.control.daemon.pulls import ImageGate
 from dethpc.control.daemon.shared import Guard, TickStats, slurm_unreachable
 from dethpc.control.daemon.throttles import sync_throttles
-from dethpc.control.pool_tend import WorkerPoolTender
 from dethpc.control.reconcile import load_config
 from dethpc.control.resolved import Resolved
+from dethpc.control.worker_pool_tend import WorkerPoolTender
 from dethpc.store import Store
 from dethpc.store.models import Experiment, ExperimentState, Job, Trial
 

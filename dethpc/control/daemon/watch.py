@@ -28,7 +28,7 @@ from sqlmodel import col, select
 
 from dethpc.backends.base import JobState
 from dethpc.common.paths import METRICS_FILE, ExperimentPaths
-from dethpc.common.poolqueue import WorkerPoolPaths
+from dethpc.common.worker_queue import WorkerPoolPaths
 from dethpc.config.model import ClusterConfig
 from dethpc.control.daemon.shared import Scope
 from dethpc.store import Store

@@ -44,9 +44,9 @@ from dethpc.common.paths import ExperimentPaths, TrialPaths
 from dethpc.config.model import ClusterConfig
 from dethpc.control.daemon.shared import TickStats
 from dethpc.control.hangs import CANCEL_WAIT_S, DUMP_WAIT_S, RunWatch, judge, observe
-from dethpc.control.pool_view import is_item_ref
 from dethpc.control.reconcile import load_config
 from dethpc.control.resolved import Resolved
+from dethpc.control.worker_pool_view import is_item_ref
 from dethpc.store import Store
 from dethpc.store.models import Event, Experiment, Job
 

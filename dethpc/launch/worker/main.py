@@ -1,6 +1,6 @@
 """``python -m dethpc.launch.worker``: one pool worker's loop.
 
-Claims a work item (``dethpc.common.poolqueue``), runs the trial as the job script
+Claims a work item (``dethpc.common.worker_queue``), runs the trial as the job script
 would (same environment, working directory, entrypoint, stop file, exit codes
 80/81, one ``exits.jsonl`` record per run, output appended to the trial's
 ``slurm-<job>.out``), heartbeats its lease while the trial runs, records the
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from dethpc.common import poolqueue as queue
+from dethpc.common import worker_queue as queue
 from dethpc.common.exitcodes import (
     LOCAL_REQUEUE_EXIT,
     ExitReason,

@@ -14,8 +14,8 @@ from dethpc.common.errors import CommandError
 from dethpc.control.daemon.cancel import Canceller, split_refs, wanted_refs
 from dethpc.control.daemon.poll import Poller, PollPlan, poll_plan
 from dethpc.control.daemon.shared import Scope, TickStats
-from dethpc.control.pool_tend import WorkerPoolTender
-from dethpc.control.pool_view import item_ref
+from dethpc.control.worker_pool_tend import WorkerPoolTender
+from dethpc.control.worker_pool_view import item_ref
 from dethpc.store.models import Batch, BatchKind, BatchState, Job
 from tests.unit.control.daemon_kit import CountingGuard, World, world
 
@@ -203,7 +203,7 @@ def test_a_worker_read_pending_by_an_older_poll_is_not_cancelled(tmp_path: Path)
     change: a run got TERM and counted as preempted), so the cancel waits for a poll of
     its own: none now, and the daemon's count of put-off cancels makes the next tick
     poll."""
-    from dethpc.common import poolqueue as queue
+    from dethpc.common import worker_queue as queue
     w = world(tmp_path, slurm={"workers": 2})
     queue.WorkerPoolPaths.of_run_dir(Path(w.experiment().run_dir)).create()
     with w.store.session() as s:

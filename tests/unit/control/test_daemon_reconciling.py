@@ -20,8 +20,8 @@ from dethpc.control.daemon.cancel import Canceller
 from dethpc.control.daemon.housekeeping import CheckpointDeleter
 from dethpc.control.daemon.reconciling import Reconciling
 from dethpc.control.daemon.shared import TickStats
-from dethpc.control.pool_tend import WorkerPoolTender
 from dethpc.control.reconcile.searcher_memo import Kept
+from dethpc.control.worker_pool_tend import WorkerPoolTender
 from dethpc.store.models import Checkpoint, CheckpointState, Experiment, ExperimentState
 from tests.unit.control.daemon_kit import CountingGuard, World, world
 

@@ -14,8 +14,8 @@ from dethpc.common.errors import CommandError
 from dethpc.control.daemon.cancel import Canceller
 from dethpc.control.daemon.recovery import Recovery
 from dethpc.control.daemon.shared import Scope, TickStats
-from dethpc.control.pool_tend import WorkerPoolTender
 from dethpc.control.submission import Found, found_job
+from dethpc.control.worker_pool_tend import WorkerPoolTender
 from dethpc.store.models import Batch, BatchState, Job
 from tests.unit.control.daemon_kit import CountingGuard, World, world
 

@@ -26,7 +26,7 @@ from dethpc.control.daemon.submit import (
     het_room,
 )
 from dethpc.control.daemon.throttles import sync_throttles, throttle_changes, throttle_for
-from dethpc.control.pool_tend import WorkerPoolTender
+from dethpc.control.worker_pool_tend import WorkerPoolTender
 from dethpc.jobs.render import make_env
 from dethpc.store.models import Batch, BatchState, Experiment, ExperimentState, Job
 from tests.unit.control.daemon_kit import CountingGuard, World, world

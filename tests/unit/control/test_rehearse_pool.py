@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from dethpc.common.errors import DethpcError
-from dethpc.control.pool_view import item_ref
 from dethpc.control.rehearse import Rehearsal, Target, rehearse, worker_of
+from dethpc.control.worker_pool_view import item_ref
 
 
 def test_the_worker_that_holds_an_item_is_named_by_its_lease(tmp_path: Path) -> None:

@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 
 from dethpc.backends.base import JobState
-from dethpc.common import poolqueue as queue
+from dethpc.common import worker_queue as queue
 from dethpc.common.errors import ConfigError, SubmitError
 from dethpc.common.exitcodes import ExitReason
 from dethpc.common.kinds import ExperimentKind
 from dethpc.config import parse_experiment_config
 from dethpc.config.model import ClusterConfig, ResourcePool, WorkerPool
-from dethpc.control import pool_view as view
+from dethpc.control import worker_pool_view as view
 from dethpc.control.daemon.budget import SubmitBudget
 from dethpc.control.daemon.shared import Scope
-from dethpc.control.pool_tend import (
+from dethpc.control.worker_pool_tend import (
     WorkerPoolMode,
     WorkerPoolTender,
     check_worker_pool,

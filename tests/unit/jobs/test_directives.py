@@ -149,7 +149,7 @@ def test_a_pools_requeue_mode_reaches_its_trials_not_its_workers(
     from dataclasses import replace
 
     from dethpc.config.model import ClusterConfig
-    from dethpc.jobs.pool_script import worker_array_script
+    from dethpc.jobs.worker_pool_script import worker_array_script
 
     cfg = parse_experiment_config({
         "name": "x", "entrypoint": "true", "searcher": {"name": "single", "metric": "loss",

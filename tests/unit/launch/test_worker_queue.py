@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dethpc.common import poolqueue as queue
+from dethpc.common import worker_queue as queue
 from dethpc.common.exitcodes import ExitReason
 from dethpc.launch.worker import forkserver
 from dethpc.launch.worker.main import exit_reason
@@ -191,8 +191,8 @@ def test_worker_array_script(tmp_path: Path) -> None:
 
     from dethpc.config import parse_experiment_config
     from dethpc.config.model import ClusterConfig, ResourcePool
-    from dethpc.jobs.pool_items import worker_pool_problem
-    from dethpc.jobs.pool_script import worker_array_script
+    from dethpc.jobs.worker_pool_items import worker_pool_problem
+    from dethpc.jobs.worker_pool_script import worker_array_script
 
     cfg = parse_experiment_config({
         "name": "p", "entrypoint": "python3 train.py",
@@ -232,8 +232,8 @@ def test_with_an_image_the_worker_runs_inside_it_and_its_items_run_warm(
     from dethpc.config import parse_experiment_config
     from dethpc.config.model import ClusterConfig, ContainerSettings, ResourcePool
     from dethpc.jobs.jobscript import container_prefix
-    from dethpc.jobs.pool_items import work_item
-    from dethpc.jobs.pool_script import worker_array_script
+    from dethpc.jobs.worker_pool_items import work_item
+    from dethpc.jobs.worker_pool_script import worker_array_script
 
     image = tmp_path / "image dir"
     cfg = parse_experiment_config({

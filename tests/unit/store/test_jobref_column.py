@@ -12,7 +12,7 @@ from sqlalchemy import text
 from sqlmodel import select
 
 from dethpc.common.jobref import JobRef
-from dethpc.control.pool_view import item_ref
+from dethpc.control.worker_pool_view import item_ref
 from dethpc.store import Store
 from dethpc.store.models import Batch, Experiment, Job, Trial
 

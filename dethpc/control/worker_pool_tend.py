@@ -4,7 +4,7 @@ right number of workers, and end the pool with its experiment.
 An experiment whose worker-pool setting is enabled (``ClusterConfig.worker_pool``:
 ``slurm.workers``, or its resource pool's default) gets, instead of one array task per
 trial run, one work item per run (a ``Job`` row of a ``BatchKind.ITEMS`` batch whose
-ref is the item, ``dethpc.control.pool_view``) and one or more arrays of long-lived workers
+ref is the item, ``dethpc.control.worker_pool_view``) and one or more arrays of long-lived workers
 (``BatchKind.WORKERS`` batches, no Job rows). Each tick, per such experiment:
 expire the leases whose worker stopped renewing them (its node died), then
 ``plan_workers``: submit workers while items wait that no free worker takes (never more
@@ -35,19 +35,19 @@ from typing import Any, Protocol
 from sqlmodel import col, select
 
 from dethpc.backends.base import Backend, JobInfo, JobRequest
-from dethpc.common import poolqueue as queue
+from dethpc.common import worker_queue as queue
 from dethpc.common.errors import SubmitError
 from dethpc.common.jobref import JobRef, job_refs
 from dethpc.common.kinds import EventKind, ExperimentKind
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool, WorkerPool
-from dethpc.control import pool_view as view
+from dethpc.control import worker_pool_view as view
 from dethpc.control.bad_nodes import exclusion
 from dethpc.control.reconcile import load_config
 from dethpc.control.resolved import Resolved
 from dethpc.control.submission import BatchLedger, RefusalPolicy, Submission, record_batch
 from dethpc.jobs.directives import run_limits
-from dethpc.jobs.pool_items import work_item, worker_pool_problem
-from dethpc.jobs.pool_script import pool_comment, pool_name, worker_array_script
+from dethpc.jobs.worker_pool_items import work_item, worker_pool_problem
+from dethpc.jobs.worker_pool_script import pool_comment, pool_name, worker_array_script
 from dethpc.store import Store
 from dethpc.store.bulk import insert_rows
 from dethpc.store.models import (

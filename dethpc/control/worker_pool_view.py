@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from dethpc.backends.base import JobInfo, JobState
-from dethpc.common import poolqueue as queue
+from dethpc.common import worker_queue as queue
 from dethpc.common.exitcodes import ExitReason
 from dethpc.common.jobref import sort_key
 
@@ -182,7 +182,7 @@ def plan_workers(want: int, workers: Sequence[Worker], *, waiting: int, live_ite
     * nothing live and no new work to come: drain, cancel the workers not started;
     * never more workers than live items: a surplus not started yet is cancelled
       (newest first); a surplus of running workers that hold no lease is retired at once
-      (newest first: they exit at their next look, ``poolqueue.retired``). No work is
+      (newest first: they exit at their next look, ``worker_queue.retired``). No work is
       lost by it: whatever the searcher makes of a live run's end (a promotion, a new
       trial) is taken by the worker that run frees, warm; and a run that ended but is
       not judged yet still counts as live, so its worker is kept for that. The pool

@@ -114,8 +114,8 @@ class WorkItem:
     cwd: str
     trial_dir: str
     attempt: int = 0
-    #: the daemon's name for this item (``dethpc.control.pool_view.item_ref``): the ``job`` of
-    #: its runs' exit records; "" outside a daemon (the worker's own job ref is used)
+    #: the daemon's name for this item (``dethpc.control.worker_pool_view.item_ref``): the
+    #: ``job`` of its runs' exit records; "" outside a daemon (the worker's own job ref)
     ref: str = ""
 
     @property

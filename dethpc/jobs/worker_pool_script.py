@@ -26,8 +26,8 @@ from pathlib import Path
 
 from dethpc.common.exitcodes import LOCAL_REQUEUE_EXIT
 from dethpc.common.jobenv import ENV_PREEMPT_SIGNAL
-from dethpc.common.poolqueue import WorkerPoolPaths
 from dethpc.common.traits import BackendKind, traits_of
+from dethpc.common.worker_queue import WorkerPoolPaths
 from dethpc.config.model import ClusterConfig, ExperimentConfig, RequeueMode
 from dethpc.jobs.directives import trial_directives
 from dethpc.jobs.jobscript import batch_comment, batch_name, container_prefix

@@ -5,7 +5,7 @@ environment unchanged.
 
 Owns: ``work_item`` and the rule of which experiments a pool can run
 (``worker_pool_problem``: one process per trial, no dethpc launcher, no het components).
-Must not: write files (``dethpc.common.poolqueue.enqueue`` does) or submit.
+Must not: write files (``dethpc.common.worker_queue.enqueue`` does) or submit.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from dethpc.common.paths import ExperimentPaths
-from dethpc.common.poolqueue import WorkItem
 from dethpc.common.traits import BackendKind
+from dethpc.common.worker_queue import WorkItem
 from dethpc.config.model import ClusterConfig, ExperimentConfig
 from dethpc.jobs.jobscript import in_image, inside, run_env
 from dethpc.jobs.render import entrypoint_argv, is_launcher
