@@ -1,8 +1,8 @@
 """The searcher registry: each searcher is one module that declares one ``SearcherSpec``.
 
 Owns: ``SearcherSpec`` (a searcher's name, the config keys it owns with their
-defaults and parsers, its ``max_trials`` rule, its cross-key checks and the
-factory that builds it), ``Option`` and its builders (``int_option``,
+defaults and parsers, its ``max_trials`` rule, its cross-key checks, whose length a
+trial trains to and the factory that builds it), ``Option`` and its builders (``int_option``,
 ``enum_option``, ``int_list_option``), ``COMMON_KEYS`` (the keys every searcher
 shares, parsed by ``dethpc.config.searcher``), and the registry itself:
 ``BUILTIN_MODULES`` (one line per built-in searcher) plus ``register`` /
@@ -116,6 +116,14 @@ class SearcherSpec:
     max_trials: MaxTrialsRule | None = None
     #: checks across keys or against the hyperparameters (e.g. grid's counts)
     check: Check | None = None
+    #: Determined 0.38's length rule for a searcher that stops no trial short: a trial's
+    #: own ``Trainer.fit(max_length=...)`` decides its length, longer or shorter, and the
+    #: ``Create``'s length (``searcher.max_length``, Determined's legacy field) is only the
+    #: length of a ``fit`` without one (single, random, grid). False: the length is where
+    #: the searcher ranks the trial (an ASHA rung) and the Trainer stops there when
+    #: ``fit``'s is longer -- also for a searcher added at run time that does not say
+    #: (written into ``target.json``: ``dethpc.searchers.base.target_document``)
+    fit_length_wins: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):

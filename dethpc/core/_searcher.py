@@ -44,11 +44,17 @@ class Unit(enum.Enum):
 
 @dataclass(frozen=True)
 class Target:
-    """``{"unit": "batches", "length": 400, "validate_at": [25, 100, 400]}``."""
+    """``{"unit": "batches", "length": 400, "validate_at": [25, 100, 400],
+    "fit_length_wins": false}``."""
 
     unit: str
     length: int
     validate_at: tuple[int, ...] = ()
+    #: the trial's own ``Trainer.fit(max_length=...)`` decides its length, longer or
+    #: shorter than ``length`` (single, random, grid, as Determined 0.38's: there
+    #: ``length`` is the legacy ``searcher.max_length``, the length of a ``fit`` without
+    #: one); false (ASHA; a target.json without the key): ``length`` caps it
+    fit_length_wins: bool = False
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], source: str = "target.json") -> Target:
@@ -63,7 +69,11 @@ class Target:
                 isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in validate_at):
             raise DethpcError(f"{source}: validate_at must be a list of ints > 0, "
                               f"got {validate_at!r}")
-        return cls(unit=unit, length=length, validate_at=tuple(sorted(set(validate_at))))
+        wins = raw.get("fit_length_wins", False)
+        if not isinstance(wins, bool):
+            raise DethpcError(f"{source}: fit_length_wins must be true or false, got {wins!r}")
+        return cls(unit=unit, length=length, validate_at=tuple(sorted(set(validate_at))),
+                   fit_length_wins=wins)
 
     @classmethod
     def read(cls, path: Path) -> Target:

@@ -402,9 +402,11 @@ RULES: dict[str, Rule] = {
         "metrics are also reported at each validation and checkpoint, as Determined's; "
         "checkpoint_policy as Determined's (best off-cluster is all, as its local mode; on "
         "a cluster best compares with the experiment's best validation in the trials' "
-        "metrics files); profiling_enabled is ignored; the searcher's target wins over "
-        "a longer max_length (a shorter one ends the trial, as Determined's; a max_length "
-        "that is not ASHA's max_time is warned about, as Determined's); a Batch/Epoch "
+        "metrics files); profiling_enabled is ignored; max_length decides under single, "
+        "random and grid and searcher.max_length only stands in for a None, as "
+        "Determined's; under ASHA a longer max_length ends at max_time, where Determined "
+        "trains on until its searcher's stop (a shorter one ends the trial and one that "
+        "is not ASHA's max_time is warned about, as Determined's); a Batch/Epoch "
         "schedule of steps is a period, never a length, as Determined's"),
     "determined.pytorch.adapt_batch_sampler": _SAMPLERS,
     "determined.pytorch.data_length": S(),

@@ -272,16 +272,26 @@ class Trainer:
         if target is not None:
             scale = 1 if unit == "batches" else bpe
             max_batches = target.length * scale
-            if max_length is not None and max_length.batches(bpe) < max_batches:
-                # Determined 0.38 trains to the user's length and lets the searcher stop
-                # it early: a trial shorter than its rung completes at its own length. A
-                # longer one stops at the target (_check_searcher_length warns)
+            validate_at = {v * scale for v in target.validate_at}
+            if max_length is not None and target.fit_length_wins:
+                # single, random, grid: as Determined 0.38, fit's max_length decides,
+                # longer or shorter; the searcher's length (the legacy searcher.max_length)
+                # is only the length of a fit without one, and no validation point
+                if max_length.batches(bpe) != max_batches:
+                    log.info("fit(max_length=%s) decides the trial's length, not "
+                             "searcher.max_length (%d %s), as Determined's",
+                             max_length, target.length, unit)
+                max_batches, validate_at = max_length.batches(bpe), set()
+            elif max_length is not None and max_length.batches(bpe) < max_batches:
+                # ASHA: Determined 0.38 trains to the user's length and lets the searcher
+                # stop it early: a trial shorter than its rung completes at its own length.
+                # A longer one stops at the target (_check_searcher_length warns;
+                # docs/searchers.md, "Deviations")
                 log.info("fit(max_length=%s) is shorter than the searcher's target "
                          "(%d %s): the trial completes at its own length",
                          max_length, target.length, unit)
                 max_batches = max_length.batches(bpe)
-            validate_at = {b for b in (v * scale for v in target.validate_at)
-                           if b <= max_batches}
+            validate_at = {b for b in validate_at if b <= max_batches}
         elif max_length is not None:
             max_batches = max_length.batches(bpe)
         elif test_mode:
@@ -314,9 +324,11 @@ class Trainer:
             test_mode: bool | None = None,
             profiling_enabled: bool = False, *,
             test_validation_batches: int = 2) -> None:
-        """Train to the searcher's target, or to ``max_length`` when shorter (as
-        Determined: a trial whose own length ends below its rung completes there);
-        ``max_length`` alone off-cluster.
+        """Train to ``max_length``, as Determined 0.38's ``fit``: under single, random
+        and grid it decides (the searcher's ``target.json`` length, the legacy
+        ``searcher.max_length``, is the length of a ``fit`` without one); under ASHA the
+        target (the rung) caps it, and a shorter one ends the trial (a trial whose own
+        length ends below its rung completes there); ``max_length`` alone off-cluster.
 
         The parameters are Determined 0.38's, in its order. ``checkpoint_policy``
         (``best``/``all``/``none``) and ``profiling_enabled`` are accepted and have no

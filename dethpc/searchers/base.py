@@ -3,10 +3,11 @@
 Owns: the action types (``Create``, ``Stop``, ``Continue``, ``Shutdown``),
 the abstract ``Searcher``, and the small helpers every searcher shares: the exit
 reasons ``on_exited`` accepts (``check_reason``: ``dethpc.common.exitcodes.TrialExit``,
-the vocabulary the reconciler tells), a record's ``TrialStatus``, ``target_length``
-and ``TrialRecord`` <-> JSON (the snapshot form, which the store keeps: do not rename
-its keys or the enums' values; a record is saved with its status's value and an old
-snapshot's status string is read back as the member of that value).
+the vocabulary the reconciler tells), a record's ``TrialStatus``, ``target_length``,
+a trial's ``target.json`` (``target_document``) and ``TrialRecord`` <-> JSON (the
+snapshot form, which the store keeps: do not rename its keys or the enums' values; a
+record is saved with its status's value and an old snapshot's status string is read
+back as the member of that value).
 Searchers are pure: no I/O, no clock, no global RNG (each keeps a
 ``random.Random`` seeded from ``reproducibility.experiment_seed`` and snapshots
 its state), so a daemon restarted mid-search makes identical decisions.
@@ -19,12 +20,14 @@ The daemon maps request ids to trial rows. Lengths are in the unit of
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from dethpc.common.errors import ConfigError, FieldError
 from dethpc.common.exitcodes import TrialExit
+from dethpc.config import searcher_registry as registry
 from dethpc.config.model import SearcherConfig
 
 
@@ -92,6 +95,18 @@ def trial_length(config: SearcherConfig) -> int:
     trial runs until its training code ends (``Trainer.fit(max_length=...)`` or the
     Core API loop returns) and gets no ``target.json``."""
     return config.max_length.value if config.max_length is not None else 0
+
+
+def target_document(config: SearcherConfig, length: int,
+                    validate_at: Iterable[int]) -> dict[str, Any]:
+    """A trial's ``target.json``: ``length`` and ``validate_at`` in the unit of
+    ``searcher.max_length``, and ``fit_length_wins`` (the searcher's
+    ``SearcherSpec.fit_length_wins``: the trial's own ``fit(max_length=...)`` decides its
+    length, as Determined 0.38's; absent or false: ``length`` caps it)."""
+    unit = config.max_length.unit.value if config.max_length else "batches"
+    spec = registry.find(config.name)
+    return {"unit": unit, "length": length, "validate_at": list(validate_at),
+            "fit_length_wins": bool(spec is not None and spec.fit_length_wins)}
 
 
 def target_length(config: SearcherConfig) -> int:

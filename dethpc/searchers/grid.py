@@ -53,4 +53,4 @@ def _grid_size(ck: Checker, value: Any, path: str, hparams: HParamTree) -> int:
 
 
 SPEC = SearcherSpec(name=GridSearcher.name, factory=GridSearcher, max_trials=_grid_size,
-                    check=_check_counts)
+                    check=_check_counts, fit_length_wins=True)

@@ -32,4 +32,4 @@ class RandomSearcher(IndependentSearcher):
                          concurrency=config.max_concurrent_trials)
 
 
-SPEC = SearcherSpec(name=RandomSearcher.name, factory=RandomSearcher)
+SPEC = SearcherSpec(name=RandomSearcher.name, factory=RandomSearcher, fit_length_wins=True)

@@ -33,4 +33,5 @@ def _one_trial(ck: Checker, value: Any, path: str, hparams: HParamTree) -> int:
     return 1
 
 
-SPEC = SearcherSpec(name=SingleSearcher.name, factory=SingleSearcher, max_trials=_one_trial)
+SPEC = SearcherSpec(name=SingleSearcher.name, factory=SingleSearcher, max_trials=_one_trial,
+                    fit_length_wins=True)

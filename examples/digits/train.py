@@ -1,8 +1,10 @@
 """Train DigitsTrial with dethpc.core.init() + Trainer: ``entrypoint: python3 train.py``.
 
 On a cluster (DETHPC_TRIAL_DIR set) hyperparameters come from hparams.json and the
-length from target.json (``--batches`` given there caps it: a trial completes at
-its own length, as Determined's); off-cluster ``python3 train.py`` uses DEFAULTS and
+length is ``--batches`` when given, as Determined's ``fit(max_length=)``: under single,
+random and grid it decides, longer or shorter than ``searcher.max_length``; under ASHA
+a trial completes at it when shorter than its rung, and stops at the rung when longer.
+Without it, target.json's length. Off-cluster ``python3 train.py`` uses DEFAULTS and
 ``--batches`` (200 unless given). Validation/checkpoint periods come from the
 experiment config's min_validation_period / min_checkpoint_period when the daemon provides it.
 """

@@ -43,7 +43,10 @@ and under dethpc, each in its own interpreter, and must give the same numbers.
   checkpoint and report came) and a schedule as ``max_length`` (refused); its
   ``wrap_lr_scheduler`` case what ``context.wrap_lr_scheduler`` refuses, by class; its
   ``searcher_length`` case whether ``fit`` warns that ``max_length`` is not the ASHA
-  searcher's length (each side's check as its ``fit`` calls it on a cluster). What a
+  searcher's length (each side's check as its ``fit`` calls it on a cluster); its
+  ``fit_length`` case how far ``fit`` trains under single, random and grid (its own
+  ``max_length`` wins over ``searcher.max_length``; each side's length rule as its
+  ``fit`` applies it on a cluster). What a
   master would show and no case can run here is written down in
   ``KNOWN_DIVERGENT_WITH_A_MASTER``.
 
@@ -298,7 +301,9 @@ def surface_runs(tmp_path_factory: pytest.TempPathFactory, traces: Path) -> dict
     # what wrap_lr_scheduler refuses (step mode, ReduceLROnPlateau, unwrapped optimizer)
     "wrap_lr_scheduler",
     # whether fit warns that max_length is not the ASHA searcher's time_metric/max_time
-    "searcher_length"])
+    "searcher_length",
+    # how far fit trains under single/random/grid: its max_length, else searcher.max_length
+    "fit_length"])
 def test_what_needs_no_master_answers_as_determined(surface_runs: dict[str, Any],
                                                     case: str) -> None:
     theirs, ours = surface_runs["determined"][case], surface_runs["dethpc"][case]
@@ -403,6 +408,15 @@ def test_searcher_length_case_means_something(surface_runs: dict[str, Any]) -> N
     of an ASHA time_metric (longer, shorter, the other unit, an unknown time_metric),
     never without a time_metric."""
     assert surface_runs["determined"]["searcher_length"] == [0, 1, 1, 1, 0, 1, 1, 1, 0, 0]
+
+
+def test_fit_length_case_means_something(surface_runs: dict[str, Any]) -> None:
+    """Determined trained to fit's max_length under single, random and grid, longer
+    (20 batches, Epoch(3) of 4) or shorter (4) than searcher.max_length (8 batches, or
+    an epoch), to searcher.max_length only without one (8; Epoch(2) as 8), and refused
+    to train without either."""
+    assert surface_runs["determined"]["fit_length"] == [
+        20, 4, 8, 12, 20, 20, 20, 8, 6, "raises"]
 
 
 def test_surface_cases_mean_something(surface_runs: dict[str, Any]) -> None:

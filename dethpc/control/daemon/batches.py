@@ -33,6 +33,7 @@ from dethpc.jobs.directives import run_limits
 from dethpc.jobs.jobscript import batch_comment, batch_name, trial_checkpoint_dir
 from dethpc.jobs.kinds import jobs_for
 from dethpc.jobs.protocol import TrialJob
+from dethpc.searchers.base import target_document
 from dethpc.store import Store
 from dethpc.store.models import BatchKind, Experiment, Trial
 
@@ -57,8 +58,8 @@ class TrialFiles:
         tp.hparams.write_text(json.dumps(trial.hparams, indent=2))
         unit = cfg.searcher.max_length.unit.value if cfg.searcher.max_length else "batches"
         if trial.target_length > 0:
-            tp.target.write_text(json.dumps({"unit": unit, "length": trial.target_length,
-                                             "validate_at": list(trial.validate_at)}))
+            tp.target.write_text(json.dumps(target_document(
+                cfg.searcher, trial.target_length, trial.validate_at)))
         else:   # no searcher length (Determined 0.38): the training code decides
             tp.target.unlink(missing_ok=True)
         tp.stop.unlink(missing_ok=True)

@@ -128,6 +128,7 @@ def _first_trial(cfg: ExperimentConfig) -> Create:
 def _run_local(cfg: ExperimentConfig, context: Path, *, test: bool) -> int:
     """``--local [--test]``: the first trial's entrypoint in this shell, no daemon."""
     from dethpc.pytorch import run_test_mode
+    from dethpc.searchers.base import target_document
 
     first = _first_trial(cfg)
     if test:
@@ -138,9 +139,8 @@ def _run_local(cfg: ExperimentConfig, context: Path, *, test: bool) -> int:
 
     workdir = Path(tempfile.mkdtemp(prefix="dethpc-local-"))
     length = cfg.searcher.max_length
-    target = None if length is None else {
-        "unit": length.unit.value, "length": first.length,
-        "validate_at": sorted(set(first.validate_at) | {first.length})}
+    target = None if length is None else target_document(
+        cfg.searcher, first.length, sorted(set(first.validate_at) | {first.length}))
     code = run_test_mode(cfg.entrypoint, context, first.hparams, experiment_config=cfg.raw,
                          workdir=workdir, test_mode=False, target=target)
     console.print(f"local run {'completed' if code == 0 else f'failed (exit code {code})'}; "

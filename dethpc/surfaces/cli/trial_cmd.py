@@ -35,6 +35,18 @@ trial_app = typer.Typer(help="Inspect trials.", no_args_is_help=True)
 checkpoint_app = typer.Typer(help="Inspect checkpoints.", no_args_is_help=True)
 
 
+def steps_text(steps: int, target: int) -> str:
+    """A trial's steps against its searcher's length: ``6/8``. Past it (single, random,
+    grid: the trial's own ``fit(max_length=...)`` decides its length, as Determined's,
+    and ``searcher.max_length`` is only the length of a ``fit`` without one) the steps
+    with that length named, never a fraction above 1; without a length, the steps."""
+    if target <= 0:
+        return str(steps)
+    if steps > target:
+        return f"{steps} (past searcher.max_length {target}: fit(max_length) decides)"
+    return f"{steps}/{target}"
+
+
 @trial_app.command("describe")
 def describe(trial_id: int, json_out: bool = JsonOpt, wide: bool = WideOpt) -> None:
     """A trial: state, hparams, validations, checkpoints, jobs, events."""
@@ -42,7 +54,8 @@ def describe(trial_id: int, json_out: bool = JsonOpt, wide: bool = WideOpt) -> N
     if json_out:
         return print_json(d)
     say(f"Trial {d['id']} of experiment {d['experiment_id']}: {d['state']} steps "
-        f"{d['steps_completed']}/{d['target_length']} best {fmt_metric(d['best_validation'])} "
+        f"{steps_text(d['steps_completed'], d['target_length'])} "
+        f"best {fmt_metric(d['best_validation'])} "
         f"restarts {d['restarts']} exit {d['exit_reason']!r}", wide=wide)
     say(f"hparams: {kv_text(d['hparams'])}", wide=wide, hang=2)
     if d["early_exit"]:

@@ -102,6 +102,24 @@ def test_bad_target_is_a_clear_error(tmp_path: Path) -> None:
         pass
 
 
+@pytest.mark.parametrize(("raw", "wins"), [({}, False), ({"fit_length_wins": True}, True),
+                                           ({"fit_length_wins": False}, False)])
+def test_target_says_whether_fit_length_wins(tmp_path: Path, raw: dict, wins: bool) -> None:
+    """``target.json``'s ``fit_length_wins`` (single, random, grid); absent: False, the
+    searcher's length caps (an older daemon's file, ASHA)."""
+    trial = _trial(tmp_path, target={"unit": "batches", "length": 8, **raw})
+    with core.init(env={"DETHPC_TRIAL_DIR": str(trial)}) as ctx:
+        assert ctx.searcher.target is not None
+        assert ctx.searcher.target.fit_length_wins is wins
+
+
+def test_a_fit_length_wins_that_is_no_bool_is_a_clear_error(tmp_path: Path) -> None:
+    trial = _trial(tmp_path, target={"unit": "batches", "length": 8, "fit_length_wins": 1})
+    with pytest.raises(DethpcError, match="fit_length_wins"), \
+            core.init(env={"DETHPC_TRIAL_DIR": str(trial)}):
+        pass
+
+
 def test_metrics_jsonl_format(tmp_path: Path) -> None:
     trial = _trial(tmp_path)
     with core.init(env={"DETHPC_TRIAL_DIR": str(trial)}) as ctx:

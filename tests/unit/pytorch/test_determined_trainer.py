@@ -260,6 +260,34 @@ def test_fit_max_length_against_the_asha_searchers_length(
         assert "searcher.time_metric and max_time" in said[0] and "Batch(value=6)" in said[0]
 
 
+@pytest.mark.parametrize(("wins", "max_length", "ends"), [
+    (True, 10, 10), (True, 4, 4), (True, None, 6), (True, det.pytorch.Epoch(3), 12),
+    # a target.json written before the key (or ASHA's): the searcher's length caps
+    (None, 10, 6), (False, 10, 6), (False, 4, 4)])
+def test_fit_max_length_decides_under_a_searcher_that_stops_no_trial(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, wins: bool | None,
+        max_length: Any, ends: int) -> None:
+    """``single``'s target (``searcher.max_length: {batches: 6}``, ``fit_length_wins``):
+    as Determined 0.38's ``fit``, ``max_length`` decides, longer or shorter, and the
+    searcher's length is only the length of a ``fit`` without one, and no validation
+    point; nothing is warned (no ASHA ``time_metric``)."""
+    exp = tmp_path / "exp"
+    (exp / "trials" / "1").mkdir(parents=True)
+    (exp / "config.yaml").write_text(json.dumps({"searcher": {
+        "name": "single", "metric": "val", "max_length": {"batches": 6}}}))
+    target: dict[str, Any] = {"unit": "batches", "length": 6, "validate_at": [6]}
+    if wins is not None:
+        target["fit_length_wins"] = wins
+    (exp / "trials" / "1" / "target.json").write_text(json.dumps(target))
+    with caplog.at_level("WARNING", logger="dethpc.pytorch._trainer"):
+        _, records = _fit(tmp_path, batches=max_length, validation_period=_unit(5))
+    assert [r["steps"] for r in records if r["kind"] == "training"][-1] == ends
+    # at the period and the end; never at the searcher's 6 unless it is the end
+    assert [r["steps"] for r in records if r["kind"] == "validation"] == sorted(
+        {*range(5, ends, 5), ends})
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
 @pytest.mark.parametrize(("override", "error", "match"), [
     ({"evaluation_reducer": lambda self: {"val": "sum"}}, DethpcError,
      "must return a det.pytorch.Reducer"),

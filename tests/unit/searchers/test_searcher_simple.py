@@ -15,7 +15,7 @@ from dethpc.config.model import (
     SearcherName,
     Unit,
 )
-from dethpc.searchers.base import Action, Create, Searcher, Shutdown
+from dethpc.searchers.base import Action, Create, Searcher, Shutdown, target_document
 from dethpc.searchers.factory import make_searcher
 
 TREE: HParamTree = {"lr": DoubleHP(0.0, 1.0, count=3), "n": IntHP(1, 2, count=2),
@@ -165,3 +165,27 @@ def test_top_up_after_concurrency_change(name: SearcherName, total: int, before:
     ids = [a.request_id for a in [*first, *extra] if isinstance(a, Create)]
     assert len(ids) == len(set(ids))
     assert s2.top_up() == []  # idempotent: a steady tick creates nothing
+
+
+@pytest.mark.parametrize(("name", "wins"), [
+    ("single", True), ("random", True), ("grid", True), ("adaptive_asha", False)])
+def test_target_json_says_whose_length_the_trial_trains_to(name: SearcherName,
+                                                           wins: bool) -> None:
+    """Determined 0.38: under single, random and grid ``fit(max_length=)`` decides and
+    ``searcher.max_length`` is its default (``fit_length_wins``); ASHA's length is a rung
+    that caps it. A searcher added at run time that does not say caps too."""
+    doc = target_document(cfg(name, 4, 2, length=250), 250, (250,))
+    assert doc == {"unit": "batches", "length": 250, "validate_at": [250],
+                   "fit_length_wins": wins}
+
+
+def test_a_searcher_registered_without_saying_keeps_the_cap() -> None:
+    from dethpc.config import searcher_registry as registry
+    from dethpc.searchers.single import SingleSearcher
+
+    registry.register(registry.SearcherSpec(name="plugin_pool", factory=SingleSearcher))
+    try:
+        doc = target_document(SearcherConfig(name="plugin_pool", metric="loss"), 5, ())
+    finally:
+        registry.unregister("plugin_pool")
+    assert doc == {"unit": "batches", "length": 5, "validate_at": [], "fit_length_wins": False}
