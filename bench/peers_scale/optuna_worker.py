@@ -14,11 +14,13 @@ JournalFileBackend.html): load the study the runner created, then ``study.optimi
 with ``SuccessiveHalvingPruner(min_resource=4, reduction_factor=4)`` (rungs at 4, 16 and
 64 steps: 1/4/16 validation periods, as dethpc's ASHA) and ``MaxTrialsCallback(n,
 states=(COMPLETE, PRUNED))`` (RUNNING trials are not counted: a trial that fails and is
-retried still gets decided). A trial is the shared emulator: the curve is the
-hyperparameter ``curve`` (the shared draws, enqueued in order by the runner), a
-validation every 4 steps reported to the pruner, a checkpoint after each validation the
-pruner kept, under ``ckpt/t<n>`` where ``n`` is the trial's lineage (its own number, or
-the number of the first trial it retries); the work log names the trial ``t<n>``.
+retried still gets decided; a worker stopped by it still runs a retry that waits, which
+Optuna would otherwise drop once ``n`` trials are decided). A trial is the shared
+emulator: the curve is the hyperparameter ``curve`` (the shared draws, enqueued in
+order by the runner), a validation every 4 steps reported to the pruner, a checkpoint
+after each validation the pruner kept, under ``ckpt/t<n>`` where ``n`` is the trial's
+lineage (its own number, or the number of the first trial it retries); the work log
+names the trial ``t<n>``.
 
 Slurm's signal (``--signal=B:USR1@...``; at preemption ``USR1`` then ``TERM``): the
 handler only sets a flag; at the next step the trial checkpoints, ends ``preempted`` and
@@ -28,9 +30,9 @@ frozen trial) instead of waiting out the heartbeat's grace period, requeues itse
 ``scontrol requeue`` when it is the time limit (a preemption is requeued by Slurm) and
 exits. A worker killed outright (a node crash) leaves its trial RUNNING: with the RDB
 storage another worker's heartbeat check fails and retries it after ``grace_period``; the
-journal storage has no heartbeat (Optuna 5: ``JournalStorage`` is no ``BaseHeartbeat``),
-so there a requeued task fails and retries the RUNNING trials it had taken itself
-(``user_attrs["slurm_task"]``), when Slurm starts it again.
+journal storage has no heartbeat (Optuna 5: ``JournalStorage`` is no ``BaseHeartbeat``);
+with either storage a task Slurm requeued fails and retries, when it starts again, the
+RUNNING trials it had taken itself (``user_attrs["slurm_task"]``).
 
 Written to win: the start-up (the client import and the emulator's CUDA/container sleep)
 is paid once per worker process, not per trial (a worker's later trials run in a warm
@@ -195,21 +197,32 @@ def requeue_self(cfg: dict[str, Any], started: float) -> None:
 
 
 def recover_own(study: optuna.Study, cfg: dict[str, Any], task: str) -> None:
-    """Journal storage only (no heartbeat): a RUNNING trial this task had taken before
-    Slurm restarted it is failed and retried now."""
-    if cfg["kind"] != "journal" or int(os.environ.get("SLURM_RESTART_COUNT", "0")) == 0:
+    """A RUNNING trial this task had taken before Slurm restarted it (a node crash
+    killed it) is failed and retried now: the journal storage has no heartbeat, and with
+    the RDB storage this is sooner than the grace period (and works when no other worker
+    starts a trial any more). One that another worker failed meanwhile is left alone."""
+    if int(os.environ.get("SLURM_RESTART_COUNT", "0")) == 0:
         return
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if t.user_attrs.get("slurm_task") == task:
-            failed = study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
-            if failed.state == TrialState.FAIL:
-                retry_callback(cfg)(study, failed)
-                print(f"retried trial {t.number}, left RUNNING by this task's last run",
-                      flush=True)
+        if t.user_attrs.get("slurm_task") != task:
+            continue
+        try:
+            failed = study.tell(t.number, state=TrialState.FAIL)
+        except (RuntimeError, ValueError) as exc:   # already finished by someone else
+            print(f"trial {t.number}: not retried here: {exc}", flush=True)
+            continue
+        retry_callback(cfg)(study, failed)
+        print(f"retried trial {t.number}, left RUNNING by this task's last run", flush=True)
 
 
 def decided(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=DECIDED))
+
+
+def waiting(study: optuna.Study) -> int:
+    """Trials waiting to run: once ``n`` trials are decided, only retries of failed ones
+    (the enqueued draws are taken before any new trial is sampled)."""
+    return len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
 
 
 def create(cfg: dict[str, Any]) -> None:
@@ -251,13 +264,15 @@ def main() -> int:
     task = f"{os.environ.get('SLURM_ARRAY_JOB_ID', '0')}_{task_id}"
     study = load(cfg, seed=int(cfg["seed"]) * 1000 + task_id)
     recover_own(study, cfg, task)
-    if decided(study) >= int(cfg["trials"]):
-        print("the study already holds its decided trials: nothing to do", flush=True)
-        return 0
     worker = Worker(cfg, task)
     try:
-        study.optimize(worker.objective, gc_after_trial=False, callbacks=[
-            MaxTrialsCallback(int(cfg["trials"]), states=DECIDED), stop_on_signal])
+        # MaxTrialsCallback stops a worker once n trials are decided; a retry still
+        # waiting then (a preempted or crashed trial) is run all the same, not dropped
+        while decided(study) < int(cfg["trials"]) or waiting(study):
+            study.optimize(worker.objective, gc_after_trial=False, callbacks=[
+                MaxTrialsCallback(int(cfg["trials"]), states=DECIDED), stop_on_signal])
+            if _flag["signal"] is not None:
+                break
     except Leave as exc:
         number = worker.current
         frozen = [t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
