@@ -17,7 +17,9 @@ A tick, as ``Daemon.tick()`` reads:
 
 Between ticks, ``watch`` sleeps with back-off and runs the fast path for the metrics
 files that grew. ``shared`` holds what the phases share (the tally, the owner's scope,
-the lease guard, fault points), ``incidents`` what they record on an experiment.
+the lease guard, fault points), ``incidents`` what they record on an experiment,
+``heap`` the collector settings of the process that runs the loop (``dethpc daemon
+run`` settles them once, before its first tick).
 
 Owns: the daemon and its phases; the names callers import from
 ``dethpc.control.daemon`` (re-exported here).
