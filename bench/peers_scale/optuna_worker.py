@@ -26,13 +26,14 @@ Slurm's signal (``--signal=B:USR1@...``; at preemption ``USR1`` then ``TERM``): 
 handler only sets a flag; at the next step the trial checkpoints, ends ``preempted`` and
 raises ``Leave`` (Optuna marks it FAIL); the worker then enqueues its retry at once with
 the same ``RetryHeartbeatStaleTrialCallback`` (public API: the callback called on the
-frozen trial) instead of waiting out the heartbeat's grace period, requeues itself with
-``scontrol requeue`` when it is the time limit (a preemption is requeued by Slurm) and
-exits. A worker killed outright (a node crash) leaves its trial RUNNING: with the RDB
-storage another worker's heartbeat check fails and retries it after ``grace_period``; the
-journal storage has no heartbeat (Optuna 5: ``JournalStorage`` is no ``BaseHeartbeat``);
-with either storage a task Slurm requeued fails and retries, when it starts again, the
-RUNNING trials it had taken itself (``user_attrs["slurm_task"]``).
+frozen trial) instead of waiting out the heartbeat's grace period, requeues its own task
+with ``scontrol requeue`` (at a preemption too: Slurm requeues a preempted job only if it
+is still running when the grace time ends) and exits. A worker killed outright (a node
+crash) leaves its trial RUNNING: with the RDB storage another worker's heartbeat check
+fails and retries it after ``grace_period``; the journal storage has no heartbeat
+(Optuna 5: ``JournalStorage`` is no ``BaseHeartbeat``); with either storage a task Slurm
+requeued fails and retries, when it starts again, the RUNNING trials it had taken itself
+(``user_attrs["slurm_task"]``).
 
 Written to win: the start-up (the client import and the emulator's CUDA/container sleep)
 is paid once per worker process, not per trial (a worker's later trials run in a warm
@@ -183,17 +184,19 @@ def stop_on_signal(study: optuna.Study, _trial: FrozenTrial) -> None:
 
 
 def requeue_self(cfg: dict[str, Any], started: float) -> None:
-    """At the time limit's signal the task requeues itself (Slurm requeues a preempted
-    task by itself); a failure is printed, not raised."""
+    """A signalled task requeues itself, at the time limit and at a preemption alike (as
+    submitit does): Slurm requeues a preempted job only when it is still running at the
+    end of the grace time, and one that left before is over (seen: TIMEOUT, not
+    requeued, its trial's retry left waiting). A failure is printed, not raised."""
     if _flag["signal"] is None:
         return
     limit_s = float(cfg["time_limit_min"]) * 60
-    if _flag["at"] - started < limit_s - float(cfg["signal_s"]) - 60:
-        return                  # well before the limit: a preemption
+    near_limit = _flag["at"] - started >= limit_s - float(cfg["signal_s"]) - 60
     job = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
     res = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True,
                          check=False, timeout=60)
-    print(f"scontrol requeue {job}: exit {res.returncode} {res.stderr.strip()}", flush=True)
+    print(f"{'time limit' if near_limit else 'preempted'}: scontrol requeue {job}: exit "
+          f"{res.returncode} {res.stderr.strip()}", flush=True)
 
 
 def recover_own(study: optuna.Study, cfg: dict[str, Any], task: str) -> None:
