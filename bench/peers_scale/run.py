@@ -152,14 +152,18 @@ class Sampler:
         return sum(last - first for first, last in self.ctld.values())
 
 
-def first_sbatch(env: dict[str, str], timeout: float) -> float | None:
-    """The submit time (epoch) of the system user's first job, polled as dethpc-faults."""
+def first_sbatch(env: dict[str, str], timeout: float, since: float = 0.0) -> float | None:
+    """The submit time (epoch) of the system user's first job submitted at or after
+    ``since`` (the launch: a job an earlier run or test left in the queue is not this
+    cell's zero), polled as dethpc-faults."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         out = _run(flt.as_fault_user(["squeue", "-h", "-u", SYSTEM_USER, "-o", "%V"]), env)
-        stamps = [ln.strip() for ln in out.splitlines() if ln.strip()]
+        stamps = [time.mktime(time.strptime(ln.strip(), "%Y-%m-%dT%H:%M:%S"))
+                  for ln in out.splitlines() if ln.strip()]
+        stamps = [t for t in stamps if t >= int(since)]
         if stamps:
-            return min(time.mktime(time.strptime(s, "%Y-%m-%dT%H:%M:%S")) for s in stamps)
+            return min(stamps)
         time.sleep(0.2)
     return None
 
@@ -201,7 +205,7 @@ def run_cell(system: str, seed: int, with_faults: bool, args: argparse.Namespace
                                  before_ctld_restart=sampler.sample)
     launched = time.time()
     runner.launch(cell)
-    t0 = first_sbatch(env, 120.0) or launched
+    t0 = first_sbatch(env, 120.0, since=launched) or launched
     say(f"launched; first sbatch {t0 - launched:+.1f} s after launch; "
         f"{len(schedule)} fault events")
     injector.start(t0)
