@@ -138,7 +138,7 @@ class WorkerPoolTender:
         submitted worker array of the open experiments."""
         if not exp_ids:
             return {}
-        with self.store.session() as s:
+        with self.store.read() as s:
             batches = list(s.exec(select(Batch).where(
                 col(Batch.experiment_id).in_(exp_ids), Batch.kind == BatchKind.WORKERS,
                 Batch.state == BatchState.SUBMITTED)))
@@ -169,7 +169,7 @@ class WorkerPoolTender:
     def pool_paths(self, exp_ids: list[int]) -> dict[int, queue.WorkerPoolPaths]:
         if not exp_ids:
             return {}
-        with self.store.session() as s:
+        with self.store.read() as s:
             return {e.id: queue.WorkerPoolPaths.of_run_dir(Path(e.run_dir)) for e in s.exec(
                 select(Experiment).where(col(Experiment.id).in_(exp_ids))) if e.id is not None}
 
@@ -233,7 +233,7 @@ class WorkerPoolTender:
         if resolved is not None and wp is not None and not (
                 resolved.kind.daemon_submits and self.enabled(resolved.cfg, resolved.kind, wp)):
             return 0
-        with self.store.session() as s:
+        with self.store.read() as s:
             exp = s.get(Experiment, exp_id)
             if exp is None or not exp.kind.daemon_submits:
                 return 0

@@ -91,6 +91,13 @@ class Daemon:
 
     # ------------------------------------------------------------------ tick
     def tick(self) -> TickStats:
+        """One pass of the phases. Their reads share one store session (``Store.tick``:
+        one read transaction where there were a dozen, each phase's writes still
+        committed before the side effects that follow them)."""
+        with self.store.tick():
+            return self._tick()
+
+    def _tick(self) -> TickStats:
         self.guard.holds()
         self.watcher.mark()                     # a result or wake from now ends the next wait
         stats = TickStats()
@@ -170,8 +177,11 @@ class Daemon:
         to ``tick_max_s`` while idle. ``until_idle`` returns once no experiment is open."""
         delay, ticks = self.cluster.tick_min_s, 0
         while not should_stop():
+            refreshed = False
             try:
-                stats = self.tick()
+                with self.store.tick():     # the watch's read joins the tick's reads
+                    stats = self.tick()
+                    refreshed = self.watcher.before_wait()
             except LeaseLost as exc:
                 log.error("%s", exc)
                 break
@@ -186,7 +196,7 @@ class Daemon:
             delay = next_delay(delay, stats.busy, self.cluster.tick_min_s,
                                self.cluster.tick_max_s)
             try:
-                if self.wait(delay, should_stop):
+                if self.wait(delay, should_stop, refreshed=refreshed):
                     delay = self.cluster.tick_min_s
             except LeaseLost as exc:
                 log.error("%s", exc)
@@ -194,9 +204,10 @@ class Daemon:
         return ticks
 
     # ------------------------------------------------------------------ between ticks
-    def wait(self, seconds: float, should_stop: Callable[[], bool]) -> bool:
+    def wait(self, seconds: float, should_stop: Callable[[], bool], *,
+             refreshed: bool = False) -> bool:
         """``Watcher.wait`` with this daemon's fast path (``fast_tick``)."""
-        return self.watcher.wait(seconds, should_stop, self.fast_tick)
+        return self.watcher.wait(seconds, should_stop, self.fast_tick, refreshed=refreshed)
 
     def fast_tick(self, grown: dict[int, set[int]]) -> bool:
         """``Reconciling.fast``: the grown metrics files ingested, no poll."""

@@ -112,7 +112,7 @@ class Poller:
         lists the user's jobs (to count them against per-user limits) does it in this
         one query. Between two polls of a pool's workers (``poll_due``) the last
         answer stands; ``force`` polls anyway."""
-        with self.store.session() as s:
+        with self.store.read() as s:
             # the refs alone: no Job objects built for a list of strings
             refs = [ref for ref in s.exec(self.scope.mine(select(Job.ref).where(
                 Job.live == True), Job.experiment_id))  # noqa: E712

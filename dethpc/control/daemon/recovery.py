@@ -39,7 +39,7 @@ class Recovery:
     def retry_cancels(self, stats: TickStats) -> None:
         """One indexed query and, only when some jobs are due, one ``scancel``; a failure
         is this tick's error and the next tick tries again."""
-        with self.store.session() as s:
+        with self.store.read() as s:
             due = sorted({r for r in s.exec(self.scope.mine(select(Job.ref).where(
                 Job.cancel_due == True), Job.experiment_id)) if r})  # noqa: E712
         if not due:
@@ -56,7 +56,7 @@ class Recovery:
     def adopt(self, stats: TickStats) -> None:
         """Batches recorded but never confirmed, looked up by name with one
         ``backend.find``: adopted when found, failed (their trials need a job) when not."""
-        with self.store.session() as s:
+        with self.store.read() as s:
             pending = list(s.exec(self.scope.mine(select(Batch).where(
                 Batch.state == BatchState.SUBMITTING), Batch.experiment_id)))
             if not pending:

@@ -67,14 +67,14 @@ class Scope:
 
     def open_experiments(self, store: Store) -> list[int]:
         """The ids of the open (not terminal) experiments in scope: what a tick works on."""
-        with store.session() as s:
+        with store.read() as s:
             return [e.id for e in s.exec(self.mine(select(Experiment).where(
                 Experiment.state.in_(OPEN_STATES))))  # type: ignore[attr-defined]
                 if e.id is not None]
 
     def open_resolved(self, store: Store, cluster: ClusterConfig) -> dict[int, Resolved]:
         """``open_experiments`` with each one's ``Resolved``, from one read of their rows."""
-        with store.session() as s:
+        with store.read() as s:
             return {e.id: Resolved.of(e, cluster) for e in s.exec(self.mine(
                 select(Experiment).where(Experiment.state.in_(OPEN_STATES))  # type: ignore[attr-defined]
                 .order_by(col(Experiment.id)))) if e.id is not None}

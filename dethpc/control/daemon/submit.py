@@ -94,7 +94,7 @@ class Submitter:
     def experiment(self, exp_id: int, resolved: Resolved | None = None) -> int:
         """Submit experiment ``exp_id``'s trials that need a job; how many went out.
         ``resolved``: its (config, pool) as the tick resolved them (None: from its row)."""
-        with self.store.session() as s:
+        with self.store.read() as s:
             exp = s.get(Experiment, exp_id)
             if exp is None or exp.state != ExperimentState.ACTIVE:
                 return 0
@@ -129,7 +129,7 @@ class Submitter:
             deps: tuple[str, ...]) -> int:
         """Trials with ``slurm.components`` are heterogeneous jobs, which Slurm cannot put
         in an array: one sbatch each, at most ``max_concurrent_trials`` live at once."""
-        with self.store.session() as s:
+        with self.store.read() as s:
             live = len(list(s.exec(select(Job.id).where(
                 Job.experiment_id == exp.id, Job.live == True))))  # noqa: E712
         room = het_room(cfg.searcher.max_concurrent_trials, live, len(trials))

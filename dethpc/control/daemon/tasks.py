@@ -46,7 +46,7 @@ class TaskWatch:
         q = select(Task).where(col(Task.state).in_(LIVE), Task.job_ref != "")
         if self.scope.owner is not None:
             q = q.where(Task.owner == self.scope.owner)
-        with self.store.session() as s:
+        with self.store.read() as s:
             return [t for t in s.exec(q) if task_backend(t) is self.backend]
 
     def refs(self) -> list[str]:

@@ -48,7 +48,7 @@ def sync_throttles(store: Store, backend: Backend, exp_id: int,
     ``cfg``: its config as the tick resolved it (None: read from its row)."""
     if cfg is not None and cfg.slurm.components and backend.traits.het_jobs:
         return 0  # heterogeneous trials are single jobs, no arrays to throttle
-    with store.session() as s:
+    with store.read() as s:
         exp = s.get(Experiment, exp_id)
         if exp is None or exp.state != ExperimentState.ACTIVE or not exp.kind.daemon_submits:
             return 0  # the throttle of a job someone else submitted is theirs

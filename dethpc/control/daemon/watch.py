@@ -105,7 +105,7 @@ class Watcher:
             self.wake_mark = _mtime(self.wake)
 
     def wait(self, seconds: float, should_stop: Callable[[], bool],
-             fast_tick: FastTick) -> bool:
+             fast_tick: FastTick, *, refreshed: bool = False) -> bool:
         """Sleep until the next tick; meanwhile (``metrics_poll_s`` > 0) stat the live
         trials' metrics files that often and run ``fast_tick`` for those that grew, so
         a rung's validation reaches the searcher, and its stop the trial, within about
@@ -116,12 +116,13 @@ class Watcher:
         the worker pools' ``results/``: either brings the next tick to ``tick_min_s``
         after the last. ``metrics_poll_s: 0`` turns all of this off: the daemon sleeps.
         Returns whether anything changed (the next tick then comes within
-        ``tick_min_s``)."""
+        ``tick_min_s``). ``refreshed``: ``refresh`` ran since the tick (``before_wait``)."""
         poll = self.cluster.metrics_poll_s
         if poll <= 0:
             _sleep(seconds, should_stop)
             return False
-        self.refresh()
+        if not refreshed:
+            self.refresh()
         started = time.monotonic()
         end, changed, hurried = started + seconds, False, False
         while not should_stop():
@@ -147,6 +148,14 @@ class Watcher:
             _sleep(min(spent, max(0.0, end - time.monotonic())), should_stop)
         return changed
 
+    def before_wait(self) -> bool:
+        """``refresh`` when the wait will stat files (``metrics_poll_s`` > 0); whether it
+        ran. Called at a tick's end, its read is one of the tick's (``Store.tick``)."""
+        if self.cluster.metrics_poll_s <= 0:
+            return False
+        self.refresh()
+        return True
+
     def refresh(self) -> None:
         """Watch the metrics file of every trial whose job the last poll saw running
         (pending jobs write nothing: at 10,000 queued trials the stats stay as many as
@@ -155,7 +164,7 @@ class Watcher:
         tick that sees it running; until then its records wait for the tick. The worker
         pools of the experiments with live jobs are watched whether their runs started
         or not: a worker taking one brings that tick forward."""
-        with self.store.session() as s:
+        with self.store.read() as s:
             jobs = list(s.exec(self.scope.mine(select(Job).where(
                 Job.live == True, Job.state == JobState.RUNNING),  # noqa: E712
                 Job.experiment_id)))

@@ -90,7 +90,7 @@ class Watchdog:
         requeue: list[str] = []
         cancel: list[str] = []
         running: set[str] = set()
-        with self.store.session() as s:
+        with self.store.read() as s:
             for exp_id in exp_ids:
                 exp = s.get(Experiment, exp_id)
                 if exp is None or not exp.kind.wrapped:
