@@ -45,7 +45,6 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,18 +53,18 @@ from typing import Any
 from bench.peers_scale import faults as flt
 from bench.peers_scale.draws import shared_draws
 from bench.peers_scale.systems import (
+    PEERS_VENV,
     REPO,
+    SYSTEM_PYTHON,
     VALIDATE_EVERY,
     Cell,
     Measured,
     as_system_user,
     chown_tree,
     run_measured,
+    venv_site_packages,
 )
 
-PEERS_VENV = REPO / "bench" / "peers" / ".venv"
-#: the system's interpreter of the venv's minor version (see the module doc)
-SYSTEM_PYTHON = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
 #: ASHA's reduction factor (dethpc's divisor)
 ETA = 4
 #: seconds before the time limit Slurm signals a task (it may come up to 60 s early)
@@ -77,10 +76,7 @@ MAX_RETRY = 5
 
 def peers_pythonpath() -> str:
     """The repository (the emulator) and the peers' venv site-packages."""
-    found = sorted(PEERS_VENV.glob("lib/python3*/site-packages"))
-    if not found:
-        raise RuntimeError(f"{PEERS_VENV}: no site-packages; run bench/peers/setup.sh")
-    return os.pathsep.join([str(REPO), str(found[0])])
+    return os.pathsep.join([str(REPO), str(venv_site_packages(PEERS_VENV))])
 
 
 def peers_env(cell: Cell) -> dict[str, str]:

@@ -44,7 +44,6 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,27 +51,20 @@ from typing import Any
 from bench.peers_scale import faults as flt
 from bench.peers_scale.draws import shared_draws
 from bench.peers_scale.systems import (
+    PEERS_VENV,
     REPO,
+    SYSTEM_PYTHON,
     VALIDATE_EVERY,
     Cell,
     Measured,
     as_system_user,
     chown_tree,
     run_measured,
+    venv_site_packages,
 )
 
-PEERS_VENV = REPO / "bench" / "peers" / ".venv"
-#: the system's interpreter of the venv's minor version (see the module doc)
-SYSTEM_PYTHON = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
 RAY_PORT = 26379
 NAME = "peers"
-
-
-def venv_site_packages(venv: Path) -> Path:
-    found = sorted(venv.glob("lib/python3*/site-packages"))
-    if not found:
-        raise RuntimeError(f"{venv}: no site-packages; run bench/peers/setup.sh")
-    return found[0]
 
 
 def render_sbatch(*, nodes: int, gpus_per_node: int, cpus_per_node: int, minutes: int,

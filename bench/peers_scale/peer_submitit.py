@@ -29,8 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.peers_scale.draws import shared_draws
-from bench.peers_scale.peer_optuna import SYSTEM_PYTHON, peers_env
-from bench.peers_scale.systems import VALIDATE_EVERY, Cell, as_system_user, chown_tree
+from bench.peers_scale.peer_optuna import peers_env
+from bench.peers_scale.systems import (
+    SYSTEM_PYTHON,
+    VALIDATE_EVERY,
+    Cell,
+    as_system_user,
+    chown_tree,
+)
 
 
 @dataclass

@@ -42,6 +42,11 @@ from dethpc.devcluster.profiles import SYSTEM_USER
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
+#: the peers' own venv (bench/peers/setup.sh): never dethpc's
+PEERS_VENV = REPO / "bench" / "peers" / ".venv"
+#: the system's interpreter of the venv's minor version: the venv's own python lives under
+#: /root, which the system's user may not run, so its site-packages go on PYTHONPATH
+SYSTEM_PYTHON = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
 #: a validation every this many emulated steps (128 batches each): 512 batches
 VALIDATE_EVERY = 4
 BATCHES_PER_STEP = 128
@@ -81,6 +86,14 @@ def user_pythonpath() -> str:
     paths = [str(REPO), *dict.fromkeys((sysconfig.get_paths()["purelib"],
                                         sysconfig.get_paths()["platlib"]))]
     return os.pathsep.join(paths)
+
+
+def venv_site_packages(venv: Path) -> Path:
+    """The site-packages folder of ``venv`` (a peer's)."""
+    found = sorted(venv.glob("lib/python3*/site-packages"))
+    if not found:
+        raise RuntimeError(f"{venv}: no site-packages; run bench/peers/setup.sh")
+    return found[0]
 
 
 @functools.cache
