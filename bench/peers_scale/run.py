@@ -15,8 +15,13 @@ run of every job. The work log gives time to target, regret, redone and lost wor
 
 Writes ``--out`` (default bench/results/peers_scale.json): the commit, versions, the
 cluster, the target, every cell's raw record (fault outcomes with their squeue exposure,
-sacct rows, RPCs per user, the regret curve) and ``summary`` keyed by ``<system>`` and
-``<system>+faults`` (metrics.cell_summary). A run is never merged with another.
+sacct rows, RPCs per user, the regret curve), ``faults_refused`` (all runs), each fault
+event's outcome without the squeue snapshots (``fault_outcomes``, per run:
+metrics.fault_digest), ``summary`` keyed by ``<system>`` and ``<system>+faults``
+(metrics.cell_summary) and the issue's ``goals`` computed from it (goals.goals: met,
+missed or not measured). A run is never merged with another. Then
+``python -m bench.peers_scale.plots`` draws the regret curves and ``python -m
+bench.peers_scale.table --write`` puts the table in the READMEs.
 
 Usage (as root, the scale cluster up):
   python -m bench.peers_scale.run --quick                 # one seed, dethpc-pool, faults
@@ -41,6 +46,7 @@ from typing import Any
 from bench.peers_scale import faults as flt
 from bench.peers_scale import metrics as mx
 from bench.peers_scale.emulator import EmulatorSpec, load_curves
+from bench.peers_scale.goals import goals
 from bench.peers_scale.systems import RUNNERS, Cell, SystemRunner
 from bench.peers_scale.trace import BackgroundJob, TraceSpec, background_trace
 from bench.peers_scale.worklog import count_work, read_log
@@ -395,7 +401,9 @@ def main() -> int:
         "target": target, "fault_plan": flt.FaultPlan().__dict__,
         "fault_schedule": schedules,
         "faults_refused": sum(r["metrics"]["faults_refused"] for r in raw),
-        "summary": summary, "runs": raw, "wall_s": round(time.monotonic() - t_start, 1)}
+        "fault_outcomes": mx.fault_digest(raw, SYSTEM_USER),
+        "summary": summary, "goals": goals(summary), "runs": raw,
+        "wall_s": round(time.monotonic() - t_start, 1)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
     print(json.dumps(summary, indent=1))

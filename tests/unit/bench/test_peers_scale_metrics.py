@@ -208,3 +208,26 @@ def _rec(trial: str, event: str, wall: float) -> dict[str, Any]:
 ])
 def test_in_progress_at_the_end(records: list[dict[str, Any]], want: set[str]) -> None:
     assert in_progress(records, ended=100.0, window_s=10.0) == want
+
+
+def test_fault_digest_keeps_each_outcome_and_counts_the_systems_exposure() -> None:
+    """An outcome of the dethpc smoke (peers_scale_smoke.json, trimmed): the squeue
+    snapshot goes, the exposure is the system user's jobs on the hit nodes only."""
+    from bench.peers_scale.metrics import fault_digest
+    preempt = {"at_s": 30.4, "kind": "preempt", "nodes": ["g12", "g14"], "refused": False,
+               "what": "high jobs ['673', '674'] running on ['g12', 'g14'] for 180 s",
+               "took_s": 9.4, "squeue": [{"job": "1", "user": "dethpc-bg1"}],
+               "exposed": [{"job": "643_5", "user": "dethpc-bench", "nodes": "g12"},
+                           {"job": "612", "user": "dethpc-bg2", "nodes": "g14"},
+                           {"job": "643_9", "user": "dethpc-bench", "nodes": "g14"}]}
+    skipped = {"at_s": 391.3, "kind": "node_revive", "nodes": ["g13"], "refused": False,
+               "skipped": "the search ended before it was due"}
+    runs = [{"cell": "dethpc-pool+faults", "metrics": {"seed": 0},
+             "fault_outcomes": [preempt, skipped]},
+            {"cell": "dethpc-pool", "metrics": {"seed": 0}, "fault_outcomes": []}]
+    got = fault_digest(runs, "dethpc-bench")
+    assert list(got) == ["dethpc-pool+faults-s0"]
+    first, second = got["dethpc-pool+faults-s0"]
+    assert "squeue" not in first and "exposed" not in first
+    assert first["system_jobs_exposed"] == 2 and first["refused"] is False
+    assert second["skipped"] and second["system_jobs_exposed"] == 0
