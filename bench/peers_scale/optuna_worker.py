@@ -10,12 +10,16 @@ optuna-examples' pytorch/pytorch_checkpoint.py: a retried trial resumes from the
 checkpoint of the trial it retries, ``retried_trial_number``; ``JournalStorage`` with
 ``JournalFileBackend`` for a shared file system without a database server:
 optuna.readthedocs.io/en/stable/reference/generated/optuna.storages.journal.
-JournalFileBackend.html): load the study the runner created, then ``study.optimize``
-with ``SuccessiveHalvingPruner(min_resource=4, reduction_factor=4)`` (rungs at 4, 16 and
-64 steps: 1/4/16 validation periods, as dethpc's ASHA) and ``MaxTrialsCallback(n,
-states=(COMPLETE, PRUNED))`` (RUNNING trials are not counted: a trial that fails and is
-retried still gets decided; a worker stopped by it still runs a retry that waits, which
-Optuna would otherwise drop once ``n`` trials are decided). A trial is the shared
+JournalFileBackend.html): load the study the runner created, then ``study.optimize(
+n_trials=1)`` in a loop with ``SuccessiveHalvingPruner(min_resource=4,
+reduction_factor=4)`` (rungs at 4, 16 and 64 steps: 1/4/16 validation periods, as
+dethpc's ASHA). The loop stops *sampling* at ``n`` (``peer_optuna.take_another``): a
+worker takes a trial while one waits (an enqueued draw or a retry of a failed trial, so
+no retry is dropped) and leaves when none waits and ``n`` trials were created. (Before:
+``MaxTrialsCallback(n, states=(COMPLETE, PRUNED))``, which let idle workers sample 22-30
+trials past the draws while the last draws ran.) A worker that loses the race for the
+last waiting trial gets a sampled trial from ``ask``: it is failed at once, unrun
+(``user_attrs["not_run"]``). A trial is the shared
 emulator: the curve is the hyperparameter ``curve`` (the shared draws, enqueued in
 order by the runner), a validation every 4 steps reported to the pruner, a checkpoint
 after each validation the pruner kept, under ``ckpt/t<n>`` where ``n`` is the trial's
@@ -65,13 +69,12 @@ from typing import Any
 import optuna
 from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.storages.journal import JournalFileBackend
-from optuna.study import MaxTrialsCallback
 from optuna.trial import FrozenTrial, TrialState
 
 from bench.peers_scale.emulator import STATE_FILE, EmulatorSpec, TrialEmulator, load_curves
+from bench.peers_scale.peer_optuna import is_sampled, take_another
 from bench.peers_scale.worklog import EndReason, WorkLog
 
-DECIDED = (TrialState.COMPLETE, TrialState.PRUNED)
 _flag: dict[str, Any] = {"signal": None, "at": 0.0}
 
 
@@ -83,6 +86,11 @@ def _on_signal(signum: int, _frame: object) -> None:
 
 class Leave(Exception):
     """Slurm asked this worker to go: its trial is checkpointed and must be retried."""
+
+
+class NotQueued(Exception):
+    """The trial was sampled, not taken from the queue (another worker popped the last
+    waiting trial between this worker's check and its ask): ended at once, FAIL, unrun."""
 
 
 def serialize_sqlite(engine: Any) -> None:
@@ -145,6 +153,9 @@ class Worker:
         frozen = [t for t in trial.study.get_trials(deepcopy=False,
                                                     states=(TrialState.RUNNING,))
                   if t.number == trial.number]
+        if frozen and is_sampled(frozen[0].system_attrs):
+            trial.set_user_attr("not_run", "sampled past the queue")
+            raise NotQueued(f"trial {trial.number}")
         root = RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen[0]) \
             if frozen else None
         lineage = trial.number if root is None else root
@@ -218,14 +229,11 @@ def recover_own(study: optuna.Study, cfg: dict[str, Any], task: str) -> None:
         print(f"retried trial {t.number}, left RUNNING by this task's last run", flush=True)
 
 
-def decided(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=DECIDED))
-
-
-def waiting(study: optuna.Study) -> int:
-    """Trials waiting to run: once ``n`` trials are decided, only retries of failed ones
-    (the enqueued draws are taken before any new trial is sampled)."""
-    return len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+def queue(study: optuna.Study) -> tuple[int, int]:
+    """(trials waiting: enqueued draws and retries; trials created, retries not counted)."""
+    trials = study.get_trials(deepcopy=False)
+    return (sum(t.state == TrialState.WAITING for t in trials),
+            sum("failed_trial" not in t.system_attrs for t in trials))
 
 
 def create(cfg: dict[str, Any]) -> None:
@@ -246,6 +254,7 @@ def summary(cfg: dict[str, Any]) -> dict[str, Any]:
         states[t.state.name] = states.get(t.state.name, 0) + 1
     return {"trials": len(trials), "states": states,
             "retries": sum("failed_trial" in t.system_attrs for t in trials),
+            "sampled_not_run": sum("not_run" in t.user_attrs for t in trials),
             "beyond_draws": sum(t.number >= len(cfg["draws"])
                                 and "failed_trial" not in t.system_attrs for t in trials)}
 
@@ -269,13 +278,14 @@ def main() -> int:
     recover_own(study, cfg, task)
     worker = Worker(cfg, task)
     try:
-        # MaxTrialsCallback stops a worker once n trials are decided; a retry still
-        # waiting then (a preempted or crashed trial) is run all the same, not dropped
-        while decided(study) < int(cfg["trials"]) or waiting(study):
-            study.optimize(worker.objective, gc_after_trial=False, callbacks=[
-                MaxTrialsCallback(int(cfg["trials"]), states=DECIDED), stop_on_signal])
-            if _flag["signal"] is not None:
+        # one trial at a time: taken from the queue (a draw or a retry) while one
+        # waits; none sampled once n were created (peer_optuna.take_another)
+        while _flag["signal"] is None:
+            waits, created = queue(study)
+            if not take_another(waiting=waits, created=created, n=int(cfg["trials"])):
                 break
+            study.optimize(worker.objective, n_trials=1, gc_after_trial=False,
+                           catch=(NotQueued,), callbacks=[stop_on_signal])
     except Leave as exc:
         number = worker.current
         frozen = [t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))

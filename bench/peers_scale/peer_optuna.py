@@ -17,7 +17,7 @@ after a crash, and what is written to win).
 Documentation: "Easy Parallelization" (optuna.readthedocs.io/en/stable/tutorial/
 10_key_features/004_distributed.html), ``RDBStorage`` (heartbeat_interval, grace_period,
 heartbeat_stale_trial_callback), ``RetryFailedTrialCallback`` /
-``RetryHeartbeatStaleTrialCallback``, ``JournalFileBackend``, ``MaxTrialsCallback``,
+``RetryHeartbeatStaleTrialCallback``, ``JournalFileBackend``, ``Study.optimize``,
 ``SuccessiveHalvingPruner`` (optuna.readthedocs.io/en/stable/reference/...), and
 optuna-examples' pytorch/pytorch_checkpoint.py for the retried trial's checkpoint.
 
@@ -32,8 +32,8 @@ The login-side process: **none**. After ``sbatch`` nothing of Optuna runs on the
 node: the workers in the array coordinate through the storage file. ``kill_login``
 returns None (the fault injector records that it had nothing to kill) and a person never
 has to restart anything (``operator_check`` returns None). The search is finished when
-the array has left the queue (every worker stopped by ``MaxTrialsCallback``, or found
-the study decided when Slurm started it). The peers' Python: bench/peers/.venv's
+the array has left the queue (every worker found no trial waiting and the ``n`` trials
+created: ``take_another``, Optuna's "n trials" as "n asked, n run"). The peers' Python: bench/peers/.venv's
 site-packages on ``PYTHONPATH`` under the system's python3.11 (the venv's interpreter
 lives under /root, which the benchmark's user may not run).
 Must not: import Optuna (the benchmark's driver runs in dethpc's environment).
@@ -72,6 +72,22 @@ SIGNAL_S = 120
 HEARTBEAT_S = 5
 GRACE_S = 30
 MAX_RETRY = 5
+
+
+def take_another(*, waiting: int, created: int, n: int) -> bool:
+    """A worker's rule before it asks for a trial: take one while a trial waits (an
+    enqueued draw, or a retry of a failed trial: never dropped), and never sample a new
+    one once ``n`` trials were created (the draws: ``n`` asked means ``n`` run). Retries
+    do not count in ``created``."""
+    return waiting > 0 or created < n
+
+
+def is_sampled(system_attrs: dict[str, Any]) -> bool:
+    """A trial Optuna sampled itself rather than took from the queue: no ``fixed_params``
+    (``enqueue_trial``'s mark) and no ``failed_trial`` (a retry's). Under
+    ``take_another`` a worker samples one only when another worker popped the last
+    waiting trial between its check and its ask: it is ended at once, not run."""
+    return "fixed_params" not in system_attrs and "failed_trial" not in system_attrs
 
 
 def peers_pythonpath() -> str:
@@ -151,8 +167,7 @@ class OptunaRunner:
     @staticmethod
     def tasks(cell: Cell) -> int:
         """K: a worker a GPU (what dethpc gets as ``max_concurrent_trials``), but never
-        more workers than trials: a worker with no enqueued trial left samples a new one,
-        so K > n would run K trials, not n."""
+        more workers than trials (a worker beyond ``n`` would find nothing to take)."""
         return max(1, min(cell.gpus, cell.trials))
 
     @staticmethod

@@ -11,7 +11,13 @@ import pytest
 from bench.peers_scale.draws import shared_draws
 from bench.peers_scale.emulator import EmulatorSpec
 from bench.peers_scale.halving import promote, rung_steps
-from bench.peers_scale.peer_optuna import SIGNAL_S, OptunaRunner, array_script
+from bench.peers_scale.peer_optuna import (
+    SIGNAL_S,
+    OptunaRunner,
+    array_script,
+    is_sampled,
+    take_another,
+)
 from bench.peers_scale.peer_submitit import SubmititRunner
 from bench.peers_scale.systems import RUNNERS, Cell
 
@@ -77,3 +83,21 @@ def test_runners_are_registered_and_say_what_their_login_process_is() -> None:
     assert "driver" in submitit.login_process
     with pytest.raises(ValueError):
         OptunaRunner("postgres")
+
+
+@pytest.mark.parametrize(("waiting", "created", "take"), [
+    (32, 32, True),        # the draws, enqueued before the array starts
+    (1, 32, True),         # the last draw
+    (0, 32, False),        # all 32 taken, the last still running: no 33rd is sampled
+    (2, 32, True),         # retries of failed trials after the draws: run, not dropped
+    (0, 31, True),         # fewer created than asked (never after --create): sample
+])
+def test_a_worker_stops_sampling_at_n_but_runs_every_waiting_retry(
+        waiting: int, created: int, take: bool) -> None:
+    assert take_another(waiting=waiting, created=created, n=32) is take
+
+
+def test_only_a_trial_optuna_sampled_itself_is_left_unrun() -> None:
+    assert not is_sampled({"fixed_params": {"curve": 3}})               # enqueued draw
+    assert not is_sampled({"failed_trial": 4, "retry_history": [4]})     # a retry
+    assert is_sampled({})                                               # from the sampler
