@@ -2,7 +2,7 @@
 
 Owns: ``RayTuneRunner`` (``ray-tune``): one multi-node allocation, the sbatch script of
 Ray's "Deploying on Slurm" page (docs.ray.io/en/latest/cluster/vms/user-guides/community/
-slurm.html and its ``slurm-basic.sh``): ``#SBATCH --nodes=N --exclusive
+slurm.html and its ``slurm-basic.sh``): ``#SBATCH --nodes=MIN-MAX --exclusive
 --tasks-per-node=1 --cpus-per-task --gpus-per-node``, the head node's address from
 ``scontrol show hostnames`` and ``srun ... hostname --ip-address``, ``srun -w head ray
 start --head --num-cpus --num-gpus --block &``, the other nodes ``srun ray start
@@ -11,6 +11,22 @@ ray_driver.py: Tune with ASHA, one GPU a trial, ``FailureConfig``, checkpoints t
 ``tune.report``, ``Tuner.restore(resume_errored=True)`` when ``Tuner.can_restore``). The
 allocation asks for ``--requeue`` (Slurm requeues it after a preemption or a node failure;
 the rerun restores the experiment) and ``--open-mode=append``.
+
+A node RANGE, not the page's fixed ``--nodes=4``: on a busy cluster an allocation of
+every node waits until every other user's job on them has ended (seed 0's background
+holds a job of 1,519 s from the start, so a 16-node Ray cell never started within the
+smoke's limit). Ray's cluster cannot grow inside Slurm afterwards (the page starts a
+fixed set of nodes once; the Ray autoscaler has no Slurm node provider in Ray itself),
+so what the allocation gets at its start is what the search has: ``--nodes=MIN-MAX``
+(sbatch(1): "the job will be allocated as many nodes as possible within the range
+specified and without delaying the initiation of the job") starts it with the whole
+nodes free at that moment, MAX = the cell's GPUs / 4, MIN = a quarter of MAX
+(``min_nodes``). The script already starts one Ray node per allocated node
+(``SLURM_JOB_NODELIST``, ``SLURM_JOB_NUM_NODES``); a requeued rerun may get a different
+count, which ``Tuner.restore`` takes as it is. (The other way, ``--gpus=N`` spread over
+partly busy nodes without ``--exclusive``, would use more of the free GPUs but gives
+each Ray node an uneven GPU count and shares nodes with other users' jobs, which the
+page's "allocate nodes specifically for Ray" advises against.)
 
 Written to win, beyond the page's template: the head is waited for by polling its port
 (not ``sleep 10``); each node gets a 100 MB object store (the
@@ -67,6 +83,12 @@ RAY_PORT = 26379
 NAME = "peers"
 
 
+def min_nodes(nodes: int) -> int:
+    """The range's floor: a quarter of the nodes asked (at least 1), so the search never
+    starts on a sliver of the GPUs, yet starts while most nodes are busy."""
+    return max(1, nodes // 4)
+
+
 def render_sbatch(*, nodes: int, gpus_per_node: int, cpus_per_node: int, minutes: int,
                   out_dir: Path, storage: Path, python: str, env: dict[str, str],
                   draws: list[int], max_failures: int) -> str:
@@ -87,7 +109,7 @@ def render_sbatch(*, nodes: int, gpus_per_node: int, cpus_per_node: int, minutes
 #SBATCH --job-name=ray-tune
 #SBATCH --partition=low
 #SBATCH --account=dethpc
-#SBATCH --nodes={nodes}
+#SBATCH --nodes={min_nodes(nodes)}-{nodes}
 #SBATCH --exclusive
 #SBATCH --tasks-per-node=1
 #SBATCH --cpus-per-task={cpus_per_node}

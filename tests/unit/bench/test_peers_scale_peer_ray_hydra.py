@@ -10,7 +10,7 @@ from pathlib import Path
 from bench.peers_scale.draws import shared_draws
 from bench.peers_scale.emulator import EmulatorSpec
 from bench.peers_scale.peer_hydra import HydraRunner
-from bench.peers_scale.peer_ray import render_sbatch
+from bench.peers_scale.peer_ray import min_nodes, render_sbatch
 from bench.peers_scale.systems import Cell
 
 
@@ -22,7 +22,7 @@ def test_the_ray_allocation_script_is_bash_with_the_pages_directives(tmp_path: P
     path = tmp_path / "ray.sbatch"
     path.write_text(script)
     assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0
-    for line in ("#SBATCH --nodes=16", "#SBATCH --exclusive", "#SBATCH --tasks-per-node=1",
+    for line in ("#SBATCH --nodes=4-16", "#SBATCH --exclusive", "#SBATCH --tasks-per-node=1",
                  "#SBATCH --gpus-per-node=a100:4", "#SBATCH --requeue",
                  "export PEERS_WORKLOG='/a b/w'"):
         assert line in script.splitlines()
@@ -46,3 +46,8 @@ def test_the_hydra_multirun_carries_the_cells_values(tmp_path: Path) -> None:
 def test_the_emulator_spec_comes_from_the_runners_environment() -> None:
     spec = EmulatorSpec.from_env({"PEERS_STARTUP_S": "3", "PEERS_TIME_SCALE": "0.5"})
     assert (spec.startup_s, spec.time_scale, spec.save_s) == (3.0, 0.5, 2.0)
+
+
+def test_ray_asks_for_a_node_range_so_it_starts_in_a_busy_queue() -> None:
+    # a quarter of the nodes (at least one) is enough to start with
+    assert [min_nodes(n) for n in (1, 2, 4, 16, 32)] == [1, 1, 1, 4, 8]
