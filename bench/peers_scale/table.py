@@ -1,0 +1,183 @@
+"""The peers-at-scale headline: Markdown tables from ``peers_scale.json`` (issue 48, item 9).
+
+Owns ``render(doc)``: the regime and the run (commit, date, seeds, cluster, fault plan,
+faults refused) above one table of every cell of ``summary`` (plain cells first) and one
+of the goals (``doc["goals"]``, or computed by goals.goals from the summary for a doc
+written before they were), the misses in bold; and ``replace_block(text, block)``: the
+text between ``<!-- peers_scale:begin -->`` and ``<!-- peers_scale:end -->`` replaced.
+
+  python -m bench.peers_scale.table [bench/results/peers_scale.json]          # print
+  python -m bench.peers_scale.table [json] --write   # README.md and bench/peers_scale/README.md
+
+``--write`` refuses a doc marked ``"smoke": true`` (a smoke is not the issue's table)
+unless ``--allow-smoke``, and a README without exactly one pair of markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.peers_scale.goals import GOALS, MISSED, NOT_MEASURED, goals
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_JSON = REPO / "bench" / "results" / "peers_scale.json"
+READMES = (REPO / "README.md", REPO / "bench" / "peers_scale" / "README.md")
+BEGIN, END = "<!-- peers_scale:begin -->", "<!-- peers_scale:end -->"
+
+#: (column header, how a summary cell shows it)
+COLUMNS: tuple[str, ...] = (
+    "cell", "reached", "time to target, median (IQR)", "decided after (median)",
+    "trials lost", "GPU-h allocated", "GPU-h redone / lost", "human actions",
+    "RPCs per trial", "peak RPCs/s", "login CPU s")
+
+
+def _n(v: Any, unit: str = "", digits: int = 2) -> str:
+    if v is None:
+        return "--"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}{unit}"
+    return f"{v}{unit}"
+
+
+def cell_row(name: str, c: Mapping[str, Any]) -> list[str]:
+    iqr = c.get("time_to_target_iqr_s") or [None, None]
+    ttt = _n(c.get("time_to_target_median_s"), " s", 1)
+    if iqr[0] is not None and iqr != [c.get("time_to_target_median_s")] * 2:
+        ttt += f" ({_n(iqr[0], '', 1)}-{_n(iqr[1], ' s', 1)})"
+    decided = c.get("wall_until_decided_median_s")
+    unfinished = c.get("trials_unfinished_at_timeout") or 0
+    decided_s = _n(decided, " s", 0) if decided is not None else \
+        f"**not all by {_n(c.get('timeout_s'), ' s', 0)}**"
+    if unfinished:
+        decided_s += f" ({unfinished} unfinished)"
+    reached = str(c.get("reached", "--"))
+    k, _, n = reached.partition("/")
+    if n and k != n:
+        reached = f"**{reached}**"
+    lost = c.get("trials_lost")
+    return [f"`{name}`", reached, ttt, decided_s,
+            f"**{lost}**" if lost else _n(lost),
+            _n(c.get("gpu_hours_allocated")),
+            f"{_n(c.get('gpu_hours_redone'), '', 3)} / {_n(c.get('gpu_hours_lost'), '', 3)}",
+            f"**{c['human_actions']}**" if c.get("human_actions") else _n(c.get("human_actions")),
+            _n(c.get("rpcs_per_trial")), _n(c.get("peak_rpcs_per_s"), "", 1),
+            _n(c.get("login_cpu_s"), "", 1)]
+
+
+def _md(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |",
+            *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def ordered_cells(summary: Mapping[str, Any]) -> list[str]:
+    """Plain cells, then the fault cells, each in the summary's order (the run's)."""
+    return [c for c in summary if not c.endswith("+faults")] + \
+        [c for c in summary if c.endswith("+faults")]
+
+
+def regime(doc: Mapping[str, Any]) -> str:
+    p, cl = doc.get("params") or {}, doc.get("cluster") or {}
+    plan = doc.get("fault_plan") or {}
+    seeds = sorted({s for c in doc["summary"].values() for s in c.get("seeds", [])})
+    smoke = "**SMOKE TEST, not the issue's table.** " if doc.get("smoke") else ""
+    faults = (f"the fault schedule (seeded, from the first sbatch, the same for every "
+              f"system): {plan.get('crashes')} node crashes revived after "
+              f"{_n(plan.get('crash_down_s'), ' s', 0)}, {plan.get('preemptions')} preemptions "
+              f"of {plan.get('preempt_nodes')} nodes for "
+              f"{_n(plan.get('preempt_hold_s'), ' s', 0)}, "
+              f"{plan.get('login_kills')} kill -9 of the login-side process, "
+              f"{plan.get('ctld_restarts')} slurmctld restart; faults refused by Slurm: "
+              f"{doc.get('faults_refused', '--')}") if plan else "no fault plan recorded"
+    if p.get("faults") == "off":
+        faults = "no fault cells"
+    return (f"{smoke}One run of `python -m bench.peers_scale.run` at commit "
+            f"`{str(doc.get('commit', '?'))[:10]}`, {doc.get('date', '?')}, seeds "
+            f"{', '.join(map(str, seeds))}: {p.get('trials')} trials (the same draws for every "
+            f"system; ASHA, eta 4, rungs at 1/4/16 validation periods, where it has it) on "
+            f"{cl.get('gpus')} emulated GPUs "
+            f"({cl.get('nodes')} nodes, {cl.get('gpu_type')}), other users' jobs keeping "
+            f"{_n(100 * p['busy'] if p.get('busy') is not None else None, '%', 0)} of them "
+            f"busy, sleeping trials replaying recorded curves (time-scale "
+            f"{p.get('time_scale')}, start-up {_n(p.get('startup_s'), ' s', 0)}), a cell's "
+            f"limit {_n(p.get('timeout'), ' s', 0)} from its first sbatch (an unreached seed "
+            f"counts at it); {faults}. Medians over the seeds; trials lost, GPU-hours and "
+            f"human actions summed over them. Raw runs and plots: `bench/results/"
+            f"peers_scale*.json`, `peers_scale_regret*.svg`.")
+
+
+def goal_rows(g: Mapping[str, Any]) -> list[list[str]]:
+    rows = []
+    for system, gs in g["systems"].items():
+        for x in gs:
+            st = x["status"]
+            shown = f"**{st}**" if st == MISSED else (f"_{st}_" if st == NOT_MEASURED else st)
+            rows.append([f"`{system}`", GOALS.get(x["goal"], x["goal"]), shown,
+                         str(x["why"]).replace("|", "/")])
+    return rows
+
+
+def render(doc: Mapping[str, Any]) -> str:
+    summary = doc["summary"]
+    g = doc.get("goals") or goals(summary)
+    c = g["counts"]
+    lines = [regime(doc), "",
+             *_md(COLUMNS, [cell_row(n, summary[n]) for n in ordered_cells(summary)]), "",
+             f"The issue's goals for dethpc at {g.get('min_gpus', 64)}+ GPUs (computed by "
+             f"`bench/peers_scale/goals.py`, never asserted): {c.get('met', 0)} met, "
+             f"{c.get(MISSED, 0)} missed, {c.get(NOT_MEASURED, 0)} not measured.", "",
+             *_md(("dethpc", "goal", "status", "figures"), goal_rows(g))]
+    return "\n".join(lines)
+
+
+def replace_block(text: str, block: str, begin: str = BEGIN, end: str = END) -> str:
+    """``text`` with what lies between the markers (exactly one pair, in order) replaced
+    by ``block``; the markers stay."""
+    if text.count(begin) != 1 or text.count(end) != 1:
+        raise ValueError(f"need exactly one {begin} and one {end}")
+    head, _, rest = text.partition(begin)
+    if end not in rest:
+        raise ValueError(f"{end} comes before {begin}")
+    _, _, tail = rest.partition(end)
+    return f"{head}{begin}\n{block.strip()}\n{end}{tail}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("json", nargs="?", type=Path, default=DEFAULT_JSON)
+    ap.add_argument("--write", action="store_true",
+                    help="replace the marked block in README.md and bench/peers_scale/README.md")
+    ap.add_argument("--allow-smoke", action="store_true",
+                    help="let --write put a smoke test's table in the READMEs")
+    ap.add_argument("--readme", type=Path, action="append",
+                    help="the files --write edits (default: the two READMEs)")
+    args = ap.parse_args(argv)
+    doc = json.loads(args.json.read_text())
+    block = render(doc)
+    if not args.write:
+        print(block)
+        return 0
+    if doc.get("smoke") and not args.allow_smoke:
+        print(f"table: {args.json} is a smoke test (\"smoke\": true), not the issue's table; "
+              "not written (--allow-smoke to force)", file=sys.stderr)
+        return 2
+    files = args.readme or list(READMES)
+    texts = {}
+    for f in files:                      # all or none: check every file before writing
+        try:
+            texts[f] = replace_block(f.read_text(), block)
+        except ValueError as exc:
+            print(f"table: {f}: {exc}", file=sys.stderr)
+            return 2
+    for f, t in texts.items():
+        f.write_text(t)
+        print(f"wrote the table into {f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,129 @@
+"""bench/peers_scale/table: the headline's Markdown from a results doc (the dethpc smoke,
+trimmed: tests/unit/bench/data/peers_scale_smoke_trimmed.json) and the README block between
+the markers replaced, never from a smoke unless asked."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.peers_scale import table
+from bench.peers_scale.table import BEGIN, END, render, replace_block
+
+DATA = Path(__file__).parent / "data" / "peers_scale_smoke_trimmed.json"
+
+
+@pytest.fixture
+def doc() -> dict[str, Any]:
+    return dict(json.loads(DATA.read_text()))
+
+
+def _rows(md: str, first: str) -> list[list[str]]:
+    """The rows of the table whose header starts with ``first``."""
+    lines = md.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(f"| {first} |"))
+    out = []
+    for ln in lines[start + 2:]:
+        if not ln.startswith("|"):
+            break
+        out.append([c.strip() for c in ln.strip("|").split("|")])
+    return out
+
+
+def test_one_row_per_cell_plain_first(doc: dict[str, Any]) -> None:
+    doc["summary"] = {k: doc["summary"][k] for k in ("dethpc-pool+faults", "dethpc-pool",
+                                                     "dethpc-per-job+faults", "dethpc-per-job")}
+    rows = _rows(render(doc), "cell")
+    assert [r[0] for r in rows] == ["`dethpc-pool`", "`dethpc-per-job`",
+                                    "`dethpc-pool+faults`", "`dethpc-per-job+faults`"]
+    pool = rows[0]
+    assert pool[1] == "1/1" and pool[2] == "55.5 s" and pool[3] == "323 s"
+    assert pool[8] == "3.31"                    # RPCs per trial, as the summary has it
+
+
+def test_the_run_is_stated_above_the_table(doc: dict[str, Any]) -> None:
+    head = render(doc).split("\n\n", 1)[0]
+    assert "SMOKE TEST" in head
+    assert "`610992b1de`" in head and "2026-12-02 04:16:04" in head
+    assert "seeds 0:" in head and "64 emulated GPUs" in head and "16 nodes" in head
+    assert "faults refused by Slurm: 0" in head
+    doc["smoke"] = False
+    assert "SMOKE" not in render(doc)
+
+
+def test_misses_are_shown(doc: dict[str, Any]) -> None:
+    s = doc["summary"]
+    s["dethpc-pool+faults"].update(reached="2/3", trials_lost=2,
+                                   wall_until_decided_median_s=None,
+                                   trials_unfinished_at_timeout=4)
+    md = render(doc)
+    row = next(r for r in _rows(md, "cell") if r[0] == "`dethpc-pool+faults`")
+    assert row[1] == "**2/3**" and row[4] == "**2**" and row[7] == "**1**"
+    assert row[3] == "**not all by 500 s** (4 unfinished)"
+    goals = _rows(md, "dethpc")
+    lost = next(r for r in goals if r[0] == "`dethpc-pool`" and "trials lost" in r[1])
+    assert lost[2] == "**missed**"
+    # no peer in this doc: the comparisons are not measured, and said so
+    assert any(r[2] == "_not measured_" for r in goals)
+
+
+def test_goals_come_from_the_doc_when_it_has_them(doc: dict[str, Any]) -> None:
+    from bench.peers_scale.goals import goals
+    g = goals(doc["summary"])
+    g["systems"]["dethpc-pool"][0]["why"] = "a figure only the doc's goals hold"
+    doc["goals"] = g
+    assert "a figure only the doc's goals hold" in render(doc)
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    (f"a\n{BEGIN}\nold\ntable\n{END}\nb\n", f"a\n{BEGIN}\nNEW\n{END}\nb\n"),
+    (f"{BEGIN}{END}", f"{BEGIN}\nNEW\n{END}"),
+])
+def test_replace_block(text: str, want: str) -> None:
+    got = replace_block(text, "NEW\n")
+    assert got == want
+    assert replace_block(got, "NEW") == want           # idempotent
+
+
+@pytest.mark.parametrize("text", [
+    "no markers", f"{BEGIN} only", f"{END} only", f"{END}\n{BEGIN}",
+    f"{BEGIN}{END}{BEGIN}{END}"])
+def test_replace_block_refuses_bad_markers(text: str) -> None:
+    with pytest.raises(ValueError):
+        replace_block(text, "NEW")
+
+
+def _readmes(tmp_path: Path) -> list[Path]:
+    files = [tmp_path / "README.md", tmp_path / "sub.md"]
+    for f in files:
+        f.write_text(f"# t\n{BEGIN}\nold\n{END}\nafter\n")
+    return files
+
+
+def test_write_refuses_a_smoke(doc: dict[str, Any], tmp_path: Path) -> None:
+    src = tmp_path / "doc.json"
+    src.write_text(json.dumps(doc))
+    files = _readmes(tmp_path)
+    argv = [str(src), "--write", *(a for f in files for a in ("--readme", str(f)))]
+    assert table.main(argv) == 2
+    assert all("old" in f.read_text() for f in files)
+    assert table.main([*argv, "--allow-smoke"]) == 0
+    for f in files:
+        t = f.read_text()
+        assert "old" not in t and "| `dethpc-pool` |" in t and t.endswith(f"{END}\nafter\n")
+
+
+def test_write_is_all_or_nothing(doc: dict[str, Any], tmp_path: Path) -> None:
+    real = copy.deepcopy(doc)
+    real["smoke"] = False
+    src = tmp_path / "doc.json"
+    src.write_text(json.dumps(real))
+    files = _readmes(tmp_path)
+    files[1].write_text("no markers here\n")
+    argv = [str(src), "--write", *(a for f in files for a in ("--readme", str(f)))]
+    assert table.main(argv) == 2
+    assert "old" in files[0].read_text()
