@@ -233,12 +233,35 @@ class RayTuneRunner:
             return None
         return pid if Path(f"/proc/{pid}").exists() else None
 
+    @staticmethod
+    def _head_pid() -> int | None:
+        """The head's ``ray start --head`` (the srun task's process, not srun itself)."""
+        want = (b"ray.scripts.scripts", b"start", b"--head", f"--port={RAY_PORT}".encode())
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv and not argv[0].endswith(b"srun") and all(w in argv for w in want):
+                return int(entry.name)
+        return None
+
     def kill_login(self) -> str | None:
+        """kill -9 of the driver (the Tune controller); while it has not started yet (the
+        allocation's Ray nodes still starting), of the head's ``ray start --head``: the
+        batch script's driver then cannot connect and the allocation ends. Neither while
+        the allocation waits in the queue: nothing of Ray runs then (said so)."""
         pid = self._driver_pid()
-        if pid is None:
-            return "no Ray Tune driver was running"
-        os.kill(pid, signal.SIGKILL)
-        return f"Ray Tune driver pid {pid} (kill -9)"
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            return f"Ray Tune driver pid {pid} (kill -9)"
+        pid = self._head_pid()
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            return f"Ray head (ray start --head) pid {pid} (kill -9; the driver had not started)"
+        return "nothing of Ray was running (the allocation was not started)"
 
     def _job_state(self) -> str:
         """The allocation's state as a person sees it (squeue; "" when it left the queue).
