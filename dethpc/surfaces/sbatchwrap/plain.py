@@ -2,7 +2,8 @@
 
 Owns: what the plain command submits (``PlainJob``: the user's script, its header
 re-emitted in dethpc's wrapper, the additions, the array's task ids), the wrapper's text
-(``wrapper_script``, sbatch_templates/sbatch_wrapper.sbatch.j2), the records of an
+(``wrapper_script``, sbatch_templates/sbatch_wrapper.sbatch.j2's text, written by
+``dethpc.jobs.wrapper_text`` without Jinja2), the records of an
 experiment of kind SBATCH (``record``/``unrecord``: written before sbatch runs, removed
 when sbatch refuses; ``submit`` runs the one submission protocol over them, the job ids
 confirmed by ``dethpc.control.submitters.SbatchLedger``), and what is printed
@@ -38,7 +39,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dethpc.backends.slurm_commands import run_sbatch
-from dethpc.common import jobenv
 from dethpc.common.errors import CommandError, DethpcError, SubmitLimitError
 from dethpc.common.jobref import JobRef
 from dethpc.common.kinds import EventKind, ExperimentKind
@@ -253,16 +253,18 @@ def wrapper_script(job: PlainJob, *, experiment_id: int, paths: ExperimentPaths,
                    trials: Sequence[tuple[int, int]], python: str) -> str:
     """The script Slurm receives. ``trials``: (array task id, trial id)."""
     from dethpc.common.version import __version__
-    from dethpc.jobs.templates import make_env
+    from dethpc.jobs import wrapper_text
 
     patterns = [(str(i) if job.array is not None else '""', tid,
                  str(paths.trial(tid).root)) for i, tid in trials]
-    return make_env(cached=True).get_template(TEMPLATE).render(
+    # TEMPLATE's text without Jinja2 unless a site overrides it (byte-identical:
+    # tests/unit/jobs/test_wrapper_text.py)
+    return wrapper_text.render(
         version=__version__, experiment_id=experiment_id, script_name=job.source.name,
         header=header_of(job.source.text), additions=list(job.additions), tasks=patterns,
         script=str(paths.script), signal=job.pool.signal,
         signal_grace_s=job.pool.signal_grace_s, python=python, bin_dir=str(paths.bin),
-        forward=job.forward, config=str(paths.config), names=jobenv)
+        forward=job.forward, config=str(paths.config))
 
 
 def wrapper_path(paths: ExperimentPaths, job: PlainJob) -> Path:

@@ -2,17 +2,18 @@
 
 Owns: ``write_shim``: ``<run dir>/bin/dethpc``, first on the PATH of a plain job's script
 and of a search's trials, which runs the job API with the Python that runs dethpc.
-Its own module (the standard library and ``shquote`` only): both the plain path, which
+Its own module (the standard library only: ``shlex.quote`` is
+the templates' ``shquote``, without Jinja2): both the plain path, which
 must stay light (issue 47 item 1), and the search write it.
 Must not: write anything else.
 """
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from dethpc.common.paths import ExperimentPaths
-from dethpc.jobs.templates import shquote
 
 
 def write_shim(paths: ExperimentPaths, python: str) -> Path:
@@ -25,6 +26,6 @@ def write_shim(paths: ExperimentPaths, python: str) -> Path:
               else "dethpc.surfaces.cli.main")
     paths.bin.mkdir(parents=True, exist_ok=True)
     shim = paths.bin / "dethpc"
-    shim.write_text(f"#!/bin/sh\nexec {shquote(python)} -m {module} \"$@\"\n")
+    shim.write_text(f"#!/bin/sh\nexec {shlex.quote(python)} -m {module} \"$@\"\n")
     shim.chmod(0o755)
     return shim
