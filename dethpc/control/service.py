@@ -6,8 +6,9 @@ pidfile, ``start`` (detached ``dethpc daemon run`` with its log in
 ``$DETHPC_HOME/daemon.log``, under its supervisor ``dethpc.common.supervisor``, which
 starts it again with back-off when it is killed or crashes: docs/reliability.md),
 ``prestart`` (the same process started at a command's
-first line, so that its start overlaps the command's own; ``start`` adopts it, and it is
-stopped when the command exits without having done so), ``stop`` (the supervisor
+first line, so that its start overlaps the command's own; ``start`` or ``launch`` adopts
+it, and it is stopped when the command exits without having done so), ``launch`` (a
+start that does not wait for the daemon's lock), ``stop`` (the supervisor
 first, so nothing comes back) and ``status``, and
 ``wake`` (the file a client touches after it changed an experiment, so that an idle
 daemon ticks now).
@@ -162,6 +163,28 @@ def _drop_prestarted() -> None:
         proc.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=30)
+
+
+def launch() -> int | None:
+    """Start the daemon *without waiting* for it to take its lock, for a command whose
+    work is recorded already (``dethpc sbatch``: the daemon adopts the job whenever it is
+    up, issue 47 item 1): adopt the supervisor ``prestart`` started, ask one that waits out
+    a back-off to start the daemon now (SIGUSR1, as ``start``), or spawn one. Returns the
+    supervisor's pid when this call started it (adopted or spawned), None when a daemon or
+    its supervisor was there already. Nobody waits: a daemon whose very first run fails
+    says why in ``daemon.log`` only (``start`` reports it; docs/reliability.md)."""
+    proc, _Prestarted.proc = _Prestarted.proc, None
+    if proc is not None and proc.poll() is None:
+        return proc.pid
+    if running_pid() is not None:
+        return None
+    keeper = supervisor_pid()
+    if keeper is not None:
+        if keeper > 0:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(keeper, signal.SIGUSR1)
+        return None
+    return _spawn().pid
 
 
 def start(extra_env: dict[str, str] | None = None, wait_s: float = 120.0) -> int:

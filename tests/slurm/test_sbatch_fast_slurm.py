@@ -4,8 +4,8 @@ prints sbatch's line, records the job with ``sqlite3`` alone, and never imports
 SQLAlchemy, sqlmodel, pydantic, Alembic, typer, click or torch; the daemon tracks the job
 to its end. An array job asks Slurm's ``MaxArraySize`` (its task ids are checked before
 anything is recorded); a plain job does not ask. Without ``--no-daemon`` the user's
-daemon is started (its start overlapping the submission, ``service.prestart``) and the
-command's process never imports the daemon's modules.
+daemon is started (its start overlapping the submission, ``service.prestart``), not waited
+for (``service.launch``), and the command's process never imports the daemon's modules.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,9 @@ from tests.slurm.fixtures.sbatch_kit import (
 )
 
 #: what the light path must never import
-FORBIDDEN = {"sqlalchemy", "sqlmodel", "pydantic", "alembic", "typer", "click", "torch"}
+#: (and Jinja2: the wrapper is written by ``dethpc.jobs.wrapper_text``)
+FORBIDDEN = {"sqlalchemy", "sqlmodel", "pydantic", "alembic", "typer", "click", "torch",
+             "jinja2"}
 #: the console script's main in this process, which says at exit what it imported and
 #: which Slurm commands it ran (every ``subprocess.Popen`` argv's first word)
 DRIVER = """
@@ -122,7 +125,10 @@ def test_the_orm_path_prints_the_same_and_records_the_same(
 
 
 def test_the_daemon_is_started_without_its_imports_here(
-        home: tuple[Path, Store, Daemon], tmp_path: Path) -> None:
+        home: tuple[Path, Store, Daemon], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Started, not waited for (``service.launch``): the command names the daemon's
+    supervisor and returns; the daemon takes its lock after, and tracks the job."""
     root, _, _ = home
     work = tmp_path / "work"
     work.mkdir()
@@ -130,15 +136,25 @@ def test_the_daemon_is_started_without_its_imports_here(
     done, modules, ran = run(root, work, "job.sh")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("Submitted batch job ")
-    said = re.fullmatch(r"dethpc: started the daemon \(pid (\d+)\) that tracks this job; "
-                        r"log: .*\n", done.stderr)
+    said = re.fullmatch(r"dethpc: started the daemon \(supervisor pid (\d+)\) that tracks "
+                        r"this job; log: .*\n", done.stderr)
     assert said is not None, done.stderr
     assert not {m for m in modules if m.startswith(("dethpc.control.daemon", "sqlalchemy"))}
+    monkeypatch.setenv("DETHPC_HOME", str(root))
+    from dethpc.control import service
+
+    assert service.supervisor_pid() == int(said[1])   # still there: adopted, not stopped
+    deadline = time.monotonic() + 120       # a loaded 2-core host: imports took > 10 s
+    while service.running_pid() is None and time.monotonic() < deadline:
+        assert service.supervisor_pid() == int(said[1]), (root / "daemon.log").read_text()
+        time.sleep(0.1)
+    pid = service.running_pid()
+    assert pid is not None and pid > 0, (root / "daemon.log").read_text()
     status = subprocess.run([sys.executable, "-m", "dethpc.surfaces.cli.main", "daemon",
                              "status"], env=env_for(root), capture_output=True, text=True,
                             timeout=60)
     assert status.returncode == 0, (status.stdout, status.stderr)
-    assert status.stdout.startswith(f"daemon running (pid {said[1]})"), status.stdout
+    assert status.stdout.startswith(f"daemon running (pid {pid})"), status.stdout
     # a second submission finds it running: no start, nothing said
     again, _, _ = run(root, work, "job.sh")
     assert again.returncode == 0 and again.stderr == "", again.stderr

@@ -5,10 +5,11 @@ Owns: ``answer(args)``: a plain ``dethpc sbatch [--no-daemon] [sbatch options] s
 needs of the cluster config from the copy ``clustercache`` saved (``SbatchSite``: no
 YAML, no validation, no backend object), its rows written with ``sqlite3``
 (``SqliteAtHead``, ``dethpc.store.sbatch_rows``), the same protocol, wrapper, sbatch words,
-output and exit code as the typer command, which shares ``run_plain``, ``dethpc_head``
-and ``ensure_daemon`` from here. The console script (``dethpc.surfaces.entry``) asks
-here first; None means "not mine", decided before anything is read, written or printed:
-the full CLI (``sbatch_cmd``) runs the command as it always has.
+output and exit code as the typer command, which shares ``run_plain``, ``dethpc_head``,
+``ensure_daemon`` (a search's) and ``launch_daemon`` (a plain job's) from here. The
+console script (``dethpc.surfaces.entry``) asks here first; None means "not mine",
+decided before anything is read, written or printed: the full CLI (``sbatch_cmd``) runs
+the command as it always has.
 
 Not mine: ``--help``/``-h``/``--help-sbatch``, ``--search``, no words, sbatch's own
 ``--help``/``--usage``/``--version``; ``DETHPC_FAST_SBATCH=0``; a database other than the
@@ -18,8 +19,9 @@ missing or not at the head revision (the ORM creates or migrates it); a backend 
 does not take a user's sbatch (the CLI says why); a cluster config the CLI will refuse.
 The daemon that tracks the job (unless ``--no-daemon``) is started as soon as the job is
 planned when none runs (``service.prestart``: its imports run beside the submission's;
-stopped again when sbatch refuses) and adopted at the end: no daemon module is imported
-here.
+stopped again when sbatch refuses) and adopted at the end without waiting for its lock
+(``launch_daemon``: the job is recorded, and the daemon adopts it once up; waiting cost a
+first ``dethpc sbatch`` 0.8-1.1 s): no daemon module is imported here.
 Must not: import typer, click, SQLAlchemy, sqlmodel, pydantic or Alembic
 (tests/unit/surfaces/test_cli_fastsbatch.py checks), or print before it knows the
 command is its own.
@@ -100,6 +102,20 @@ def ensure_daemon() -> None:
                          f"log: {service.log_path()}\n")
 
 
+def launch_daemon() -> None:
+    """Start this user's daemon unless one runs (or adopt the one ``service.prestart``
+    started) without waiting for it to take its lock (``service.launch``): a plain job
+    is recorded before sbatch runs, and the daemon adopts it whenever it is up. Said on
+    stderr with the supervisor's pid (the daemon's is not known yet); sbatch's own output
+    stays byte-identical."""
+    from dethpc.control import service
+
+    keeper = service.launch()
+    if keeper is not None:
+        sys.stderr.write(f"dethpc: started the daemon (supervisor pid {keeper}) that tracks "
+                         f"this job; log: {service.log_path()}\n")
+
+
 def stdin_script(args: Sequence[str]) -> tuple[bool, str | None]:
     """Whether ``args`` name no script (nor ``--wrap``), and then standard input's text
     when it is not a terminal (sbatch reads the script there)."""
@@ -150,7 +166,7 @@ def answer(args: list[str]) -> int | None:
 
         def prestart() -> None:
             """The daemon started now unless one runs, its imports beside the submission's
-            (stopped at exit unless ``ensure_daemon`` adopts it: sbatch refused)."""
+            (stopped at exit unless ``launch_daemon`` adopts it: sbatch refused)."""
             from dethpc.control import service
 
             service.prestart()
@@ -161,7 +177,7 @@ def answer(args: list[str]) -> int | None:
         sys.stdout.write(out)
         sys.stderr.write(err)
         if code == 0 and not no_daemon:
-            ensure_daemon()
+            launch_daemon()
         return code
     except DethpcError as exc:
         from dethpc.surfaces.cli.output import report_error

@@ -3,7 +3,8 @@
 Owns: the typer command: hands the raw words to ``dethpc.surfaces.sbatchwrap`` (``plain`` for a
 job, ``search`` for a search) and prints what it returns with sbatch's exit code. A plain
 job on an SQLite store at head is answered before typer by ``fastsbatch`` (issue 47),
-whose ``run_plain``, ``dethpc_head`` and ``ensure_daemon`` this command shares; here it
+whose ``run_plain``, ``dethpc_head``, ``ensure_daemon`` and ``launch_daemon`` this
+command shares; here it
 runs for a search, the help, PostgreSQL, a store to create or upgrade, or
 ``DETHPC_FAST_SBATCH=0``.
 Must not: hold logic the library lacks.
@@ -21,7 +22,11 @@ import typer
 from dethpc.common.jobenv import ENV_HP_PREFIX, ENV_HPARAMS
 from dethpc.surfaces.cli import fastsbatch
 from dethpc.surfaces.cli.common import ENV
-from dethpc.surfaces.cli.fastsbatch import dethpc_head, ensure_daemon  # noqa: F401 - re-exported
+from dethpc.surfaces.cli.fastsbatch import (  # noqa: F401 - re-exported
+    dethpc_head,
+    ensure_daemon,
+    launch_daemon,
+)
 
 
 def run_search(argv: Sequence[str], environ: Mapping[str, str], cwd: Path) -> str:
@@ -129,4 +134,4 @@ def sbatch(ctx: typer.Context) -> None:
     if code:
         raise typer.Exit(code)
     if not no_daemon and not plain.wants_info(args):
-        ensure_daemon()
+        launch_daemon()         # the job is recorded: the daemon adopts it once up

@@ -18,8 +18,10 @@ import pytest
 from dethpc.store import Store
 from dethpc.surfaces.cli import fastsbatch
 
-#: what the light path must never import (the ORM, typer, the job side's torch)
-FORBIDDEN = ("sqlalchemy", "sqlmodel", "pydantic", "alembic", "typer", "click", "torch")
+#: what the light path must never import (the ORM, typer, the job side's torch, Jinja2:
+#: the wrapper is written by ``dethpc.jobs.wrapper_text``)
+FORBIDDEN = ("sqlalchemy", "sqlmodel", "pydantic", "alembic", "typer", "click", "torch",
+             "jinja2")
 #: runs the console script's main in this process and says, at exit, what was imported
 DRIVER = """
 import atexit, json, os, sys
@@ -143,3 +145,47 @@ def test_a_refusal_is_the_same_bytes_without_the_clis_imports(tmp_path: Path,
         (tmp_path / "home" / "runs").iterdir())
     # refused before it was planned: no daemon was started for it (its log is its trace)
     assert not (tmp_path / "home" / "daemon.log").exists()
+
+
+def test_a_plain_jobs_daemon_is_started_not_waited_for(
+        home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``launch_daemon`` (``service.launch``): the job is recorded, so the command returns
+    without waiting for the daemon's lock (``service.start`` would wait here, up to 120 s,
+    for a daemon that never takes it); a prestarted supervisor is adopted, not spawned
+    again; a supervisor already there is asked to start the daemon now and nothing is said."""
+    import signal
+
+    from dethpc.control import service
+
+    spawned: list[subprocess.Popen[bytes]] = []
+
+    def spawn(extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        spawned.append(subprocess.Popen(["sleep", "120"]))   # never takes the lock
+        return spawned[-1]
+
+    monkeypatch.setattr(service, "_spawn", spawn)
+    said = "dethpc: started the daemon (supervisor pid {}) that tracks this job; log: {}\n"
+    try:
+        fastsbatch.launch_daemon()
+        assert len(spawned) == 1 and spawned[0].poll() is None
+        assert capsys.readouterr().err == said.format(spawned[0].pid, service.log_path())
+        service.prestart()                       # as the light path does once planned
+        assert len(spawned) == 2
+        fastsbatch.launch_daemon()
+        assert len(spawned) == 2 and service._Prestarted.proc is None   # adopted
+        assert capsys.readouterr().err == said.format(spawned[1].pid, service.log_path())
+        # a supervisor holds its lock (one waiting out a back-off): poked, nothing said
+        keeper = subprocess.Popen(["sleep", "120"])
+        spawned.append(keeper)
+        service.supervisor_pid_path().write_text(str(keeper.pid))
+        with open(service.supervisor_lock_path(), "a+") as lock:
+            import fcntl
+
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            fastsbatch.launch_daemon()
+        assert len(spawned) == 3 and capsys.readouterr().err == ""
+        assert keeper.wait(timeout=30) == -signal.SIGUSR1
+    finally:
+        for proc in spawned:
+            proc.kill()
+            proc.wait()
