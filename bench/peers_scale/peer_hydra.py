@@ -114,12 +114,10 @@ class HydraRunner:
         cell.say(f"hydra-optuna: multirun pid {self._start().pid}")
 
     def finished(self) -> bool:
-        """The sweep ended: the sweeper wrote its results, or the multirun exited by itself
-        (an error: for good)."""
-        if (self.sweep_dir / "optimization_results.yaml").exists():
-            return True
-        last = self.procs[-1] if self.procs else None
-        return last is not None and last.poll() is not None and last.pid not in self.killed
+        """The sweep ended: the sweeper wrote its results. A multirun that exited without
+        them (killed, or an error such as a job's result missing after a fault) is a
+        search that stopped, not one that ended: a person's look runs it again."""
+        return (self.sweep_dir / "optimization_results.yaml").exists()
 
     def _multirun_pid(self) -> int | None:
         """The multirun's python (runuser's child, the process that holds the sweep)."""
@@ -147,15 +145,18 @@ class HydraRunner:
         return f"Hydra multirun pid {pid} (kill -9)"
 
     def operator_check(self) -> str | None:
-        """A person's look: a multirun that died before the sweep ended is run again (its
-        jobs still running cancelled first)."""
+        """A person's look: a multirun that died before the sweep ended (killed, or exited
+        with an error) is run again (its jobs still running cancelled first)."""
         if not self.procs or self.finished() or self.procs[-1].poll() is None:
             return None
         assert self.cell is not None
+        last = self.procs[-1]
+        why = "killed" if last.pid in self.killed else f"exited {last.returncode}"
         subprocess.run(as_system_user(["scancel", f"--name={JOB_NAME}"], self._env(self.cell)),
                        capture_output=True, timeout=60, cwd="/tmp", check=False)
         proc = self._start()
-        action = f"scancel --name={JOB_NAME}; the same multirun again (pid {proc.pid})"
+        action = (f"the multirun {why}: scancel --name={JOB_NAME}; the same multirun "
+                  f"again (pid {proc.pid})")
         self.human_actions.append(action)
         return action
 

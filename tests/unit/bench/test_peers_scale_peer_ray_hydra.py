@@ -7,6 +7,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from bench.peers_scale import peer_hydra
 from bench.peers_scale.draws import shared_draws
 from bench.peers_scale.emulator import EmulatorSpec
 from bench.peers_scale.peer_hydra import HydraRunner
@@ -51,3 +54,33 @@ def test_the_emulator_spec_comes_from_the_runners_environment() -> None:
 def test_ray_asks_for_a_node_range_so_it_starts_in_a_busy_queue() -> None:
     # a quarter of the nodes (at least one) is enough to start with
     assert [min_nodes(n) for n in (1, 2, 4, 16, 32)] == [1, 1, 1, 4, 8]
+
+
+class _Exited:
+    """A multirun process that has exited (runuser's Popen, as the runner holds it)."""
+
+    def __init__(self, pid: int, rc: int) -> None:
+        self.pid, self.returncode = pid, rc
+
+    def poll(self) -> int:
+        return self.returncode
+
+
+def test_a_multirun_that_crashed_is_a_stopped_search_a_person_runs_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cell = Cell("hydra-optuna", 0, 32, 64, tmp_path, {"SLURM_CONF": "x"}, EmulatorSpec(), 600)
+    runner = HydraRunner()
+    runner.cell = cell
+    runner.procs = [_Exited(101, 1)]            # e.g. a job's result missing after a fault
+    assert not runner.finished()
+    scancels: list[list[str]] = []
+    monkeypatch.setattr(peer_hydra.subprocess, "run",
+                        lambda argv, **_kw: scancels.append(argv))
+    monkeypatch.setattr(runner, "_start", lambda: _Exited(102, 0))
+    action = runner.operator_check()
+    assert action is not None and "exited 1" in action and runner.human_actions == [action]
+    assert any("--name=hydra_app" in " ".join(a) for a in scancels)
+    runner.procs = [_Exited(103, 0)]
+    (runner.sweep_dir).mkdir()
+    (runner.sweep_dir / "optimization_results.yaml").write_text("best: 0.1\n")
+    assert runner.finished() and runner.operator_check() is None
