@@ -283,8 +283,10 @@ class DethpcRunner:
         return f"dethpc daemon pid {pid} (kill -9)"
 
     def operator_check(self) -> str | None:
-        """The daemon is what moves the search; dethpc starts it at submit only, so a
-        daemon that died needs a person to run ``dethpc daemon start``."""
+        """The daemon is what moves the search. It runs under dethpc's supervisor, which
+        restarts it after a kill -9 (docs/reliability.md), so a look normally finds it
+        running; only a daemon still dead at the look (supervisor gone or given up)
+        needs a person to run ``dethpc daemon start`` (counted)."""
         if self._daemon_pid() is not None or self.finished():
             return None
         res = self._dethpc("daemon", "start")
