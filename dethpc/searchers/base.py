@@ -20,7 +20,8 @@ The daemon maps request ids to trial rows. Lengths are in the unit of
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -135,6 +136,10 @@ def exit_status(reason: TrialExit) -> TrialStatus:
             TrialExit.INVALID_HP: TrialStatus.INVALID}.get(reason, TrialStatus.STOPPED)
 
 
+#: the snapshot text's separators (compact, as the store keeps it)
+SNAPSHOT_SEPARATORS = (",", ":")
+
+
 def record_to_json(r: TrialRecord) -> dict[str, Any]:
     return {"request_id": r.request_id, "hparams": r.hparams, "bracket": r.bracket,
             "rung": r.rung, "status": r.status.value,
@@ -176,6 +181,13 @@ class Searcher(abc.ABC):
     @abc.abstractmethod
     def snapshot(self) -> dict[str, Any]:
         """JSON-serializable state, including RNG state."""
+
+    def snapshot_text(self, extra: Mapping[str, Any]) -> str:
+        """``snapshot()`` with ``extra``'s keys after its own, as compact JSON text (what
+        the store keeps): ``json.dumps({**snapshot(), **extra}, separators=(",", ":"))``,
+        character for character. A searcher may build the same text cheaper
+        (``IndependentSearcher`` keeps each record's encoding)."""
+        return json.dumps({**self.snapshot(), **extra}, separators=SNAPSHOT_SEPARATORS)
 
     @abc.abstractmethod
     def restore(self, snapshot: dict[str, Any]) -> None:

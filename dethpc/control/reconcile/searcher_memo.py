@@ -129,8 +129,7 @@ def read_snapshot(s: Session, exp_id: int, config: str, cfg: ExperimentConfig,
 
 def snapshot_text(searcher: Searcher, concurrency: int) -> str:
     """The searcher's snapshot with the limit it ran under, as the text to store."""
-    return json.dumps({**searcher.snapshot(), CONCURRENCY_KEY: concurrency},
-                      separators=(",", ":"))
+    return searcher.snapshot_text({CONCURRENCY_KEY: concurrency})
 
 
 def write_snapshot(s: Session, exp_id: int, text: str) -> None:

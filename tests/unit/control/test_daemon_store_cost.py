@@ -55,17 +55,17 @@ def test_a_tick_that_tells_the_searcher_nothing_rebuilds_no_snapshot(tmp_path: P
         assert before is not None and before.snapshot
         stored = dict(before.snapshot)
     built: list[str] = []
-    real_snapshot, real_progress = RandomSearcher.snapshot, RandomSearcher.progress
+    real_text, real_progress = RandomSearcher.snapshot_text, RandomSearcher.progress
 
-    def snapshot(self):  # type: ignore[no-untyped-def]
+    def snapshot_text(self, extra):  # type: ignore[no-untyped-def]
         built.append("snapshot")
-        return real_snapshot(self)
+        return real_text(self, extra)
 
     def progress(self):  # type: ignore[no-untyped-def]
         built.append("progress")
         return real_progress(self)
 
-    monkeypatch.setattr(RandomSearcher, "snapshot", snapshot)
+    monkeypatch.setattr(RandomSearcher, "snapshot_text", snapshot_text)
     monkeypatch.setattr(RandomSearcher, "progress", progress)
     running = set(sorted(refs)[:2])
     tick(store, exp_id, infos_for(refs, running))          # jobs start: no searcher call
