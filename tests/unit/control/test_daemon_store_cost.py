@@ -80,3 +80,29 @@ def test_a_tick_that_tells_the_searcher_nothing_rebuilds_no_snapshot(tmp_path: P
                             "metrics": {"loss": 0.5}}) + "\n")
     tick(store, exp_id, infos_for(refs, running))
     assert built == ["progress", "snapshot"]
+
+
+def test_the_watchdog_asks_the_store_for_the_running_jobs_rows_alone(tmp_path: Path) -> None:
+    """The jobs this poll saw running name the rows read: at 50,000 trials the live rows
+    were 35,000 a tick for 64 running."""
+    w = world(tmp_path)
+    trials = w.add_trials(40)
+    w.add_batch(trials, ref="700_{i}", live=True)
+    infos = {f"700_{i}": JobInfo(f"700_{i}", JobState.RUNNING if i < 3 else JobState.PENDING)
+             for i in range(40)}
+    asked: list[object] = []
+
+    def on_execute(_conn, _cursor, statement, params, _ctx, _many):  # type: ignore[no-untyped-def]
+        if "FROM job" in statement:
+            asked.append(params)
+
+    engine = w.store.engine
+    event.listen(engine, "before_cursor_execute", on_execute)
+    try:
+        dog = Watchdog(w.store, w.cluster, w.backend, clock=lambda: 1000.0)
+        dog.run([w.exp_id], infos, TickStats())
+    finally:
+        event.remove(engine, "before_cursor_execute", on_execute)
+    refs = {p for params in asked for p in params if isinstance(p, str) and "_" in p}
+    assert refs == {"700_0", "700_1", "700_2"}
+    assert sorted(dog._watch) == ["700_0", "700_1", "700_2"]
