@@ -121,7 +121,7 @@ class Daemon:
         self.pulls.check()
         self.budget.start_tick(seen.user_jobs)
         # ingest, feed the searchers, judge job ends; then the checkpoints GC doomed
-        cancel = self.reconciling.run(exp_ids, seen.infos, stats, opened)
+        cancel = self.reconciling.run(exp_ids, seen.infos, stats, opened, live=seen.live)
         if self.reconciling.release:   # held after a failed launch or expedited requeue
             self.backend.act(job_refs(self.reconciling.release), JobAction.RELEASE)
             stats.changed = True
@@ -147,7 +147,7 @@ class Daemon:
         seen = self.poller.observe(stats, exp_ids, force=True)
         self.tasks.record(seen.infos, stats)
         self.budget.start_tick(seen.user_jobs)
-        cancel = self.reconciling.run(exp_ids, seen.infos, stats)
+        cancel = self.reconciling.run(exp_ids, seen.infos, stats, live=seen.live)
         self.canceller.cancel_wanted(cancel, stats)
         return stats
 

@@ -27,6 +27,7 @@ from dethpc.control.daemon.incidents import fail_experiment
 from dethpc.control.daemon.shared import Guard, TickStats
 from dethpc.control.daemon.verdicts import write_searched
 from dethpc.control.reconcile import ExperimentReconciler, SearcherMemo
+from dethpc.control.reconcile.skip_rules import LiveRow
 from dethpc.control.resolved import Resolved
 from dethpc.store import Store
 from dethpc.store.models import Experiment
@@ -47,9 +48,12 @@ class Reconciling:
         self.memo = SearcherMemo()
 
     def run(self, exp_ids: list[int], infos: dict[str, JobInfo], stats: TickStats,
-            resolved: Mapping[int, Resolved] | None = None) -> list[str]:
+            resolved: Mapping[int, Resolved] | None = None,
+            live: Mapping[int, list[LiveRow]] | None = None) -> list[str]:
         """Reconcile each experiment; returns the refs they want cancelled (and keeps
-        those to release in ``release``). ``resolved``: the tick's (config, pool) of each."""
+        those to release in ``release``). ``resolved``: the tick's (config, pool) of each;
+        ``live``: the live jobs' rows the poll read (``Observed.live``; None: each
+        experiment reads its own)."""
         cancel: list[str] = []
         self.release = []
         self.memo.retain(exp_ids)
@@ -59,8 +63,10 @@ class Reconciling:
                     exp = s.get(Experiment, exp_id)
                     assert exp is not None
                     r = resolved.get(exp_id) if resolved is not None else None
-                    rec = ExperimentReconciler(s, exp, infos, self.clock(), memo=self.memo,
-                                               cfg=r.cfg if r is not None else None)
+                    rec = ExperimentReconciler(
+                        s, exp, infos, self.clock(), memo=self.memo,
+                        cfg=r.cfg if r is not None else None,
+                        live_rows=live.get(exp_id, []) if live is not None else None)
                     out = rec.run()
                 self.memo.keep(exp_id, rec.kept())   # committed: the searcher stored
                 write_searched(out.searched)

@@ -91,11 +91,14 @@ class TickRows:
 
     @classmethod
     def load(cls, s: Session, exp: Experiment, infos: dict[str, JobInfo], now: float, *,
-             fast: bool = False) -> TickRows:
+             fast: bool = False, live_rows: list[LiveRow] | None = None) -> TickRows:
         """The rows of ``exp`` this tick may change. ``fast``: between polls (``infos``
-        is empty, the stored states decide which jobs are quiet)."""
+        is empty, the stored states decide which jobs are quiet). ``live_rows``: its live
+        jobs' rows as the tick's poll read them (``daemon.poll.live_rows``: one read for
+        every experiment and phase); None: read here."""
         rows = cls(s, exp, infos, now)
-        live_rows = rows._live_rows()
+        if live_rows is None:
+            live_rows = rows._live_rows()
         if exp.state == ExperimentState.ACTIVE:
             quiet_rows = [row for row in live_rows
                           if quiet_job(row, infos.get(row.ref or ""), fast=fast)]

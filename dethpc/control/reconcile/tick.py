@@ -44,6 +44,7 @@ from dethpc.control.reconcile.searcher_memo import (
     write_snapshot,
 )
 from dethpc.control.reconcile.searcher_ops import SearcherOps
+from dethpc.control.reconcile.skip_rules import LiveRow
 from dethpc.control.reconcile.state_rules import search_starts, top_up_due
 from dethpc.control.reconcile.stops import Stops
 from dethpc.searchers import replay
@@ -64,11 +65,13 @@ class ExperimentReconciler:
 
     def __init__(self, s: Session, exp: Experiment, infos: dict[str, JobInfo],
                  now: float, *, fast: bool = False, cfg: ExperimentConfig | None = None,
-                 memo: SearcherMemo | None = None) -> None:
+                 memo: SearcherMemo | None = None,
+                 live_rows: list[LiveRow] | None = None) -> None:
         """``fast``: for ``run_fast`` between polls (``infos`` is empty then). ``cfg``: the
         experiment's config as the tick resolved it (``daemon.shared.Resolved``); None:
         read from ``exp``. ``memo``: the searchers earlier ticks left (``searcher_memo``);
-        the caller keeps ``kept()`` in it once this transaction has committed."""
+        the caller keeps ``kept()`` in it once this transaction has committed. ``live_rows``:
+        the experiment's live jobs as the tick's poll read them (None: read here)."""
         self.s, self.exp, self.infos, self.now = s, exp, infos, now
         self.cfg = cfg if cfg is not None else load_config(exp)
         assert exp.id is not None
@@ -85,7 +88,7 @@ class ExperimentReconciler:
         self.snapshot_text = got.text
         #: when the checkpoint policy last looked at every trial (``_gc_scope``)
         self.gc_full_at = got.gc_full_at
-        self.rows = TickRows.load(s, exp, infos, now, fast=fast)
+        self.rows = TickRows.load(s, exp, infos, now, fast=fast, live_rows=live_rows)
         self.stops = Stops(self.rows)
         self.ops = SearcherOps(self.rows, self.searcher, self.ss, self.stops)
         self.ingest = Ingest(self.rows, self.ops, self.cfg)
