@@ -6,9 +6,12 @@ one CPU thread, batch by batch from batch 0 or from a saved state (model, optimi
 data order: a resumed run continues exactly where it stopped), validated every
 ``EVERY`` batches; ``record`` -- one line ``{"t", "system", "trial", "curve",
 "length", "loss"}`` appended to the run's ``records.jsonl`` (``$PEERS_RECORDS``) at
-each validation, from which the driver reads the time to target and the work done;
-``target_loss`` -- the target fixed before the runs (a quantile of the recorded final
-losses at the budget).
+each validation, from which the driver reads the time to target; ``work`` -- every
+batch trained, validation and clean end of a run as one line of ``records.work.jsonl``
+(beside the records; ``Trainer.train_to(..., work=(system, trial))``), from which
+``workcount.count_work`` counts the work executed, redone and lost exactly, the same
+way for every system (issue 48, item 7); ``target_loss`` -- the target fixed before the
+runs (a quantile of the recorded final losses at the budget).
 Must not: know which system calls it (each passes its own name and trial id).
 """
 
@@ -68,6 +71,37 @@ def record(system: str, trial: str, curve: int, length: int, loss: float) -> Non
         os.close(fd)
 
 
+def work_path() -> str | None:
+    """The work log beside ``$PEERS_RECORDS`` (None: not recording)."""
+    path = os.environ.get("PEERS_RECORDS")
+    return str(Path(path).with_suffix(".work.jsonl")) if path else None
+
+
+class WorkLog:
+    """Appends one run's work events: ``start`` (the batch it starts from), each
+    ``batch`` trained, each ``validate`` and its clean ``end``; a run killed (node
+    crash, SIGKILL) leaves no ``end``. One ``write`` a line, so lines from many
+    processes stay whole; the file is opened once a run."""
+
+    def __init__(self, system: str, trial: str, path: str | None = None) -> None:
+        self.system, self.trial = system, trial
+        path = path or work_path()
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) \
+            if path else None
+
+    def event(self, event: str, batch: int) -> None:
+        if self.fd is None:
+            return
+        os.write(self.fd, (json.dumps({"t": round(time.time(), 3), "trial": self.trial,
+                                       "system": self.system, "event": event,
+                                       "batch": batch}) + "\n").encode())
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 class Trainer:
     """Curve ``curve``'s CNN, trained as bench/asha/curves.py recorded it."""
 
@@ -107,9 +141,26 @@ class Trainer:
         self.perm, self.pos, self.batch = s["perm"], s["pos"], s["batch"]
 
     def train_to(self, length: int,
-                 on_validation: Callable[[int, float], bool] | None = None) -> float:
+                 on_validation: Callable[[int, float], bool] | None = None,
+                 work: tuple[str, str] | None = None) -> float:
         """Train to ``length`` batches, validating every ``EVERY``; ``on_validation``
-        returning False stops early. Returns the last validation loss."""
+        returning False stops early. Returns the last validation loss. ``work``:
+        ``(system, trial)``: every batch, validation and the clean end logged
+        (``WorkLog``)."""
+        log = WorkLog(*work) if work else None
+        if log:
+            log.event("start", self.batch)
+        try:
+            loss_v = self._train(length, on_validation, log)
+            if log:
+                log.event("end", self.batch)
+        finally:
+            if log:
+                log.close()
+        return loss_v
+
+    def _train(self, length: int, on_validation: Callable[[int, float], bool] | None,
+               log: WorkLog | None) -> float:
         torch, nn = self.torch, self.torch.nn
         loss_v = float("nan")
         bs = self.hp["batch_size"]
@@ -123,8 +174,12 @@ class Trainer:
             loss.backward()
             self.opt.step()
             self.batch += 1
+            if log:
+                log.event("batch", self.batch)
             if self.batch % EVERY == 0 or self.batch == length:
                 loss_v = self._evaluate(self.model, self.xva, self.yva)
+                if log:
+                    log.event("validate", self.batch)
                 if on_validation is not None and on_validation(self.batch, loss_v) is False:
                     break
         return loss_v

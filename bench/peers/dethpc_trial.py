@@ -36,7 +36,7 @@ def main() -> None:
             ctx.train.report_validation_metrics(length, {"validation_loss": loss})
             return not ctx.preempt.should_preempt()
 
-        trainer.train_to(target, on_validation)
+        trainer.train_to(target, on_validation, work=("dethpc", trial))
         with ctx.checkpoint.store_path({"steps_completed": trainer.batch}) as (path, _uuid):
             (path / "state.bin").write_bytes(trainer.save())
 

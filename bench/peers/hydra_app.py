@@ -22,7 +22,8 @@ def main(cfg: DictConfig) -> float:
     curve = int(cfg.curve)
     trial = os.environ.get("SLURM_ARRAY_TASK_ID", str(curve))
     return cnn.Trainer(curve).train_to(
-        cnn.BUDGET, lambda n, loss: cnn.record("hydra", trial, curve, n, loss) or True)
+        cnn.BUDGET, lambda n, loss: cnn.record("hydra", trial, curve, n, loss) or True,
+        work=("hydra", trial))
 
 
 if __name__ == "__main__":

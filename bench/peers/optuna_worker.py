@@ -63,7 +63,8 @@ def main() -> None:
             pruned = trial.should_prune()
             return not pruned
 
-        loss = cnn.Trainer(curve).train_to(cnn.BUDGET, on_validation)
+        loss = cnn.Trainer(curve).train_to(cnn.BUDGET, on_validation,
+                                           work=("optuna", str(trial.number)))
         if pruned:
             raise optuna.TrialPruned()
         return loss

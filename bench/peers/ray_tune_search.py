@@ -50,7 +50,7 @@ def trainable(config: dict[str, int]) -> None:
                         checkpoint=tune.Checkpoint.from_directory(d))
         return True
 
-    trainer.train_to(cnn.BUDGET, on_validation)
+    trainer.train_to(cnn.BUDGET, on_validation, work=("ray", trial))
 
 
 def main() -> None:

@@ -10,8 +10,9 @@ Owns: per system and seed, one search of the same space with the same training
   the target (``cnn.target_loss``: the 10% quantile of all 128 recorded losses at the
   budget, fixed before any run), from the trials' own records (``records.jsonl``);
   and the whole search's wall time (the user's command to the last job's end);
-* slot-seconds held: sacct's ``CPUTimeRAW`` (allocated CPUs x elapsed) of every job
-  the search started, allocations idle or not;
+* slot-seconds held: sacct's ``CPUTimeRAW`` (allocated CPUs x elapsed) of every run of
+  every job the search started (``sacct -X -D``: a requeued job's earlier runs count),
+  allocations idle or not;
 * slurmctld RPCs: ``sdiag``'s count for user root (the login side, the jobs and what
   they run; this driver polls as ``dethpc-user``, so its own look is left out), per
   minute of the search;
@@ -19,7 +20,15 @@ Owns: per system and seed, one search of the same space with the same training
   the "login node" (the CLI, submitit's or Hydra's waiting process: ``RUSAGE_CHILDREN``;
   dethpc's daemon, which `dethpc submit` starts detached: ``/proc/<pid>/stat``), never
   the jobs';
-* batches trained (all trials, all runs), trials started, what is left on disk.
+* batches trained (all trials, all runs), trials started, what is left on disk (the
+  benchmark's own records left out);
+* the work, counted the same way for every system from each trial's work log
+  (``cnn.WorkLog``, ``workcount.count_work``): batches executed, redone (trained again
+  after a fault, validated or not) and lost (every batch of a trial abandoned mid-run).
+
+Medians over the seeds count an unreached seed at ``--timeout-s`` (never dropped), with
+the seeds that reached the target beside. One invocation gives the whole result file:
+runs are never merged (``--summarize`` recomputes one file's summary from its own runs).
 
 Then the limit: bench/asha's simulator replays the recorded curves of the same space
 through dethpc's ASHA searcher (and random search) with every start, restore and
@@ -35,8 +44,9 @@ Must not: be imported by dethpc; leave jobs behind.
 
 Run (its own venv: ``bash bench/peers/setup.sh``; the dev cluster up, nothing else on it):
 ``bench/peers/.venv/bin/python bench/peers/run.py --seeds 5``; one cell:
-``... run.py --systems optuna --seeds 1`` (30 s; a Hydra cell 4.5 minutes). ``--update``
-re-runs cells into an existing result.
+``... run.py --systems optuna --seeds 1`` (30 s; a Hydra cell 4.5 minutes).
+The regime: trials of seconds (real CNN training, 2 at once), so this cell measures the
+systems' start-up and per-trial overhead; bench/peers_scale measures them at 64 GPUs.
 """
 
 from __future__ import annotations
@@ -67,6 +77,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "bench" / "asha"))
 
 import cnn  # noqa: E402
+import workcount  # noqa: E402
 
 
 def _asha_sim() -> Any:
@@ -87,7 +98,7 @@ SYSTEMS = ("dethpc-pool", "dethpc-per-job", "optuna", "ray", "submitit", "hydra"
 WARM = {"dethpc-pool-warm": "pool", "dethpc-per-job-warm": "per-job"}
 WATCHER = "dethpc-user"          # the driver's own squeue runs as this user (not counted)
 FINISHED = re.compile(r"^(COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|"
-                      r"PREEMPTED|BOOT_FAIL|DEADLINE)")
+                      r"PREEMPTED|BOOT_FAIL|DEADLINE|REQUEUED)")
 # what the user wrote and typed, per system (the files of bench/peers they correspond to)
 USER_SIDE = {
     "dethpc-pool": {"typed": ["dethpc submit experiment.yaml ."],
@@ -112,8 +123,36 @@ USER_SIDE = {
 
 
 # ------------------------------------------------------------------ measuring
+#: CPU seconds of the driver's own commands in the current cell (its squeue, sacct and
+#: sdiag looks, the fault injector's commands): reaped children of this process, so in
+#: ``RUSAGE_CHILDREN``, and taken out of the login CPU (issue 48: it held them)
+OWN_CPU: list[float] = []
+
+
+def own_run(argv: list[str], timeout: float = 60.0, check: bool = False) -> str:
+    """``argv``'s stdout; its CPU (with its waited-for children's, from ``wait4``)
+    added to ``OWN_CPU``. Killed after ``timeout``; ``check``: a failure raises."""
+    import threading
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
+    timer = threading.Timer(timeout, proc.kill)
+    timer.start()
+    try:
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        proc.stdout.close()
+        _pid, status, usage = os.wait4(proc.pid, 0)
+    finally:
+        timer.cancel()
+    proc.returncode = os.waitstatus_to_exitcode(status)   # reaped here, not by Popen
+    OWN_CPU.append(usage.ru_utime + usage.ru_stime)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{argv[:3]} exited {proc.returncode}")
+    return out
+
+
 def sdiag_root() -> int:
-    out = subprocess.run(["sdiag"], capture_output=True, text=True, check=True).stdout
+    out = own_run(["sdiag"])
     section = False
     for line in out.splitlines():
         if "statistics by user" in line:
@@ -126,7 +165,7 @@ def sdiag_root() -> int:
 def sdiag_types() -> dict[str, int]:
     """slurmctld's RPC counts by message type (all users: the watcher's squeue polls
     are in them too, as REQUEST_JOB_INFO): where a system's RPCs go."""
-    out = subprocess.run(["sdiag"], capture_output=True, text=True, check=True).stdout
+    out = own_run(["sdiag"])
     counts: dict[str, int] = {}
     section = False
     for line in out.splitlines():
@@ -157,9 +196,9 @@ def process_cpu(pid: int) -> float:
 
 
 def watch(cmd: list[str]) -> str:
-    """A Slurm query run as the watcher, whose RPCs are not the system's."""
-    return subprocess.run(["runuser", "-u", WATCHER, "--", *cmd], capture_output=True,
-                          text=True, check=False, timeout=60).stdout
+    """A Slurm query run as the watcher, whose RPCs are not the system's (nor its CPU
+    the login side's: ``own_run``)."""
+    return own_run(["runuser", "-u", WATCHER, "--", *cmd])
 
 
 def wait_jobs_gone(job_ids: list[str], timeout: float) -> None:
@@ -172,13 +211,15 @@ def wait_jobs_gone(job_ids: list[str], timeout: float) -> None:
 
 
 def accounting(since: float, timeout: float = 120.0) -> list[dict[str, str]]:
-    """Every allocation (``-X``) that started at ``since`` or later, once all ended."""
+    """Every run (``-D``: a requeued job's earlier runs too) of every allocation (``-X``)
+    that started at ``since`` or later, once all ended."""
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 1))
     fields = ["JobIDRaw", "JobName", "State", "AllocCPUS", "ElapsedRaw", "CPUTimeRAW", "Start"]
     deadline = time.monotonic() + timeout
     rows: list[dict[str, str]] = []
     while time.monotonic() < deadline:
-        out = watch(["sacct", "-a", "-X", "-n", "-P", "-S", start, "-o", ",".join(fields)])
+        out = watch(["sacct", "-a", "-X", "-D", "-n", "-P", "-S", start, "-o",
+                     ",".join(fields)])
         rows = [dict(zip(fields, line.split("|"), strict=False)) for line in out.splitlines()
                 if line.strip()]
         # -S also lists jobs that ended just after it: only what started in the search
@@ -190,7 +231,8 @@ def accounting(since: float, timeout: float = 120.0) -> list[dict[str, str]]:
 
 
 def disk(path: Path) -> dict[str, int]:
-    files = [p for p in path.rglob("*") if p.is_file() and not p.is_symlink()]
+    files = [p for p in path.rglob("*") if p.is_file() and not p.is_symlink()
+             and not (p.parent == path and p.name.startswith("records."))]
     return {"files": len(files), "bytes": sum(p.stat().st_size for p in files)}
 
 
@@ -401,6 +443,36 @@ FAULTS: tuple[tuple[str, float], ...] = (("crash", 4.0), ("preempt", 10.0),
 PREEMPT_NODES = ("n1", "n2")
 PREEMPT_HOLD_S = 8
 PREEMPTOR = "peers-preemptor"
+#: the preemptor submits as this user: QoS ``normal``, no per-user limits (it submitted
+#: as dethpc-user, whose QoS ``limited`` allows 2 submitted / 1 running job, and its
+#: second preemption was refused in every cell that reached it: issue 48); its RPCs are
+#: not root's, so not the system's
+PREEMPT_USER = "dethpc-faults"
+
+
+def ensure_preempt_user() -> None:
+    """``PREEMPT_USER`` exists, a member of the dev cluster's accounts (default account
+    ``dethpc``, QoS ``normal``: no limits)."""
+    from dethpc.devcluster import DevCluster
+    cluster = DevCluster()
+    cluster.host.ensure_users((PREEMPT_USER,))
+    cluster.accounting.ensure_accounts([PREEMPT_USER])
+
+
+def as_preemptor(cmd: list[str]) -> str:
+    return own_run(["runuser", "-u", PREEMPT_USER, "--", *cmd])
+
+
+def node_fault(action: str, node: str) -> None:
+    """``dethpc.devcluster.nodes``' crash or revive of ``node``, in a child process so
+    that its commands' CPU is measured as the injector's (``own_run``), not the login
+    side's."""
+    own_run([sys.executable, "-c",
+             "import sys; from dethpc.devcluster import DevCluster, nodes; "
+             "n = sys.argv[2]; c = DevCluster(); "
+             "nodes.crash_node(c, n, reason='bench/peers: node crash') "
+             "if sys.argv[1] == 'crash' else nodes.revive_node(c, n)", action, node],
+            timeout=240, check=True)
 
 
 class Faults:
@@ -428,37 +500,63 @@ class Faults:
         for kind, at in FAULTS:
             if self._stop.wait(max(0.0, self.base + at - time.time())):
                 return
+            event: dict[str, Any] = {"t": round(time.time() - self.t0, 1), "fault": kind}
             try:
                 what = getattr(self, kind)()
             except Exception as exc:  # noqa: BLE001 - recorded, the cell goes on
                 what = f"failed: {exc}"
-            self.events.append({"t": round(time.time() - self.t0, 1), "fault": kind,
-                                "what": what})
+            event.update(what if isinstance(what, dict) else {"what": what})
+            self.events.append(event)
 
-    def preempt(self) -> str:
+    def preempt(self) -> dict[str, Any]:
+        """High jobs on ``PREEMPT_NODES`` as ``PREEMPT_USER``, and what ran there (who
+        was hit); ``stop`` adds whether each preemptor ran (``started_check``)."""
+        nodes = ",".join(PREEMPT_NODES)
+        hit = [ln.split("|") for ln in watch(["squeue", "-h", "-t", "R", "-w", nodes, "-o",
+                                              "%i|%u|%j|%N"]).splitlines() if ln.strip()]
         jobs = []
         for node in PREEMPT_NODES:
-            out = watch(["sbatch", "--parsable", "-p", "high", "-w", node, "-c", "16", "-t",
-                         "2", "-o", "/dev/null", "-J", PREEMPTOR, "--wrap",
-                         f"sleep {PREEMPT_HOLD_S}"])
-            jobs.append(out.strip().split(";")[0] or "refused")
-        return f"high jobs {jobs} on {list(PREEMPT_NODES)} for {PREEMPT_HOLD_S} s"
+            out = as_preemptor(["sbatch", "--parsable", "-p", "high", "-w", node, "-c", "16",
+                                "-t", "2", "-o", "/dev/null", "-J", PREEMPTOR, "--wrap",
+                                f"sleep {PREEMPT_HOLD_S}"])
+            jobs.append(out.strip().split(";")[0])
+        return {"what": f"high jobs {jobs} on {list(PREEMPT_NODES)} for {PREEMPT_HOLD_S} s "
+                        f"as {PREEMPT_USER}",
+                "hit": [{"job": h[0], "user": h[1], "name": h[2], "node": h[3]}
+                        for h in hit if len(h) == 4],
+                "preemptor_jobs": jobs, "refused": sum(not j for j in jobs)}
+
+    @staticmethod
+    def started_check(event: dict[str, Any]) -> None:
+        """A preemption's jobs as sacct saw them: each one's wait from submit to start;
+        one that never started counts as refused too (no preemption happened)."""
+        jobs = [j for j in event.get("preemptor_jobs", []) if j]
+        if not jobs:
+            return
+        out = watch(["sacct", "-X", "-n", "-P", "-j", ",".join(jobs), "-o",
+                     "JobIDRaw,State,Submit,Start"])
+        waits: dict[str, float | None] = dict.fromkeys(jobs)
+        for line in out.splitlines():
+            job, _state, submit, start = (line.split("|") + ["", "", "", ""])[:4]
+            if job in waits and _epoch(start) > 0:
+                waits[job] = round(_epoch(start) - _epoch(submit), 1)
+        event["started_after_s"] = waits
+        event["refused"] = sum(not j for j in event["preemptor_jobs"]) + \
+            sum(w is None for w in waits.values())
 
     def crash(self) -> str:
-        from dethpc.devcluster import DevCluster, nodes
         out = watch(["squeue", "-h", "-u", "root", "-t", "R", "-o", "%N"]).split()
         hosts = [h for h in out if h]
         node = max(sorted(set(hosts)), key=hosts.count) if hosts else "n3"
-        nodes.crash_node(DevCluster(), node, reason="bench/peers: node crash")
+        node_fault("crash", node)
         self.crashed = node
         return f"{node} crashed ({hosts.count(node)} of {len(hosts)} running jobs there)"
 
     def revive(self) -> str:
-        from dethpc.devcluster import DevCluster, nodes
         if self.crashed is None:
             return "nothing to revive"
         node, self.crashed = self.crashed, None
-        nodes.revive_node(DevCluster(), node)
+        node_fault("revive", node)
         return f"{node} back"
 
     def stop(self) -> list[dict[str, Any]]:
@@ -467,16 +565,6 @@ class Faults:
         if self.crashed is not None:
             self.revive()
         return self.events
-
-
-def redone_batches(recs: list[dict[str, Any]]) -> int:
-    """Batches trained again: a (trial, length) validated more than once was re-trained
-    from an earlier checkpoint (or from scratch) after an interruption."""
-    seen: dict[tuple[str, int], int] = {}
-    for r in recs:
-        key = (str(r["trial"]), int(r["length"]))
-        seen[key] = seen.get(key, 0) + 1
-    return sum(n - 1 for n in seen.values()) * cnn.EVERY
 
 
 # ------------------------------------------------------------------ one cell
@@ -499,7 +587,9 @@ def run_cell(system: str, seed: int, args: argparse.Namespace, root: Path,
            "PYTHONUNBUFFERED": "1"}
     if system in WARM:
         prepare_warm(home, args, env)
-    rpc0, types0, cpu0 = sdiag_root(), sdiag_types(), children_cpu()
+    rpc0, types0 = sdiag_root(), sdiag_types()
+    OWN_CPU.clear()
+    cpu0 = children_cpu()
     t0 = time.time()
     faults = Faults(t0, records).start() if args.faults else None
     finished, why = True, ""
@@ -516,10 +606,15 @@ def run_cell(system: str, seed: int, args: argparse.Namespace, root: Path,
     finally:
         fault_events = faults.stop() if faults is not None else []
     end_user = time.time()                      # the search is over for its user
-    cpu = children_cpu() - cpu0 + sum(DETACHED_CPU)
+    # the system's login side: this process's reaped children less the driver's and the
+    # injector's own commands, plus the detached daemon's
+    cpu = children_cpu() - cpu0 - sum(OWN_CPU) + sum(DETACHED_CPU)
     DETACHED_CPU.clear()
     # the fault cells' high jobs are the faults', not the system's
     rows = [r for r in accounting(t0) if r["JobName"] != PREEMPTOR]
+    for event in fault_events:           # every job has ended: did each preemptor run?
+        if event["fault"] == "preempt":
+            Faults.started_check(event)
     rpcs = sdiag_root() - rpc0
     types = {k: n - types0.get(k, 0) for k, n in sdiag_types().items()
              if n - types0.get(k, 0) > 0}
@@ -529,17 +624,21 @@ def run_cell(system: str, seed: int, args: argparse.Namespace, root: Path,
         if records.exists() else []
     hits = sorted(r["t"] - t0 for r in recs if r["loss"] <= target)
     wall = max(end_user, last_end) - t0
+    # the work, the same count for every system (workcount's doc), faults or not
+    work = workcount.count_work(workcount.read_events(records.with_suffix(".work.jsonl")))
     result = {
         "system": system, "seed": seed,
         "time_to_target_s": hits[0] if hits else None,
         "wall_s": wall,
         "best_loss": min((r["loss"] for r in recs), default=None),
         "slot_seconds": sum(int(r["CPUTimeRAW"] or 0) for r in rows),
-        "jobs": len(rows),
+        "jobs": len({r["JobIDRaw"] for r in rows}), "job_runs": len(rows),
         "rpcs": rpcs, "rpcs_per_min": rpcs / (wall / 60.0) if wall > 0 else None,
         "rpc_types_all_users": dict(sorted(types.items(), key=lambda kv: -kv[1])),
         "login_cpu_s": cpu,
-        "batches_trained": len(recs) * cnn.EVERY,
+        "batches_trained": work["batches_executed"],
+        "batches_redone": work["batches_redone"], "batches_lost": work["batches_lost"],
+        "trials_abandoned": work["trials_abandoned"], "work": work,
         "trials": len({r["trial"] for r in recs}),
         "disk": disk(home),
         "first_validation_s": min((r["t"] - t0 for r in recs), default=None),
@@ -550,7 +649,8 @@ def run_cell(system: str, seed: int, args: argparse.Namespace, root: Path,
         result.update({"fault_events": fault_events, "finished_alone": finished,
                        "faults_from_s": round(faults.base - t0, 1)
                        if faults is not None and faults.base else None,
-                       "why_not": why, "batches_redone": redone_batches(recs)})
+                       "why_not": why,
+                       "faults_refused": sum(int(e.get("refused", 0)) for e in fault_events)})
     label = system + ("+faults" if args.faults else "")
     print(f"{label} seed {seed}: target at {result['time_to_target_s']}, wall {wall:.1f} s, "
           f"{result['slot_seconds']} slot-s, {rpcs} RPCs, login CPU {cpu:.1f} s, "
@@ -606,7 +706,15 @@ def common_seeds(rows: list[dict[str, Any]], faults: bool) -> list[int]:
     return sorted(set.intersection(*present)) if present else []
 
 
-def summarize(rows: list[dict[str, Any]], lim: dict[str, Any]) -> dict[str, Any]:
+def at_timeout(xs: list[float | None], timeout_s: float) -> list[float]:
+    """Each seed's figure, an unreached (None) seed at the timeout: never dropped (a
+    median over the reached seeds alone made a system that failed most seeds look
+    fast: Hydra under faults showed 9.2 s)."""
+    return [timeout_s if x is None else float(x) for x in xs]
+
+
+def summarize(rows: list[dict[str, Any]], lim: dict[str, Any],
+              timeout_s: float) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for system, faults in [(s, f) for f in (False, True) for s in SYSTEMS]:
         seeds = common_seeds(rows, faults)
@@ -621,21 +729,26 @@ def summarize(rows: list[dict[str, Any]], lim: dict[str, Any]) -> dict[str, Any]
         label = system + ("+faults" if faults else "")
         tt = [r["time_to_target_s"] for r in mine]
         reached = [x for x in tt if x is not None]
-        med = _median(tt)
+        med = _median(list(at_timeout(tt, timeout_s)))
         out[label] = {
             "seeds": len(mine), "seeds_used": seeds,
             "seeds_run": sorted({r["seed"] for r in rows if r["system"] == system
                                  and bool(r.get("faults")) == faults}),
             "reached_target": len(reached),
-            "time_to_target_median_s": med,
+            "reached": f"{len(reached)}/{len(mine)}",
+            "time_to_target_median_s": med, "timeout_s": timeout_s,
             "time_to_target_min_s": min(reached) if reached else None,
             "time_to_target_max_s": max(reached) if reached else None,
             "efficiency_vs_limit": (best_limit / med) if med and best_limit else None,
-            "wall_median_s": _median([r["wall_s"] for r in mine]),
+            "wall_median_s": _median(list(at_timeout([r["wall_s"] for r in mine],
+                                                     timeout_s))),
             "slot_seconds_median": _median([r["slot_seconds"] for r in mine]),
             "rpcs_per_min_median": _median([r["rpcs_per_min"] for r in mine]),
             "login_cpu_s_median": _median([r["login_cpu_s"] for r in mine]),
             "batches_trained_median": _median([r["batches_trained"] for r in mine]),
+            "batches_redone_median": _median([r.get("batches_redone") for r in mine]),
+            "batches_lost_median": _median([r.get("batches_lost") for r in mine]),
+            "trials_abandoned": sum(int(r.get("trials_abandoned") or 0) for r in mine),
             "jobs_median": _median([r["jobs"] for r in mine]),
             "disk_bytes_median": _median([r["disk"]["bytes"] for r in mine]),
             "disk_files_median": _median([r["disk"]["files"] for r in mine]),
@@ -643,7 +756,7 @@ def summarize(rows: list[dict[str, Any]], lim: dict[str, Any]) -> dict[str, Any]
         if faults:
             out[label].update({
                 "finished_alone": sum(bool(r.get("finished_alone")) for r in mine),
-                "batches_redone_median": _median([r.get("batches_redone") for r in mine])})
+                "faults_refused": sum(int(r.get("faults_refused") or 0) for r in mine)})
     return out
 
 
@@ -671,9 +784,6 @@ def main() -> int:
                     help="the fault cells: every system on the preemptible partition low, "
                          "half the nodes taken by high jobs twice and the busiest node "
                          "crashed once during the search (FAULTS)")
-    ap.add_argument("--update", action="store_true",
-                    help="keep --out's other cells: replace only the (system, seed) cells "
-                         "run now, then summarize all (a cell re-run after a fix)")
     args = ap.parse_args()
     for name in ("seeds", "trials", "slots"):
         if getattr(args, name) < 1:
@@ -695,26 +805,24 @@ def main() -> int:
         result = json.loads(args.out.read_text())
         runs = result["runs"]
         result["limit"] = limit(args, target, sorted({r["seed"] for r in runs}))
-        result["summary"] = summarize(runs, result["limit"])
+        result["summary"] = summarize(runs, result["limit"], args.timeout_s)
         args.out.write_text(json.dumps(result, indent=1) + "\n")
         print(json.dumps(result["summary"], indent=1))
         return 0
     root = Path(tempfile.mkdtemp(prefix="peers-", dir="/tmp"))
     root.chmod(0o755)
     rows: list[dict[str, Any]] = []
-    kept: list[dict[str, Any]] = []
-    if args.update and args.out.exists():
-        kept = json.loads(args.out.read_text())["runs"]
+    if args.faults:
+        ensure_preempt_user()
     # seeds outermost: a slow drift of the machine touches every system alike
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         for system in args.systems:
             rows.append(run_cell(system, seed, args, root, target))
             partial = {"rows": rows, "target_loss": target}
             args.out.with_suffix(".partial.json").write_text(json.dumps(partial, indent=1))
-    ran = {(r["system"], r["seed"], bool(r.get("faults"))) for r in rows}
-    rows = sorted([r for r in kept if (r["system"], r["seed"], bool(r.get("faults")))
-                   not in ran] + rows,
-                  key=lambda r: (bool(r.get("faults")), r["seed"], SYSTEMS.index(r["system"])))
+    # one invocation, one commit: the runs are never merged with another file's
+    rows = sorted(rows, key=lambda r: (bool(r.get("faults")), r["seed"],
+                                       SYSTEMS.index(r["system"])))
     lim = limit(args, target, sorted({r["seed"] for r in rows}))
     versions = {}
     for mod in ("optuna", "ray", "submitit", "hydra", "torch"):
@@ -730,9 +838,9 @@ def main() -> int:
         "versions": versions, "slurm": subprocess.run(["sinfo", "-V"], capture_output=True,
                                                       text=True).stdout.strip(),
         "load_avg_1m_after": round(os.getloadavg()[0], 2),
-        "limit": lim, "summary": summarize(rows, lim), "runs": rows}
-    if args.update:
-        result["cells_run_last"] = sorted(ran)    # the others are --out's earlier cells
+        "commit": subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"],
+                                 capture_output=True, text=True).stdout.strip(),
+        "limit": lim, "summary": summarize(rows, lim, args.timeout_s), "runs": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     args.out.with_suffix(".partial.json").unlink(missing_ok=True)

@@ -20,7 +20,8 @@ def train(curve: int) -> float:
     import os
     trial = os.environ.get("SLURM_ARRAY_TASK_ID", str(curve))
     return cnn.Trainer(curve).train_to(
-        cnn.BUDGET, lambda n, loss: cnn.record("submitit", trial, curve, n, loss) or True)
+        cnn.BUDGET, lambda n, loss: cnn.record("submitit", trial, curve, n, loss) or True,
+        work=("submitit", trial))
 
 
 def main() -> None:
