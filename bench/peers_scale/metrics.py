@@ -310,12 +310,17 @@ def cell_summary(runs: Sequence[Mapping[str, Any]], timeout_s: float) -> dict[st
             "useful_pct_median": med("useful_pct"),
             "gpu_hours_redone": round(sum(float(r["gpu_hours_redone"]) for r in runs), 4),
             "gpu_hours_lost": round(sum(float(r["gpu_hours_lost"]) for r in runs), 4),
+            "gpu_hours_executed": round(sum(float(r.get("gpu_hours_executed") or 0.0)
+                                            for r in runs), 4),
             "human_actions": sum(int(r["human_actions"]) for r in runs),
+            "rpcs_median": med("rpcs"),
             "rpcs_per_trial": med("rpcs_per_trial"),
             "peak_rpcs_per_s": max(float(r["peak_rpcs_per_s"]) for r in runs),
             "login_cpu_s": med("login_cpu_s"),
             "slurmctld_cpu_s": med("slurmctld_cpu_s"),
-            "faults_refused": sum(int(r.get("faults_refused", 0)) for r in runs)}
+            "faults_refused": sum(int(r.get("faults_refused", 0)) for r in runs),
+            "faults_injected": sum(int(r.get("faults_injected", 0)) for r in runs),
+            "faults_skipped": sum(int(r.get("faults_skipped", 0)) for r in runs)}
 
 
 def fault_digest(runs: Sequence[Mapping[str, Any]], user: str) -> dict[str, list[dict[str, Any]]]:

@@ -231,3 +231,19 @@ def test_fault_digest_keeps_each_outcome_and_counts_the_systems_exposure() -> No
     assert "squeue" not in first and "exposed" not in first
     assert first["system_jobs_exposed"] == 2 and first["refused"] is False
     assert second["skipped"] and second["system_jobs_exposed"] == 0
+
+
+#: issue 48 item 8: what every summary cell must hold
+ITEM_8 = ("gpus", "trials", "seeds", "reached", "time_to_target_median_s", "trials_lost",
+          "gpu_hours_redone", "gpu_hours_lost", "human_actions", "rpcs_per_trial",
+          "peak_rpcs_per_s", "login_cpu_s")
+
+
+def test_a_cell_holds_item_8s_fields_and_the_fault_counts() -> None:
+    s = cell_summary([_run(0, 1.0, rpcs=160, gpu_hours_executed=0.25, faults_injected=7,
+                           faults_skipped=1, faults_refused=0),
+                      _run(1, 2.0, rpcs=100, gpu_hours_executed=0.5, faults_injected=8)],
+                     timeout_s=10.0)
+    assert all(k in s for k in ITEM_8)
+    assert (s["rpcs_median"], s["gpu_hours_executed"], s["faults_injected"],
+            s["faults_skipped"], s["faults_refused"]) == (130.0, 0.75, 15, 1, 0)
