@@ -17,7 +17,9 @@ decided on. The goals, at 64+ GPUs:
 A peer is every system in the summary that is not dethpc (the other dethpc mode is not
 its peer). A goal is ``not measured`` -- never met -- when a cell it needs is missing (a
 run with faults only has no plain cells), has a figure of ``None``, has fewer than 64
-GPUs, or no peer cell exists to compare with. Pure: no I/O.
+GPUs, is a fault cell whose injections Slurm refused (``faults_refused`` > 0: the
+faults did not happen as described), or no peer cell exists to compare with. A peer's
+cell that cannot be used is left out of the comparison. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ def _cell(summary: Summary, cell: str) -> tuple[Mapping[str, Any] | None, str]:
     gpus = c.get("gpus")
     if not isinstance(gpus, int | float) or gpus < MIN_GPUS:
         return None, f"{cell} ran on {gpus} GPUs (the goals are at {MIN_GPUS}+)"
+    if cell.endswith(FAULTS) and c.get("faults_refused"):
+        return None, (f"{cell}: {c['faults_refused']} fault injections refused (the "
+                      "schedule did not run as described)")
     return c, ""
 
 
@@ -102,7 +107,8 @@ def _versus_peers(summary: Summary, system: str, goal: str, faults: bool,
         return _result(goal, NOT_MEASURED, f"{cell} has no {label}")
     peers: dict[str, float] = {}
     for name, pc in peer_cells(summary, faults).items():
-        pv = value(pc) if (pc.get("gpus") or 0) >= MIN_GPUS else None
+        usable = _cell(summary, name + (FAULTS if faults else ""))[0] is not None
+        pv = value(pc) if usable else None
         if pv is not None:
             peers[name] = pv
     if not peers:

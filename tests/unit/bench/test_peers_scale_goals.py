@@ -135,6 +135,10 @@ PEERS_FAULTS = ("optuna+faults", "optuna-journal+faults", "submitit+faults")
     # below 64 GPUs the goals do not apply
     (_with(dethpc_pool_faults={"gpus": 16}), "dethpc-pool", "no_trials_lost"),
     (_with(dethpc_pool={"gpus": 32}), "dethpc-pool", "time_to_target_within_5pct"),
+    # Slurm refused an injection: the faults did not happen as described
+    (_with(dethpc_pool_faults={"faults_refused": 1}), "dethpc-pool", "no_trials_lost"),
+    (_with(dethpc_pool_faults={"faults_refused": 2}), "dethpc-pool",
+     "time_to_target_ahead_under_faults"),
     # a figure that was not measured
     (_with(dethpc_pool_faults={"trials_lost": None}), "dethpc-pool", "no_trials_lost"),
     (_with(dethpc_pool={"time_to_target_median_s": None}), "dethpc-pool",
@@ -156,6 +160,16 @@ def test_peers_below_64_gpus_are_not_compared() -> None:
     got = {g["goal"]: g for g in goals(s)["systems"]["dethpc-pool"]}
     assert got["time_to_target_within_5pct"]["status"] == MET
     assert "optuna-journal" not in got["time_to_target_within_5pct"]["figures"]["peers"]
+
+
+def test_a_peer_cell_with_refused_faults_is_not_compared() -> None:
+    """optuna-journal+faults (55.7 s, the best) had a refused injection: per-job's
+    60.0 s is compared with optuna+faults' 64.0 s and submitit+faults' 424.6 s alone."""
+    s = _with(optuna_journal_faults={"faults_refused": 1},
+              dethpc_per_job_faults={"time_to_target_median_s": 60.0})
+    got = {g["goal"]: g for g in goals(s)["systems"]["dethpc-per-job"]}
+    ahead = got["time_to_target_ahead_under_faults"]
+    assert ahead["status"] == MET and ahead["figures"]["best_peer"] == "optuna"
 
 
 def test_counts_and_figures() -> None:
