@@ -389,8 +389,8 @@ def main() -> int:
     doc = {
         "benchmark": "peers_scale",
         "smoke": bool(args.smoke),
-        "note": ("SMOKE TEST of the pipeline (dethpc alone, small): not the issue's table"
-                 if args.smoke else "issue 48 table"),
+        "note": (f"SMOKE TEST ({', '.join(args.systems)}; {args.trials} trials, seeds "
+                 f"{args.seeds}): not the issue's table" if args.smoke else "issue 48 table"),
         "commit": commit, "uncommitted_at_start": [ln for ln in dirty if ln.strip()],
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "argv": sys.argv[1:], "params": {k: str(v) if isinstance(v, Path) else v
