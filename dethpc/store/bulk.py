@@ -5,17 +5,23 @@ own field defaults (those its constructor would fill in) and inserted with one
 executemany (SQLAlchemy's ORM bulk INSERT). Building a validated sqlmodel object per
 row and flushing it through the unit of work was most of the daemon's cost for a
 tick's metric lines and a batch's job rows (issue 47 item 2, bench/daemon_cost).
-Must not: decide which rows to write, or return them: the rows are not in the
-session's identity map (a caller that needs a row's id or object adds it the ORM way).
+``insert_objects`` -- the same for rows whose objects the caller goes on with: INSERT ..
+RETURNING gives them back as the session's persistent objects, ids assigned,
+without the unit of work's flush (which first writes everything pending in the
+session: a searcher's create flushed the whole tick so far, per trial).
+Must not: decide which rows to write. ``insert_rows``' rows are not in the session's
+identity map (a caller that needs a row's id or object uses ``insert_objects``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import insert
 from sqlmodel import Session, SQLModel
+
+M = TypeVar("M", bound=SQLModel)
 
 
 def _defaults(model: type[SQLModel]) -> dict[str, Any]:
@@ -47,3 +53,19 @@ def insert_rows(s: Session, model: type[SQLModel], rows: Sequence[Mapping[str, A
         fields = _defaults(model)
         s.execute(insert(model), [complete(model, row, fields) for row in rows],
                   execution_options={"autoflush": False})
+
+
+def insert_objects(s: Session, model: type[M], rows: Sequence[Mapping[str, Any]]) -> list[M]:
+    """Insert ``rows`` of ``model`` with INSERT .. RETURNING and return their objects, in
+    the rows' order, persistent in ``s`` (later changes to them are flushed as any
+    loaded row's). One statement per row on SQLite (its RETURNING promises no order),
+    one for them all on PostgreSQL (SQLAlchemy's insertmanyvalues). Nothing pending in
+    the session is flushed first: the rows must not refer to an object still pending
+    in it."""
+    if not rows:
+        return []
+    fields = _defaults(model)
+    return list(s.scalars(
+        insert(model).returning(model, sort_by_parameter_order=True),
+        [complete(model, row, fields) for row in rows],
+        execution_options={"autoflush": False}))

@@ -9,14 +9,17 @@ then marks the rows DELETED) or choose what to keep (``checkpoint_gc``).
 
 from __future__ import annotations
 
+from sqlalchemy import and_, or_, update
 from sqlalchemy import select as sa_select
-from sqlalchemy import update
 from sqlmodel import col
 
 from dethpc.config.model import ExperimentConfig
 from dethpc.control.checkpoint_gc import CkptInfo, to_delete
 from dethpc.control.reconcile.rows import TickRows, chunks
 from dethpc.store.models import Checkpoint, CheckpointState
+
+#: the most trial ids one query's ``IN`` takes here (``rows.chunks``' size)
+IN_ONE = 900
 
 
 def per_trial(cfg: ExperimentConfig) -> bool:
@@ -35,25 +38,33 @@ def collect_garbage(rows: TickRows, cfg: ExperimentConfig, *, full: bool,
     (objects of them in the session are updated with it): building every checkpoint's
     object each tick was most of the GC's cost (bench/daemon_cost)."""
     s, out = rows.s, rows.out
-    for uuid, path in s.execute(sa_select(col(Checkpoint.uuid), col(Checkpoint.path)).where(
-            col(Checkpoint.experiment_id) == rows.exp_id,
-            col(Checkpoint.state) == CheckpointState.DELETING)):
-        out.delete[uuid] = path
+    t = Checkpoint.__table__.c  # type: ignore[attr-defined]
+    deleting = t.state == CheckpointState.DELETING
+    columns = (t.uuid, t.trial_id, t.steps_completed, t.created_at, t.validation_metric,
+               t.path, t.state)
+    completed = t.state == CheckpointState.COMPLETED
+    if full and only is not None and len(only) <= IN_ONE:
+        completed = and_(completed, t.trial_id.in_(sorted(only)))
+    # one query for both the rows left DELETING and the policy's COMPLETED rows, where
+    # it fits in one (every reconcile, fast or not, asked for the DELETING ones alone)
+    one = full and (only is None or len(only) <= IN_ONE)
+    found = s.execute(sa_select(*columns).where(
+        t.experiment_id == rows.exp_id, or_(deleting, completed) if one else deleting)).all()
+    kept = []
+    for r in found:
+        if r.state == CheckpointState.DELETING:
+            out.delete[r.uuid] = r.path
+        else:
+            kept.append(r)
     if not full:
         return
     assert only is None or per_trial(cfg), "a partial pass needs a per-trial policy"
     cs = cfg.checkpoint_storage
-    query = sa_select(
-        col(Checkpoint.uuid), col(Checkpoint.trial_id), col(Checkpoint.steps_completed),
-        col(Checkpoint.created_at), col(Checkpoint.validation_metric),
-        col(Checkpoint.path)).where(
-        col(Checkpoint.experiment_id) == rows.exp_id,
-        col(Checkpoint.state) == CheckpointState.COMPLETED)
-    if only is None:
-        kept = list(s.execute(query).all())
-    else:
+    if not one:
+        assert only is not None
+        query = sa_select(*columns).where(t.experiment_id == rows.exp_id, completed)
         kept = [r for chunk in chunks(sorted(only))
-                for r in s.execute(query.where(col(Checkpoint.trial_id).in_(chunk))).all()]
+                for r in s.execute(query.where(t.trial_id.in_(chunk))).all()]
     infos = [CkptInfo(c.uuid, c.trial_id, c.steps_completed, c.created_at,
                       c.validation_metric, rows.is_open(c.trial_id)) for c in kept]
     doomed = to_delete(infos, save_experiment_best=cs.save_experiment_best,

@@ -35,7 +35,7 @@ from dethpc.control.reconcile.ingest_rules import (
     parse_exit_record,
 )
 from dethpc.control.reconcile.master_calls import MasterCalls
-from dethpc.control.reconcile.rows import TERMINAL_TRIAL_STATES, TickRows
+from dethpc.control.reconcile.rows import TERMINAL_TRIAL_STATES, TickRows, chunks
 from dethpc.control.reconcile.searcher_ops import SearcherOps
 from dethpc.control.reconcile.skip_rules import nothing_written_yet
 from dethpc.jobs.jobscript import trial_checkpoint_dir
@@ -80,6 +80,8 @@ class Ingest:
         #: ingest offsets of the trials open when first needed (``offset``)
         self._offsets: dict[tuple[int, str], IngestOffset] | None = None
         self._offsets_of: set[int] = set()
+        #: the loaded trials that had ended then (a live job's last lines), read with them
+        self._ended_read: set[int] = set()
         #: the trials among those with an offset row (something was ingested)
         self._ingested: set[int] = set()
         #: rows this tick added, looked up without a flush: a flush and two queries per
@@ -123,8 +125,17 @@ class Ingest:
                        col(Trial.state).not_in(TERMINAL_TRIAL_STATES)))}
             self._offsets_of = {t.id for t in self.rows.trials.values()
                                 if t.id is not None and not t.state.is_terminal}
-            self._ingested = {trial_id for trial_id, _ in self._offsets}
-        if trial.id in self._offsets_of:
+            # the loaded trials that ended but whose job lives (their last lines are
+            # still to come): one query for them all, not a get per trial and file
+            ended = sorted(t.id for t in self.rows.trials.values()
+                           if t.id is not None and t.state.is_terminal)
+            for chunk in chunks(ended):
+                self._offsets.update(((o.trial_id, o.file), o) for o in self.rows.s.exec(
+                    select(IngestOffset).where(col(IngestOffset.trial_id).in_(chunk))))
+            self._ended_read = set(ended)
+            self._ingested = {trial_id for trial_id, _ in self._offsets
+                              if trial_id in self._offsets_of}
+        if trial.id in self._offsets_of or trial.id in self._ended_read:
             return self._offsets.get((trial.id, name))
         # added this tick and not flushed yet (``Session.get`` finds no pending row; the
         # ingest no longer flushes per line: f32 added a second row for one file)

@@ -22,6 +22,7 @@ from dethpc.control.reconcile.rows import TickRows
 from dethpc.control.reconcile.stops import Stops
 from dethpc.searchers import replay
 from dethpc.searchers.base import Continue, Create, Searcher, Shutdown, Stop
+from dethpc.store.bulk import insert_objects
 from dethpc.store.models import SearcherState, StopReason, Trial, TrialState
 
 
@@ -43,10 +44,14 @@ class SearcherOps:
         self.apply(replay.invoke(self.searcher, call))
 
     def apply(self, actions: list[Any]) -> None:
+        creates: list[Create] = []
         for action in actions:
             if isinstance(action, Create):
-                self._create(action)
-            elif isinstance(action, Continue):
+                creates.append(action)   # a run of them is inserted together
+                continue
+            self._create(creates)
+            creates = []
+            if isinstance(action, Continue):
                 self._resume(action)
             elif isinstance(action, Stop):
                 trial = self.rows.trial_of_request(action.request_id)
@@ -55,6 +60,7 @@ class SearcherOps:
             elif isinstance(action, Shutdown):
                 self.ss.shutdown = True
                 self.rows.s.add(self.ss)
+        self._create(creates)
 
     def stop(self, trial: Trial, why: StopReason) -> None:
         """Ask ``trial`` to stop (``Stops.request_stop``); one that stops at once is
@@ -77,21 +83,27 @@ class SearcherOps:
         if change.exited is not None:
             self.feed(replay.exited(trial.request_id, change.exited), trial)
 
-    def _create(self, action: Create) -> None:
+    def _create(self, creates: list[Create]) -> None:
+        """A trial for each create whose request has none (a replayed create has one),
+        in their order, inserted together (``insert_objects``: no flush of the tick's
+        other pending rows per trial, as ``Session.flush`` for the trial's id made)."""
         rows = self.rows
-        if action.request_id in rows.requests:
-            return   # a replayed Create of a request that has its trial
-        trial = Trial(experiment_id=rows.exp_id, request_id=action.request_id,
-                      hparams=dict(action.hparams), target_length=action.length,
-                      validate_at=list(action.validate_at), needs_job=True)
-        rows.s.add(trial)
-        rows.s.flush()
-        assert trial.id is not None
-        rows.trials[trial.id] = trial
-        rows.by_request[trial.request_id] = trial
-        rows.requests.add(trial.request_id)
-        rows.event(EventKind.TRIAL_CREATED,
-                   f"trial {trial.id} created (request {action.request_id})", trial)
+        fresh: list[Create] = []
+        for action in creates:
+            if action.request_id not in rows.requests:
+                rows.requests.add(action.request_id)
+                fresh.append(action)
+        trials = insert_objects(rows.s, Trial, [
+            {"experiment_id": rows.exp_id, "request_id": action.request_id,
+             "hparams": dict(action.hparams), "target_length": action.length,
+             "validate_at": list(action.validate_at), "needs_job": True}
+            for action in fresh])
+        for action, trial in zip(fresh, trials, strict=True):
+            assert trial.id is not None
+            rows.trials[trial.id] = trial
+            rows.by_request[trial.request_id] = trial
+            rows.event(EventKind.TRIAL_CREATED,
+                       f"trial {trial.id} created (request {action.request_id})", trial)
 
     def _resume(self, action: Continue) -> None:
         trial = self.rows.trial_of_request(action.request_id)

@@ -147,6 +147,7 @@ class ExperimentReconciler:
         """The tick's metric rows, checkpoint GC, then the experiment's progress and the
         searcher's snapshot (with the limit it ran under) added to the transaction."""
         self.ingest.insert_metrics()
+        self.rows.write_events()
         full = self.ingest.new_checkpoints or self.rows.out.changed
         only = self._gc_scope() if full else None
         collect_garbage(self.rows, self.cfg, full=full, only=only)

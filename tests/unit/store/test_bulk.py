@@ -1,6 +1,7 @@
-"""``dethpc.store.bulk.insert_rows``: rows inserted in one statement are the rows the
-models' constructors and the ORM write (defaults filled in, enums, JSON and JSON null
-alike), in the order given, with the ids the database assigns. Real SQLite."""
+"""``dethpc.store.bulk.insert_rows`` (and ``insert_objects``): rows inserted in one
+statement are the rows the models' constructors and the ORM write (defaults filled in,
+enums, JSON and JSON null alike), in the order given, with the ids the database
+assigns. Real SQLite."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 from sqlmodel import SQLModel
 
 from dethpc.store import Store
-from dethpc.store.bulk import insert_rows
+from dethpc.store.bulk import insert_objects, insert_rows
 from dethpc.store.models import Batch, Event, Experiment, Job, JobState, Metric, Trial
 
 #: columns whose value the two writes differ in by nature (the id; a default factory's
@@ -93,3 +95,46 @@ def test_insert_rows_keeps_the_order_and_lets_the_database_number_them(
             (1, 1), (2, 7), (3, 3), (4, 9)]
     finally:
         conn.close()
+
+
+def test_insert_objects_writes_what_the_orm_writes_and_hands_back_live_objects(
+        tmp_path: Path) -> None:
+    """``insert_objects``: the same rows as the ORM's, the objects given back in order
+    with their ids, persistent in the session (a later change to one is written as a
+    loaded row's), and nothing else pending in the session written with them (no
+    flush: a searcher's create flushed the whole tick so far)."""
+    given = [{"experiment_id": 1, "request_id": n, "hparams": {"x": n / 2},
+              "target_length": 10, "validate_at": [5, 10], "needs_job": True}
+             for n in (7, 4, 9)]
+    orm_db, bulk_db = tmp_path / "orm.db", tmp_path / "bulk.db"
+    with store_with_parents(orm_db).session() as s:
+        for row in given:
+            s.add(Trial(**row))
+    store = store_with_parents(bulk_db)
+    inserts: list[str] = []
+
+    def counter(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if statement.lstrip().upper().startswith("INSERT"):
+            inserts.append(statement.split("(")[0].strip())
+
+    with store.session() as s:
+        pending = Event(experiment_id=1, kind="warning", message="pending")
+        s.add(pending)
+        event.listen(store.engine, "before_cursor_execute", counter)
+        try:
+            got = insert_objects(s, Trial, given)
+            assert insert_objects(s, Trial, []) == []
+        finally:
+            event.remove(store.engine, "before_cursor_execute", counter)
+        assert set(inserts) == {"INSERT INTO trial"}
+        assert pending in s.new
+        assert [t.request_id for t in got] == [7, 4, 9]
+        assert [t.id for t in got] == [4, 5, 6]
+        assert all(t in s and t not in s.new for t in got)
+        got[1].steps_completed = 3   # flushed at the commit, as a loaded row's
+    orm, bulk = table_rows(orm_db, "trial"), table_rows(bulk_db, "trial")
+    assert [r["steps_completed"] for r in bulk] == [0, 0, 0, 0, 3, 0]
+    bulk[4]["steps_completed"] = 0
+    drop = {"created_at", "_types"}
+    assert [{k: v for k, v in r.items() if k not in drop} for r in bulk] \
+        == [{k: v for k, v in r.items() if k not in drop} for r in orm]
