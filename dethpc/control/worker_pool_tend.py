@@ -32,6 +32,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
+from sqlalchemy import update
 from sqlmodel import col, select
 
 from dethpc.backends.base import Backend, JobInfo, JobRequest
@@ -193,13 +194,13 @@ class WorkerPoolTender:
             runs: dict[int, int] = {}
             for trial_id in s.exec(select(Job.trial_id).where(col(Job.trial_id).in_(ids))):
                 runs[trial_id] = runs.get(trial_id, 0) + 1
-            # the trials in one query and their job rows in one insert (a get and an ORM
-            # Job per trial were a sixth of the daemon's CPU in a pool search)
-            rows = {t.id: t for t in s.exec(select(Trial).where(col(Trial.id).in_(ids)))}
+            # the trials as the submit phase read them this tick, their needs_job cleared
+            # by one UPDATE and their job rows in one INSERT (a get and an ORM Job per
+            # trial were a sixth of the daemon's CPU in a pool search; loading the
+            # trials again to clear the flag (an UPDATE per row), most of what was left)
             jobs: list[dict[str, Any]] = []
-            for index, trial in enumerate(trials):
-                t = rows.get(trial.id)
-                assert t is not None and t.id is not None
+            for index, t in enumerate(trials):
+                assert t.id is not None
                 seq = int(runs.get(t.id, 0))
                 name = queue.item_name(t.id, seq)
                 ref = view.item_ref(exp.id, name)
@@ -209,15 +210,16 @@ class WorkerPoolTender:
                                      python=self.python, run_dir=run_dir, exp_id=exp.id,
                                      trial_id=t.id, seq=seq)
                     queue.enqueue(paths, replace(item, ref=ref))
-                t.needs_job = False
-                s.add(t)
                 jobs.append({"experiment_id": exp.id, "trial_id": t.id, "batch_id": batch.id,
                              "array_index": index, "ref": ref})
+            s.execute(update(Trial).where(col(Trial.id).in_(ids)).values(needs_job=False),
+                      execution_options={"synchronize_session": False})
             insert_rows(s, Job, jobs)
             s.add(batch)
-            s.add(Event(experiment_id=exp.id, kind=EventKind.SUBMITTED,
-                        message=f"batch {batch.id}: {len(trials)} trial run(s) put in the "
-                                "worker pool's queue"))
+            insert_rows(s, Event, [{
+                "experiment_id": exp.id, "kind": EventKind.SUBMITTED,
+                "message": f"batch {batch.id}: {len(trials)} trial run(s) put in the "
+                           "worker pool's queue"}])
         return len(trials)
 
     # ------------------------------------------------------------------ workers

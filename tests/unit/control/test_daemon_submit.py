@@ -240,3 +240,41 @@ def test_a_throttle_follows_max_concurrent_trials_once(tmp_path: Path) -> None:
     assert w.backend.calls == [("set_throttle", ("101", 3))]
     assert w.events("throttle") == ["job 101: ArrayTaskThrottle 2 -> 3"]
     assert sync_throttles(w.store, w.backend, w.exp_id) == 0
+
+
+def test_pool_items_go_out_without_loading_their_trials_again(tmp_path: Path) -> None:
+    """A batch of pool items takes its trials as the submit phase read them: their
+    needs_job cleared by one UPDATE, no Trial loaded again in its transaction (issue 47
+    item 2: reloading them was most of a pool batch's store work, bench/daemon_cost)."""
+    from sqlalchemy import event
+
+    from dethpc.common import worker_queue as queue
+    from dethpc.control.reconcile import load_config
+    from dethpc.store.models import Trial
+
+    w = world(tmp_path)
+    w.add_trials(3)
+    parts = Parts(w)
+    with w.store.session() as s:
+        exp = s.get(Experiment, w.exp_id)
+        assert exp is not None
+        trials = list(s.exec(select(Trial).where(Trial.experiment_id == w.exp_id)
+                             .order_by(Trial.id)))  # type: ignore[arg-type]
+    loaded: list[object] = []
+
+    def on_load(target: object, _ctx: object) -> None:
+        loaded.append(target)
+
+    event.listen(Trial, "load", on_load)
+    try:
+        assert parts.worker_pools.submit_items(exp, load_config(exp), trials) == 3
+    finally:
+        event.remove(Trial, "load", on_load)
+    assert loaded == []
+    assert not any(t.needs_job for t in w.trials())
+    with w.store.session() as s:
+        jobs = list(s.exec(select(Job).order_by(Job.id)))  # type: ignore[arg-type]
+    assert [(j.trial_id, j.array_index) for j in jobs] == [(t.id, i) for i, t in enumerate(trials)]
+    paths = queue.WorkerPoolPaths.of_run_dir(Path(exp.run_dir))
+    assert all(queue.known(paths, queue.item_name(t.id or 0, 0)) for t in trials)
+    assert len(w.events("submitted")) == 1
