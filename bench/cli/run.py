@@ -29,7 +29,17 @@ path on the home's SQLite store at head) and the same with ``DETHPC_FAST_SBATCH=
 (``dethpc_sbatch_full``: typer and the ORM, the path before issue 47's change). The job
 script holds itself (``#SBATCH --hold``, a name of the run's own): nothing runs on the
 cluster, and every job is cancelled at the end. Results: ``bench/results/cli_sbatch.json``
-(or ``--out``); ``syscalls`` there count the sbatch child too (``strace -f``).
+(or ``--out``); ``syscalls`` there count the sbatch child too (``strace -f``). With
+``--cold N``, N more interleaved rounds time a user's *first* ``dethpc sbatch job.sh``
+(``dethpc_sbatch_cold``): no daemon running before it (stopped, untimed), so the command
+starts one; after each call the bench waits (untimed) until the daemon holds its lock,
+recording when that was (``cold_daemon_up_ms``, from the command's fork), and stops it.
+
+``--before-commit REV`` extracts ``git archive REV`` of this repository into the run's
+temporary directory and runs its console entry (``dethpc.surfaces.entry`` of that tree,
+its children too through ``PYTHONPATH``) as ``--before``: before and after timed in the
+same rounds, at one commit's figures each. ``--append`` adds this run to ``--out``'s
+``runs`` (one file for a run under ``nice -n -20`` and one at normal priority).
 
 ``dethpc`` is the console script next to this Python, or ``--dethpc PATH``;
 ``--before PATH`` (another checkout's console script) adds each ``dethpc_*`` command run
@@ -42,7 +52,8 @@ the modules each Python command imports (``-X importtime``) go to
 after, and the commit.
 
 Usage: python bench/cli/run.py [--calls 15] [--experiments 1000] [--trials 100000]
-[--dethpc PATH] [--before PATH] [--out FILE] [--sbatch]
+[--dethpc PATH] [--before PATH | --before-commit REV] [--out FILE [--append]]
+[--sbatch [--cold N]]
 (on a shared host, ``nice -n -20 python bench/cli/run.py ...`` as root: the ``niceness``
 field of the results says which)
 """
@@ -50,6 +61,7 @@ field of the results says which)
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import platform
@@ -146,6 +158,62 @@ def record_store(env: dict[str, str], experiments: int, trials: int,
     return int(exp_id), int(trial_id)
 
 
+def before_tree(tmp: Path, rev: str) -> str:
+    """``git archive REV`` of this repository under ``tmp``, and a console script that runs
+    its entry (its own ``dethpc`` package first on the path, for its children too);
+    returns the script's path."""
+    tree = tmp / f"before-{rev}"
+    tree.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    script = tree / "dethpc-before"      # beside the package: sys.path[0] is the tree
+    script.write_text(f"#!{sys.executable}\nimport os, sys\n"
+                      f"os.environ['PYTHONPATH'] = {str(tree)!r}\n"
+                      "from dethpc.surfaces.entry import main\nsys.exit(main())\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def daemon_up(home: Path) -> bool:
+    """Whether a daemon holds ``home``'s lock (``dethpc.control.service.running_pid``'s
+    test, without importing dethpc here)."""
+    lock = home / "daemon.lock"
+    if not lock.exists():
+        return False
+    with open(lock, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return False
+
+
+def measure_cold(variants: dict[str, list[str]], env: dict[str, str], home: Path,
+                 stop: list[str], rounds: int) -> tuple[dict[str, list[float]],
+                                                        dict[str, list[float]]]:
+    """``rounds`` interleaved rounds of each first-call variant: the daemon stopped
+    (untimed), the command timed, then (untimed) the wait until the daemon holds its lock,
+    whose time from the command's fork is the second result, and its stop."""
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    up: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, argv in variants.items():
+            subprocess.run(stop, env=env, capture_output=True, check=True, timeout=120)
+            assert not daemon_up(home)
+            start = time.perf_counter()
+            samples[name].append(timed(argv, env, name=name))
+            deadline = start + 300
+            while not daemon_up(home):
+                if time.perf_counter() > deadline:
+                    raise SystemExit(f"{name}: no daemon took the lock within 300 s")
+                time.sleep(0.005)
+            up[name].append(time.perf_counter() - start)
+    subprocess.run(stop, env=env, capture_output=True, check=True, timeout=120)
+    return samples, up
+
+
 def sbatch_site(tmp: Path, env: dict[str, str],
                 dethpc: str) -> tuple[dict[str, list[str]], dict[str, dict[str, str]], str]:
     """``--sbatch``'s variants and homes: a home on the Slurm backend whose store is at
@@ -219,6 +287,12 @@ def main() -> None:
     parser.add_argument("--dethpc", default=str(Path(sys.executable).parent / "dethpc"))
     parser.add_argument("--before", help="another checkout's console script, its dethpc "
                         "commands timed in the same rounds (``*_before``)")
+    parser.add_argument("--before-commit", help="``git archive`` this commit of the "
+                        "repository and time its console entry as ``--before``")
+    parser.add_argument("--cold", type=int, default=0, help="with --sbatch: rounds of a "
+                        "first `dethpc sbatch` with no daemon running (it starts one)")
+    parser.add_argument("--append", action="store_true", help="add this run to --out's "
+                        "``runs`` instead of replacing the file")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--sbatch", action="store_true", help="time `dethpc sbatch` beside "
                         "`sbatch` instead (Slurm must answer)")
@@ -247,8 +321,15 @@ def main() -> None:
         job_name = ""
         variants: dict[str, list[str]]
         homes: dict[str, dict[str, str]]
+        if args.before_commit:
+            args.before = before_tree(Path(tmp), args.before_commit)
         if args.sbatch:
             variants, homes, job_name = sbatch_site(Path(tmp), env, dethpc)
+            if args.before:
+                homes.update({f"{name}_before": homes[name] for name in list(homes)})
+                variants.update({f"{name}_before": [args.before, *argv[1:]]
+                                 for name, argv in list(variants.items())
+                                 if name.startswith("dethpc_")})
         else:
             variants = {
                 "python_pass": [sys.executable, "-c", "pass"],
@@ -292,8 +373,17 @@ def main() -> None:
         def env_of(name: str) -> dict[str, str]:
             return {**env, **homes.get(name, {})}
 
+        cold: dict[str, list[float]] = {}
+        cold_up: dict[str, list[float]] = {}
         try:
             samples, modules, calls = measure(variants, env_of, Path(tmp), args.calls)
+            if args.sbatch and args.cold:
+                firsts = {"dethpc_sbatch_cold": variants["dethpc_sbatch"]}
+                if args.before:
+                    firsts["dethpc_sbatch_cold_before"] = variants["dethpc_sbatch_before"]
+                cold, cold_up = measure_cold(
+                    firsts, env_of("dethpc_sbatch"), Path(env_of("dethpc_sbatch")["DETHPC_HOME"]),
+                    [dethpc, "daemon", "stop"], args.cold)
         finally:
             if args.sbatch:     # the daemon, and the held jobs of every variant
                 subprocess.run([dethpc, "daemon", "stop"], env=env_of("dethpc_sbatch"),
@@ -325,15 +415,33 @@ def main() -> None:
         "median_cpu_ms": {k: round(statistics.median(CPU[k]) * 1000, 1)
                           for k in variants},
         "samples_ms": {k: [round(x * 1000, 1) for x in v] for k, v in samples.items()},
+        "before": args.before_commit or args.before,
+        "cold_rounds": args.cold if args.sbatch else None,
+        "cold_median_ms": {k: round(statistics.median(v) * 1000, 1) for k, v in cold.items()},
+        "cold_median_cpu_ms": {k: round(statistics.median(CPU[k]) * 1000, 1) for k in cold},
+        "cold_daemon_up_median_ms": {k: round(statistics.median(v) * 1000, 1)
+                                     for k, v in cold_up.items()},
+        "cold_samples_ms": {k: [round(x * 1000, 1) for x in v] for k, v in cold.items()},
+        "cold_daemon_up_ms": {k: [round(x * 1000, 1) for x in v] for k, v in cold_up.items()},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    if args.append and args.out.exists():
+        kept = json.loads(args.out.read_text())
+        written = {"runs": [*kept.get("runs", [kept]), result]}
+    elif args.append:
+        written = {"runs": [result]}
+    else:
+        written = result
+    args.out.write_text(json.dumps(written, indent=2) + "\n")
     width = max(map(len, variants))
     for name in variants:
         print(f"{name:<{width}}  median {median[name]:7.1f} ms  "
               f"cpu {result['median_cpu_ms'][name]:7.1f} ms  "  # type: ignore[index]
               f"p90 {result['p90_ms'][name]:7.1f} ms  modules {modules.get(name, '-')}  "
               f"syscalls {calls.get(name, '-')}")
+    for name in cold:
+        print(f"{name}  median {result['cold_median_ms'][name]:7.1f} ms  "  # type: ignore[index]
+              f"daemon up at {result['cold_daemon_up_median_ms'][name]:7.1f} ms")  # type: ignore[index]
     print(f"wrote {args.out}")
 
 
