@@ -121,6 +121,13 @@ def supervisor_pid() -> int | None:
     return _holder(supervisor_lock_path(), supervisor_pid_path())
 
 
+def starting_or_running() -> bool:
+    """Whether this home's daemon runs or its supervisor is there: starting it (a plain
+    ``dethpc sbatch`` returns before the daemon holds its lock, ``launch``) or waiting out
+    a back-off. A view does not say that no daemon runs then, nor read Slurm itself."""
+    return running_pid() is not None or supervisor_pid() is not None
+
+
 def _spawn(extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """The supervisor (``dethpc.common.supervisor``: standard library only, asleep in
     ``sigwaitinfo``) of a ``dethpc daemon run``, detached, both writing to the log. The

@@ -71,13 +71,13 @@ def event_dict(e: Event) -> dict[str, Any]:
 
 
 def daemon_running(store: Store, owner: str) -> bool:
-    """Whether ``owner``'s daemon runs: on this host (its lock, ``service.running_pid``)
-    or on another login node (a live lease in ``store``). A view that finds none says
-    so (the CLI's note, the dashboard's banner)."""
+    """Whether ``owner``'s daemon runs: on this host (its lock, or its supervisor starting
+    it: ``service.starting_or_running``) or on another login node (a live lease in
+    ``store``). A view that finds none says so (the CLI's note, the dashboard's banner)."""
     from dethpc.control import service
     from dethpc.control.lease import Lease
 
-    return service.running_pid() is not None or Lease(store, owner).current() is not None
+    return service.starting_or_running() or Lease(store, owner).current() is not None
 
 
 def list_experiments(store: Store, include_ended: bool = True,

@@ -191,13 +191,13 @@ def user_name() -> str:
 
 
 def _daemon_running(reader: Reader) -> bool:
-    """``views.daemon_running`` read with ``reader``: this host's daemon lock, or a live
-    lease of this user's daemon on another login node."""
+    """``views.daemon_running`` read with ``reader``: this host's daemon lock or its
+    supervisor, or a live lease of this user's daemon on another login node."""
     import time
 
-    from dethpc.control.service import running_pid
+    from dethpc.control.service import starting_or_running
 
-    if running_pid() is not None:
+    if starting_or_running():
         return True
     row = reader.daemon_lease(user_name())
     return not (row is None or not row.holder or row.expires_at < time.time())

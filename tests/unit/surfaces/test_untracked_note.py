@@ -73,3 +73,25 @@ def test_shown_progress(home: Path, state: ExperimentState, progress: float,
                         shown: float) -> None:
     exp = add(state, progress, ExperimentKind.SBATCH)
     assert views.describe_experiment(ENV.store, exp)["progress"] == shown
+
+
+def test_a_daemon_being_started_by_its_supervisor_silences_the_note(home: Path) -> None:
+    """A plain ``dethpc sbatch`` returns before its daemon holds the lock
+    (``service.launch``): while the supervisor is there, a view does not say that no
+    daemon runs (``service.starting_or_running``)."""
+    import fcntl
+
+    from dethpc.common.paths import make_private_dir
+    from dethpc.control import service
+
+    add(ExperimentState.ACTIVE)
+    make_private_dir(service.supervisor_lock_path().parent)
+    with open(service.supervisor_lock_path(), "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        service.supervisor_pid_path().write_text("123456")
+        assert service.running_pid() is None and service.starting_or_running()
+        result = CliRunner().invoke(app, ["experiment", "list"])
+        assert result.exit_code == 0 and "no dethpc daemon" not in result.stderr, result.stderr
+    assert not service.starting_or_running()
+    result = CliRunner().invoke(app, ["experiment", "list"])
+    assert "no dethpc daemon is running" in result.stderr, result.stderr
