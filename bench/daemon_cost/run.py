@@ -12,6 +12,11 @@ cProfile of the whole run (top entries by own time).
 
 Usage: python bench/daemon_cost/run.py [--trials 32 128] [--repeat 1] [--profile]
        [--journal wal|delete] [--synchronous normal|full] [--out PATH]
+       [--trees LABEL=PATH ...] [--backends sqlite postgres]
+``--trees``: before/after in one run -- each cell imports dethpc from one of these trees
+(a ``git archive`` of a commit), the trees alternating cell by cell. ``--backends``:
+the store on SQLite (a file in the cell's directory) and/or a throwaway PostgreSQL
+(``bench/tick_scale/pgserver.py``: a new database per cell).
 (``--journal``/``--synchronous`` override what the store chooses, through
 ``DETHPC_SQLITE_JOURNAL``/``DETHPC_SQLITE_SYNCHRONOUS``, for the settings comparison).
 Writes bench/results/daemon_cost.json (one entry per configuration, merged by label).
@@ -37,7 +42,10 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
+#: the dethpc a cell imports: this checkout, or (``--trees``) another commit's archive
+TREE = Path(os.environ.get("COST_TREE") or REPO)
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(TREE))
 
 from sqlalchemy import event  # noqa: E402
 from sqlalchemy.orm import Session as OrmSession  # noqa: E402
@@ -135,7 +143,7 @@ def measure(n: int, profile: bool) -> dict[str, Any]:
     from dethpc.store.models import Experiment
 
     cluster = load_cluster_config(home / "cluster.yaml")
-    store = Store(f"sqlite:///{home / 'dethpc.db'}")
+    store = Store(os.environ.get("COST_DB_URL") or f"sqlite:///{home / 'dethpc.db'}")
     backend = make_backend(cluster)
     cfg = work / "exp.yaml"
     cfg.write_text(yaml.safe_dump(experiment(n)))
@@ -166,7 +174,9 @@ def measure(n: int, profile: bool) -> dict[str, Any]:
         settle()
         gc_mode = "settled"
     memo = getattr(daemon.reconciling, "memo", None)   # the searcher kept (from ced663b)
-    prof = cProfile.Profile() if profile else None
+    # a CPU timer: the daemon's own CPU, not its waits (the fsync inside SQLite's COMMIT,
+    # the pacing's sleeps), is what the bench measures
+    prof = cProfile.Profile(time.process_time) if profile else None
     c0, w0 = time.process_time(), time.monotonic()
     if prof:
         prof.enable()
@@ -192,9 +202,13 @@ def measure(n: int, profile: bool) -> dict[str, Any]:
     }
     if memo is not None:
         out["searcher_memo"] = {"hits": memo.hits, "misses": memo.misses}
-    with store.engine.connect() as c:
-        out["journal_mode_used"] = c.exec_driver_sql("PRAGMA journal_mode").scalar()
-        out["synchronous_used"] = c.exec_driver_sql("PRAGMA synchronous").scalar()
+    out["backend"] = store.engine.dialect.name
+    out["dethpc"] = str(Path(sys.modules["dethpc"].__file__ or "").parent.parent)
+    if store.engine.dialect.name == "sqlite":
+        with store.engine.connect() as c:
+            out["journal_mode_used"] = c.exec_driver_sql("PRAGMA journal_mode").scalar()
+            out["synchronous_used"] = c.exec_driver_sql("PRAGMA synchronous").scalar()
+    store.engine.dispose()
     if SITES:
         out["session_sites"] = {k: dict(sorted(v.items(), key=lambda kv: -kv[1]))
                                 for k, v in counts.sites.items()}
@@ -211,6 +225,25 @@ def measure(n: int, profile: bool) -> dict[str, Any]:
     return out
 
 
+def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Medians over the cells of each (backend, trials, tree)."""
+    import statistics
+    groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r.get("backend", "sqlite"), r["trials"], r["tree"]), []).append(r)
+    out = []
+    for (backend, n, tree), cs in groups.items():
+        med = {k: statistics.median(c[k] for c in cs)
+               for k in ("daemon_cpu_s", "cpu_s_per_trial", "ticks", "fast_ticks",
+                         "sessions", "commits", "statements")}
+        out.append({"backend": backend, "trials": n, "tree": tree, "cells": len(cs),
+                    "daemon_cpu_s_cells": [c["daemon_cpu_s"] for c in cs],
+                    "fast_ticks_cells": [c["fast_ticks"] for c in cs],
+                    **{f"{k}_median": v for k, v in med.items()},
+                    "load_avg_1m_cells": [c["load_avg_1m"] for c in cs]})
+    return out
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "_cell":
         print(json.dumps(measure(int(sys.argv[2]), sys.argv[3] == "1")))
@@ -223,6 +256,11 @@ def main() -> None:
     ap.add_argument("--synchronous", default=None)
     ap.add_argument("--label", default=None)
     ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--trees", nargs="+", default=[], metavar="LABEL=PATH",
+                    help="before/after in one run: each cell imports dethpc from one of "
+                         "these trees (git archives), alternating")
+    ap.add_argument("--backends", nargs="+", default=["sqlite"],
+                    choices=["sqlite", "postgres"])
     args = ap.parse_args()
     env = dict(os.environ)
     if args.journal:
@@ -231,27 +269,53 @@ def main() -> None:
         env["DETHPC_SQLITE_SYNCHRONOUS"] = args.synchronous
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True, check=False).stdout.strip()
+    trees = {label: Path(path).resolve() for label, path in
+             (t.split("=", 1) for t in args.trees)} or {"this": REPO}
+    pg = None
+    if "postgres" in args.backends:
+        sys.path.insert(0, str(REPO / "bench" / "tick_scale"))
+        from pgserver import PgServer
+        pg = PgServer()
+        pg.start()
     rows = []
-    for n in args.trials:
-        for _ in range(args.repeat):
-            res = subprocess.run([sys.executable, __file__, "_cell", str(n),
-                                  "1" if args.profile else "0"], capture_output=True,
-                                 text=True, env=env, check=False)
-            if res.returncode != 0:
-                raise SystemExit(f"cell {n} failed:\n{res.stderr[-4000:]}")
-            if args.profile:
-                print(res.stderr[-8000:], file=sys.stderr)
-            row = json.loads(res.stdout.strip().splitlines()[-1])
-            row["load_avg_1m"] = round(os.getloadavg()[0], 2)
-            print(json.dumps({k: v for k, v in row.items() if k != "profile"}), flush=True)
-            rows.append(row)
+    cell = 0
+    try:
+        for backend in args.backends:
+            for n in args.trials:
+                for _ in range(args.repeat):
+                    for tree_label, tree in trees.items():   # interleaved, cell by cell
+                        cell += 1
+                        cenv = dict(env, COST_TREE=str(tree))
+                        if backend == "postgres":
+                            assert pg is not None
+                            pg.create(f"cost{cell}")
+                            cenv["COST_DB_URL"] = pg.url(f"cost{cell}")
+                        load = os.getloadavg()[0]
+                        res = subprocess.run([sys.executable, __file__, "_cell", str(n),
+                                              "1" if args.profile else "0"],
+                                             capture_output=True, text=True, env=cenv,
+                                             check=False)
+                        if res.returncode != 0:
+                            raise SystemExit(f"cell {n} failed:\n{res.stderr[-4000:]}")
+                        if args.profile:
+                            print(res.stderr[-8000:], file=sys.stderr)
+                        row = json.loads(res.stdout.strip().splitlines()[-1])
+                        row.update(tree=tree_label, load_avg_1m_before=round(load, 2),
+                                   load_avg_1m=round(os.getloadavg()[0], 2))
+                        print(json.dumps({k: v for k, v in row.items() if k != "profile"}),
+                              flush=True)
+                        rows.append(row)
+    finally:
+        if pg is not None:
+            pg.stop()
     label = args.label or commit
     path = Path(args.out)
     doc: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     doc.update({"benchmark": "daemon_cost", "host": platform.node(), "cpus": os.cpu_count(),
                 "python": platform.python_version(), "goal": GOAL})
     doc.setdefault("runs", {})[label] = {"commit": commit, "time": time.time(),
-                                         "rows": rows}
+                                         "trees": {k: str(v) for k, v in trees.items()},
+                                         "summary": summary(rows), "rows": rows}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=2))
     print(f"wrote {path}")
