@@ -172,17 +172,20 @@ def _drop_prestarted() -> None:
             proc.wait(timeout=30)
 
 
-def launch() -> int | None:
+def launch(wait_s: float = 120.0) -> int | None:
     """Start the daemon *without waiting* for it to take its lock, for a command whose
     work is recorded already (``dethpc sbatch``: the daemon adopts the job whenever it is
     up, issue 47 item 1): adopt the supervisor ``prestart`` started, ask one that waits out
     a back-off to start the daemon now (SIGUSR1, as ``start``), or spawn one. Returns the
     supervisor's pid when this call started it (adopted or spawned), None when a daemon or
-    its supervisor was there already. Nobody waits: a daemon whose very first run fails
-    says why in ``daemon.log`` only (``start`` reports it; docs/reliability.md)."""
+    its supervisor was there already. Waits only for a supervisor it started to hold its
+    lock (standard library only: tens of ms, and ``prestart``'s usually does already), so
+    that from then on ``starting_or_running`` sees it. Nobody waits for the daemon: one
+    whose very first run fails says why in ``daemon.log`` only (``start`` reports it;
+    docs/reliability.md)."""
     proc, _Prestarted.proc = _Prestarted.proc, None
     if proc is not None and proc.poll() is None:
-        return proc.pid
+        return _supervising(proc, wait_s)
     if running_pid() is not None:
         return None
     keeper = supervisor_pid()
@@ -191,7 +194,24 @@ def launch() -> int | None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(keeper, signal.SIGUSR1)
         return None
-    return _spawn().pid
+    return _supervising(_spawn(), wait_s)
+
+
+def _supervising(proc: subprocess.Popen[bytes], wait_s: float) -> int | None:
+    """``proc``'s pid once that supervisor holds its lock; None when it exited because
+    another one holds it (that one starts the daemon)."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if supervisor_pid() == proc.pid:
+            return proc.pid
+        if proc.poll() is not None:
+            if proc.returncode == EXIT_BUSY:
+                return None
+            raise DethpcError(f"the daemon's supervisor exited at once (code "
+                              f"{proc.returncode}); see {log_path()}")
+        time.sleep(0.005)
+    raise DethpcError(f"the daemon's supervisor did not take its lock within {wait_s:.0f}s; "
+                      f"see {log_path()}")
 
 
 def start(extra_env: dict[str, str] | None = None, wait_s: float = 120.0) -> int:

@@ -147,12 +147,25 @@ def test_a_refusal_is_the_same_bytes_without_the_clis_imports(tmp_path: Path,
     assert not (tmp_path / "home" / "daemon.log").exists()
 
 
+#: a supervisor that takes its lock and writes its pidfile, as the real one, and never
+#: starts a daemon
+FAKE_SUPERVISOR = """
+import fcntl, os, sys, time
+f = open(sys.argv[1], "a+")
+fcntl.flock(f, fcntl.LOCK_EX)
+with open(sys.argv[2], "w") as pidfile:
+    pidfile.write(str(os.getpid()))
+time.sleep(120)
+"""
+
+
 def test_a_plain_jobs_daemon_is_started_not_waited_for(
         home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """``launch_daemon`` (``service.launch``): the job is recorded, so the command returns
-    without waiting for the daemon's lock (``service.start`` would wait here, up to 120 s,
-    for a daemon that never takes it); a prestarted supervisor is adopted, not spawned
-    again; a supervisor already there is asked to start the daemon now and nothing is said."""
+    once the supervisor holds its lock, without waiting for the daemon's (``service.start``
+    would wait here, up to 120 s, for a daemon that never takes it); a prestarted
+    supervisor is adopted, not spawned again; a supervisor already there is asked to start
+    the daemon now and nothing is said."""
     import signal
 
     from dethpc.control import service
@@ -160,7 +173,9 @@ def test_a_plain_jobs_daemon_is_started_not_waited_for(
     spawned: list[subprocess.Popen[bytes]] = []
 
     def spawn(extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        spawned.append(subprocess.Popen(["sleep", "120"]))   # never takes the lock
+        spawned.append(subprocess.Popen([sys.executable, "-c", FAKE_SUPERVISOR,
+                                         str(service.supervisor_lock_path()),
+                                         str(service.supervisor_pid_path())]))
         return spawned[-1]
 
     monkeypatch.setattr(service, "_spawn", spawn)
@@ -169,22 +184,19 @@ def test_a_plain_jobs_daemon_is_started_not_waited_for(
         fastsbatch.launch_daemon()
         assert len(spawned) == 1 and spawned[0].poll() is None
         assert capsys.readouterr().err == said.format(spawned[0].pid, service.log_path())
+        # from its return on, a view sees the daemon as starting
+        assert service.running_pid() is None and service.starting_or_running()
+        spawned[0].kill()
+        spawned[0].wait()
         service.prestart()                       # as the light path does once planned
         assert len(spawned) == 2
         fastsbatch.launch_daemon()
         assert len(spawned) == 2 and service._Prestarted.proc is None   # adopted
         assert capsys.readouterr().err == said.format(spawned[1].pid, service.log_path())
-        # a supervisor holds its lock (one waiting out a back-off): poked, nothing said
-        keeper = subprocess.Popen(["sleep", "120"])
-        spawned.append(keeper)
-        service.supervisor_pid_path().write_text(str(keeper.pid))
-        with open(service.supervisor_lock_path(), "a+") as lock:
-            import fcntl
-
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            fastsbatch.launch_daemon()
-        assert len(spawned) == 3 and capsys.readouterr().err == ""
-        assert keeper.wait(timeout=30) == -signal.SIGUSR1
+        # that supervisor holds its lock (one waiting out a back-off): poked, nothing said
+        fastsbatch.launch_daemon()
+        assert len(spawned) == 2 and capsys.readouterr().err == ""
+        assert spawned[1].wait(timeout=30) == -signal.SIGUSR1
     finally:
         for proc in spawned:
             proc.kill()
