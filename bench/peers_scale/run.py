@@ -24,7 +24,7 @@ missed or not measured). A run is never merged with another. Then
 bench.peers_scale.table --write`` puts the table in the READMEs.
 
 Usage (as root, the scale cluster up):
-  python -m bench.peers_scale.run --quick                 # one seed, dethpc-pool, faults
+  python -m bench.peers_scale.run --quick                 # seed 0 of every system, faults on
   python -m bench.peers_scale.run --systems dethpc-per-job --trials 32 --time-scale 1 \\
       --timeout 420 --faults both --out bench/results/peers_scale_smoke.json --smoke
 """
