@@ -51,7 +51,6 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(TREE))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pgserver import PgServer  # noqa: E402
 from replay import Model, ReplayRunner  # noqa: E402
 from sqlmodel import select  # noqa: E402
 
@@ -65,6 +64,21 @@ from dethpc.control.daemon import Daemon  # noqa: E402
 from dethpc.store import Store  # noqa: E402
 from dethpc.store.models import Experiment, ExperimentState, Job, Trial  # noqa: E402
 
+
+def _pgserver() -> Any:
+    """tests/pg/pgserver.py, the one throwaway PostgreSQL server tests/pg starts too,
+    loaded by its path: ``--trees`` puts an older tree's ``tests`` package first on
+    ``sys.path``, where it may be missing or older."""
+    spec = importlib.util.spec_from_file_location(
+        "dethpc_bench_pgserver", REPO / "tests" / "pg" / "pgserver.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod   # its dataclass looks its module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+PgServer = _pgserver().PgServer
 TOY = REPO / "tests" / "fixtures" / "toy"
 OUT = REPO / "bench" / "results" / "tick_scale.json"
 RUNNING = 64
@@ -365,7 +379,7 @@ def cell(mode: str, n: int, work: Path, profile: bool) -> dict[str, Any]:
     raise SystemExit(f"unknown cell mode {mode!r}")
 
 
-def restore(work: Path, pg: PgServer | None, n: int) -> None:
+def restore(work: Path, pg: Any, n: int) -> None:
     """The built store as the build left it: the database (a copy of the built one) and
     the running trials' metrics files cut back to their built sizes."""
     if pg is not None:

@@ -1,9 +1,13 @@
-"""A throwaway PostgreSQL server for the tick-scale bench, started as tests/pg starts one
-(Debian's binaries, a data directory under /tmp, the ``dethpc`` superuser trusted on
-127.0.0.1, run as the ``postgres`` user when started by root), with the database copies
-the bench restores before each measured cell (``CREATE DATABASE ... TEMPLATE``).
+"""A throwaway PostgreSQL server: Debian's binaries, a data directory under /tmp, run as
+the ``postgres`` user when started by root (the server refuses to run as root), stopped
+and removed at the end. On 127.0.0.1 the ``dethpc`` superuser is trusted; every other
+role (the users ``dethpc admin db add-user`` creates) logs in with its SCRAM password.
 
-Owns: ``PgServer``. Must not: be used outside bench/.
+Owns: ``PgServer`` (start, stop, a database's URL, a database made as a copy of another:
+``CREATE DATABASE ... TEMPLATE``, a database's size) and ``bindir``. Serves tests/pg's
+``postgres_url`` fixture and bench/tick_scale, which loads this file by its path (its
+``--trees`` puts an older tree's ``tests`` package first on ``sys.path``).
+Must not: import pytest or dethpc (the bench loads it beside any tree).
 """
 
 from __future__ import annotations
@@ -17,28 +21,37 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+PG_HBA = ("local all all trust\n"
+          "host all dethpc 127.0.0.1/32 trust\n"
+          "host all all 127.0.0.1/32 scram-sha-256\n")
+
 
 def bindir() -> Path | None:
+    """The newest installed server's binaries (``/usr/lib/postgresql/<major>/bin``)."""
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
                    key=lambda p: int(Path(p).parts[-3]))
     return Path(found[-1]).parent if found else None
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
+class NoPostgres(RuntimeError):
+    """Debian's PostgreSQL binaries are not installed."""
+
+
 @dataclass
 class PgServer:
-    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="dethpc-tick-pg-")))
-    port: int = field(default_factory=_free_port)
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="dethpc-pg-")))
+    port: int = field(default_factory=free_port)
 
     def __post_init__(self) -> None:
         found = bindir()
         if found is None:
-            raise SystemExit("no PostgreSQL binaries (/usr/lib/postgresql/*/bin): "
+            raise NoPostgres("no PostgreSQL binaries (/usr/lib/postgresql/*/bin): "
                              "apt-get install postgresql")
         self.bin = found
         self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
@@ -54,9 +67,8 @@ class PgServer:
         data = self.root / "data"
         self._run(str(self.bin / "initdb"), "-D", str(data), "-A", "trust", "-U", "dethpc",
                   "-E", "UTF8")
-        (data / "pg_hba.conf").write_text("local all all trust\n"
-                                          "host all dethpc 127.0.0.1/32 trust\n")
-        self._run(str(self.bin / "pg_ctl"), "-D", str(data), "-l", str(self.root / "log"),
+        (data / "pg_hba.conf").write_text(PG_HBA)
+        self._run(str(self.bin / "pg_ctl"), "-D", str(data), "-l", str(self.root / "server.log"),
                   "-w", "-o", f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1",
                   "start")
 
