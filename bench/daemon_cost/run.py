@@ -16,7 +16,7 @@ Usage: python bench/daemon_cost/run.py [--trials 32 128] [--repeat 1] [--profile
 ``--trees``: before/after in one run -- each cell imports dethpc from one of these trees
 (a ``git archive`` of a commit), the trees alternating cell by cell. ``--backends``:
 the store on SQLite (a file in the cell's directory) and/or a throwaway PostgreSQL
-(``bench/tick_scale/pgserver.py``: a new database per cell).
+(``tests/pg/pgserver.py``: a new database per cell).
 (``--journal``/``--synchronous`` override what the store chooses, through
 ``DETHPC_SQLITE_JOURNAL``/``DETHPC_SQLITE_SYNCHRONOUS``, for the settings comparison).
 Writes bench/results/daemon_cost.json (one entry per configuration, merged by label).
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import importlib.util
 import io
 import json
 import os
@@ -273,9 +274,14 @@ def main() -> None:
              (t.split("=", 1) for t in args.trees)} or {"this": REPO}
     pg = None
     if "postgres" in args.backends:
-        sys.path.insert(0, str(REPO / "bench" / "tick_scale"))
-        from pgserver import PgServer
-        pg = PgServer()
+        # tests/pg/pgserver.py by its path (--trees puts an older tree's tests first)
+        spec = importlib.util.spec_from_file_location(
+            "dethpc_bench_pgserver", REPO / "tests" / "pg" / "pgserver.py")
+        assert spec is not None and spec.loader is not None
+        pgserver = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = pgserver   # its dataclass looks its module up there
+        spec.loader.exec_module(pgserver)
+        pg = pgserver.PgServer()
         pg.start()
     rows = []
     cell = 0
