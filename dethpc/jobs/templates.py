@@ -6,7 +6,9 @@ directory, ``$DETHPC_TEMPLATE_DIR``, first, so a site can ``{% extends "base/...
 on request, Jinja2's cache of compiled templates in the user's cache directory,
 ``bytecode_cache``).
 Its own module, importing Jinja2 and the standard library only, so that ``dethpc
-sbatch``'s wrapper renders without the trial scripts' imports (issue 47 item 1);
+sbatch``'s wrapper renders without the trial scripts' imports (issue 47 item 1; it is
+written without Jinja2 at all unless a site overrides its template:
+``dethpc.jobs.wrapper_text``);
 ``dethpc.jobs.render`` re-exports it.
 Must not: render a particular script or build directives.
 """
@@ -41,7 +43,8 @@ def shjoin(argv: Sequence[object]) -> str:
 def make_env(site_dir: Path | None = None, *, cached: bool = False) -> jinja2.Environment:
     """The environment; ``cached``: templates compiled once are kept, as Python bytecode,
     in the user's cache directory (``bytecode_cache``), so that a short-lived command
-    (``dethpc sbatch``'s wrapper: three templates, ~15 ms to compile) loads them instead."""
+    (``dethpc sbatch``'s wrapper when a site overrides it: three templates, ~15 ms to
+    compile) loads them instead."""
     base = jinja2.FileSystemLoader(str(template_dir()))
     loaders: list[jinja2.BaseLoader] = []
     site = site_dir or (Path(os.environ[ENV_TEMPLATE_DIR])
