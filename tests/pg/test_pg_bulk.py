@@ -10,7 +10,7 @@ from sqlalchemy import text
 from sqlmodel import SQLModel, col, select
 
 from dethpc.store import Store
-from dethpc.store.bulk import insert_rows
+from dethpc.store.bulk import insert_objects, insert_rows
 from dethpc.store.models import Batch, Event, Experiment, Job, Metric, Trial
 
 VARYING = {"id", "submitted_at"}
@@ -52,3 +52,30 @@ def test_bulk_rows_equal_the_orms_on_postgres(postgres_url: str) -> None:
         nulls = s.execute(text("SELECT count(*) FROM event WHERE experiment_id = :e "
                                "AND data IS NULL"), {"e": exp_id}).scalar()
     assert nulls == 0
+
+
+def test_insert_objects_on_postgres_in_order_with_their_ids(postgres_url: str) -> None:
+    """``insert_objects`` on PostgreSQL (one INSERT .. RETURNING for the rows): the
+    objects come back in the rows' order with the serial ids the database gave them,
+    persistent in the session (a change to one is written at the commit)."""
+    store = Store(postgres_url)
+    with store.session() as s:
+        exp = Experiment(name="objects", config_yaml="{}", run_dir="/r")
+        s.add(exp)
+        s.flush()
+        assert exp.id is not None
+        exp_id = exp.id
+    rows = [{"experiment_id": exp_id, "request_id": n, "hparams": {"x": n},
+             "validate_at": [n], "needs_job": True} for n in (5, 2, 8, 1)]
+    with store.session() as s:
+        got = insert_objects(s, Trial, rows)
+        assert [t.request_id for t in got] == [5, 2, 8, 1]
+        ids = [t.id for t in got]
+        assert all(i is not None for i in ids) and ids == sorted(ids)  # type: ignore[type-var]
+        assert all(t in s and t not in s.new for t in got)
+        got[2].steps_completed = 7
+    with store.session() as s:
+        back = {t.id: t for t in s.exec(select(Trial).where(Trial.experiment_id == exp_id))}
+    assert [(back[i].request_id, back[i].hparams, back[i].steps_completed)  # type: ignore[index]
+            for i in ids] == [(5, {"x": 5}, 0), (2, {"x": 2}, 0), (8, {"x": 8}, 7),
+                              (1, {"x": 1}, 0)]
