@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import insert
+from sqlalchemy.orm import make_transient_to_detached
 from sqlmodel import Session, SQLModel
 
 M = TypeVar("M", bound=SQLModel)
@@ -58,14 +59,31 @@ def insert_rows(s: Session, model: type[SQLModel], rows: Sequence[Mapping[str, A
 def insert_objects(s: Session, model: type[M], rows: Sequence[Mapping[str, Any]]) -> list[M]:
     """Insert ``rows`` of ``model`` with INSERT .. RETURNING and return their objects, in
     the rows' order, persistent in ``s`` (later changes to them are flushed as any
-    loaded row's). One statement per row on SQLite (its RETURNING promises no order),
-    one for them all on PostgreSQL (SQLAlchemy's insertmanyvalues). Nothing pending in
+    loaded row's). One statement per row on SQLite (its RETURNING promises no order;
+    without RETURNING, before 3.35, the key from the cursor), one for them all on
+    PostgreSQL (SQLAlchemy's insertmanyvalues). Nothing pending in
     the session is flushed first: the rows must not refer to an object still pending
     in it."""
     if not rows:
         return []
     fields = _defaults(model)
-    return list(s.scalars(
-        insert(model).returning(model, sort_by_parameter_order=True),
-        [complete(model, row, fields) for row in rows],
-        execution_options={"autoflush": False}))
+    full = [complete(model, row, fields) for row in rows]
+    if s.get_bind().dialect.insert_returning:
+        return list(s.scalars(insert(model).returning(model, sort_by_parameter_order=True),
+                              full, execution_options={"autoflush": False}))
+    return [_inserted(s, model, row) for row in full]
+
+
+def _inserted(s: Session, model: type[M], row: dict[str, Any]) -> M:
+    """One row inserted without RETURNING (SQLite before 3.35: RHEL 8's is 3.26), its key
+    taken from the cursor, and its object, built as the constructor builds it, put in the
+    session as that stored row (no flush, no read back)."""
+    table = model.__table__  # type: ignore[attr-defined]
+    key = s.connection().execute(table.insert().values(**row)).inserted_primary_key
+    assert key is not None
+    obj = model(**row)
+    for column, value in zip(table.primary_key.columns, key, strict=True):
+        setattr(obj, column.key, value)
+    make_transient_to_detached(obj)
+    s.add(obj)
+    return obj

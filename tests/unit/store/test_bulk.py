@@ -97,8 +97,9 @@ def test_insert_rows_keeps_the_order_and_lets_the_database_number_them(
         conn.close()
 
 
+@pytest.mark.parametrize("returning", [True, False], ids=["returning", "sqlite-before-3.35"])
 def test_insert_objects_writes_what_the_orm_writes_and_hands_back_live_objects(
-        tmp_path: Path) -> None:
+        tmp_path: Path, returning: bool) -> None:
     """``insert_objects``: the same rows as the ORM's, the objects given back in order
     with their ids, persistent in the session (a later change to one is written as a
     loaded row's), and nothing else pending in the session written with them (no
@@ -111,6 +112,7 @@ def test_insert_objects_writes_what_the_orm_writes_and_hands_back_live_objects(
         for row in given:
             s.add(Trial(**row))
     store = store_with_parents(bulk_db)
+    store.engine.dialect.insert_returning = returning   # False: as SQLite before 3.35
     inserts: list[str] = []
 
     def counter(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
