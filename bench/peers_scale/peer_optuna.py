@@ -33,9 +33,9 @@ node: the workers in the array coordinate through the storage file. ``kill_login
 returns None (the fault injector records that it had nothing to kill) and a person never
 has to restart anything (``operator_check`` returns None). The search is finished when
 the array has left the queue (every worker found no trial waiting and the ``n`` trials
-created: ``take_another``, Optuna's "n trials" as "n asked, n run"). The peers' Python: bench/peers/.venv's
-site-packages on ``PYTHONPATH`` under the system's python3.11 (the venv's interpreter
-lives under /root, which the benchmark's user may not run).
+created: ``take_another``, Optuna's "n trials" as "n asked, n run"). The peers' Python:
+bench/peers/.venv's site-packages on ``PYTHONPATH`` under the system's python3.11 (the
+venv's interpreter lives under /root, which the benchmark's user may not run).
 Must not: import Optuna (the benchmark's driver runs in dethpc's environment).
 """
 
