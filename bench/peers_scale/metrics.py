@@ -310,6 +310,8 @@ def cell_summary(runs: Sequence[Mapping[str, Any]], timeout_s: float) -> dict[st
             "useful_pct_median": med("useful_pct"),
             "gpu_hours_redone": round(sum(float(r["gpu_hours_redone"]) for r in runs), 4),
             "gpu_hours_lost": round(sum(float(r["gpu_hours_lost"]) for r in runs), 4),
+            "gpu_hours_unfinished": round(sum(float(r.get("gpu_hours_unfinished", 0.0))
+                                              for r in runs), 4),
             "gpu_hours_executed": round(sum(float(r.get("gpu_hours_executed") or 0.0)
                                             for r in runs), 4),
             "human_actions": sum(int(r["human_actions"]) for r in runs),

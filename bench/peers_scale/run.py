@@ -258,7 +258,12 @@ def run_cell(system: str, seed: int, with_faults: bool, args: argparse.Namespace
         "useful_pct": round(100 * work.total("useful") / max(1, work.total("executed")), 2),
         "gpu_hours_executed": round(executed_s / 3600, 5),
         "gpu_hours_redone": round(work.total("redone_s") / 3600, 5),
-        "gpu_hours_lost": round(work.total("lost_s") / 3600, 5),
+        # a trial still worked on at the timeout is unfinished, not lost: its steps so far
+        # are counted apart (the count of lost trials already leaves it out)
+        "gpu_hours_lost": round(sum(t.lost_s for t in work.trials
+                                    if t.trial not in unfinished) / 3600, 5),
+        "gpu_hours_unfinished": round(sum(t.lost_s for t in work.trials
+                                          if t.trial in unfinished) / 3600, 5),
         "human_actions": len(runner.human_actions),
         "rpcs": rpcs, "rpcs_per_trial": round(rpcs / args.trials, 2),
         "peak_rpcs_per_s": round(sampler.rpc.peak_per_s.get(SYSTEM_USER, 0.0), 2),
