@@ -395,7 +395,9 @@ def main() -> int:
         "benchmark": "peers_scale",
         "smoke": bool(args.smoke),
         "note": (f"SMOKE TEST ({', '.join(args.systems)}; {args.trials} trials, seeds "
-                 f"{args.seeds}): not the issue's table" if args.smoke else "issue 48 table"),
+                 f"{args.seeds}): not the issue's table" if args.smoke
+                 else "QUICK RUN (one seed of each system, fault cells only): not the issue's "
+                 "full table" if args.quick else "issue 48 table"),
         "commit": commit, "uncommitted_at_start": [ln for ln in dirty if ln.strip()],
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "argv": sys.argv[1:], "params": {k: str(v) if isinstance(v, Path) else v

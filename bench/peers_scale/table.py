@@ -85,6 +85,9 @@ def regime(doc: Mapping[str, Any]) -> str:
     plan = doc.get("fault_plan") or {}
     seeds = sorted({s for c in doc["summary"].values() for s in c.get("seeds", [])})
     smoke = "**SMOKE TEST, not the issue's table.** " if doc.get("smoke") else ""
+    if p.get("quick") and not doc.get("smoke"):
+        smoke = ("**QUICK RUN (`--quick`: one seed of each system, fault cells only), not "
+                 "the issue's full table.** ")
     faults = (f"the fault schedule (seeded, from the first sbatch, the same for every "
               f"system): {plan.get('crashes')} node crashes revived after "
               f"{_n(plan.get('crash_down_s'), ' s', 0)}, {plan.get('preemptions')} preemptions "

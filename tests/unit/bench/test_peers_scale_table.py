@@ -52,7 +52,9 @@ def test_the_run_is_stated_above_the_table(doc: dict[str, Any]) -> None:
     assert "seeds 0:" in head and "64 emulated GPUs" in head and "16 nodes" in head
     assert "faults refused by Slurm: 0" in head
     doc["smoke"] = False
-    assert "SMOKE" not in render(doc)
+    assert "SMOKE" not in render(doc) and "QUICK" not in render(doc)
+    doc["params"]["quick"] = True               # a --quick run says it is not the full table
+    assert "QUICK RUN" in render(doc).split("\n\n", 1)[0]
 
 
 def test_misses_are_shown(doc: dict[str, Any]) -> None:
