@@ -67,7 +67,7 @@ from dethpc.common.paths import ExperimentPaths  # noqa: E402
 from dethpc.config import parse_experiment_config  # noqa: E402
 from dethpc.config.model import ClusterConfig, ExperimentConfig, ResourcePool  # noqa: E402
 from dethpc.jobs.jobscript import trial_script  # noqa: E402
-from dethpc.jobs.pool_items import work_item  # noqa: E402
+from dethpc.jobs.worker_pool_items import work_item  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 DIGITS = REPO / "examples" / "digits"
