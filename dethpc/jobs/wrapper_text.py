@@ -98,10 +98,10 @@ def wrapper_text(*, version: str, experiment_id: int, script_name: str, header: 
         f'export {jobenv.ENV_TRIAL_DIR}="$TRIAL_DIR"\n'
         f"export {jobenv.ENV_EXPERIMENT_CONFIG}={_q(config)}\n"
         f"export {jobenv.ENV_PREEMPT_SIGNAL}={_q(signal)}\n"
-        'export DETHPC_RUN_ID="$RUN"\n'
+        f'export {jobenv.ENV_RUN_ID}="$RUN"\n'
         f'if [ -d {bindir} ]; then export PATH={bindir}:"$PATH"; fi\n'
         f"latest=$({py} -m dethpc.surfaces.entry latest-checkpoint 2>/dev/null || true)\n"
-        'if [ -n "$latest" ]; then export DETHPC_LATEST_CHECKPOINT="$latest"; fi\n'
+        f'if [ -n "$latest" ]; then export {jobenv.ENV_LATEST_CHECKPOINT}="$latest"; fi\n'
         "# the user's own output files as Slurm resolved them, for `dethpc trial logs`\n"
         "scontrol -o show job \"$JOB_REF\" 2>/dev/null | tr ' ' '\\n' \\\n"
         "  | sed -n 's/^Std\\(Out\\|Err\\)=//p' | sort -u >>\"$TRIAL_DIR/outputs.txt\" "

@@ -69,6 +69,25 @@ def _spans(keys: set[tuple[int, int]]) -> list[tuple[list[int], list[int]]]:
     return out
 
 
+def _load_offsets(rows: TickRows) -> tuple[dict[tuple[int, str], IngestOffset], set[int],
+                                           set[int]]:
+    """The ingest offsets of the tick's open trials (one query), those trials' ids, and
+    the loaded trials that ended but whose job lives (their last lines are still to come)
+    with their offsets read too: one query for them all, not a get per trial and file."""
+    offsets = {(o.trial_id, o.file): o for o in rows.s.exec(
+        select(IngestOffset).join(Trial, col(Trial.id) == IngestOffset.trial_id)
+        .where(Trial.experiment_id == rows.exp_id,
+               col(Trial.state).not_in(TERMINAL_TRIAL_STATES)))}
+    open_ids = {t.id for t in rows.trials.values()
+                if t.id is not None and not t.state.is_terminal}
+    ended = sorted(t.id for t in rows.trials.values()
+                   if t.id is not None and t.state.is_terminal)
+    for chunk in chunks(ended):
+        offsets.update(((o.trial_id, o.file), o) for o in rows.s.exec(
+            select(IngestOffset).where(col(IngestOffset.trial_id).in_(chunk))))
+    return offsets, open_ids, set(ended)
+
+
 class Ingest:
     """Reads the trial files of one experiment's tick."""
 
@@ -119,20 +138,7 @@ class Ingest:
         not open then (ended, with a live job) is looked up alone."""
         assert trial.id is not None
         if self._offsets is None:
-            self._offsets = {(o.trial_id, o.file): o for o in self.rows.s.exec(
-                select(IngestOffset).join(Trial, col(Trial.id) == IngestOffset.trial_id)
-                .where(Trial.experiment_id == self.rows.exp_id,
-                       col(Trial.state).not_in(TERMINAL_TRIAL_STATES)))}
-            self._offsets_of = {t.id for t in self.rows.trials.values()
-                                if t.id is not None and not t.state.is_terminal}
-            # the loaded trials that ended but whose job lives (their last lines are
-            # still to come): one query for them all, not a get per trial and file
-            ended = sorted(t.id for t in self.rows.trials.values()
-                           if t.id is not None and t.state.is_terminal)
-            for chunk in chunks(ended):
-                self._offsets.update(((o.trial_id, o.file), o) for o in self.rows.s.exec(
-                    select(IngestOffset).where(col(IngestOffset.trial_id).in_(chunk))))
-            self._ended_read = set(ended)
+            self._offsets, self._offsets_of, self._ended_read = _load_offsets(self.rows)
             self._ingested = {trial_id for trial_id, _ in self._offsets
                               if trial_id in self._offsets_of}
         if trial.id in self._offsets_of or trial.id in self._ended_read:
