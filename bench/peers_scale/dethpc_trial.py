@@ -30,13 +30,10 @@ def main() -> None:
     hparams = json.loads((Path(os.environ["DETHPC_TRIAL_DIR"]) / "hparams.json").read_text())
     curve = load_curves()[int(hparams["curve"])]
     trial = os.environ.get("DETHPC_TRIAL_ID", f"curve{curve.index}")
-    spec = EmulatorSpec(startup_s=float(os.environ.get("PEERS_STARTUP_S", "10")),
-                        time_scale=float(os.environ.get("PEERS_TIME_SCALE", "1")),
-                        save_s=float(os.environ.get("PEERS_SAVE_S", "2")),
-                        load_s=float(os.environ.get("PEERS_LOAD_S", "2")))
+    spec = EmulatorSpec.from_env()
     every = int(os.environ.get("PEERS_VALIDATE_EVERY", "4"))
     emu = TrialEmulator(trial, curve, WorkLog(Path(os.environ["PEERS_WORKLOG"])), spec)
-    emu.start("dethpc.core")        # the system's own client import, then CUDA/container
+    emu.start("dethpc.core")        # container (once a job run), client import, CUDA
 
     import dethpc as det
     with det.core.init() as core_context:

@@ -4,12 +4,26 @@ that replays a recorded learning curve, so 64-128 "GPUs" fit on 2 cores.
 Owns: ``ReplayCurve`` and ``load_curves`` (bench/asha's ``curves_cnn_long.json``: 128
 small CNNs on digits, 64 points of 128 batches each, with the seconds each took and the
 validation loss after each), ``EmulatorSpec`` (start-up, checkpoint and time-scale costs)
-and ``TrialEmulator``, one run of one trial: ``start`` (the system's own client import,
-then a sleep standing for CUDA and container start, 10 s by default), ``restore`` (a
+and ``TrialEmulator``, one run of one trial: ``start`` (the start-up: the container's start,
+the system's own client import, the CUDA/framework initialisation; see below),
+``restore`` (a
 sleep, then a real small state file read), ``train_step`` (a sleep of the recorded step's
 seconds x ``time_scale``), ``validate`` (the recorded loss after the step), ``save`` (a
 sleep, then a real state file written atomically) and ``end``; every one of them logged
 (``worklog``), so that redone and lost work is counted exactly afterwards.
+
+The start-up rule (issue 48; every system gets the same one): a real GPU job pays its
+container's start **once per Slurm job run on a node** and CUDA/framework initialisation
+**once per process** (a CUDA context cannot survive ``fork``, and a fresh interpreter has
+none). ``start`` therefore waits for the container of its job run (``container_key``:
+``SLURM_JOB_ID``, ``SLURM_RESTART_COUNT``, ``SLURMD_NODENAME``): the first process of that
+run on that node starts it (``join_container`` writes a marker file with its ready time,
+atomically, and sleeps ``container_s``), every later process of the run waits only for
+what is left of it (nothing, once it is up); then the client import; then, in the first
+``start`` of this process (``ProcessState``, by pid, so a forked child pays again), the
+CUDA sleep ``cuda_s``. Outside a Slurm job the process is its own container run. The
+defaults split the 10 s of before in half: ``startup_s`` is the total a cold process of a
+fresh job pays, ``container_s`` its container part (default: half of it).
 Must not: decide when to validate, checkpoint or stop (the system under test does), or
 talk to Slurm.
 """
@@ -20,6 +34,7 @@ import base64
 import importlib
 import json
 import os
+import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -72,7 +87,8 @@ def load_curves(path: Path = CURVES) -> list[ReplayCurve]:
 class EmulatorSpec:
     """The costs of an emulated trial, in seconds."""
 
-    #: after the client import: CUDA init, container start, data loading
+    #: the whole start-up of a cold process in a fresh job run: the container's start
+    #: plus the CUDA/framework initialisation (``cuda_s``)
     startup_s: float = 10.0
     #: multiplies every recorded step and validation time (1.0: as recorded, ~1 s a step)
     time_scale: float = 1.0
@@ -80,24 +96,109 @@ class EmulatorSpec:
     load_s: float = 2.0
     #: the state file's payload (a real file: storage traffic is part of the cost)
     state_bytes: int = 4096
+    #: of ``startup_s``, the container's start: once per Slurm job run on a node
+    #: (None: half of ``startup_s``)
+    container_s: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("startup_s", "save_s", "load_s"):
+        if self.container_s is None:
+            object.__setattr__(self, "container_s", self.startup_s / 2)
+        for name in ("startup_s", "save_s", "load_s", "container_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: {getattr(self, name)} must be >= 0")
+        if self.container_part_s > self.startup_s:
+            raise ValueError(f"container_s: {self.container_s} must be <= startup_s "
+                             f"({self.startup_s})")
         if not self.time_scale > 0:
             raise ValueError(f"time_scale: {self.time_scale} must be > 0")
         if self.state_bytes < 0:
             raise ValueError(f"state_bytes: {self.state_bytes} must be >= 0")
 
+    @property
+    def container_part_s(self) -> float:
+        """The container's start (``container_s``, resolved)."""
+        return float(self.startup_s / 2 if self.container_s is None else self.container_s)
+
+    @property
+    def cuda_s(self) -> float:
+        """The CUDA/framework initialisation: once per process."""
+        return self.startup_s - self.container_part_s
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> EmulatorSpec:
         """The spec a runner passed to a trial's process (``PEERS_STARTUP_S``,
-        ``PEERS_TIME_SCALE``, ``PEERS_SAVE_S``, ``PEERS_LOAD_S``; the defaults otherwise)."""
+        ``PEERS_CONTAINER_S``, ``PEERS_TIME_SCALE``, ``PEERS_SAVE_S``, ``PEERS_LOAD_S``;
+        the defaults otherwise)."""
+        container = env.get("PEERS_CONTAINER_S", "")
         return cls(startup_s=float(env.get("PEERS_STARTUP_S", "10")),
                    time_scale=float(env.get("PEERS_TIME_SCALE", "1")),
                    save_s=float(env.get("PEERS_SAVE_S", "2")),
-                   load_s=float(env.get("PEERS_LOAD_S", "2")))
+                   load_s=float(env.get("PEERS_LOAD_S", "2")),
+                   container_s=float(container) if container else None)
+
+    def to_env(self) -> dict[str, str]:
+        """The ``PEERS_*`` variables ``from_env`` reads back (the state file's size is
+        not passed: the trials' default)."""
+        return {"PEERS_STARTUP_S": str(self.startup_s),
+                "PEERS_CONTAINER_S": str(self.container_part_s),
+                "PEERS_TIME_SCALE": str(self.time_scale), "PEERS_SAVE_S": str(self.save_s),
+                "PEERS_LOAD_S": str(self.load_s)}
+
+
+def container_key(env: Mapping[str, str]) -> str | None:
+    """The container run a process belongs to: ``<job>.<restart>.<node>`` inside a Slurm
+    job (a requeued job's next run starts its container again; each node of a job has
+    its own), None outside one."""
+    job = env.get("SLURM_JOB_ID", "")
+    if not job:
+        return None
+    node = env.get("SLURMD_NODENAME") or socket.gethostname()
+    return f"{job}.{env.get('SLURM_RESTART_COUNT', '0') or '0'}.{node}"
+
+
+def join_container(directory: Path, key: str, container_s: float,
+                   sleep: Callable[[float], None] = time.sleep,
+                   clock: Callable[[], float] = time.time) -> float:
+    """Wait until container run ``key`` is up; the seconds waited. The first caller
+    starts it: its marker ``directory/key`` (JSON ``started``, ``ready``) appears whole
+    (a hard link of a written file, which fails if another got there first), then it
+    sleeps ``container_s``; a later caller sleeps only until the recorded ``ready``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    marker = directory / key
+    if not marker.exists():
+        now = clock()
+        tmp = directory / f".{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        tmp.write_text(json.dumps({"started": now, "ready": now + container_s,
+                                   "pid": os.getpid()}))
+        try:
+            os.link(tmp, marker)
+        except FileExistsError:
+            pass
+        else:
+            sleep(container_s)
+            return container_s
+        finally:
+            tmp.unlink()
+    ready = float(json.loads(marker.read_text())["ready"])
+    wait = max(0.0, ready - clock())
+    if wait:
+        sleep(wait)
+    return wait
+
+
+@dataclass
+class ProcessState:
+    """What this interpreter has initialised: the pid that paid CUDA (a forked child has
+    another pid: it pays again, as a real one must)."""
+
+    cuda_pid: int | None = None
+
+    def needs_cuda(self) -> bool:
+        return self.cuda_pid != os.getpid()
+
+
+#: this process's state (tests pass their own)
+PROCESS = ProcessState()
 
 
 class TrialEmulator:
@@ -107,11 +208,14 @@ class TrialEmulator:
     def __init__(self, trial: str, curve: ReplayCurve, log: WorkLog,
                  spec: EmulatorSpec | None = None, run: str | None = None,
                  sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 env: Mapping[str, str] = os.environ,
+                 process: ProcessState = PROCESS) -> None:
         self.trial, self.curve, self.log = trial, curve, log
         self.spec = spec or EmulatorSpec()
         self.run = run or uuid.uuid4().hex[:12]
         self._sleep, self._clock = sleep, clock
+        self._env, self._process = env, process
         self.step = 0
 
     def _record(self, event: Event, **extra: object) -> None:
@@ -122,14 +226,36 @@ class TrialEmulator:
     def done(self) -> bool:
         return self.step >= self.curve.steps
 
+    def container_dir(self) -> Path:
+        """Where the container runs' markers live: ``$PEERS_CONTAINER_DIR``, else
+        ``containers/`` beside the work log (one cell's: no marker outlives it)."""
+        given = self._env.get("PEERS_CONTAINER_DIR", "")
+        return Path(given) if given else self.log.path.parent / "containers"
+
     def start(self, client_import: str | None = None) -> None:
-        """Import the system's client module (its real cost), then the start-up sleep."""
+        """The start-up (module doc): wait for this job run's container, import the
+        system's client module (its real cost), then the CUDA sleep if this process has
+        not paid it yet."""
         t0 = self._clock()
-        self._record(Event.START, curve=self.curve.index, pid=os.getpid())
+        key = container_key(self._env)
+        self._record(Event.START, curve=self.curve.index, pid=os.getpid(),
+                     container=key or "")
+        cold = self._process.needs_cuda()
+        if key is None:      # outside Slurm: the process is its own container run
+            container = self.spec.container_part_s if cold else 0.0
+            if container:
+                self._sleep(container)
+        else:
+            container = join_container(self.container_dir(), key,
+                                       self.spec.container_part_s, self._sleep, self._clock)
         if client_import:
             importlib.import_module(client_import)
-        self._sleep(self.spec.startup_s)
-        self._record(Event.READY, seconds=self._clock() - t0)
+        cuda = self.spec.cuda_s if cold else 0.0
+        if cuda:
+            self._sleep(cuda)
+        self._process.cuda_pid = os.getpid()
+        self._record(Event.READY, seconds=self._clock() - t0, container_s=container,
+                     cuda_s=cuda)
 
     def train_step(self) -> None:
         """Execute the next step: a sleep of its recorded seconds (x ``time_scale``)."""

@@ -39,9 +39,10 @@ fails and retries it after ``grace_period``; the journal storage has no heartbea
 requeued fails and retries, when it starts again, the RUNNING trials it had taken itself
 (``user_attrs["slurm_task"]``).
 
-Written to win: the start-up (the client import and the emulator's CUDA/container sleep)
-is paid once per worker process, not per trial (a worker's later trials run in a warm
-process, as a real Optuna worker does); a pruned trial does not checkpoint. SQLite under
+Written to win: a worker runs its trials in one process, so by the emulator's start-up
+rule (container once per task run, client import and CUDA once per process) only its
+first trial pays the start-up, as a real Optuna worker's; a pruned trial does not
+checkpoint. SQLite under
 64 workers: Optuna's FAQ warns against SQLite for parallel runs because pysqlite begins
 its transactions late (two workers may pop the same enqueued trial, optuna issue 4002):
 the engine gets SQLAlchemy's documented pysqlite recipe (no implicit BEGIN, ``BEGIN
@@ -55,7 +56,6 @@ Must not: be imported by dethpc or by the benchmark's driver (it imports Optuna)
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -135,14 +135,13 @@ def load(cfg: dict[str, Any], seed: int) -> optuna.Study:
 
 
 class Worker:
-    """The objective and its process-wide state (warm after the first trial)."""
+    """The objective and its process-wide state."""
 
     def __init__(self, cfg: dict[str, Any], task: str) -> None:
         self.cfg, self.task = cfg, task
         self.curves = load_curves()
         self.log = WorkLog(Path(cfg["worklog"]))
         self.spec = EmulatorSpec(**cfg["spec"])
-        self.warm = False
         self.current: int | None = None
 
     def objective(self, trial: optuna.Trial) -> float:
@@ -162,10 +161,8 @@ class Worker:
         curve = self.curves[trial.suggest_int("curve", 0, len(self.curves) - 1)]
         trial.set_user_attr("slurm_task", self.task)
         ckpt = Path(self.cfg["ckpt_root"]) / f"t{lineage}"
-        spec = self.spec if not self.warm else dataclasses.replace(self.spec, startup_s=0.0)
-        emu = TrialEmulator(f"t{lineage}", curve, self.log, spec)
-        emu.start(None if self.warm else "optuna")
-        self.warm = True
+        emu = TrialEmulator(f"t{lineage}", curve, self.log, self.spec)
+        emu.start("optuna")     # once a task run and a process: nothing after the first
         if (ckpt / STATE_FILE).exists():
             emu.restore(ckpt)
         saved, every, steps = emu.step, int(self.cfg["validate_every"]), curve.steps

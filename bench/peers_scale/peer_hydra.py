@@ -79,9 +79,7 @@ class HydraRunner:
     def _env(self, cell: Cell) -> dict[str, str]:
         return {"PYTHONPATH": str(REPO), "SLURM_CONF": cell.env["SLURM_CONF"],
                 "PATH": f"{HYDRA_VENV / 'bin'}:/usr/bin:/bin:/usr/sbin:/sbin",
-                "PEERS_WORKLOG": str(cell.worklog), "PEERS_STARTUP_S": str(cell.spec.startup_s),
-                "PEERS_TIME_SCALE": str(cell.spec.time_scale),
-                "PEERS_SAVE_S": str(cell.spec.save_s), "PEERS_LOAD_S": str(cell.spec.load_s),
+                "PEERS_WORKLOG": str(cell.worklog), **cell.spec.to_env(),
                 "PEERS_VALIDATE_EVERY": str(VALIDATE_EVERY), "HYDRA_FULL_ERROR": "1"}
 
     def argv(self, cell: Cell) -> list[str]:

@@ -157,6 +157,7 @@ class OptunaRunner:
                 "seed": cell.seed, "worklog": str(cell.worklog),
                 "ckpt_root": str(d / "ckpt"), "validate_every": VALIDATE_EVERY, "eta": ETA,
                 "spec": {"startup_s": cell.spec.startup_s,
+                         "container_s": cell.spec.container_part_s,
                          "time_scale": cell.spec.time_scale,
                          "save_s": cell.spec.save_s, "load_s": cell.spec.load_s,
                          "state_bytes": cell.spec.state_bytes},

@@ -189,9 +189,7 @@ class RayTuneRunner:
         pythonpath = f"{REPO}{os.pathsep}{venv_site_packages(PEERS_VENV)}"
         return {"PYTHONPATH": pythonpath, "SLURM_CONF": cell.env["SLURM_CONF"],
                 "PATH": "/usr/bin:/bin:/usr/sbin:/sbin",
-                "PEERS_WORKLOG": str(cell.worklog), "PEERS_STARTUP_S": str(cell.spec.startup_s),
-                "PEERS_TIME_SCALE": str(cell.spec.time_scale),
-                "PEERS_SAVE_S": str(cell.spec.save_s), "PEERS_LOAD_S": str(cell.spec.load_s),
+                "PEERS_WORKLOG": str(cell.worklog), **cell.spec.to_env(),
                 "PEERS_VALIDATE_EVERY": str(VALIDATE_EVERY)}
 
     def _as_user(self, argv: list[str]) -> Measured:

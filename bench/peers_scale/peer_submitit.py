@@ -63,6 +63,7 @@ class SubmititRunner:
                 "validate_every": VALIDATE_EVERY, "parallelism": cell.gpus,
                 "time_limit_min": int(cell.timeout_s // 60) + 30,
                 "spec": {"startup_s": cell.spec.startup_s,
+                         "container_s": cell.spec.container_part_s,
                          "time_scale": cell.spec.time_scale,
                          "save_s": cell.spec.save_s, "load_s": cell.spec.load_s,
                          "state_bytes": cell.spec.state_bytes}}

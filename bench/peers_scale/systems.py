@@ -220,9 +220,8 @@ class DethpcRunner:
                                      "gpu_type": "a100", "slots_per_node": 4,
                                      "cpus_per_slot": 1, "preemptible": True}}}
         env = [f"PYTHONPATH={user_pythonpath()}", f"PEERS_WORKLOG={cell.worklog}",
-               f"PEERS_STARTUP_S={cell.spec.startup_s}",
-               f"PEERS_TIME_SCALE={cell.spec.time_scale}", f"PEERS_SAVE_S={cell.spec.save_s}",
-               f"PEERS_LOAD_S={cell.spec.load_s}", f"PEERS_VALIDATE_EVERY={VALIDATE_EVERY}"]
+               *(f"{k}={v}" for k, v in cell.spec.to_env().items()),
+               f"PEERS_VALIDATE_EVERY={VALIDATE_EVERY}"]
         exp: dict[str, Any] = {
             "name": f"peers-scale-{self.name}-{cell.seed}",
             "entrypoint": f"{user_python()} dethpc_trial.py",

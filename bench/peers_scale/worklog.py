@@ -34,8 +34,8 @@ from typing import Any
 
 
 class Event(enum.Enum):
-    START = "start"        # the process began the trial (before the client import)
-    READY = "ready"        # start-up over (import + the CUDA/container sleep)
+    START = "start"        # the process began the trial: ``pid``, ``container`` (job run key)
+    READY = "ready"        # start-up over: ``seconds``, ``container_s`` and ``cuda_s`` paid
     LOAD = "load"          # a checkpoint was restored: ``step``, ``ckpt``
     STEP = "step"          # step ``step`` executed, taking ``seconds``
     VALIDATE = "validate"  # validation after ``step``: ``loss``

@@ -16,6 +16,7 @@ from bench.peers_scale.emulator import (
     CURVES,
     STATE_FILE,
     EmulatorSpec,
+    ProcessState,
     TrialEmulator,
     load_curves,
 )
@@ -39,14 +40,16 @@ def test_a_run_sleeps_the_recorded_seconds_and_logs_every_step(tmp_path: Path) -
     slept: list[float] = []
     spec = EmulatorSpec(startup_s=10.0, time_scale=60.0, save_s=3.0, load_s=4.0)
     emu = TrialEmulator("t5", curve, WorkLog(tmp_path / "w.jsonl"), spec, run="r1",
-                        sleep=slept.append)
+                        sleep=slept.append, env={}, process=ProcessState())
     emu.start(client_import="json")
     for _ in range(3):
         emu.train_step()
     assert emu.validate() == curve.loss[2]
     ckpt = emu.save(tmp_path / "ckpt")
     emu.end(EndReason.PREEMPTED)
-    assert slept == [10.0, *(s * 60.0 for s in curve.step_s[:3]), curve.val_s * 60.0, 3.0]
+    # outside Slurm a cold process pays the container's half and the CUDA half
+    assert slept == [5.0, 5.0, *(s * 60.0 for s in curve.step_s[:3]), curve.val_s * 60.0,
+                     3.0]
     recs = read_log(tmp_path / "w.jsonl")
     assert [r["event"] for r in recs] == ["start", "ready", "step", "step", "step", "validate",
                                           "save", "end"]
@@ -74,7 +77,8 @@ def test_the_client_import_is_real() -> None:
 
 
 def test_bad_costs_are_refused() -> None:
-    for kw in ({"startup_s": -1.0}, {"time_scale": 0.0}, {"state_bytes": -1}):
+    for kw in ({"startup_s": -1.0}, {"time_scale": 0.0}, {"state_bytes": -1},
+               {"startup_s": 4.0, "container_s": 5.0}, {"container_s": -1.0}):
         with pytest.raises(ValueError):
             EmulatorSpec(**kw)  # type: ignore[arg-type]
 
