@@ -595,12 +595,17 @@ def run_cell(system: str, seed: int, args: argparse.Namespace, root: Path,
     finished, why = True, ""
     try:
         wait = LAUNCH[system](home, seed, args, env)
-        wait()
+        try:
+            wait()
+        except SystemExit as exc:
+            # a search that does not end by itself within --timeout-s is a result, not a
+            # crash of the benchmark, faults or not: recorded (its wall counts at the
+            # timeout), its jobs cancelled (what a human would have to do)
+            finished, why = False, str(exc)
+            subprocess.run(["scancel", "-u", "root"], check=False)
     except SystemExit as exc:
         if faults is None:
-            raise
-        # under faults a search that does not end by itself is a result, not a crash of
-        # the benchmark: recorded, its jobs cancelled (what a human would have to do)
+            raise                 # the launch itself failed: the benchmark is broken
         finished, why = False, str(exc)
         subprocess.run(["scancel", "-u", "root"], check=False)
     finally:
@@ -629,7 +634,9 @@ def run_cell(system: str, seed: int, args: argparse.Namespace, root: Path,
     result = {
         "system": system, "seed": seed,
         "time_to_target_s": hits[0] if hits else None,
-        "wall_s": wall,
+        # a search that did not end by itself has no wall: it counts at the timeout
+        "wall_s": wall if finished else None, "ended_after_s": wall,
+        "finished_alone": finished, "why_not": why,
         "best_loss": min((r["loss"] for r in recs), default=None),
         "slot_seconds": sum(int(r["CPUTimeRAW"] or 0) for r in rows),
         "jobs": len({r["JobIDRaw"] for r in rows}), "job_runs": len(rows),
@@ -646,10 +653,9 @@ def run_cell(system: str, seed: int, args: argparse.Namespace, root: Path,
         "faults": args.faults,
     }
     if args.faults:
-        result.update({"fault_events": fault_events, "finished_alone": finished,
+        result.update({"fault_events": fault_events,
                        "faults_from_s": round(faults.base - t0, 1)
                        if faults is not None and faults.base else None,
-                       "why_not": why,
                        "faults_refused": sum(int(e.get("refused", 0)) for e in fault_events)})
     label = system + ("+faults" if args.faults else "")
     print(f"{label} seed {seed}: target at {result['time_to_target_s']}, wall {wall:.1f} s, "
@@ -752,10 +758,10 @@ def summarize(rows: list[dict[str, Any]], lim: dict[str, Any],
             "jobs_median": _median([r["jobs"] for r in mine]),
             "disk_bytes_median": _median([r["disk"]["bytes"] for r in mine]),
             "disk_files_median": _median([r["disk"]["files"] for r in mine]),
-            "user_side": USER_SIDE[system]}
+            "user_side": USER_SIDE[system],
+            "finished_alone": sum(bool(r.get("finished_alone", True)) for r in mine)}
         if faults:
             out[label].update({
-                "finished_alone": sum(bool(r.get("finished_alone")) for r in mine),
                 "faults_refused": sum(int(r.get("faults_refused") or 0) for r in mine)})
     return out
 

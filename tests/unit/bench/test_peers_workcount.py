@@ -148,3 +148,43 @@ def test_own_commands_are_measured_apart(run_mod: Any) -> None:
     out = run_mod.own_run([sys.executable, "-c", "print(sum(range(3_000_000)))"])
     assert out.strip() == str(sum(range(3_000_000)))
     assert len(run_mod.OWN_CPU) == 1 and run_mod.OWN_CPU[0] > 0.0
+
+
+def test_a_plain_cell_that_runs_past_its_timeout_is_a_result(
+        run_mod: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Item 7 / the whole table's budget: a plain (no-fault) search still running at
+    --timeout-s is recorded (not finished alone, no wall: it counts at the timeout) and its
+    jobs cancelled; it used to end the whole invocation."""
+    def timed_out() -> None:
+        raise SystemExit("peers: submitit_search.py still running after 60.0 s")
+    monkeypatch.setitem(run_mod.LAUNCH, "submitit", lambda *_a: timed_out)
+    monkeypatch.setattr(run_mod, "watch", lambda _cmd: "")
+    monkeypatch.setattr(run_mod, "sdiag_root", lambda: 0)
+    monkeypatch.setattr(run_mod, "sdiag_types", dict)
+    monkeypatch.setattr(run_mod, "accounting", lambda _since: [])
+    cancelled: list[list[str]] = []
+    monkeypatch.setattr(run_mod.subprocess, "run",
+                        lambda argv, **_k: cancelled.append(list(argv)))
+    args = run_mod.argparse.Namespace(faults=False, timeout_s=60.0)
+    got = run_mod.run_cell("submitit", 0, args, tmp_path, 0.05)
+    assert got["finished_alone"] is False and got["wall_s"] is None
+    assert "still running" in got["why_not"]
+    assert cancelled == [["scancel", "-u", "root"]]
+    rows = [{**_row("submitit", 0, None), "faults": False, "wall_s": None,
+             "finished_alone": False}]
+    lim = {"seeds": [0], "asha_stopping": {"time_to_target_s": [5.0]}}
+    cell = run_mod.summarize(rows, lim, 60.0)["submitit"]
+    assert cell["wall_median_s"] == 60.0 and cell["finished_alone"] == 0
+
+
+def test_a_plain_cell_whose_launch_fails_ends_the_run(
+        run_mod: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_a: Any) -> None:
+        raise SystemExit("peers: dethpc submit failed")
+    monkeypatch.setitem(run_mod.LAUNCH, "submitit", broken)
+    monkeypatch.setattr(run_mod, "watch", lambda _cmd: "")
+    monkeypatch.setattr(run_mod, "sdiag_root", lambda: 0)
+    monkeypatch.setattr(run_mod, "sdiag_types", dict)
+    args = run_mod.argparse.Namespace(faults=False, timeout_s=60.0)
+    with pytest.raises(SystemExit, match="submit failed"):
+        run_mod.run_cell("submitit", 0, args, tmp_path, 0.05)
