@@ -9,10 +9,12 @@ where they FAIL (``scripts/test.sh`` installs Debian's ``postgresql`` as root).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
+from dethpc.store import Store
+from dethpc.store.models import Experiment
 from tests.conftest import in_ci
 from tests.pg.pgserver import PgServer, bindir
 
@@ -38,3 +40,24 @@ def postgres_url() -> Iterator[str]:
         yield server.url("dethpc")
     finally:
         server.stop()
+
+
+@pytest.fixture
+def pg_store(postgres_url: str) -> Store:
+    """A ``Store`` on the session's PostgreSQL database."""
+    return Store(postgres_url)
+
+
+@pytest.fixture
+def new_experiment(pg_store: Store) -> Callable[..., int]:
+    """``new_experiment(name, config_yaml="{}", run_dir="/r")``: an experiment row added
+    to ``pg_store`` in its own committed session, its id (the row the store tests start
+    from)."""
+    def add(name: str, config_yaml: str = "{}", run_dir: str = "/r") -> int:
+        with pg_store.session() as s:
+            exp = Experiment(name=name, config_yaml=config_yaml, run_dir=run_dir)
+            s.add(exp)
+            s.flush()
+            assert exp.id is not None
+            return exp.id
+    return add

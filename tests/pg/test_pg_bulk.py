@@ -4,6 +4,7 @@ the same values (defaults, enums, JSON and JSON null)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import text
@@ -11,24 +12,22 @@ from sqlmodel import SQLModel, col, select
 
 from dethpc.store import Store
 from dethpc.store.bulk import insert_objects, insert_rows
-from dethpc.store.models import Batch, Event, Experiment, Job, Metric, Trial
+from dethpc.store.models import Batch, Event, Job, Metric, Trial
 
 VARYING = {"id", "submitted_at"}
 
 
-def test_bulk_rows_equal_the_orms_on_postgres(postgres_url: str) -> None:
-    store = Store(postgres_url)
+def test_bulk_rows_equal_the_orms_on_postgres(pg_store: Store,
+                                              new_experiment: Callable[..., int]) -> None:
+    store = pg_store
+    exp_id = new_experiment("bulk")
     with store.session() as s:
-        exp = Experiment(name="bulk", config_yaml="{}", run_dir="/r")
-        s.add(exp)
-        s.flush()
-        assert exp.id is not None
-        trial = Trial(experiment_id=exp.id, request_id=1)
-        batch = Batch(experiment_id=exp.id)
+        trial = Trial(experiment_id=exp_id, request_id=1)
+        batch = Batch(experiment_id=exp_id)
         s.add_all([trial, batch])
         s.flush()
         assert trial.id is not None and batch.id is not None
-        exp_id, trial_id, batch_id = exp.id, trial.id, batch.id
+        trial_id, batch_id = trial.id, batch.id
     cases: list[tuple[type[SQLModel], Any, dict[str, Any]]] = [
         (Job, Job.batch_id, {"experiment_id": exp_id, "trial_id": trial_id,
                              "batch_id": batch_id, "ref": "x"}),   # state: the default
@@ -54,17 +53,13 @@ def test_bulk_rows_equal_the_orms_on_postgres(postgres_url: str) -> None:
     assert nulls == 0
 
 
-def test_insert_objects_on_postgres_in_order_with_their_ids(postgres_url: str) -> None:
+def test_insert_objects_on_postgres_in_order_with_their_ids(
+        pg_store: Store, new_experiment: Callable[..., int]) -> None:
     """``insert_objects`` on PostgreSQL (one INSERT .. RETURNING for the rows): the
     objects come back in the rows' order with the serial ids the database gave them,
     persistent in the session (a change to one is written at the commit)."""
-    store = Store(postgres_url)
-    with store.session() as s:
-        exp = Experiment(name="objects", config_yaml="{}", run_dir="/r")
-        s.add(exp)
-        s.flush()
-        assert exp.id is not None
-        exp_id = exp.id
+    store = pg_store
+    exp_id = new_experiment("objects")
     rows = [{"experiment_id": exp_id, "request_id": n, "hparams": {"x": n},
              "validate_at": [n], "needs_job": True} for n in (5, 2, 8, 1)]
     with store.session() as s:

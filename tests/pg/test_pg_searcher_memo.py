@@ -5,6 +5,7 @@ uses the kept searcher) and decodes to the same snapshot for every other reader.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from dethpc.control.reconcile import ExperimentReconciler, SearcherMemo
@@ -21,14 +22,10 @@ searcher: {name: random, metric: loss, max_trials: 4, max_concurrent_trials: 2,
 """
 
 
-def test_snapshot_text_round_trips_on_postgres(postgres_url: str, tmp_path: Path) -> None:
-    store = Store(postgres_url)
-    with store.session() as s:
-        exp = Experiment(name="memo", config_yaml=CONFIG, run_dir=str(tmp_path))
-        s.add(exp)
-        s.flush()
-        assert exp.id is not None
-        exp_id = exp.id
+def test_snapshot_text_round_trips_on_postgres(pg_store: Store, tmp_path: Path,
+                                               new_experiment: Callable[..., int]) -> None:
+    store = pg_store
+    exp_id = new_experiment("memo", CONFIG, str(tmp_path))
     memo = SearcherMemo()   # no SearcherState row yet: the first tick adds it
     for _ in range(2):
         with store.session() as s:

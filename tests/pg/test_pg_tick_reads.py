@@ -4,20 +4,18 @@ write up; a read block that writes commits at its end."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sqlmodel import col, select
 
 from dethpc.store import Store
 from dethpc.store.models import Event, Experiment
 
 
-def test_shared_reads_see_each_commit_on_postgres(postgres_url: str) -> None:
-    store = Store(postgres_url)
-    with store.session() as s:
-        exp = Experiment(name="tick-reads", config_yaml="{}", run_dir="/r")
-        s.add(exp)
-        s.flush()
-        assert exp.id is not None
-        exp_id = exp.id
+def test_shared_reads_see_each_commit_on_postgres(pg_store: Store,
+                                                  new_experiment: Callable[..., int]) -> None:
+    store = pg_store
+    exp_id = new_experiment("tick-reads")
     with store.tick():
         with store.read() as s:
             assert s.get(Experiment, exp_id) is not None
