@@ -16,6 +16,7 @@ identity map (a caller that needs a row's id or object uses ``insert_objects``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any, TypeVar
 
 from sqlalchemy import insert
@@ -25,9 +26,11 @@ from sqlmodel import Session, SQLModel
 M = TypeVar("M", bound=SQLModel)
 
 
+@cache
 def _defaults(model: type[SQLModel]) -> dict[str, Any]:
     """The fields with a default and whether it is a factory: (name -> FieldInfo).
-    A primary key defaulting to None is left out (the database assigns it)."""
+    A primary key defaulting to None is left out (the database assigns it). Worked out
+    once per model (the caller must not change the dict)."""
     table = model.__table__  # type: ignore[attr-defined]
     return {name: f for name, f in model.model_fields.items()
             if not f.is_required()

@@ -1,6 +1,6 @@
 """Ingesting one trial's files into the store, from stored byte offsets.
 
-Owns: ``Ingest`` -- the offsets of every open trial's files in one query (``offset``),
+Owns: ``Ingest`` -- the offsets of the tick's trials' files in one query (``offset``),
 the trials not worth opening (``unwritten``), the tick's files read ahead with what
 their lines need from the store looked up once for all of them (``read_ahead``: three
 queries a tick, not three per trial that reports), and each new line of ``metrics.jsonl``
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import bindparam
 from sqlmodel import col, select
 
 from dethpc.common.jsonlines import Chunk, metric_value, read_new_lines
@@ -35,7 +36,7 @@ from dethpc.control.reconcile.ingest_rules import (
     parse_exit_record,
 )
 from dethpc.control.reconcile.master_calls import MasterCalls
-from dethpc.control.reconcile.rows import TERMINAL_TRIAL_STATES, TickRows, chunks
+from dethpc.control.reconcile.rows import TickRows, chunks
 from dethpc.control.reconcile.searcher_ops import SearcherOps
 from dethpc.control.reconcile.skip_rules import nothing_written_yet
 from dethpc.jobs.jobscript import trial_checkpoint_dir
@@ -69,23 +70,23 @@ def _spans(keys: set[tuple[int, int]]) -> list[tuple[list[int], list[int]]]:
     return out
 
 
+#: the ingest offsets of some trials (``ids``), built once (``rows``' statements)
+OFFSETS_OF = select(IngestOffset).where(
+    col(IngestOffset.trial_id).in_(bindparam("ids", expanding=True)))
+
+
 def _load_offsets(rows: TickRows) -> tuple[dict[tuple[int, str], IngestOffset], set[int],
                                            set[int]]:
-    """The ingest offsets of the tick's open trials (one query), those trials' ids, and
-    the loaded trials that ended but whose job lives (their last lines are still to come)
-    with their offsets read too: one query for them all, not a get per trial and file."""
-    offsets = {(o.trial_id, o.file): o for o in rows.s.exec(
-        select(IngestOffset).join(Trial, col(Trial.id) == IngestOffset.trial_id)
-        .where(Trial.experiment_id == rows.exp_id,
-               col(Trial.state).not_in(TERMINAL_TRIAL_STATES)))}
+    """The ingest offsets of the tick's loaded trials, open or ended with a live job (their
+    last lines are still to come), in one query where their ids fit in one; the open
+    ones' ids, and the ended ones'. A trial loaded later (a quiet one woken) has its
+    offsets looked up alone (``Ingest.offset``)."""
+    loaded = sorted(rows.trials)
+    offsets = {(o.trial_id, o.file): o for chunk in chunks(loaded)
+               for o in rows.s.exec(OFFSETS_OF, params={"ids": chunk})}
     open_ids = {t.id for t in rows.trials.values()
                 if t.id is not None and not t.state.is_terminal}
-    ended = sorted(t.id for t in rows.trials.values()
-                   if t.id is not None and t.state.is_terminal)
-    for chunk in chunks(ended):
-        offsets.update(((o.trial_id, o.file), o) for o in rows.s.exec(
-            select(IngestOffset).where(col(IngestOffset.trial_id).in_(chunk))))
-    return offsets, open_ids, set(ended)
+    return offsets, open_ids, set(loaded) - open_ids
 
 
 class Ingest:
@@ -133,9 +134,9 @@ class Ingest:
 
     def offset(self, trial: Trial, name: str) -> IngestOffset | None:
         """The stored offset row of one file of ``trial`` (None: nothing ingested yet).
-        The rows of every open trial come in one query on first use (a lookup per
-        trial and file was most of a tick at thousands of trials); a trial that was
-        not open then (ended, with a live job) is looked up alone."""
+        The rows of every trial loaded then come in one query on first use (a lookup
+        per trial and file was most of a tick at thousands of trials); a trial loaded
+        later (a quiet one woken, one created this tick) is looked up alone."""
         assert trial.id is not None
         if self._offsets is None:
             self._offsets, self._offsets_of, self._ended_read = _load_offsets(self.rows)

@@ -25,8 +25,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import JSON, Text, cast, literal
+from sqlalchemy import JSON, Text, bindparam, cast, literal
 from sqlalchemy import select as sa_select
+from sqlalchemy.orm import defer
 from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel import Session
 
@@ -103,19 +104,38 @@ class SearcherMemo:
         return exp_id in self._kept
 
 
+#: the snapshot as its text (the column is not decoded), and with the row, built once
+_TEXT = cast(SEARCHER_STATE.c.snapshot, Text)
+STORED_TEXT = sa_select(_TEXT).where(SEARCHER_STATE.c.experiment_id == bindparam("exp"))
+STATE_AND_TEXT = sa_select(SearcherState, _TEXT).options(
+    defer(SearcherState.snapshot)).where(  # type: ignore[arg-type]
+    SEARCHER_STATE.c.experiment_id == bindparam("exp"))
+
+
 def stored_text(s: Session, exp_id: int) -> str:
     """The stored snapshot of ``exp_id`` as its text, not decoded ("" without a row)."""
-    text = s.execute(sa_select(cast(SEARCHER_STATE.c.snapshot, Text)).where(
-        SEARCHER_STATE.c.experiment_id == exp_id)).scalar()
+    text = s.execute(STORED_TEXT, {"exp": exp_id}).scalar()
     return text or ""
 
 
+def load_state(s: Session, exp_id: int) -> tuple[SearcherState | None, str]:
+    """The searcher state row of ``exp_id`` (its snapshot column left unloaded) and the
+    stored snapshot as its text ("" without a row), in one statement (two were a fixed
+    cost of every reconcile, fast or not: bench/daemon_cost)."""
+    row = s.execute(STATE_AND_TEXT, {"exp": exp_id}).first()
+    if row is None:
+        return None, ""
+    return row[0], row[1] or ""
+
+
 def read_snapshot(s: Session, exp_id: int, config: str, cfg: ExperimentConfig,
-                  memo: SearcherMemo | None) -> Restored:
+                  memo: SearcherMemo | None, *, text: str | None = None) -> Restored:
     """The searcher of ``exp_id`` as its stored snapshot restores it: the memo's when it
     was kept with the very text stored now, else made from ``cfg`` and restored from the
-    decoded text."""
-    text = stored_text(s, exp_id)
+    decoded text. ``text``: the stored text as the caller read it (``load_state``);
+    None: read here."""
+    if text is None:
+        text = stored_text(s, exp_id)
     kept = memo.take(exp_id, config, text) if memo is not None else None
     if kept is not None:
         return Restored(kept.searcher, text, True, kept.concurrency, hit=True,

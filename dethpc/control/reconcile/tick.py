@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy.orm import defer
 from sqlmodel import Session
 
 from dethpc.backends.base import JobInfo
@@ -39,6 +38,7 @@ from dethpc.control.reconcile.rows import Outcome, TickRows
 from dethpc.control.reconcile.searcher_memo import (
     Kept,
     SearcherMemo,
+    load_state,
     read_snapshot,
     snapshot_text,
     write_snapshot,
@@ -75,10 +75,11 @@ class ExperimentReconciler:
         self.s, self.exp, self.infos, self.now = s, exp, infos, now
         self.cfg = cfg if cfg is not None else load_config(exp)
         assert exp.id is not None
-        # the snapshot column is read as text by ``read_snapshot``, never decoded here
-        ss = s.get(SearcherState, exp.id, options=[defer(SearcherState.snapshot)])  # type: ignore[arg-type]
+        # the row without its snapshot column, and that column as text (never decoded
+        # here), in one statement
+        ss, text = load_state(s, exp.id)
         self.ss = ss if ss is not None else SearcherState(experiment_id=exp.id)
-        got = read_snapshot(s, exp.id, exp.config_yaml, self.cfg, memo)
+        got = read_snapshot(s, exp.id, exp.config_yaml, self.cfg, memo, text=text)
         self.searcher: Searcher = got.searcher
         #: max_concurrent_trials the last tick ran with (None: first tick, or older snapshot)
         self.last_concurrency: int | None = got.concurrency
