@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import importlib.util
 import io
 import json
 import os
@@ -50,6 +49,8 @@ sys.path.insert(0, str(TREE))
 
 from sqlalchemy import event  # noqa: E402
 from sqlalchemy.orm import Session as OrmSession  # noqa: E402
+
+from bench.pgserver import pgserver  # noqa: E402
 
 TOY = REPO / "tests" / "fixtures" / "toy"
 OUT = REPO / "bench" / "results" / "daemon_cost.json"
@@ -274,14 +275,7 @@ def main() -> None:
              (t.split("=", 1) for t in args.trees)} or {"this": REPO}
     pg = None
     if "postgres" in args.backends:
-        # tests/pg/pgserver.py by its path (--trees puts an older tree's tests first)
-        spec = importlib.util.spec_from_file_location(
-            "dethpc_bench_pgserver", REPO / "tests" / "pg" / "pgserver.py")
-        assert spec is not None and spec.loader is not None
-        pgserver = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = pgserver   # its dataclass looks its module up there
-        spec.loader.exec_module(pgserver)
-        pg = pgserver.PgServer()
+        pg = pgserver().PgServer()   # tests/pg's server, by its path (bench/pgserver.py)
         pg.start()
     rows = []
     cell = 0

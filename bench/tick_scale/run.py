@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from replay import Model, ReplayRunner  # noqa: E402
 from sqlmodel import select  # noqa: E402
 
+from bench.pgserver import pgserver  # noqa: E402
 from dethpc.backends.slurm import SlurmBackend  # noqa: E402
 from dethpc.common.paths import ExperimentPaths  # noqa: E402
 from dethpc.common.runner import CommandRunner, RecordingRunner  # noqa: E402
@@ -64,21 +65,7 @@ from dethpc.control.daemon import Daemon  # noqa: E402
 from dethpc.store import Store  # noqa: E402
 from dethpc.store.models import Experiment, ExperimentState, Job, Trial  # noqa: E402
 
-
-def _pgserver() -> Any:
-    """tests/pg/pgserver.py, the one throwaway PostgreSQL server tests/pg starts too,
-    loaded by its path: ``--trees`` puts an older tree's ``tests`` package first on
-    ``sys.path``, where it may be missing or older."""
-    spec = importlib.util.spec_from_file_location(
-        "dethpc_bench_pgserver", REPO / "tests" / "pg" / "pgserver.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod   # its dataclass looks its module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-PgServer = _pgserver().PgServer
+PgServer = pgserver().PgServer   # tests/pg's server, by its path (bench/pgserver.py)
 TOY = REPO / "tests" / "fixtures" / "toy"
 OUT = REPO / "bench" / "results" / "tick_scale.json"
 RUNNING = 64

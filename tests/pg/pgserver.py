@@ -5,8 +5,9 @@ role (the users ``dethpc admin db add-user`` creates) logs in with its SCRAM pas
 
 Owns: ``PgServer`` (start, stop, a database's URL, a database made as a copy of another:
 ``CREATE DATABASE ... TEMPLATE``, a database's size) and ``bindir``. Serves tests/pg's
-``postgres_url`` fixture and bench/tick_scale, which loads this file by its path (its
-``--trees`` puts an older tree's ``tests`` package first on ``sys.path``).
+``postgres_url`` fixture and bench/tick_scale and bench/daemon_cost, which load this file
+by its path through ``bench/pgserver.py`` (their ``--trees`` put an older tree's
+``tests`` package first on ``sys.path``).
 Must not: import pytest or dethpc (the bench loads it beside any tree).
 """
 
