@@ -116,7 +116,8 @@ class Budget(RefusalPolicy, Protocol):
 class TrialFiles(Protocol):
     """What writes a trial's files and job script (the daemon's ``TrialFiles``)."""
 
-    def write(self, exp: Experiment, cfg: ExperimentConfig, trial: Trial) -> Path: ...
+    def write(self, exp: Experiment, cfg: ExperimentConfig, trial: Trial, *,
+              script: bool = True) -> Path: ...
 
 
 class WorkerPoolTender:
@@ -128,6 +129,8 @@ class WorkerPoolTender:
         #: cancel on states an older poll gave (put off): either makes the next tick poll
         self.workers_cancelled = 0
         self.cancels_put_off = 0
+        #: the worker tasks the last ``worker_refs`` named (the tick's poll asks about them)
+        self.polled_workers: frozenset[str] = frozenset()
 
     def enabled(self, cfg: ExperimentConfig, kind: ExperimentKind,
                 wp: WorkerPool | None = None) -> bool:
@@ -137,14 +140,17 @@ class WorkerPoolTender:
     def worker_refs(self, exp_ids: list[int]) -> dict[str, int]:
         """The worker tasks to poll this tick (ref -> experiment): every task of each
         submitted worker array of the open experiments."""
-        if not exp_ids:
-            return {}
-        with self.store.read() as s:
-            batches = list(s.exec(select(Batch).where(
-                col(Batch.experiment_id).in_(exp_ids), Batch.kind == BatchKind.WORKERS,
-                Batch.state == BatchState.SUBMITTED)))
-        return {str(JobRef(b.array_job_id, task=i)): b.experiment_id for b in batches
-                if b.array_job_id for i in range(b.size)}
+        refs: dict[str, int] = {}
+        if exp_ids:
+            with self.store.read() as s:   # three columns, no Batch objects
+                rows = list(s.exec(select(Batch.array_job_id, Batch.size, Batch.experiment_id)
+                                   .where(col(Batch.experiment_id).in_(exp_ids),
+                                          Batch.kind == BatchKind.WORKERS,
+                                          Batch.state == BatchState.SUBMITTED)))
+            refs = {str(JobRef(job, task=i)): exp_id for job, size, exp_id in rows
+                    if job for i in range(size)}
+        self.polled_workers = frozenset(refs)
+        return refs
 
     def poll_items(self, refs: list[str]) -> dict[str, JobInfo]:
         """``view.poll_items`` for every experiment's item refs."""
@@ -204,7 +210,7 @@ class WorkerPoolTender:
                 seq = int(runs.get(t.id, 0))
                 name = queue.item_name(t.id, seq)
                 ref = view.item_ref(exp.id, name)
-                self.files.write(exp, cfg, t)
+                self.files.write(exp, cfg, t, script=False)   # a worker runs the item
                 if not queue.known(paths, name):
                     item = work_item(cfg, self.cluster, backend=self.backend.traits.kind,
                                      python=self.python, run_dir=run_dir, exp_id=exp.id,

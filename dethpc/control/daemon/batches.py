@@ -10,7 +10,8 @@ keep failing, ``dethpc.control.bad_nodes``), handed to the one submission protoc
 over a limit gives the trials back and asks the budget; any other error leaves the
 batch SUBMITTING for the next tick's recovery). ``TrialFiles.write`` writes one
 trial's ``hparams.json``, ``target.json`` and ``job.sbatch`` (idempotent; the worker
-pool uses it too).
+pool uses it too, without the ``job.sbatch``: a pool worker runs the trial's work item,
+never that script: docs/worker-pool.md).
 ``batch_throttle`` is pure.
 Must not: choose which trials go out or how many (the submit phase does), or submit a
 batch it did not record first.
@@ -49,8 +50,12 @@ class TrialFiles:
                  jenv: Any) -> None:
         self.cluster, self.backend, self.python, self.jenv = cluster, backend, python, jenv
 
-    def write(self, exp: Experiment, cfg: ExperimentConfig, trial: Trial) -> Path:
-        """hparams.json, target.json and job.sbatch of one trial (idempotent)."""
+    def write(self, exp: Experiment, cfg: ExperimentConfig, trial: Trial, *,
+              script: bool = True) -> Path:
+        """hparams.json, target.json and (``script``) job.sbatch of one trial (idempotent);
+        the job script's path. ``script`` False: a worker pool's run, which no job script
+        runs (its render: ~0.6 ms of CPU a trial), so
+        none is written (a job script left by an earlier run stays as it was)."""
         assert exp.id is not None and trial.id is not None
         run_dir = Path(exp.run_dir)
         tp = ExperimentPaths(run_dir).trial(trial.id).ensure()
@@ -63,6 +68,8 @@ class TrialFiles:
         else:   # no searcher length (Determined 0.38): the training code decides
             tp.target.unlink(missing_ok=True)
         tp.stop.unlink(missing_ok=True)
+        if not script:
+            return tp.job_script
         tp.job_script.write_text(jobs_for(exp.kind, run_dir).trial_script(
             cfg, self.cluster, backend=self.backend.traits.kind, python=self.python,
             run_dir=run_dir, trial=TrialJob(exp_id=exp.id, trial_id=trial.id,

@@ -87,7 +87,8 @@ class Daemon:
         self.submitting = SubmitPhase(store, backend, self.guard, self.submitter, self.worker_pools,
                                       runs_root=cluster.runs_root, clock=clock)
         self.watcher = Watcher(store, cluster, self.scope, wake)
-        self.watchdog = Watchdog(store, cluster, backend, clock)
+        self.watchdog = Watchdog(store, cluster, backend, clock,
+                                 workers=lambda: self.worker_pools.polled_workers)
 
     # ------------------------------------------------------------------ tick
     def tick(self) -> TickStats:

@@ -12,15 +12,45 @@ job, not an array).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import NamedTuple, Protocol, TypeVar
 
-from sqlmodel import select
+from sqlalchemy import exists
+from sqlmodel import col, select
 
 from dethpc.backends.base import Backend
-from dethpc.common.kinds import EventKind
+from dethpc.common.kinds import EventKind, ExperimentKind
 from dethpc.config.model import ExperimentConfig
 from dethpc.control.reconcile import load_config
 from dethpc.store import Store
 from dethpc.store.models import Batch, BatchState, Event, Experiment, ExperimentState, Job
+
+#: the kinds whose jobs the daemon submitted (``ExperimentKind.daemon_submits``)
+SUBMITTED_BY_DAEMON = [k for k in ExperimentKind if k.daemon_submits]
+
+
+class ArrayRow(Protocol):
+    """What ``throttle_changes`` reads of a batch (a ``Batch``, or a row of its columns)."""
+
+    @property
+    def id(self) -> int | None: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def throttle(self) -> int: ...
+    @property
+    def array_job_id(self) -> str | None: ...
+
+
+A = TypeVar("A", bound=ArrayRow)
+
+
+class Array(NamedTuple):
+    """A submitted array's columns that its throttle is decided by."""
+
+    id: int | None
+    size: int
+    throttle: int
+    array_job_id: str | None
 
 
 def throttle_for(k: int, size: int) -> int:
@@ -28,8 +58,8 @@ def throttle_for(k: int, size: int) -> int:
     return min(k, size) if k > 0 else 0
 
 
-def throttle_changes(k: int, batches: Iterable[Batch],
-                     live_batches: set[int]) -> list[tuple[Batch, int]]:
+def throttle_changes(k: int, batches: Iterable[A],
+                     live_batches: set[int]) -> list[tuple[A, int]]:
     """The submitted arrays with live jobs whose throttle is not ``throttle_for(k)``,
     each with the throttle it should have, in the order given."""
     out = []
@@ -45,27 +75,40 @@ def throttle_changes(k: int, batches: Iterable[Batch],
 def sync_throttles(store: Store, backend: Backend, exp_id: int,
                    cfg: ExperimentConfig | None = None) -> int:
     """Apply ``throttle_changes`` to experiment ``exp_id``'s arrays; how many changed.
-    ``cfg``: its config as the tick resolved it (None: read from its row)."""
+    ``cfg``: its config as the tick resolved it (None: read from its row). With ``cfg``
+    a steady tick is one read of four columns of the arrays with live jobs, joined to
+    the experiment's state (was three reads, the experiment's row and Batch objects
+    among them: issue 47 item 2)."""
     if cfg is not None and cfg.slurm.components and backend.traits.het_jobs:
         return 0  # heterogeneous trials are single jobs, no arrays to throttle
     with store.read() as s:
-        exp = s.get(Experiment, exp_id)
-        if exp is None or exp.state != ExperimentState.ACTIVE or not exp.kind.daemon_submits:
-            return 0  # the throttle of a job someone else submitted is theirs
-        cfg = cfg if cfg is not None else load_config(exp)
-        if cfg.slurm.components and backend.traits.het_jobs:
-            return 0  # heterogeneous trials are single jobs, no arrays to throttle
-        live = set(s.exec(select(Job.batch_id).where(
-            Job.experiment_id == exp_id, Job.live == True)))  # noqa: E712
-        batches = s.exec(select(Batch).where(
-            Batch.experiment_id == exp_id, Batch.state == BatchState.SUBMITTED))
-        changes = throttle_changes(cfg.searcher.max_concurrent_trials, batches, live)
-        for batch, want in changes:
-            assert batch.array_job_id is not None
-            backend.set_throttle(batch.array_job_id, want)
+        if cfg is None:
+            exp = s.get(Experiment, exp_id)
+            if exp is None:
+                return 0
+            cfg = load_config(exp)
+            if cfg.slurm.components and backend.traits.het_jobs:
+                return 0  # heterogeneous trials are single jobs, no arrays to throttle
+        live = exists().where(col(Job.batch_id) == Batch.id, col(Job.live).is_(True))
+        # the throttle of a job someone else submitted is theirs (the experiment's kind);
+        # the state read here, not the tick's: the reconcile may have ended it since
+        arrays = [Array(*row) for row in s.exec(
+            select(Batch.id, Batch.size, Batch.throttle, Batch.array_job_id)
+            .join(Experiment, col(Experiment.id) == Batch.experiment_id)
+            .where(Batch.experiment_id == exp_id, Batch.state == BatchState.SUBMITTED,
+                   Experiment.state == ExperimentState.ACTIVE,
+                   col(Experiment.kind).in_(SUBMITTED_BY_DAEMON), live)
+            .order_by(col(Batch.id)))]
+        changes = throttle_changes(cfg.searcher.max_concurrent_trials, arrays,
+                                   {a.id for a in arrays if a.id is not None})
+        for row, want in changes:
+            assert row.array_job_id is not None
+            backend.set_throttle(row.array_job_id, want)
             s.add(Event(experiment_id=exp_id, kind=EventKind.THROTTLE,
-                        message=f"job {batch.array_job_id}: ArrayTaskThrottle "
-                                f"{batch.throttle} -> {want}"))
+                        message=f"job {row.array_job_id}: ArrayTaskThrottle "
+                                f"{row.throttle} -> {want}"))
+            batch = s.get(Batch, row.id)
+            assert batch is not None
             batch.throttle = want
             s.add(batch)
         return len(changes)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 from sqlmodel import col, select
@@ -68,8 +68,12 @@ def newest_mark(tp: TrialPaths, output: bool = False) -> float:
 
 class Watchdog:
     def __init__(self, store: Store, cluster: ClusterConfig, backend: Backend,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], *,
+                 workers: Callable[[], Collection[str]] = frozenset) -> None:
         self.store, self.cluster, self.backend, self.clock = store, cluster, backend, clock
+        #: the pool workers' refs the tick's poll asked about: jobs, but never a trial's
+        #: (a worker array has no Job rows), so never looked up
+        self.workers = workers
         #: job ref -> what this daemon saw of its current run
         self._watch: dict[str, RunWatch] = {}
         #: (ref, run) whose exit record this daemon wrote
@@ -85,17 +89,23 @@ class Watchdog:
                 r.kind.wrapped and r.cfg.slurm.watchdog.watches(r.kind.user_script))]
         if not exp_ids and not self._watch:
             return []
+        # the jobs this poll saw running, the only ones watched: the store is asked for
+        # those rows alone (reading every live job's row was 35,000 rows a tick at
+        # 50,000 trials, for the 64 running: bench/tick_scale); neither a pool's items
+        # nor its workers are a trial's job
+        workers = self.workers()
+        polled_running = sorted(ref for ref, info in infos.items()
+                                if info.state is JobState.RUNNING and not is_item_ref(ref)
+                                and ref not in workers)
+        if not polled_running:   # nothing to watch (a pool search's every tick): no read
+            self._watch.clear()
+            return []
         now = self.clock()
         dump: list[str] = []
         kill: list[str] = []
         requeue: list[str] = []
         cancel: list[str] = []
         running: set[str] = set()
-        # the jobs this poll saw running, the only ones watched: the store is asked for
-        # those rows alone (reading every live job's row was 35,000 rows a tick at
-        # 50,000 trials, for the 64 running: bench/tick_scale)
-        polled_running = sorted(ref for ref, info in infos.items()
-                                if info.state is JobState.RUNNING and not is_item_ref(ref))
         with self.store.read() as s:
             for exp_id in exp_ids:
                 exp = s.get(Experiment, exp_id)

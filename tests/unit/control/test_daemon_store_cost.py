@@ -106,3 +106,33 @@ def test_the_watchdog_asks_the_store_for_the_running_jobs_rows_alone(tmp_path: P
     refs = {p for params in asked for p in params if isinstance(p, str) and "_" in p}
     assert refs == {"700_0", "700_1", "700_2"}
     assert sorted(dog._watch) == ["700_0", "700_1", "700_2"]
+
+
+def test_the_watchdog_reads_nothing_when_only_pool_workers_run(tmp_path: Path) -> None:
+    """A pool search's poll sees its workers running and its items (no trial's job):
+    the watchdog asks the store nothing (it read the experiment's row and the jobs named
+    by the workers' refs every tick, finding none: a worker array has no Job rows), and
+    forgets what it watched; a trial's job running beside them is still watched."""
+    w = world(tmp_path)
+    trials = w.add_trials(4)
+    w.add_batch(trials[:1], ref="700_{i}", live=True)
+    workers = {"900_0", "900_1"}
+    infos = {r: JobInfo(r, JobState.RUNNING) for r in workers}
+    infos["pool:1:t2-s0"] = JobInfo("pool:1:t2-s0", JobState.RUNNING)
+    statements: list[str] = []
+
+    def on_execute(_conn, _cursor, statement, _params, _ctx, _many):  # type: ignore[no-untyped-def]
+        statements.append(statement)
+
+    dog = Watchdog(w.store, w.cluster, w.backend, clock=lambda: 1000.0,
+                   workers=lambda: workers)
+    dog.run([w.exp_id], {**infos, "700_0": JobInfo("700_0", JobState.RUNNING)}, TickStats())
+    assert sorted(dog._watch) == ["700_0"]
+    engine = w.store.engine
+    event.listen(engine, "before_cursor_execute", on_execute)
+    try:
+        assert dog.run([w.exp_id], infos, TickStats()) == []
+    finally:
+        event.remove(engine, "before_cursor_execute", on_execute)
+    assert statements == []
+    assert dog._watch == {}

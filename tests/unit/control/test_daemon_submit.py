@@ -242,6 +242,44 @@ def test_a_throttle_follows_max_concurrent_trials_once(tmp_path: Path) -> None:
     assert sync_throttles(w.store, w.backend, w.exp_id) == 0
 
 
+def test_a_steady_throttle_check_is_one_read(tmp_path: Path) -> None:
+    """With the tick's config, a tick that changes no throttle reads the store once (the
+    arrays with live jobs, joined to the experiment's state and kind; issue 47 item 2),
+    and an experiment that ended meanwhile has its arrays left alone."""
+    from sqlalchemy import event
+
+    from dethpc.control.experiments import set_concurrency
+    from dethpc.control.reconcile import load_config
+
+    w = world(tmp_path)
+    w.add_trials(4)
+    Parts(w).submitter.experiment(w.exp_id)
+    with w.store.session() as s:
+        exp = s.get(Experiment, w.exp_id)
+        assert exp is not None
+    statements: list[str] = []
+
+    def on_execute(_conn, _cursor, statement, _params, _ctx, _many):  # type: ignore[no-untyped-def]
+        statements.append(statement)
+
+    event.listen(w.store.engine, "before_cursor_execute", on_execute)
+    try:
+        assert sync_throttles(w.store, w.backend, w.exp_id, load_config(exp)) == 0
+    finally:
+        event.remove(w.store.engine, "before_cursor_execute", on_execute)
+    assert len(statements) == 1, statements
+    set_concurrency(w.store, w.exp_id, 3)
+    with w.store.session() as s:
+        exp = s.get(Experiment, w.exp_id)
+        assert exp is not None
+        cfg = load_config(exp)
+        exp.state = ExperimentState.COMPLETED
+        s.add(exp)
+    w.backend.calls.clear()
+    assert sync_throttles(w.store, w.backend, w.exp_id, cfg) == 0
+    assert w.backend.calls == []
+
+
 def test_pool_items_go_out_without_loading_their_trials_again(tmp_path: Path) -> None:
     """A batch of pool items takes its trials as the submit phase read them: their
     needs_job cleared by one UPDATE, no Trial loaded again in its transaction (issue 47
@@ -278,3 +316,27 @@ def test_pool_items_go_out_without_loading_their_trials_again(tmp_path: Path) ->
     paths = queue.WorkerPoolPaths.of_run_dir(Path(exp.run_dir))
     assert all(queue.known(paths, queue.item_name(t.id or 0, 0)) for t in trials)
     assert len(w.events("submitted")) == 1
+
+
+def test_a_pool_trial_gets_its_files_but_no_job_script(tmp_path: Path) -> None:
+    """A pool item's trial has its hparams.json as a job's has, and no
+    job.sbatch: no job runs it (the worker runs the item; docs/worker-pool.md), so the
+    daemon does not render it (issue 47 item 2). A trial of a job batch still gets one."""
+    from dethpc.common.paths import ExperimentPaths
+    from dethpc.control.reconcile import load_config
+    from dethpc.store.models import Trial
+
+    w = world(tmp_path)
+    w.add_trials(2)
+    parts = Parts(w)
+    with w.store.session() as s:
+        exp = s.get(Experiment, w.exp_id)
+        assert exp is not None
+        trials = list(s.exec(select(Trial).where(Trial.experiment_id == w.exp_id)
+                             .order_by(Trial.id)))  # type: ignore[arg-type]
+    assert parts.worker_pools.submit_items(exp, load_config(exp), trials[:1]) == 1
+    paths = ExperimentPaths(Path(exp.run_dir))
+    pooled = paths.trial(trials[0].id or 0)
+    assert pooled.hparams.is_file()
+    assert not pooled.job_script.exists()
+    assert parts.submitter.batches.files.write(exp, load_config(exp), trials[1]).is_file()
