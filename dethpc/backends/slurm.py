@@ -142,9 +142,12 @@ class SlurmBackend:
 
     # -------------------------------------------------------------- actions
     def cancel(self, refs: Sequence[str], signal: str | None = None) -> None:
+        """One ``scancel`` (an array's tasks in one bracket form: ``cancel_argv``)."""
         if refs:
             self._paced()
             run_tolerant(self.runner, cancel_argv(refs, signal, self.signal_flags))
+            if signal is None:
+                self._poll.note_cancelled(refs)
 
     def signal_steps(self, refs: Sequence[str], signal: str) -> None:
         """``scancel --signal=SIG ref ...``: without ``--batch`` or ``--full`` Slurm

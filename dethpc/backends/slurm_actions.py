@@ -2,7 +2,9 @@
 array's throttle.
 
 Owns: the argv of each action (``cancel_argv``: one ``scancel`` for all refs, with
-``--signal`` and the site's signal flags; ``steps_argv`` and ``launched_steps``: the
+``--signal`` and the site's signal flags, an array's tasks named in one bracket form
+(``grouped``: ``123_[4-9,12]`` is one KILL_JOB RPC where ``123_4 ... 123_12`` are one
+each, measured with sdiag on 22.05); ``steps_argv`` and ``launched_steps``: the
 jobs' launched steps, whose ``scancel --signal=KILL`` ends each step and spares its
 job; ``action_argv``: one ``scontrol requeue`` or ``scontrol release``;
 ``throttle_argv``: ``scontrol update ... ArrayTaskThrottle``), which stderr lines mean
@@ -33,11 +35,55 @@ HARMLESS = (*GONE, "already completing or completed", "Job is pending execution"
 
 def cancel_argv(refs: Sequence[str], signal: str | None,
                 signal_flags: Sequence[str]) -> list[str]:
-    """``scancel [--signal=SIG <signal_flags>] ref ...``."""
+    """``scancel [--signal=SIG <signal_flags>] ref ...``, each array's tasks in one
+    bracket form (``grouped``)."""
     argv = ["scancel"]
     if signal is not None:
         argv += [f"--signal={signal}", *signal_flags]
-    return argv + list(refs)
+    return argv + grouped(refs)
+
+
+def grouped(refs: Sequence[str]) -> list[str]:
+    """``refs`` with the tasks of one array (``123_4``, ``123_5``, ``123_9``) as one
+    bracket form (``123_[4-5,9]``) where there are two or more, in the place of the
+    first; every other ref (a job, a het component, a lone task) as it is. slurmctld
+    takes a bracket form in one RPC and signals or cancels each task it names that
+    still exists (a finished or unknown task in it is no error: scancel exits 0)."""
+    tasks: dict[str, list[int]] = {}
+    for r in refs:
+        if (task := _task(r)) is not None:
+            tasks.setdefault(task[0], []).append(task[1])
+    out: list[str] = []
+    done: set[str] = set()
+    for r in refs:
+        task = _task(r)
+        if task is None or len(set(tasks[task[0]])) < 2:
+            out.append(r)
+        elif task[0] not in done:
+            done.add(task[0])
+            out.append(f"{task[0]}_[{_ranges(sorted(set(tasks[task[0]])))}]")
+    return out
+
+
+def _task(ref: str) -> tuple[str, int] | None:
+    """``("123", 4)`` for an array task's ref ``123_4``; None for any other ref."""
+    base, sep, task = ref.partition("_")
+    if sep and base.isascii() and base.isdigit() and task.isascii() and task.isdigit():
+        return base, int(task)
+    return None
+
+
+def _ranges(indices: list[int]) -> str:
+    """Sorted distinct indices as Slurm's array spec: ``[1, 2, 3, 7]`` -> ``1-3,7``."""
+    parts: list[str] = []
+    start = prev = indices[0]
+    for i in indices[1:]:
+        if i != prev + 1:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+            start = i
+        prev = i
+    parts.append(str(start) if start == prev else f"{start}-{prev}")
+    return ",".join(parts)
 
 
 def steps_argv(refs: Sequence[str]) -> list[str]:

@@ -91,7 +91,8 @@ def subject_to_limit(config: Mapping[str, str], uid: int) -> bool:
 
 
 #: slurmctld RPCs per command (measured with sdiag as a non-root user on 25.11):
-#: squeue --user 3 (PARTITION_INFO, FED_INFO, JOB_USER_INFO), squeue --jobs 2;
+#: squeue --user 3 (PARTITION_INFO, FED_INFO, JOB_USER_INFO), squeue --jobs 2 (3 on
+#: 22.05; ``--local`` would spare FED_INFO); scancel ``123_[1-9]`` 1 (22.05);
 #: sinfo 2 (PARTITION_INFO, NODE_INFO); ``scontrol show config`` 2 (BUILD_INFO, PING);
 #: ``scontrol show job`` 2 (FED_INFO, JOB_INFO_SINGLE);
 #: sbatch 1 whatever the array's size; scontrol update 1; scancel and scontrol

@@ -9,6 +9,7 @@ from dethpc.backends.base import JobAction
 from dethpc.backends.slurm_actions import (
     action_argv,
     cancel_argv,
+    grouped,
     harmless_errors,
     throttle_argv,
 )
@@ -67,3 +68,21 @@ def test_the_launched_steps_of_squeue_steps() -> None:
     assert launched_steps("") == []
     assert steps_argv(["1244_0", "99"]) == ["squeue", "--steps", "--noheader", "--format=%i",
                                             "--jobs", "1244_0,99"]
+
+
+@pytest.mark.parametrize(("refs", "out"), [
+    ([], []),
+    (["1_0", "2"], ["1_0", "2"]),                        # a lone task stays as it is
+    (["7_3", "7_1", "7_2", "7_9"], ["7_[1-3,9]"]),       # one bracket, ranges sorted
+    (["7_5", "8", "7_6", "9_1", "9_3", "8+1"], ["7_[5-6]", "8", "9_[1,3]", "8+1"]),
+    (["7", "7_1", "7_2"], ["7", "7_[1-2]"]),             # the array's own id is kept apart
+    (["7_1", "7_1", "7_2"], ["7_[1-2]"]),                # a ref named twice, once
+    (["7_1", "7_1"], ["7_1", "7_1"]),                     # one task: as given
+    (["7_[1-2]", "7_4"], ["7_[1-2]", "7_4"]),           # a bracket form given stays
+])
+def test_an_arrays_tasks_are_one_bracket_form(refs: list[str], out: list[str]) -> None:
+    """scancel of ``7_1 7_2 7_3`` is three KILL_JOB RPCs, of ``7_[1-3]`` one (sdiag,
+    22.05): the pool's surplus workers are cancelled in one."""
+    assert grouped(refs) == out
+    assert cancel_argv(refs, "USR2", ("--batch",)) == ["scancel", "--signal=USR2", "--batch",
+                                                       *out]

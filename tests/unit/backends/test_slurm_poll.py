@@ -4,6 +4,8 @@ queries, a ref's record (``pick``), sacct's "no accounting", and the refs' order
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from dethpc.backends.base import JobInfo, JobState
@@ -16,6 +18,7 @@ from dethpc.backends.slurm_poll import (
     sacct_argv,
     squeue_argv,
 )
+from dethpc.common.runner import CommandResult, CommandRunner
 
 
 @pytest.mark.parametrize(("bases", "user", "which"), [
@@ -74,4 +77,49 @@ def test_pick(ref: str, expected: JobInfo | None) -> None:
 def test_accounting_disabled(stderr: str, disabled: bool) -> None:
     assert accounting_disabled(stderr) is disabled
 
+
+
+
+class Scripted(CommandRunner):
+    """Answers each Slurm command from a table by program; remembers every argv."""
+
+    def __init__(self, answers: dict[str, str]) -> None:
+        super().__init__()
+        self.answers = answers
+        self.calls: list[tuple[str, ...]] = []
+
+    def run(self, argv: Sequence[str], **_: object) -> CommandResult:  # type: ignore[override]
+        self.calls.append(tuple(argv))
+        return CommandResult(tuple(argv), 0, self.answers.get(argv[0], ""), "")
+
+
+def test_a_cancelled_pending_task_is_no_news_while_sacct_still_names_it(monkeypatch) -> None:
+    """A pending array task cancelled leaves squeue at once and gets no record of its
+    own; sacct's record of the array's pending remainder (``7_[1-4]``) names it until
+    slurmdbd catches up. Read as PENDING, the pool's tender cancelled the same workers
+    again every tick; for ``SETTLE_S`` after this backend cancelled it, it is no news.
+    A ref that was not cancelled here is still read from sacct (a job squeue does not
+    show, e.g. in a hidden partition)."""
+    from dethpc.backends import slurm_poll
+    from dethpc.backends.slurm import SlurmBackend
+
+    now = [100.0]
+    monkeypatch.setattr(slurm_poll.time, "monotonic", lambda: now[0])
+    runner = Scripted({
+        "squeue": "7_0|RUNNING|0:0|0|None|n1|normal|a|w|c\n"
+                  "7_1|PENDING|0:0|0|Priority||normal|a|w|c\n"
+                  "7_2|PENDING|0:0|0|Priority||normal|a|w|c\n",
+        "sacct": "7_[1-4]|PENDING|0:0|None||w|c\n", "sdiag": "DBD Agent queue size: 0\n"})
+    backend = SlurmBackend(runner, user="alice")
+    refs = [f"7_{i}" for i in range(5)]
+    before = backend.poll(refs)
+    assert {r: i.state for r, i in before.items()} == {
+        "7_0": JobState.RUNNING, **{f"7_{i}": JobState.PENDING for i in range(1, 5)}}
+    backend.cancel(["7_4", "7_3"])
+    assert runner.calls[-1] == ("scancel", "7_[3-4]")     # one KILL_JOB RPC, not two
+    after = backend.poll(refs)
+    assert sorted(after) == ["7_0", "7_1", "7_2"]          # 7_3, 7_4: no news
+    assert after["7_1"].state is JobState.PENDING
+    now[0] += slurm_poll.SETTLE_S
+    assert backend.poll(refs)["7_3"].state is JobState.PENDING   # sacct believed again
 

@@ -45,6 +45,7 @@ def test_subject_to_limit(slurm_user: str, uid: int, subject: bool) -> None:
     (["/opt/slurm/bin/squeue", "--jobs", "1"], 3),
     (["sbatch", "--parsable", "--array=0-999", "x.sbatch"], 1),
     (["scancel", "1", "2_3", "4"], 3),
+    (["scancel", "2_[3-9,12]", "4"], 2),                 # a bracket form: one KILL_JOB
     (["scancel", "--signal=USR1", "--batch", "7"], 1),
     (["scontrol", "requeue", "1,2,3"], 3),
     (["scontrol", "release", "9"], 1),
