@@ -1,8 +1,9 @@
 """The fixed cost of one experiment's reconcile: a tick and a fast tick (``run_fast``)
 that each ingest one metric line of each of a few running trials, as the daemon runs
-them in ``bench/daemon_cost/run.py`` (4 trials at once, the searcher kept between ticks
-in a ``SearcherMemo``), CPU seconds each (``time.process_time``), on a real SQLite store
-built by the reconcile tests' helpers (``tests/unit/control/test_tick_scale``).
+them (``Reconciling``) in ``bench/daemon_cost/run.py`` (4 trials at once, the searcher
+kept between ticks in a ``SearcherMemo``), CPU seconds each (``time.process_time``), on
+a real SQLite store built by the reconcile tests' helpers
+(``tests/unit/control/test_tick_scale``).
 
 ``run.py``'s whole-daemon figure moves with the number of fast ticks the daemon's wake
 timing gives a run (33 or 65 at 128 trials, whatever the tree) and with the machine's
@@ -55,13 +56,23 @@ def measure(tree: Path) -> dict[str, Any]:
                 f.write(json.dumps({"kind": kind, "steps": step,
                                     "metrics": {"loss": 1.0 / step}}) + "\n")
 
+    try:   # the tree's daemon reads the experiment with its searcher state (Reconciling)
+        from dethpc.control.reconcile.searcher_memo import load_experiment
+    except ImportError:
+        load_experiment = None
+
     def one(fast: bool) -> float:
         c0 = time.process_time()
         with store.session() as s:
-            exp = s.get(Experiment, exp_id)
+            extra: dict[str, Any] = {}
+            if load_experiment is not None:
+                exp, ss, text = load_experiment(s, exp_id)
+                extra["state"] = (ss, text)
+            else:
+                exp = s.get(Experiment, exp_id)
             assert exp is not None
             rec = ExperimentReconciler(s, exp, {} if fast else infos, 1000.0, fast=fast,
-                                       memo=memo)
+                                       memo=memo, **extra)
             rec.run_fast(set(refs)) if fast else rec.run()
         memo.keep(exp_id, rec.kept())
         return time.process_time() - c0

@@ -27,10 +27,10 @@ from dethpc.control.daemon.incidents import fail_experiment
 from dethpc.control.daemon.shared import Guard, TickStats
 from dethpc.control.daemon.verdicts import write_searched
 from dethpc.control.reconcile import ExperimentReconciler, SearcherMemo
+from dethpc.control.reconcile.searcher_memo import load_experiment
 from dethpc.control.reconcile.skip_rules import LiveRow
 from dethpc.control.resolved import Resolved
 from dethpc.store import Store
-from dethpc.store.models import Experiment
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +60,14 @@ class Reconciling:
         for exp_id in exp_ids:
             try:
                 with self.store.session() as s:
-                    exp = s.get(Experiment, exp_id)
+                    exp, ss, text = load_experiment(s, exp_id)
                     assert exp is not None
                     r = resolved.get(exp_id) if resolved is not None else None
                     rec = ExperimentReconciler(
                         s, exp, infos, self.clock(), memo=self.memo,
                         cfg=r.cfg if r is not None else None,
-                        live_rows=live.get(exp_id, []) if live is not None else None)
+                        live_rows=live.get(exp_id, []) if live is not None else None,
+                        state=(ss, text))
                     out = rec.run()
                 self.memo.keep(exp_id, rec.kept())   # committed: the searcher stored
                 write_searched(out.searched)
@@ -90,11 +91,11 @@ class Reconciling:
         for exp_id, trial_ids in sorted(grown.items()):
             try:
                 with self.store.session() as s:
-                    exp = s.get(Experiment, exp_id)
+                    exp, ss, text = load_experiment(s, exp_id)
                     if exp is None:
                         continue
                     rec = ExperimentReconciler(s, exp, {}, self.clock(), fast=True,
-                                               memo=self.memo)
+                                               memo=self.memo, state=(ss, text))
                     out = rec.run_fast(trial_ids)
                 self.memo.keep(exp_id, rec.kept())
                 write_searched(out.searched)

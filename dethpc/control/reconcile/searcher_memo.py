@@ -29,12 +29,12 @@ from sqlalchemy import JSON, Text, bindparam, cast, literal
 from sqlalchemy import select as sa_select
 from sqlalchemy.orm import defer
 from sqlalchemy.sql.elements import ColumnElement
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from dethpc.config.model import ExperimentConfig
 from dethpc.searchers.base import Searcher
 from dethpc.searchers.factory import make_searcher
-from dethpc.store.models import SearcherState
+from dethpc.store.models import Experiment, SearcherState
 
 #: the limit a snapshot was taken under, so a change (set-concurrency) is seen once
 CONCURRENCY_KEY = "_max_concurrent_trials"
@@ -126,6 +126,22 @@ def load_state(s: Session, exp_id: int) -> tuple[SearcherState | None, str]:
     if row is None:
         return None, ""
     return row[0], row[1] or ""
+
+
+EXPERIMENT_AND_STATE = sa_select(Experiment, SearcherState, _TEXT).outerjoin(
+    SearcherState, SEARCHER_STATE.c.experiment_id == Experiment.id).options(
+    defer(SearcherState.snapshot)).where(  # type: ignore[arg-type]
+    col(Experiment.id) == bindparam("exp"))
+
+
+def load_experiment(s: Session, exp_id: int) -> tuple[Experiment | None, SearcherState | None,
+                                                      str]:
+    """The experiment's row with ``load_state``'s two, in one statement (None, None, ""
+    without the experiment)."""
+    row = s.execute(EXPERIMENT_AND_STATE, {"exp": exp_id}).first()
+    if row is None:
+        return None, None, ""
+    return row[0], row[1], row[2] or ""
 
 
 def read_snapshot(s: Session, exp_id: int, config: str, cfg: ExperimentConfig,

@@ -66,18 +66,21 @@ class ExperimentReconciler:
     def __init__(self, s: Session, exp: Experiment, infos: dict[str, JobInfo],
                  now: float, *, fast: bool = False, cfg: ExperimentConfig | None = None,
                  memo: SearcherMemo | None = None,
-                 live_rows: list[LiveRow] | None = None) -> None:
+                 live_rows: list[LiveRow] | None = None,
+                 state: tuple[SearcherState | None, str] | None = None) -> None:
         """``fast``: for ``run_fast`` between polls (``infos`` is empty then). ``cfg``: the
         experiment's config as the tick resolved it (``daemon.shared.Resolved``); None:
         read from ``exp``. ``memo``: the searchers earlier ticks left (``searcher_memo``);
         the caller keeps ``kept()`` in it once this transaction has committed. ``live_rows``:
-        the experiment's live jobs as the tick's poll read them (None: read here)."""
+        the experiment's live jobs as the tick's poll read them (None: read here).
+        ``state``: its searcher state row and snapshot text as ``load_experiment`` read
+        them with ``exp`` (None: read here, ``load_state``)."""
         self.s, self.exp, self.infos, self.now = s, exp, infos, now
         self.cfg = cfg if cfg is not None else load_config(exp)
         assert exp.id is not None
         # the row without its snapshot column, and that column as text (never decoded
         # here), in one statement
-        ss, text = load_state(s, exp.id)
+        ss, text = state if state is not None else load_state(s, exp.id)
         self.ss = ss if ss is not None else SearcherState(experiment_id=exp.id)
         got = read_snapshot(s, exp.id, exp.config_yaml, self.cfg, memo, text=text)
         self.searcher: Searcher = got.searcher

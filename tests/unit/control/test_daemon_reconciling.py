@@ -43,7 +43,8 @@ class Script:
         self.answers, self.log = answers, log
 
     def __call__(self, s: Any, exp: Any, infos: Any, now: float, fast: bool = False,
-                 cfg: Any = None, memo: Any = None, live_rows: Any = None) -> Any:
+                 cfg: Any = None, memo: Any = None, live_rows: Any = None,
+                 state: Any = None) -> Any:
         script = self
 
         class One:

@@ -107,6 +107,11 @@ def infos_for(refs: dict[int, str], running: set[int],
 
 
 def statements_of_a_steady_tick(store: Store, tmp_path: Path, n: int) -> int:
+    return len(steady_tick_statements(store, tmp_path, n))
+
+
+def steady_tick_statements(store: Store, tmp_path: Path, n: int) -> list[str]:
+    """The SQL of one steady tick (3 of ``n`` trials running, two lines each)."""
     exp_id, refs = experiment(store, tmp_path, n)
     running = set(sorted(refs)[:3])
     for tid in running:
@@ -114,11 +119,10 @@ def statements_of_a_steady_tick(store: Store, tmp_path: Path, n: int) -> int:
     tick(store, exp_id, infos_for(refs, running))   # jobs start; first lines ingested
     for tid in running:
         write_steps(store, exp_id, tid, 3, 4)
-    count = 0
+    seen: list[str] = []
 
-    def counter(*_args: object) -> None:
-        nonlocal count
-        count += 1
+    def counter(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        seen.append(statement)
 
     event.listen(store.engine, "before_cursor_execute", counter)
     try:
@@ -128,7 +132,7 @@ def statements_of_a_steady_tick(store: Store, tmp_path: Path, n: int) -> int:
     with store.session() as s:
         got = s.exec(select(Metric).where(Metric.trial_id.in_(running))).all()  # type: ignore[attr-defined]
     assert len(got) == 3 * 4   # every line of every running trial, once
-    return count
+    return seen
 
 
 def test_statements_per_tick_do_not_grow_with_the_trials(tmp_path: Path) -> None:
@@ -137,6 +141,17 @@ def test_statements_per_tick_do_not_grow_with_the_trials(tmp_path: Path) -> None
     large = statements_of_a_steady_tick(Store(f"sqlite:///{tmp_path / 'b.sqlite'}"),
                                         tmp_path, 200)
     assert large == small, (small, large)
+
+
+def test_a_steady_tick_reads_each_table_once(tmp_path: Path) -> None:
+    """The trials (live and open without a job) come in one SELECT, the searcher state row
+    with its snapshot text in one, the offsets in one, the GC's rows in one (a fixed cost
+    of each of the ~100 reconciles of a 128-trial run: bench/daemon_cost/reconcile_fixed.py)."""
+    got = steady_tick_statements(Store(f"sqlite:///{tmp_path / 'a.sqlite'}"), tmp_path, 20)
+    selects = [" ".join(q.split()) for q in got if q.lstrip().upper().startswith("SELECT")]
+    first_from = [q.split(" FROM ", 1)[1].split()[0] for q in selects]
+    for table in ("trial", "searcherstate", "ingestoffset", "checkpoint"):
+        assert first_from.count(table) == 1, (table, selects)
 
 
 @pytest.mark.parametrize(("state", "restarts", "ingested", "skip"), [
