@@ -82,10 +82,13 @@ def draw(doc: Mapping[str, Any], json_path: Path) -> list[Path]:
     target = doc.get("target") or {}
     target_regret = (float(target["target_loss"]) - float(target["best_loss"])
                      if "target_loss" in target and "best_loss" in target else None)
-    end = float((doc.get("params") or {}).get("timeout") or 0.0)
+    params = doc.get("params") or {}
     written = []
     for faults, systems in series(doc).items():
         every = [c for cs in systems.values() for c in cs]
+        # each fault mode's own cell limit (a plain cell's may be shorter)
+        end = float((params.get("timeout") if faults else
+                     params.get("plain_timeout") or params.get("timeout")) or 0.0)
         end_f = end or max((s for c in every for s, _ in c), default=1.0)
         grid = grid_of(every, end_f)
         positive = [r for c in every for _, r in c if r > 0]

@@ -80,6 +80,22 @@ def ordered_cells(summary: Mapping[str, Any]) -> list[str]:
         [c for c in summary if c.endswith("+faults")]
 
 
+def limits(p: Mapping[str, Any]) -> str:
+    """A cell's limit, or a fault and a plain cell's when they differ, and the fault
+    schedule's horizon when it is not the fault cells' limit."""
+    fault, plain = p.get("timeout"), p.get("plain_timeout")
+    if plain is None or plain == fault or p.get("faults") != "both":
+        plain_only = p.get("faults") == "off" and plain is not None
+        text = f"a cell's limit {_n(plain if plain_only else fault, ' s', 0)}"
+    else:
+        text = (f"a fault cell's limit {_n(fault, ' s', 0)}, a plain cell's "
+                f"{_n(plain, ' s', 0)}")
+    horizon = p.get("fault_horizon")
+    if horizon is not None and horizon != fault and p.get("faults") != "off":
+        text += f" (the faults spread over a {_n(horizon, ' s', 0)} horizon)"
+    return text
+
+
 def regime(doc: Mapping[str, Any]) -> str:
     p, cl = doc.get("params") or {}, doc.get("cluster") or {}
     plan = doc.get("fault_plan") or {}
@@ -106,9 +122,9 @@ def regime(doc: Mapping[str, Any]) -> str:
             f"({cl.get('nodes')} nodes, {cl.get('gpu_type')}), other users' jobs keeping "
             f"{_n(100 * p['busy'] if p.get('busy') is not None else None, '%', 0)} of them "
             f"busy, sleeping trials replaying recorded curves (time-scale "
-            f"{p.get('time_scale')}, start-up {_n(p.get('startup_s'), ' s', 0)}), a cell's "
-            f"limit {_n(p.get('timeout'), ' s', 0)} from its first sbatch (an unreached seed "
-            f"counts at it); {faults}. Medians over the seeds; trials lost, GPU-hours and "
+            f"{p.get('time_scale')}, start-up {_n(p.get('startup_s'), ' s', 0)}), "
+            f"{limits(p)} from its first sbatch (an unreached seed counts at it); {faults}. "
+            f"Medians over the seeds; trials lost, GPU-hours and "
             f"human actions summed over them. Raw runs and plots: `bench/results/"
             f"peers_scale*.json`, `peers_scale_regret*.svg`.")
 

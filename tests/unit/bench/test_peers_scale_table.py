@@ -57,6 +57,17 @@ def test_the_run_is_stated_above_the_table(doc: dict[str, Any]) -> None:
     assert "QUICK RUN" in render(doc).split("\n\n", 1)[0]
 
 
+def test_each_limit_is_stated(doc: dict[str, Any]) -> None:
+    """The full run's cells have two limits and the faults their own horizon (run.py's
+    regime): the text above the table says each."""
+    doc["params"].update(timeout=190.0, plain_timeout=70.0, fault_horizon=270.0, faults="both")
+    head = render(doc).split("\n\n", 1)[0]
+    assert ("a fault cell's limit 190 s, a plain cell's 70 s (the faults spread over a "
+            "270 s horizon) from its first sbatch") in head
+    doc["params"].update(plain_timeout=190.0, fault_horizon=190.0)
+    assert "a cell's limit 190 s from its first sbatch" in render(doc)
+
+
 def test_misses_are_shown(doc: dict[str, Any]) -> None:
     s = doc["summary"]
     s["dethpc-pool+faults"].update(reached="2/3", trials_lost=2,
