@@ -17,8 +17,10 @@ from dethpc.config._check import Checker, is_int, join, show
 from dethpc.config.model import WorkerPool
 
 KEYS = ("enabled", "count", "preload", "heartbeat_s", "lease_timeout_s", "idle_exit_s")
-#: a dotted module name (``torch``, ``torch.nn``, ``my_pkg.model``)
-_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+#: a dotted module name (``torch``, ``torch.nn``, ``my_pkg.model``), or ``module:function``
+#: (``torch.cuda:init``: called in a spare process forked ahead of each trial)
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+                     r"(:[A-Za-z_][A-Za-z0-9_]*)?$")
 
 
 def parse_workers(ck: Checker, value: Any, path: str) -> WorkerPool | None:
@@ -45,7 +47,8 @@ def parse_workers(ck: Checker, value: Any, path: str) -> WorkerPool | None:
     for i, name in enumerate(modules):
         if not _MODULE.match(name):
             ck.error(join(join(path, "preload"), i),
-                     f"expected a module name such as torch or my_pkg.model, got {show(name)}")
+                     "expected a module name such as torch or my_pkg.model, or "
+                     f"module:function such as torch.cuda:init, got {show(name)}")
     heartbeat = float(ck.number(value.get("heartbeat_s"), join(path, "heartbeat_s"),
                                 default.heartbeat_s, above=0))
     timeout = float(ck.number(value.get("lease_timeout_s"), join(path, "lease_timeout_s"),

@@ -51,8 +51,9 @@ class Pool:
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self.results: list[queue.RunResult] = []
 
-    def start(self, name: str, preload: str = "dethpc.core", task: str = "") -> None:
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    def start(self, name: str, preload: str = "dethpc.core", task: str = "",
+              **extra_env: str) -> None:
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), **extra_env}
         env.pop("SLURM_ARRAY_TASK_ID", None)
         self.workers[name] = subprocess.Popen(
             [sys.executable, "-m", "dethpc.launch.worker", "--run-dir", str(self.run_dir),
@@ -159,6 +160,34 @@ def test_promotions_continue_in_live_workers(pool: Pool) -> None:
     assert all(r.start_s < 1.0 for r in done)
     assert pool.drain() == {"w0": 0, "w1": 0}
     assert queue.pending(pool.paths) == [] and queue.active_leases(pool.paths) == []
+
+
+def test_a_preload_call_runs_ahead_in_each_trials_own_process(pool: Pool,
+                                                             tmp_path: Path) -> None:
+    """``--preload dethpc.core,mod:init``: ``init`` runs in a spare forked ahead of each
+    trial (CUDA's initialisation, paid while the previous trial runs), never in the
+    worker; the trials run as before; the spare left at the end goes with the worker."""
+    (tmp_path / "spare_init_mod.py").write_text(
+        "import os\n"
+        "def init():\n"
+        "    with open(os.environ['SPARE_MARK'], 'a') as fh:\n"
+        "        fh.write(f'{os.getpid()}\\n')\n")
+    mark = tmp_path / "calls.txt"
+    pool.start("w0", preload="dethpc.core,spare_init_mod:init", SPARE_MARK=str(mark),
+               PYTHONPATH=f"{Path(__file__).parents[2]}{os.pathsep}{tmp_path}")
+    for t in range(3):
+        pool.submit(t, 1, length=5, x=float(t))
+    assert {r.reason for r in pool.wait_results(3)} == {"completed"}
+    # one call a trial, each in its own process, and the next spare's after the last
+    pool.wait_until(lambda: mark.exists() and len(mark.read_text().split()) == 4,
+                    "4 spare calls")
+    pids = [int(x) for x in mark.read_text().split()]
+    assert len(set(pids)) == 4 and pool.workers["w0"].pid not in pids
+    for t in range(3):
+        assert pool.steps(t) == 5 and pool.exits(t) == ["completed"]
+    assert pool.drain() == {"w0": 0}
+    with pytest.raises(ProcessLookupError):      # the last spare was dropped with it
+        os.kill(pids[-1], 0)
 
 
 def test_preempted_worker_hands_back_and_trial_resumes_elsewhere(pool: Pool) -> None:

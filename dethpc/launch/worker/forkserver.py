@@ -11,13 +11,22 @@ own process (its own memory, exit code, crash); only the import cost is shared.
 Any other entrypoint (a launcher, a shell script, a container) is ``exec``-ed in the
 child: a fresh process, no warm start.
 
-Owns: ``preload``, ``python_entry`` (what can run warm), ``spawn`` (fork and run).
+What must not happen before a fork (CUDA: a context does not survive it) can still be
+paid before the trial arrives: a preload entry ``module:function`` (e.g.
+``torch.cuda:init``) is called in a **spare**, the next trial's process forked ahead of
+time (``prepare``), which runs it and then waits for its trial on a pipe (``hand``); the
+worker forks the next spare as soon as a trial starts, so that initialisation overlaps
+the running trial instead of delaying the next one. ``Spares`` keeps at most one.
+
+Owns: ``preload``, ``python_entry`` (what can run warm), ``spawn`` (fork and run), the
+spare (``prepare``, ``hand``, ``Spares``).
 Must not: decide which trial runs, or touch the pool directory.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import signal
 import sys
@@ -57,6 +66,20 @@ COMPANIONS: dict[str, tuple[str, ...]] = {"torch": ("torch._dynamo",)}
 #: dethpc's own job side, which every trial that reports through dethpc imports
 #: (stdlib-only, light, torch imported lazily): preloaded whenever anything is
 JOB_SIDE = ("dethpc.core", "dethpc.pytorch")
+
+
+def split_preload(entries: Sequence[str]) -> tuple[list[str], list[str]]:
+    """A preload list -> (modules the worker imports, ``module:function`` calls a spare
+    makes); a call's module is imported by the worker too (before the fork)."""
+    modules: list[str] = []
+    calls: list[str] = []
+    for entry in entries:
+        module, sep, _ = entry.partition(":")
+        if sep:
+            calls.append(entry)
+        if module not in modules:
+            modules.append(module)
+    return modules, calls
 
 
 def preload_list(modules: Sequence[str]) -> list[str]:
@@ -117,12 +140,19 @@ def python_entry(argv: Sequence[str]) -> Entry:
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD)
 
 
-def _child(argv: Sequence[str], env: Mapping[str, str], cwd: str, log: Path,
-           started_fd: int) -> int:
-    """In the forked child: become the trial, run it, return its exit code."""
+def _detach() -> None:
+    """A forked child's first act: its own session (the worker signals its group) and
+    the default signal handlers back."""
     os.setsid()
     for sig in HANDLED:
         signal.signal(sig, signal.SIG_DFL)
+
+
+def _child(argv: Sequence[str], env: Mapping[str, str], cwd: str, log: Path,
+           started_fd: int, *, detached: bool = False) -> int:
+    """In the forked child: become the trial, run it, return its exit code."""
+    if not detached:
+        _detach()
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
@@ -194,3 +224,128 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], cwd: str, log: Path) -> t
     started = time.perf_counter() - t0
     os.close(read_fd)
     return pid, started
+
+
+def call(entry: str) -> None:
+    """Call ``module:function`` (the module imported if it was not)."""
+    module, _, func = entry.partition(":")
+    getattr(importlib.import_module(module), func)()
+
+
+@dataclass
+class Spare:
+    """The next trial's process, forked ahead: it ran its calls and waits for its trial."""
+
+    pid: int
+    send_fd: int       # the trial (JSON: argv, env, cwd, log) goes here
+    started_fd: int    # b"1" comes back when the trial's code is about to run
+
+
+def prepare(calls: Sequence[str]) -> Spare:
+    """Fork a spare: it detaches, makes ``calls`` (a failing one is printed on the
+    worker's output, and the trial then pays it itself), then waits for ``hand``; it
+    exits 0 without running anything when the worker closes the pipe (or dies)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    cmd_r, cmd_w = os.pipe()
+    st_r, st_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the spare
+        os.close(cmd_w)
+        os.close(st_r)
+        code = 1
+        try:
+            _detach()
+            for entry in calls:
+                try:
+                    call(entry)
+                except Exception:  # the trial initialises it itself
+                    traceback.print_exc()
+            chunks = []
+            while chunk := os.read(cmd_r, 65536):
+                chunks.append(chunk)
+            os.close(cmd_r)
+            if not chunks:       # dropped: no trial came
+                code = 0
+            else:
+                t = json.loads(b"".join(chunks))
+                code = _child(t["argv"], t["env"], t["cwd"], Path(t["log"]), st_w,
+                              detached=True)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(code & 0xFF if code >= 0 else 1)
+    os.close(cmd_r)
+    os.close(st_w)
+    return Spare(pid=pid, send_fd=cmd_w, started_fd=st_r)
+
+
+def hand(spare: Spare, argv: Sequence[str], env: Mapping[str, str], cwd: str,
+         log: Path) -> tuple[int, float] | None:
+    """Give ``spare`` its trial: (its pid, seconds until the trial's code started), as
+    ``spawn``; None when the spare was gone (its pipe broken): then nothing ran."""
+    t0 = time.perf_counter()
+    data = json.dumps({"argv": list(argv), "env": dict(env), "cwd": cwd,
+                       "log": str(log)}).encode()
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(spare.send_fd, view):]
+    except BrokenPipeError:
+        os.close(spare.send_fd)
+        os.close(spare.started_fd)
+        _reap(spare.pid)
+        return None
+    os.close(spare.send_fd)
+    os.read(spare.started_fd, 1)   # the trial's code is about to run (or it exec'ed / died)
+    os.close(spare.started_fd)
+    return spare.pid, time.perf_counter() - t0
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+class Spares:
+    """At most one spare, for a worker whose preload has calls (none without)."""
+
+    def __init__(self, calls: Sequence[str]) -> None:
+        self.calls = tuple(calls)
+        self.spare: Spare | None = None
+
+    def refill(self) -> None:
+        """Fork the next spare now, if there is none (and calls to make)."""
+        if self.calls and self.spare is None:
+            self.spare = prepare(self.calls)
+
+    def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: str,
+              log: Path) -> tuple[int, float]:
+        """Run a trial in the spare when there is one, else in a fresh fork; then fork
+        the next spare (its calls overlap this trial)."""
+        spare, self.spare = self.spare, None
+        got = None if spare is None else hand(spare, argv, env, cwd, log)
+        if got is None:
+            got = spawn(argv, env, cwd, log)
+        self.refill()
+        return got
+
+    def close(self) -> None:
+        """Drop the spare (it exits without running anything) and reap it."""
+        spare, self.spare = self.spare, None
+        if spare is None:
+            return
+        os.close(spare.send_fd)
+        os.close(spare.started_fd)
+        for kill in (os.killpg, os.kill):    # its calls may be long: no waiting for them
+            try:
+                kill(spare.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        _reap(spare.pid)

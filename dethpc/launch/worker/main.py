@@ -11,7 +11,10 @@ exits with ``LOCAL_REQUEUE_EXIT`` (85). A lease taken away (expired) kills the
 trial at once: another worker owns it now. With ``pool/drain`` present and
 nothing to claim, the worker exits 0; with ``pool/retire/<its job ref>`` present
 it exits 0 after its current run (the pool shrank). ``pool/kill/<item>`` kills the
-trial of the item it holds (a cancel), recorded ``cancelled``.
+trial of the item it holds (a cancel), recorded ``cancelled``. A preload entry
+``module:function`` (``torch.cuda:init``) is called in a spare, the next trial's process
+forked ahead of it (``forkserver.Spares``): one is ready before the first claim and
+another is forked as each trial starts, so that call overlaps the running trial.
 
 Owns: the loop, the mapping of a trial's exit code to an exit record.
 Must not: touch the store, submit jobs, or pick the next trial.
@@ -111,11 +114,14 @@ class Settings:
     poll_s: float
     max_idle_s: float     # exit after this long with nothing to claim (0: never)
     task: str = ""        # the array task index (``retire/<task>``); "" outside an array
+    #: the preload's ``module:function`` calls, made in a spare forked ahead of each trial
+    spare_calls: tuple[str, ...] = ()
 
 
-def run_one(s: Settings, lease: queue.Lease, flags: Flags) -> tuple[queue.RunResult | None, int]:
-    """Run a claimed item to its end; (its result or None when the lease was lost, the
-    trial's exit code)."""
+def run_one(s: Settings, lease: queue.Lease, flags: Flags,
+            spares: forkserver.Spares | None = None) -> tuple[queue.RunResult | None, int]:
+    """Run a claimed item to its end (in the spare when there is one); (its result or
+    None when the lease was lost, the trial's exit code)."""
     item = lease.item
     trial_dir = Path(item.trial_dir)
     ref = ref_from_env(os.environ)
@@ -130,8 +136,8 @@ def run_one(s: Settings, lease: queue.Lease, flags: Flags) -> tuple[queue.RunRes
                                         "error": f"trial directory {trial_dir} is missing"})
         queue.finish(s.paths, lease, result)
         return result, 2
-    pid, started = forkserver.spawn(item.argv, trial_env(item), item.cwd,
-                                    trial_dir / f"slurm-{ref}.out")
+    pid, started = (spares or forkserver.Spares(())).spawn(
+        item.argv, trial_env(item), item.cwd, trial_dir / f"slurm-{ref}.out")
     flags.forwarded_to = pid
     if flags.preempt:      # the signal came between claim and fork
         _signal_group(pid, flags.preempt)
@@ -200,7 +206,18 @@ def install_handlers(flags: Flags, preempt_signal: str) -> None:
 
 
 def serve(s: Settings, flags: Flags) -> int:
-    """Claim and run items until drained or preempted; the worker's exit code."""
+    """Claim and run items until drained or preempted; the worker's exit code. With
+    ``spare_calls`` a spare is ready before the first claim and after each trial starts;
+    it is dropped when the worker leaves."""
+    spares = forkserver.Spares(s.spare_calls)
+    spares.refill()
+    try:
+        return _serve(s, flags, spares)
+    finally:
+        spares.close()
+
+
+def _serve(s: Settings, flags: Flags, spares: forkserver.Spares) -> int:
     idle_since = time.monotonic()
     while not flags.preempt:
         if queue.retired(s.paths, s.task):
@@ -213,7 +230,7 @@ def serve(s: Settings, flags: Flags) -> int:
                 return 0
             time.sleep(s.poll_s)
             continue
-        run_one(s, lease, flags)
+        run_one(s, lease, flags, spares)
         idle_since = time.monotonic()
     return LOCAL_REQUEUE_EXIT
 
@@ -225,7 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the experiment's run directory (its pool/ holds the work)")
     p.add_argument("--worker-id", default="", help="default: job ref or host.pid")
     p.add_argument("--preload", default="",
-                   help="comma-separated modules imported once (e.g. torch)")
+                   help="comma-separated modules imported once (e.g. torch); a "
+                        "module:function entry (e.g. torch.cuda:init) is called in a spare "
+                        "process forked ahead of each trial")
     p.add_argument("--heartbeat-s", type=float, default=5.0)
     p.add_argument("--poll-s", type=float, default=0.1)
     p.add_argument("--max-idle-s", type=float, default=0.0)
@@ -257,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"dethpc worker: {problem}", file=sys.stderr)
         return 2
-    modules = [m.strip() for m in args.preload.split(",") if m.strip()]
+    modules, calls = forkserver.split_preload(
+        [m.strip() for m in args.preload.split(",") if m.strip()])
     took, missing = forkserver.preload(modules)
     for name, why in missing.items():   # the trials import it themselves: no warm start
         print(f"dethpc worker: --preload: cannot import {name!r} ({why}); trials import "
@@ -268,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     s = Settings(paths=queue.WorkerPoolPaths.of_run_dir(args.run_dir),
                  worker=args.worker_id or default_worker_id(),
                  heartbeat_s=args.heartbeat_s, poll_s=args.poll_s, max_idle_s=args.max_idle_s,
-                 task=args.task or ("" if ref == "0" else ref))
+                 task=args.task or ("" if ref == "0" else ref),
+                 spare_calls=tuple(c for c in calls if c.partition(":")[0] not in missing))
     if took:
         print(f"dethpc worker {s.worker}: preloaded "
               + ", ".join(f"{k} {v:.2f} s" for k, v in took.items()), file=sys.stderr)

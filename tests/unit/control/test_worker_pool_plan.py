@@ -137,6 +137,9 @@ SETTINGS = [
     (0, WorkerPool(enabled=False, count=0)),
     ({"preload": ["torch", "my_pkg.model"], "lease_timeout_s": 30},
      WorkerPool(enabled=True, preload=("torch", "my_pkg.model"), lease_timeout_s=30.0)),
+    # a module:function entry: called in a spare process forked ahead of each trial
+    ({"preload": ["torch", "torch.cuda:init"]},
+     WorkerPool(enabled=True, preload=("torch", "torch.cuda:init"))),
     ({"enabled": False, "count": 2}, WorkerPool(enabled=False, count=2)),
 ]
 
@@ -152,6 +155,7 @@ def test_workers_setting(value, want) -> None:
     ("yes", "slurm.workers: expected true, false, a number of workers or a mapping"),
     ({"count": 2, "size": 3}, "slurm.workers.size: unknown field"),
     ({"preload": ["os; rm -rf /"]}, "slurm.workers.preload[0]: expected a module name"),
+    ({"preload": ["torch.cuda:init()"]}, "slurm.workers.preload[0]: expected a module name"),
     ({"heartbeat_s": 10, "lease_timeout_s": 20}, "slurm.workers.lease_timeout_s: 20 is less"),
     ({"idle_exit_s": -1}, "slurm.workers.idle_exit_s: expected a number >= 0"),
 ])
