@@ -189,16 +189,43 @@ def join_container(directory: Path, key: str, container_s: float,
 @dataclass
 class ProcessState:
     """What this interpreter has initialised: the pid that paid CUDA (a forked child has
-    another pid: it pays again, as a real one must)."""
+    another pid: it pays again, as a real one must), and when a CUDA initialisation
+    begun ahead of the trial (``init_cuda``) began."""
 
     cuda_pid: int | None = None
+    cuda_began: float | None = None
 
     def needs_cuda(self) -> bool:
         return self.cuda_pid != os.getpid()
 
+    def begin_cuda(self, now: float) -> None:
+        if self.needs_cuda():
+            self.cuda_pid, self.cuda_began = os.getpid(), now
+
+    def pay_cuda(self, cuda_s: float, now: float) -> float:
+        """The seconds of CUDA initialisation this process still owes at ``now``: all of
+        ``cuda_s`` when cold, what is left of one begun ahead, else 0; then it is paid."""
+        if self.needs_cuda():
+            owed = cuda_s
+        elif self.cuda_began is not None:
+            owed = max(0.0, self.cuda_began + cuda_s - now)
+        else:
+            owed = 0.0
+        self.cuda_pid, self.cuda_began = os.getpid(), None
+        return owed
+
 
 #: this process's state (tests pass their own)
 PROCESS = ProcessState()
+
+
+def init_cuda() -> None:
+    """Begin this process's CUDA initialisation now, before its trial arrives: what a
+    dethpc pool worker's spare does with ``preload: [..., "torch.cuda:init"]``, here
+    ``bench.peers_scale.emulator:init_cuda``. Nothing sleeps here (the trial's spec is not
+    known yet): the trial's ``start`` waits for what is left of its ``cuda_s`` counted
+    from this moment."""
+    PROCESS.begin_cuda(time.time())
 
 
 class TrialEmulator:
@@ -250,10 +277,9 @@ class TrialEmulator:
                                        self.spec.container_part_s, self._sleep, self._clock)
         if client_import:
             importlib.import_module(client_import)
-        cuda = self.spec.cuda_s if cold else 0.0
+        cuda = self._process.pay_cuda(self.spec.cuda_s, self._clock())
         if cuda:
             self._sleep(cuda)
-        self._process.cuda_pid = os.getpid()
         self._record(Event.READY, seconds=self._clock() - t0, container_s=container,
                      cuda_s=cuda)
 

@@ -236,9 +236,11 @@ class DethpcRunner:
             "reproducibility": {"experiment_seed": cell.seed}}
         if self.mode == "pool":
             # docs/worker-pool.md: preload what the trial imports (the default, torch, is
-            # not what this trial uses)
+            # not what this trial uses), and its CUDA initialisation as a GPU trial's
+            # `torch.cuda:init`: made in a spare forked ahead of each trial
             exp["slurm"] = {"workers": {"preload": ["dethpc.core",
-                                                    "bench.peers_scale.emulator"]}}
+                                                    "bench.peers_scale.emulator",
+                                                    "bench.peers_scale.emulator:init_cuda"]}}
         return cluster, exp
 
     def launch(self, cell: Cell) -> None:

@@ -153,3 +153,24 @@ def test_a_forked_child_pays_cuda_again(tmp_path: Path) -> None:
     os.close(read_fd)
     os.waitpid(pid, 0)
     assert answer == b"1"
+
+
+def test_cuda_begun_ahead_in_a_spare_costs_the_trial_only_what_is_left(
+        tmp_path: Path) -> None:
+    """A dethpc pool spare (``preload: [..., bench.peers_scale.emulator:init_cuda]``)
+    begins CUDA before its trial arrives: the trial waits for the rest of ``cuda_s``."""
+    clock = Clock()
+    start = starter(tmp_path, clock)
+    assert start(job("5"), ProcessState()) == 10.0        # the worker job's first trial
+    spare = ProcessState()
+    spare.begin_cuda(clock.now)
+    clock.now += 2.0                                       # the item came 2 s later
+    assert start(job("5"), spare) == 3.0
+    assert start(job("5"), spare) == 0.0                   # and it stays paid
+    early = ProcessState()
+    early.begin_cuda(clock.now)
+    clock.now += 60.0                                      # long before: nothing left
+    assert start(job("5"), early) == 0.0
+    inherited = ProcessState(cuda_pid=os.getpid() + 1, cuda_began=clock.now)
+    assert inherited.needs_cuda()                          # begun in another process
+    assert start(job("5"), inherited) == 5.0
