@@ -70,9 +70,11 @@ def _spans(keys: set[tuple[int, int]]) -> list[tuple[list[int], list[int]]]:
     return out
 
 
-#: the ingest offsets of some trials (``ids``), built once (``rows``' statements)
+#: the ingest offsets of some trials (``ids``), built once (``rows``' statements); no
+#: autoflush first: no offset row is added or changed before they are read
 OFFSETS_OF = select(IngestOffset).where(
-    col(IngestOffset.trial_id).in_(bindparam("ids", expanding=True)))
+    col(IngestOffset.trial_id).in_(bindparam("ids", expanding=True))).execution_options(
+    autoflush=False)
 
 
 def _load_offsets(rows: TickRows) -> tuple[dict[tuple[int, str], IngestOffset], set[int],

@@ -66,7 +66,11 @@ OPEN_WITHOUT_JOB = sa_select(_t.id).where(
     _t.id.not_in(sa_select(_j.trial_id).where(
         _j.experiment_id == bindparam("exp"), _j.live == True)))  # noqa: E712
 JOBS_BY_ID = select(Job).where(col(Job.id).in_(bindparam("ids", expanding=True)))
-REQUESTS = sa_select(_t.request_id).where(_t.experiment_id == bindparam("exp"))
+#: every trial's request id: no autoflush first (a tick changes no request id, and its
+#: new trials are inserted at once: ``searcher_ops._create``); the tick's changes so far
+#: were flushed here, then again at the GC's read (bench/daemon_cost)
+REQUESTS = sa_select(_t.request_id).where(
+    _t.experiment_id == bindparam("exp")).execution_options(autoflush=False)
 
 
 @dataclass

@@ -154,6 +154,36 @@ def test_a_steady_tick_reads_each_table_once(tmp_path: Path) -> None:
         assert first_from.count(table) == 1, (table, selects)
 
 
+def test_jobs_that_ended_are_written_once_a_tick(tmp_path: Path) -> None:
+    """Reading the offsets does not flush the polled states first (the rows are written
+    with the rest of the tick's changes: one UPDATE of the jobs, not one for their polled
+    states and another for their ends)."""
+    store = Store(f"sqlite:///{tmp_path / 'a.sqlite'}")
+    exp_id, refs = experiment(store, tmp_path, 6)
+    running = set(sorted(refs)[:3])
+    for tid in running:
+        write_steps(store, exp_id, tid, 1, 2)
+    tick(store, exp_id, infos_for(refs, running))
+    infos = infos_for(refs, running)
+    for tid in sorted(running)[:2]:
+        infos[refs[tid]] = JobInfo(ref=refs[tid], state=JobState.COMPLETED, exit_code=0)
+    seen: list[str] = []
+
+    def counter(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        seen.append(" ".join(statement.split()))
+
+    event.listen(store.engine, "before_cursor_execute", counter)
+    try:
+        tick(store, exp_id, infos)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", counter)
+    assert sum(q.startswith("UPDATE job ") for q in seen) == 1, seen
+    with store.session() as s:
+        ended = s.exec(select(Job).where(Job.experiment_id == exp_id,
+                                         Job.state == JobState.COMPLETED)).all()
+    assert len(ended) == 2 and not any(j.live for j in ended)
+
+
 @pytest.mark.parametrize(("state", "restarts", "ingested", "skip"), [
     (JobState.PENDING, 0, False, True),
     (JobState.PENDING, 1, False, False),    # requeued: its first run wrote
