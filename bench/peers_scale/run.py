@@ -9,9 +9,13 @@ every system of a seed) runs from it, injected as ``dethpc-faults`` / root; mean
 ``sdiag`` is sampled every second (RPCs per user, across slurmctld's restart) and
 ``/proc`` every second (login-side CPU of the system's user outside jobs); a person
 looks at the search every ``--operator-s`` seconds and acts when it is stuck (counted).
-A cell ends when the system has decided every trial or at ``--timeout``; then the
-background and what is left are cancelled, and ``sacct -D`` gives the GPU-hours of every
-run of every job. The work log gives time to target, regret, redone and lost work.
+A cell ends when the system has decided every trial or at ``--timeout`` (a plain cell:
+``--plain-timeout``); then the system, the background and the faults' jobs are killed
+(``clear_queue``), and ``sacct -D`` gives the GPU-hours of every run of every job. The
+work log up to the cell's end gives time to target, regret, redone and lost work. After
+the scale cells, the small cell (bench/peers, ``--small-seeds``) runs in the same
+invocation. The run's expected wall time (``plan.py``) is printed first; a run over its
+budget (the issue's 150 minutes, a quick run's 20) is refused unless ``--over-budget``.
 
 Writes ``--out`` (default bench/results/peers_scale.json): the commit, versions, the
 cluster, the target, every cell's raw record (fault outcomes with their squeue exposure,
@@ -24,6 +28,7 @@ missed or not measured). A run is never merged with another. Then
 bench.peers_scale.table --write`` puts the table in the READMEs.
 
 Usage (as root, the scale cluster up):
+  python -m bench.peers_scale.run --plan                  # the expected wall time only
   python -m bench.peers_scale.run --quick                 # seed 0 of every system, faults on
   python -m bench.peers_scale.run --systems dethpc-per-job --trials 32 --time-scale 1 \\
       --timeout 420 --faults both --out bench/results/peers_scale_smoke.json --smoke
@@ -32,6 +37,7 @@ Usage (as root, the scale cluster up):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -45,6 +51,7 @@ from typing import Any
 
 from bench.peers_scale import faults as flt
 from bench.peers_scale import metrics as mx
+from bench.peers_scale import plan
 from bench.peers_scale.emulator import EmulatorSpec, load_curves
 from bench.peers_scale.goals import goals
 from bench.peers_scale.systems import RUNNERS, Cell, SystemRunner
@@ -196,10 +203,13 @@ def run_cell(system: str, seed: int, with_faults: bool, args: argparse.Namespace
                 spec=EmulatorSpec(startup_s=args.startup_s, time_scale=args.time_scale),
                 timeout_s=args.timeout, say=say)
     runner: SystemRunner = RUNNERS[system]()
-    schedule = flt.fault_schedule(seed, nodes, args.timeout,
+    timeout = args.timeout if with_faults else args.plain_timeout
+    cell = dataclasses.replace(cell, timeout_s=timeout)
+    schedule = flt.fault_schedule(seed, nodes, args.fault_horizon,
                                   flt.FaultPlan() if with_faults else flt.NO_FAULTS)
+    began = time.time()
     bg = Background(background_trace(seed, TraceSpec(total_gpus=gpus,
-                                                     horizon_s=args.timeout,
+                                                     horizon_s=timeout,
                                                      gpus_per_node=spec_c.gpus_per_node,
                                                      busy_fraction=args.busy)),
                     env, spec_c.gpu_type).start()
@@ -215,7 +225,7 @@ def run_cell(system: str, seed: int, with_faults: bool, args: argparse.Namespace
     say(f"launched; first sbatch {t0 - launched:+.1f} s after launch; "
         f"{len(schedule)} fault events")
     injector.start(t0)
-    deadline = t0 + args.timeout
+    deadline = t0 + timeout
     next_look = time.time() + args.operator_s
     looks: list[dict[str, Any]] = []
     while time.time() < deadline and not runner.finished():
@@ -233,12 +243,12 @@ def run_cell(system: str, seed: int, with_faults: bool, args: argparse.Namespace
     facts = runner.stop()
     sampler.stop()
     bg.stop()
-    _run(["scancel", "-u", SYSTEM_USER], env)
-    _wait_gone(env, 120.0)
+    clear_queue(env)
+    cleared = time.time()
     since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(launched - 1))
     sacct = mx.read_sacct(env, since, SYSTEM_USER)
     bg_sacct = mx.read_sacct(env, since, ",".join(BACKGROUND_USERS))
-    records = read_log(cell.worklog) if cell.worklog.exists() else []
+    records = until(read_log(cell.worklog) if cell.worklog.exists() else [], ended)
     work = count_work(records)
     vals = mx.validations(records)
     ttt = mx.time_to_target(vals, target, t0)
@@ -248,6 +258,7 @@ def run_cell(system: str, seed: int, with_faults: bool, args: argparse.Namespace
     rpcs = sampler.rpc.totals.get(SYSTEM_USER, 0)
     metrics = {
         "seed": seed, "gpus": gpus, "trials": args.trials, "finished": finished,
+        "timeout_s": timeout,
         "time_to_target_s": None if ttt is None else round(ttt, 1),
         "regret_at_fixed": mx.regret_at(vals, args.regret_at, t0, best),
         "wall_s": round(ended - t0, 1) if finished else None,
@@ -278,7 +289,13 @@ def run_cell(system: str, seed: int, with_faults: bool, args: argparse.Namespace
                                             "faults_refused")}))
     if not args.keep_dirs:
         shutil.rmtree(cdir / "runs", ignore_errors=True)
+    # the driver's own seconds around the search (plan.Costs: the whole table's budget)
+    phases = {"setup_s": round(t0 - began, 1), "search_s": round(ended - t0, 1),
+              "stop_and_clear_s": round(cleared - ended, 1),
+              "teardown_s": round(time.time() - ended, 1)}
+    say(f"phases: {phases}")
     return {"system": system, "faults": with_faults, "cell": name, "metrics": metrics,
+            "phases": phases,
             "t0": t0, "launched": launched, "human_actions": runner.human_actions,
             "operator_looks": looks, "login_process": runner.login_process,
             "login_cpu": {"sampled_s": round(sampler.cpu.seconds, 2),
@@ -294,18 +311,35 @@ def run_cell(system: str, seed: int, with_faults: bool, args: argparse.Namespace
             "work": [w.__dict__ for w in work.trials], "worklog": str(cell.worklog)}
 
 
+def until(records: list[dict[str, Any]], ended: float) -> list[dict[str, Any]]:
+    """The work log up to the cell's end: what the trials wrote while the system, the
+    background and the faults were stopped is not the cell's (a dethpc-pool cell cut at
+    its timeout had 18 running trials end ``preempted`` in its teardown, counted lost
+    instead of unfinished)."""
+    return [r for r in records if float(r["wall"]) <= ended]
+
+
 def cancel_all(env: dict[str, str]) -> None:
     for user in (SYSTEM_USER, *BACKGROUND_USERS, flt.FAULT_USER):
         _run(["scancel", "-u", user], env)
 
 
-def _wait_gone(env: dict[str, str], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
+def clear_queue(env: dict[str, str], timeout: float = 120.0) -> None:
+    """After a cell's measurements: end every job of the system, the background and the
+    faults at once, and wait until the queue holds none. SIGKILL first (a plain scancel
+    lets a process that handles SIGTERM run on for KillWait, 30 s: every cell that ran
+    to its timeout paid it, and the system's allocations ran on past the cell's end),
+    then a plain scancel for what was pending; the preemptors' high jobs too (they held
+    their nodes for the rest of their 180 s, up to 102 s after an early end)."""
+    for user in (SYSTEM_USER, *BACKGROUND_USERS, flt.FAULT_USER):
+        _run(["scancel", "--signal=KILL", "--full", "-u", user], env)
+        _run(["scancel", "-u", user], env)
     users = ",".join([SYSTEM_USER, *BACKGROUND_USERS, flt.FAULT_USER])
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not _run(flt.as_fault_user(["squeue", "-h", "-u", users, "-o", "%i"]), env).strip():
             return
-        time.sleep(1.0)
+        time.sleep(0.5)
 
 
 def hold_cluster() -> None:
@@ -331,22 +365,127 @@ def versions() -> dict[str, str]:
     return out
 
 
+#: the full run's regime: 42 cells + the small cell in 137.7 of the issue's 150 minutes
+#: (--plan; plan.py). A fault cell lasts 190 s: its faults (a 270 s horizon: injections
+#: at 13-156 s, the least horizon at which FaultPlan places seeds 0-4) all land in it; a
+#: plain cell 70 s (time to target 20-40 s at this time-scale); both end before most
+#: systems decide every trial (dethpc 448-453 s, Optuna 232-247 s in the quick run at
+#: 480 s), so "decided after" is mostly "not all by" the timeout. A --quick run's
+#: differs where QUICK says: 7 fault cells of 140 s, 18.9 minutes (seed 0's last
+#: injection, at 146.5 s, falls after it: listed as skipped)
+REGIME: dict[str, Any] = {"time_scale": 0.25, "timeout": 190.0, "plain_timeout": 70.0,
+                          "fault_horizon": 270.0, "regret_at": 60.0, "small_seeds": 5,
+                          "small_timeout": 60.0, "small_faults": "off"}
+QUICK: dict[str, Any] = {"timeout": 140.0, "small_seeds": 0}
+#: the small cell's driver and its interpreter (its own venv: torch and the peers)
+SMALL_RUN = REPO / "bench" / "peers" / "run.py"
+SMALL_PYTHON = REPO / "bench" / "peers" / ".venv" / "bin" / "python"
+SMALL_SYSTEMS = ("dethpc-pool", "dethpc-per-job", "optuna", "ray", "submitit", "hydra")
+#: the measured runs the plan's model is fitted to (plan.py's module doc)
+PLAN_REFERENCE = REPO / "bench" / "results" / "peers_scale_quick.json"
+SMALL_REFERENCE = REPO / "bench" / "results" / "peers.json"
+
+
+def apply_regime(args: argparse.Namespace) -> None:
+    """The defaults left open by the command line: the full run's, or --quick's."""
+    regime = {**REGIME, **(QUICK if args.quick else {})}
+    if args.timeout is None:
+        args.timeout = regime["timeout"]
+        if args.plain_timeout is None:
+            args.plain_timeout = regime["plain_timeout"]
+        if args.fault_horizon is None:
+            args.fault_horizon = regime["fault_horizon"]
+    else:       # a cell's limit given: the smokes' way (every cell, and the faults, in it)
+        if args.plain_timeout is None:
+            args.plain_timeout = args.timeout
+        if args.fault_horizon is None:
+            args.fault_horizon = args.timeout
+    if args.small_seeds is None:    # a smoke is the scale cells' alone
+        args.small_seeds = 0 if args.smoke else regime["small_seeds"]
+
+
+def expected(args: argparse.Namespace) -> plan.Plan:
+    """What the run asked should take (plan.py), from the reference runs."""
+    def runs(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        if not path.exists():
+            return [], {}
+        doc = json.loads(path.read_text())
+        return doc.get("runs", []), doc.get("params", {})
+    scale_runs, params = runs(PLAN_REFERENCE)
+    small_runs, _ = runs(SMALL_REFERENCE)
+    ref = plan.reference_from_runs(scale_runs, params or {"time_scale": args.time_scale,
+                                                          "timeout": args.timeout}, small_runs)
+    modes = {"off": [False], "on": [True], "both": [False, True]}
+    regime = plan.Regime(systems=args.systems, seeds=args.seeds, modes=modes[args.faults],
+                         timeout_s=args.timeout, plain_timeout_s=args.plain_timeout,
+                         time_scale=args.time_scale, small_seeds=args.small_seeds,
+                         small_timeout_s=args.small_timeout,
+                         small_modes=modes[args.small_faults], small_systems=SMALL_SYSTEMS,
+                         quick=args.quick)
+    return plan.plan(regime, ref)
+
+
+def run_small(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """The small cell (issue 48 item 7: bench/peers, real CNN training, 32 trials 2 at once
+    on the 4-node dev cluster), after the scale cells: one bench/peers invocation per fault
+    mode, ``--small-seeds`` seeds; their docs as they wrote them, with the wall of each."""
+    out: dict[str, Any] = {"systems": list(SMALL_SYSTEMS), "seeds": args.small_seeds,
+                           "timeout_s": args.small_timeout}
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}   # the dev cluster
+    modes = {"off": [False], "on": [True], "both": [False, True]}[args.small_faults]
+    for faults in modes:
+        path = root / f"small{'_faults' if faults else ''}.json"
+        argv = [str(SMALL_PYTHON), str(SMALL_RUN), "--seeds", str(args.small_seeds),
+                "--systems", *SMALL_SYSTEMS, "--timeout-s", f"{args.small_timeout:g}",
+                "--out", str(path), *(["--faults"] if faults else [])]
+        print(f"[small {time.strftime('%H:%M:%S')}] {' '.join(argv[1:])}", flush=True)
+        began = time.monotonic()
+        rc = subprocess.run(argv, env=env, cwd=REPO, check=False).returncode
+        key = "faults" if faults else "plain"
+        out[key] = json.loads(path.read_text()) if path.exists() else None
+        out[f"{key}_wall_s"] = round(time.monotonic() - began, 1)
+        out[f"{key}_rc"] = rc
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--systems", nargs="+", default=sorted(RUNNERS), choices=sorted(RUNNERS))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--faults", choices=["off", "on", "both"], default="both")
     ap.add_argument("--trials", type=int, default=256)
-    ap.add_argument("--time-scale", type=float, default=1.0)
+    ap.add_argument("--time-scale", type=float, default=REGIME["time_scale"])
     ap.add_argument("--startup-s", type=float, default=10.0)
     ap.add_argument("--busy", type=float, default=0.5, help="background share of the GPUs")
-    ap.add_argument("--timeout", type=float, default=1800.0,
-                    help="a cell's limit from its first sbatch; the fault schedule's horizon")
-    ap.add_argument("--regret-at", type=float, default=300.0)
+    ap.add_argument("--timeout", type=float, default=None,
+                    help="a fault cell's limit from its first sbatch (default "
+                         f"{REGIME['timeout']:g}, --quick {QUICK['timeout']:g})")
+    ap.add_argument("--plain-timeout", type=float, default=None,
+                    help="a plain cell's limit (default "
+                         f"{REGIME['plain_timeout']:g}, or --timeout when that is given)")
+    ap.add_argument("--fault-horizon", type=float, default=None,
+                    help="the fault schedule's horizon: its injections fall in 5-60%% of it "
+                         f"(default {REGIME['fault_horizon']:g}, the least at which FaultPlan "
+                         "places seeds 0-4; --timeout when that is given)")
+    ap.add_argument("--regret-at", type=float, default=REGIME["regret_at"])
     ap.add_argument("--operator-s", type=float, default=60.0,
                     help="how often a person looks at a search that may be stuck")
     ap.add_argument("--quick", action="store_true",
-                    help="one seed of each system asked, with faults (about 20 minutes)")
+                    help="one seed of each system asked, with faults, no small cell "
+                         "(at most 20 minutes: --plan)")
+    ap.add_argument("--small-seeds", type=int, default=None,
+                    help=f"the small cell's seeds (bench/peers; default {REGIME['small_seeds']},"
+                         " --quick 0)")
+    ap.add_argument("--small-faults", choices=["off", "on", "both"],
+                    default=REGIME["small_faults"],
+                    help="the small cell's fault modes (default off: its fault half, about "
+                         "31 minutes more, does not fit the 150 minutes: --plan)")
+    ap.add_argument("--small-timeout", type=float, default=REGIME["small_timeout"],
+                    help="a small cell's limit (bench/peers --timeout-s)")
+    ap.add_argument("--plan", action="store_true",
+                    help="print the expected wall time of the run asked and exit")
+    ap.add_argument("--over-budget", action="store_true",
+                    help="run even when the plan exceeds the budget (150 min, quick 20)")
     ap.add_argument("--smoke", action="store_true",
                     help="label the results a smoke test, not the issue's table")
     ap.add_argument("--keep-dirs", action="store_true")
@@ -355,8 +494,20 @@ def main() -> int:
     args = ap.parse_args()
     if args.quick:
         args.seeds, args.faults = args.seeds[:1], "on"
+    apply_regime(args)
+    the_plan = expected(args)
+    print(the_plan.text(), flush=True)
+    if args.plan:
+        print(json.dumps(the_plan.as_json(), indent=1))
+        return 0
+    if not the_plan.fits and not args.over_budget:
+        raise SystemExit("peers_scale: the run asked exceeds its budget (see the plan "
+                         "above); shorten it or pass --over-budget")
     if os.geteuid() != 0:
         raise SystemExit("peers_scale: run as root (runuser, node crashes, slurmctld restarts)")
+    if args.small_seeds and not SMALL_PYTHON.exists():
+        raise SystemExit(f"peers_scale: the small cell needs {SMALL_PYTHON} "
+                         "(bash bench/peers/setup.sh)")
     hold_cluster()
     target = mx.stored_target()
     curves = load_curves()
@@ -383,13 +534,16 @@ def main() -> int:
                 except BaseException:
                     cancel_all(slurm_env())   # leave no background or system job behind
                     raise
+    scale_wall = time.monotonic() - t_start
+    small = run_small(args, root) if args.small_seeds else None
     summary: dict[str, Any] = {}
     for name in dict.fromkeys(r["cell"] for r in raw):
-        summary[name] = mx.cell_summary([r["metrics"] for r in raw if r["cell"] == name],
-                                        args.timeout)
+        mine = [r for r in raw if r["cell"] == name]
+        summary[name] = mx.cell_summary([r["metrics"] for r in mine],
+                                        mine[0]["metrics"]["timeout_s"])
     spec = saved_spec()
     schedules = {seed: [e.as_json() for e in flt.fault_schedule(
-        seed, [n.name for n in scale_layout(spec).nodes], args.timeout)]
+        seed, [n.name for n in scale_layout(spec).nodes], args.fault_horizon)]
         for seed in args.seeds} if True in modes else {}
     doc = {
         "benchmark": "peers_scale",
@@ -410,6 +564,8 @@ def main() -> int:
         "faults_refused": sum(r["metrics"]["faults_refused"] for r in raw),
         "fault_outcomes": mx.fault_digest(raw, SYSTEM_USER),
         "summary": summary, "goals": goals(summary), "runs": raw,
+        "plan": the_plan.as_json(), "small": small,
+        "scale_wall_s": round(scale_wall, 1),
         "wall_s": round(time.monotonic() - t_start, 1)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
