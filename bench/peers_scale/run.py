@@ -200,7 +200,8 @@ def run_cell(system: str, seed: int, with_faults: bool, args: argparse.Namespace
         print(f"[{name} s{seed} {time.strftime('%H:%M:%S')}] {m}", flush=True)
 
     cell = Cell(system=system, seed=seed, trials=args.trials, gpus=gpus, dir=cdir, env=env,
-                spec=EmulatorSpec(startup_s=args.startup_s, time_scale=args.time_scale),
+                spec=EmulatorSpec(startup_s=args.startup_s, time_scale=args.time_scale,
+                                  container_s=args.container_s),
                 timeout_s=args.timeout, say=say)
     runner: SystemRunner = RUNNERS[system]()
     timeout = args.timeout if with_faults else args.plain_timeout
@@ -455,7 +456,12 @@ def main() -> int:
     ap.add_argument("--faults", choices=["off", "on", "both"], default="both")
     ap.add_argument("--trials", type=int, default=256)
     ap.add_argument("--time-scale", type=float, default=REGIME["time_scale"])
-    ap.add_argument("--startup-s", type=float, default=10.0)
+    ap.add_argument("--startup-s", type=float, default=10.0,
+                    help="a cold trial process's start-up in a fresh job run: the container's "
+                         "start (--container-s, once per job run on a node) + CUDA/framework "
+                         "initialisation (the rest, once per process)")
+    ap.add_argument("--container-s", type=float, default=None,
+                    help="the container's part of --startup-s (default: half of it)")
     ap.add_argument("--busy", type=float, default=0.5, help="background share of the GPUs")
     ap.add_argument("--timeout", type=float, default=None,
                     help="a fault cell's limit from its first sbatch (default "
@@ -495,6 +501,8 @@ def main() -> int:
     if args.quick:
         args.seeds, args.faults = args.seeds[:1], "on"
     apply_regime(args)
+    if args.container_s is None:
+        args.container_s = args.startup_s / 2
     the_plan = expected(args)
     print(the_plan.text(), flush=True)
     if args.plan:
