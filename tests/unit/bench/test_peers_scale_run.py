@@ -25,3 +25,36 @@ def test_a_trial_stopped_by_the_teardown_is_unfinished_not_lost() -> None:
         work = count_work(recs)
         unfinished = mx.in_progress(recs, ended, 20.0)
         assert work.trials_lost - len(unfinished) == lost
+
+
+def test_the_small_cell_runs_in_the_same_invocation(tmp_path: Any, monkeypatch: Any) -> None:
+    """Item 7: bench/peers' search, one invocation per fault mode, on the 4-node dev
+    cluster (SLURM_CONF left out), its docs kept under ``small`` with each one's wall."""
+    import argparse
+    import json
+
+    from bench.peers_scale import run
+    calls: list[tuple[list[str], dict[str, str]]] = []
+
+    class Done:
+        returncode = 0
+
+    def fake_run(argv: list[str], env: dict[str, str], **_kw: Any) -> Done:
+        calls.append((argv, env))
+        out = argv[argv.index("--out") + 1]
+        with open(out, "w") as f:
+            json.dump({"faults": "--faults" in argv}, f)
+        return Done()
+    monkeypatch.setattr(run.subprocess, "run", fake_run)
+    monkeypatch.setenv("SLURM_CONF", "/etc/slurm-scale/slurm.conf")
+    args = argparse.Namespace(small_seeds=5, small_timeout=60.0, small_faults="both")
+    got = run.run_small(args, tmp_path)
+    assert [c[0][c[0].index("--seeds") + 1] for c in calls] == ["5", "5"]
+    assert all("SLURM_CONF" not in env for _argv, env in calls)
+    first = calls[0][0]
+    assert first[1].endswith("bench/peers/run.py") and "--faults" not in first
+    assert first[first.index("--systems") + 1:first.index("--timeout-s")] == list(
+        run.SMALL_SYSTEMS)
+    assert first[first.index("--timeout-s") + 1] == "60"
+    assert got["plain"] == {"faults": False} and got["faults"] == {"faults": True}
+    assert got["plain_rc"] == 0 and "faults_wall_s" in got
