@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import bindparam
+from sqlalchemy import BindParameter, bindparam
 from sqlmodel import col, select
 
 from dethpc.common.jsonlines import Chunk, metric_value, read_new_lines
@@ -75,6 +75,18 @@ def _spans(keys: set[tuple[int, int]]) -> list[tuple[list[int], list[int]]]:
 OFFSETS_OF = select(IngestOffset).where(
     col(IngestOffset.trial_id).in_(bindparam("ids", expanding=True))).execution_options(
     autoflush=False)
+
+#: ``_prefetch``'s reads, built once: checkpoints by uuid, validations and checkpoints
+#: at some steps of some trials
+_IDS: BindParameter[list[int]] = bindparam("ids", expanding=True)
+_STEPS: BindParameter[list[int]] = bindparam("steps", expanding=True)
+CHECKPOINTS_BY_UUID = select(Checkpoint).where(
+    col(Checkpoint.uuid).in_(bindparam("uuids", expanding=True)))
+VALIDATIONS_AT = select(Metric).where(
+    col(Metric.trial_id).in_(_IDS), Metric.kind == MetricKind.VALIDATION,
+    col(Metric.steps).in_(_STEPS)).order_by(col(Metric.id))
+CHECKPOINTS_AT = select(Checkpoint).where(
+    col(Checkpoint.trial_id).in_(_IDS), col(Checkpoint.steps_completed).in_(_STEPS))
 
 
 def _load_offsets(rows: TickRows) -> tuple[dict[tuple[int, str], IngestOffset], set[int],
@@ -243,21 +255,16 @@ class Ingest:
         with s.no_autoflush:
             todo = sorted(uuids - self._uuids_checked)
             for i in range(0, len(todo), IN_BATCH):
-                self._uuids_stored.update(ck.uuid for ck in s.exec(select(Checkpoint).where(
-                    col(Checkpoint.uuid).in_(todo[i:i + IN_BATCH]))))
+                self._uuids_stored.update(ck.uuid for ck in s.exec(
+                    CHECKPOINTS_BY_UUID, params={"uuids": todo[i:i + IN_BATCH]}))
             self._uuids_checked.update(todo)
             for trial_ids, steps in _spans(ckpts - self._validations_known):
-                for m in s.exec(select(Metric).where(
-                        col(Metric.trial_id).in_(trial_ids),
-                        Metric.kind == MetricKind.VALIDATION, col(Metric.steps).in_(steps))
-                        .order_by(col(Metric.id))):
+                for m in s.exec(VALIDATIONS_AT, params={"ids": trial_ids, "steps": steps}):
                     if (m.trial_id, m.steps) in ckpts:
                         self._validations.setdefault((m.trial_id, m.steps), m.metrics)
             self._validations_known.update(ckpts)
             for trial_ids, steps in _spans(vals - self._ckpts_at_known):
-                for ck in s.exec(select(Checkpoint).where(
-                        col(Checkpoint.trial_id).in_(trial_ids),
-                        col(Checkpoint.steps_completed).in_(steps))):
+                for ck in s.exec(CHECKPOINTS_AT, params={"ids": trial_ids, "steps": steps}):
                     if (ck.trial_id, ck.steps_completed) in vals:
                         self._ckpts_at.setdefault((ck.trial_id, ck.steps_completed),
                                                   []).append(ck)
