@@ -36,6 +36,16 @@ COLUMNS: tuple[str, ...] = (
     "RPCs per trial", "peak RPCs/s", "login CPU s")
 
 
+def split(p: Mapping[str, Any]) -> str:
+    """How the start-up splits (emulator: the container once a job run on a node, CUDA
+    once a process); "" for a run from before the split (no ``container_s``)."""
+    if p.get("container_s") is None or p.get("startup_s") is None:
+        return ""
+    cuda = float(p["startup_s"]) - float(p["container_s"])
+    return (f": container {_n(float(p['container_s']), ' s', 0)} once a job run, CUDA "
+            f"{_n(cuda, ' s', 0)} once a process")
+
+
 def _n(v: Any, unit: str = "", digits: int = 2) -> str:
     if v is None:
         return "--"
@@ -122,7 +132,7 @@ def regime(doc: Mapping[str, Any]) -> str:
             f"({cl.get('nodes')} nodes, {cl.get('gpu_type')}), other users' jobs keeping "
             f"{_n(100 * p['busy'] if p.get('busy') is not None else None, '%', 0)} of them "
             f"busy, sleeping trials replaying recorded curves (time-scale "
-            f"{p.get('time_scale')}, start-up {_n(p.get('startup_s'), ' s', 0)}), "
+            f"{p.get('time_scale')}, start-up {_n(p.get('startup_s'), ' s', 0)}{split(p)}), "
             f"{limits(p)} from its first sbatch (an unreached seed counts at it); {faults}. "
             f"Medians over the seeds; trials lost, GPU-hours and "
             f"human actions summed over them. Raw runs and plots: `bench/results/"

@@ -140,3 +140,14 @@ def test_write_is_all_or_nothing(doc: dict[str, Any], tmp_path: Path) -> None:
     argv = [str(src), "--write", *(a for f in files for a in ("--readme", str(f)))]
     assert table.main(argv) == 2
     assert "old" in files[0].read_text()
+
+
+def test_the_start_up_split_is_stated(doc: dict[str, Any]) -> None:
+    """Since the start-up split (emulator: container once a job run, CUDA once a
+    process) the text says both parts; a run from before says the total alone."""
+    doc["params"]["startup_s"] = 10.0
+    doc["params"].pop("container_s", None)
+    assert "start-up 10 s)" in render(doc)
+    doc["params"].update(container_s=4.0)
+    assert ("start-up 10 s: container 4 s once a job run, CUDA 6 s once a process)"
+            in render(doc))
