@@ -7,8 +7,8 @@ when sacct lacks one of them; how long a job missing from sacct is still no news
 (``SETTLE_S`` after sacct failed or slurmctld held unsent accounting records); the
 user's jobs the last squeue listed (``user_jobs``); a ref this backend cancelled in the
 last ``SETTLE_S`` (``note_cancelled``) whose sacct record still reads PENDING while
-squeue no longer lists it is no news (a pending array task cancelled leaves the queue
-at once and never gets a record of its own; sacct's record of the array's pending
+squeue no longer lists it reads CANCELLED (a pending array task cancelled leaves the
+queue at once and never gets a record of its own; sacct's record of the array's pending
 remainder names it until slurmdbd catches up: read as PENDING, it had the pool's tender
 cancel the same workers again every tick, 69 of the 160 RPCs of a 64-trial pool cell);
 ``find``: one squeue and one sacct by name. Pure pieces with table tests: the argv of
@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 
 #: stderr of sacct on a cluster without accounting
 NO_ACCOUNTING = ("accounting storage is disabled",)
+#: the reason of a task this backend cancelled while pending that sacct still names in
+#: its array's pending remainder (``SlurmPoll.note_cancelled``)
+CANCELLED_PENDING = "cancelled while pending (sacct's record not caught up yet)"
 #: how far back ``find`` looks in accounting
 FIND_WINDOW = "now-14days"
 #: seconds after sacct last failed, or slurmctld last held unsent accounting records,
@@ -140,8 +143,8 @@ class SlurmPoll:
         return self._user_jobs
 
     def note_cancelled(self, refs: Sequence[str]) -> None:
-        """``refs`` were just cancelled: for ``SETTLE_S`` a sacct record that still says
-        PENDING for one that squeue no longer lists is no news (``poll``)."""
+        """``refs`` were just cancelled: for ``SETTLE_S`` one that squeue no longer lists
+        while sacct still says PENDING is read CANCELLED (``poll``)."""
         now = time.monotonic()
         self._cancelled = {r: t for r, t in self._cancelled.items() if now - t < SETTLE_S}
         self._cancelled.update(dict.fromkeys(map(str, refs), now))
@@ -167,10 +170,13 @@ class SlurmPoll:
         need = [r for r in refs if pick(live, r) is None]
         done, complete = self._ended(need) if need else ({}, True)
         if self._cancelled:
-            stale = {r for r in need if self._just_cancelled(r)
-                     and (info := pick(done, r)) is not None and info.state is JobState.PENDING}
-            if stale:
-                refs = [r for r in refs if r not in stale]
+            for r in need:
+                info = pick(done, r)
+                if info is not None and info.state is JobState.PENDING \
+                        and self._just_cancelled(r):
+                    # gone from the queue after our scancel; sacct's PENDING is stale
+                    done[r] = replace(info, ref=r, state=JobState.CANCELLED,
+                                      raw_state="CANCELLED", reason=CANCELLED_PENDING)
         return settle(refs, live, done, complete)
 
     def find(self, names: Sequence[str]) -> list[JobInfo]:

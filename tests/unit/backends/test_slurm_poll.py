@@ -93,13 +93,14 @@ class Scripted(CommandRunner):
         return CommandResult(tuple(argv), 0, self.answers.get(argv[0], ""), "")
 
 
-def test_a_cancelled_pending_task_is_no_news_while_sacct_still_names_it(monkeypatch) -> None:
+def test_a_cancelled_pending_task_reads_cancelled_while_sacct_still_names_it(
+        monkeypatch) -> None:
     """A pending array task cancelled leaves squeue at once and gets no record of its
     own; sacct's record of the array's pending remainder (``7_[1-4]``) names it until
     slurmdbd catches up. Read as PENDING, the pool's tender cancelled the same workers
-    again every tick; for ``SETTLE_S`` after this backend cancelled it, it is no news.
-    A ref that was not cancelled here is still read from sacct (a job squeue does not
-    show, e.g. in a hidden partition)."""
+    again every tick; for ``SETTLE_S`` after this backend cancelled it, it reads
+    CANCELLED. A ref that was not cancelled here is still read from sacct (a job squeue
+    does not show, e.g. in a hidden partition)."""
     from dethpc.backends import slurm_poll
     from dethpc.backends.slurm import SlurmBackend
 
@@ -118,8 +119,9 @@ def test_a_cancelled_pending_task_is_no_news_while_sacct_still_names_it(monkeypa
     backend.cancel(["7_4", "7_3"])
     assert runner.calls[-1] == ("scancel", "7_[3-4]")     # one KILL_JOB RPC, not two
     after = backend.poll(refs)
-    assert sorted(after) == ["7_0", "7_1", "7_2"]          # 7_3, 7_4: no news
-    assert after["7_1"].state is JobState.PENDING
+    assert {r: i.state for r, i in after.items()} == {
+        "7_0": JobState.RUNNING, "7_1": JobState.PENDING, "7_2": JobState.PENDING,
+        "7_3": JobState.CANCELLED, "7_4": JobState.CANCELLED}
     now[0] += slurm_poll.SETTLE_S
     assert backend.poll(refs)["7_3"].state is JobState.PENDING   # sacct believed again
 
