@@ -158,8 +158,9 @@ def container_key(env: Mapping[str, str]) -> str | None:
 
 def join_container(directory: Path, key: str, container_s: float,
                    sleep: Callable[[float], None] = time.sleep,
-                   clock: Callable[[], float] = time.time) -> float:
-    """Wait until container run ``key`` is up; the seconds waited. The first caller
+                   clock: Callable[[], float] = time.time) -> tuple[float, float]:
+    """Wait until container run ``key`` is up; (the seconds waited, when it was up). The
+    first caller
     starts it: its marker ``directory/key`` (JSON ``started``, ``ready``) appears whole
     (a hard link of a written file, which fails if another got there first), then it
     sleeps ``container_s``; a later caller sleeps only until the recorded ``ready``."""
@@ -176,14 +177,14 @@ def join_container(directory: Path, key: str, container_s: float,
             pass
         else:
             sleep(container_s)
-            return container_s
+            return container_s, now + container_s
         finally:
             tmp.unlink()
     ready = float(json.loads(marker.read_text())["ready"])
     wait = max(0.0, ready - clock())
     if wait:
         sleep(wait)
-    return wait
+    return wait, ready
 
 
 @dataclass
@@ -202,13 +203,15 @@ class ProcessState:
         if self.needs_cuda():
             self.cuda_pid, self.cuda_began = os.getpid(), now
 
-    def pay_cuda(self, cuda_s: float, now: float) -> float:
+    def pay_cuda(self, cuda_s: float, now: float, not_before: float = 0.0) -> float:
         """The seconds of CUDA initialisation this process still owes at ``now``: all of
-        ``cuda_s`` when cold, what is left of one begun ahead, else 0; then it is paid."""
+        ``cuda_s`` when cold, what is left of one begun ahead, else 0; then it is paid.
+        One begun ahead counts from ``not_before`` if that is later (the container it
+        runs in was up only then: nothing initialises CUDA before its container)."""
         if self.needs_cuda():
             owed = cuda_s
         elif self.cuda_began is not None:
-            owed = max(0.0, self.cuda_began + cuda_s - now)
+            owed = max(0.0, max(self.cuda_began, not_before) + cuda_s - now)
         else:
             owed = 0.0
         self.cuda_pid, self.cuda_began = os.getpid(), None
@@ -272,12 +275,14 @@ class TrialEmulator:
             container = self.spec.container_part_s if cold else 0.0
             if container:
                 self._sleep(container)
+            up = self._clock() if container else 0.0
         else:
-            container = join_container(self.container_dir(), key,
-                                       self.spec.container_part_s, self._sleep, self._clock)
+            container, up = join_container(self.container_dir(), key,
+                                           self.spec.container_part_s, self._sleep,
+                                           self._clock)
         if client_import:
             importlib.import_module(client_import)
-        cuda = self._process.pay_cuda(self.spec.cuda_s, self._clock())
+        cuda = self._process.pay_cuda(self.spec.cuda_s, self._clock(), not_before=up)
         if cuda:
             self._sleep(cuda)
         self._record(Event.READY, seconds=self._clock() - t0, container_s=container,

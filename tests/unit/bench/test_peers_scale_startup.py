@@ -92,13 +92,13 @@ def test_one_job_run_pays_the_container_once_each_process_pays_cuda_once(
 def test_a_process_arriving_while_the_container_starts_waits_for_the_rest(
         tmp_path: Path) -> None:
     clock = Clock()
-    assert join_container(tmp_path, "9.0.g1", 5.0, lambda s: None, clock) == 5.0
+    assert join_container(tmp_path, "9.0.g1", 5.0, lambda s: None, clock) == (5.0, 1005.0)
     clock.now += 2.0                # the first is still inside its 5 s
     waited: list[float] = []
-    assert join_container(tmp_path, "9.0.g1", 5.0, waited.append, clock) == 3.0
+    assert join_container(tmp_path, "9.0.g1", 5.0, waited.append, clock) == (3.0, 1005.0)
     assert waited == [3.0]
     clock.now += 10.0               # long up: nothing to wait for
-    assert join_container(tmp_path, "9.0.g1", 5.0, waited.append, clock) == 0.0
+    assert join_container(tmp_path, "9.0.g1", 5.0, waited.append, clock) == (0.0, 1005.0)
     assert waited == [3.0] and not list(tmp_path.glob(".*.tmp"))
 
 
@@ -161,7 +161,12 @@ def test_cuda_begun_ahead_in_a_spare_costs_the_trial_only_what_is_left(
     begins CUDA before its trial arrives: the trial waits for the rest of ``cuda_s``."""
     clock = Clock()
     start = starter(tmp_path, clock)
-    assert start(job("5"), ProcessState()) == 10.0        # the worker job's first trial
+    # a spare that began before its job's container was up (the worker's first): CUDA
+    # counts from the container's ready time, so the first trial still pays 10 s
+    first = ProcessState()
+    first.begin_cuda(clock.now)
+    clock.now += 0.5
+    assert start(job("5"), first) == 10.0
     spare = ProcessState()
     spare.begin_cuda(clock.now)
     clock.now += 2.0                                       # the item came 2 s later
