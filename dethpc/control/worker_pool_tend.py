@@ -32,8 +32,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
-from sqlalchemy import update
-from sqlmodel import col, select
+from sqlalchemy import func, update
+from sqlmodel import Session, col, select
 
 from dethpc.backends.base import Backend, JobInfo, JobRequest
 from dethpc.common import worker_queue as queue
@@ -131,6 +131,8 @@ class WorkerPoolTender:
         self.cancels_put_off = 0
         #: the worker tasks the last ``worker_refs`` named (the tick's poll asks about them)
         self.polled_workers: frozenset[str] = frozenset()
+        #: each experiment's pool directory (its run directory never changes once set)
+        self._pool_paths: dict[int, queue.WorkerPoolPaths] = {}
 
     def enabled(self, cfg: ExperimentConfig, kind: ExperimentKind,
                 wp: WorkerPool | None = None) -> bool:
@@ -174,11 +176,21 @@ class WorkerPoolTender:
             view.cancel_items(paths, by_exp[exp_id])
 
     def pool_paths(self, exp_ids: list[int]) -> dict[int, queue.WorkerPoolPaths]:
-        if not exp_ids:
-            return {}
-        with self.store.read() as s:
-            return {e.id: queue.WorkerPoolPaths.of_run_dir(Path(e.run_dir)) for e in s.exec(
-                select(Experiment).where(col(Experiment.id).in_(exp_ids))) if e.id is not None}
+        """Each experiment's pool directory; read from its row once (an experiment's run
+        directory is set when it is created and never changes: the poll of its items
+        each tick read the row again)."""
+        out = {e: self._pool_paths[e] for e in exp_ids if e in self._pool_paths}
+        missing = [e for e in exp_ids if e not in out]
+        if missing:
+            with self.store.read() as s:
+                for exp_id, run_dir in s.exec(select(Experiment.id, Experiment.run_dir).where(
+                        col(Experiment.id).in_(missing))):
+                    if exp_id is None:
+                        continue
+                    out[exp_id] = queue.WorkerPoolPaths.of_run_dir(Path(run_dir))
+                    if run_dir:   # kept once set
+                        self._pool_paths[exp_id] = out[exp_id]
+        return out
 
     # ------------------------------------------------------------------ items
     def submit_items(self, exp: Experiment, cfg: ExperimentConfig, trials: list[Trial], *,
@@ -242,34 +254,47 @@ class WorkerPoolTender:
                 resolved.kind.daemon_submits and self.enabled(resolved.cfg, resolved.kind, wp)):
             return 0
         with self.store.read() as s:
-            exp = s.get(Experiment, exp_id)
-            if exp is None or not exp.kind.daemon_submits:
+            # the row's columns a tick needs (the whole row, config text and all, only
+            # without the tick's config or to submit workers)
+            row = s.exec(select(Experiment.kind, Experiment.run_dir, Experiment.state).where(
+                Experiment.id == exp_id)).first()
+            if row is None:
                 return 0
-            paths = queue.WorkerPoolPaths.of_run_dir(Path(exp.run_dir))
+            kind, run_dir, state = ExperimentKind(row[0]), row[1], ExperimentState(row[2])
+            if not kind.daemon_submits:
+                return 0
+            paths = queue.WorkerPoolPaths.of_run_dir(Path(run_dir))
             if not paths.root.is_dir():    # no pool was ever set up: nothing to parse
                 return 0
-            cfg = resolved.cfg if resolved is not None else load_config(exp)
+            if resolved is not None:
+                cfg = resolved.cfg
+            else:
+                exp_row = s.get(Experiment, exp_id)
+                assert exp_row is not None
+                cfg = load_config(exp_row)
             wp = wp or self.cluster.worker_pool(cfg)
-            if not self.enabled(cfg, exp.kind, wp):
+            if not self.enabled(cfg, kind, wp):
                 return 0
-            batches = list(s.exec(select(Batch).where(
-                Batch.experiment_id == exp_id, Batch.kind == BatchKind.WORKERS,
-                Batch.state == BatchState.SUBMITTED)))
             workers: list[view.Worker] = []
-            for b in batches:
-                refs = [str(JobRef(str(b.array_job_id), task=i)) for i in range(b.size)]
+            ended: list[int] = []
+            for batch_id, job_id, size in s.exec(
+                    select(Batch.id, Batch.array_job_id, Batch.size).where(
+                        Batch.experiment_id == exp_id, Batch.kind == BatchKind.WORKERS,
+                        Batch.state == BatchState.SUBMITTED)):
+                refs = [str(JobRef(str(job_id), task=i)) for i in range(size)]
                 if any(r not in infos for r in refs):
+                    _ended(s, ended)
                     return 0    # the poll could not tell: decide nothing on a guess
                 states = [infos[r].state for r in refs]
-                if all(st.is_terminal for st in states):
-                    b.state = BatchState.ENDED
-                    s.add(b)
+                if all(st.is_terminal for st in states) and batch_id is not None:
+                    ended.append(batch_id)
                 workers += [view.Worker(r, st) for r, st in zip(refs, states, strict=True)]
-            live_items = len(list(s.exec(select(Job.id).join(
+            _ended(s, ended)
+            live_items = s.exec(select(func.count(col(Job.id))).join(
                 Batch, col(Batch.id) == Job.batch_id).where(
                 Job.experiment_id == exp_id, Job.live == True,   # noqa: E712
-                Batch.kind == BatchKind.ITEMS))))
-            active = exp.state == ExperimentState.ACTIVE
+                Batch.kind == BatchKind.ITEMS)).one()
+            active = state == ExperimentState.ACTIVE
         back = queue.expire(paths, wp.lease_timeout_s)
         if back:
             log.warning("experiment %s: lease(s) of %s expired; handed back", exp_id,
@@ -296,6 +321,10 @@ class WorkerPoolTender:
             self.event(exp_id, EventKind.WORKERS, f"pool shrinks: cancelled {list(cancel)}, "
                        f"retiring {list(plan.retire)} after their run")
         if plan.submit and active:
+            with self.store.read() as s:
+                exp = s.get(Experiment, exp_id)
+            if exp is None:
+                return 0
             return self.submit_workers(exp, cfg, wp, plan.submit,
                                        pool=resolved.pool() if resolved is not None else None)
         return 0
@@ -339,6 +368,15 @@ class WorkerPoolTender:
     def event(self, exp_id: int, kind: EventKind, message: str) -> None:
         with self.store.session() as s:
             s.add(Event(experiment_id=exp_id, kind=kind, message=message))
+
+
+def _ended(s: Session, batch_ids: list[int]) -> None:
+    """The worker arrays whose every task ended, marked so (seldom: loaded only then)."""
+    for batch_id in batch_ids:
+        batch = s.get(Batch, batch_id)
+        assert batch is not None
+        batch.state = BatchState.ENDED
+        s.add(batch)
 
 
 def _listdir(path: Path) -> list[str]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from sqlmodel import col, select
-from sqlmodel.sql.expression import SelectOfScalar
+from sqlmodel.sql.expression import Select, SelectOfScalar
 
 from dethpc.common.errors import CommandError, DethpcError
 from dethpc.common.runner import is_transient
@@ -29,7 +29,7 @@ from dethpc.store import Store
 from dethpc.store.models import Experiment, ExperimentState
 
 log = logging.getLogger(__name__)
-_Q = TypeVar("_Q", bound=SelectOfScalar[Any])
+_Q = TypeVar("_Q", SelectOfScalar[Any], Select[*tuple[Any, ...]])
 OPEN_STATES = [s for s in ExperimentState if not s.is_terminal]
 
 

@@ -95,17 +95,17 @@ class Submitter:
         """Submit experiment ``exp_id``'s trials that need a job; how many went out.
         ``resolved``: its (config, pool) as the tick resolved them (None: from its row)."""
         with self.store.read() as s:
+            # the trials first: most ticks none needs a job, and the row is not read
+            trials = [t for t in s.exec(select(Trial).where(
+                Trial.experiment_id == exp_id, Trial.needs_job == True)  # noqa: E712
+                .order_by(Trial.id)) if not t.state.is_terminal]  # type: ignore[arg-type]
+            if not trials:
+                return 0
             exp = s.get(Experiment, exp_id)
             if exp is None or exp.state != ExperimentState.ACTIVE:
                 return 0
             if not exp.kind.daemon_submits:
                 return 0  # `dethpc sbatch` and detached jobs: never a job from the daemon
-            trials = list(s.exec(select(Trial).where(
-                Trial.experiment_id == exp_id, Trial.needs_job == True)  # noqa: E712
-                .order_by(Trial.id)))  # type: ignore[arg-type]
-        trials = [t for t in trials if not t.state.is_terminal]
-        if not trials:
-            return 0
         cfg = resolved.cfg if resolved is not None else load_config(exp)
         deps = self.gate.ready(exp_id, cfg)
         if deps is None:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlmodel import col, select
+from sqlmodel import Session, col, select
 
 from dethpc.backends.base import JobState
 from dethpc.common.paths import METRICS_FILE, ExperimentPaths
@@ -96,6 +96,8 @@ class Watcher:
         #: rename; heartbeats touch only the lease file), and the wait ends early
         self.pool_dirs: list[Path] = []
         self.pool_marks: dict[Path, int] = {}
+        #: the run directory of each experiment with live jobs, read once
+        self._run_dirs: dict[int, str] = {}
 
     def mark(self) -> None:
         """A tick begins, before anything is polled: a result written or a wake touched
@@ -164,21 +166,21 @@ class Watcher:
         tick that sees it running; until then its records wait for the tick. The worker
         pools of the experiments with live jobs are watched whether their runs started
         or not: a worker taking one brings that tick forward."""
-        with self.store.read() as s:
-            jobs = list(s.exec(self.scope.mine(select(Job).where(
-                Job.live == True, Job.state == JobState.RUNNING),  # noqa: E712
-                Job.experiment_id)))
-            trial_exp = {j.trial_id: j.experiment_id for j in jobs}
+        with self.store.read() as s:   # columns, not Job or IngestOffset objects
+            trial_exp = {trial_id: exp_id for trial_id, exp_id in s.exec(self.scope.mine(
+                select(Job.trial_id, Job.experiment_id).where(
+                    Job.live == True, Job.state == JobState.RUNNING),  # noqa: E712
+                Job.experiment_id))}
             live_exps = set(s.exec(self.scope.mine(select(Job.experiment_id).where(
                 Job.live == True).distinct(), Job.experiment_id)))  # noqa: E712
             if not live_exps:
                 self.watch, self.pool_dirs = {}, []
                 return
-            run_dirs = {e.id: e.run_dir for e in s.exec(select(Experiment).where(
-                col(Experiment.id).in_(live_exps)))}
-            offsets = {o.trial_id: o.offset for o in s.exec(select(IngestOffset).where(
-                IngestOffset.file == METRICS_FILE,
-                col(IngestOffset.trial_id).in_(list(trial_exp))))}
+            run_dirs = self._run_dirs_of(s, live_exps)
+            offsets = {trial_id: offset for trial_id, offset in s.exec(
+                select(IngestOffset.trial_id, IngestOffset.offset).where(
+                    IngestOffset.file == METRICS_FILE,
+                    col(IngestOffset.trial_id).in_(list(trial_exp))))}
         self.watch = {
             trial_id: Watched(exp_id, ExperimentPaths(Path(run_dirs[exp_id]))
                               .trial(trial_id).metrics, offsets.get(trial_id, 0))
@@ -188,6 +190,20 @@ class Watcher:
         for r, mtime in _mtimes(r for r in self.pool_dirs
                                 if r not in self.pool_marks).items():
             self.pool_marks[r] = mtime       # a pool first seen now: from now on
+
+    def _run_dirs_of(self, s: Session, exp_ids: set[int]) -> dict[int, str]:
+        """Each experiment's run directory, read from its row once (set when the
+        experiment is created, it never changes)."""
+        out = {e: self._run_dirs[e] for e in exp_ids if e in self._run_dirs}
+        missing = [e for e in exp_ids if e not in out]
+        if missing:
+            for exp_id, run_dir in s.exec(select(Experiment.id, Experiment.run_dir).where(
+                    col(Experiment.id).in_(missing))):
+                if exp_id is not None:
+                    out[exp_id] = run_dir
+                    if run_dir:   # kept once set
+                        self._run_dirs[exp_id] = run_dir
+        return out
 
     def woken(self) -> bool:
         """Whether a client touched the wake file since the last tick began (one stat)."""

@@ -225,3 +225,48 @@ def test_a_worker_read_pending_by_an_older_poll_is_not_cancelled(tmp_path: Path)
     tender.tend(w.exp_id, infos, fresh=True)
     assert w.backend.calls[-1] == ("cancel", ["9_1"])
     assert tender.workers_cancelled == 1
+
+
+def test_tending_a_pool_with_the_ticks_config_builds_no_row_objects(tmp_path: Path) -> None:
+    """With the tick's ``Resolved``, a pool's tending reads columns: the experiment's kind,
+    run directory and state, its worker arrays' refs and a count of its live items; no
+    Experiment, Batch or Job object (issue 47 item 2); a worker array whose every task
+    ended is still marked so."""
+    from sqlalchemy import event
+
+    from dethpc.common import worker_queue as queue
+    from dethpc.control.resolved import Resolved
+    from dethpc.store.models import Experiment, Job
+    w = world(tmp_path, slurm={"workers": 2})
+    queue.WorkerPoolPaths.of_run_dir(Path(w.experiment().run_dir)).create()
+    with w.store.session() as s:
+        s.add(Batch(experiment_id=w.exp_id, name="w", size=2, kind=BatchKind.WORKERS,
+                    state=BatchState.SUBMITTED, array_job_id="9"))
+    trials = w.add_trials(1, needs_job=False)
+    batch = w.add_batch(trials, name="items", ref=item_ref(w.exp_id, "t1-s0"), live=True)
+    with w.store.session() as s:
+        b = s.get(Batch, batch)
+        assert b is not None
+        b.kind = BatchKind.ITEMS
+        s.add(b)
+    resolved = Resolved.of(w.experiment(), w.cluster)
+    infos = {"9_0": JobInfo(ref="9_0", state=JobState.RUNNING),
+             "9_1": JobInfo(ref="9_1", state=JobState.RUNNING)}
+    built: list[object] = []
+
+    def on_load(target: object, _ctx: object) -> None:
+        built.append(target)
+
+    for model in (Experiment, Batch, Job):
+        event.listen(model, "load", on_load)
+    try:
+        worker_pools(w).tend(w.exp_id, infos, resolved=resolved)
+    finally:
+        for model in (Experiment, Batch, Job):
+            event.remove(model, "load", on_load)
+    assert built == []
+    ended = {r: JobInfo(ref=r, state=JobState.COMPLETED) for r in infos}
+    worker_pools(w).tend(w.exp_id, ended, resolved=resolved)
+    with w.store.session() as s:
+        assert [b.state for b in s.exec(select(Batch).where(
+            Batch.kind == BatchKind.WORKERS))] == [BatchState.ENDED]

@@ -136,3 +136,59 @@ def test_the_watchdog_reads_nothing_when_only_pool_workers_run(tmp_path: Path) -
         event.remove(engine, "before_cursor_execute", on_execute)
     assert statements == []
     assert dog._watch == {}
+
+
+class Statements:
+    """The SQL statements run on ``engine`` inside the ``with`` block."""
+
+    def __init__(self, engine: object) -> None:
+        self.engine, self.run = engine, []
+
+    def _on(self, _conn, _cursor, statement, _params, _ctx, _many):  # type: ignore[no-untyped-def]
+        self.run.append(statement)
+
+    def __enter__(self) -> list[str]:
+        event.listen(self.engine, "before_cursor_execute", self._on)
+        return self.run
+
+    def __exit__(self, *_exc: object) -> None:
+        event.remove(self.engine, "before_cursor_execute", self._on)
+
+
+def test_the_experiments_run_directory_is_read_once_by_the_watch_and_the_pool(
+        tmp_path: Path) -> None:
+    """An experiment's run directory never changes once it is set: the watch between ticks
+    and the pool's item poll read it from its row once, not every tick (issue 47 item 2)."""
+    from dethpc.backends.base import JobState as JS
+    from dethpc.control.daemon.shared import Scope
+    from dethpc.control.daemon.watch import Watcher
+    from dethpc.store.models import BatchState
+    from tests.unit.control.test_daemon_submit import Parts
+
+    w = world(tmp_path)
+    trials = w.add_trials(2, needs_job=False)
+    w.add_batch(trials, batch_state=BatchState.SUBMITTED, ref="5_{i}", state=JS.RUNNING)
+    watcher = Watcher(w.store, w.cluster, Scope(), None)
+    tender = Parts(w).worker_pools
+    with Statements(w.store.engine) as first:
+        watcher.refresh()
+        first_paths = tender.pool_paths([w.exp_id])
+    with Statements(w.store.engine) as again:
+        watcher.refresh()
+        assert tender.pool_paths([w.exp_id]) == first_paths
+    assert sum("FROM experiment" in q for q in first) == 2
+    assert not any("FROM experiment" in q for q in again), again
+    assert sorted(watcher.watch) == sorted(t.id for t in trials)
+
+
+def test_a_tick_with_no_trial_to_submit_reads_no_experiment_row(tmp_path: Path) -> None:
+    """The submit phase asks for the trials that need a job first: most ticks there are
+    none, and the experiment's row is not read (issue 47 item 2)."""
+    from tests.unit.control.test_daemon_submit import Parts
+
+    w = world(tmp_path)
+    w.add_trials(2, needs_job=False)
+    parts = Parts(w)
+    with Statements(w.store.engine) as run:
+        assert parts.submitter.experiment(w.exp_id) == 0
+    assert len(run) == 1 and "FROM trial" in run[0], run
