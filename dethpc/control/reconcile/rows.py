@@ -3,11 +3,13 @@ them.
 
 Owns: ``TickRows.load`` -- the live jobs and open trials of one experiment in a fixed
 number of statements (quiet jobs left unloaded, their new pending reasons stored in one
-UPDATE: ``skip_rules``) -- and the row moves the other parts share: record an event,
-set a trial's state, close a job, find a trial's live job (waking a quiet one), find
-the trial of a searcher request (an ended one read on demand). The tick's events are
-kept as rows and written with one INSERT (``write_events``, at the tick's close: an ORM
-object and its flush per event were ~0.1 ms each, 3 events a trial, bench/daemon_cost).
+UPDATE: ``skip_rules``; the trials, live or open without a job, in one SELECT; each
+statement built once, with bound parameters) -- and the row moves the other parts
+share: record an event, set a trial's state, close a job, find a trial's live job
+(waking a quiet one), find the trial of a searcher request (an ended one read on
+demand). The tick's events are kept as rows and written with one INSERT
+(``write_events``, at the tick's close: an ORM object and its flush per event were
+~0.1 ms each, 3 events a trial, bench/daemon_cost).
 ``Outcome`` is what the tick hands back to the daemon.
 Must not: decide anything about a job's end, a stop or the searcher (the rule modules
 do), read or write job files, or call a backend.
@@ -66,11 +68,7 @@ OPEN_WITHOUT_JOB = sa_select(_t.id).where(
     _t.id.not_in(sa_select(_j.trial_id).where(
         _j.experiment_id == bindparam("exp"), _j.live == True)))  # noqa: E712
 JOBS_BY_ID = select(Job).where(col(Job.id).in_(bindparam("ids", expanding=True)))
-#: every trial's request id: no autoflush first (a tick changes no request id, and its
-#: new trials are inserted at once: ``searcher_ops._create``); the tick's changes so far
-#: were flushed here, then again at the GC's read (bench/daemon_cost)
-REQUESTS = sa_select(_t.request_id).where(
-    _t.experiment_id == bindparam("exp")).execution_options(autoflush=False)
+REQUESTS = sa_select(_t.request_id).where(_t.experiment_id == bindparam("exp"))
 
 
 @dataclass
@@ -186,7 +184,11 @@ class TickRows:
     def requests(self) -> set[int]:
         """Every trial's request id, read once per tick when first asked."""
         if self._requests is None:
-            self._requests = set(self.s.execute(REQUESTS, {"exp": self.exp_id}).scalars())
+            # no autoflush first (a Core read flushes unless told not to): a tick changes
+            # no request id and inserts its new trials at once (``searcher_ops._create``);
+            # the tick's changes so far were flushed here, then again at the GC's read
+            with self.s.no_autoflush:
+                self._requests = set(self.s.execute(REQUESTS, {"exp": self.exp_id}).scalars())
         return self._requests
 
     def _load_jobs(self, loud: Sequence[int]) -> None:

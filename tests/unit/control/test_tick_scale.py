@@ -363,6 +363,29 @@ def test_searcher_requests_for_ended_trials_still_find_them(tmp_path: Path) -> N
         assert {t.state for t in rows if t.id in ended} == {TrialState.COMPLETED}
 
 
+def test_a_searcher_create_does_not_flush_the_tick_first(tmp_path: Path) -> None:
+    """A create reads the request ids (``TickRows.requests``) and inserts its trial without
+    writing the tick's changes so far: they are written once, with the rest (a Core read
+    flushed them first, then the GC's read flushed again)."""
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    exp_id, refs = experiment(store, tmp_path, 4)
+    with store.session() as s:
+        exp = s.get(Experiment, exp_id)
+        assert exp is not None
+        rec = ExperimentReconciler(s, exp, {}, 1000.0)
+        job = rec.jobs[0]
+        job.reason = "changed this tick"
+        s.add(job)
+        rec.apply([Create(request_id=10_000, hparams={"x": 1.0}, length=100)])
+        assert job in s.dirty   # not flushed by the create
+        created = rec.trial_of_request(10_000)
+        assert created is not None and created.id is not None
+    with store.session() as s:
+        got = s.get(Job, job.id)
+        assert got is not None and got.reason == "changed this tick"
+        assert s.get(Trial, created.id) is not None
+
+
 class CountingList(list[Job]):
     """A list that counts how often it is walked."""
 
