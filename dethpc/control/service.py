@@ -183,18 +183,33 @@ def launch(wait_s: float = 120.0) -> int | None:
     that from then on ``starting_or_running`` sees it. Nobody waits for the daemon: one
     whose very first run fails says why in ``daemon.log`` only (``start`` reports it;
     docs/reliability.md)."""
+    dead = _Prestarted.proc
+    if dead is not None and dead.poll() is not None:
+        _Prestarted.proc = None         # a prestarted supervisor that exited: start anew
+    pid, proc = _obtain_supervisor()
+    return None if pid is not None or proc is None else _supervising(proc, wait_s)
+
+
+def _obtain_supervisor(extra_env: dict[str, str] | None = None
+                       ) -> tuple[int | None, subprocess.Popen[bytes] | None]:
+    """The first half of ``start`` and ``launch``: ``(pid, None)`` when a daemon runs;
+    else ``(None, proc)``, the supervisor that will start it: the one ``prestart``
+    started (adopted) or one spawned now; ``(None, None)`` when a supervisor is there
+    already: one waiting out a back-off is asked to start its daemon now (SIGUSR1), one
+    whose pidfile cannot be read yet (starting) is left to start it."""
     proc, _Prestarted.proc = _Prestarted.proc, None
-    if proc is not None and proc.poll() is None:
-        return _supervising(proc, wait_s)
-    if running_pid() is not None:
-        return None
+    pid = running_pid()
+    if pid is not None:
+        return pid, None
+    if proc is not None:
+        return None, proc
     keeper = supervisor_pid()
     if keeper is not None:
         if keeper > 0:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(keeper, signal.SIGUSR1)
-        return None
-    return _supervising(_spawn(), wait_s)
+        return None, None
+    return None, _spawn(extra_env)
 
 
 def _supervising(proc: subprocess.Popen[bytes], wait_s: float) -> int | None:
@@ -225,16 +240,9 @@ def start(extra_env: dict[str, str] | None = None, wait_s: float = 120.0) -> int
 
     A supervisor that waits out a back-off (its daemon died) is asked to start it now
     (SIGUSR1) and waited for instead of starting a second one."""
-    proc, _Prestarted.proc = _Prestarted.proc, None
-    pid = running_pid()
+    pid, proc = _obtain_supervisor(extra_env)
     if pid is not None:
         return pid
-    keeper = None if proc is not None else supervisor_pid()
-    if keeper is not None and keeper > 0:     # not our own prestarted one: it waits no back-off
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(keeper, signal.SIGUSR1)
-    elif proc is None:
-        proc = _spawn(extra_env)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         pid = running_pid()
