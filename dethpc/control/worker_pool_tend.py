@@ -32,7 +32,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
-from sqlalchemy import func, update
+from sqlalchemy import bindparam, func, update
 from sqlmodel import Session, col, select
 
 from dethpc.backends.base import Backend, JobInfo, JobRequest
@@ -97,6 +97,23 @@ def check_worker_pool(cfg: ExperimentConfig, cluster: ClusterConfig, kind: Exper
                       "remove slurm.workers (or set it to false) to run one job per trial")
 
 
+#: each tick's reads, built once (a statement's construction was about as much CPU as its
+#: execution: issue 47 item 2): the submitted worker arrays of some experiments; one
+#: experiment's row columns, its submitted worker arrays, and its live items
+_WORKER_ARRAYS = select(Batch.array_job_id, Batch.size, Batch.experiment_id).where(
+    col(Batch.experiment_id).in_(bindparam("exp_ids", expanding=True)),
+    Batch.kind == BatchKind.WORKERS, Batch.state == BatchState.SUBMITTED)
+_ROW = select(Experiment.kind, Experiment.run_dir, Experiment.state).where(
+    Experiment.id == bindparam("exp_id"))
+_ARRAYS = select(Batch.id, Batch.array_job_id, Batch.size).where(
+    Batch.experiment_id == bindparam("exp_id"), Batch.kind == BatchKind.WORKERS,
+    Batch.state == BatchState.SUBMITTED)
+_LIVE_ITEMS = select(func.count(col(Job.id))).join(
+    Batch, col(Batch.id) == Job.batch_id).where(
+    Job.experiment_id == bindparam("exp_id"), Job.live == True,   # noqa: E712
+    Batch.kind == BatchKind.ITEMS)
+
+
 def worker_pool_size(wp: WorkerPool, cfg: ExperimentConfig, live_items: int) -> int:
     """Workers the pool may hold: its ``count``, else ``max_concurrent_trials``, else
     one per live item."""
@@ -145,10 +162,7 @@ class WorkerPoolTender:
         refs: dict[str, int] = {}
         if exp_ids:
             with self.store.read() as s:   # three columns, no Batch objects
-                rows = list(s.exec(select(Batch.array_job_id, Batch.size, Batch.experiment_id)
-                                   .where(col(Batch.experiment_id).in_(exp_ids),
-                                          Batch.kind == BatchKind.WORKERS,
-                                          Batch.state == BatchState.SUBMITTED)))
+                rows = list(s.exec(_WORKER_ARRAYS, params={"exp_ids": exp_ids}))
             refs = {str(JobRef(job, task=i)): exp_id for job, size, exp_id in rows
                     if job for i in range(size)}
         self.polled_workers = frozenset(refs)
@@ -256,8 +270,7 @@ class WorkerPoolTender:
         with self.store.read() as s:
             # the row's columns a tick needs (the whole row, config text and all, only
             # without the tick's config or to submit workers)
-            row = s.exec(select(Experiment.kind, Experiment.run_dir, Experiment.state).where(
-                Experiment.id == exp_id)).first()
+            row = s.exec(_ROW, params={"exp_id": exp_id}).first()
             if row is None:
                 return 0
             kind, run_dir, state = ExperimentKind(row[0]), row[1], ExperimentState(row[2])
@@ -277,10 +290,7 @@ class WorkerPoolTender:
                 return 0
             workers: list[view.Worker] = []
             ended: list[int] = []
-            for batch_id, job_id, size in s.exec(
-                    select(Batch.id, Batch.array_job_id, Batch.size).where(
-                        Batch.experiment_id == exp_id, Batch.kind == BatchKind.WORKERS,
-                        Batch.state == BatchState.SUBMITTED)):
+            for batch_id, job_id, size in s.exec(_ARRAYS, params={"exp_id": exp_id}):
                 refs = [str(JobRef(str(job_id), task=i)) for i in range(size)]
                 if any(r not in infos for r in refs):
                     _ended(s, ended)
@@ -290,10 +300,7 @@ class WorkerPoolTender:
                     ended.append(batch_id)
                 workers += [view.Worker(r, st) for r, st in zip(refs, states, strict=True)]
             _ended(s, ended)
-            live_items = s.exec(select(func.count(col(Job.id))).join(
-                Batch, col(Batch.id) == Job.batch_id).where(
-                Job.experiment_id == exp_id, Job.live == True,   # noqa: E712
-                Batch.kind == BatchKind.ITEMS)).one()
+            live_items = s.exec(_LIVE_ITEMS, params={"exp_id": exp_id}).one()
             active = state == ExperimentState.ACTIVE
         back = queue.expire(paths, wp.lease_timeout_s)
         if back:

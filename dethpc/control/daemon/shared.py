@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, TypeVar
 
 from sqlmodel import col, select
@@ -75,9 +76,15 @@ class Scope:
     def open_resolved(self, store: Store, cluster: ClusterConfig) -> dict[int, Resolved]:
         """``open_experiments`` with each one's ``Resolved``, from one read of their rows."""
         with store.read() as s:
-            return {e.id: Resolved.of(e, cluster) for e in s.exec(self.mine(
-                select(Experiment).where(Experiment.state.in_(OPEN_STATES))  # type: ignore[attr-defined]
-                .order_by(col(Experiment.id)))) if e.id is not None}
+            return {e.id: Resolved.of(e, cluster) for e in s.exec(self._open_rows)
+                    if e.id is not None}
+
+    @cached_property
+    def _open_rows(self) -> SelectOfScalar[Experiment]:
+        """The open experiments' rows in scope: each tick's first read, built once."""
+        return self.mine(select(Experiment).where(
+            Experiment.state.in_(OPEN_STATES))  # type: ignore[attr-defined]
+            .order_by(col(Experiment.id)))
 
 
 class LeaseLost(DethpcError):

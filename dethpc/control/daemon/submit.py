@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from sqlalchemy import bindparam
 from sqlmodel import select
 
 from dethpc.backends.base import Backend, JobInfo
@@ -85,6 +86,12 @@ def failure(exc: Exception, runs_root: Path) -> Failure:
     raise TypeError(f"not a submit failure: {exc!r}")
 
 
+#: the trials of an experiment that need a job: each tick's read, built once
+_NEED_JOBS = select(Trial).where(
+    Trial.experiment_id == bindparam("exp_id"), Trial.needs_job == True  # noqa: E712
+).order_by(Trial.id)  # type: ignore[arg-type]
+
+
 class Submitter:
     def __init__(self, store: Store, backend: Backend, budget: SubmitBudget,
                  batches: BatchSubmitter, gate: ImageGate, worker_pools: WorkerPoolTender) -> None:
@@ -96,9 +103,8 @@ class Submitter:
         ``resolved``: its (config, pool) as the tick resolved them (None: from its row)."""
         with self.store.read() as s:
             # the trials first: most ticks none needs a job, and the row is not read
-            trials = [t for t in s.exec(select(Trial).where(
-                Trial.experiment_id == exp_id, Trial.needs_job == True)  # noqa: E712
-                .order_by(Trial.id)) if not t.state.is_terminal]  # type: ignore[arg-type]
+            trials = [t for t in s.exec(_NEED_JOBS, params={"exp_id": exp_id})
+                      if not t.state.is_terminal]
             if not trials:
                 return 0
             exp = s.get(Experiment, exp_id)

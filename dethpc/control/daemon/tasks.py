@@ -38,16 +38,17 @@ class TaskWatch:
         self._asked: dict[int, str] = {}
         #: tasks whose end this daemon recorded (for tests and benchmarks)
         self.ended = 0
+        #: the live tasks with a job: each tick's read, built once
+        self._live = select(Task).where(col(Task.state).in_(LIVE), Task.job_ref != "")
+        if scope.owner is not None:
+            self._live = self._live.where(Task.owner == scope.owner)
 
     def live(self) -> list[Task]:
         """The live tasks with a job on this daemon's backend."""
         if self.backend is None:
             return []
-        q = select(Task).where(col(Task.state).in_(LIVE), Task.job_ref != "")
-        if self.scope.owner is not None:
-            q = q.where(Task.owner == self.scope.owner)
         with self.store.read() as s:
-            return [t for t in s.exec(q) if task_backend(t) is self.backend]
+            return [t for t in s.exec(self._live) if task_backend(t) is self.backend]
 
     def refs(self) -> list[str]:
         """The live tasks' job refs this daemon's backend has (one read of the rows)."""

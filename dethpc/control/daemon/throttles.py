@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple, Protocol, TypeVar
 
-from sqlalchemy import exists
+from sqlalchemy import bindparam, exists
 from sqlmodel import col, select
 
 from dethpc.backends.base import Backend
@@ -72,6 +72,19 @@ def throttle_changes(k: int, batches: Iterable[A],
     return out
 
 
+#: a steady tick's one read, built once (its construction, a join and an EXISTS, was
+#: about as much CPU as its execution): the submitted arrays with live jobs of an ACTIVE
+#: experiment the daemon submits for
+_LIVE_ARRAYS = (
+    select(Batch.id, Batch.size, Batch.throttle, Batch.array_job_id)
+    .join(Experiment, col(Experiment.id) == Batch.experiment_id)
+    .where(Batch.experiment_id == bindparam("exp_id"), Batch.state == BatchState.SUBMITTED,
+           Experiment.state == ExperimentState.ACTIVE,
+           col(Experiment.kind).in_(SUBMITTED_BY_DAEMON),
+           exists().where(col(Job.batch_id) == Batch.id, col(Job.live).is_(True)))
+    .order_by(col(Batch.id)))
+
+
 def sync_throttles(store: Store, backend: Backend, exp_id: int,
                    cfg: ExperimentConfig | None = None) -> int:
     """Apply ``throttle_changes`` to experiment ``exp_id``'s arrays; how many changed.
@@ -89,16 +102,9 @@ def sync_throttles(store: Store, backend: Backend, exp_id: int,
             cfg = load_config(exp)
             if cfg.slurm.components and backend.traits.het_jobs:
                 return 0  # heterogeneous trials are single jobs, no arrays to throttle
-        live = exists().where(col(Job.batch_id) == Batch.id, col(Job.live).is_(True))
         # the throttle of a job someone else submitted is theirs (the experiment's kind);
         # the state read here, not the tick's: the reconcile may have ended it since
-        arrays = [Array(*row) for row in s.exec(
-            select(Batch.id, Batch.size, Batch.throttle, Batch.array_job_id)
-            .join(Experiment, col(Experiment.id) == Batch.experiment_id)
-            .where(Batch.experiment_id == exp_id, Batch.state == BatchState.SUBMITTED,
-                   Experiment.state == ExperimentState.ACTIVE,
-                   col(Experiment.kind).in_(SUBMITTED_BY_DAEMON), live)
-            .order_by(col(Batch.id)))]
+        arrays = [Array(*row) for row in s.exec(_LIVE_ARRAYS, params={"exp_id": exp_id})]
         changes = throttle_changes(cfg.searcher.max_concurrent_trials, arrays,
                                    {a.id for a in arrays if a.id is not None})
         for row, want in changes:

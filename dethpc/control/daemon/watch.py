@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from sqlalchemy import bindparam
 from sqlmodel import Session, col, select
 
 from dethpc.backends.base import JobState
@@ -98,6 +99,16 @@ class Watcher:
         self.pool_marks: dict[Path, int] = {}
         #: the run directory of each experiment with live jobs, read once
         self._run_dirs: dict[int, str] = {}
+        # each tick's reads, built once (issue 47 item 2): the running jobs' trials, the
+        # experiments with live jobs, and the ingested offsets of ``trials``
+        self._running = scope.mine(select(Job.trial_id, Job.experiment_id).where(
+            Job.live == True, Job.state == JobState.RUNNING),  # noqa: E712
+            Job.experiment_id)
+        self._live_exps = scope.mine(select(Job.experiment_id).where(
+            Job.live == True).distinct(), Job.experiment_id)  # noqa: E712
+        self._offsets = select(IngestOffset.trial_id, IngestOffset.offset).where(
+            IngestOffset.file == METRICS_FILE,
+            col(IngestOffset.trial_id).in_(bindparam("trials", expanding=True)))
 
     def mark(self) -> None:
         """A tick begins, before anything is polled: a result written or a wake touched
@@ -167,20 +178,14 @@ class Watcher:
         pools of the experiments with live jobs are watched whether their runs started
         or not: a worker taking one brings that tick forward."""
         with self.store.read() as s:   # columns, not Job or IngestOffset objects
-            trial_exp = {trial_id: exp_id for trial_id, exp_id in s.exec(self.scope.mine(
-                select(Job.trial_id, Job.experiment_id).where(
-                    Job.live == True, Job.state == JobState.RUNNING),  # noqa: E712
-                Job.experiment_id))}
-            live_exps = set(s.exec(self.scope.mine(select(Job.experiment_id).where(
-                Job.live == True).distinct(), Job.experiment_id)))  # noqa: E712
+            trial_exp = {trial_id: exp_id for trial_id, exp_id in s.exec(self._running)}
+            live_exps = set(s.exec(self._live_exps))
             if not live_exps:
                 self.watch, self.pool_dirs = {}, []
                 return
             run_dirs = self._run_dirs_of(s, live_exps)
             offsets = {trial_id: offset for trial_id, offset in s.exec(
-                select(IngestOffset.trial_id, IngestOffset.offset).where(
-                    IngestOffset.file == METRICS_FILE,
-                    col(IngestOffset.trial_id).in_(list(trial_exp))))}
+                self._offsets, params={"trials": list(trial_exp)})}
         self.watch = {
             trial_id: Watched(exp_id, ExperimentPaths(Path(run_dirs[exp_id]))
                               .trial(trial_id).metrics, offsets.get(trial_id, 0))
