@@ -31,7 +31,7 @@ import json
 import os
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +123,10 @@ class WorkItem:
         return item_name(self.trial_id, self.seq)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        # its fields as they are (``asdict`` deep-copied the environment first: a tenth
+        # of a pool item's CPU on the daemon's side, issue 47 item 2); the same text
+        return json.dumps({f.name: getattr(self, f.name) for f in fields(self)},
+                          sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> WorkItem:

@@ -300,3 +300,18 @@ def test_kill_marks_an_item_and_known_sees_every_state(tmp_path: Path) -> None:
                                                code=137, worker="w0", start_s=0, wall_s=0))
     assert queue.known(paths, item.name)                      # ended
     assert not queue.known(paths, "t3-s2")
+
+
+def test_a_work_items_json_is_its_fields_sorted_and_reads_back() -> None:
+    """``to_json`` writes the fields as they are (no deep copy), the same text as
+    ``asdict`` gave, and ``from_json`` reads it back equal."""
+    import json
+    from dataclasses import asdict
+
+    from dethpc.common.worker_queue import WorkItem
+
+    item = WorkItem(trial_id=3, seq=1, argv=["python3", "train.py"],
+                    env={"B": "2", "A": "1"}, cwd="/r/context", trial_dir="/r/trials/3",
+                    attempt=2, ref="pool:1:t3-s1")
+    assert item.to_json() == json.dumps(asdict(item), sort_keys=True)
+    assert WorkItem.from_json(item.to_json()) == item
