@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import select
 import signal
 import sys
 import time
@@ -169,7 +170,10 @@ def _child(argv: Sequence[str], env: Mapping[str, str], cwd: str, log: Path,
         os.execvpe(argv[0], list(argv), dict(env))  # noqa: S606 - the trial itself
     import runpy
 
-    os.write(started_fd, b"1")
+    try:
+        os.write(started_fd, b"1")
+    except OSError:     # the worker stopped waiting for it (a spare's slow call): no matter
+        pass
     os.close(started_fd)
     # a warm child read PYTHONPATH long ago: the job-side `determined` alias joins its path
     alias = env.get(ENV_DETERMINED_ALIAS)
@@ -284,10 +288,17 @@ def prepare(calls: Sequence[str]) -> Spare:
     return Spare(pid=pid, send_fd=cmd_w, started_fd=st_r)
 
 
+#: how long ``hand`` waits for the trial's code to start: a spare still in its call (CUDA
+#: initialising, or hung there) must not keep the worker from its heartbeats and its
+#: kill checks; the run then goes on like any trial's
+HAND_WAIT_S = 1.0
+
+
 def hand(spare: Spare, argv: Sequence[str], env: Mapping[str, str], cwd: str,
          log: Path) -> tuple[int, float] | None:
-    """Give ``spare`` its trial: (its pid, seconds until the trial's code started), as
-    ``spawn``; None when the spare was gone (its pipe broken): then nothing ran."""
+    """Give ``spare`` its trial: (its pid, seconds until the trial's code started, at
+    most about ``HAND_WAIT_S``), as ``spawn``; None when the spare was gone (its pipe
+    broken): then nothing ran."""
     t0 = time.perf_counter()
     data = json.dumps({"argv": list(argv), "env": dict(env), "cwd": cwd,
                        "log": str(log)}).encode()
@@ -301,7 +312,9 @@ def hand(spare: Spare, argv: Sequence[str], env: Mapping[str, str], cwd: str,
         _reap(spare.pid)
         return None
     os.close(spare.send_fd)
-    os.read(spare.started_fd, 1)   # the trial's code is about to run (or it exec'ed / died)
+    ready, _, _ = select.select([spare.started_fd], [], [], HAND_WAIT_S)
+    if ready:   # the trial's code is about to run (or it exec'ed / died)
+        os.read(spare.started_fd, 1)
     os.close(spare.started_fd)
     return spare.pid, time.perf_counter() - t0
 

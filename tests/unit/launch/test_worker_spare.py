@@ -153,3 +153,24 @@ def test_without_calls_there_is_no_spare(tmp_path: Path) -> None:
     pid, _ = spares.spawn(["python3", str(script)], {"PATH": os.environ["PATH"]},
                           str(tmp_path), tmp_path / "o.log")
     assert exit_code(pid) == 0 and spares.spare is None
+
+
+def test_a_spare_still_in_its_call_does_not_hold_the_worker(tmp_path: Path, mod: Path,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """The worker waits about HAND_WAIT_S for the trial's start, then goes on (its
+    heartbeats, kill checks); the trial runs once the spare's call returns."""
+    (tmp_path / "slow_mod_for_test.py").write_text(
+        "import time\ndef init():\n    time.sleep(3)\n")
+    monkeypatch.setattr(forkserver, "HAND_WAIT_S", 0.2)
+    spares = forkserver.Spares(["slow_mod_for_test:init"])
+    spares.refill()
+    script = tmp_path / "ok.py"
+    script.write_text("print('ran late')\n")
+    t0 = time.monotonic()
+    pid, started = spares.spawn(["python3", str(script)], {"PATH": os.environ["PATH"]},
+                                str(tmp_path), tmp_path / "o.log")
+    assert time.monotonic() - t0 < 2.5 and started < 2.5
+    assert exit_code(pid) == 0 and "ran late" in (tmp_path / "o.log").read_text()
+    spares.close()
+    sys.modules.pop("slow_mod_for_test", None)
