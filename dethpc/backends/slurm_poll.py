@@ -5,12 +5,14 @@ build matching the running Slurm is importable: chosen on the first poll) for li
 jobs, at most one ``sacct`` for the refs that left the queue, and one ``sdiag`` only
 when sacct lacks one of them; how long a job missing from sacct is still no news
 (``SETTLE_S`` after sacct failed or slurmctld held unsent accounting records); the
-user's jobs the last squeue listed (``user_jobs``); a ref this backend cancelled in the
-last ``SETTLE_S`` (``note_cancelled``) whose sacct record still reads PENDING while
-squeue no longer lists it reads CANCELLED (a pending array task cancelled leaves the
-queue at once and never gets a record of its own; sacct's record of the array's pending
-remainder names it until slurmdbd catches up: read as PENDING, it had the pool's tender
-cancel the same workers again every tick, 69 of the 160 RPCs of a 64-trial pool cell);
+user's jobs the last squeue listed (``user_jobs``); a ref this backend cancelled
+(``note_cancelled``, kept ``CANCELLED_MEMORY_S``) that squeue no longer lists while sacct
+has no record of it or a PENDING one reads CANCELLED, with no sdiag (a pending array
+task cancelled leaves the queue at once and gets no record of its own: sacct's record
+of the array's pending remainder names it until slurmdbd catches up, read as PENDING it
+had the pool's tender cancel the same workers again every tick, 69 of the 160 RPCs of a
+64-trial pool cell; cancelled in one bracket form, it has no record at all, read as
+missing it cost a sacct and an sdiag every poll);
 ``find``: one squeue and one sacct by name. Pure pieces with table tests: the argv of
 each query (``squeue_argv``, ``sacct_argv``, ``find_squeue_argv``, ``find_sacct_argv``),
 ``settle`` (one poll's answer), ``pick`` (a ref's record, an array task falling back
@@ -48,9 +50,11 @@ log = logging.getLogger(__name__)
 
 #: stderr of sacct on a cluster without accounting
 NO_ACCOUNTING = ("accounting storage is disabled",)
-#: the reason of a task this backend cancelled while pending that sacct still names in
-#: its array's pending remainder (``SlurmPoll.note_cancelled``)
-CANCELLED_PENDING = "cancelled while pending (sacct's record not caught up yet)"
+#: the reason of a job this backend cancelled that neither squeue nor sacct knows as
+#: ended (``SlurmPoll.note_cancelled``): a pending array task has no record of its own
+CANCELLED_PENDING = "cancelled by dethpc; no accounting record of its own (pending)"
+#: how long a poll remembers the jobs this backend cancelled (monotonic seconds)
+CANCELLED_MEMORY_S = 24 * 3600.0
 #: how far back ``find`` looks in accounting
 FIND_WINDOW = "now-14days"
 #: seconds after sacct last failed, or slurmctld last held unsent accounting records,
@@ -143,15 +147,16 @@ class SlurmPoll:
         return self._user_jobs
 
     def note_cancelled(self, refs: Sequence[str]) -> None:
-        """``refs`` were just cancelled: for ``SETTLE_S`` one that squeue no longer lists
-        while sacct still says PENDING is read CANCELLED (``poll``)."""
+        """``refs`` were cancelled (scancel succeeded): one that squeue no longer lists
+        while sacct has no record of it or a PENDING one reads CANCELLED (``_ended``)."""
         now = time.monotonic()
-        self._cancelled = {r: t for r, t in self._cancelled.items() if now - t < SETTLE_S}
+        self._cancelled = {r: t for r, t in self._cancelled.items()
+                           if now - t < CANCELLED_MEMORY_S}
         self._cancelled.update(dict.fromkeys(map(str, refs), now))
 
-    def _just_cancelled(self, ref: str) -> bool:
+    def _cancelled_here(self, ref: str) -> bool:
         at = self._cancelled.get(ref)
-        return at is not None and time.monotonic() - at < SETTLE_S
+        return at is not None and time.monotonic() - at < CANCELLED_MEMORY_S
 
     def poll(self, refs: Sequence[str]) -> dict[str, JobInfo]:
         """One squeue (``--states=all``: also jobs that ended within MinJobAge, with
@@ -169,14 +174,6 @@ class SlurmPoll:
         live = {i.ref: i for i in seen}
         need = [r for r in refs if pick(live, r) is None]
         done, complete = self._ended(need) if need else ({}, True)
-        if self._cancelled:
-            for r in need:
-                info = pick(done, r)
-                if info is not None and info.state is JobState.PENDING \
-                        and self._just_cancelled(r):
-                    # gone from the queue after our scancel; sacct's PENDING is stale
-                    done[r] = replace(info, ref=r, state=JobState.CANCELLED,
-                                      raw_state="CANCELLED", reason=CANCELLED_PENDING)
         return settle(refs, live, done, complete)
 
     def find(self, names: Sequence[str]) -> list[JobInfo]:
@@ -217,6 +214,15 @@ class SlurmPoll:
                         "accounting", (exc.stderr.strip().splitlines() or [str(exc)])[-1],
                         len(refs))
             return {}, False
+        if self._cancelled:
+            for r in refs:
+                info = pick(done, r)
+                if (info is None or info.state is JobState.PENDING) \
+                        and self._cancelled_here(r):
+                    # gone from the queue after our scancel: sacct's PENDING is stale,
+                    # and a pending task cancelled never gets a record of its own
+                    done[r] = JobInfo(ref=r, state=JobState.CANCELLED, raw_state="CANCELLED",
+                                      reason=CANCELLED_PENDING)
         if self.site.accounting_known_off or all(pick(done, r) is not None for r in refs):
             return done, True
         backlog = self._dbd_backlog()

@@ -93,14 +93,15 @@ class Scripted(CommandRunner):
         return CommandResult(tuple(argv), 0, self.answers.get(argv[0], ""), "")
 
 
-def test_a_cancelled_pending_task_reads_cancelled_while_sacct_still_names_it(
+def test_a_cancelled_pending_task_reads_cancelled_while_sacct_names_it_or_not(
         monkeypatch) -> None:
     """A pending array task cancelled leaves squeue at once and gets no record of its
-    own; sacct's record of the array's pending remainder (``7_[1-4]``) names it until
-    slurmdbd catches up. Read as PENDING, the pool's tender cancelled the same workers
-    again every tick; for ``SETTLE_S`` after this backend cancelled it, it reads
-    CANCELLED. A ref that was not cancelled here is still read from sacct (a job squeue
-    does not show, e.g. in a hidden partition)."""
+    own: sacct's record of the array's pending remainder (``7_[1-5]``) names it until
+    slurmdbd catches up (read as PENDING, the pool's tender cancelled the same workers
+    again every tick), then nothing does (read as missing, each poll also ran sdiag).
+    A task this backend cancelled reads CANCELLED in both cases, with no sdiag; one it
+    did not cancel is read as before (sacct's PENDING: a job squeue does not show, e.g.
+    in a hidden partition; then missing: sdiag, and UNKNOWN)."""
     from dethpc.backends import slurm_poll
     from dethpc.backends.slurm import SlurmBackend
 
@@ -110,18 +111,26 @@ def test_a_cancelled_pending_task_reads_cancelled_while_sacct_still_names_it(
         "squeue": "7_0|RUNNING|0:0|0|None|n1|normal|a|w|c\n"
                   "7_1|PENDING|0:0|0|Priority||normal|a|w|c\n"
                   "7_2|PENDING|0:0|0|Priority||normal|a|w|c\n",
-        "sacct": "7_[1-4]|PENDING|0:0|None||w|c\n", "sdiag": "DBD Agent queue size: 0\n"})
+        "sacct": "7_[1-5]|PENDING|0:0|None||w|c\n", "sdiag": "DBD Agent queue size: 0\n"})
     backend = SlurmBackend(runner, user="alice")
-    refs = [f"7_{i}" for i in range(5)]
-    before = backend.poll(refs)
-    assert {r: i.state for r, i in before.items()} == {
-        "7_0": JobState.RUNNING, **{f"7_{i}": JobState.PENDING for i in range(1, 5)}}
+    refs = [f"7_{i}" for i in range(6)]
+
+    def states() -> dict[str, JobState]:
+        return {r: i.state for r, i in backend.poll(refs).items()}
+
+    assert states() == {"7_0": JobState.RUNNING,
+                        **{f"7_{i}": JobState.PENDING for i in range(1, 6)}}
     backend.cancel(["7_4", "7_3"])
     assert runner.calls[-1] == ("scancel", "7_[3-4]")     # one KILL_JOB RPC, not two
-    after = backend.poll(refs)
-    assert {r: i.state for r, i in after.items()} == {
-        "7_0": JobState.RUNNING, "7_1": JobState.PENDING, "7_2": JobState.PENDING,
-        "7_3": JobState.CANCELLED, "7_4": JobState.CANCELLED}
-    now[0] += slurm_poll.SETTLE_S
-    assert backend.poll(refs)["7_3"].state is JobState.PENDING   # sacct believed again
-
+    seen = {"7_0": JobState.RUNNING, "7_1": JobState.PENDING, "7_2": JobState.PENDING,
+            "7_3": JobState.CANCELLED, "7_4": JobState.CANCELLED}
+    assert states() == {**seen, "7_5": JobState.PENDING}   # 7_5: not ours to call gone
+    runner.answers["sacct"] = ""                           # no record of them at all
+    now[0] += 3600
+    del runner.calls[:]
+    assert states() == {**seen, "7_5": JobState.UNKNOWN}
+    assert [c[0] for c in runner.calls] == ["squeue", "sacct", "sdiag"]  # 7_5's sdiag
+    backend.cancel(["7_5"])
+    del runner.calls[:]
+    assert states() == {**seen, "7_5": JobState.CANCELLED}
+    assert [c[0] for c in runner.calls] == ["squeue", "sacct"]           # no sdiag
