@@ -9,16 +9,19 @@ a real SQLite store built by the reconcile tests' helpers
 timing gives a run (33 or 65 at 128 trials, whatever the tree) and with the machine's
 load; this isolates the per-reconcile cost the daemon pays ~100 times a run.
 
-Usage: python bench/daemon_cost/reconcile_fixed.py [TREE ...] [--rounds N] -- each TREE
-a checkout (``git archive`` of a commit) whose ``dethpc`` and ``tests`` are measured,
-each in its own process, the trees alternating round by round (default: this one).
-Prints one JSON line per tree: the median CPU of a tick and of a fast tick.
+Usage: python bench/daemon_cost/reconcile_fixed.py [TREE ...] [--rounds N] [--postgres]
+-- each TREE a checkout (``git archive`` of a commit) whose ``dethpc`` and ``tests`` are
+measured, each in its own process, the trees alternating round by round (default: this
+one); ``--postgres``: the store on a throwaway PostgreSQL (``bench/pgserver.py``, a new
+database per process). Prints one JSON line per tree: the median CPU of a tick and of a
+fast tick.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -40,7 +43,7 @@ def measure(tree: Path) -> dict[str, Any]:
     from tests.unit.control.test_tick_scale import experiment, infos_for
 
     tmp = Path(tempfile.mkdtemp(prefix="dethpc-reconcile-fixed-"))
-    store = Store(f"sqlite:///{tmp / 'd.sqlite'}")
+    store = Store(os.environ.get("RECONCILE_DB_URL") or f"sqlite:///{tmp / 'd.sqlite'}")
     exp_id, refs = experiment(store, tmp, TRIALS)
     infos = infos_for(refs, set(refs))
     memo = SearcherMemo()
@@ -59,7 +62,7 @@ def measure(tree: Path) -> dict[str, Any]:
     try:   # the tree's daemon reads the experiment with its searcher state (Reconciling)
         from dethpc.control.reconcile.searcher_memo import load_experiment
     except ImportError:
-        load_experiment = None
+        load_experiment = None  # type: ignore[assignment]
 
     def one(fast: bool) -> float:
         c0 = time.process_time()
@@ -84,6 +87,7 @@ def measure(tree: Path) -> dict[str, Any]:
         write(step + 1)
         fasts.append(one(True))
     return {"tree": str(tree), "trials": TRIALS, "ticks": TICKS,
+            "backend": store.engine.dialect.name,
             "tick_median_s": round(statistics.median(ticks[2:]), 5),
             "fast_median_s": round(statistics.median(fasts[2:]), 5)}
 
@@ -92,17 +96,32 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("trees", nargs="*", default=[str(HERE.parents[2])])
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--postgres", action="store_true")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         print(json.dumps(measure(Path(args.trees[0]).resolve())))
         return
+    pg = None
+    if args.postgres:
+        sys.path.insert(0, str(HERE.parents[2]))
+        from bench.pgserver import pgserver
+        pg = pgserver().PgServer()
+        pg.start()
     out: dict[str, list[dict[str, Any]]] = {t: [] for t in args.trees}
-    for _ in range(args.rounds):
-        for tree in args.trees:
-            done = subprocess.run([sys.executable, str(HERE), "--one", tree], check=True,
-                                  capture_output=True, text=True)
-            out[tree].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    try:
+        for i in range(args.rounds):
+            for j, tree in enumerate(args.trees):
+                env = dict(os.environ)
+                if pg is not None:
+                    pg.create(f"fixed{i}_{j}")
+                    env["RECONCILE_DB_URL"] = pg.url(f"fixed{i}_{j}")
+                done = subprocess.run([sys.executable, str(HERE), "--one", tree],
+                                      check=True, capture_output=True, text=True, env=env)
+                out[tree].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    finally:
+        if pg is not None:
+            pg.stop()
     for tree, runs in out.items():
         print(json.dumps({"tree": tree, "rounds": len(runs),
                           "tick_median_s": statistics.median(r["tick_median_s"] for r in runs),
