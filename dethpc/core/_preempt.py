@@ -5,8 +5,10 @@ Owns: the signal handlers for ``$DETHPC_PREEMPT_SIGNAL`` (default USR2) and TERM
 file check (content ``stop`` or ``pause``), the wait at a rung for the searcher's
 verdict (``await_verdict``: after a validation at a rung, the next check waits until
 the daemon's ``searched`` marker reaches it or the stop file appears, at most
-``$DETHPC_VERDICT_WAIT_S``), the rank-0 broadcast so every rank stops at the same
-step, and the exit code the process must end with.
+``$DETHPC_VERDICT_WAIT_S``, a signal included), which of a signal and a stop wins (the
+searcher's ``stop`` already written: the trial is decided and leaves stopped, not
+preempted), the rank-0 broadcast so every rank stops at the same step, and the exit
+code the process must end with.
 Must not: checkpoint or exit by itself (``init()`` exits when the context is
 left), import torch, or write any file but the ``heartbeat`` it touches (at most every
 ``HEARTBEAT_S``: the hang watchdog's sign of life, docs/reliability.md).
@@ -233,11 +235,15 @@ class PreemptContext:
             self._awaiting = length
 
     def _wait_verdict(self, length: int) -> None:
-        """Until the ``searched`` marker reaches ``length``, the stop file appears, a
-        signal comes, or ``verdict_wait`` seconds pass."""
+        """Until the ``searched`` marker reaches ``length``, the stop file appears, or
+        ``verdict_wait`` seconds pass. A signal does not cut it short: the trial checkpoints
+        and leaves either way, and the verdict decides how it leaves -- stopped (decided)
+        or preempted (requeued, to resume and be stopped there; issue 48's smokes: five
+        trials a run re-ran for one step that way). The wait is bounded by
+        ``verdict_wait`` (2 s), well within a preemption's grace time."""
         assert self._searched_file is not None
         deadline = time.monotonic() + self._verdict_wait
-        while self._signalled is None:
+        while True:
             if read_searched(self._searched_file) >= length:
                 return
             if self._stop_file is not None and self._stop_file.exists():
@@ -257,7 +263,11 @@ class PreemptContext:
             self._wait_verdict(length)
             self._last_stop_check = float("-inf")   # look at the stop file now
         if self._signalled is not None:
-            return REASON_SIGNAL
+            # the searcher's stop already written wins over the signal: the trial is
+            # decided, so it leaves stopped (81) and is not requeued to run again only to
+            # be stopped; a pause leaves as preempted (it resumes either way)
+            self._last_stop_check = float("-inf")
+            return REASON_STOP if self._read_stop_file() == REASON_STOP else REASON_SIGNAL
         return self._read_stop_file()
 
     def should_preempt(self, auto_ack: bool = True) -> bool:

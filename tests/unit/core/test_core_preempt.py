@@ -254,3 +254,25 @@ def test_the_stack_dump_signal_writes_every_threads_stack(tmp_path: Path) -> Non
         p.communicate(timeout=30)
     err = err_path.read_text()
     assert "most recent call first" in err and "in stuck_here" in err, err
+
+
+@pytest.mark.parametrize(("content", "reason", "code"), [
+    ("stop", "stop", EXIT_STOPPED),        # the searcher's stop: decided, not requeued
+    ("pause", "signal", EXIT_PREEMPTED),   # a pause resumes either way: the signal's
+    (None, "signal", EXIT_PREEMPTED),      # no stop file: preempted
+])
+def test_a_signal_after_the_searchers_stop_leaves_stopped(
+        tmp_path: Path, content: str | None, reason: str, code: int) -> None:
+    """Issue 48: a trial preempted after its rung's stop was written (it was saving the
+    rung's checkpoint) left preempted, was requeued and ran again one step to be stopped;
+    the stop file is read when the signal is seen, whatever the check interval."""
+    trial = _trial(tmp_path)
+    with core.init(env=_env(trial), stop_check_interval_s=3600,
+                   exit_on_preempt=False) as ctx:
+        assert ctx.preempt.should_preempt() is False     # the interval starts here
+        if content is not None:
+            (trial / "stop").write_text(content)
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert ctx.preempt.should_preempt() is True
+        assert ctx.preempt.reason == reason
+    assert ctx.preempt.exit_code() == code

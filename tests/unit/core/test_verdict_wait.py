@@ -7,6 +7,7 @@ Real files; a thread plays the daemon."""
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 from pathlib import Path
@@ -138,3 +139,32 @@ def test_the_core_context_waits_after_a_validation_at_a_rung(tmp_path: Path) -> 
     (trial / "stop").write_text("stop")
     core.train.report_validation_metrics(128, {"validation_loss": 1.0})
     assert core.preempt.should_preempt() is True
+
+
+def test_a_signal_at_a_rung_still_waits_for_the_verdict(tmp_path: Path) -> None:
+    """Issue 48: the preemption's signal does not cut the wait short: a stop decided on
+    the rung's validation lands as a stop (81, decided), not a preemption that is requeued
+    and resumed only to be stopped."""
+    p = ctx(tmp_path)
+    p.await_verdict(32)
+    p._on_signal(int(signal.SIGUSR2), None)          # the signal came while it saved
+    started = threading.Event()
+    later(lambda: (tmp_path / "stop").write_text("stop"), started)
+    started.set()
+    t0 = time.monotonic()
+    assert p.should_preempt() is True
+    assert time.monotonic() - t0 < 30.0
+    assert p.reason == "stop" and p.exit_code() == 81
+
+
+def test_a_signal_at_a_rung_with_a_continue_verdict_is_a_preemption(tmp_path: Path) -> None:
+    p = ctx(tmp_path)
+    p.await_verdict(32)
+    p._on_signal(int(signal.SIGUSR2), None)
+    started = threading.Event()
+    later(lambda: (tmp_path / "searched").write_text("32\n"), started)
+    started.set()
+    t0 = time.monotonic()
+    assert p.should_preempt() is True
+    assert time.monotonic() - t0 < 30.0
+    assert p.reason == "signal" and p.exit_code() == 80
