@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.peers_scale import metrics as mx
-from bench.peers_scale.run import until
+from bench.peers_scale.run import unfinished_at, until
 from bench.peers_scale.worklog import count_work
 
 
@@ -58,3 +58,10 @@ def test_the_small_cell_runs_in_the_same_invocation(tmp_path: Any, monkeypatch: 
     assert first[first.index("--timeout-s") + 1] == "60"
     assert got["plain"] == {"faults": False} and got["faults"] == {"faults": True}
     assert got["plain_rc"] == 0 and "faults_wall_s" in got
+
+
+def test_a_trial_in_its_start_up_at_the_end_is_unfinished() -> None:
+    """It sleeps its 10 s start-up without a record; the slowest step is 3 s."""
+    records = [_rec("start", 90.5)]
+    assert mx.in_progress(records, 100.0, 3.0 + 5.0) == set()     # the step's window
+    assert unfinished_at(records, 100.0, 3.0, 10.0) == {"a"}
