@@ -4,8 +4,8 @@ cause, from a results file's raw runs.
 Owns: ``attribute`` (pure: one raw run's work-log records, its fault outcomes and t0 ->
 one ``Redone`` per run of a trial whose steps were executed again: the trial, the run,
 its node, how many steps and seconds, the cause, and the fault that caused it),
-``by_cause`` (the totals per cause), ``resumed_to_stop`` (runs that resumed a preempted
-trial only to be stopped before their first validation: work past a decided stop,
+``by_cause`` (the totals per cause), ``resumed_to_stop`` (runs that resumed a preempted or
+killed trial only to be stopped before their first validation: work past a decided stop,
 which ``worklog``'s lineage counts as useful, not redone) and ``main`` (``python -m
 bench.peers_scale.redone_trace RESULTS.json``: one block per raw run; ``--json``).
 
@@ -65,7 +65,6 @@ class _RunFacts:
     node: str = ""
     end: str = ""
     validated: bool = False
-    loaded: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,8 +96,6 @@ def _facts(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, _RunFact
             run.node = parts[2] if len(parts) == 3 else ""
         elif event == "validate":
             run.validated = True
-        elif event == "load":
-            run.loaded = True
         elif event == "end":
             run.end = str(rec.get("reason", ""))
     return out
@@ -196,10 +193,11 @@ def by_cause(redone: Iterable[Redone]) -> dict[str, dict[str, float]]:
 
 
 def resumed_to_stop(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Runs that resumed a trial whose previous run ended ``preempted`` and ended
-    ``stopped`` before any validation of their own: the stop was decided on an earlier
-    validation, so the run's start-up, load and steps were spent past it (worklog counts
-    the steps useful). Their trials, steps, step seconds and run seconds (start to end)."""
+    """Runs that resumed a trial whose previous run did not end decided (``preempted``,
+    or killed: no ``end``) and ended ``stopped`` before any validation of their own: the
+    stop was decided on an earlier validation, so the run's start-up, load and steps were
+    spent past it (worklog counts the steps useful). Their trials, steps, step seconds
+    and run seconds (start to end)."""
     facts = _facts(records)
     trials: list[str] = []
     steps = 0
@@ -207,8 +205,8 @@ def resumed_to_stop(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for trial, runs in sorted(_runs(records).items()):
         for prev, run in zip(runs, runs[1:], strict=False):
             f = facts[trial][run.name]
-            if prev.end is None or prev.end.value != "preempted" or run.end is None \
-                    or run.end.value != "stopped" or f.validated or not f.loaded:
+            if prev.end in DECIDED or run.end is None or run.end.value != "stopped" \
+                    or f.validated:
                 continue
             trials.append(trial)
             steps += len(run.steps)

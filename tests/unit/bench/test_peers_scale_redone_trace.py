@@ -134,3 +134,19 @@ def test_a_run_that_resumed_only_to_be_stopped() -> None:
     other.steps("b", 4, 4, 7.0)
     other.add("b", "end", 8.0, reason="stopped")
     assert resumed_to_stop(other.records)["runs"] == 0
+
+
+def test_a_run_that_resumed_a_killed_trial_only_to_be_stopped() -> None:
+    """A node crash killed the run while it saved its rung's checkpoint, after the
+    searcher had the validation and stopped it; the resumed run sees the stop at once."""
+    log = Log()
+    log.add("a", "start", 0.0, container="40.0.g10")
+    log.steps("a", 1, 12, 1.0)
+    log.steps("a", 13, 16, 7.0, every=99)
+    log.add("a", "validate", 9.0, 16, loss=1.0)         # the rung; killed in its save
+    log.add("b", "start", 70.0).add("b", "load", 72.0, 12, ckpt="a-12")
+    log.steps("b", 13, 13, 72.0, seconds=0.1)
+    log.add("b", "end", 72.1, reason="stopped")
+    [r] = attribute(log.records, [crash("g10", 9.5)], T0)
+    assert (r.cause, r.steps, r.resumed_s) == ("node_crash", 1, 70.0)
+    assert resumed_to_stop(log.records)["runs"] == 1
