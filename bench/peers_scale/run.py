@@ -375,7 +375,7 @@ def versions() -> dict[str, str]:
     return out
 
 
-#: the full run's regime: 42 cells + the small cell in 136.9 of the issue's 150 minutes
+#: the full run's regime: 42 cells + the small cell in 134.4 of the issue's 150 minutes
 #: (--plan; plan.py). A fault cell lasts 190 s: its faults (a 270 s horizon: injections
 #: at 13-156 s, the least horizon at which FaultPlan places seeds 0-4) all land in it; a
 #: plain cell 70 s (time to target 20-40 s at this time-scale); both end before most
