@@ -19,7 +19,10 @@ Owns the pure parts -- each table-tested in tests/unit/bench/test_peers_scale_me
   for are measured by their ``wait4`` rusage instead and left out of the sampling;
 * ``time_to_target`` and ``regret_at``: from the work logs' validations, in seconds after
   the first sbatch; ``cell_summary``: a cell's figures over its seeds, an unreached seed
-  counted at the timeout (never dropped), reached k/n beside.
+  counted at the timeout (never dropped), reached k/n beside;
+* ``trial_fates``: the one rule for *lost*, *unfinished* and *decided* trials (the work
+  log plus the system's own final per-trial record, ``Verdict``), and ``fate_figures``:
+  a run's trials and GPU-hours lost/unfinished from it.
 
 The thin side (``sample_procs``, ``read_sdiag``, ``read_sacct``) runs the commands and
 reads ``/proc``. Must not: submit, cancel or change anything.
@@ -27,17 +30,19 @@ reads ``/proc``. Must not: submit, cancel or change anything.
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import re
 import statistics
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench.peers_scale.emulator import ReplayCurve
+from bench.peers_scale.worklog import EndReason, TrialWork
 
 TARGET_FILE = Path(__file__).resolve().parent / "target.json"
 TARGET_QUANTILE = 0.01
@@ -273,6 +278,86 @@ def in_progress(records: Iterable[Mapping[str, Any]], ended: float,
         if r.get("event") == "start" or trial not in last or wall >= last[trial][0]:
             last[trial] = (wall, ended_run)
     return {t for t, (wall, done) in last.items() if not done and wall >= ended - window_s}
+
+
+class Fate(enum.Enum):
+    """What became of one trial at the end of a cell (``trial_fates``)."""
+
+    DECIDED = "decided"        # completed, stopped by the searcher, pruned
+    UNFINISHED = "unfinished"  # running, waiting for a requeue/resume, in start-up
+    LOST = "lost"              # the system will never run or decide it again unaided
+
+
+class Verdict(enum.Enum):
+    """A system's own final record of one trial (a runner's ``trial_verdicts``)."""
+
+    DECIDED = "decided"    # dethpc COMPLETED/STOPPED, Optuna COMPLETE/PRUNED, Ray TERMINATED
+    LIVE = "live"          # still the system's to run: queued, running, paused, retried
+    GAVE_UP = "gave_up"    # failed for good: dethpc ERROR (max_restarts spent), Optuna FAIL
+                           # with no retry, Ray ERROR
+
+
+def trial_fates(work: Iterable[TrialWork], *, finished: bool, in_progress: Set[str],
+                verdicts: Mapping[str, Verdict] | None = None) -> dict[str, Fate]:
+    """Each logged trial's fate, by one rule (issue 48, item 6), first match wins:
+
+    1. the log shows it decided (its last run ended completed/stopped): DECIDED;
+    2. the system recorded it decided: DECIDED (a stop the searcher made counts though
+       the process then died, e.g. in its checkpoint save; Optuna's PRUNED/COMPLETE);
+    3. the system recorded that it gave up on it (dethpc ERROR: max_restarts spent;
+       Optuna FAIL with no retry; Ray ERROR): LOST;
+    4. the search had ended (``finished``) without deciding it: LOST -- nothing will run
+       it again without a person (a restore, a new launch);
+    5. the system holds it as still its own (LIVE: queued, running, waiting for a
+       requeue or a retry): UNFINISHED;
+    6. no verdict from the system (a runner that cannot say), at a cut: a trial still
+       being worked on (``in_progress``), whose last run left to resume (``preempted``)
+       or was killed (no ``end``: a requeue, a lease expiry or a retry runs it again) is
+       UNFINISHED; one whose last run ended ``failed`` is LOST (no word from the system
+       that it will retry it).
+    """
+    verdicts = verdicts or {}
+    out: dict[str, Fate] = {}
+    for t in work:
+        v = verdicts.get(t.trial)
+        if t.decided or v is Verdict.DECIDED:
+            out[t.trial] = Fate.DECIDED
+        elif v is Verdict.GAVE_UP or finished:
+            out[t.trial] = Fate.LOST
+        elif v is Verdict.LIVE or t.trial in in_progress \
+                or t.last_end in (None, EndReason.PREEMPTED):
+            out[t.trial] = Fate.UNFINISHED
+        else:
+            out[t.trial] = Fate.LOST
+    return out
+
+
+def parse_verdicts(facts: Mapping[str, Any]) -> dict[str, Verdict] | None:
+    """The per-trial verdicts a runner put in its ``stop()`` facts (``"verdicts"``:
+    ``{trial: "decided" | "live" | "gave_up"}``, keyed as the work log's trials); None
+    when the runner gave none."""
+    raw = facts.get("verdicts")
+    if not isinstance(raw, Mapping):
+        return None
+    return {str(t): Verdict(v) for t, v in raw.items()}
+
+
+def fate_figures(work: Sequence[TrialWork], fates: Mapping[str, Fate]) -> dict[str, Any]:
+    """A run's ``trials_lost``/``trials_unfinished`` and the GPU-hours of steps not kept:
+    ``gpu_hours_unfinished`` those of unfinished trials (they may yet be kept),
+    ``gpu_hours_lost`` those of lost trials and the steps decided trials threw away.
+    ``work`` should be counted with the system-decided trials as decided
+    (``count_work(records, decided=...)``), so a trial killed after its stop keeps its
+    last run's steps as useful."""
+    def hours(fate: Fate) -> float:
+        return round(sum(t.lost_s for t in work if fates.get(t.trial) is fate) / 3600, 5)
+
+    by = {f: sum(fates.get(t.trial) is f for t in work) for f in Fate}
+    return {"trials_lost": by[Fate.LOST], "trials_unfinished": by[Fate.UNFINISHED],
+            "trials_decided_by_system": sum(not t.decided and fates.get(t.trial)
+                                            is Fate.DECIDED for t in work),
+            "gpu_hours_lost": round(hours(Fate.LOST) + hours(Fate.DECIDED), 5),
+            "gpu_hours_unfinished": hours(Fate.UNFINISHED)}
 
 
 def _quartiles(xs: Sequence[float]) -> tuple[float, float]:

@@ -250,12 +250,18 @@ def run_cell(system: str, seed: int, with_faults: bool, args: argparse.Namespace
     sacct = mx.read_sacct(env, since, SYSTEM_USER)
     bg_sacct = mx.read_sacct(env, since, ",".join(BACKGROUND_USERS))
     records = until(read_log(cell.worklog) if cell.worklog.exists() else [], ended)
-    work = count_work(records)
+    log_work = count_work(records)
     vals = mx.validations(records)
     ttt = mx.time_to_target(vals, target, t0)
     slowest = max(max(c.step_s) for c in load_curves()) * args.time_scale
     unfinished = unfinished_at(records, ended, slowest, args.startup_s) \
         if not finished else set()
+    # metrics.trial_fates: lost / unfinished / decided from the log and the system's own
+    # final per-trial record; the work recounted with the system's decisions
+    fates = mx.trial_fates(log_work.trials, finished=finished, in_progress=unfinished,
+                           verdicts=mx.parse_verdicts(facts))
+    work = count_work(records, decided={t for t, f in fates.items()
+                                        if f is mx.Fate.DECIDED})
     executed_s = work.total("executed_s")
     rpcs = sampler.rpc.totals.get(SYSTEM_USER, 0)
     metrics = {
@@ -264,19 +270,17 @@ def run_cell(system: str, seed: int, with_faults: bool, args: argparse.Namespace
         "time_to_target_s": None if ttt is None else round(ttt, 1),
         "regret_at_fixed": mx.regret_at(vals, args.regret_at, t0, best),
         "wall_s": round(ended - t0, 1) if finished else None,
-        "trials_logged": len(work.trials), "trials_lost": work.trials_lost - len(unfinished),
-        "trials_unfinished": len(unfinished),
+        "trials_logged": len(work.trials),
+        **{k: v for k, v in mx.fate_figures(work.trials, fates).items()
+           if k.startswith("trials_")},
         "trials_never_started": max(0, args.trials - len(work.trials)),
         "gpu_hours_allocated": round(mx.gpu_hours(sacct).get(SYSTEM_USER, 0.0), 5),
         "useful_pct": round(100 * work.total("useful") / max(1, work.total("executed")), 2),
         "gpu_hours_executed": round(executed_s / 3600, 5),
         "gpu_hours_redone": round(work.total("redone_s") / 3600, 5),
-        # a trial still worked on at the timeout is unfinished, not lost: its steps so far
-        # are counted apart (the count of lost trials already leaves it out)
-        "gpu_hours_lost": round(sum(t.lost_s for t in work.trials
-                                    if t.trial not in unfinished) / 3600, 5),
-        "gpu_hours_unfinished": round(sum(t.lost_s for t in work.trials
-                                          if t.trial in unfinished) / 3600, 5),
+        # an unfinished trial's steps so far are counted apart from the lost
+        **{k: v for k, v in mx.fate_figures(work.trials, fates).items()
+           if k.startswith("gpu_hours_")},
         "human_actions": len(runner.human_actions),
         "rpcs": rpcs, "rpcs_per_trial": round(rpcs / args.trials, 2),
         "peak_rpcs_per_s": round(sampler.rpc.peak_per_s.get(SYSTEM_USER, 0.0), 2),

@@ -17,8 +17,11 @@ How work is counted (``count_work``): a trial is *decided* when its last run end
 the run that saved the checkpoint that run loaded, up to that save, and so on back to a
 run that loaded nothing. Steps in the lineage are *useful*; every other executed step is
 *redone* when the lineage holds a step of that number (the work was done again) and
-*lost* when it does not. Every step of an undecided trial (never finished: a lost trial)
-is lost. So ``executed == useful + redone + lost`` for every trial, exactly.
+*lost* when it does not. Every step of an undecided trial (no decided end in the log) is
+``lost`` here; whether the *trial* is lost, unfinished, or decided by the system after
+all (a stop recorded, then the process killed in its save) is ``metrics.trial_fates``'s
+rule, which also weighs what the system itself recorded. So
+``executed == useful + redone + lost`` for every trial, exactly.
 Must not: sleep, or know which system ran the trial.
 """
 
@@ -27,7 +30,7 @@ from __future__ import annotations
 import enum
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,6 +96,8 @@ class TrialWork:
     executed_s: float
     redone_s: float
     lost_s: float
+    #: how the trial's last run ended (None: it wrote no ``end``: killed, or still running)
+    last_end: EndReason | None = None
 
 
 @dataclass
@@ -146,8 +151,11 @@ def _lineage(trial: str, runs: list[_Run]) -> set[tuple[int, int]]:
     return useful
 
 
-def count_trial(trial: str, runs: list[_Run]) -> TrialWork:
-    decided = runs[-1].end in DECIDED
+def count_trial(trial: str, runs: list[_Run], decided_elsewhere: bool = False) -> TrialWork:
+    """``decided_elsewhere``: the system recorded the trial decided though its last run
+    wrote no decided end (killed in the save after the searcher's stop): its lineage is
+    then counted from that last run, as a decided trial's."""
+    decided = runs[-1].end in DECIDED or decided_elsewhere
     useful = _lineage(trial, runs) if decided else set()
     kept = {runs[i].steps[k][0] for i, k in useful}
     executed = redone = lost = 0
@@ -166,7 +174,7 @@ def count_trial(trial: str, runs: list[_Run]) -> TrialWork:
                 lost_s += seconds
     return TrialWork(trial=trial, decided=decided, runs=len(runs), executed=executed,
                      useful=len(useful), redone=redone, lost=lost, executed_s=executed_s,
-                     redone_s=redone_s, lost_s=lost_s)
+                     redone_s=redone_s, lost_s=lost_s, last_end=runs[-1].end)
 
 
 @dataclass(frozen=True)
@@ -174,7 +182,9 @@ class WorkReport:
     trials: tuple[TrialWork, ...]
 
     @property
-    def trials_lost(self) -> int:
+    def trials_undecided(self) -> int:
+        """Trials the log alone does not show decided: lost *or* unfinished, which only
+        ``metrics.trial_fates`` tells apart (with the system's own final states)."""
         return sum(not t.decided for t in self.trials)
 
     def total(self, name: str) -> float:
@@ -182,7 +192,11 @@ class WorkReport:
         return sum(float(getattr(t, name)) for t in self.trials)
 
 
-def count_work(records: Iterable[Mapping[str, Any]]) -> WorkReport:
+def count_work(records: Iterable[Mapping[str, Any]],
+               decided: Set[str] = frozenset()) -> WorkReport:
     """Useful, redone and lost steps of every trial in ``records`` (see the module doc).
-    Records are taken in log order: a trial's runs are ordered by their first record."""
-    return WorkReport(tuple(count_trial(t, runs) for t, runs in sorted(_runs(records).items())))
+    Records are taken in log order: a trial's runs are ordered by their first record.
+    ``decided``: trials the system recorded decided (``metrics.trial_fates``), counted
+    as decided whatever their last run's end."""
+    return WorkReport(tuple(count_trial(t, runs, t in decided)
+                            for t, runs in sorted(_runs(records).items())))

@@ -11,22 +11,28 @@ import pytest
 
 from bench.peers_scale.emulator import ReplayCurve, load_curves
 from bench.peers_scale.metrics import (
+    Fate,
     LoginCpu,
     Proc,
     RpcCounter,
+    Verdict,
     alloc_gpus,
     cell_summary,
+    fate_figures,
     gpu_hours,
     in_progress,
     parse_sacct,
     parse_stat,
+    parse_verdicts,
     regret_at,
     regret_curve,
     sdiag_users,
     stored_target,
     target_loss,
     time_to_target,
+    trial_fates,
 )
+from bench.peers_scale.worklog import EndReason, TrialWork
 
 
 def _curve(i: int, losses: list[float]) -> ReplayCurve:
@@ -247,3 +253,61 @@ def test_a_cell_holds_item_8s_fields_and_the_fault_counts() -> None:
     assert all(k in s for k in ITEM_8)
     assert (s["rpcs_median"], s["gpu_hours_executed"], s["faults_injected"],
             s["faults_skipped"], s["faults_refused"]) == (130.0, 0.75, 15, 1, 0)
+
+
+# ------------------------------------------------------------------ trial fates (issue 48)
+def _tw(trial: str, decided: bool, last_end: str | None, lost_s: float = 0.0) -> TrialWork:
+    return TrialWork(trial=trial, decided=decided, runs=1, executed=1, useful=0, redone=0,
+                     lost=1, executed_s=lost_s, redone_s=0.0, lost_s=lost_s,
+                     last_end=None if last_end is None else EndReason(last_end))
+
+
+D, L, G = Verdict.DECIDED, Verdict.LIVE, Verdict.GAVE_UP
+# (case, log decided, last end, finished, in progress, system's verdict, fate)
+FATES = [
+    ("completed in the log", True, "completed", True, False, None, Fate.DECIDED),
+    ("stopped in the log, system says error", True, "stopped", True, False, G, Fate.DECIDED),
+    ("stopped by the searcher, killed in its save (pool trial 216)",
+     False, None, True, False, D, Fate.DECIDED),
+    ("Optuna PRUNED, the process died after", False, "failed", True, False, D, Fate.DECIDED),
+    ("preempted and waiting for its requeue at the cut", False, "preempted", False, False,
+     None, Fate.UNFINISHED),
+    ("killed, the system still runs it (requeue/lease)", False, None, False, False, None,
+     Fate.UNFINISHED),
+    ("running at the cut", False, None, False, True, None, Fate.UNFINISHED),
+    ("the system says queued again after a failure", False, "failed", False, False, L,
+     Fate.UNFINISHED),
+    ("dethpc ERROR: max_restarts spent", False, "failed", False, False, G, Fate.LOST),
+    ("Ray ERROR while still in progress by the log", False, None, False, True, G, Fate.LOST),
+    ("failed at a cut, no word from the system", False, "failed", False, False, None,
+     Fate.LOST),
+    ("the search ended without deciding it", False, "preempted", True, False, None,
+     Fate.LOST),
+    ("the search ended, the system says live: only a person's restore would run it",
+     False, None, True, False, L, Fate.LOST),
+]
+
+
+@pytest.mark.parametrize(("decided", "last_end", "finished", "running", "verdict", "fate"),
+                         [c[1:] for c in FATES], ids=[c[0] for c in FATES])
+def test_trial_fates(decided: bool, last_end: str | None, finished: bool, running: bool,
+                     verdict: Verdict | None, fate: Fate) -> None:
+    got = trial_fates([_tw("t", decided, last_end)], finished=finished,
+                      in_progress={"t"} if running else set(),
+                      verdicts=None if verdict is None else {"t": verdict})
+    assert got == {"t": fate}
+
+
+def test_fate_figures_split_trials_and_hours() -> None:
+    work = [_tw("a", True, "completed", 36.0), _tw("b", False, None, 360.0),
+            _tw("c", False, "preempted", 720.0), _tw("d", False, None, 72.0)]
+    fates = {"a": Fate.DECIDED, "b": Fate.LOST, "c": Fate.UNFINISHED, "d": Fate.DECIDED}
+    assert fate_figures(work, fates) == {
+        "trials_lost": 1, "trials_unfinished": 1, "trials_decided_by_system": 1,
+        "gpu_hours_lost": 0.13, "gpu_hours_unfinished": 0.2}
+
+
+def test_parse_verdicts() -> None:
+    assert parse_verdicts({"trial_states": {"COMPLETED": 3}}) is None
+    assert parse_verdicts({"verdicts": {"7": "decided", "t3": "gave_up"}}) == {
+        "7": Verdict.DECIDED, "t3": Verdict.GAVE_UP}

@@ -16,15 +16,22 @@ def _rec(event: str, wall: float, step: int = 0, **kw: Any) -> dict[str, Any]:
 
 def test_a_trial_stopped_by_the_teardown_is_unfinished_not_lost() -> None:
     """A running trial at the 100 s timeout; the teardown's signal makes it save and end
-    ``preempted`` at 103 s. Counted up to the cell's end it is in progress there."""
+    ``preempted`` at 103 s. Counted up to the cell's end it is in progress there; counted
+    with the teardown's records it ended ``preempted``, to resume: unfinished either way
+    (metrics.trial_fates), where the older count called it lost."""
     records = [_rec("start", 0.0), _rec("ready", 10.0),
                *[_rec("step", 10.0 + i, i, seconds=1.0) for i in range(1, 90)],
                _rec("save", 102.0, 89, ckpt="c1"), _rec("end", 103.0, 89, reason="preempted")]
     ended = 100.0
-    for recs, lost in ((records, 1), (until(records, ended), 0)):
+    for recs, undecided in ((records, 1), (until(records, ended), 1)):
         work = count_work(recs)
-        unfinished = mx.in_progress(recs, ended, 20.0)
-        assert work.trials_lost - len(unfinished) == lost
+        assert work.trials_undecided == undecided
+        fates = mx.trial_fates(work.trials, finished=False,
+                               in_progress=mx.in_progress(recs, ended, 20.0))
+        assert fates == {"a": mx.Fate.UNFINISHED}
+    # the search ended without deciding it: lost
+    assert mx.trial_fates(count_work(records).trials, finished=True,
+                          in_progress=set()) == {"a": mx.Fate.LOST}
 
 
 def test_the_small_cell_runs_in_the_same_invocation(tmp_path: Any, monkeypatch: Any) -> None:

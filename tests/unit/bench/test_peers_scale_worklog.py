@@ -80,7 +80,7 @@ def test_seconds_and_totals_over_trials() -> None:
     x, y = report.trials
     assert (x.trial, x.runs, x.redone, x.redone_s, x.executed_s) == ("x", 2, 2, 4.0, 12.0)
     assert (y.trial, y.decided, y.lost_s) == ("y", False, 10.0)
-    assert report.trials_lost == 1
+    assert report.trials_undecided == 1
     assert report.total("redone_s") == 4.0 and report.total("lost") == 2
 
 
@@ -103,3 +103,14 @@ def test_the_log_round_trips_and_skips_a_torn_line(tmp_path: Path) -> None:
         fh.write('{"trial": "t", "run": "a", "ev')  # a writer killed mid-line
     records = read_log(path)
     assert len(records) == 4 and count_work(records).trials[0].useful == 2
+
+
+def test_a_trial_the_system_decided_keeps_its_killed_last_run() -> None:
+    """Pool trial 216 (the smoke after e62bde8): stopped by the searcher on its rung-1
+    validation, then killed by a node crash in its checkpoint save: no end record. The
+    log alone loses all 3 steps; with the system's decision they are its useful work."""
+    records = run("216", "a", R(1, 4), end=None)
+    (alone,) = count_work(records).trials
+    (told,) = count_work(records, decided={"216"}).trials
+    assert (alone.decided, alone.useful, alone.lost, alone.last_end) == (False, 0, 3, None)
+    assert (told.decided, told.useful, told.lost) == (True, 3, 0)
