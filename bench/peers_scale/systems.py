@@ -10,7 +10,8 @@ and ``DethpcRunner`` (``dethpc-pool``, ``dethpc-per-job``): a Determined-style e
 config with dethpc's documented defaults -- ``adaptive_asha``, divisor 4, 3 rungs
 (``mode: aggressive``: one bracket, rungs at 1/4/16 validation periods of 512 batches),
 ``time_metric: batches`` as Determined 0.38 -- submitted with ``dethpc submit``, its
-daemon the login-side process.
+daemon the login-side process. Each runner's ``stop()`` facts may carry ``verdicts``: the
+system's own final word on each trial (``metrics.trial_fates`` reads them).
 
 The peers' runners (Optuna, Ray Tune, submitit, Hydra: issue 48 item 5) are not written
 yet; each is one more ``SystemRunner`` in ``RUNNERS``, launched by ``run.py`` unchanged.
@@ -303,15 +304,35 @@ class DethpcRunner:
             while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
                 time.sleep(0.2)
         trials: dict[str, int] = {}
+        verdicts: dict[str, str] | None = None
         try:
-            with sqlite3.connect(f"file:{self.home / 'dethpc.db'}?mode=ro", uri=True) as db:
-                for state, n in db.execute("select state, count(*) from trial "
-                                           "where experiment_id = ? group by state",
-                                           (self.exp_id,)):
-                    trials[str(state)] = int(n)
+            rows = read_trial_states(self.home / "dethpc.db", self.exp_id)
+            for _, state in rows:
+                trials[state] = trials.get(state, 0) + 1
+            verdicts = dethpc_verdicts(rows)
         except sqlite3.Error as exc:
             trials = {"error": str(exc)}  # type: ignore[dict-item]
-        return {"experiment": self.exp_id, "state": self.state, "trial_states": trials}
+        return {"experiment": self.exp_id, "state": self.state, "trial_states": trials,
+                "verdicts": verdicts}
+
+
+def read_trial_states(db_path: Path, exp_id: int) -> list[tuple[str, str]]:
+    """``(trial id, state)`` of every trial of experiment ``exp_id`` in dethpc's store."""
+    with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True) as db:
+        return [(str(t), str(st)) for t, st in db.execute(
+            "select id, state from trial where experiment_id = ?", (exp_id,))]
+
+
+#: dethpc's trial states as the benchmark's verdicts (metrics.Verdict's values): the
+#: searcher's COMPLETED/STOPPED decided; ERROR (max_restarts spent) and CANCELED (a
+#: person's) given up; the rest still the daemon's to run
+_DETHPC_VERDICT = {"COMPLETED": "decided", "STOPPED": "decided", "ERROR": "gave_up",
+                   "CANCELED": "gave_up"}
+
+
+def dethpc_verdicts(rows: list[tuple[str, str]]) -> dict[str, str]:
+    """Per trial (the work log's key is dethpc's trial id), the store's final word."""
+    return {t: _DETHPC_VERDICT.get(state, "live") for t, state in rows}
 
 
 def chown_tree(path: Path) -> None:

@@ -61,3 +61,25 @@ def test_every_runner_is_a_system_runner() -> None:
         for method in ("launch", "finished", "kill_login", "operator_check", "stop"):
             assert callable(getattr(runner, method))
         assert runner.human_actions == [] and runner.commands_cpu_s == 0.0
+
+
+def test_dethpc_verdicts_from_the_store(tmp_path: Path) -> None:
+    """Every dethpc trial state has a verdict: terminal states are the store's final word
+    (decided or given up), the rest still the daemon's (live)."""
+    import sqlite3
+
+    from bench.peers_scale.metrics import Verdict
+    from dethpc.store.states import TrialState
+    db = tmp_path / "dethpc.db"
+    with sqlite3.connect(db) as c:
+        c.execute("create table trial (id integer, experiment_id integer, state text)")
+        c.executemany("insert into trial values (?, ?, ?)",
+                      [(i, 1, st.value) for i, st in enumerate(TrialState)] + [(99, 2, "ERROR")])
+    rows = systems.read_trial_states(db, 1)
+    verdicts = {t: Verdict(v) for t, v in systems.dethpc_verdicts(rows).items()}
+    states = {str(i): st for i, st in enumerate(TrialState)}
+    assert set(verdicts) == set(states)
+    for t, st in states.items():
+        assert (verdicts[t] is not Verdict.LIVE) == st.is_terminal, st
+    assert verdicts[str(list(TrialState).index(TrialState.STOPPED))] is Verdict.DECIDED
+    assert verdicts[str(list(TrialState).index(TrialState.ERROR))] is Verdict.GAVE_UP
