@@ -50,7 +50,7 @@ IMMEDIATE`` on each transaction) and a 120 s busy timeout, so every transaction 
 serialized. Run as ``python -m bench.peers_scale.optuna_worker CONFIG.json`` (the
 runner's array script ``exec``s it, so Slurm's batch signal reaches Python); ``CONFIG.json
 --create`` creates the study and enqueues the draws (the user's one command before
-``sbatch``), ``--summary`` prints the trials by state.
+``sbatch``), ``--summary`` prints the trials by state and each lineage's verdict.
 Must not: be imported by dethpc or by the benchmark's driver (it imports Optuna).
 """
 
@@ -72,7 +72,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
 from bench.peers_scale.emulator import STATE_FILE, EmulatorSpec, TrialEmulator, load_curves
-from bench.peers_scale.peer_optuna import is_sampled, take_another
+from bench.peers_scale.peer_optuna import is_sampled, lineage_verdicts, take_another
 from bench.peers_scale.worklog import EndReason, WorkLog
 
 _flag: dict[str, Any] = {"signal": None, "at": 0.0}
@@ -253,7 +253,10 @@ def summary(cfg: dict[str, Any]) -> dict[str, Any]:
             "retries": sum("failed_trial" in t.system_attrs for t in trials),
             "sampled_not_run": sum("not_run" in t.user_attrs for t in trials),
             "beyond_draws": sum(t.number >= len(cfg["draws"])
-                                and "failed_trial" not in t.system_attrs for t in trials)}
+                                and "failed_trial" not in t.system_attrs for t in trials),
+            "verdicts": lineage_verdicts(
+                (t.number, t.state.name,
+                 RetryHeartbeatStaleTrialCallback.retried_trial_number(t)) for t in trials)}
 
 
 def main() -> int:

@@ -46,6 +46,7 @@ import os
 import shlex
 import subprocess
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,29 @@ def is_sampled(system_attrs: dict[str, Any]) -> bool:
     ``take_another`` a worker samples one only when another worker popped the last
     waiting trial between its check and its ask: it is ended at once, not run."""
     return "fixed_params" not in system_attrs and "failed_trial" not in system_attrs
+
+
+#: Optuna's trial states as the benchmark's verdicts (metrics.Verdict's values)
+_OPTUNA_VERDICT = {"COMPLETE": "decided", "PRUNED": "decided", "FAIL": "gave_up",
+                   "RUNNING": "live", "WAITING": "live"}
+
+
+def lineage_verdicts(trials: Iterable[tuple[int, str, int | None]]) -> dict[str, str]:
+    """The study's final word on each work-log trial ``t<lineage>``, from ``(number,
+    state, retried_trial_number)`` of every Optuna trial: decided once any trial of the
+    lineage was COMPLETE or PRUNED (the pruner's decision stands though the worker died
+    after); else its newest trial's state: RUNNING/WAITING (a retry enqueued or taken)
+    live, FAIL with no retry after it (``MAX_RETRY`` spent) given up."""
+    newest: dict[int, tuple[int, str]] = {}
+    decided: set[int] = set()
+    for number, state, root in trials:
+        lineage = number if root is None else root
+        if _OPTUNA_VERDICT.get(state) == "decided":
+            decided.add(lineage)
+        if lineage not in newest or number > newest[lineage][0]:
+            newest[lineage] = (number, state)
+    return {f"t{lin}": "decided" if lin in decided else _OPTUNA_VERDICT.get(state, "live")
+            for lin, (_, state) in newest.items()}
 
 
 def peers_pythonpath() -> str:
@@ -238,6 +262,8 @@ class OptunaRunner:
                 capture_output=True, text=True, check=False, timeout=300, cwd="/tmp")
             facts["study"] = json.loads(res.stdout) if res.returncode == 0 \
                 else {"error": res.stderr[-1000:]}
+            # the per-trial verdicts (metrics.trial_fates) out of the study's summary
+            facts["verdicts"] = facts["study"].pop("verdicts", None)
         except (subprocess.TimeoutExpired, ValueError) as exc:
             facts["study"] = {"error": str(exc)}
         return facts

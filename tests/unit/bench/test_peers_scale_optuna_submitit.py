@@ -101,3 +101,28 @@ def test_only_a_trial_optuna_sampled_itself_is_left_unrun() -> None:
     assert not is_sampled({"fixed_params": {"curve": 3}})               # enqueued draw
     assert not is_sampled({"failed_trial": 4, "retry_history": [4]})     # a retry
     assert is_sampled({})                                               # from the sampler
+
+
+# (case, Optuna trials as (number, state, retried_trial_number), the lineages' verdicts)
+LINEAGES = [
+    ("pruned", [(0, "PRUNED", None)], {"t0": "decided"}),
+    ("preempted, its retry waiting", [(3, "FAIL", None), (9, "WAITING", 3)], {"t3": "live"}),
+    ("retried twice, the second retry running",
+     [(3, "FAIL", None), (9, "FAIL", 3), (12, "RUNNING", 3)], {"t3": "live"}),
+    ("retry completed", [(3, "FAIL", None), (9, "COMPLETE", 3)], {"t3": "decided"}),
+    ("pruned, then a stray retry failed", [(3, "PRUNED", None), (9, "FAIL", 3)],
+     {"t3": "decided"}),
+    ("retries spent", [(3, "FAIL", None), (9, "FAIL", 3)], {"t3": "gave_up"}),
+    ("killed, stale at the end", [(4, "RUNNING", None)], {"t4": "live"}),
+]
+
+
+@pytest.mark.parametrize(("trials", "want"), [c[1:] for c in LINEAGES],
+                         ids=[c[0] for c in LINEAGES])
+def test_optuna_lineage_verdicts(trials: list[tuple[int, str, int | None]],
+                                 want: dict[str, str]) -> None:
+    from bench.peers_scale.metrics import Verdict
+    from bench.peers_scale.peer_optuna import lineage_verdicts
+    got = lineage_verdicts(trials)
+    assert got == want
+    assert all(Verdict(v) for v in got.values())
