@@ -139,10 +139,27 @@ class SubmititRunner:
             except subprocess.TimeoutExpired:
                 p.kill()
         state = self._state()
-        return {"driver_starts": state.get("starts", 0), "done": state.get("done", False),
+        return {"verdicts": driver_verdicts(state),
+                "driver_starts": state.get("starts", 0), "done": state.get("done", False),
                 "rung": state.get("rung"), "best": state.get("best"),
                 "jobs_per_rung": {r: len(j) for r, j in state.get("jobs", {}).items()},
                 "resubmits": state.get("resubmits", {})}
+
+
+def driver_verdicts(state: dict[str, Any]) -> dict[str, str]:
+    """The driver's final word on each work-log trial ``t<i>`` (metrics.Verdict's values),
+    from its state file: a trial's newest rung decides -- its loss there recorded: decided
+    (promoted or not: the driver's halving took its result); ``inf``: the driver gave up
+    on it (its resubmits spent, a job that failed again); no loss yet: live (its job is
+    queued, running or requeued, the driver waits for it)."""
+    out: dict[str, str] = {}
+    for rung in sorted(state.get("jobs", {}), key=int):
+        losses = state.get("losses", {}).get(rung, {})
+        for i in state["jobs"][rung]:
+            loss = losses.get(i)
+            out[f"t{i}"] = "live" if loss is None else \
+                "gave_up" if float(loss) == float("inf") else "decided"
+    return out
 
 
 RUNNERS = {"submitit": SubmititRunner}

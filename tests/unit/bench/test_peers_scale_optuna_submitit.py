@@ -126,3 +126,20 @@ def test_optuna_lineage_verdicts(trials: list[tuple[int, str, int | None]],
     got = lineage_verdicts(trials)
     assert got == want
     assert all(Verdict(v) for v in got.values())
+
+
+def test_submitit_driver_verdicts() -> None:
+    """From the driver's state file as it saves it (json: ``inf`` as ``Infinity``): the
+    newest rung of each trial decides."""
+    import json
+
+    from bench.peers_scale.peer_submitit import driver_verdicts
+    state = json.loads(json.dumps({
+        "rung": 1, "alive": [0, 2],
+        "jobs": {"0": {"0": "1_0", "1": "1_1", "2": "1_2", "3": "1_3"},
+                 "1": {"0": "2_0", "2": "2_1"}},
+        "losses": {"0": {"0": 0.1, "1": 0.5, "2": 0.2, "3": float("inf")},
+                   "1": {"2": 0.15}}}))
+    assert driver_verdicts(state) == {"t0": "live", "t1": "decided", "t2": "decided",
+                                      "t3": "gave_up"}
+    assert driver_verdicts({}) == {}
