@@ -290,5 +290,8 @@ class RayTuneRunner:
         if path is not None and path.exists():
             starts = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
         done = self.storage / f"{NAME}.done.json" if self.cell else None
-        return {"jobs": self.jobs, "driver_starts": starts,
-                "done": json.loads(done.read_text()) if done and done.exists() else None}
+        result = json.loads(done.read_text()) if done and done.exists() else None
+        # the verdicts exist only once fit() returned; at a cut metrics.trial_fates
+        # judges from the work log alone
+        return {"jobs": self.jobs, "driver_starts": starts, "done": result,
+                "verdicts": (result or {}).get("verdicts")}

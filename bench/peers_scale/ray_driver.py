@@ -109,12 +109,20 @@ def main() -> None:
                 failure_config=tune.FailureConfig(max_failures=args.max_failures)))
     grid = tuner.fit()
     states: dict[str, int] = {}
+    # each trial's verdict (metrics.Verdict's values), keyed as the work log's trials
+    # (the trial id): ERROR (FailureConfig's retries spent) given up, TERMINATED (ASHA's
+    # stop or the end) decided; a trial that never reported has no id here
+    verdicts: dict[str, str] = {}
     for result in grid:
         key = "error" if result.error else "ok"
         states[key] = states.get(key, 0) + 1
+        if (result.metrics or {}).get("trial_id"):
+            verdicts[str(result.metrics["trial_id"])] = "gave_up" if result.error \
+                else "decided"
     (args.storage / f"{args.name}.done.json").write_text(json.dumps(
         {"at": time.time(), "trials": len(grid), "results": states,
-         "errors": grid.num_errors, "terminated": grid.num_terminated}) + "\n")
+         "errors": grid.num_errors, "terminated": grid.num_terminated,
+         "verdicts": verdicts}) + "\n")
 
 
 if __name__ == "__main__":
