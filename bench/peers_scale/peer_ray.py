@@ -291,7 +291,32 @@ class RayTuneRunner:
             starts = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
         done = self.storage / f"{NAME}.done.json" if self.cell else None
         result = json.loads(done.read_text()) if done and done.exists() else None
-        # the verdicts exist only once fit() returned; at a cut metrics.trial_fates
-        # judges from the work log alone
+        # once fit() returned, its results; at a cut, Tune's last experiment snapshot
+        # (what a restore would resume from)
+        verdicts = (result or {}).get("verdicts")
+        if verdicts is None and self.cell is not None:
+            verdicts = snapshot_verdicts(self.storage / NAME)
         return {"jobs": self.jobs, "driver_starts": starts, "done": result,
-                "verdicts": (result or {}).get("verdicts")}
+                "verdicts": verdicts}
+
+
+#: Tune's trial statuses as the benchmark's verdicts (metrics.Verdict's values)
+_RAY_VERDICT = {"TERMINATED": "decided", "ERROR": "gave_up"}
+
+
+def snapshot_verdicts(experiment: Path) -> dict[str, str] | None:
+    """Each trial's verdict from Tune's newest ``experiment_state-*.json`` under
+    ``experiment`` (its periodic snapshot, what ``Tuner.restore`` resumes from): a
+    TERMINATED trial decided, ERROR given up (``FailureConfig``'s retries spent), PENDING,
+    RUNNING or PAUSED live. None when there is no snapshot. A snapshot can be seconds
+    old: a trial ended after it reads live, but the work log's end decides it first."""
+    snaps = sorted(experiment.glob("experiment_state-*.json"))
+    if not snaps:
+        return None
+    try:
+        data = json.loads(snaps[-1].read_text())
+        trials = [json.loads(entry[0]) for entry in data["trial_data"]]
+        return {str(t["trial_id"]): _RAY_VERDICT.get(str(t["status"]), "live")
+                for t in trials}
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None

@@ -84,3 +84,26 @@ def test_a_multirun_that_crashed_is_a_stopped_search_a_person_runs_again(
     (runner.sweep_dir).mkdir()
     (runner.sweep_dir / "optimization_results.yaml").write_text("best: 0.1\n")
     assert runner.finished() and runner.operator_check() is None
+
+
+def test_ray_snapshot_verdicts(tmp_path: Path) -> None:
+    """Tune's newest experiment snapshot, as Ray 2.60 writes it (trial_data: pairs of a
+    trial's JSON and its run metadata), read as verdicts; an older snapshot is ignored."""
+    import json
+
+    from bench.peers_scale.metrics import Verdict
+    from bench.peers_scale.peer_ray import snapshot_verdicts
+    assert snapshot_verdicts(tmp_path) is None
+
+    def snap(name: str, statuses: dict[str, str]) -> None:
+        data = {"trial_data": [[json.dumps({"trial_id": t, "status": st}), "{}"]
+                               for t, st in statuses.items()], "runner_data": {}}
+        (tmp_path / f"experiment_state-{name}.json").write_text(json.dumps(data))
+
+    snap("2026-12-02_13-25-13", {"a_0": "RUNNING", "a_1": "RUNNING"})
+    snap("2026-12-02_13-30-41", {"a_0": "TERMINATED", "a_1": "ERROR", "a_2": "PENDING",
+                                 "a_3": "PAUSED", "a_4": "RUNNING"})
+    got = snapshot_verdicts(tmp_path)
+    assert got == {"a_0": "decided", "a_1": "gave_up", "a_2": "live", "a_3": "live",
+                   "a_4": "live"}
+    assert all(Verdict(v) for v in got.values())
