@@ -354,8 +354,7 @@ def fate_figures(work: Sequence[TrialWork], fates: Mapping[str, Fate]) -> dict[s
 
     by = {f: sum(fates.get(t.trial) is f for t in work) for f in Fate}
     return {"trials_lost": by[Fate.LOST], "trials_unfinished": by[Fate.UNFINISHED],
-            "trials_decided_by_system": sum(not t.decided and fates.get(t.trial)
-                                            is Fate.DECIDED for t in work),
+            "trials_decided_by_system": sum(t.decided_elsewhere for t in work),
             "gpu_hours_lost": round(hours(Fate.LOST) + hours(Fate.DECIDED), 5),
             "gpu_hours_unfinished": hours(Fate.UNFINISHED)}
 

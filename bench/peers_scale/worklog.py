@@ -98,6 +98,9 @@ class TrialWork:
     lost_s: float
     #: how the trial's last run ended (None: it wrote no ``end``: killed, or still running)
     last_end: EndReason | None = None
+    #: decided by the system's record, not by its last run's end (``count_work``'s
+    #: ``decided``)
+    decided_elsewhere: bool = False
 
 
 @dataclass
@@ -174,7 +177,8 @@ def count_trial(trial: str, runs: list[_Run], decided_elsewhere: bool = False) -
                 lost_s += seconds
     return TrialWork(trial=trial, decided=decided, runs=len(runs), executed=executed,
                      useful=len(useful), redone=redone, lost=lost, executed_s=executed_s,
-                     redone_s=redone_s, lost_s=lost_s, last_end=runs[-1].end)
+                     redone_s=redone_s, lost_s=lost_s, last_end=runs[-1].end,
+                     decided_elsewhere=decided and runs[-1].end not in DECIDED)
 
 
 @dataclass(frozen=True)

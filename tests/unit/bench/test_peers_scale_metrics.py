@@ -256,9 +256,11 @@ def test_a_cell_holds_item_8s_fields_and_the_fault_counts() -> None:
 
 
 # ------------------------------------------------------------------ trial fates (issue 48)
-def _tw(trial: str, decided: bool, last_end: str | None, lost_s: float = 0.0) -> TrialWork:
-    return TrialWork(trial=trial, decided=decided, runs=1, executed=1, useful=0, redone=0,
-                     lost=1, executed_s=lost_s, redone_s=0.0, lost_s=lost_s,
+def _tw(trial: str, decided: bool, last_end: str | None, lost_s: float = 0.0,
+        elsewhere: bool = False) -> TrialWork:
+    return TrialWork(trial=trial, decided=decided or elsewhere, runs=1, executed=1,
+                     useful=0, redone=0, lost=1, executed_s=lost_s, redone_s=0.0,
+                     lost_s=lost_s, decided_elsewhere=elsewhere,
                      last_end=None if last_end is None else EndReason(last_end))
 
 
@@ -300,7 +302,7 @@ def test_trial_fates(decided: bool, last_end: str | None, finished: bool, runnin
 
 def test_fate_figures_split_trials_and_hours() -> None:
     work = [_tw("a", True, "completed", 36.0), _tw("b", False, None, 360.0),
-            _tw("c", False, "preempted", 720.0), _tw("d", False, None, 72.0)]
+            _tw("c", False, "preempted", 720.0), _tw("d", False, None, 72.0, elsewhere=True)]
     fates = {"a": Fate.DECIDED, "b": Fate.LOST, "c": Fate.UNFINISHED, "d": Fate.DECIDED}
     assert fate_figures(work, fates) == {
         "trials_lost": 1, "trials_unfinished": 1, "trials_decided_by_system": 1,

@@ -113,4 +113,6 @@ def test_a_trial_the_system_decided_keeps_its_killed_last_run() -> None:
     (alone,) = count_work(records).trials
     (told,) = count_work(records, decided={"216"}).trials
     assert (alone.decided, alone.useful, alone.lost, alone.last_end) == (False, 0, 3, None)
-    assert (told.decided, told.useful, told.lost) == (True, 3, 0)
+    assert (told.decided, told.useful, told.lost, told.decided_elsewhere) == (True, 3, 0, True)
+    (done,) = count_work(run("216", "a", R(1, 4), end="stopped"), decided={"216"}).trials
+    assert done.decided and not done.decided_elsewhere
