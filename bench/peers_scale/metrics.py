@@ -390,6 +390,8 @@ def cell_summary(runs: Sequence[Mapping[str, Any]], timeout_s: float) -> dict[st
             "trials_lost": sum(int(r["trials_lost"]) for r in runs),
             "trials_unfinished_at_timeout": sum(int(r.get("trials_unfinished", 0))
                                                 for r in runs),
+            "trials_decided_by_system": sum(int(r.get("trials_decided_by_system", 0))
+                                            for r in runs),
             "gpu_hours_allocated": round(sum(float(r["gpu_hours_allocated"]) for r in runs), 4),
             "useful_pct_median": med("useful_pct"),
             "gpu_hours_redone": round(sum(float(r["gpu_hours_redone"]) for r in runs), 4),
