@@ -314,7 +314,8 @@ def run_cell(system: str, seed: int, with_faults: bool, args: argparse.Namespace
                            "refused": sum(b["refused"] for b in bg.submitted),
                            "gpu_hours": round(sum(mx.gpu_hours(bg_sacct).values()), 4)},
             "sacct_runs": sacct, "regret_curve": mx.regret_curve(vals, t0, best),
-            "work": [w.__dict__ for w in work.trials], "worklog": str(cell.worklog)}
+            "work": [{**w.__dict__, "last_end": w.last_end and w.last_end.value}
+                     for w in work.trials], "worklog": str(cell.worklog)}
 
 
 def until(records: list[dict[str, Any]], ended: float) -> list[dict[str, Any]]:
