@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import NoReturn
 
 from dethpc.common.jobenv import ENV_DETERMINED_ALIAS
 
@@ -218,16 +219,22 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], cwd: str, log: Path) -> t
         except BaseException:  # before the trial ran (a bad cwd, an unwritable log)
             traceback.print_exc()
         finally:
-            try:
-                sys.stdout.flush()
-                sys.stderr.flush()
-            finally:
-                os._exit(code & 0xFF if code >= 0 else 1)
+            _leave(code)
     os.close(write_fd)
     os.read(read_fd, 1)   # the child's code is about to run (or it exec'ed / died)
     started = time.perf_counter() - t0
     os.close(read_fd)
     return pid, started
+
+
+def _leave(code: int) -> NoReturn:  # pragma: no cover - runs in a forked child
+    """End a forked child: its output flushed, ``code`` as its exit status (a negative
+    one as 1), without the parent's atexit handlers or buffers (``os._exit``)."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code & 0xFF if code >= 0 else 1)
 
 
 def call(entry: str) -> None:
@@ -278,11 +285,7 @@ def prepare(calls: Sequence[str]) -> Spare:
         except BaseException:
             traceback.print_exc()
         finally:
-            try:
-                sys.stdout.flush()
-                sys.stderr.flush()
-            finally:
-                os._exit(code & 0xFF if code >= 0 else 1)
+            _leave(code)
     os.close(cmd_r)
     os.close(st_w)
     return Spare(pid=pid, send_fd=cmd_w, started_fd=st_r)
