@@ -45,9 +45,20 @@ def test_workers_no_more_than_the_work_and_idle_ones_leave(home, tmp_path):
     run_dir = Path(json.loads(cli("experiment", "describe", exp, "--json").stdout)["run_dir"])
     pool = queue.WorkerPoolPaths.of_run_dir(run_dir)
 
-    def rung_judged() -> bool:    # every first run ended or waits at step 8 on the hold
-        return len(list(pool.results.glob("**/*.json"))) + len(
-            queue.active_leases(pool)) >= 4 and len(queue.active_leases(pool)) < 4
+    def at_hold() -> int:     # runs past their rung that wait at step 8 on the hold
+        return sum(1 for m in (run_dir / "trials").glob("*/metrics.jsonl")
+                   if any(json.loads(line).get("kind") == "training"
+                          and json.loads(line).get("steps") == 8
+                          for line in m.read_text().splitlines() if line.strip()))
+
+    def rung_judged() -> bool:
+        # every run either ended (ASHA stopped it at its rung: its lease is gone) or waits
+        # at step 8 on the hold, holding its lease until the hold goes. A run still
+        # waiting for its rung's verdict holds a lease but is not at the hold yet: the
+        # count is taken only once there is none (taking it earlier raced that verdict:
+        # a lease counted held was handed back by the stop a moment later)
+        leases = len(queue.active_leases(pool))
+        return leases < 4 and leases == at_hold()
 
     try:
         wait_for(rung_judged, timeout=120, what="ASHA stopping trials at its first rung")
