@@ -72,7 +72,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
 from bench.peers_scale.emulator import STATE_FILE, EmulatorSpec, TrialEmulator, load_curves
-from bench.peers_scale.peer_optuna import is_sampled, lineage_verdicts, take_another
+from bench.peers_scale.peer_optuna import CUT, is_sampled, lineage_verdicts, take_another
 from bench.peers_scale.worklog import EndReason, WorkLog
 
 _flag: dict[str, Any] = {"signal": None, "at": 0.0}
@@ -197,6 +197,9 @@ def requeue_self(cfg: dict[str, Any], started: float) -> None:
     end of the grace time, and one that left before is over (seen: TIMEOUT, not
     requeued, its trial's retry left waiting). A failure is printed, not raised."""
     if _flag["signal"] is None:
+        return
+    if (Path(sys.argv[1]).parent / CUT).exists():
+        print("the cell is over (its cut marker is there): no requeue", flush=True)
         return
     limit_s = float(cfg["time_limit_min"]) * 60
     near_limit = _flag["at"] - started >= limit_s - float(cfg["signal_s"]) - 60

@@ -149,6 +149,12 @@ exec {q(SYSTEM_PYTHON)} -m bench.peers_scale.optuna_worker {q(str(config))}
 """
 
 
+#: written next to the workers' config by the runner at the cell's cut: a worker
+#: signalled after it leaves instead of requeueing its task (optuna_worker.requeue_self;
+#: the teardown is the benchmark's, not Optuna's: tasks requeued at the cut kept the
+#: queue busy ~120 s a cell in the quick run at 442d6e5)
+CUT = "cut"
+
 @dataclass
 class OptunaRunner:
     kind: str                       # "rdb" or "journal"
@@ -245,6 +251,26 @@ class OptunaRunner:
         self._finished = gone
         return gone
 
+    def _end_array(self, timeout: float = 60.0) -> None:
+        """At a cut, the array's workers SIGKILLed (as root, as the driver's clear_queue
+        does) before the study is read: read while 64 workers still wrote to it, the
+        summary took 122-124 s a cell (the quick run at 442d6e5, RDB and journal alike);
+        the workers' RUNNING trials stay RUNNING in the study (unfinished at the cut)."""
+        if self._finished or not self.array_id:
+            return
+        assert self.cell is not None
+        (self.dir / CUT).touch()        # a signalled worker leaves without a requeue
+        for cmd in (["scancel", "--signal=KILL", "--full", self.array_id],
+                    ["scancel", self.array_id]):
+            subprocess.run(cmd, env=self.cell.env, capture_output=True, check=False,
+                           timeout=60, cwd="/tmp")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._last_poll = 0.0
+            if self.finished():
+                return
+            time.sleep(0.5)
+
     def kill_login(self) -> str | None:
         return None                 # Optuna runs nothing on the login node
 
@@ -254,6 +280,7 @@ class OptunaRunner:
     def stop(self) -> dict[str, Any]:
         assert self.cell is not None
         facts: dict[str, Any] = {"array": self.array_id, "storage": self.kind}
+        self._end_array()
         try:               # read as root: not the user's login CPU
             res = subprocess.run(
                 [SYSTEM_PYTHON, "-m", "bench.peers_scale.optuna_worker",
