@@ -9,7 +9,7 @@ Layout::
     <runs_root>/<experiment-id>/
       config.yaml  context/  arrays/<batch>.sbatch
       trials/<trial-id>/
-        hparams.json  target.json  job.sbatch  slurm-%A_%a.out
+        hparams.json  target.json  job.sbatch (not for a pool trial)  slurm-%A_%a.out
         metrics.jsonl  checkpoints/<uuid>/  exits.jsonl  stop  heartbeat  ranks/<rank>.json
         trial-metadata.json  tensorboard/
         checkpoints/.tmp-<uuid>/      (being written)  checkpoints/.deleted-<uuid>/  (being deleted)
