@@ -197,12 +197,9 @@ def test_the_daemons_cancels_count_as_actions_for_the_poll(tmp_path: Path) -> No
     assert daemon.poller.actions() == before + 1
 
 
-def test_a_worker_read_pending_by_an_older_poll_is_not_cancelled(tmp_path: Path) -> None:
-    """The pool's plan cancels a surplus worker that has not started. On states the last
-    poll gave (``fresh`` False) that worker may be running a trial by now (f19 of this
-    change: a run got TERM and counted as preempted), so the cancel waits for a poll of
-    its own: none now, and the daemon's count of put-off cancels makes the next tick
-    poll."""
+def pool_world(tmp_path: Path) -> World:
+    """A pool experiment: its worker array ``9`` of 2 tasks submitted, one trial's item
+    live in the queue (an ITEMS batch)."""
     from dethpc.common import worker_queue as queue
     w = world(tmp_path, slurm={"workers": 2})
     queue.WorkerPoolPaths.of_run_dir(Path(w.experiment().run_dir)).create()
@@ -216,6 +213,16 @@ def test_a_worker_read_pending_by_an_older_poll_is_not_cancelled(tmp_path: Path)
         assert b is not None
         b.kind = BatchKind.ITEMS
         s.add(b)
+    return w
+
+
+def test_a_worker_read_pending_by_an_older_poll_is_not_cancelled(tmp_path: Path) -> None:
+    """The pool's plan cancels a surplus worker that has not started. On states the last
+    poll gave (``fresh`` False) that worker may be running a trial by now (f19 of this
+    change: a run got TERM and counted as preempted), so the cancel waits for a poll of
+    its own: none now, and the daemon's count of put-off cancels makes the next tick
+    poll."""
+    w = pool_world(tmp_path)
     infos = {"9_0": JobInfo(ref="9_0", state=JobState.RUNNING),
              "9_1": JobInfo(ref="9_1", state=JobState.PENDING)}
     tender = worker_pools(w)
@@ -234,21 +241,9 @@ def test_tending_a_pool_with_the_ticks_config_builds_no_row_objects(tmp_path: Pa
     ended is still marked so."""
     from sqlalchemy import event
 
-    from dethpc.common import worker_queue as queue
     from dethpc.control.resolved import Resolved
     from dethpc.store.models import Experiment, Job
-    w = world(tmp_path, slurm={"workers": 2})
-    queue.WorkerPoolPaths.of_run_dir(Path(w.experiment().run_dir)).create()
-    with w.store.session() as s:
-        s.add(Batch(experiment_id=w.exp_id, name="w", size=2, kind=BatchKind.WORKERS,
-                    state=BatchState.SUBMITTED, array_job_id="9"))
-    trials = w.add_trials(1, needs_job=False)
-    batch = w.add_batch(trials, name="items", ref=item_ref(w.exp_id, "t1-s0"), live=True)
-    with w.store.session() as s:
-        b = s.get(Batch, batch)
-        assert b is not None
-        b.kind = BatchKind.ITEMS
-        s.add(b)
+    w = pool_world(tmp_path)
     resolved = Resolved.of(w.experiment(), w.cluster)
     infos = {"9_0": JobInfo(ref="9_0", state=JobState.RUNNING),
              "9_1": JobInfo(ref="9_1", state=JobState.RUNNING)}
