@@ -28,7 +28,7 @@ from dethpc.control.daemon.submit import (
 from dethpc.control.daemon.throttles import sync_throttles, throttle_changes, throttle_for
 from dethpc.control.worker_pool_tend import WorkerPoolTender
 from dethpc.jobs.render import make_env
-from dethpc.store.models import Batch, BatchState, Experiment, ExperimentState, Job
+from dethpc.store.models import Batch, BatchState, Experiment, ExperimentState, Job, Trial
 from tests.unit.control.daemon_kit import CountingGuard, World, world
 
 DOWN = "sbatch: error: Batch job submission failed: Unable to contact slurm controller"
@@ -280,6 +280,20 @@ def test_a_steady_throttle_check_is_one_read(tmp_path: Path) -> None:
     assert w.backend.calls == []
 
 
+def with_trials(tmp_path: Path, n: int) -> tuple[World, Parts, Experiment, list[Trial]]:
+    """A world with ``n`` trials needing a job, its parts, and the experiment and trials
+    as the submit phase reads them (detached rows, by id)."""
+    w = world(tmp_path)
+    w.add_trials(n)
+    parts = Parts(w)
+    with w.store.session() as s:
+        exp = s.get(Experiment, w.exp_id)
+        assert exp is not None
+        trials = list(s.exec(select(Trial).where(Trial.experiment_id == w.exp_id)
+                             .order_by(Trial.id)))  # type: ignore[arg-type]
+    return w, parts, exp, trials
+
+
 def test_pool_items_go_out_without_loading_their_trials_again(tmp_path: Path) -> None:
     """A batch of pool items takes its trials as the submit phase read them: their
     needs_job cleared by one UPDATE, no Trial loaded again in its transaction (issue 47
@@ -290,14 +304,7 @@ def test_pool_items_go_out_without_loading_their_trials_again(tmp_path: Path) ->
     from dethpc.control.reconcile import load_config
     from dethpc.store.models import Trial
 
-    w = world(tmp_path)
-    w.add_trials(3)
-    parts = Parts(w)
-    with w.store.session() as s:
-        exp = s.get(Experiment, w.exp_id)
-        assert exp is not None
-        trials = list(s.exec(select(Trial).where(Trial.experiment_id == w.exp_id)
-                             .order_by(Trial.id)))  # type: ignore[arg-type]
+    w, parts, exp, trials = with_trials(tmp_path, 3)
     loaded: list[object] = []
 
     def on_load(target: object, _ctx: object) -> None:
@@ -324,16 +331,8 @@ def test_a_pool_trial_gets_its_files_but_no_job_script(tmp_path: Path) -> None:
     daemon does not render it (issue 47 item 2). A trial of a job batch still gets one."""
     from dethpc.common.paths import ExperimentPaths
     from dethpc.control.reconcile import load_config
-    from dethpc.store.models import Trial
 
-    w = world(tmp_path)
-    w.add_trials(2)
-    parts = Parts(w)
-    with w.store.session() as s:
-        exp = s.get(Experiment, w.exp_id)
-        assert exp is not None
-        trials = list(s.exec(select(Trial).where(Trial.experiment_id == w.exp_id)
-                             .order_by(Trial.id)))  # type: ignore[arg-type]
+    w, parts, exp, trials = with_trials(tmp_path, 2)
     assert parts.worker_pools.submit_items(exp, load_config(exp), trials[:1]) == 1
     paths = ExperimentPaths(Path(exp.run_dir))
     pooled = paths.trial(trials[0].id or 0)
