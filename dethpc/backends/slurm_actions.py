@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 from dethpc.backends.base import JobAction
 from dethpc.common.errors import CommandError
+from dethpc.common.jobref import canonical_ref, format_array
 from dethpc.common.runner import CommandRunner
 
 log = logging.getLogger(__name__)
@@ -61,29 +62,15 @@ def grouped(refs: Sequence[str]) -> list[str]:
             out.append(r)
         elif task[0] not in done:
             done.add(task[0])
-            out.append(f"{task[0]}_[{_ranges(sorted(set(tasks[task[0]])))}]")
+            out.append(f"{task[0]}_[{format_array(tasks[task[0]])}]")
     return out
 
 
 def _task(ref: str) -> tuple[str, int] | None:
-    """``("123", 4)`` for an array task's ref ``123_4``; None for any other ref."""
-    base, sep, task = ref.partition("_")
-    if sep and base.isascii() and base.isdigit() and task.isascii() and task.isdigit():
-        return base, int(task)
-    return None
-
-
-def _ranges(indices: list[int]) -> str:
-    """Sorted distinct indices as Slurm's array spec: ``[1, 2, 3, 7]`` -> ``1-3,7``."""
-    parts: list[str] = []
-    start = prev = indices[0]
-    for i in indices[1:]:
-        if i != prev + 1:
-            parts.append(str(start) if start == prev else f"{start}-{prev}")
-            start = i
-        prev = i
-    parts.append(str(start) if start == prev else f"{start}-{prev}")
-    return ",".join(parts)
+    """``("123", 4)`` for an array task's ref ``123_4`` (``canonical_ref``); None for any
+    other ref."""
+    job = canonical_ref(ref)
+    return None if job is None or job.task is None else (job.base, job.task)
 
 
 def steps_argv(refs: Sequence[str]) -> list[str]:
