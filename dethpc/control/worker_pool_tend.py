@@ -45,6 +45,7 @@ from dethpc.control import worker_pool_view as view
 from dethpc.control.bad_nodes import exclusion
 from dethpc.control.reconcile import load_config
 from dethpc.control.resolved import Resolved
+from dethpc.control.run_dirs import RunDirs
 from dethpc.control.submission import BatchLedger, RefusalPolicy, Submission, record_batch
 from dethpc.jobs.directives import run_limits
 from dethpc.jobs.worker_pool_items import work_item, worker_pool_problem
@@ -148,8 +149,8 @@ class WorkerPoolTender:
         self.cancels_put_off = 0
         #: the worker tasks the last ``worker_refs`` named (the tick's poll asks about them)
         self.polled_workers: frozenset[str] = frozenset()
-        #: each experiment's pool directory (its run directory never changes once set)
-        self._pool_paths: dict[int, queue.WorkerPoolPaths] = {}
+        #: each experiment's run directory (it never changes once set), read once
+        self._run_dirs = RunDirs(store)
 
     def enabled(self, cfg: ExperimentConfig, kind: ExperimentKind,
                 wp: WorkerPool | None = None) -> bool:
@@ -193,18 +194,8 @@ class WorkerPoolTender:
         """Each experiment's pool directory; read from its row once (an experiment's run
         directory is set when it is created and never changes: the poll of its items
         each tick read the row again)."""
-        out = {e: self._pool_paths[e] for e in exp_ids if e in self._pool_paths}
-        missing = [e for e in exp_ids if e not in out]
-        if missing:
-            with self.store.read() as s:
-                for exp_id, run_dir in s.exec(select(Experiment.id, Experiment.run_dir).where(
-                        col(Experiment.id).in_(missing))):
-                    if exp_id is None:
-                        continue
-                    out[exp_id] = queue.WorkerPoolPaths.of_run_dir(Path(run_dir))
-                    if run_dir:   # kept once set
-                        self._pool_paths[exp_id] = out[exp_id]
-        return out
+        return {e: queue.WorkerPoolPaths.of_run_dir(Path(d))
+                for e, d in self._run_dirs.of(exp_ids).items()}
 
     # ------------------------------------------------------------------ items
     def submit_items(self, exp: Experiment, cfg: ExperimentConfig, trials: list[Trial], *,

@@ -25,15 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import bindparam
-from sqlmodel import Session, col, select
+from sqlmodel import col, select
 
 from dethpc.backends.base import JobState
 from dethpc.common.paths import METRICS_FILE, ExperimentPaths
 from dethpc.common.worker_queue import WorkerPoolPaths
 from dethpc.config.model import ClusterConfig
 from dethpc.control.daemon.shared import Scope
+from dethpc.control.run_dirs import RunDirs
 from dethpc.store import Store
-from dethpc.store.models import Experiment, IngestOffset, Job
+from dethpc.store.models import IngestOffset, Job
 
 #: the fast path between ticks: experiment id -> its trials whose metrics file grew;
 #: answers whether anything changed
@@ -98,7 +99,7 @@ class Watcher:
         self.pool_dirs: list[Path] = []
         self.pool_marks: dict[Path, int] = {}
         #: the run directory of each experiment with live jobs, read once
-        self._run_dirs: dict[int, str] = {}
+        self._run_dirs = RunDirs(store)
         # each tick's reads, built once (issue 47 item 2): the running jobs' trials, the
         # experiments with live jobs, and the ingested offsets of ``trials``
         self._running = scope.mine(select(Job.trial_id, Job.experiment_id).where(
@@ -183,9 +184,9 @@ class Watcher:
             if not live_exps:
                 self.watch, self.pool_dirs = {}, []
                 return
-            run_dirs = self._run_dirs_of(s, live_exps)
             offsets = {trial_id: offset for trial_id, offset in s.exec(
                 self._offsets, params={"trials": list(trial_exp)})}
+        run_dirs = self._run_dirs.of(live_exps)
         self.watch = {
             trial_id: Watched(exp_id, ExperimentPaths(Path(run_dirs[exp_id]))
                               .trial(trial_id).metrics, offsets.get(trial_id, 0))
@@ -195,20 +196,6 @@ class Watcher:
         for r, mtime in _mtimes(r for r in self.pool_dirs
                                 if r not in self.pool_marks).items():
             self.pool_marks[r] = mtime       # a pool first seen now: from now on
-
-    def _run_dirs_of(self, s: Session, exp_ids: set[int]) -> dict[int, str]:
-        """Each experiment's run directory, read from its row once (set when the
-        experiment is created, it never changes)."""
-        out = {e: self._run_dirs[e] for e in exp_ids if e in self._run_dirs}
-        missing = [e for e in exp_ids if e not in out]
-        if missing:
-            for exp_id, run_dir in s.exec(select(Experiment.id, Experiment.run_dir).where(
-                    col(Experiment.id).in_(missing))):
-                if exp_id is not None:
-                    out[exp_id] = run_dir
-                    if run_dir:   # kept once set
-                        self._run_dirs[exp_id] = run_dir
-        return out
 
     def woken(self) -> bool:
         """Whether a client touched the wake file since the last tick began (one stat)."""
