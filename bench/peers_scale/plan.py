@@ -23,8 +23,18 @@ reference is expected to take its fault cell's time (faults only slow a search: 
 bound). The small cell (bench/peers: real CNN training, 32 trials, 2 at once, one
 invocation per fault mode) is expected to take, per seed and mode, its cells' median
 walls in ``bench/results/peers.json`` (at most its cell timeout) plus its driver's
-per-cell overhead.
-Pure: no clock, no Slurm, no files (the caller reads the reference runs).
+per-cell overhead (``Costs.small_cell_s``), plus once per invocation its start and end.
+bench/peers reads a search's jobs as its watcher user (``dethpc-user``: the wait for an
+Optuna or Ray search's array, the check for an empty queue, ``sacct``). Where that user
+does not exist (``Regime.small_watcher`` False: it is created by the Slurm tests'
+``ensure_user``, not by the dev cluster's ``up``) every command as that user prints nothing:
+the Optuna and Ray cells' wait ends at once, and every cell's ``sacct`` poll waits its
+whole 120 s timeout for rows that never come (``Costs.small_blind_s``). The full table
+of 3b8f039 ran so: its small cell took 77.2 minutes where 28.6 were planned, each of
+its 30 cells 119-122 s longer than its search (bench/results/peers_scale.json, and the
+cluster's own sacct of the cells).
+Pure: no clock, no Slurm, no files (the caller reads the reference runs and whether the
+watcher exists).
 """
 
 from __future__ import annotations
@@ -45,35 +55,63 @@ STEP_SHARE = 0.4
 FAULTS = "+faults"
 
 
-#: the teardown of the systems whose stop waits on a login-side process (Hydra's
-#: multirun, submitit's driver: up to 30 s each), measured with the SIGKILL teardown
-#: (peers_scale_budget.json: 31.5 and 23.0 s after a 70 s plain cell), and Ray's (its
-#: allocation's scancel): the quick run's gap after its TIMEOUT, 31.7 s, measured before
-#: the SIGKILL teardown (an upper bound until measured with it)
-PEER_TEARDOWN_S: dict[str, float] = {"hydra-optuna": 32.0, "submitit": 24.0,
-                                     "ray-tune": 32.0}
+#: a cell's teardown where the system's own stop is slower than the driver's (Hydra's
+#: multirun and submitit's driver: their runner's SIGTERM, up to 30 s; Ray's allocation),
+#: keyed by cell (``system`` or ``system+faults``; a system's plain figure stands for its
+#: fault cell when that has none): the median of the 3 seeds of the full table at
+#: 3b8f039 (bench/results/peers_scale.json ``phases.teardown_s``), rounded up. In a fault
+#: cell the crashes and the login kill have often ended the peer's own process already
+#: (Ray 1.2-1.7 s, Hydra 11.6-21.3 s, submitit 5.5-30.7 s)
+PEER_TEARDOWN_S: dict[str, float] = {"hydra-optuna": 31.0, "hydra-optuna+faults": 22.0,
+                                     "submitit": 22.0, "submitit+faults": 11.0,
+                                     "ray-tune": 31.0, "ray-tune+faults": 2.0}
+#: the small cell's systems whose end bench/peers reads through its watcher's squeue
+#: (``wait_jobs_gone`` on the array / the allocation): blind, they end at once
+SMALL_WATCHED_END = frozenset({"optuna", "ray"})
 
 
 @dataclass(frozen=True)
 class Costs:
-    """Seconds a cell costs outside its search (the driver's own work). Defaults: the
-    most of the two cells measured for the budget (bench/results/
-    peers_scale_budget.json, dethpc-pool plain and with faults: set-up 1.8 / 3.7 s, the
-    background's first jobs and the launch until the first sbatch; teardown 7.6 / 5.7 s,
-    the injector's, the system's and the samplers' stops, clearing the queue, sacct and
-    the work count), rounded up; ``teardown_by_system`` where a system's own stop is
-    slower (``PEER_TEARDOWN_S``)."""
+    """Seconds a cell costs outside its search (the driver's own work). Defaults: the full
+    table at 3b8f039 (bench/results/peers_scale.json, 42 cells' ``phases``): set-up plus
+    the search loop's overrun of its timeout (its 1 s poll), median 1.05 s (max 2.0);
+    teardown (the injector's, the system's and the samplers' stops, clearing the queue,
+    sacct and the work count) 3.8-6.8 s for dethpc and Optuna, rounded up;
+    ``teardown_by_system`` where a system's own stop is slower (``PEER_TEARDOWN_S``,
+    keyed by cell or system)."""
 
-    setup_s: float = 4.0
-    teardown_s: float = 8.0
+    setup_s: float = 1.0
+    teardown_s: float = 6.0
     teardown_by_system: Mapping[str, float] = field(
         default_factory=lambda: dict(PEER_TEARDOWN_S))
-    #: bench/peers' driver per cell (waits for an empty queue, sacct's polls, daemons):
-    #: 2.4 s measured (one plain seed: 336 s for cells that ended after 321 s in all)
-    small_cell_s: float = 5.0
+    #: bench/peers' driver a cell, its watcher present: the wait for the last jobs to
+    #: leave after a timeout, the poll for their sacct rows, the empty-queue check and
+    #: sdiag: 7.0 s measured (one dethpc-per-job cell at its 60 s timeout, 2026-12-02
+    #: 22:34: 67.0 s for the whole invocation, its search 64.5 s of it); a cell that
+    #: ends alone pays less (2.4 s a cell, one plain seed of 6 cells, budget run)
+    small_cell_s: float = 7.0
+    #: ... its watcher missing: bench/peers' ``accounting`` polls sacct to its 120 s
+    #: timeout in every cell (measured 119.0-122.0 s past the search, 30 of 30 cells)
+    small_blind_s: float = 120.0
+    #: ... and the rest of its driver then (the daemon's stop, sdiag): 0-2 s measured
+    small_blind_rest_s: float = 1.0
+    #: once per bench/peers invocation: its start (imports, the first cell's queue
+    #: check) and end (the limit's simulation, versions): ~2 s measured, rounded up
+    small_invocation_s: float = 5.0
 
-    def per_cell_s(self, system: str) -> float:
-        return self.setup_s + self.teardown_by_system.get(system, self.teardown_s)
+    def per_cell_s(self, system: str, faults: bool = False) -> float:
+        by = self.teardown_by_system
+        cell = f"{system}{FAULTS if faults else ''}"
+        return self.setup_s + by.get(cell, by.get(system, self.teardown_s))
+
+    def small_s(self, system: str, wall: float, timeout_s: float, watcher: bool) -> float:
+        """One small cell: its search (``wall``, at most ``timeout_s``) and the driver's
+        seconds around it; without the watcher (module doc) a system whose end is read
+        through it has no search of its own, and every cell pays the sacct timeout."""
+        if watcher:
+            return min(wall, timeout_s) + self.small_cell_s
+        search = 0.0 if system in SMALL_WATCHED_END else min(wall, timeout_s)
+        return search + self.small_blind_s + self.small_blind_rest_s
 
 
 @dataclass(frozen=True)
@@ -89,6 +127,8 @@ class Regime:
     small_modes: Sequence[bool] = (False, True)
     small_systems: Sequence[str] = ("dethpc-pool", "dethpc-per-job", "optuna", "ray",
                                     "submitit", "hydra")
+    #: whether bench/peers' watcher user exists on this machine (module doc)
+    small_watcher: bool = True
     quick: bool = False
 
     @property
@@ -160,6 +200,8 @@ class Plan:
     total_s: float
     budget_s: float
     margin_s: float
+    #: why the small cell is slower than its searches (a missing watcher), or ""
+    small_note: str = ""
 
     @property
     def fits(self) -> bool:
@@ -172,6 +214,7 @@ class Plan:
                 "scale_s": round(sum(c.total_s for c in self.cells)),
                 "cells_to_timeout": sum(c.reaches_timeout for c in self.cells),
                 "small_cells": self.small_cells, "small_s": round(self.small_s),
+                **({"small_note": self.small_note} if self.small_note else {}),
                 "cells": [{"cell": c.cell, "seed": c.seed, "search_s": round(c.search_s),
                            "total_s": round(c.total_s), "to_timeout": c.reaches_timeout}
                           for c in self.cells]}
@@ -183,7 +226,8 @@ class Plan:
                 f" min ({to} expected to run to their timeout) + small cell "
                 f"{self.small_cells} cells {self.small_s / 60:.1f} min = "
                 f"{self.total_s / 60:.1f} min; budget {self.budget_s / 60:.0f} min less "
-                f"{self.margin_s / 60:.0f} min margin: {verdict}")
+                f"{self.margin_s / 60:.0f} min margin: {verdict}"
+                + (f"\n  small cell: {self.small_note}" if self.small_note else ""))
 
 
 def plan(regime: Regime, ref: Reference, costs: Costs | None = None) -> Plan:
@@ -197,7 +241,7 @@ def plan(regime: Regime, ref: Reference, costs: Costs | None = None) -> Plan:
                 d = decided_s(ref, system, faults, regime.time_scale)
                 search = limit if d is None else min(limit, d)
                 cells.append(PlannedCell(f"{system}{FAULTS if faults else ''}", seed, search,
-                                         search + costs.per_cell_s(system),
+                                         search + costs.per_cell_s(system, faults),
                                          d is None or d >= limit))
     small = 0.0
     n_small = 0
@@ -207,8 +251,13 @@ def plan(regime: Regime, ref: Reference, costs: Costs | None = None) -> Plan:
             if wall is None:
                 raise ValueError(f"no small-cell reference for {system} "
                                  f"(faults {faults}): measure one seed first")
-            small += regime.small_seeds * (min(wall, regime.small_timeout_s)
-                                           + costs.small_cell_s)
+            small += regime.small_seeds * costs.small_s(
+                system, wall, regime.small_timeout_s, regime.small_watcher)
             n_small += regime.small_seeds
+        small += costs.small_invocation_s
     total = sum(c.total_s for c in cells) + small
-    return Plan(cells, small, n_small, total, regime.budget_s, regime.margin_s)
+    note = "" if regime.small_watcher or not n_small else (
+        f"bench/peers' watcher user is missing: every cell waits {costs.small_blind_s:.0f} s "
+        "for sacct rows it cannot read (create it as root: python -c 'from "
+        "dethpc.devcluster.users import ensure_user; ensure_user()')")
+    return Plan(cells, small, n_small, total, regime.budget_s, regime.margin_s, note)

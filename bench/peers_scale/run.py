@@ -380,13 +380,16 @@ def versions() -> dict[str, str]:
     return out
 
 
-#: the full run's regime: 42 cells + the small cell in 134.4 of the issue's 150 minutes
-#: (--plan; plan.py). A fault cell lasts 190 s: its faults (a 270 s horizon: injections
-#: at 13-156 s, the least horizon at which FaultPlan places seeds 0-4) all land in it; a
-#: plain cell 70 s (time to target 20-40 s at this time-scale); both end before most
-#: systems decide every trial (dethpc 448-453 s, Optuna 232-247 s in the quick run at
-#: 480 s), so "decided after" is mostly "not all by" the timeout. A --quick run's
-#: differs where QUICK says: 7 fault cells of 140 s, 18.8 minutes (seed 0's last
+#: the full run's regime: 42 cells + the small cell in 129.7 of the issue's 150 minutes
+#: (--plan; plan.py; the run of 3b8f039 at this regime took 172 min, 60 of them the
+#: small cell's sacct waits with bench/peers' watcher user missing: plan.Costs). A fault
+#: cell lasts 190 s: its faults (a 270 s horizon: injections at 13-156 s, the least
+#: horizon at which FaultPlan places seeds 0-4) all land in it; a plain cell 70 s (time
+#: to target 20-40 s at this time-scale); both end before most systems decide every
+#: trial (dethpc 448-453 s, Optuna 232-247 s in the quick run at 480 s), so "decided
+#: after" is mostly "not all by" the timeout. The small cell: the issue's 5 seeds, plain
+#: only, 60 s a cell (its fault half, ~30 min more, does not fit: 159 min). A --quick
+#: run's differs where QUICK says: 7 fault cells of 140 s, ~17 minutes (seed 0's last
 #: injection, at 146.5 s, falls after it: listed as skipped)
 REGIME: dict[str, Any] = {"time_scale": 0.25, "timeout": 190.0, "plain_timeout": 70.0,
                           "fault_horizon": 270.0, "regret_at": 60.0, "small_seeds": 5,
@@ -396,6 +399,9 @@ QUICK: dict[str, Any] = {"timeout": 140.0, "small_seeds": 0}
 SMALL_RUN = REPO / "bench" / "peers" / "run.py"
 SMALL_PYTHON = REPO / "bench" / "peers" / ".venv" / "bin" / "python"
 SMALL_SYSTEMS = ("dethpc-pool", "dethpc-per-job", "optuna", "ray", "submitit", "hydra")
+#: the user bench/peers reads the queue and sacct as (its WATCHER: the dev cluster's test
+#: user, created by ``dethpc.devcluster.users.ensure_user``, not by ``up``)
+SMALL_WATCHER = "dethpc-user"
 #: the measured runs the plan's model is fitted to (plan.py's module doc)
 PLAN_REFERENCE = REPO / "bench" / "results" / "peers_scale_quick.json"
 SMALL_REFERENCE = REPO / "bench" / "results" / "peers.json"
@@ -419,6 +425,17 @@ def apply_regime(args: argparse.Namespace) -> None:
         args.small_seeds = 0 if args.smoke else regime["small_seeds"]
 
 
+def small_watcher_exists() -> bool:
+    """Whether bench/peers' watcher user exists here (without it each small cell waits
+    120 s for sacct: plan.py's module doc)."""
+    import pwd
+    try:
+        pwd.getpwnam(SMALL_WATCHER)
+    except KeyError:
+        return False
+    return True
+
+
 def expected(args: argparse.Namespace) -> plan.Plan:
     """What the run asked should take (plan.py), from the reference runs."""
     def runs(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -436,7 +453,7 @@ def expected(args: argparse.Namespace) -> plan.Plan:
                          time_scale=args.time_scale, small_seeds=args.small_seeds,
                          small_timeout_s=args.small_timeout,
                          small_modes=modes[args.small_faults], small_systems=SMALL_SYSTEMS,
-                         quick=args.quick)
+                         small_watcher=small_watcher_exists(), quick=args.quick)
     return plan.plan(regime, ref)
 
 
@@ -448,6 +465,11 @@ def run_small(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                            "timeout_s": args.small_timeout}
     env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}   # the dev cluster
     modes = {"off": [False], "on": [True], "both": [False, True]}[args.small_faults]
+    if not small_watcher_exists():
+        print(f"[small] {SMALL_WATCHER} is missing: bench/peers cannot read the queue or "
+              "sacct, each cell waits 120 s (slot-seconds 0, Optuna's and Ray's walls "
+              "wrong)", flush=True)
+    out["watcher"] = small_watcher_exists()
     for faults in modes:
         path = root / f"small{'_faults' if faults else ''}.json"
         argv = [str(SMALL_PYTHON), str(SMALL_RUN), "--seeds", str(args.small_seeds),
