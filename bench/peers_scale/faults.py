@@ -14,10 +14,19 @@ the scale cluster from a thread: crashes and revivals through
 loss), preemptions as ``high``-partition jobs of ``dethpc-faults`` (no QoS limits) that
 take every GPU of the node (``-w node --exclusive``), the slurmctld restart through
 ``dethpc.devcluster.faults.ClusterFaults``, the login kill through the system runner's
-own ``kill_login`` (only it knows its process). Each event's outcome is recorded (due and
-actual time, what was done, ``refused`` when Slurm refused it or it did not take
-effect), with its exposure: an ``squeue`` snapshot of every user's jobs just before it,
-and which of them were on the nodes it hit.
+own ``kill_login`` (only it knows its process). A preemption first reserves its nodes
+for ``dethpc-faults`` (``scontrol create reservation ... Flags=IGNORE_JOBS``, the hold
+plus a margin) and submits into that reservation: the jobs running there are still
+preempted through Slurm's preemption (requeued, PREEMPTED in sacct), but no new low job
+starts on the nodes while the preemptors wait (2 of the first full run's 3 "refused":
+g15's preemptor never started while backfill started array tasks there every ~13 s).
+The reservation is deleted when the hold ends and at ``stop()``. Each event's outcome is
+recorded (due and actual time, what was done, ``refused`` when Slurm refused it or it
+did not take effect, ``cut_short`` when the cell ended while a preemption waited for its
+jobs to start: not Slurm's refusal, counted apart; a preemptor that did not start
+records why: ``diagnostics``, every job on its nodes and its own pending reason), with
+its exposure: an ``squeue`` snapshot of every user's jobs just before it, and which of them
+were on the nodes it hit.
 Must not: decide anything from the system under test's progress (the schedule is wall
 time from the first sbatch, the same for all), or run Slurm queries as the system's user.
 """
@@ -25,7 +34,9 @@ time from the first sbatch, the same for all), or run Slurm queries as the syste
 from __future__ import annotations
 
 import enum
+import math
 import random
+import re
 import subprocess
 import threading
 import time
@@ -192,6 +203,92 @@ def as_fault_user(argv: list[str]) -> list[str]:
     return as_user(FAULT_USER, argv)
 
 
+#: a preemption's reservation lasts its start wait, its preemptor's limit and this margin
+RESV_MARGIN_S = 60.0
+RESV_PREFIX = "peers-scale-preempt"
+
+
+def reservation_name(t0: float, ev: FaultEvent) -> str:
+    """One name per cell and event (a cell's t0 in whole seconds, the event's due time)."""
+    return f"{RESV_PREFIX}-{int(t0)}-{int(round(ev.at_s * 10))}"
+
+
+def preemptor_minutes(hold_s: float) -> int:
+    """A preemptor's time limit: its hold, rounded down to minutes, plus 2."""
+    return int(hold_s // 60) + 2
+
+
+def reservation_argv(name: str, nodes: Sequence[str], hold_s: float,
+                     start_timeout_s: float) -> list[str]:
+    """``scontrol create reservation`` of ``nodes`` for the fault user, from now for the
+    start wait + the preemptor's whole time limit + ``RESV_MARGIN_S`` (whole minutes,
+    rounded up: Slurm starts a job in a reservation only if its limit ends inside it).
+    IGNORE_JOBS: the nodes are busy (that is the point); the jobs on them are preempted,
+    not waited for. Run as root (an operator's command)."""
+    minutes = preemptor_minutes(hold_s) + math.ceil((start_timeout_s + RESV_MARGIN_S) / 60)
+    return ["scontrol", "create", "reservation", f"ReservationName={name}",
+            f"Nodes={','.join(nodes)}", f"Users={FAULT_USER}", "StartTime=now",
+            f"Duration={minutes}", "Flags=IGNORE_JOBS"]
+
+
+def preemptor_argv(node: str, hold_s: float, reservation: str | None) -> list[str]:
+    """The high job that takes every GPU of ``node`` for ``hold_s`` (as the fault user)."""
+    return ["sbatch", "--parsable", "-p", "high", "-w", node, "--exclusive",
+            *([f"--reservation={reservation}"] if reservation else []),
+            "-t", str(preemptor_minutes(hold_s)), "-o", "/dev/null", "-J", "peers-scale-preemptor",
+            "--wrap", f"sleep {hold_s:g}"]
+
+
+class Verdict(enum.Enum):
+    STARTED = "started"
+    CUT_SHORT = "cut_short"    # the cell ended while the preemptors waited: not Slurm's
+    REFUSED = "refused"        # sbatch refused one, or one did not start in time
+
+
+def preempt_verdict(asked: int, submitted: int, running: int, stopped: bool) -> Verdict:
+    """A preemption of ``asked`` nodes: ``submitted`` preemptors accepted by sbatch,
+    ``running`` of them RUNNING when the wait ended, ``stopped`` if it ended because the
+    cell did. An sbatch refusal is a refusal whenever the cell ended."""
+    if submitted < asked:
+        return Verdict.REFUSED
+    if running >= submitted:
+        return Verdict.STARTED
+    return Verdict.CUT_SHORT if stopped else Verdict.REFUSED
+
+
+#: the fields of ``scontrol show job -o`` a preemptor's diagnostics keep
+JOB_FIELDS = ("JobId", "ArrayJobId", "ArrayTaskId", "UserId", "Partition", "JobState",
+              "Reason", "StartTime", "PreemptTime", "Restarts", "NodeList", "ReqNodeList",
+              "Reservation")
+_FIELD = re.compile(r"(?:^|\s)([A-Za-z:/]+)=(\S*)")
+
+
+def parse_show_jobs(text: str) -> list[dict[str, str]]:
+    """Each line of ``scontrol show job -o``: the ``JOB_FIELDS`` it has (a value is the
+    token up to the next space; the ones kept have no spaces)."""
+    out = []
+    for line in text.splitlines():
+        fields = {k: v for k, v in _FIELD.findall(line) if k in JOB_FIELDS}
+        if "JobId" in fields:
+            out.append(fields)
+    return out
+
+
+def preempt_diagnostics(jobs: list[dict[str, str]], nodes: Sequence[str],
+                        preemptors: Sequence[str],
+                        expand: Callable[[str], list[str]]) -> dict[str, Any]:
+    """Why a preemptor did not start: every job on ``nodes`` (running or held there) and
+    each preemptor's state and pending reason."""
+    hit = set(nodes)
+
+    def on(j: dict[str, str]) -> bool:
+        spec = j.get("NodeList", "")
+        return bool(spec and spec != "(null)" and hit & set(expand(spec)))
+
+    return {"preemptors": [j for j in jobs if j["JobId"] in set(preemptors)],
+            "jobs_on_nodes": [j for j in jobs if on(j) and j["JobId"] not in set(preemptors)]}
+
+
 @dataclass
 class FaultInjector:
     """Carries ``events`` out from a thread, from ``t0`` (the epoch of the first sbatch).
@@ -216,6 +313,9 @@ class FaultInjector:
         self._lock = threading.Lock()
         self.t0 = 0.0
         self.crashed: set[str] = set()
+        #: live preemption reservations -> their preemptor jobs (released at hold end/stop)
+        self.reservations: dict[str, list[str]] = {}
+        self._releases: list[threading.Thread] = []
 
     def start(self, t0: float) -> FaultInjector:
         self.t0 = t0
@@ -228,6 +328,10 @@ class FaultInjector:
         self._thread.join(timeout=60)
         for w in self._workers:
             w.join(timeout=300)
+        for w in list(self._releases):      # woken by the stop: each releases its own
+            w.join(timeout=120)
+        for name in sorted(self.reservations):  # anything a release left behind
+            self._release(name)
         for node in sorted(self.crashed):
             self._do(FaultEvent(round(time.time() - self.t0, 1), FaultKind.REVIVE, (node,)))
         done = {(o["due_s"], o["kind"]) for o in self.outcomes}
@@ -267,7 +371,8 @@ class FaultInjector:
             out["refused"], out["what"] = True, f"failed: {type(exc).__name__}: {exc}"[:2000]
         out["took_s"] = round(time.time() - started, 1)
         self.say(f"fault {ev.kind.value} {list(ev.nodes)} at {out['started_s']} s: "
-                 f"{out['what']}{' (REFUSED)' if out['refused'] else ''}")
+                 f"{out['what']}{' (REFUSED)' if out['refused'] else ''}"
+                 f"{' (CUT SHORT)' if out.get('cut_short') else ''}")
         with self._lock:
             self.outcomes.append(out)
 
@@ -285,37 +390,102 @@ class FaultInjector:
         return f"{ev.nodes[0]} back"
 
     def _preempt(self, ev: FaultEvent, out: dict[str, Any]) -> str:
+        from dethpc.common.hostlist import expand_hostlist
+        resv = reservation_name(self.t0, ev)
+        res = subprocess.run(reservation_argv(resv, ev.nodes, ev.hold_s, self.start_timeout_s),
+                             capture_output=True, text=True, env=self.env, check=False,
+                             timeout=60)
+        name: str | None = None
+        if res.returncode == 0:
+            name = out["reservation"] = resv
+            with self._lock:
+                self.reservations[resv] = []
+        else:   # said, and preempted as before (no reservation): not a refusal by itself
+            out["reservation_error"] = (res.stderr or res.stdout).strip()[:300]
+        submitted = time.time()
         jobs = []
-        minutes = int(ev.hold_s // 60) + 2
         for node in ev.nodes:
-            res = subprocess.run(as_fault_user([
-                "sbatch", "--parsable", "-p", "high", "-w", node, "--exclusive",
-                "-t", str(minutes), "-o", "/dev/null", "-J", "peers-scale-preemptor",
-                "--wrap", f"sleep {ev.hold_s:g}"]), capture_output=True, text=True,
-                env=self.env, check=False, timeout=60, cwd="/tmp")
+            res = subprocess.run(as_fault_user(preemptor_argv(node, ev.hold_s, name)),
+                                 capture_output=True, text=True, env=self.env, check=False,
+                                 timeout=60, cwd="/tmp")
             if res.returncode != 0:
-                out["refused"] = True
                 jobs.append(f"refused: {res.stderr.strip()[:300]}")
             else:
                 jobs.append(res.stdout.strip().split(";")[0])
         out["preemptor_jobs"] = jobs
         ids = [j for j in jobs if j.isdigit()]
-        deadline = time.time() + self.start_timeout_s
+        if name is not None:
+            with self._lock:
+                self.reservations[name] = ids
+        deadline = submitted + self.start_timeout_s
         running: set[str] = set()
-        while ids and time.time() < deadline and len(running) < len(ids):
+        stopped = False
+        while ids and len(running) < len(ids):
             res = subprocess.run(as_fault_user(["squeue", "-h", "-j", ",".join(ids), "-o",
                                                 "%i %T"]), capture_output=True, text=True,
                                  env=self.env, check=False, timeout=60)
             running = {ln.split()[0] for ln in res.stdout.splitlines()
                        if ln.endswith(" RUNNING")}
-            if self._stop.wait(0.5):
+            if len(running) >= len(ids) or time.time() >= deadline:
                 break
-        if len(running) < len(ids):
-            out["refused"] = True
-            return f"high jobs {jobs}: only {sorted(running)} started within " \
-                   f"{self.start_timeout_s:.0f} s"
-        out["started_after_s"] = round(time.time() - self.t0 - out["started_s"], 1)
-        return f"high jobs {jobs} running on {list(ev.nodes)} for {ev.hold_s:g} s"
+            if self._stop.wait(0.5):
+                stopped = True
+                break
+        waited = round(time.time() - submitted, 1)
+        verdict = preempt_verdict(len(ev.nodes), len(ids), len(running), stopped)
+        if verdict is Verdict.STARTED:
+            out["started_after_s"] = waited
+            what = f"high jobs {jobs} running on {list(ev.nodes)} for {ev.hold_s:g} s"
+        else:   # read while the preemptors still wait, before any release cancels them
+            out["diagnostics"] = self._diagnostics(ev.nodes, ids, expand_hostlist)
+            if verdict is Verdict.CUT_SHORT:
+                out["cut_short"] = True
+                what = f"high jobs {jobs}: cut short {waited:g} s into the wait (the " \
+                       f"cell ended), {sorted(running)} running by then"
+            else:
+                out["refused"] = True
+                what = f"high jobs {jobs}: only {sorted(running)} started within " \
+                       f"{self.start_timeout_s:.0f} s"
+        if name is not None:
+            self._releases.append(self._hold_then_release(name, ev.hold_s))
+        return what
+
+    def _diagnostics(self, nodes: Sequence[str], ids: list[str],
+                     expand: Callable[[str], list[str]]) -> dict[str, Any]:
+        res = subprocess.run(as_fault_user(["scontrol", "show", "job", "-o"]),
+                             capture_output=True, text=True, env=self.env, check=False,
+                             timeout=60)
+        return preempt_diagnostics(parse_show_jobs(res.stdout), nodes, ids, expand)
+
+    def _hold_then_release(self, name: str, hold_s: float) -> threading.Thread:
+        """A thread that releases ``name`` when the hold ends (or at once at the stop)."""
+        def wait_then_release() -> None:
+            self._stop.wait(hold_s + 5.0)
+            self._release(name)
+        t = threading.Thread(target=wait_then_release, daemon=True)
+        t.start()
+        return t
+
+    def _release(self, name: str) -> None:
+        """End the reservation ``name``: its preemptors cancelled (done by now at a hold's
+        end; still held or pending at a stop), then deleted, retried while Slurm says it is
+        busy (a cancelled job is not finished at once). Its Duration ends it regardless."""
+        with self._lock:
+            ids = self.reservations.pop(name, None)
+        if ids is None:
+            return
+        if ids:
+            subprocess.run(as_fault_user(["scancel", *ids]), capture_output=True, text=True,
+                           env=self.env, check=False, timeout=60)
+        for _ in range(60):
+            res = subprocess.run(["scontrol", "delete", f"ReservationName={name}"],
+                                 capture_output=True, text=True, env=self.env, check=False,
+                                 timeout=60)
+            gone = "not found" in (res.stderr + res.stdout).lower() or \
+                "invalid reservation" in (res.stderr + res.stdout).lower()
+            if res.returncode == 0 or gone:
+                return
+            time.sleep(0.5)
 
     def _kill_login(self, ev: FaultEvent, out: dict[str, Any]) -> str:
         what = self.kill_login()
@@ -332,3 +502,8 @@ class FaultInjector:
 
 def refused_count(outcomes: list[dict[str, Any]]) -> int:
     return sum(bool(o.get("refused")) for o in outcomes)
+
+
+def cut_short_count(outcomes: list[dict[str, Any]]) -> int:
+    """Preemptions whose wait the cell's end cut short (not refusals: ``refused_count``)."""
+    return sum(bool(o.get("cut_short")) for o in outcomes)

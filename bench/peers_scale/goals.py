@@ -18,7 +18,9 @@ A peer is every system in the summary that is not dethpc (the other dethpc mode 
 its peer). A goal is ``not measured`` -- never met -- when a cell it needs is missing (a
 run with faults only has no plain cells), has a figure of ``None``, has fewer than 64
 GPUs, is a fault cell whose injections Slurm refused (``faults_refused`` > 0: the
-faults did not happen as described), or no peer cell exists to compare with. A peer's
+faults did not happen as described; a preemption the cell's end cut short,
+``faults_cut_short``, is not one: the cell was over), or no peer cell exists to compare
+with. A peer's
 cell that cannot be used is left out of the comparison. Pure: no I/O.
 """
 

@@ -407,20 +407,26 @@ def cell_summary(runs: Sequence[Mapping[str, Any]], timeout_s: float) -> dict[st
             "login_cpu_s": med("login_cpu_s"),
             "slurmctld_cpu_s": med("slurmctld_cpu_s"),
             "faults_refused": sum(int(r.get("faults_refused", 0)) for r in runs),
+            # preemptions whose wait the cell's end cut short: not refusals (faults.py)
+            "faults_cut_short": sum(int(r.get("faults_cut_short", 0)) for r in runs),
             "faults_injected": sum(int(r.get("faults_injected", 0)) for r in runs),
             "faults_skipped": sum(int(r.get("faults_skipped", 0)) for r in runs)}
 
 
 def fault_digest(runs: Sequence[Mapping[str, Any]], user: str) -> dict[str, list[dict[str, Any]]]:
     """Each fault event's outcome, per run (``<cell>-s<seed>``), without the squeue
-    snapshots: kind, when, nodes, refused / skipped, what was done, and how many of
-    ``user``'s jobs ran on the hit nodes (``exposed``: the system's exposure)."""
+    snapshots: kind, when, nodes, refused / cut short / skipped, what was done, a
+    preemption's start and reservation (or why it did not start: ``diagnostics``), and
+    how many of ``user``'s jobs ran on the hit nodes (``exposed``: the system's
+    exposure)."""
     out: dict[str, list[dict[str, Any]]] = {}
     for r in runs:
         events = []
         for o in r.get("fault_outcomes") or []:
-            e = {k: o[k] for k in ("kind", "at_s", "nodes", "refused", "skipped", "what",
-                                   "took_s") if k in o}
+            e = {k: o[k] for k in ("kind", "at_s", "nodes", "refused", "cut_short",
+                                   "skipped", "what", "took_s", "started_after_s",
+                                   "reservation", "reservation_error", "diagnostics")
+                 if k in o}
             e["system_jobs_exposed"] = sum(j.get("user") == user
                                            for j in o.get("exposed") or [])
             events.append(e)

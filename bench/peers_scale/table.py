@@ -1,10 +1,11 @@
 """The peers-at-scale headline: Markdown tables from ``peers_scale.json`` (issue 48, item 9).
 
 Owns ``render(doc)``: the regime and the run (commit, date, seeds, cluster, fault plan,
-faults refused) above one table of every cell of ``summary`` (plain cells first) and one
-of the goals (``doc["goals"]``, or computed by goals.goals from the summary for a doc
-written before they were), the misses in bold; and ``replace_block(text, block)``: the
-text between ``<!-- peers_scale:begin -->`` and ``<!-- peers_scale:end -->`` replaced.
+faults refused, preemption waits cut short by a cell's end) above one table of every
+cell of ``summary`` (plain cells first) and one of the goals (``doc["goals"]``, or
+computed by goals.goals from the summary for a doc written before they were), the misses
+in bold; and ``replace_block(text, block)``: the text between
+``<!-- peers_scale:begin -->`` and ``<!-- peers_scale:end -->`` replaced.
 
   python -m bench.peers_scale.table [bench/results/peers_scale.json]          # print
   python -m bench.peers_scale.table [json] --write   # README.md and bench/peers_scale/README.md
@@ -106,6 +107,17 @@ def limits(p: Mapping[str, Any]) -> str:
     return text
 
 
+def cut_short(doc: Mapping[str, Any]) -> str:
+    """The preemptions whose wait the cell's end cut short (faults.py: not refusals),
+    beside the refusals: the doc's count, else the outcomes' (a doc written before the
+    count says nothing of them)."""
+    n = doc.get("faults_cut_short")
+    if n is None:
+        n = sum(bool(o.get("cut_short")) for events in (doc.get("fault_outcomes") or {})
+                .values() for o in events) or None
+    return "" if n is None else f"; preemptions cut short by the cell's end (not refused): {n}"
+
+
 def regime(doc: Mapping[str, Any]) -> str:
     p, cl = doc.get("params") or {}, doc.get("cluster") or {}
     plan = doc.get("fault_plan") or {}
@@ -121,7 +133,8 @@ def regime(doc: Mapping[str, Any]) -> str:
               f"{_n(plan.get('preempt_hold_s'), ' s', 0)}, "
               f"{plan.get('login_kills')} kill -9 of the login-side process, "
               f"{plan.get('ctld_restarts')} slurmctld restart; faults refused by Slurm: "
-              f"{doc.get('faults_refused', '--')}") if plan else "no fault plan recorded"
+              f"{doc.get('faults_refused', '--')}{cut_short(doc)}") if plan \
+        else "no fault plan recorded"
     if p.get("faults") == "off":
         faults = "no fault cells"
     return (f"{smoke}One run of `python -m bench.peers_scale.run` at commit "

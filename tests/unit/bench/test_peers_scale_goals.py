@@ -172,6 +172,16 @@ def test_a_peer_cell_with_refused_faults_is_not_compared() -> None:
     assert ahead["status"] == MET and ahead["figures"]["best_peer"] == "optuna"
 
 
+def test_a_cell_with_a_preemption_cut_short_is_still_compared() -> None:
+    """A preemption whose wait the cell's end cut short is not a refusal: the cell
+    counts (optuna-journal+faults, the best, stays the best peer)."""
+    s = _with(optuna_journal_faults={"faults_refused": 0, "faults_cut_short": 1},
+              dethpc_per_job_faults={"time_to_target_median_s": 60.0})
+    got = {g["goal"]: g for g in goals(s)["systems"]["dethpc-per-job"]}
+    assert got["time_to_target_ahead_under_faults"]["figures"]["best_peer"] == \
+        "optuna-journal"
+
+
 def test_counts_and_figures() -> None:
     out = goals(SMOKE)
     assert sum(out["counts"].values()) == 2 * len(GOALS)

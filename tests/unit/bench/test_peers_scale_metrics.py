@@ -228,12 +228,21 @@ def test_fault_digest_keeps_each_outcome_and_counts_the_systems_exposure() -> No
                            {"job": "643_9", "user": "dethpc-bench", "nodes": "g14"}]}
     skipped = {"at_s": 391.3, "kind": "node_revive", "nodes": ["g13"], "refused": False,
                "skipped": "the search ended before it was due"}
-    runs = [{"cell": "dethpc-pool+faults", "metrics": {"seed": 0},
-             "fault_outcomes": [preempt, skipped]},
-            {"cell": "dethpc-pool", "metrics": {"seed": 0}, "fault_outcomes": []}]
+    # optuna+faults s2 of the first full run: the cell ended 1.4 s into the wait
+    cut = {"at_s": 94.7, "kind": "preempt", "nodes": ["g3", "g9"], "refused": False,
+           "cut_short": True, "reservation": "peers-scale-preempt-1-947", "took_s": 1.4,
+           "diagnostics": {"preemptors": [{"JobId": "9", "Reason": "Resources"}],
+                           "jobs_on_nodes": []}}
+    runs: list[dict[str, Any]] = [{"cell": "dethpc-pool+faults", "metrics": {"seed": 0},
+                                   "fault_outcomes": [preempt, skipped, cut]},
+                                  {"cell": "dethpc-pool", "metrics": {"seed": 0},
+                                   "fault_outcomes": []}]
     got = fault_digest(runs, "dethpc-bench")
     assert list(got) == ["dethpc-pool+faults-s0"]
-    first, second = got["dethpc-pool+faults-s0"]
+    first, second, third = got["dethpc-pool+faults-s0"]
+    assert third["cut_short"] is True and third["refused"] is False
+    assert third["reservation"] == cut["reservation"]
+    assert third["diagnostics"] == cut["diagnostics"]
     assert "squeue" not in first and "exposed" not in first
     assert first["system_jobs_exposed"] == 2 and first["refused"] is False
     assert second["skipped"] and second["system_jobs_exposed"] == 0
@@ -247,12 +256,13 @@ ITEM_8 = ("gpus", "trials", "seeds", "reached", "time_to_target_median_s", "tria
 
 def test_a_cell_holds_item_8s_fields_and_the_fault_counts() -> None:
     s = cell_summary([_run(0, 1.0, rpcs=160, gpu_hours_executed=0.25, faults_injected=7,
-                           faults_skipped=1, faults_refused=0),
+                           faults_skipped=1, faults_refused=0, faults_cut_short=1),
                       _run(1, 2.0, rpcs=100, gpu_hours_executed=0.5, faults_injected=8)],
                      timeout_s=10.0)
     assert all(k in s for k in ITEM_8)
     assert (s["rpcs_median"], s["gpu_hours_executed"], s["faults_injected"],
-            s["faults_skipped"], s["faults_refused"]) == (130.0, 0.75, 15, 1, 0)
+            s["faults_skipped"], s["faults_refused"], s["faults_cut_short"]) == \
+        (130.0, 0.75, 15, 1, 0, 1)
 
 
 # ------------------------------------------------------------------ trial fates (issue 48)

@@ -50,7 +50,13 @@ def test_the_run_is_stated_above_the_table(doc: dict[str, Any]) -> None:
     assert "SMOKE TEST" in head
     assert "`610992b1de`" in head and "2026-12-02 04:16:04" in head
     assert "seeds 0:" in head and "64 emulated GPUs" in head and "16 nodes" in head
-    assert "faults refused by Slurm: 0" in head
+    assert "faults refused by Slurm: 0" in head and "cut short" not in head  # not counted
+    doc["fault_outcomes"] = {"optuna+faults-s2": [{"kind": "preempt", "refused": False,
+                                                   "cut_short": True}]}
+    assert "faults refused by Slurm: 0; preemptions cut short by the cell's end (not " \
+        "refused): 1" in render(doc)
+    doc["faults_cut_short"] = 0                 # counted by the run: said, even at 0
+    assert "(not refused): 0" in render(doc)
     doc["smoke"] = False
     assert "SMOKE" not in render(doc) and "QUICK" not in render(doc)
     doc["params"]["quick"] = True               # a --quick run says it is not the full table
