@@ -188,11 +188,16 @@ def children_cpu() -> float:
 DETACHED_CPU: list[float] = []
 
 
-def process_cpu(pid: int) -> float:
+def process_cpu(pid: int, children: bool = True) -> float:
     """``pid``'s user+system CPU seconds with those of its waited-for children (the
-    Slurm commands a daemon ran), from ``/proc/<pid>/stat``."""
+    Slurm commands a daemon ran), from ``/proc/<pid>/stat``; ``children=False``: its
+    own alone."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return sum(int(f) for f in fields[11:15 if children else 13]) / os.sysconf("SC_CLK_TCK")
+
+
+#: the daemon's own CPU (without its Slurm commands'), beside DETACHED_CPU
+DETACHED_OWN_CPU: list[float] = []
 
 
 def watch(cmd: list[str]) -> str:
@@ -271,6 +276,7 @@ def prepare_warm(home: Path, args: argparse.Namespace, env: dict[str, str]) -> N
     pid = int((home / "daemon.pid").read_text())
     time.sleep(5.0)      # the daemon settles into its idle back-off, as between experiments
     WARM_CPU0[str(home)] = process_cpu(pid)
+    WARM_CPU0[f"{home}:own"] = process_cpu(pid, children=False)
 
 
 def run_dethpc(mode: str, home: Path, seed: int, args: argparse.Namespace,
@@ -336,6 +342,8 @@ def run_dethpc(mode: str, home: Path, seed: int, args: argparse.Namespace,
                 wait_jobs_gone(ids, 120)
         finally:
             DETACHED_CPU.append(process_cpu(daemon) - WARM_CPU0.pop(str(home), 0.0))
+            DETACHED_OWN_CPU.append(process_cpu(daemon, children=False)
+                                    - WARM_CPU0.pop(f"{home}:own", 0.0))
             os.kill(daemon, signal.SIGTERM)
             deadline = time.monotonic() + 60
             while Path(f"/proc/{daemon}").exists() and time.monotonic() < deadline:
@@ -457,6 +465,15 @@ def ensure_preempt_user() -> None:
     cluster = DevCluster()
     cluster.host.ensure_users((PREEMPT_USER,))
     cluster.accounting.ensure_accounts([PREEMPT_USER])
+
+
+def ensure_watcher() -> None:
+    """``WATCHER`` exists, with its association: the driver's squeue and sacct run as it.
+    Without it every ``runuser -u dethpc-user`` printed nothing, so each cell waited out
+    ``accounting``'s 120 s for rows that never came and recorded 0 slot-seconds (the
+    full table of af452fc: its small cell took 77 min, not 29; issue 48)."""
+    from dethpc.devcluster.users import ensure_user
+    ensure_user(WATCHER)
 
 
 def as_preemptor(cmd: list[str]) -> str:
@@ -614,7 +631,10 @@ def run_cell(system: str, seed: int, args: argparse.Namespace, root: Path,
     # the system's login side: this process's reaped children less the driver's and the
     # injector's own commands, plus the detached daemon's
     cpu = children_cpu() - cpu0 - sum(OWN_CPU) + sum(DETACHED_CPU)
+    daemon_cpu = sum(DETACHED_CPU) if DETACHED_CPU else None    # dethpc's daemon alone
+    daemon_own = sum(DETACHED_OWN_CPU) if DETACHED_OWN_CPU else None   # less its commands
     DETACHED_CPU.clear()
+    DETACHED_OWN_CPU.clear()
     # the fault cells' high jobs are the faults', not the system's
     rows = [r for r in accounting(t0) if r["JobName"] != PREEMPTOR]
     for event in fault_events:           # every job has ended: did each preemptor run?
@@ -642,7 +662,8 @@ def run_cell(system: str, seed: int, args: argparse.Namespace, root: Path,
         "jobs": len({r["JobIDRaw"] for r in rows}), "job_runs": len(rows),
         "rpcs": rpcs, "rpcs_per_min": rpcs / (wall / 60.0) if wall > 0 else None,
         "rpc_types_all_users": dict(sorted(types.items(), key=lambda kv: -kv[1])),
-        "login_cpu_s": cpu,
+        "login_cpu_s": cpu, "daemon_cpu_s": daemon_cpu,
+        "daemon_own_cpu_s": daemon_own,
         "batches_trained": work["batches_executed"],
         "batches_redone": work["batches_redone"], "batches_lost": work["batches_lost"],
         "trials_abandoned": work["trials_abandoned"], "work": work,
@@ -818,6 +839,7 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="peers-", dir="/tmp"))
     root.chmod(0o755)
     rows: list[dict[str, Any]] = []
+    ensure_watcher()
     if args.faults:
         ensure_preempt_user()
     # seeds outermost: a slow drift of the machine touches every system alike
