@@ -426,13 +426,14 @@ def apply_regime(args: argparse.Namespace) -> None:
 
 
 def small_watcher_exists() -> bool:
-    """Whether bench/peers' watcher user exists here (without it each small cell waits
-    120 s for sacct: plan.py's module doc)."""
+    """Whether bench/peers' watcher user exists here, or will: bench/peers creates it
+    before its first cell when run as root (``ensure_watcher``, 12ca711). Without it each
+    small cell waits 120 s for sacct (plan.py's module doc)."""
     import pwd
     try:
         pwd.getpwnam(SMALL_WATCHER)
     except KeyError:
-        return False
+        return os.geteuid() == 0
     return True
 
 
