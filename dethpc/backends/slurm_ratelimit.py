@@ -92,7 +92,8 @@ def subject_to_limit(config: Mapping[str, str], uid: int) -> bool:
 
 #: slurmctld RPCs per command (measured with sdiag as a non-root user on 25.11):
 #: squeue --user 3 (PARTITION_INFO, FED_INFO, JOB_USER_INFO), squeue --jobs 2 (3 on
-#: 22.05; ``--local`` would spare FED_INFO); scancel ``123_[1-9]`` 1 (22.05);
+#: 22.05); ``--local`` spares FED_INFO (squeue --local --user 2, measured on 22.05);
+#: ``scontrol show federation`` 1 (FED_INFO); scancel ``123_[1-9]`` 1 (22.05);
 #: sinfo 2 (PARTITION_INFO, NODE_INFO); ``scontrol show config`` 2 (BUILD_INFO, PING);
 #: ``scontrol show job`` 2 (FED_INFO, JOB_INFO_SINGLE);
 #: sbatch 1 whatever the array's size; scontrol update 1; scancel and scontrol
@@ -118,6 +119,8 @@ def rpc_cost(argv: Sequence[str]) -> int:
         return 0
     if prog in _NONE:
         return 0
+    if prog == "squeue" and "--local" in rest:
+        return _FIXED[prog] - 1     # no FED_INFO
     if prog in _FIXED:
         return _FIXED[prog]
     if prog == "scancel":

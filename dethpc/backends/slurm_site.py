@@ -2,14 +2,15 @@
 the user's per-user job limits.
 
 Owns: ``SlurmSite`` — ``scontrol show config`` (``MaxArraySize``,
-``AccountingStorageType``), ``sinfo``'s partitions, the QoS names (one ``sacctmgr``)
-and the user's per-user limits (two ``sacctmgr``), each fetched on first use and
-cached for the instance's life; the limits are read again ``limits_retry_s`` after
-sacctmgr failed. Whether accounting is on: the config's word, or sacct's
+``AccountingStorageType``), ``sinfo``'s partitions, the QoS names (one ``sacctmgr``),
+whether the cluster is in a federation (``local_only``: one ``scontrol show
+federation``) and the user's per-user limits (two ``sacctmgr``), each fetched on first
+use and cached for the instance's life; the limits are read again ``limits_retry_s``
+after sacctmgr failed. Whether accounting is on: the config's word, or sacct's
 (``no_accounting``, learnt by the poll). ``check_pool``: the pool's partition and
 QoS exist and its allocation fits. Pure pieces with table tests: ``array_limit``,
-``accounting_on``, ``check_partition``, ``check_qos``, ``limits_due``; and
-``slurm_up`` (``available``).
+``accounting_on``, ``federated``, ``check_partition``, ``check_qos``, ``limits_due``;
+and ``slurm_up`` (``available``).
 Must not: parse Slurm's text itself (``slurm_parse``, ``slurm_limits`` do), run
 commands except through the ``CommandRunner`` it was given, or submit, poll or act
 on jobs.
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_ARRAY_SIZE = 1001
 #: seconds between reads of the user's limits while sacctmgr fails (slurmdbd away)
 LIMITS_RETRY_S = 60.0
+#: whether this cluster is in a federation: one FED_INFO RPC (nothing printed when not)
+FEDERATION_ARGV = ["scontrol", "show", "federation"]
 
 
 # ------------------------------------------------------------------- pure pieces
@@ -48,6 +51,12 @@ def accounting_on(config: Mapping[str, str]) -> bool:
     """True unless ``AccountingStorageType`` is missing or ``.../none``."""
     kind = config.get("AccountingStorageType", "")
     return bool(kind) and not kind.endswith("/none")
+
+
+def federated(out: str) -> bool:
+    """``scontrol show federation`` names a federation (its first line,
+    ``Federation: <name>``); a cluster in none prints nothing."""
+    return "Federation:" in out
 
 
 def check_partition(parts: Mapping[str, sp.Partition], partition: str, nodes: int,
@@ -113,6 +122,7 @@ class SlurmSite:
         self._partitions: dict[str, sp.Partition] | None = None
         self._qos: set[str] | None = None
         self._accounting: bool | None = None
+        self._local: bool | None = None
         self._assocs: sl.UserAssocs | None = None
         self._qos_limits: dict[str, sl.QosLimits] = {}
         #: the user's limits were read (or there are none to read): kept for the
@@ -129,6 +139,22 @@ class SlurmSite:
 
     def max_array_size(self) -> int:
         return array_limit(self.config())
+
+    def local_only(self) -> bool:
+        """Whether squeue may be told ``--local``: the cluster is in no federation.
+        Without it every squeue asks slurmctld for the federation first (FED_INFO: one
+        of the poll's three RPCs, issue 48); asked here once (one RPC) instead. A cluster
+        in a federation, or a question that failed (asked again next time), keeps the
+        plain squeue, which also lists the jobs its siblings run."""
+        if self._local is None:
+            try:
+                res = self.runner.run(FEDERATION_ARGV, check=False)
+            except CommandError:
+                return False
+            if res.returncode != 0:
+                return False
+            self._local = not federated(res.stdout)
+        return self._local
 
     def accounting_enabled(self) -> bool:
         """True unless ``AccountingStorageType`` is none (or sacct said so)."""

@@ -10,7 +10,12 @@ expire the leases whose worker stopped renewing them (its node died), then
 ``plan_workers``: submit workers while items wait that no free worker takes (never more
 than live items, at most the pool's size), cancel surplus workers that have not started,
 retire running ones the pool no longer wants (idle beyond the live items, or
-``set-concurrency``), drain when no work will come.
+``set-concurrency``), drain when no work will come. The surplus's cancels go at most
+once per ``pool_poll_s`` (``cancel_due``): as an ASHA search winds down its live items
+fall tick by tick, and a cancel each tick (each making the next tick poll, each a
+squeue and an scancel) was 11 scancels and as many squeues in 8 s of a 256-trial cell,
+its peak RPC rate (issue 48); a pending worker costs nothing meanwhile, and one that
+starts finds no work and is retired through the pool's files.
 
 Idempotency: an item is put only if it was never put (``queue.known``) and its Job
 row commits after, under the name the next tick would compute again (the trial's
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
@@ -138,11 +144,21 @@ class TrialFiles(Protocol):
               script: bool = True) -> Path: ...
 
 
+def cancel_due(last_at: float | None, now: float, every_s: float) -> bool:
+    """Whether the pool's surplus may be cancelled now: its first cancel at once, then
+    at most once per ``every_s`` (``pool_poll_s``; 0: every tick)."""
+    return last_at is None or every_s <= 0 or now - last_at >= every_s
+
+
 class WorkerPoolTender:
     def __init__(self, store: Store, cluster: ClusterConfig, backend: Backend, *,
-                 python: str, tag: str, budget: Budget, files: TrialFiles) -> None:
+                 python: str, tag: str, budget: Budget, files: TrialFiles,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.store, self.cluster, self.backend = store, cluster, backend
         self.python, self.tag, self.budget, self.files = python, tag, budget, files
+        self.monotonic = monotonic
+        #: when this tender last cancelled workers (``cancel_due``), per experiment
+        self._cancelled_at: dict[int, float] = {}
         #: worker tasks this tender has cancelled, and the ticks whose plan wanted a
         #: cancel on states an older poll gave (put off): either makes the next tick poll
         self.workers_cancelled = 0
@@ -309,12 +325,17 @@ class WorkerPoolTender:
         if plan.retire or plan.keep:
             queue.retire(paths, plan.retire, keep=plan.keep)
         cancel = plan.cancel
+        now = self.monotonic()
+        if cancel and not cancel_due(self._cancelled_at.get(exp_id), now,
+                                     self.cluster.pool_poll_s):
+            cancel = ()     # the last cancel was moments ago: the surplus waits (no poll)
         if cancel and not fresh:
             self.cancels_put_off += 1
             cancel = ()
         if cancel:
             self.backend.cancel(job_refs(cancel))
             self.workers_cancelled += len(cancel)
+            self._cancelled_at[exp_id] = now
         if plan.retire or cancel:
             self.event(exp_id, EventKind.WORKERS, f"pool shrinks: cancelled {list(cancel)}, "
                        f"retiring {list(plan.retire)} after their run")

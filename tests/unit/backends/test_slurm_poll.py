@@ -31,6 +31,43 @@ def test_squeue_argv(bases: list[str], user: str | None, which: str) -> None:
                                         "-O", SQUEUE_FIELDS]
 
 
+def test_squeue_argv_local() -> None:
+    """``--local``: no federation query before the queue's (one RPC of three)."""
+    assert squeue_argv([], "alice", local=True) == [
+        "squeue", "--local", "-h", "-r", "--states=all", "--user=alice", "-O", SQUEUE_FIELDS]
+    assert find_squeue_argv(["a"], "bob", local=True)[:2] == ["squeue", "--local"]
+
+
+@pytest.mark.parametrize(("answer", "rc", "local"), [
+    ("", 0, True),                                          # in no federation
+    ("Federation: fed1\nSelf:       c1:10.0.0.1:6817 ID:1 FedState:ACTIVE\n", 0, False),
+    ("", 1, False),                                         # no answer: plain squeue
+])
+def test_the_poll_asks_the_federation_once_and_squeue_local_when_in_none(
+        answer: str, rc: int, local: bool) -> None:
+    """Each squeue asked slurmctld for the federation first (FED_INFO, a third of the
+    daemon's poll RPCs, issue 48): the site is asked once, and a cluster in no federation
+    is polled with ``--local``; a federated one (or one that did not answer, asked again
+    at the next poll) keeps the plain squeue, which lists its siblings' jobs too."""
+    from dethpc.backends.slurm import SlurmBackend
+
+    class Fed(Scripted):
+        def run(self, argv: Sequence[str], **kw: object) -> CommandResult:  # type: ignore[override]
+            if list(argv[:3]) == ["scontrol", "show", "federation"]:
+                self.calls.append(tuple(argv))
+                return CommandResult(tuple(argv), rc, answer, "")
+            return super().run(argv, **kw)
+
+    runner = Fed({"squeue": "7_0|RUNNING|0:0|0|None|n1|normal|a|w|c\n"})
+    backend = SlurmBackend(runner, user="alice")
+    backend.poll(["7_0"])
+    backend.poll(["7_0"])
+    squeues = [c for c in runner.calls if c[0] == "squeue"]
+    feds = [c for c in runner.calls if c[:3] == ("scontrol", "show", "federation")]
+    assert len(squeues) == 2 and all(("--local" in c) is local for c in squeues)
+    assert len(feds) == (1 if rc == 0 else 2)
+
+
 @pytest.mark.parametrize(("refs", "jobs"), [
     (["7_1", "7_2", "8", "7_1"], "--jobs=7,8"),
     (["11+0"], "--jobs=11"),

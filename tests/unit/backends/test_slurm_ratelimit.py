@@ -43,6 +43,8 @@ def test_subject_to_limit(slurm_user: str, uid: int, subject: bool) -> None:
 @pytest.mark.parametrize(("argv", "cost"), [
     (["squeue", "--user", "u", "-h"], 3),
     (["/opt/slurm/bin/squeue", "--jobs", "1"], 3),
+    (["squeue", "--local", "--user", "u", "-h"], 2),    # no FED_INFO
+    (["scontrol", "show", "federation"], 1),
     (["sbatch", "--parsable", "--array=0-999", "x.sbatch"], 1),
     (["scancel", "1", "2_3", "4"], 3),
     (["scancel", "2_[3-9,12]", "4"], 2),                 # a bracket form: one KILL_JOB

@@ -234,6 +234,33 @@ def test_a_worker_read_pending_by_an_older_poll_is_not_cancelled(tmp_path: Path)
     assert tender.workers_cancelled == 1
 
 
+def test_a_pools_surplus_is_cancelled_at_most_once_per_pool_poll_s(tmp_path: Path) -> None:
+    """As a search winds down its live items fall tick by tick: a cancel of the surplus
+    each tick (and the poll each cancel brings) was most of a 256-trial pool cell's RPCs
+    and its peak rate (issue 48). The first cancel goes at once; another within
+    ``pool_poll_s`` waits, neither cancelled nor counted as put off (which would make
+    the next tick poll), and goes once ``pool_poll_s`` has passed."""
+    w = pool_world(tmp_path)
+    assert w.cluster.pool_poll_s == 10.0
+    now = [100.0]
+    tender = WorkerPoolTender(w.store, w.cluster, w.backend, python="python3", tag="t",
+                              budget=None, files=None,  # type: ignore[arg-type]
+                              monotonic=lambda: now[0])
+    infos = {"9_0": JobInfo(ref="9_0", state=JobState.RUNNING),
+             "9_1": JobInfo(ref="9_1", state=JobState.PENDING)}
+
+    def cancels() -> int:
+        return w.backend.names().count("cancel")
+    tender.tend(w.exp_id, infos)
+    assert cancels() == 1 and tender.workers_cancelled == 1
+    now[0] += 5.0
+    tender.tend(w.exp_id, infos)                 # the plan still wants one: too soon
+    assert cancels() == 1 and (tender.cancels_put_off, tender.workers_cancelled) == (0, 1)
+    now[0] += 5.0
+    tender.tend(w.exp_id, infos)
+    assert cancels() == 2 and tender.workers_cancelled == 2
+
+
 def test_tending_a_pool_with_the_ticks_config_builds_no_row_objects(tmp_path: Path) -> None:
     """With the tick's ``Resolved``, a pool's tending reads columns: the experiment's kind,
     run directory and state, its worker arrays' refs and a count of its live items; no
