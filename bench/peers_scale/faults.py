@@ -222,7 +222,8 @@ def reservation_argv(name: str, nodes: Sequence[str], hold_s: float,
                      start_timeout_s: float) -> list[str]:
     """``scontrol create reservation`` of ``nodes`` for the fault user, from now for the
     start wait + the preemptor's whole time limit + ``RESV_MARGIN_S`` (whole minutes,
-    rounded up: Slurm starts a job in a reservation only if its limit ends inside it).
+    rounded up), so that it outlasts the preemptor (22.05 starts a job whose limit ends
+    past its reservation's end anyway: measured, a 5 min job in a 1 min one).
     IGNORE_JOBS: the nodes are busy (that is the point); the jobs on them are preempted,
     not waited for. Run as root (an operator's command)."""
     minutes = preemptor_minutes(hold_s) + math.ceil((start_timeout_s + RESV_MARGIN_S) / 60)

@@ -134,7 +134,7 @@ def test_the_reservation_covers_the_wait_and_the_hold_for_the_fault_user() -> No
     name = reservation_name(1764700000.6, ev)
     assert name == "peers-scale-preempt-1764700000-979"
     # the preemptor's 5 minutes (180 s + 2 min) + 60 s wait + 60 s margin = 7 minutes:
-    # a job whose limit ends past its reservation's end does not start in it
+    # the reservation outlasts the preemptor
     assert reservation_argv(name, ev.nodes, ev.hold_s, 60.0) == [
         "scontrol", "create", "reservation", f"ReservationName={name}", "Nodes=g6,g15",
         "Users=dethpc-faults", "StartTime=now", "Duration=7", "Flags=IGNORE_JOBS"]
