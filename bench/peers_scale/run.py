@@ -287,12 +287,13 @@ def run_cell(system: str, seed: int, with_faults: bool, args: argparse.Namespace
         "login_cpu_s": round(sampler.cpu.seconds + runner.commands_cpu_s, 2),
         "slurmctld_cpu_s": round(sampler.slurmctld_cpu_s, 2),
         "faults_refused": flt.refused_count(outcomes),
+        "faults_cut_short": flt.cut_short_count(outcomes),
         "faults_injected": sum("skipped" not in o for o in outcomes),
         "faults_skipped": sum("skipped" in o for o in outcomes)}
     say(json.dumps({k: metrics[k] for k in ("time_to_target_s", "trials_lost",
                                             "gpu_hours_redone", "human_actions",
                                             "rpcs_per_trial", "login_cpu_s",
-                                            "faults_refused")}))
+                                            "faults_refused", "faults_cut_short")}))
     if not args.keep_dirs:
         shutil.rmtree(cdir / "runs", ignore_errors=True)
     # the driver's own seconds around the search (plan.Costs: the whole table's budget)
@@ -607,6 +608,7 @@ def main() -> int:
         "target": target, "fault_plan": flt.FaultPlan().__dict__,
         "fault_schedule": schedules,
         "faults_refused": sum(r["metrics"]["faults_refused"] for r in raw),
+        "faults_cut_short": sum(r["metrics"].get("faults_cut_short", 0) for r in raw),
         "fault_outcomes": mx.fault_digest(raw, SYSTEM_USER),
         "summary": summary, "goals": goals(summary), "runs": raw,
         "plan": the_plan.as_json(), "small": small,
