@@ -57,13 +57,22 @@ OUT = REPO / "bench" / "results" / "daemon_cost.json"
 GOAL = {"cpu_s_per_trial_at_128": 0.01}
 
 
+#: ``--shape long``: trials as users run them, longer, reporting training metrics every
+#: batch and validating seldom (200 batches of 0.05 s, a validation every 50): what the
+#: between-ticks pass sees most is training lines (the default ``short``: 10 batches, a
+#: validation every 5)
+SHAPES = {"short": (10, 5), "long": (200, 50)}
+SHAPE = os.environ.get("COST_SHAPE", "short")
+
+
 def experiment(n: int) -> dict[str, Any]:
+    batches, every = SHAPES[SHAPE]
     return {"name": f"cost-{n}", "entrypoint": "python3 train.py",
             "hyperparameters": {"x": {"type": "double", "minval": 0, "maxval": 6},
                                 "step_time": 0.05},
             "searcher": {"name": "random", "metric": "validation_loss", "max_trials": n,
-                         "max_concurrent_trials": 4, "max_length": {"batches": 10}},
-            "min_validation_period": {"batches": 5},
+                         "max_concurrent_trials": 4, "max_length": {"batches": batches}},
+            "min_validation_period": {"batches": every},
             "reproducibility": {"experiment_seed": 7},
             "slurm": {"workers": {"preload": ["dethpc.core"], "heartbeat_s": 1,
                                   "lease_timeout_s": 60}}}
@@ -263,8 +272,10 @@ def main() -> None:
                          "these trees (git archives), alternating")
     ap.add_argument("--backends", nargs="+", default=["sqlite"],
                     choices=["sqlite", "postgres"])
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="short",
+                    help="the trials' length and validation period (SHAPES)")
     args = ap.parse_args()
-    env = dict(os.environ)
+    env = dict(os.environ, COST_SHAPE=args.shape)
     if args.journal:
         env["DETHPC_SQLITE_JOURNAL"] = args.journal
     if args.synchronous:
@@ -314,6 +325,9 @@ def main() -> None:
     doc.update({"benchmark": "daemon_cost", "host": platform.node(), "cpus": os.cpu_count(),
                 "python": platform.python_version(), "goal": GOAL})
     doc.setdefault("runs", {})[label] = {"commit": commit, "time": time.time(),
+                                         "shape": {"name": args.shape,
+                                                   "batches_validate_every":
+                                                   SHAPES[args.shape]},
                                          "trees": {k: str(v) for k, v in trees.items()},
                                          "summary": summary(rows), "rows": rows}
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -61,7 +61,7 @@ def test_the_fast_path_gets_the_grown_files_and_a_change_ends_the_wait(tmp_path:
         if calls == 2:
             path = metrics(w, ids[1])
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("{}\n")
+            path.write_text('{"kind": "validation", "steps": 1, "metrics": {}}\n')
         return False
 
     def fast(grown: dict[int, set[int]]) -> bool:

@@ -99,13 +99,39 @@ def trials_of(store: Store, exp_id: int) -> tuple[Path, list[int]]:
         return Path(exp.run_dir), sorted(ids)
 
 
+VALIDATION = '{"kind": "validation", "steps": 8, "metrics": {"loss": 1.0}}\n'
+
+
 def test_grown_files_reports_growth_once(tmp_path: Path) -> None:
     f = tmp_path / "metrics.jsonl"
-    f.write_text("x\n")
+    f.write_text(VALIDATION)
     watch = {7: Watched(exp_id=1, path=f, size=0), 8: Watched(1, tmp_path / "absent", 0)}
     assert grown_files(watch) == {1: {7}}
     assert grown_files(watch) == {}
-    f.write_text("x\ny\n")
+    f.write_text(VALIDATION * 2)
+    assert grown_files(watch) == {1: {7}}
+
+
+def test_only_what_the_searcher_is_told_of_is_worth_a_fast_pass(tmp_path: Path) -> None:
+    """Training metrics and checkpoints wait for the tick; a validation or an early exit
+    is handed over, also when its line was half written at the previous stat."""
+    f = tmp_path / "metrics.jsonl"
+    f.write_text("")
+    watch = {7: Watched(exp_id=1, path=f, size=0)}
+    with f.open("a") as fh:
+        fh.write('{"kind": "training", "steps": 8, "metrics": {"validation_loss": 1}}\n'
+                 '{"kind": "checkpoint", "steps": 8, "uuid": "u"}\n')
+    assert grown_files(watch) == {}
+    assert watch[7].size == f.stat().st_size
+    with f.open("a") as fh:
+        fh.write('{"kind": "valid')                     # half a line: not yet
+        fh.flush()
+        assert grown_files(watch) == {}
+        fh.write('ation", "steps": 16, "metrics": {"loss": 1.0}}\n')
+    assert grown_files(watch) == {1: {7}}            # the whole line, read again
+    assert grown_files(watch) == {}
+    with f.open("a") as fh:
+        fh.write('{"kind": "early_exit", "reason": "INVALID_HP"}\n')
     assert grown_files(watch) == {1: {7}}
 
 
