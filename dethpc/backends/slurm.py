@@ -33,6 +33,7 @@ from dethpc.backends.slurm_parse import Partition
 from dethpc.backends.slurm_poll import SlurmPoll
 from dethpc.backends.slurm_ratelimit import RpcPacer, parse_rate_limit, subject_to_limit
 from dethpc.backends.slurm_site import SlurmSite, slurm_up
+from dethpc.backends.slurm_site_cache import SiteCache
 from dethpc.common.errors import CommandError
 from dethpc.common.jobref import JobRef
 from dethpc.common.runner import CommandRunner
@@ -46,15 +47,19 @@ class SlurmBackend:
     traits: BackendTraits = SLURM
 
     def __init__(self, runner: CommandRunner, user: str | None = None,
-                 signal_flags: Sequence[str] = ("--batch",)) -> None:
+                 signal_flags: Sequence[str] = ("--batch",),
+                 site_cache: SiteCache | None = None) -> None:
         self.runner = runner
         self.user = user
         #: extra scancel flags with a signal: by default the batch shell alone, where
         #: every dethpc job's ``--signal=B:`` has Slurm send its early signal (and where
         #: its traps forward it to the step); ("--full",) would signal the steps too
         self.signal_flags = tuple(signal_flags)
-        self._site = SlurmSite(runner, user)
-        self._poll = SlurmPoll(runner, user, self._site)
+        #: the site's facts, each asked once; ``site_cache`` (also set later as
+        #: ``site.cache``, as the CLI does) keeps them across this user's processes
+        #: (``slurm_site_cache``; None: this process asks for each once)
+        self.site = SlurmSite(runner, user, cache=site_cache)
+        self._poll = SlurmPoll(runner, user, self.site)
         #: waits before Slurm commands where slurmctld rate-limits this user's RPCs
         #: (set from the site's config before the first job command: ``_paced``)
         if not isinstance(runner.pacer, RpcPacer):
@@ -65,39 +70,39 @@ class SlurmBackend:
     @property
     def limits_retry_s(self) -> float:
         """Seconds between reads of the user's limits while sacctmgr fails."""
-        return self._site.limits_retry_s
+        return self.site.limits_retry_s
 
     @limits_retry_s.setter
     def limits_retry_s(self, value: float) -> None:
-        self._site.limits_retry_s = value
+        self.site.limits_retry_s = value
 
     # ------------------------------------------------------------ discovery
     def available(self) -> bool:
         return slurm_up(self.runner)
 
     def config(self) -> dict[str, str]:
-        """``scontrol show config`` as a dict, fetched once."""
-        return self._site.config()
+        """``scontrol show config``'s fields dethpc reads, as a dict (``SlurmSite``)."""
+        return self.site.config()
 
     def max_array_size(self) -> int:
-        return self._site.max_array_size()
+        return self.site.max_array_size()
 
     def accounting_enabled(self) -> bool:
         """True unless ``AccountingStorageType`` is none (or sacct said so)."""
-        return self._site.accounting_enabled()
+        return self.site.accounting_enabled()
 
     def partitions(self) -> dict[str, Partition]:
-        return self._site.partitions()
+        return self.site.partitions()
 
     def check_pool(self, partition: str | None, qos: str | None, nodes: int,
                    tasks_per_node: int, gpus_per_node: int) -> None:
-        self._site.check_pool(partition, qos, nodes, tasks_per_node, gpus_per_node)
+        self.site.check_pool(partition, qos, nodes, tasks_per_node, gpus_per_node)
 
     def job_limits(self, partition: str | None, qos: str | None, account: str | None,
                    extra_args: Sequence[str] = ()) -> PoolLimits:
         """The user's per-user limits (``SlurmSite.job_limits``: two sacctmgr on the
         first call, none after; read again ``limits_retry_s`` after they failed)."""
-        return self._site.job_limits(partition, qos, account, extra_args)
+        return self.site.job_limits(partition, qos, account, extra_args)
 
     def user_jobs(self) -> list[JobInfo] | None:
         """Every job (array task) of the user that the last poll's squeue listed, or
@@ -112,7 +117,7 @@ class SlurmBackend:
         if self._pace_known:
             return
         try:
-            cfg = self._site.config()
+            cfg = self.site.config()
         except CommandError:
             return
         self._pace_known = True

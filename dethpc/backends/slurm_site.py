@@ -6,8 +6,13 @@ Owns: ``SlurmSite`` — ``scontrol show config`` (``MaxArraySize``,
 whether the cluster is in a federation (``local_only``: one ``scontrol show
 federation``) and the user's per-user limits (two ``sacctmgr``), each fetched on first
 use and cached for the instance's life; the limits are read again ``limits_retry_s``
-after sacctmgr failed. Whether accounting is on: the config's word, or sacct's
-(``no_accounting``, learnt by the poll). ``check_pool``: the pool's partition and
+after sacctmgr failed. Given a ``SiteCache`` (``slurm_site_cache``), the config's fields
+dethpc reads, the partitions and the federation answer are first looked up there and
+kept there once asked, so that the user's next process (the daemon a submit starts, the
+next submit) asks slurmctld nothing for them while slurm.conf is the same (issue 48); a
+pool that kept partitions refuse is checked against a live ``sinfo`` before refusing.
+Whether accounting is on: the config's word, or sacct's (``no_accounting``, learnt by
+the poll). ``check_pool``: the pool's partition and
 QoS exist and its allocation fits. Pure pieces with table tests: ``array_limit``,
 ``accounting_on``, ``federated``, ``check_partition``, ``check_qos``, ``limits_due``;
 and ``slurm_up`` (``available``).
@@ -26,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dethpc.backends import slurm_limits as sl
 from dethpc.backends import slurm_parse as sp
 from dethpc.backends.base import UNLIMITED, PoolLimits
+from dethpc.backends.slurm_site_cache import SiteCache, Stamp, config_subset
 from dethpc.common.errors import CommandError, SubmitError
 from dethpc.common.runner import CommandRunner
 
@@ -114,8 +120,13 @@ class SlurmSite:
     """The facts of one Slurm site, each asked once; see the module docstring."""
 
     def __init__(self, runner: CommandRunner, user: str | None,
-                 limits_retry_s: float = LIMITS_RETRY_S) -> None:
+                 limits_retry_s: float = LIMITS_RETRY_S,
+                 cache: SiteCache | None = None) -> None:
         self.runner = runner
+        #: answers kept across processes (None: each process asks)
+        self.cache = cache
+        #: the partitions came from ``cache`` (a refusal is asked again live)
+        self._partitions_kept = False
         self.user = user
         self.limits_retry_s = limits_retry_s
         self._config: dict[str, str] | None = None
@@ -131,11 +142,27 @@ class SlurmSite:
         self._limits_tried_at: float | None = None
 
     def config(self) -> dict[str, str]:
-        """``scontrol show config`` as a dict, fetched once."""
+        """``scontrol show config``'s fields that dethpc reads (``CONFIG_KEYS``) as a
+        dict: kept ones (``cache``), else fetched once."""
         if self._config is None:
-            self._config = sp.parse_key_values(
-                self.runner.run(["scontrol", "show", "config"]).stdout)
+            kept = self._kept("config")
+            if isinstance(kept, dict) and all(isinstance(v, str) for v in kept.values()):
+                self._config = dict(kept)
+            else:
+                before = self.cache.before("config") if self.cache is not None else None
+                self._config = config_subset(sp.parse_key_values(
+                    self.runner.run(["scontrol", "show", "config"]).stdout))
+                self._keep("config", self._config, before)
         return self._config
+
+    def _kept(self, fact: str) -> object:
+        if self.cache is None:
+            return None
+        return self.cache.get(fact)
+
+    def _keep(self, fact: str, value: object, before: Stamp | None) -> None:
+        if self.cache is not None:
+            self.cache.put(fact, value, before)
 
     def max_array_size(self) -> int:
         return array_limit(self.config())
@@ -147,6 +174,11 @@ class SlurmSite:
         in a federation, or a question that failed (asked again next time), keeps the
         plain squeue, which also lists the jobs its siblings run."""
         if self._local is None:
+            kept = self._kept("federated")
+            if isinstance(kept, bool):
+                self._local = not kept
+                return self._local
+            before = self.cache.before("federated") if self.cache is not None else None
             try:
                 res = self.runner.run(FEDERATION_ARGV, check=False)
             except CommandError:
@@ -154,6 +186,7 @@ class SlurmSite:
             if res.returncode != 0:
                 return False
             self._local = not federated(res.stdout)
+            self._keep("federated", not self._local, before)
         return self._local
 
     def accounting_enabled(self) -> bool:
@@ -173,10 +206,23 @@ class SlurmSite:
         self._accounting = False
 
     def partitions(self) -> dict[str, sp.Partition]:
+        """``sinfo``'s partitions: kept ones (``cache``), else fetched once."""
         if self._partitions is None:
-            out = self.runner.run(["sinfo", "-h", "-o", sp.SINFO_FORMAT]).stdout
-            self._partitions = sp.parse_sinfo(out)
+            kept = self._kept("sinfo")
+            if isinstance(kept, str):
+                self._partitions = sp.parse_sinfo(kept)
+                self._partitions_kept = True
+            else:
+                self._ask_partitions()
+        assert self._partitions is not None
         return self._partitions
+
+    def _ask_partitions(self) -> None:
+        before = self.cache.before("sinfo") if self.cache is not None else None
+        out = self.runner.run(["sinfo", "-h", "-o", sp.SINFO_FORMAT]).stdout
+        self._partitions = sp.parse_sinfo(out)
+        self._partitions_kept = False
+        self._keep("sinfo", out, before)
 
     def qos_names(self) -> set[str]:
         if self._qos is None:
@@ -185,11 +231,20 @@ class SlurmSite:
 
     def check_pool(self, partition: str | None, qos: str | None, nodes: int,
                    tasks_per_node: int, gpus_per_node: int) -> None:
-        """``Backend.check_pool``: one sinfo (cached), and the QoS list (cached) when a
-        QoS is named and accounting is on."""
+        """``Backend.check_pool``: one sinfo (cached; kept ones that refuse the pool are
+        asked again), and the QoS list (cached) when a QoS is named and accounting is
+        on."""
         parts = self.partitions()
         if partition is not None:
-            check_partition(parts, partition, nodes, tasks_per_node, gpus_per_node)
+            try:
+                check_partition(parts, partition, nodes, tasks_per_node, gpus_per_node)
+            except SubmitError:
+                if not self._partitions_kept:
+                    raise
+                self._ask_partitions()            # kept facts never refuse alone
+                assert self._partitions is not None
+                check_partition(self._partitions, partition, nodes, tasks_per_node,
+                                gpus_per_node)
         if qos is not None and self.accounting_enabled():
             check_qos(qos, self.qos_names())
 

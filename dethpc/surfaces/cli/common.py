@@ -73,7 +73,27 @@ class Env:
     def backend(self) -> Backend:
         from dethpc.backends.factory import make_backend
 
-        return make_backend(self.cluster)
+        backend = make_backend(self.cluster)
+        keep_site_facts(backend)
+        return backend
+
+
+def keep_site_facts(backend: Backend) -> None:
+    """A Slurm backend of the CLI (and of the daemon it starts) keeps the site facts that
+    change only with slurm.conf in ``$DETHPC_HOME`` for the user's next process
+    (``dethpc.backends.slurm_site_cache``, issue 48: the submit's and its daemon's
+    ``scontrol show config``, ``sinfo``, ``scontrol show federation`` asked once)."""
+    from dethpc.common.traits import BackendKind
+
+    if backend.traits.kind is not BackendKind.SLURM:   # local: nothing to import or keep
+        return
+    from dethpc.backends.slurm import SlurmBackend
+
+    if isinstance(backend, SlurmBackend) and backend.site.cache is None:
+        from dethpc.backends.slurm_site_cache import SiteCache
+        from dethpc.common.paths import dethpc_home
+
+        backend.site.cache = SiteCache(dethpc_home(), backend.runner.env)
 
 
 ENV = Env()

@@ -160,9 +160,13 @@ def answer(args: list[str]) -> int | None:
 
         def max_array_size() -> int:
             from dethpc.backends.slurm_site import SlurmSite
+            from dethpc.backends.slurm_site_cache import SiteCache
+            from dethpc.common.paths import dethpc_home
             from dethpc.common.runner import CommandRunner
 
-            return SlurmSite(CommandRunner(env=environ), None).max_array_size()
+            # the config kept by this user's last command (issue 48), else asked once
+            return SlurmSite(CommandRunner(env=environ), None,
+                             cache=SiteCache(dethpc_home(), environ)).max_array_size()
 
         def prestart() -> None:
             """The daemon started now unless one runs, its imports beside the submission's
