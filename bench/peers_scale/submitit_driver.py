@@ -64,10 +64,14 @@ class Driver:
         self.executor = submitit.AutoExecutor(folder=self.jobs_dir, cluster="slurm")
         self.executor.update_parameters(
             name="submitit", slurm_partition="low", slurm_account="dethpc",
-            gpus_per_node=1, cpus_per_task=1, tasks_per_node=1, nodes=1,
+            cpus_per_task=1, tasks_per_node=1, nodes=1,
             timeout_min=int(cfg["time_limit_min"]),
             slurm_array_parallelism=int(cfg["parallelism"]), slurm_signal_delay_s=120,
-            slurm_additional_parameters={"requeue": True})
+            # the GPU by its type, as the other systems ask (--gpus-per-node=a100:1): an
+            # untyped request on these typed-GPU nodes left Slurm 22.05's GPU count of a
+            # node wrong after its jobs were requeued ("gres count underflow", tasks
+            # started without a GPU) and a preemptor of that node never started
+            slurm_additional_parameters={"requeue": True, "gpus_per_node": "a100:1"})
 
     def save(self) -> None:
         tmp = self.state_path.with_suffix(".tmp")
