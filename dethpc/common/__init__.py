@@ -10,7 +10,8 @@ adopts), the one table of environment variables, ``DETHPC_*`` and ``DET_*``
 (``jobenv``), what Slurm's environment says about a trial's slots in Determined's terms
 (``slots``), the helpers of Determined's
 ``det.util``/``determined.common.util`` its examples use (``util``), the subprocess seam
-(``runner``) and the version string (``version``).
+(``runner``), the version string (``version``) and a process that must not outlive
+its parent (``parent_death``: the pool worker and its forked trials).
 Must not: import any other part of dethpc, or anything a compute node lacks (no
 database, no CLI libraries): the job side imports these modules on every rank.
 """

@@ -18,6 +18,14 @@ time (``prepare``), which runs it and then waits for its trial on a pipe (``hand
 worker forks the next spare as soon as a trial starts, so that initialisation overlaps
 the running trial instead of delaying the next one. ``Spares`` keeps at most one.
 
+A forked child (a trial, a spare) dies with the worker: it asks for SIGTERM when the
+worker ends (``dethpc.common.parent_death``), so a worker SIGKILLed (its node's OOM
+killer, a job end that reached it alone) leaves no trial training on unwatched and no
+spare waiting forever in its call. TERM is what Slurm sends at a job's end: a trial on
+``dethpc.core`` takes it as a preemption (checkpoint, then exit); its lease, no longer
+heartbeated, expires and the trial resumes elsewhere from that checkpoint. A child whose
+worker died before the request leaves at once, having run nothing.
+
 Owns: ``preload``, ``python_entry`` (what can run warm), ``spawn`` (fork and run), the
 spare (``prepare``, ``hand``, ``Spares``).
 Must not: decide which trial runs, or touch the pool directory.
@@ -39,6 +47,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import NoReturn
 
+from dethpc.common import parent_death
 from dethpc.common.jobenv import ENV_DETERMINED_ALIAS
 
 
@@ -142,19 +151,24 @@ def python_entry(argv: Sequence[str]) -> Entry:
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD)
 
 
-def _detach() -> None:
-    """A forked child's first act: its own session (the worker signals its group) and
-    the default signal handlers back."""
+def _detach(worker: int) -> None:
+    """A forked child's first act: its own session (the worker signals its group), the
+    default signal handlers back, then SIGTERM asked for when ``worker`` (the pid that
+    forked it) ends; when it has ended already, the child leaves without running
+    anything (nobody would hear of the run)."""
     os.setsid()
     for sig in HANDLED:
         signal.signal(sig, signal.SIG_DFL)
+    # after the handlers: an early TERM must not run the worker's inherited handler here
+    if not parent_death.die_with_parent(signal.SIGTERM, worker):
+        _leave(0)
 
 
 def _child(argv: Sequence[str], env: Mapping[str, str], cwd: str, log: Path,
-           started_fd: int, *, detached: bool = False) -> int:
-    """In the forked child: become the trial, run it, return its exit code."""
+           started_fd: int, *, worker: int = 0, detached: bool = False) -> int:
+    """In the forked child of ``worker``: become the trial, run it, return its exit code."""
     if not detached:
-        _detach()
+        _detach(worker)
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
@@ -209,13 +223,14 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], cwd: str, log: Path) -> t
     sys.stdout.flush()
     sys.stderr.flush()
     read_fd, write_fd = os.pipe()
+    worker = os.getpid()
     t0 = time.perf_counter()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child
         os.close(read_fd)
         code = 1
         try:
-            code = _child(argv, env, cwd, log, write_fd)
+            code = _child(argv, env, cwd, log, write_fd, worker=worker)
         except BaseException:  # before the trial ran (a bad cwd, an unwritable log)
             traceback.print_exc()
         finally:
@@ -260,13 +275,14 @@ def prepare(calls: Sequence[str]) -> Spare:
     sys.stderr.flush()
     cmd_r, cmd_w = os.pipe()
     st_r, st_w = os.pipe()
+    worker = os.getpid()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the spare
         os.close(cmd_w)
         os.close(st_r)
         code = 1
         try:
-            _detach()
+            _detach(worker)
             for entry in calls:
                 try:
                     call(entry)

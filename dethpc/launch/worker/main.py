@@ -16,6 +16,16 @@ trial of the item it holds (a cancel), recorded ``cancelled``. A preload entry
 forked ahead of it (``forkserver.Spares``): one is ready before the first claim and
 another is forked as each trial starts, so that call overlaps the running trial.
 
+The worker does not outlive the process that started it (the job's batch shell): at
+its start it asks for SIGTERM when that parent ends (``dethpc.common.parent_death``:
+prctl's PDEATHSIG, Linux), and every ``--poll-s`` it checks that its parent is still
+the one it started under (the parent ended before the request, or no prctl) and then
+raises SIGTERM itself. Either way that TERM takes the path of any other: the trial
+is preempted, its lease handed back once it has exited, the worker exits 85. A batch
+shell that ends normally has waited for the worker; Slurm's proctrack/cgroup would
+kill an orphan anyway, proctrack/linuxproc need not (seen: an orphaned worker claimed
+and forked on for minutes after its job ended).
+
 Owns: the loop, the mapping of a trial's exit code to an exit record.
 Must not: touch the store, submit jobs, or pick the next trial.
 """
@@ -32,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from dethpc.common import parent_death
 from dethpc.common import worker_queue as queue
 from dethpc.common.exitcodes import (
     LOCAL_REQUEUE_EXIT,
@@ -116,6 +127,16 @@ class Settings:
     task: str = ""        # the array task index (``retire/<task>``); "" outside an array
     #: the preload's ``module:function`` calls, made in a spare forked ahead of each trial
     spare_calls: tuple[str, ...] = ()
+    #: the pid that started the worker (its job's batch shell); 0: not watched
+    parent: int = 0
+
+
+def check_parent(s: Settings, flags: Flags) -> None:
+    """The worker's parent is gone and no signal said so (it ended before the worker
+    asked for PDEATHSIG, or not Linux): raise SIGTERM here, once, so that the handlers
+    stop the worker as if the job's end had reached it."""
+    if not flags.preempt and parent_death.parent_gone(s.parent):
+        signal.raise_signal(signal.SIGTERM)   # the handler has run when this returns
 
 
 def run_one(s: Settings, lease: queue.Lease, flags: Flags,
@@ -160,6 +181,7 @@ def run_one(s: Settings, lease: queue.Lease, flags: Flags,
                                      extra=extra)
             queue.finish(s.paths, lease, result)
             return result, 137
+        check_parent(s, flags)
         if time.monotonic() >= next_beat:
             next_beat = time.monotonic() + s.heartbeat_s
             if not queue.heartbeat(lease):
@@ -215,11 +237,17 @@ def serve(s: Settings, flags: Flags) -> int:
         return _serve(s, flags, spares)
     finally:
         spares.close()
+        if parent_death.parent_gone(s.parent):
+            print(f"dethpc worker {s.worker}: its parent (pid {s.parent}, the job's batch "
+                  "shell) is gone: stopped as on SIGTERM", file=sys.stderr)
 
 
 def _serve(s: Settings, flags: Flags, spares: forkserver.Spares) -> int:
     idle_since = time.monotonic()
-    while not flags.preempt:
+    while True:
+        check_parent(s, flags)
+        if flags.preempt:
+            break
         if queue.retired(s.paths, s.task):
             return 0
         lease = queue.claim(s.paths, s.worker)
@@ -271,6 +299,9 @@ def _check(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # first: a TERM before the handlers below kills a worker that holds nothing yet
+    parent = os.getppid()
+    parent_death.die_with_parent(signal.SIGTERM, parent)
     args = build_parser().parse_args(argv)
     problem = _check(args)
     if problem:
@@ -289,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
                  worker=args.worker_id or default_worker_id(),
                  heartbeat_s=args.heartbeat_s, poll_s=args.poll_s, max_idle_s=args.max_idle_s,
                  task=args.task or ("" if ref == "0" else ref),
-                 spare_calls=tuple(c for c in calls if c.partition(":")[0] not in missing))
+                 spare_calls=tuple(c for c in calls if c.partition(":")[0] not in missing),
+                 parent=parent)
     if took:
         print(f"dethpc worker {s.worker}: preloaded "
               + ", ".join(f"{k} {v:.2f} s" for k, v in took.items()), file=sys.stderr)
