@@ -3,7 +3,8 @@ worker tasks rendered by ``worker_array_script`` runs 3 trials and a promotion
 without a new job (the promoted trial resumes from its checkpoint in a live worker);
 a worker preempted mid-trial (``scancel --signal=USR2 --batch``, what Slurm's
 ``--signal=B:`` sends) hands its lease back and requeues itself, the trial resumes on
-the other worker; after ``drain`` every task ends COMPLETED. The test plays the
+the other worker; after ``drain`` every task ends COMPLETED; a worker whose batch shell
+is SIGKILLed does not outlive it (it hands its trial back). The test plays the
 daemon side (enqueue, results). Wall time about 15 s here (up to 35 s with queue waits).
 """
 
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dethpc.common import worker_queue as queue
 from dethpc.config.model import ClusterConfig, ResourcePool
 from dethpc.jobs.worker_pool_script import worker_array_script
 from tests.local.test_worker_pool_local import CFG, Pool
@@ -139,5 +141,29 @@ def test_a_worker_at_its_time_limit_requeues_itself_and_its_trial_resumes(
         assert "toy: resumed at step" in pool.log(1) and pool.steps(1) == 500, why
         restarts = int(slurm_cluster.show_job(ref).get("Restarts") or 0)
         assert restarts >= 1, why    # the same task, requeued: not a new job
+    finally:
+        slurm_cluster.cancel(job)
+
+
+def test_a_worker_whose_batch_shell_is_killed_does_not_outlive_it(
+        tmp_path: Path, slurm_cluster: Any) -> None:
+    """The batch shell SIGKILLed (``scancel --signal=KILL --batch``): the job ends, and
+    proctrack/linuxproc (this cluster) does not reach the worker, reparented to PID 1.
+    Before dethpc.common.parent_death it went on holding its lease and training (and
+    then claiming more) with no job; now its parent's death is its SIGTERM: the trial
+    is preempted, recorded, and its item handed back within seconds."""
+    pool, job = _start(tmp_path, slurm_cluster, 1)
+    ref = f"{job}_0"
+    try:
+        pool.submit(1, 1, length=6000, every=10, step_time=0.1)
+        pool.wait_until(lambda: pool.steps(1) >= 5, "the trial trains", timeout_s=120)
+        slurm_cluster.run(["scancel", "--signal=KILL", "--batch", ref])
+        pool.wait_until(lambda: queue.active_leases(pool.paths) == []
+                        and queue.pending(pool.paths) != [], "the lease is handed back",
+                        timeout_s=60)
+        why = f"{pool.diag()} {_outputs(pool)}"
+        assert queue.pending(pool.paths) == ["t1-s1.json"], why
+        assert pool.exits(1) == ["preempted"], why
+        assert "its parent (pid" in _outputs(pool), why
     finally:
         slurm_cluster.cancel(job)
