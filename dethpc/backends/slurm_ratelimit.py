@@ -95,7 +95,7 @@ def subject_to_limit(config: Mapping[str, str], uid: int) -> bool:
 #: 22.05); ``--local`` spares FED_INFO (squeue --local --user 2, measured on 22.05);
 #: ``scontrol show federation`` 1 (FED_INFO); scancel ``123_[1-9]`` 1 (22.05);
 #: sinfo 2 (PARTITION_INFO, NODE_INFO); ``scontrol show config`` 2 (BUILD_INFO, PING);
-#: ``scontrol show job`` 2 (FED_INFO, JOB_INFO_SINGLE);
+#: ``scontrol show job`` 2 (FED_INFO, JOB_INFO_SINGLE), with ``--local`` 1 (22.05);
 #: sbatch 1 whatever the array's size; scontrol update 1; scancel and scontrol
 #: requeue/release/hold 1 per job named (KILL_JOB, JOB_REQUEUE each); sacct, sacctmgr
 #: and sreport 0 (they ask slurmdbd).
@@ -132,7 +132,9 @@ def rpc_cost(argv: Sequence[str]) -> int:
         verb = words[0].lower()
         if verb in _PER_JOB_SCONTROL:
             return max(1, sum(len([j for j in w.split(",") if j]) for w in words[1:]))
-        if verb == "show" and len(words) > 1 and words[1].lower() in ("config", "job"):
+        if verb == "show" and len(words) > 1 and words[1].lower() == "job":
+            return 1 if "--local" in rest else 2    # --local: no FED_INFO
+        if verb == "show" and len(words) > 1 and words[1].lower() == "config":
             return 2
         return 1
     return 0

@@ -54,6 +54,7 @@ def test_subject_to_limit(slurm_user: str, uid: int, subject: bool) -> None:
     (["scontrol", "update", "JobId=5", "ArrayTaskThrottle=2"], 1),
     (["scontrol", "show", "config"], 2),
     (["scontrol", "-o", "show", "job", "5"], 2),
+    (["scontrol", "--local", "-o", "show", "job", "5"], 1),
     (["scontrol", "show", "partition"], 1),
     (["scontrol", "--version"], 0),
     (["sinfo", "-h"], 2),

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from dethpc.backends.slurm_ratelimit import rpc_cost
 from dethpc.common.exitcodes import EXIT_PREEMPTED, EXIT_STOPPED, LOCAL_REQUEUE_EXIT
 from dethpc.common.exitcodes import ExitReason as R
 from dethpc.launch.run_end import (
@@ -200,11 +201,26 @@ def test_scontrol_is_asked_again_while_slurmctld_does_not_answer() -> None:
         return answers[len(asked) - 1]
 
     assert ask_scontrol("70_7", run, pause_s=0).state == "RUNNING"
-    assert asked == [["scontrol", "-o", "show", "job", "70_7"]] * 3
+    assert asked == [["scontrol", "--local", "-o", "show", "job", "70_7"]] * 3
     gone: list[list[str]] = []
     assert ask_scontrol("70_8", lambda a: (gone.append(a), (1, "Invalid job id specified"))[1],
                         pause_s=0) == SlurmJobFacts()
     assert len(gone) == 1  # a job slurmctld does not know is not asked about again
+
+
+def test_the_jobs_question_about_itself_skips_the_federation_rpc() -> None:
+    """A run's ``scontrol show job`` of its own job is ``--local``: 1 slurmctld RPC
+    (JOB_INFO_SINGLE) instead of 2 (FED_INFO first), in the second a preemption ends
+    many runs together (issue 48: a pool's 5 preempted workers made 15 RPCs at once)."""
+    asked: list[list[str]] = []
+
+    def run(argv: list[str]) -> tuple[int, str]:
+        asked.append(argv)
+        return 0, SHOW_JOB.format(state="RUNNING", restarts=0, end="Unknown", preempt="None")
+
+    ask_scontrol("71_3", run, pause_s=0)
+    assert asked == [["scontrol", "--local", "-o", "show", "job", "71_3"]]
+    assert rpc_cost(asked[0]) == 1
 
 
 def _command(args: list[str], env: dict[str, str]) -> dict[str, str]:
