@@ -113,6 +113,24 @@ def sdiag_users(text: str) -> dict[str, int]:
     return out
 
 
+_TYPE_LINE = re.compile(r"^\s*(\S+)\s+\(\s*\d+\)\s+count:(\d+)")
+
+
+def sdiag_types(text: str) -> dict[str, int]:
+    """``sdiag``'s "Remote Procedure Call statistics by message type": ``{type: count}``
+    (every user's)."""
+    out: dict[str, int] = {}
+    section = False
+    for line in text.splitlines():
+        if "statistics by message type" in line:
+            section = True
+        elif section and "statistics by user" in line:
+            break
+        elif section and (m := _TYPE_LINE.match(line)):
+            out[m.group(1)] = int(m.group(2))
+    return out
+
+
 @dataclass
 class RpcCounter:
     """Per-user RPC totals from successive ``sdiag`` samples (see the module doc)."""
@@ -219,9 +237,17 @@ def process_cpu(pid: int) -> float | None:
 
 
 def read_sdiag(env: Mapping[str, str]) -> dict[str, int]:
+    return read_sdiag_full(env)[0]
+
+
+def read_sdiag_full(env: Mapping[str, str]) -> tuple[dict[str, int], dict[str, int]]:
+    """``sdiag``'s counts ``(by user, by message type)`` (the types: all users'); empty
+    when it did not answer."""
     res = subprocess.run(["sdiag"], capture_output=True, text=True, env=dict(env),
                          check=False, timeout=30)
-    return sdiag_users(res.stdout) if res.returncode == 0 else {}
+    if res.returncode != 0:
+        return {}, {}
+    return sdiag_users(res.stdout), sdiag_types(res.stdout)
 
 
 def read_sacct(env: Mapping[str, str], since: str, user: str | None = None) -> list[dict[str, str]]:

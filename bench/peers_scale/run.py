@@ -127,6 +127,11 @@ class Sampler:
         self.rpc = mx.RpcCounter()
         self.cpu = mx.LoginCpu(uid=uid, exclude=exclude)
         self.ctld: dict[int, list[float]] = {}     # slurmctld pid -> [first, last] CPU
+        #: each sample's [epoch, {user: RPCs since the last}, {message type: RPCs since the
+        #: last, every user's}]: where a cell's RPCs and its peak second come from
+        self.series: list[list[Any]] = []
+        self._last_types: dict[str, int] | None = None
+        self._last_users: dict[str, int] | None = None
         self._pidfile = scale_layout(saved_spec()).pid_file("slurmctld")
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -134,9 +139,11 @@ class Sampler:
 
     def sample(self) -> None:
         with self._lock:
-            counts = mx.read_sdiag(self.env)
+            counts, types = mx.read_sdiag_full(self.env)
             if counts:
-                self.rpc.add(time.time(), counts)
+                now = time.time()
+                self.rpc.add(now, counts)
+                self._add_series(now, counts, types)
             self.cpu.add(mx.sample_procs())
             try:
                 pid = int(self._pidfile.read_text().split()[0])
@@ -145,6 +152,17 @@ class Sampler:
             cpu = mx.process_cpu(pid)
             if cpu is not None:
                 self.ctld.setdefault(pid, [cpu, cpu])[1] = cpu
+
+    def _add_series(self, now: float, users: dict[str, int], types: dict[str, int]) -> None:
+        if self._last_users is not None and self._last_types is not None:
+            def diff(new: dict[str, int], old: dict[str, int]) -> dict[str, int]:
+                d = {k: n - old.get(k, 0) for k, n in new.items()}
+                # a slurmctld restart's interval: counts from zero again
+                return {k: v for k, v in (new if any(v < 0 for v in d.values())
+                                          else d).items() if v}
+            self.series.append([round(now, 2), diff(users, self._last_users),
+                                diff(types, self._last_types)])
+        self._last_users, self._last_types = dict(users), dict(types)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
@@ -310,6 +328,7 @@ def run_cell(system: str, seed: int, with_faults: bool, args: argparse.Namespace
             "rpcs_by_user": sampler.rpc.totals, "peak_rpcs_per_s_by_user":
             {u: round(v, 2) for u, v in sampler.rpc.peak_per_s.items()},
             "slurmctld_restarts_seen": sampler.rpc.restarts,
+            "sdiag_series": sampler.series,
             "fault_outcomes": outcomes, "system_facts": facts,
             "background": {"submitted": len(bg.submitted),
                            "refused": sum(b["refused"] for b in bg.submitted),

@@ -26,6 +26,7 @@ from bench.peers_scale.metrics import (
     parse_verdicts,
     regret_at,
     regret_curve,
+    sdiag_types,
     sdiag_users,
     stored_target,
     target_loss,
@@ -92,6 +93,11 @@ Pending RPC statistics
 def test_sdiag_users() -> None:
     assert sdiag_users(SDIAG) == {"root": 500, "dethpc-bench": 42, "dethpc-faults": 7}
     assert sdiag_users("") == {}
+
+
+def test_sdiag_types_are_the_message_type_section_only() -> None:
+    assert sdiag_types(SDIAG) == {"REQUEST_JOB_INFO": 10}
+    assert sdiag_types("") == {}
 
 
 @pytest.mark.parametrize(("samples", "totals", "peak", "restarts"), [
