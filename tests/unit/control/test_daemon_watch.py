@@ -74,26 +74,28 @@ def test_the_fast_path_gets_the_grown_files_and_a_change_ends_the_wait(tmp_path:
     assert seen == [{w.exp_id: {ids[1]}}]
 
 
+def validated(tmp_path: Path, *, poll_s: float) -> tuple[World, int]:
+    """A world with one running trial whose metrics file holds a validation; its id."""
+    w = world(tmp_path, cluster=fast_cluster(tmp_path, poll_s=poll_s))
+    trial_id = running(w, 1)[0]
+    path = metrics(w, trial_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('{"kind": "validation", "steps": 1, "metrics": {}}\n')
+    return w, trial_id
+
+
 def test_a_file_grown_when_the_tick_is_due_within_a_stat_gets_no_fast_pass(
         tmp_path: Path) -> None:
     """The tick is due within ``metrics_poll_s`` when the grown file is seen: no fast
     pass, and the wait ends with a change (the tick reads the lines; a fast pass just
     before it reconciled the same lines twice, issue 47)."""
-    w = world(tmp_path, cluster=fast_cluster(tmp_path, poll_s=0.5))
-    ids = running(w, 1)
-    path = metrics(w, ids[0])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text('{"kind": "validation", "steps": 1, "metrics": {}}\n')
+    w, _ = validated(tmp_path, poll_s=0.5)
     watcher = Watcher(w.store, w.cluster, Scope(), None)
     assert watcher.wait(0.6, lambda: False, never_called) is True
 
 
 def test_a_file_grown_long_before_the_tick_gets_a_fast_pass(tmp_path: Path) -> None:
-    w = world(tmp_path, cluster=fast_cluster(tmp_path, poll_s=0.02))
-    ids = running(w, 1)
-    path = metrics(w, ids[0])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text('{"kind": "validation", "steps": 1, "metrics": {}}\n')
+    w, trial_id = validated(tmp_path, poll_s=0.02)
     watcher = Watcher(w.store, w.cluster, Scope(), None)
     seen: list[dict[int, set[int]]] = []
 
@@ -102,7 +104,7 @@ def test_a_file_grown_long_before_the_tick_gets_a_fast_pass(tmp_path: Path) -> N
         return False
 
     assert watcher.wait(60.0, lambda: bool(seen), fast) is False
-    assert seen == [{w.exp_id: {ids[0]}}]
+    assert seen == [{w.exp_id: {trial_id}}]
 
 
 def test_nothing_grown_sleeps_the_whole_delay_and_calls_nothing(tmp_path: Path) -> None:
