@@ -132,11 +132,10 @@ def rpc_cost(argv: Sequence[str]) -> int:
         verb = words[0].lower()
         if verb in _PER_JOB_SCONTROL:
             return max(1, sum(len([j for j in w.split(",") if j]) for w in words[1:]))
-        if verb == "show" and len(words) > 1 and words[1].lower() == "job":
+        what = words[1].lower() if verb == "show" and len(words) > 1 else ""
+        if what == "job":
             return 1 if "--local" in rest else 2    # --local: no FED_INFO
-        if verb == "show" and len(words) > 1 and words[1].lower() == "config":
-            return 2
-        return 1
+        return 2 if what == "config" else 1
     return 0
 
 

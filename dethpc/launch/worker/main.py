@@ -299,9 +299,10 @@ def _check(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # first: a TERM before the handlers below kills a worker that holds nothing yet
+    # first: a TERM before the handlers below kills a worker that holds nothing yet; a
+    # parent gone before the request is caught by ``check_parent``'s first poll
     parent = os.getppid()
-    parent_death.die_with_parent(signal.SIGTERM, parent)
+    parent_death.set_death_signal(signal.SIGTERM)
     args = build_parser().parse_args(argv)
     problem = _check(args)
     if problem:
