@@ -10,6 +10,7 @@ Layout under ``<run_dir>/pool/``::
     results/<item>.json         how the run ended (written by the worker)
     drain                       no new work will come: idle workers exit
     retire/<task>               worker <task> (its job ref) exits after its current run
+    alive/<task>                worker <task> runs; its mtime is the worker's heartbeat
     kill/<item>                 the worker holding <item> kills its trial now
 
 Every state change is one ``os.rename`` (atomic on a local or shared POSIX disk): two
@@ -21,7 +22,9 @@ continuation of trial T is a new item with a higher ``seq``.
 
 Owns: ``WorkerPoolPaths``, ``WorkItem``, ``Lease``, ``RunResult`` and the functions that
 move items between states (enqueue, claim, heartbeat, finish, give_back, expire,
-withdraw, kill, known) and the pool's size (``retire``, ``retired``).
+withdraw, kill, known), the pool's size (``retire``, ``retired``) and its workers'
+presence (``announce``, ``leave``, ``present``: what lets the daemon ask Slurm about
+them less often).
 Must not: start processes, read the store, or decide what to enqueue.
 """
 
@@ -92,6 +95,12 @@ class WorkerPoolPaths:
         """``retire/<task>``: the worker whose job ref is ``<task>`` exits after its
         current run (the pool shrinks: ``set-concurrency``)."""
         return self.root / "retire"
+
+    @property
+    def alive(self) -> Path:
+        """``alive/<task>``: worker ``<task>`` (its job ref) is running; the file's
+        mtime is renewed every heartbeat while it runs and the file goes when it exits."""
+        return self.root / "alive"
 
     def create(self) -> WorkerPoolPaths:
         for d in (self.work, self.leases, self.returning, self.results, self.retire):
@@ -349,6 +358,46 @@ def retire(paths: WorkerPoolPaths, tasks: Iterable[str], keep: Iterable[str] = (
 
 def retired(paths: WorkerPoolPaths, task: str) -> bool:
     return bool(task) and (paths.retire / task).exists()
+
+
+def announce(paths: WorkerPoolPaths, task: str) -> None:
+    """Worker ``task`` runs: create ``alive/<task>`` or renew its mtime (its heartbeat,
+    idle or busy). Best effort: a worker that cannot write it is polled as before."""
+    if not task:
+        return
+    try:
+        paths.alive.mkdir(exist_ok=True)
+        (paths.alive / task).touch()
+    except OSError:
+        pass
+
+
+def leave(paths: WorkerPoolPaths, task: str) -> None:
+    """Worker ``task`` exits: its ``alive/<task>`` goes (a worker killed without its
+    ``finally`` leaves it to go stale)."""
+    if task:
+        try:
+            (paths.alive / task).unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def present(paths: WorkerPoolPaths, fresh_s: float, now: float | None = None) -> set[str]:
+    """The workers (tasks) whose ``alive`` file was renewed within ``fresh_s`` of
+    ``now``: one listdir and a stat each."""
+    now = time.time() if now is None else now
+    out: set[str] = set()
+    try:
+        entries = list(os.scandir(paths.alive))
+    except OSError:
+        return out
+    for e in entries:
+        try:
+            if now - e.stat().st_mtime <= fresh_s:
+                out.add(e.name)
+        except OSError:
+            continue
+    return out
 
 
 def kill(paths: WorkerPoolPaths, name: str) -> None:

@@ -385,6 +385,10 @@ class ClusterConfig:
     #: progress and ends come through files), the backend is polled at most this often
     #: instead of every tick; 0: every tick
     pool_poll_s: float = 10.0
+    #: the same while every worker's ``pool/alive`` file agrees with Slurm's last answer
+    #: (each running one renewed within three heartbeats, none of the others there):
+    #: the backend is then asked at most this often; 0: no longer than ``pool_poll_s``
+    pool_quiet_poll_s: float = 60.0
     #: how long the daemon's lease lasts unrenewed: a dead daemon's experiments are taken
     #: over by another login node's daemon that long after it died (dethpc.control.lease)
     daemon_lease_s: float = 60.0

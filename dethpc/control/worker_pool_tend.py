@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
@@ -184,6 +184,23 @@ class WorkerPoolTender:
                     if job for i in range(size)}
         self.polled_workers = frozenset(refs)
         return refs
+
+    def present_workers(self, refs: Mapping[str, int],
+                        resolved: Mapping[int, Resolved]) -> set[str]:
+        """Of the worker tasks ``refs`` (ref -> experiment, ``worker_refs``), those whose
+        ``pool/alive`` file was renewed within three of their pool's heartbeats
+        (``queue.present``); an experiment not in ``resolved`` has none."""
+        by_exp: dict[int, set[str]] = {}
+        for ref, exp_id in refs.items():
+            by_exp.setdefault(exp_id, set()).add(ref)
+        out: set[str] = set()
+        now = time.time()
+        for exp_id, paths in self.pool_paths(list(by_exp)).items():
+            r = resolved.get(exp_id)
+            wp = r.worker_pool() if r is not None else None
+            if wp is not None:
+                out |= queue.present(paths, 3 * wp.heartbeat_s, now) & by_exp[exp_id]
+        return out
 
     def poll_items(self, refs: list[str]) -> dict[str, JobInfo]:
         """``view.poll_items`` for every experiment's item refs."""

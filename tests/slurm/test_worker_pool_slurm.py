@@ -4,7 +4,8 @@ without a new job (the promoted trial resumes from its checkpoint in a live work
 a worker preempted mid-trial (``scancel --signal=USR2 --batch``, what Slurm's
 ``--signal=B:`` sends) hands its lease back and requeues itself, the trial resumes on
 the other worker; after ``drain`` every task ends COMPLETED; a worker whose batch shell
-is SIGKILLed does not outlive it (it hands its trial back). The test plays the
+is SIGKILLed does not outlive it (it hands its trial back); each worker keeps
+``pool/alive/<its task>`` under the daemon's name for it while it runs. The test plays the
 daemon side (enqueue, results). Wall time about 15 s here (up to 35 s with queue waits).
 """
 
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dethpc.common import worker_queue as queue
+from dethpc.common.jobref import JobRef
 from dethpc.config.model import ClusterConfig, ResourcePool
 from dethpc.jobs.worker_pool_script import worker_array_script
 from tests.local.test_worker_pool_local import CFG, Pool
@@ -53,6 +55,11 @@ def test_pool_array_runs_promotions_and_survives_a_preemption(tmp_path: Path,
             pool.submit(t, 1, length=5, x=float(t))
         first = pool.wait_results(3, timeout_s=180)
         assert {r.reason for r in first} == {"completed"}
+        # each worker that ran keeps pool/alive/<task> under the name the daemon polls
+        # (``WorkerPoolTender.worker_refs``): what its quiet poll cadence compares
+        tasks = {str(JobRef(job, task=i)) for i in range(2)}
+        alive = {p.name for p in pool.paths.alive.iterdir()}
+        assert {r.extra["job"] for r in first} <= alive <= tasks, (alive, tasks)
         pool.submit(1, 2, length=15, x=1.0)                   # a promotion: no new job
         promoted = pool.wait_results(4, timeout_s=120)[3]
         assert (promoted.trial_id, promoted.seq, promoted.reason) == (1, 2, "completed")
@@ -80,6 +87,7 @@ def test_pool_array_runs_promotions_and_survives_a_preemption(tmp_path: Path,
             s == "COMPLETED" for s in _tasks(slurm_cluster, job).values())
             and len(_tasks(slurm_cluster, job)) == 2, timeout=180)
         assert len(pool.results) == 5, (pool.results, pool.diag())
+        assert not any(pool.paths.alive.iterdir())            # each exit removed its file
     finally:
         slurm_cluster.cancel(job)
     exits = [json.loads(x) for x in (pool.exp.trial(5).exit_log).read_text().splitlines()]

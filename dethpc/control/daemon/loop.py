@@ -75,7 +75,8 @@ class Daemon:
         #: interactive tasks' and TensorBoard's jobs on this backend, in the one poll
         self.tasks = TaskWatch(store, self.scope, BackendKind.parse(cluster.backend))
         self.poller = Poller(store, backend, self.worker_pools, self.scope,
-                             pool_poll_s=cluster.pool_poll_s, actions=lambda: (
+                             pool_poll_s=cluster.pool_poll_s,
+                             pool_quiet_poll_s=cluster.pool_quiet_poll_s, actions=lambda: (
                                  self.canceller.jobs_cancelled + self.worker_pools.workers_cancelled
                                  + self.worker_pools.cancels_put_off), tasks=self.tasks)
         self.checkpoints = CheckpointDeleter(store)
@@ -112,7 +113,7 @@ class Daemon:
             self.tasks_alone(stats)
             return stats
         self.recovery.adopt(stats)                # batches a crash left SUBMITTING
-        seen = self.poller.observe(stats, exp_ids)  # one poll of every live job
+        seen = self.poller.observe(stats, exp_ids, resolved=opened)  # one poll of every live job
         self.tasks.record(seen.infos, stats, fresh=seen.fresh)   # tasks' jobs that ended
         # pre-pull jobs that trials wait on, polled after them: Slurm kills a dependent
         # job only after its pull ended, so a trial job seen cancelled by a failed pull

@@ -13,9 +13,13 @@ The cadence (``poll_due``, pure): while the only backend jobs are worker-pool wo
 (the runs' progress and ends come through the worker pools' files), the backend is asked at
 most every ``pool_poll_s`` and the last answer stands in between; any other live job,
 a ref not in the last answer (a worker just submitted), or a job cancelled or a cancel
-put off since (``actions``: the daemon's count of them) polls at once. ``Observed.fresh``
-says which it was: a worker read PENDING by an older poll may have started since, so
-the pool's tender cancels nothing on it (it asks for a poll instead).
+put off since (``actions``: the daemon's count of them) polls at once. While every
+worker's ``pool/alive`` file agrees with that last answer (``workers_accounted``: each
+worker it said runs renewed its file within three heartbeats, none it said ended has
+one) the cadence is ``pool_quiet_poll_s`` instead: a worker that exits removes its file
+and one killed stops renewing it, so an end shows in the files before Slurm is asked.
+``Observed.fresh`` says which it was: a worker read PENDING by an older poll may have
+started since, so the pool's tender cancels nothing on it (it asks for a poll instead).
 Must not: call the backend per job or per experiment, or record what it saw (the
 reconciler does).
 """
@@ -23,17 +27,18 @@ reconciler does).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from sqlalchemy import select as sa_select
 from sqlmodel import Session
 
-from dethpc.backends.base import Backend, JobInfo
+from dethpc.backends.base import Backend, JobInfo, JobState
 from dethpc.common.jobref import JobRef, job_refs
 from dethpc.control.daemon.shared import Scope, TickStats
 from dethpc.control.daemon.tasks import TaskWatch
 from dethpc.control.reconcile.skip_rules import LiveRow
+from dethpc.control.resolved import Resolved
 from dethpc.control.worker_pool_tend import WorkerPoolTender
 from dethpc.control.worker_pool_view import is_item_ref
 from dethpc.store import Store
@@ -91,16 +96,39 @@ def poll_plan(live: Sequence[str], workers: Sequence[str]) -> PollPlan:
 
 
 def poll_due(*, since_last_s: float | None, jobs: Sequence[str], last_jobs: frozenset[str],
-             workers_only: bool, dirty: bool, pool_poll_s: float) -> bool:
+             workers_only: bool, dirty: bool, pool_poll_s: float,
+             accounted: Callable[[], bool] = lambda: False,
+             quiet_poll_s: float = 0.0) -> bool:
     """Whether this tick asks the backend: always, unless every job to ask about is a
     pool worker the last poll answered for (``workers_only``, ``last_jobs``), no job was
     cancelled since (``dirty``), and that poll is younger than ``pool_poll_s``
-    (``since_last_s``; None: there was none)."""
+    (``since_last_s``; None: there was none), or younger than ``quiet_poll_s`` when the
+    workers' files agree with it (``accounted``, asked only then)."""
     if since_last_s is None or dirty or not workers_only or pool_poll_s <= 0:
         return True
     if not set(jobs) <= last_jobs:
         return True
-    return since_last_s >= pool_poll_s
+    if since_last_s < pool_poll_s:
+        return False
+    return since_last_s >= quiet_poll_s or not accounted()
+
+
+def workers_accounted(last: Mapping[str, JobInfo], workers: Sequence[str],
+                      present: Set[str]) -> bool:
+    """Whether the workers' ``pool/alive`` files (``present``: those renewed within three
+    heartbeats) agree with the last poll's answer (``last``): each worker it said runs
+    (or is suspended) is present, and none it said ended is; a pending one may be
+    either (it may have started since: the tender cancels nothing on an older answer).
+    A worker the answer lacks, or one of a worker version without the file, disagrees."""
+    for ref in workers:
+        info = last.get(ref)
+        if info is None:
+            return False
+        if info.state is JobState.PENDING:
+            continue
+        if (ref in present) == info.state.is_terminal:
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -120,7 +148,7 @@ class Observed:
 
 class Poller:
     def __init__(self, store: Store, backend: Backend, worker_pools: WorkerPoolTender,
-                 scope: Scope, *, pool_poll_s: float = 0.0,
+                 scope: Scope, *, pool_poll_s: float = 0.0, pool_quiet_poll_s: float = 0.0,
                  monotonic: Callable[[], float] = time.monotonic,
                  actions: Callable[[], int] = lambda: 0,
                  tasks: TaskWatch | None = None) -> None:
@@ -129,6 +157,7 @@ class Poller:
         #: the live tasks' jobs, asked in the same call (None: none are)
         self.tasks = tasks
         self.pool_poll_s, self.monotonic, self.actions = pool_poll_s, monotonic, actions
+        self.pool_quiet_poll_s = pool_quiet_poll_s
         #: the last backend answer (when, for which jobs, what it said), and the count
         #: of cancels then: one since makes the next tick poll (``poll_due``)
         self._last_at: float | None = None
@@ -141,17 +170,18 @@ class Poller:
         #: the last ``poll``'s read of the live jobs' rows (``live_rows``)
         self.live: LiveRows = {}
 
-    def observe(self, stats: TickStats, exp_ids: list[int], *,
-                force: bool = False) -> Observed:
-        infos = self.poll(stats, exp_ids, force=force)
+    def observe(self, stats: TickStats, exp_ids: list[int], *, force: bool = False,
+                resolved: Mapping[int, Resolved] | None = None) -> Observed:
+        infos = self.poll(stats, exp_ids, force=force, resolved=resolved)
         return Observed(infos, self.backend.user_jobs(), fresh=self.fresh, live=self.live)
 
-    def poll(self, stats: TickStats, exp_ids: list[int], *,
-             force: bool = False) -> dict[str, JobInfo]:
+    def poll(self, stats: TickStats, exp_ids: list[int], *, force: bool = False,
+             resolved: Mapping[int, Resolved] | None = None) -> dict[str, JobInfo]:
         """Every live job's state in one backend call, even without refs: a backend that
         lists the user's jobs (to count them against per-user limits) does it in this
         one query. Between two polls of a pool's workers (``poll_due``) the last
-        answer stands; ``force`` polls anyway."""
+        answer stands; ``force`` polls anyway. ``resolved``: the open experiments'
+        configs (their pools' heartbeats), without which the quiet cadence is off."""
         with self.store.read() as s:
             # the rows as columns, no Job objects; read once, shared with the reconcile
             self.live = live_rows(s, self.scope)
@@ -159,7 +189,8 @@ class Poller:
         if self.tasks is not None:
             known = set(refs)
             refs += [r for r in self.tasks.refs() if r not in known]
-        workers = list(self.worker_pools.worker_refs(exp_ids))
+        worker_exps = self.worker_pools.worker_refs(exp_ids)
+        workers = list(worker_exps)
         plan = poll_plan(refs, workers)
         stats.polled = plan.polled
         now, actions = self.monotonic(), self.actions()
@@ -167,7 +198,9 @@ class Poller:
             since_last_s=None if self._last_at is None else now - self._last_at,
             jobs=plan.jobs, last_jobs=frozenset(self._last), pool_poll_s=self.pool_poll_s,
             workers_only=bool(workers) and len(plan.jobs) == len(workers),
-            dirty=actions != self._actions_then)
+            dirty=actions != self._actions_then, quiet_poll_s=self.pool_quiet_poll_s,
+            accounted=lambda: resolved is not None and workers_accounted(
+                self._last, workers, self.worker_pools.present_workers(worker_exps, resolved)))
         self.fresh = due
         if due:
             infos = self.backend.poll(plan.jobs)

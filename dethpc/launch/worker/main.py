@@ -11,7 +11,11 @@ exits with ``LOCAL_REQUEUE_EXIT`` (85). A lease taken away (expired) kills the
 trial at once: another worker owns it now. With ``pool/drain`` present and
 nothing to claim, the worker exits 0; with ``pool/retire/<its job ref>`` present
 it exits 0 after its current run (the pool shrank). ``pool/kill/<item>`` kills the
-trial of the item it holds (a cancel), recorded ``cancelled``. A preload entry
+trial of the item it holds (a cancel), recorded ``cancelled``. From its start to its
+exit the worker keeps ``pool/alive/<its job ref>`` (``Presence``: created first, its
+mtime renewed every ``--heartbeat-s``, idle or busy, removed on the way out): while
+every worker's file agrees with Slurm's last answer the daemon asks Slurm about the
+pool less often (``dethpc.control.daemon.poll``). A preload entry
 ``module:function`` (``torch.cuda:init``) is called in a spare, the next trial's process
 forked ahead of it (``forkserver.Spares``): one is ready before the first claim and
 another is forked as each trial starts, so that call overlaps the running trial.
@@ -117,6 +121,24 @@ def _append_exit(trial_dir: Path, reason: ExitReason, code: int, item: queue.Wor
     append_record(TrialPaths(trial_dir).exit_log, rec)
 
 
+class Presence:
+    """The worker's ``pool/alive/<task>`` file: announced at once, renewed every
+    ``heartbeat_s`` (``beat``, called from the worker's loops), removed by ``leave``."""
+
+    def __init__(self, paths: queue.WorkerPoolPaths, task: str, heartbeat_s: float) -> None:
+        self.paths, self.task, self.heartbeat_s = paths, task, heartbeat_s
+        self._next = 0.0
+
+    def beat(self) -> None:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self.heartbeat_s
+            queue.announce(self.paths, self.task)
+
+    def leave(self) -> None:
+        queue.leave(self.paths, self.task)
+
+
 @dataclass(frozen=True)
 class Settings:
     paths: queue.WorkerPoolPaths
@@ -129,6 +151,12 @@ class Settings:
     spare_calls: tuple[str, ...] = ()
     #: the pid that started the worker (its job's batch shell); 0: not watched
     parent: int = 0
+    #: its ``pool/alive`` file (None: not kept, as outside a job)
+    presence: Presence | None = None
+
+    def beat(self) -> None:
+        if self.presence is not None:
+            self.presence.beat()
 
 
 def check_parent(s: Settings, flags: Flags) -> None:
@@ -182,6 +210,7 @@ def run_one(s: Settings, lease: queue.Lease, flags: Flags,
             queue.finish(s.paths, lease, result)
             return result, 137
         check_parent(s, flags)
+        s.beat()
         if time.monotonic() >= next_beat:
             next_beat = time.monotonic() + s.heartbeat_s
             if not queue.heartbeat(lease):
@@ -246,6 +275,7 @@ def _serve(s: Settings, flags: Flags, spares: forkserver.Spares) -> int:
     idle_since = time.monotonic()
     while True:
         check_parent(s, flags)
+        s.beat()
         if flags.preempt:
             break
         if queue.retired(s.paths, s.task):
@@ -308,6 +338,21 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"dethpc worker: {problem}", file=sys.stderr)
         return 2
+    ref = ref_from_env(os.environ)
+    task = args.task or ("" if ref == "0" else ref)
+    paths = queue.WorkerPoolPaths.of_run_dir(args.run_dir)
+    # announced before the preload (seconds of imports): the daemon reads a worker
+    # Slurm says runs and that has no file as one that may have ended
+    presence = Presence(paths, task, args.heartbeat_s)
+    presence.beat()
+    try:
+        return _main(args, task, paths, presence, parent)
+    finally:
+        presence.leave()
+
+
+def _main(args: argparse.Namespace, task: str, paths: queue.WorkerPoolPaths,
+          presence: Presence, parent: int) -> int:
     modules, calls = forkserver.split_preload(
         [m.strip() for m in args.preload.split(",") if m.strip()])
     took, missing = forkserver.preload(modules)
@@ -315,14 +360,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dethpc worker: --preload: cannot import {name!r} ({why}); trials import "
               "it themselves", file=sys.stderr)
     flags = Flags()
-    ref = ref_from_env(os.environ)
     install_handlers(flags, args.preempt_signal)
-    s = Settings(paths=queue.WorkerPoolPaths.of_run_dir(args.run_dir),
+    s = Settings(paths=paths,
                  worker=args.worker_id or default_worker_id(),
                  heartbeat_s=args.heartbeat_s, poll_s=args.poll_s, max_idle_s=args.max_idle_s,
-                 task=args.task or ("" if ref == "0" else ref),
+                 task=task,
                  spare_calls=tuple(c for c in calls if c.partition(":")[0] not in missing),
-                 parent=parent)
+                 parent=parent, presence=presence)
     if took:
         print(f"dethpc worker {s.worker}: preloaded "
               + ", ".join(f"{k} {v:.2f} s" for k, v in took.items()), file=sys.stderr)

@@ -4,6 +4,7 @@ backend call each, and what a cancel clears. Real SQLite, a recording backend.""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -186,6 +187,103 @@ def test_a_pools_workers_are_polled_every_pool_poll_s_not_every_tick(tmp_path: P
     tick()
     assert polls() == 7
     assert (poller.polls, poller.skipped) == (7, 3)
+
+
+# ------------------------------------------- the quiet cadence (pool_quiet_poll_s)
+@pytest.mark.parametrize(("since", "accounted", "quiet", "due"), [
+    (5.0, False, 60.0, False),      # under pool_poll_s: the files are not even read
+    (10.0, False, 60.0, True),      # the files disagree: pool_poll_s, as before
+    (10.0, True, 60.0, False),      # they agree: the last answer stands ...
+    (59.0, True, 60.0, False),
+    (60.0, True, 60.0, True),       # ... until pool_quiet_poll_s
+    (10.0, True, 0.0, True),        # pool_quiet_poll_s 0: pool_poll_s alone
+    (10.0, True, 5.0, True),        # a quiet cadence under pool_poll_s changes nothing
+])
+def test_poll_due_quiet(since: float, accounted: bool, quiet: float, due: bool) -> None:
+    from dethpc.control.daemon.poll import poll_due
+    asked: list[bool] = []
+
+    def files_agree() -> bool:
+        asked.append(True)
+        return accounted
+    assert poll_due(since_last_s=since, jobs=["9_0", "9_1"], last_jobs=W, workers_only=True,
+                    dirty=False, pool_poll_s=10.0, quiet_poll_s=quiet,
+                    accounted=files_agree) is due
+    assert not (asked and since < 10.0)
+
+
+R, P, C = JobState.RUNNING, JobState.PENDING, JobState.COMPLETED
+
+
+@pytest.mark.parametrize(("states", "present", "agree"), [
+    ({"9_0": R, "9_1": R}, {"9_0", "9_1"}, True),
+    ({"9_0": R, "9_1": R}, {"9_0"}, False),             # 9_1 exited or was killed
+    ({"9_0": R, "9_1": P}, {"9_0"}, True),              # pending: not started ...
+    ({"9_0": R, "9_1": P}, {"9_0", "9_1"}, True),       # ... or started since
+    ({"9_0": R, "9_1": C}, {"9_0"}, True),              # ended, and its file gone
+    ({"9_0": R, "9_1": C}, {"9_0", "9_1"}, False),      # ended, yet a file: requeued?
+    ({"9_0": JobState.SUSPENDED, "9_1": R}, {"9_1"}, False),   # stopped: no heartbeat
+    ({"9_0": R}, {"9_0", "9_1"}, False),                # 9_1 not in the answer
+    ({"9_0": R, "9_1": R}, set(), False),               # workers of a version without it
+])
+def test_workers_accounted(states: dict[str, JobState], present: set[str],
+                           agree: bool) -> None:
+    from dethpc.control.daemon.poll import workers_accounted
+    last = {r: JobInfo(ref=r, state=st) for r, st in states.items()}
+    assert workers_accounted(last, ["9_0", "9_1"], present) is agree
+
+
+def test_a_pool_whose_files_agree_is_polled_every_pool_quiet_poll_s(tmp_path: Path) -> None:
+    """The workers' ``pool/alive`` files (real files, their mtimes set) agree with the
+    last answer: the backend is asked every ``pool_quiet_poll_s``, not every
+    ``pool_poll_s``; a worker's file gone (it exited) or gone stale (killed) brings back
+    ``pool_poll_s``; an experiment whose config the tick did not give is polled as
+    before."""
+    import os
+
+    from dethpc.common import worker_queue as queue
+    from dethpc.control.resolved import Resolved
+    w = pool_world(tmp_path)
+    paths = queue.WorkerPoolPaths.of_run_dir(Path(w.experiment().run_dir))
+    resolved = {w.exp_id: Resolved.of(w.experiment(), w.cluster)}
+    wp = resolved[w.exp_id].worker_pool()
+    assert wp is not None and wp.heartbeat_s == 5.0
+    w.backend.states = {"9_0": JobState.RUNNING, "9_1": JobState.PENDING}
+    now = [100.0]
+    poller = Poller(w.store, w.backend, worker_pools(w), Scope(), pool_poll_s=10.0,
+                    pool_quiet_poll_s=60.0, monotonic=lambda: now[0])
+
+    def tick(configs: dict[int, Resolved] | None = resolved) -> None:
+        poller.observe(TickStats(), [w.exp_id], resolved=configs)
+
+    def polls() -> int:
+        return w.backend.names().count("poll")
+    queue.announce(paths, "9_0")
+    tick()
+    assert polls() == 1
+    for _ in range(4):                       # 40 s: the files agree, the answer stands
+        now[0] += 10.0
+        tick()
+    assert polls() == 1 and poller.skipped == 4
+    now[0] += 20.0                           # 60 s since the poll
+    tick()
+    assert polls() == 2
+    now[0] += 10.0
+    tick(None)                               # no configs: pool_poll_s
+    assert polls() == 3
+    queue.leave(paths, "9_0")                # 9_0 exited: Slurm's answer is out of date
+    now[0] += 10.0
+    tick()
+    assert polls() == 4
+    queue.announce(paths, "9_0")
+    now[0] += 10.0
+    tick()
+    assert polls() == 4                      # agreeing again
+    stale = time.time() - 3 * wp.heartbeat_s - 1
+    os.utime(paths.alive / "9_0", (stale, stale))   # killed: not renewed in 3 beats
+    now[0] += 10.0
+    tick()
+    assert polls() == 5
 
 
 def test_the_daemons_cancels_count_as_actions_for_the_poll(tmp_path: Path) -> None:

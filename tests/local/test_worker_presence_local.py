@@ -1,0 +1,76 @@
+"""A pool worker's ``pool/alive/<task>`` file (real worker processes, no mocks).
+
+What the daemon's quiet poll cadence (``dethpc.control.daemon.poll.workers_accounted``)
+rests on: the file is there from the worker's start (before its preload), its mtime is
+renewed every heartbeat whether the worker is idle or running a trial, and it goes when
+the worker exits (drained, preempted); a worker killed with -9 leaves it to go stale.
+Each wait is on the file itself, with a generous deadline. Wall time about 3-6 s.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dethpc.common import worker_queue as queue
+from tests.local.test_worker_pool_local import Pool
+
+
+@pytest.fixture
+def pool(tmp_path: Path) -> Iterator[Pool]:
+    p = Pool(tmp_path / "run")
+    yield p
+    for w in p.workers.values():
+        if w.poll() is None:
+            w.kill()
+            w.wait()
+
+
+def mtime(path: Path) -> float:
+    return path.stat().st_mtime if path.exists() else 0.0
+
+
+def test_the_alive_file_is_renewed_idle_and_busy_and_goes_when_the_worker_exits(
+        pool: Pool) -> None:
+    alive = pool.paths.alive / "4_0"
+    pool.start("w0", task="4_0")                  # heartbeat 0.3 s
+    pool.wait_until(alive.exists, "the worker announces itself")
+    first = mtime(alive)
+    pool.wait_until(lambda: mtime(alive) > first, "renewed while idle")
+    pool.submit(1, 1, length=60, step_time=0.05)
+    pool.wait_until(lambda: pool.holder(1) == "w0", "w0 runs trial 1")
+    busy = mtime(alive)
+    pool.wait_until(lambda: mtime(alive) > busy and pool.holder(1) == "w0",
+                    "renewed while a trial runs")
+    assert queue.present(pool.paths, 1.0) == {"4_0"}
+    assert queue.present(pool.paths, 1.0, now=mtime(alive) + 5.0) == set()   # stale later
+    pool.wait_results(1)
+    assert pool.drain() == {"w0": 0}
+    assert not alive.exists()
+
+
+def test_a_preempted_worker_removes_its_file_and_a_killed_one_leaves_it(pool: Pool) -> None:
+    pool.start("w0", task="4_0")
+    pool.start("w1", task="4_1")
+    a0, a1 = pool.paths.alive / "4_0", pool.paths.alive / "4_1"
+    pool.wait_until(lambda: a0.exists() and a1.exists(), "both announced")
+    pool.workers["w0"].send_signal(signal.SIGUSR2)          # preempted while idle
+    assert pool.workers["w0"].wait(timeout=30) == 85
+    assert not a0.exists()
+    pool.workers["w1"].kill()                               # its node dies: no handler
+    pool.workers["w1"].wait()
+    assert a1.exists()
+    left = mtime(a1)
+    assert queue.present(pool.paths, 1.0, now=left + 0.5) == {"4_1"}
+    assert queue.present(pool.paths, 1.0, now=left + 1.5) == set()
+
+
+def test_a_worker_outside_a_job_keeps_no_file(pool: Pool) -> None:
+    pool.start("w0")                              # no --task, no job ref: nothing to name
+    pool.submit(1, 1, length=3)
+    pool.wait_results(1)
+    assert pool.drain() == {"w0": 0}
+    assert not pool.paths.alive.exists() or not any(pool.paths.alive.iterdir())
