@@ -54,7 +54,7 @@ from bench.peers_scale import metrics as mx
 from bench.peers_scale import plan
 from bench.peers_scale.emulator import EmulatorSpec, load_curves
 from bench.peers_scale.goals import goals
-from bench.peers_scale.systems import RUNNERS, Cell, SystemRunner
+from bench.peers_scale.systems import CLUSTER_OVERRIDE, RUNNERS, Cell, SystemRunner
 from bench.peers_scale.trace import BackgroundJob, TraceSpec, background_trace
 from bench.peers_scale.worklog import count_work, read_log
 from dethpc.devcluster.profiles import BACKGROUND_USERS, SYSTEM_USER, saved_spec, scale_layout
@@ -621,6 +621,7 @@ def main() -> int:
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "argv": sys.argv[1:], "params": {k: str(v) if isinstance(v, Path) else v
                                          for k, v in vars(args).items()},
+        "dethpc_cluster_override": os.environ.get(CLUSTER_OVERRIDE, ""),
         "versions": versions(), "host": {"node": platform.node(), "cpus": os.cpu_count()},
         "cluster": {"nodes": spec.nodes if spec else None, "gpus": spec.gpus if spec else None,
                     "gpu_type": spec.gpu_type if spec else None},

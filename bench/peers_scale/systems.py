@@ -55,6 +55,10 @@ BATCHES_PER_STEP = 128
 MAX_BATCHES = 16 * VALIDATE_EVERY * BATCHES_PER_STEP
 
 
+#: JSON merged into dethpc's cluster config, for an A/B of one setting (bench-only)
+CLUSTER_OVERRIDE = "PEERS_SCALE_DETHPC_CLUSTER"
+
+
 @dataclass
 class Cell:
     system: str
@@ -220,6 +224,9 @@ class DethpcRunner:
                    "pools": {"gpu": {"partition": "low", "account": "dethpc", "gres": "gpu",
                                      "gpu_type": "a100", "slots_per_node": 4,
                                      "cpus_per_slot": 1, "preemptible": True}}}
+        # an A/B of one cluster setting at one commit (never the table's cells: the
+        # table runs dethpc's documented defaults); recorded in the results' params
+        cluster.update(json.loads(os.environ.get(CLUSTER_OVERRIDE, "") or "{}"))
         env = [f"PYTHONPATH={user_pythonpath()}", f"PEERS_WORKLOG={cell.worklog}",
                *(f"{k}={v}" for k, v in cell.spec.to_env().items()),
                f"PEERS_VALIDATE_EVERY={VALIDATE_EVERY}"]
