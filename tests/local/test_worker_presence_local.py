@@ -10,23 +10,13 @@ Each wait is on the file itself, with a generous deadline. Wall time about 3-6 s
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from dethpc.common import worker_queue as queue
+from tests.local import test_worker_pool_local as shared
 from tests.local.test_worker_pool_local import Pool
 
-
-@pytest.fixture
-def pool(tmp_path: Path) -> Iterator[Pool]:
-    p = Pool(tmp_path / "run")
-    yield p
-    for w in p.workers.values():
-        if w.poll() is None:
-            w.kill()
-            w.wait()
+pool = shared.pool   # the pool fixture of the worker tests: real workers, killed at the end
 
 
 def mtime(path: Path) -> float:
