@@ -35,7 +35,7 @@ def test_the_alive_file_is_renewed_idle_and_busy_and_goes_when_the_worker_exits(
     busy = mtime(alive)
     pool.wait_until(lambda: mtime(alive) > busy and pool.holder(1) == "w0",
                     "renewed while a trial runs")
-    assert queue.present(pool.paths, 1.0) == {"4_0"}
+    assert queue.present(pool.paths, 1.0, now=mtime(alive) + 0.5) == {"4_0"}   # fresh
     assert queue.present(pool.paths, 1.0, now=mtime(alive) + 5.0) == set()   # stale later
     pool.wait_results(1)
     assert pool.drain() == {"w0": 0}
