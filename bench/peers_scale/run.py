@@ -1,7 +1,8 @@
 """The peers-at-scale benchmark's driver (issue 48): one invocation, one commit, every cell.
 
 For each cell (a system, a seed, with or without faults), on the scale dev cluster
-(``python -m dethpc.devcluster up --profile scale``): the seeded background trace is
+(``python -m dethpc.devcluster up --profile scale``), once every node is idle with
+nothing allocated (``cluster_check.settle``: waited for, repaired, or said): the seeded background trace is
 submitted as ``dethpc-bg1..3`` (its jobs at offset 0 first, then the arrivals, from a
 thread); the system is launched through its ``SystemRunner`` as ``dethpc-bench``; the
 first sbatch of that user is the cell's zero (``t0``): the fault schedule (the same for
@@ -52,6 +53,7 @@ from typing import Any
 from bench.peers_scale import faults as flt
 from bench.peers_scale import metrics as mx
 from bench.peers_scale import plan
+from bench.peers_scale.cluster_check import settle_scale_cluster
 from bench.peers_scale.emulator import EmulatorSpec, load_curves
 from bench.peers_scale.goals import goals
 from bench.peers_scale.systems import CLUSTER_OVERRIDE, RUNNERS, Cell, SystemRunner
@@ -226,6 +228,11 @@ def run_cell(system: str, seed: int, with_faults: bool, args: argparse.Namespace
     cell = dataclasses.replace(cell, timeout_s=timeout)
     schedule = flt.fault_schedule(seed, nodes, args.fault_horizon,
                                   flt.FaultPlan() if with_faults else flt.NO_FAULTS)
+    from dethpc.devcluster.cluster import DevCluster
+    # every node idle with nothing allocated, or repaired, or said (cluster_check.py)
+    at_start = settle_scale_cluster(env, DevCluster(layout))
+    if at_start["unclean"]:
+        say(f"cluster at start: {at_start}")
     began = time.time()
     bg = Background(background_trace(seed, TraceSpec(total_gpus=gpus,
                                                      horizon_s=timeout,
@@ -235,7 +242,6 @@ def run_cell(system: str, seed: int, with_faults: bool, args: argparse.Namespace
     say(f"background: {len(bg.submitted)} jobs at offset 0")
     import pwd
     sampler = Sampler(env, pwd.getpwnam(SYSTEM_USER).pw_uid, runner.measured_pids).start()
-    from dethpc.devcluster.cluster import DevCluster
     injector = flt.FaultInjector(schedule, DevCluster(layout), runner.kill_login, env, say=say,
                                  before_ctld_restart=sampler.sample)
     launched = time.time()
@@ -320,7 +326,7 @@ def run_cell(system: str, seed: int, with_faults: bool, args: argparse.Namespace
               "teardown_s": round(time.time() - ended, 1)}
     say(f"phases: {phases}")
     return {"system": system, "faults": with_faults, "cell": name, "metrics": metrics,
-            "phases": phases,
+            "phases": phases, "cluster_at_start": at_start,
             "t0": t0, "launched": launched, "human_actions": runner.human_actions,
             "operator_looks": looks, "login_process": runner.login_process,
             "login_cpu": {"sampled_s": round(sampler.cpu.seconds, 2),
@@ -629,6 +635,10 @@ def main() -> int:
         "fault_schedule": schedules,
         "faults_refused": sum(r["metrics"]["faults_refused"] for r in raw),
         "faults_cut_short": sum(r["metrics"].get("faults_cut_short", 0) for r in raw),
+        # cells whose start found a node unclean (cluster_check.py): repaired, or left
+        "cluster_repairs": [{"cell": r["cell"], "seed": r["metrics"]["seed"],
+                             **r["cluster_at_start"]} for r in raw
+                            if r.get("cluster_at_start", {}).get("unclean")],
         "fault_outcomes": mx.fault_digest(raw, SYSTEM_USER),
         "summary": summary, "goals": goals(summary), "runs": raw,
         "plan": the_plan.as_json(), "small": small,
