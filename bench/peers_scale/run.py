@@ -2,21 +2,22 @@
 
 For each cell (a system, a seed, with or without faults), on the scale dev cluster
 (``python -m dethpc.devcluster up --profile scale``), once every node is idle with
-nothing allocated (``cluster_check.settle``: waited for, repaired, or said): the seeded background trace is
-submitted as ``dethpc-bg1..3`` (its jobs at offset 0 first, then the arrivals, from a
-thread); the system is launched through its ``SystemRunner`` as ``dethpc-bench``; the
-first sbatch of that user is the cell's zero (``t0``): the fault schedule (the same for
-every system of a seed) runs from it, injected as ``dethpc-faults`` / root; meanwhile
-``sdiag`` is sampled every second (RPCs per user, across slurmctld's restart) and
-``/proc`` every second (login-side CPU of the system's user outside jobs); a person
-looks at the search every ``--operator-s`` seconds and acts when it is stuck (counted).
-A cell ends when the system has decided every trial or at ``--timeout`` (a plain cell:
-``--plain-timeout``); then the system, the background and the faults' jobs are killed
-(``clear_queue``), and ``sacct -D`` gives the GPU-hours of every run of every job. The
-work log up to the cell's end gives time to target, regret, redone and lost work. After
-the scale cells, the small cell (bench/peers, ``--small-seeds``) runs in the same
-invocation. The run's expected wall time (``plan.py``) is printed first; a run over its
-budget (the issue's 150 minutes, a quick run's 20) is refused unless ``--over-budget``.
+nothing allocated (``cluster_check.settle``: waited for, repaired, or said): the seeded
+background trace is submitted as ``dethpc-bg1..3`` (its jobs at offset 0 first, then the
+arrivals, from a thread); the system is launched through its ``SystemRunner`` as
+``dethpc-bench``; the first sbatch of that user is the cell's zero (``t0``): the fault
+schedule (the same for every system of a seed) runs from it, injected as
+``dethpc-faults`` / root; meanwhile ``sdiag`` is sampled every second (RPCs per user,
+across slurmctld's restart) and ``/proc`` every second (login-side CPU of the system's
+user outside jobs); a person looks at the search every ``--operator-s`` seconds and acts
+when it is stuck (counted). A cell ends when the system has decided every trial or at
+``--timeout`` (a plain cell: ``--plain-timeout``); then the system, the background and
+the faults' jobs are killed (``clear_queue``), and ``sacct -D`` gives the GPU-hours of
+every run of every job. The work log up to the cell's end gives time to target, regret,
+redone and lost work. After the scale cells, the small cell (bench/peers,
+``--small-seeds``) runs in the same invocation. The run's expected wall time
+(``plan.py``) is printed first; a run over its budget (the issue's 150 minutes, a quick
+run's 20) is refused unless ``--over-budget``.
 
 Writes ``--out`` (default bench/results/peers_scale.json): the commit, versions, the
 cluster, the target, every cell's raw record (fault outcomes with their squeue exposure,
