@@ -248,11 +248,18 @@ def _sbatch(script: Path, env: dict[str, str]) -> str:
     return out.stdout.strip().split(";")[0]
 
 
+#: JSON merged into dethpc's cluster config, for an A/B of one key at one commit
+#: (recorded in the results as ``dethpc_cluster_override``); unset: the defaults
+CLUSTER_OVERRIDE = "PEERS_DETHPC_CLUSTER"
+
+
 def _cluster_yaml(home: Path, args: argparse.Namespace) -> None:
-    (home / "cluster.yaml").write_text(yaml.safe_dump({
+    cluster: dict[str, Any] = {
         "backend": "slurm", "runs_root": str(home / "runs"), "default_pool": "debug",
         "python": sys.executable, "pools": {"debug": {"partition": args.partition,
-                                                      "cpus_per_slot": 1}}}))
+                                                      "cpus_per_slot": 1}}}
+    cluster.update(json.loads(os.environ.get(CLUSTER_OVERRIDE, "") or "{}"))
+    (home / "cluster.yaml").write_text(yaml.safe_dump(cluster))
 
 
 def _dethpc_env(home: Path, env: dict[str, str]) -> dict[str, str]:
@@ -866,6 +873,7 @@ def main() -> int:
         "versions": versions, "slurm": subprocess.run(["sinfo", "-V"], capture_output=True,
                                                       text=True).stdout.strip(),
         "load_avg_1m_after": round(os.getloadavg()[0], 2),
+        "dethpc_cluster_override": os.environ.get(CLUSTER_OVERRIDE, ""),
         "commit": subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"],
                                  capture_output=True, text=True).stdout.strip(),
         "limit": lim, "summary": summarize(rows, lim, args.timeout_s), "runs": rows}
