@@ -10,7 +10,10 @@ Each wait is on the file itself, with a generous deadline. Wall time about 3-6 s
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
+
+import pytest
 
 from dethpc.common import worker_queue as queue
 from tests.local import test_worker_pool_local as shared
@@ -56,6 +59,26 @@ def test_a_preempted_worker_removes_its_file_and_a_killed_one_leaves_it(pool: Po
     left = mtime(a1)
     assert queue.present(pool.paths, 1.0, now=left + 0.5) == {"4_1"}
     assert queue.present(pool.paths, 1.0, now=left + 1.5) == set()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR2, signal.SIGTERM])
+def test_a_worker_preempted_during_its_preload_exits_85_and_removes_its_file(
+        pool: Pool, sig: signal.Signals) -> None:
+    """The file is there before the preload (seconds of imports); a preemption that
+    comes then ends the start at once (not after the import), with the worker's
+    requeue exit and without the file. Before, the signal's default action killed the
+    worker (exit -12 for USR2) and left the file to go stale: the race CI met when the
+    test above signalled a worker the moment its file appeared."""
+    mark = pool.paths.root / "importing"
+    pool.start("w0", task="4_0", preload="tests.fixtures.slow_import",
+               SLOW_IMPORT_MARK=str(mark), SLOW_IMPORT_S="60")
+    alive = pool.paths.alive / "4_0"
+    pool.wait_until(lambda: mark.exists() and alive.exists(), "the preload has begun")
+    sent = time.monotonic()
+    pool.workers["w0"].send_signal(sig)
+    assert pool.workers["w0"].wait(timeout=45) == 85
+    assert time.monotonic() - sent < 45           # not after the 60 s import
+    assert not alive.exists()
 
 
 def test_a_worker_outside_a_job_keeps_no_file(pool: Pool) -> None:

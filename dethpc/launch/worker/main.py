@@ -12,8 +12,9 @@ trial at once: another worker owns it now. With ``pool/drain`` present and
 nothing to claim, the worker exits 0; with ``pool/retire/<its job ref>`` present
 it exits 0 after its current run (the pool shrank). ``pool/kill/<item>`` kills the
 trial of the item it holds (a cancel), recorded ``cancelled``. From its start to its
-exit the worker keeps ``pool/alive/<its job ref>`` (``Presence``: created first, its
-mtime renewed every ``--heartbeat-s``, idle or busy, removed on the way out): while
+exit the worker keeps ``pool/alive/<its job ref>`` (``Presence``: created first, after
+the signal handlers, so that a preemption during the preload still exits 85 and removes
+it; its mtime renewed every ``--heartbeat-s``, idle or busy, removed on the way out): while
 every worker's file agrees with Slurm's last answer the daemon asks Slurm about the
 pool less often (``dethpc.control.daemon.poll``). A preload entry
 ``module:function`` (``torch.cuda:init``) is called in a spare, the next trial's process
@@ -70,6 +71,15 @@ class Flags:
     preempt: str = ""
     forwarded_to: int = 0
     seen: list[str] = field(default_factory=list)
+    #: True until the worker serves (its preload, before the first claim): a signal then
+    #: ends the start at once (``StoppedEarly``), holding nothing
+    starting: bool = True
+
+
+class StoppedEarly(BaseException):
+    """A preemption signal (or TERM) came while the worker was still starting (a
+    BaseException, as KeyboardInterrupt: a preloaded library's ``except Exception``
+    does not swallow it)."""
 
 
 def default_worker_id() -> str:
@@ -248,6 +258,8 @@ def install_handlers(flags: Flags, preempt_signal: str) -> None:
         name = signal.Signals(signum).name.removeprefix("SIG")
         flags.preempt = flags.preempt or name
         flags.seen.append(name)
+        if flags.starting:
+            raise StoppedEarly(name)
         if flags.forwarded_to:
             fwd = preempt_signal if name == "TERM" else name
             _signal_group(flags.forwarded_to, fwd)
@@ -329,8 +341,9 @@ def _check(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # first: a TERM before the handlers below kills a worker that holds nothing yet; a
-    # parent gone before the request is caught by ``check_parent``'s first poll
+    # first: a TERM before the handlers below kills a worker that holds nothing and has
+    # announced nothing yet; a parent gone before the request is caught by
+    # ``check_parent``'s first poll
     parent = os.getppid()
     parent_death.set_death_signal(signal.SIGTERM)
     args = build_parser().parse_args(argv)
@@ -341,26 +354,33 @@ def main(argv: list[str] | None = None) -> int:
     ref = ref_from_env(os.environ)
     task = args.task or ("" if ref == "0" else ref)
     paths = queue.WorkerPoolPaths.of_run_dir(args.run_dir)
-    # announced before the preload (seconds of imports): the daemon reads a worker
-    # Slurm says runs and that has no file as one that may have ended
     presence = Presence(paths, task, args.heartbeat_s)
-    presence.beat()
+    flags = Flags()
     try:
-        return _main(args, task, paths, presence, parent)
+        # the handlers before the file: from the file's first write on, a preemption
+        # ends the worker here (85) and the finally removes the file (a signal's
+        # default action would leave it to go stale)
+        install_handlers(flags, args.preempt_signal)
+        # announced before the preload (seconds of imports): the daemon reads a worker
+        # Slurm says runs and that has no file as one that may have ended
+        presence.beat()
+        return _main(args, task, paths, presence, parent, flags)
+    except StoppedEarly as stop:
+        print(f"dethpc worker: SIG{stop} while starting: left before its first claim",
+              file=sys.stderr)
+        return LOCAL_REQUEUE_EXIT
     finally:
         presence.leave()
 
 
 def _main(args: argparse.Namespace, task: str, paths: queue.WorkerPoolPaths,
-          presence: Presence, parent: int) -> int:
+          presence: Presence, parent: int, flags: Flags) -> int:
     modules, calls = forkserver.split_preload(
         [m.strip() for m in args.preload.split(",") if m.strip()])
     took, missing = forkserver.preload(modules)
     for name, why in missing.items():   # the trials import it themselves: no warm start
         print(f"dethpc worker: --preload: cannot import {name!r} ({why}); trials import "
               "it themselves", file=sys.stderr)
-    flags = Flags()
-    install_handlers(flags, args.preempt_signal)
     s = Settings(paths=paths,
                  worker=args.worker_id or default_worker_id(),
                  heartbeat_s=args.heartbeat_s, poll_s=args.poll_s, max_idle_s=args.max_idle_s,
@@ -370,4 +390,7 @@ def _main(args: argparse.Namespace, task: str, paths: queue.WorkerPoolPaths,
     if took:
         print(f"dethpc worker {s.worker}: preloaded "
               + ", ".join(f"{k} {v:.2f} s" for k, v in took.items()), file=sys.stderr)
+    flags.starting = False     # from here a signal is handled by the loop (``serve``)
+    if flags.preempt:          # one that a library swallowed during the preload
+        return LOCAL_REQUEUE_EXIT
     return serve(s, flags)
