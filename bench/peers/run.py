@@ -262,6 +262,13 @@ def _cluster_yaml(home: Path, args: argparse.Namespace) -> None:
     (home / "cluster.yaml").write_text(yaml.safe_dump(cluster))
 
 
+def _store_url(home: Path) -> str:
+    """The store the cell's dethpc uses: the override's ``database_url``, else the home's
+    SQLite file (the default)."""
+    url = json.loads(os.environ.get(CLUSTER_OVERRIDE, "") or "{}").get("database_url")
+    return str(url) if url else f"sqlite:///{home / 'dethpc.db'}"
+
+
 def _dethpc_env(home: Path, env: dict[str, str]) -> dict[str, str]:
     return {**env, "DETHPC_HOME": str(home), "DETHPC_CLUSTER_CONFIG": str(home / "cluster.yaml")}
 
@@ -330,7 +337,7 @@ def run_dethpc(mode: str, home: Path, seed: int, args: argparse.Namespace,
         raise SystemExit(f"peers: dethpc submit failed: {out.stderr.strip()[-2000:]}")
     exp_id = int(json.loads(out.stdout)["id"])
     daemon = int((home / "daemon.pid").read_text())
-    store = Store(f"sqlite:///{home / 'dethpc.db'}")
+    store = Store(_store_url(home))
 
     def wait() -> None:
         state = ""
