@@ -55,8 +55,7 @@ DETECTED = "<detected from Slurm>"
 
 _TOP = ("backend", "runs_root", "database_url", "database_url_file", "default_pool", "pools",
         "containers", "local_max_concurrent", "command_timeout_s", "command_retries", "tick_min_s",
-        "tick_max_s", "metrics_poll_s", "pool_poll_s", "pool_quiet_poll_s", "pool_busy_tick_s",
-        "daemon_lease_s",
+        "tick_max_s", "metrics_poll_s", "pool_poll_s", "pool_quiet_poll_s", "daemon_lease_s",
         "runs_mode", "python", "slurm_bin", "slurm_conf", "report_bad_nodes", "max_idle_cap_s")
 _POOL = ("partition", "qos", "account", "slots_per_node", "gres", "gpu_type",
          "cpus_per_slot", "mem_per_slot", "preemptible", "default_time", "signal",
@@ -143,8 +142,6 @@ def parse_cluster_config(raw: Any, source: str = "cluster config",
         pool_poll_s=float(ck.number(raw.get("pool_poll_s"), "pool_poll_s", 10.0, minimum=0)),
         pool_quiet_poll_s=float(ck.number(raw.get("pool_quiet_poll_s"), "pool_quiet_poll_s",
                                           60.0, minimum=0)),
-        pool_busy_tick_s=float(ck.number(raw.get("pool_busy_tick_s"), "pool_busy_tick_s",
-                                         1.5, minimum=0)),
         daemon_lease_s=lease,
         runs_mode=ck.choice(raw.get("runs_mode"), "runs_mode", ("private", "group"),
                             "private"),  # type: ignore[arg-type]

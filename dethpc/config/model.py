@@ -389,12 +389,6 @@ class ClusterConfig:
     #: (each running one renewed within three heartbeats, none of the others there):
     #: the backend is then asked at most this often; 0: no longer than ``pool_poll_s``
     pool_quiet_poll_s: float = 60.0
-    #: while every experiment with live jobs is a worker pool whose queue still holds
-    #: runs no worker has taken, the daemon ticks at most this often after a busy tick
-    #: (not every ``tick_min_s``): its workers have work, and one tick puts in the runs of
-    #: several. A run ending in a pool whose queue is empty, a searcher decision between
-    #: ticks and a client's change bring the tick forward as before; 0: ``tick_min_s``
-    pool_busy_tick_s: float = 1.5
     #: how long the daemon's lease lasts unrenewed: a dead daemon's experiments are taken
     #: over by another login node's daemon that long after it died (dethpc.control.lease)
     daemon_lease_s: float = 60.0

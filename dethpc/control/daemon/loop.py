@@ -195,13 +195,8 @@ class Daemon:
                 break
             if max_ticks is not None and ticks >= max_ticks:
                 break
-            # every pool's workers have runs queued: a busy tick's successor need not
-            # come at tick_min_s (``Watcher.wait`` brings it forward when a queue
-            # empties; issue 47)
-            backlog = self.cluster.pool_busy_tick_s \
-                if stats.busy and self.watcher.backlogged() else 0.0
             delay = next_delay(delay, stats.busy, self.cluster.tick_min_s,
-                               self.cluster.tick_max_s, backlog)
+                               self.cluster.tick_max_s)
             try:
                 if self.wait(delay, should_stop, refreshed=refreshed):
                     delay = self.cluster.tick_min_s

@@ -1,8 +1,7 @@
 """Between ticks: how long the daemon sleeps, and what it watches while it does.
 
-Owns: the back-off (``next_delay``: ``tick_min_s`` after a busy tick, or
-``pool_busy_tick_s`` while every pool's queue holds runs (``Watcher.backlogged``), else
-the last sleep doubled up to ``tick_max_s``; ``backoff_s``) and ``Watcher`` — the metrics files
+Owns: the back-off (``next_delay``: ``tick_min_s`` after a busy tick, else the last
+sleep doubled up to ``tick_max_s``; ``backoff_s``) and ``Watcher`` — the metrics files
 of the trials whose job the last poll saw running (``refresh``, from the store's ingest
 offsets), the wake file clients touch after changing an experiment
 (``dethpc.control.service.wake``) and the worker pools' ``results/`` and ``leases/``
@@ -104,14 +103,10 @@ def _worth_a_pass(w: Watched, start: int, size: int) -> bool:
     return any(m in whole for m in FAST_MARKERS)
 
 
-def next_delay(delay: float, busy: bool, tick_min_s: float, tick_max_s: float,
-               backlog_s: float = 0.0) -> float:
-    """The daemon's sleep after a tick: ``tick_min_s`` after a busy one (``backlog_s``
-    when longer, up to ``tick_max_s``: every pool's queue holds runs, ``pool_busy_tick_s``),
-    else the last sleep doubled, up to ``tick_max_s``."""
-    if busy:
-        return max(tick_min_s, min(backlog_s, tick_max_s))
-    return min(delay * 2, tick_max_s)
+def next_delay(delay: float, busy: bool, tick_min_s: float, tick_max_s: float) -> float:
+    """The daemon's sleep after a tick: ``tick_min_s`` after a busy one, else the last
+    sleep doubled, up to ``tick_max_s``."""
+    return tick_min_s if busy else min(delay * 2, tick_max_s)
 
 
 def backoff_s(tick_min_s: float, tick_max_s: float) -> float:
@@ -139,10 +134,6 @@ class Watcher:
         #: rename; heartbeats touch only the lease file), and the wait ends early
         self.pool_dirs: list[Path] = []
         self.pool_marks: dict[Path, int] = {}
-        #: the queues (``work/``) of those pools, and whether every experiment with live
-        #: jobs has one (``backlogged``)
-        self.pool_queues: list[Path] = []
-        self.all_pooled = False
         #: the run directory of each experiment with live jobs, read once
         self._run_dirs = RunDirs(store)
         # each tick's reads, built once (issue 47 item 2): the running jobs' trials, the
@@ -191,14 +182,11 @@ class Watcher:
             if left <= 0:
                 break
             _sleep(min(poll, left), should_stop)
-            if not hurried and (self.woken() or (self.pool_changed()
-                                                 and not self.backlogged())):
+            if not hurried and (self.woken() or self.pool_changed()):
                 # a client changed an experiment, or a run ended in a worker pool (the
                 # searcher hears of it at the next tick) or started (the next tick
                 # watches its metrics): the next tick comes now, but never sooner than
-                # tick_min_s after the last. Not while every pool's queue still holds
-                # runs (``backlogged``): its workers have work, and the tick that comes
-                # at its time puts in the runs of several ends at once (issue 47)
+                # tick_min_s after the last
                 hurried = changed = True
                 end = min(end, started + self.cluster.tick_min_s)
             grown = grown_files(self.watch)
@@ -215,8 +203,7 @@ class Watcher:
             start = time.monotonic()
             if fast_tick(grown):
                 changed = True
-                if not self.backlogged():
-                    end = min(end, time.monotonic() + self.cluster.tick_min_s)
+                end = min(end, time.monotonic() + self.cluster.tick_min_s)
             spent = time.monotonic() - start
             _sleep(min(spent, max(0.0, end - time.monotonic())), should_stop)
         return changed
@@ -241,8 +228,7 @@ class Watcher:
             trial_exp = {trial_id: exp_id for trial_id, exp_id in s.exec(self._running)}
             live_exps = set(s.exec(self._live_exps))
             if not live_exps:
-                self.watch, self.pool_dirs, self.pool_queues = {}, [], []
-                self.all_pooled = False
+                self.watch, self.pool_dirs = {}, []
                 return
             offsets = {trial_id: offset for trial_id, offset in s.exec(
                 self._offsets, params={"trials": list(trial_exp)})}
@@ -253,20 +239,9 @@ class Watcher:
             for trial_id, exp_id in trial_exp.items() if exp_id in run_dirs}
         pools = [WorkerPoolPaths.of_run_dir(Path(d)) for d in run_dirs.values()]
         self.pool_dirs = [d for p in pools for d in (p.results, p.leases) if d.is_dir()]
-        self.pool_queues = [p.work for p in pools if p.work.is_dir()]
-        self.all_pooled = len(self.pool_queues) == len(live_exps)
         for r, mtime in _mtimes(r for r in self.pool_dirs
                                 if r not in self.pool_marks).items():
             self.pool_marks[r] = mtime       # a pool first seen now: from now on
-
-    def backlogged(self) -> bool:
-        """Whether every experiment with live jobs is a worker pool whose queue holds a
-        run no worker has taken yet (one directory read per pool, no backend call): no
-        worker waits for the next tick, so it need not come early (``pool_busy_tick_s``
-        > 0; its time after a busy tick: ``Daemon.run``)."""
-        if self.cluster.pool_busy_tick_s <= 0 or not self.all_pooled or not self.pool_queues:
-            return False
-        return all(queue_holds_work(q) for q in self.pool_queues)
 
     def woken(self) -> bool:
         """Whether a client touched the wake file since the last tick began (one stat)."""
@@ -278,16 +253,6 @@ class Watcher:
         directory, no backend call)."""
         now = _mtimes(self.pool_dirs)
         return any(self.pool_marks.get(r) != m for r, m in now.items())
-
-
-def queue_holds_work(queue: Path) -> bool:
-    """Whether a pool's ``work/`` holds an item (``worker_queue.pending``'s names: a
-    ``.json`` not hidden), read until the first."""
-    try:
-        with os.scandir(queue) as it:
-            return any(e.name.endswith(".json") and not e.name.startswith(".") for e in it)
-    except OSError:
-        return False
 
 
 def _mtime(path: Path) -> int | None:

@@ -113,9 +113,6 @@ def test_slurm_example_pools() -> None:
         ({"command_timeout_s": 5}, "command_timeout_s", 5.0),
         ({"command_retries": 0}, "command_retries", 0),
         ({"tick_min_s": 1, "tick_max_s": 1}, "tick_max_s", 1.0),
-        ({}, "pool_busy_tick_s", 1.5),
-        ({"pool_busy_tick_s": 0}, "pool_busy_tick_s", 0.0),
-        ({"pool_busy_tick_s": 3}, "pool_busy_tick_s", 3.0),
         ({"python": "/opt/py/bin/python"}, "python", "/opt/py/bin/python"),
         ({"runs_root": "/abs/runs"}, "runs_root", Path("/abs/runs")),
     ],
@@ -196,8 +193,6 @@ def test_valid_pool_fields(spec: dict[str, Any], attr: str, expected: Any) -> No
         ({"command_retries": 1.5}, "command_retries: expected an integer >= 0, got 1.5"),
         ({"tick_min_s": 5, "tick_max_s": 1}, "tick_max_s: must be >= tick_min_s (5.0), got 1.0"),
         ({"python": ""}, "python: expected a non-empty string, got ''"),
-        ({"pool_busy_tick_s": -1}, "pool_busy_tick_s: expected a number >= 0, got -1"),
-        ({"pool_busy_tick_s": "soon"}, "pool_busy_tick_s: expected a number"),
     ],
 )
 def test_errors(raw: Any, expected: str) -> None:

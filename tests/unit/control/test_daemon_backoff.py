@@ -15,20 +15,6 @@ def test_next_delay(delay: float, busy: bool, expected: float) -> None:
     assert next_delay(delay, busy, 0.5, 10.0) == expected
 
 
-@pytest.mark.parametrize(("delay", "busy", "backlog", "expected"), [
-    (0.5, True, 1.5, 1.5),      # every pool's queue holds runs: pool_busy_tick_s
-    (8.0, True, 1.5, 1.5),
-    (0.5, True, 0.0, 0.5),      # not backlogged (or pool_busy_tick_s 0): tick_min_s
-    (0.5, True, 0.2, 0.5),      # never below tick_min_s
-    (0.5, True, 30.0, 10.0),    # never above tick_max_s
-    (0.5, False, 1.5, 1.0),     # an idle tick backs off as before
-    (8.0, False, 1.5, 10.0),
-])
-def test_next_delay_with_a_backlog(delay: float, busy: bool, backlog: float,
-                                   expected: float) -> None:
-    assert next_delay(delay, busy, 0.5, 10.0, backlog) == expected
-
-
 @pytest.mark.parametrize(("tick_min", "tick_max", "expected"), [
     (0.5, 10.0, 15.0), (0.5, 20.0, 31.0), (10.0, 10.0, 0.0), (1.0, 3.0, 2.0),
 ])

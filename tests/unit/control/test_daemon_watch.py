@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import replace
 from pathlib import Path
-
-import pytest
 
 from dethpc.backends.base import JobState
 from dethpc.common.paths import ExperimentPaths
@@ -179,72 +176,6 @@ def test_a_worker_taking_a_run_is_seen_while_no_run_has_started(tmp_path: Path) 
     os.rename(pool / "work" / "t1-s0.json", pool / "leases" / "w1@t1-s0.json")
     os.utime(pool / "leases", ns=(3, 3))
     assert watcher.pool_changed()
-    t0 = time.monotonic()
-    assert watcher.wait(60.0, lambda: False, never_called) is True
-    assert time.monotonic() - t0 < 30.0, "the wait slept its whole delay"
-
-
-# ------------------------------------------- a backlogged pool (pool_busy_tick_s, issue 47)
-def pool_world(tmp_path: Path, *, queued: int, busy_tick_s: float = 1.5) -> tuple[World, Path]:
-    """A pool experiment with a running worker's run and ``queued`` items no worker
-    has taken; its ``pool/``."""
-    cluster = replace(fast_cluster(tmp_path), pool_busy_tick_s=busy_tick_s)
-    w = world(tmp_path, cluster=cluster)
-    running(w, 1)
-    pool = Path(w.experiment().run_dir) / "pool"
-    for d in ("results", "leases", "work"):
-        (pool / d).mkdir(parents=True)
-    for i in range(queued):
-        (pool / "work" / f"t{10 + i}-s0.json").write_text("{}")
-    return w, pool
-
-
-@pytest.mark.parametrize(("files", "busy_tick_s", "expected"), [
-    (["t10-s0.json"], 1.5, True),                   # a run waits for a worker
-    (["t10-s0.json", "t11-s0.json"], 1.5, True),
-    ([], 1.5, False),                               # a worker may be idle
-    ([".t10-s0.json.tmp", "notes.txt"], 1.5, False),  # a half-written item is none
-    (["t10-s0.json"], 0.0, False),                  # pool_busy_tick_s 0: off
-])
-def test_backlogged(tmp_path: Path, files: list[str], busy_tick_s: float,
-                    expected: bool) -> None:
-    w, pool = pool_world(tmp_path, queued=0, busy_tick_s=busy_tick_s)
-    for name in files:
-        (pool / "work" / name).write_text("{}")
-    watcher = Watcher(w.store, w.cluster, Scope(), None)
-    watcher.refresh()
-    assert watcher.backlogged() is expected
-
-
-def test_not_backlogged_while_an_experiment_without_a_pool_has_live_jobs(
-        tmp_path: Path) -> None:
-    """Two experiments with live jobs, one of them per-job (no ``pool/``): its jobs'
-    ends come only through the tick, so the tick keeps its pace."""
-    w, _pool = pool_world(tmp_path, queued=2)
-    watcher = Watcher(w.store, w.cluster, Scope(), None)
-    watcher.refresh()
-    assert watcher.all_pooled and watcher.backlogged()
-    per_job = world(tmp_path, cluster=w.cluster)      # a second experiment, same store
-    assert per_job.exp_id != w.exp_id
-    running(per_job, 1)
-    watcher.refresh()
-    assert not watcher.all_pooled and not watcher.backlogged()
-
-
-def test_a_run_ending_in_a_backlogged_pool_does_not_hurry_the_tick(tmp_path: Path) -> None:
-    """A result written while runs still wait in the queue leaves the wait its whole
-    length; once the queue empties (a worker took the last item), the same change
-    brings the tick forward."""
-    w, pool = pool_world(tmp_path, queued=1)
-    watcher = Watcher(w.store, w.cluster, Scope(), None)
-    watcher.refresh()
-    (pool / "results" / "t1-s0.json").write_text("{}")
-    os.utime(pool / "results", ns=(5, 5))
-    assert watcher.pool_changed() and watcher.backlogged()
-    t0 = time.monotonic()
-    assert watcher.wait(0.6, lambda: False, never_called) is False
-    assert time.monotonic() - t0 >= 0.6
-    os.rename(pool / "work" / "t10-s0.json", pool / "leases" / "w1@t10-s0.json")
     t0 = time.monotonic()
     assert watcher.wait(60.0, lambda: False, never_called) is True
     assert time.monotonic() - t0 < 30.0, "the wait slept its whole delay"
