@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -272,9 +272,15 @@ def give_back(paths: WorkerPoolPaths, lease: Lease) -> WorkItem | None:
     return _requeue_from(paths, held, f"{lease.item.name}.json")
 
 
-def expire(paths: WorkerPoolPaths, timeout_s: float, now: float | None = None) -> list[WorkItem]:
+def expire(paths: WorkerPoolPaths, timeout_s: float, now: float | None = None, *,
+           gone: Collection[str] = (), missed_s: float | None = None) -> list[WorkItem]:
     """Hand back every lease whose heartbeat is older than ``timeout_s`` (its worker's
-    node died, or it hangs); also finishes hand-backs a crash left in ``returning/``."""
+    node died, or it hangs); also finishes hand-backs a crash left in ``returning/``.
+    ``gone``: job refs that a poll taken this tick saw no longer running (requeued,
+    pending again, ended): a lease of a worker of one of them (``job_of_worker``) whose
+    heartbeat is older than ``missed_s`` goes back at once, not at ``timeout_s`` (the
+    worker's node crashed and Slurm requeued its job; a live worker renews its lease
+    every heartbeat and hands it back itself when it leaves)."""
     now = time.time() if now is None else now
     back: list[WorkItem] = []
     try:
@@ -285,10 +291,12 @@ def expire(paths: WorkerPoolPaths, timeout_s: float, now: float | None = None) -
         if LEASE_SEP not in name or name.startswith("."):
             continue
         path = paths.leases / name
+        worker, item_file = name.split(LEASE_SEP, 1)
         try:
-            if now - path.stat().st_mtime <= timeout_s:
+            age = now - path.stat().st_mtime
+            orphaned = missed_s is not None and age > missed_s and job_of_worker(worker) in gone
+            if age <= timeout_s and not orphaned:
                 continue
-            item_file = name.split(LEASE_SEP, 1)[1]
             held = paths.returning / item_file
             os.rename(path, held)
         except FileNotFoundError:

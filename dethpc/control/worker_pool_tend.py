@@ -326,10 +326,14 @@ class WorkerPoolTender:
             _ended(s, ended)
             live_items = s.exec(_LIVE_ITEMS, params={"exp_id": exp_id}).one()
             active = state == ExperimentState.ACTIVE
-        back = queue.expire(paths, wp.lease_timeout_s)
+        # a fresh poll that sees a worker's job no longer running (its node crashed and
+        # Slurm requeued it, or it ended) hands back the leases it stopped renewing now,
+        # not lease_timeout_s after their last heartbeat
+        gone = view.gone_workers(workers) if fresh else set()
+        back = queue.expire(paths, wp.lease_timeout_s, gone=gone, missed_s=wp.heartbeat_s)
         if back:
-            log.warning("experiment %s: lease(s) of %s expired; handed back", exp_id,
-                        ", ".join(i.name for i in back))
+            log.warning("experiment %s: lease(s) of %s expired or their worker's job "
+                        "ended; handed back", exp_id, ", ".join(i.name for i in back))
         waiting = len(queue.pending(paths))
         retired = _listdir(paths.retire)
         plan = view.plan_workers(worker_pool_size(wp, cfg, live_items), workers, waiting=waiting,

@@ -147,6 +147,15 @@ class Worker:
     state: JobState
 
 
+def gone_workers(workers: Sequence[Worker]) -> set[str]:
+    """The refs of the workers whose job this poll saw not running: PENDING (requeued,
+    or never started: it holds no lease then) or ended. RUNNING and SUSPENDED ones are
+    alive (a suspended worker renews nothing until it resumes; a completing one is
+    RUNNING here), and so is one the poll could not tell (UNKNOWN)."""
+    return {w.ref for w in workers if w.state is JobState.PENDING
+            or (w.state.is_terminal and w.state is not JobState.UNKNOWN)}
+
+
 @dataclass(frozen=True)
 class WorkerPlan:
     """What the daemon does to an experiment's workers this tick."""

@@ -9,9 +9,12 @@ preemptible ``low`` partition, under a real ``dethpc daemon run``, and suffers:
    task; the trial resumes from its checkpoint on whichever worker claims it;
 2. the daemon SIGKILLed just after, and started again;
 3. the node under a worker crashed (every process of it SIGKILLed, the node DOWN):
-   the worker's lease is no longer renewed, the daemon hands it back after
-   ``lease_timeout_s`` and the trial resumes on the other worker, counted as a restart
-   (a run that left no exit record), as a node failure under a per-trial job is.
+   the worker's lease is no longer renewed, and the daemon's next poll sees the worker's
+   job no longer running (requeued or ended) and hands the lease back then, well before
+   ``lease_timeout_s`` (set to 600 s here, past the test's 120 s wait, so that the
+   expiry cannot be what hands it back); the trial resumes on the other worker, counted
+   as a restart (a run that left no exit record), as a node failure under a per-trial
+   job is.
 
 Afterwards: the experiment COMPLETED; every trial run (work item) has one exit
 record per attempt except the crashed one, attempts contiguous, the last one
@@ -50,7 +53,8 @@ from tests.slurm.fixtures.harness import (
 
 REPO = Path(__file__).resolve().parents[2]
 TOY = REPO / "tests" / "fixtures" / "toy"
-LEASE_TIMEOUT_S = 6
+#: past the crash's 120 s wait: the lease must come back through the poll's answer
+LEASE_TIMEOUT_S = 600
 
 
 class PoolRun:

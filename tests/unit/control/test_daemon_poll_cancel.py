@@ -332,6 +332,37 @@ def test_a_worker_read_pending_by_an_older_poll_is_not_cancelled(tmp_path: Path)
     assert tender.workers_cancelled == 1
 
 
+@pytest.mark.parametrize(("state", "fresh", "back"), [
+    (JobState.PENDING, True, True),     # its node crashed, Slurm requeued the job
+    (JobState.NODE_FAIL, True, True),
+    (JobState.RUNNING, True, False),    # alive: its lease's timeout decides
+    (JobState.PENDING, False, False),   # an older poll's answer: not acted on
+])
+def test_a_lease_of_a_worker_whose_job_a_fresh_poll_sees_gone_goes_back(
+        tmp_path: Path, state: JobState, fresh: bool, back: bool) -> None:
+    """Worker 9_1 held trial 1's item and stopped renewing it (its node crashed) 20 s
+    ago: well within lease_timeout_s (60 s), past a heartbeat (5 s). A fresh poll that
+    sees its job requeued (PENDING) or ended hands the item back at this tick (issue 48:
+    such a trial waited 56-74 s for the lease's expiry)."""
+    import os
+    import time
+
+    from dethpc.common import worker_queue as queue
+    w = pool_world(tmp_path)
+    paths = queue.WorkerPoolPaths.of_run_dir(Path(w.experiment().run_dir))
+    queue.enqueue(paths, queue.WorkItem(trial_id=1, seq=0, argv=["true"], env={},
+                                        cwd=str(tmp_path), trial_dir=str(tmp_path / "t1")))
+    lease = queue.claim(paths, queue.worker_id("9_1", 321, "n1"))
+    assert lease is not None
+    old = time.time() - 20
+    os.utime(lease.path, (old, old))
+    infos = {"9_0": JobInfo(ref="9_0", state=JobState.RUNNING),
+             "9_1": JobInfo(ref="9_1", state=state)}
+    worker_pools(w).tend(w.exp_id, infos, fresh=fresh)
+    assert queue.pending(paths) == (["t1-s0.json"] if back else [])
+    assert queue.active_leases(paths) == ([] if back else [lease.path.name])
+
+
 def test_a_pools_surplus_is_cancelled_at_most_once_per_pool_poll_s(tmp_path: Path) -> None:
     """As a search winds down its live items fall tick by tick: a cancel of the surplus
     each tick (and the poll each cancel brings) was most of a 256-trial pool cell's RPCs

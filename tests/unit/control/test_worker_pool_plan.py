@@ -206,3 +206,18 @@ def test_new_workers_keep_off_the_experiments_bad_nodes(tmp_path: Path) -> None:
     assert w.backend.requests[-1].extra_args == ("--exclude=n4,n2",)
     assert any("with --exclude=n4,n2; n2: 2 failed runs in a row" in m
                for m in w.events("workers")), w.events()
+
+
+@pytest.mark.parametrize(("state", "gone"), [
+    (JobState.PENDING, True),        # requeued after its node crashed (or never started)
+    (JobState.NODE_FAIL, True),
+    (JobState.CANCELLED, True),
+    (JobState.COMPLETED, True),
+    (JobState.TIMEOUT, True),
+    (JobState.RUNNING, False),       # completing is RUNNING too
+    (JobState.SUSPENDED, False),     # stopped, renews nothing until it resumes
+    (JobState.UNKNOWN, False),       # the poll could not tell
+])
+def test_gone_workers(state: JobState, gone: bool) -> None:
+    workers = [view.Worker("7_0", JobState.RUNNING), view.Worker("7_1", state)]
+    assert view.gone_workers(workers) == ({"7_1"} if gone else set())

@@ -72,6 +72,42 @@ def test_expired_lease_returns_and_its_worker_loses_it(tmp_path: Path) -> None:
     assert queue.expire(paths, timeout_s=30) == []
 
 
+@pytest.mark.parametrize(("age_s", "gone", "handed_back"), [
+    (8.0, {"7_1"}, True),      # its job not running, a heartbeat missed: back at once
+    (8.0, set(), False),       # its job running (or not polled fresh): the timeout decides
+    (8.0, {"7_2"}, False),     # another worker's job gone
+    (3.0, {"7_1"}, False),     # renewed within a heartbeat: alive whatever the poll said
+    (100.0, set(), True),      # past lease_timeout_s: back as before
+])
+def test_a_lease_of_a_worker_whose_job_is_gone_goes_back_at_once(
+        tmp_path: Path, age_s: float, gone: set[str], handed_back: bool) -> None:
+    """A worker's node crashed and Slurm requeued its job: the next fresh poll sees the
+    job PENDING, and the lease its worker stopped renewing goes back then, not 60 s
+    after its last heartbeat (issue 48: a pool trial on a crashed node resumed 56-74 s
+    after the crash)."""
+    paths = queue.WorkerPoolPaths(tmp_path / "pool").create()
+    queue.enqueue(paths, _item(tmp_path, 1))
+    worker = queue.worker_id("7_1", 4242, "g3")
+    lease = queue.claim(paths, worker)
+    assert lease is not None and queue.job_of_worker(worker) == "7_1"
+    old = time.time() - age_s
+    os.utime(lease.path, (old, old))
+    back = queue.expire(paths, timeout_s=60, gone=gone, missed_s=5.0)
+    assert [b.trial_id for b in back] == ([1] if handed_back else [])
+    assert queue.pending(paths) == ([f"{queue.item_name(1, 1)}.json"] if handed_back else [])
+
+
+def test_a_worker_outside_a_job_is_never_gone(tmp_path: Path) -> None:
+    """A worker outside a job (``<host>.<pid>``) names no job: only its timeout counts."""
+    paths = queue.WorkerPoolPaths(tmp_path / "pool").create()
+    queue.enqueue(paths, _item(tmp_path, 1))
+    lease = queue.claim(paths, queue.worker_id("0", 99, "login1"))
+    assert lease is not None
+    old = time.time() - 30
+    os.utime(lease.path, (old, old))
+    assert queue.expire(paths, timeout_s=60, gone={"login1", "0", ""}, missed_s=5.0) == []
+
+
 def test_a_claim_is_a_fresh_heartbeat_even_for_an_old_item(tmp_path: Path) -> None:
     paths = queue.WorkerPoolPaths(tmp_path / "pool").create()
     path = queue.enqueue(paths, _item(tmp_path, 1))
