@@ -21,14 +21,13 @@ queue first), or hide a node it could not repair (the cell's record lists it).
 
 from __future__ import annotations
 
-import re
 import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-_FIELD = re.compile(r"(?:^|\s)(NodeName|State|CPUAlloc|AllocTRES)=(\S*)")
+from dethpc.surfaces.admin.facts import parse_records
 
 
 @dataclass(frozen=True)
@@ -55,10 +54,10 @@ class NodeUse:
 
 
 def parse_nodes(text: str) -> list[NodeUse]:
-    """Each line of ``scontrol show node -o`` that names a node."""
+    """Each line of ``scontrol show node -o`` that names a node (read by dethpc's own
+    ``scontrol -o`` record parser, ``admin.facts.parse_records``)."""
     out = []
-    for line in text.splitlines():
-        f = dict(_FIELD.findall(line))
+    for f in parse_records(text):
         if "NodeName" not in f:
             continue
         try:
