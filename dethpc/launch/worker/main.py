@@ -259,6 +259,7 @@ def install_handlers(flags: Flags, preempt_signal: str) -> None:
         flags.preempt = flags.preempt or name
         flags.seen.append(name)
         if flags.starting:
+            flags.starting = False    # once: a second signal while it leaves is recorded
             raise StoppedEarly(name)
         if flags.forwarded_to:
             fwd = preempt_signal if name == "TERM" else name
