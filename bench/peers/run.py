@@ -253,19 +253,24 @@ def _sbatch(script: Path, env: dict[str, str]) -> str:
 CLUSTER_OVERRIDE = "PEERS_DETHPC_CLUSTER"
 
 
+def _override() -> dict[str, Any]:
+    """``CLUSTER_OVERRIDE``'s settings ({} when unset)."""
+    return dict(json.loads(os.environ.get(CLUSTER_OVERRIDE, "") or "{}"))
+
+
 def _cluster_yaml(home: Path, args: argparse.Namespace) -> None:
     cluster: dict[str, Any] = {
         "backend": "slurm", "runs_root": str(home / "runs"), "default_pool": "debug",
         "python": sys.executable, "pools": {"debug": {"partition": args.partition,
                                                       "cpus_per_slot": 1}}}
-    cluster.update(json.loads(os.environ.get(CLUSTER_OVERRIDE, "") or "{}"))
+    cluster.update(_override())
     (home / "cluster.yaml").write_text(yaml.safe_dump(cluster))
 
 
 def _store_url(home: Path) -> str:
     """The store the cell's dethpc uses: the override's ``database_url``, else the home's
     SQLite file (the default)."""
-    url = json.loads(os.environ.get(CLUSTER_OVERRIDE, "") or "{}").get("database_url")
+    url = _override().get("database_url")
     return str(url) if url else f"sqlite:///{home / 'dethpc.db'}"
 
 
