@@ -22,7 +22,8 @@ Owns the pure parts -- each table-tested in tests/unit/bench/test_peers_scale_me
   counted at the timeout (never dropped), reached k/n beside;
 * ``trial_fates``: the one rule for *lost*, *unfinished* and *decided* trials (the work
   log plus the system's own final per-trial record, ``Verdict``), and ``fate_figures``:
-  a run's trials and GPU-hours lost/unfinished from it.
+  a run's trials and GPU-hours lost/unfinished from it; ``thrown_figures``: a run's
+  GPU-hours its cut runs threw away (``worklog.count_thrown``), done again or not.
 
 The thin side (``sample_procs``, ``read_sdiag``, ``read_sacct``) runs the commands and
 reads ``/proc``. Must not: submit, cancel or change anything.
@@ -42,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.peers_scale.emulator import ReplayCurve
-from bench.peers_scale.worklog import EndReason, TrialWork
+from bench.peers_scale.worklog import EndReason, Thrown, TrialWork
 
 TARGET_FILE = Path(__file__).resolve().parent / "target.json"
 TARGET_QUANTILE = 0.01
@@ -385,6 +386,26 @@ def fate_figures(work: Sequence[TrialWork], fates: Mapping[str, Fate]) -> dict[s
             "gpu_hours_unfinished": hours(Fate.UNFINISHED)}
 
 
+def thrown_figures(thrown: Sequence[Thrown]) -> dict[str, Any]:
+    """A run's work thrown away by cut runs (``worklog.count_thrown``): its GPU-hours
+    (``gpu_hours_thrown``: whether done again or not, so a system that never resumed a
+    killed trial shows it, where its ``gpu_hours_redone`` shows 0), the cut runs and of
+    them those never run again."""
+    return {"gpu_hours_thrown": round(sum(t.seconds for t in thrown) / 3600, 5),
+            "runs_cut": sum(t.cut_runs for t in thrown),
+            "runs_cut_never_resumed": sum(t.never_resumed for t in thrown)}
+
+
+def _sum_or_none(runs: Sequence[Mapping[str, Any]], key: str, digits: int) -> float | None:
+    """The sum of ``key`` over ``runs``; None when a run lacks it (written before it)."""
+    xs: list[float] = []
+    for r in runs:
+        if r.get(key) is None:
+            return None
+        xs.append(float(r[key]))
+    return round(sum(xs), digits)
+
+
 def _quartiles(xs: Sequence[float]) -> tuple[float, float]:
     if len(xs) < 2:
         return (xs[0], xs[0]) if xs else (0.0, 0.0)
@@ -426,6 +447,9 @@ def cell_summary(runs: Sequence[Mapping[str, Any]], timeout_s: float) -> dict[st
                                               for r in runs), 4),
             "gpu_hours_executed": round(sum(float(r.get("gpu_hours_executed") or 0.0)
                                             for r in runs), 4),
+            "gpu_hours_thrown": _sum_or_none(runs, "gpu_hours_thrown", 4),
+            "runs_cut_never_resumed": None if (n := _sum_or_none(
+                runs, "runs_cut_never_resumed", 0)) is None else int(n),
             "human_actions": sum(int(r["human_actions"]) for r in runs),
             "rpcs_median": med("rpcs"),
             "rpcs_per_trial": med("rpcs_per_trial"),

@@ -9,6 +9,11 @@ snapshot, submitit's driver state); a run whose directory is gone falls back to
 figures the run recorded and the older rule's (undecided minus in progress) at the same
 cut, so a difference of cut and a difference of rule are told apart.
 
+Each run also gets ``thrown`` (``metrics.thrown_figures``: the GPU-hours its cut runs
+threw away, done again or not), for runs recorded before ``run.py`` counted it;
+``table.py --thrown OUT.json`` puts them beside the table of the results file they came
+from.
+
 Run: ``python -m bench.peers_scale.recount OUT.json RESULTS.json...``; prints a Markdown
 table. Must not: change a results file.
 """
@@ -28,7 +33,7 @@ from bench.peers_scale.peer_ray import NAME as RAY_NAME
 from bench.peers_scale.peer_ray import snapshot_verdicts
 from bench.peers_scale.peer_submitit import driver_verdicts
 from bench.peers_scale.systems import dethpc_verdicts, read_trial_states
-from bench.peers_scale.worklog import count_work, read_log
+from bench.peers_scale.worklog import count_thrown, count_work, read_log
 
 
 def cell_end(run: Mapping[str, Any], params: Mapping[str, Any]) -> float:
@@ -76,7 +81,8 @@ def recount_run(run: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, 
     m = run["metrics"]
     ended = cell_end(run, params)
     path = Path(run["worklog"])
-    out: dict[str, Any] = {"cell": run["cell"], "finished": bool(m["finished"]),
+    out: dict[str, Any] = {"cell": run["cell"], "seed": m.get("seed"),
+                           "finished": bool(m["finished"]),
                            "recorded": {k: m.get(k) for k in (
                                "trials_lost", "trials_unfinished", "gpu_hours_lost",
                                "gpu_hours_unfinished")}}
@@ -102,6 +108,8 @@ def recount_run(run: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, 
         "gpu_hours_unfinished": round(sum(t.lost_s for t in log_work.trials
                                           if t.trial in running) / 3600, 5)}
     out["new_rule"] = mx.fate_figures(work.trials, fates)
+    out["thrown"] = mx.thrown_figures(count_thrown(
+        records, running, {t for t, f in fates.items() if f is mx.Fate.DECIDED}))
     out["verdicts_from"] = source
     out["undecided_by_log"] = sorted(
         (t.trial, t.last_end.value if t.last_end else "no end", fates[t.trial].value)
@@ -111,16 +119,20 @@ def recount_run(run: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, 
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| results file | cell | recorded lost / unfinished | old rule, same cut | "
-             "new rule lost / unfinished (decided by the system) | verdicts from |",
-             "|---|---|---|---|---|---|"]
+             "new rule lost / unfinished (decided by the system) | verdicts from | "
+             "GPU-h thrown (cut runs, never resumed) |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         rec, new = r["recorded"], r.get("new_rule", {})
         old = r.get("old_rule_same_cut", {})
+        th = r.get("thrown", {})
         lines.append(f"| {r['file']} | {r['cell']} | {rec['trials_lost']} / "
                      f"{rec['trials_unfinished']} | {old.get('trials_lost')} / "
                      f"{old.get('trials_unfinished')} | {new.get('trials_lost')} / "
                      f"{new.get('trials_unfinished')} "
-                     f"({new.get('trials_decided_by_system')}) | {r.get('verdicts_from')} |")
+                     f"({new.get('trials_decided_by_system')}) | {r.get('verdicts_from')} | "
+                     f"{th.get('gpu_hours_thrown')} ({th.get('runs_cut')}, "
+                     f"{th.get('runs_cut_never_resumed')}) |")
     return "\n".join(lines)
 
 

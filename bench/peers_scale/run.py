@@ -59,7 +59,7 @@ from bench.peers_scale.emulator import EmulatorSpec, load_curves
 from bench.peers_scale.goals import goals
 from bench.peers_scale.systems import CLUSTER_OVERRIDE, RUNNERS, Cell, SystemRunner
 from bench.peers_scale.trace import BackgroundJob, TraceSpec, background_trace
-from bench.peers_scale.worklog import count_work, read_log
+from bench.peers_scale.worklog import count_thrown, count_work, read_log
 from dethpc.devcluster.profiles import BACKGROUND_USERS, SYSTEM_USER, saved_spec, scale_layout
 
 REPO = Path(__file__).resolve().parents[2]
@@ -287,6 +287,8 @@ def run_cell(system: str, seed: int, with_faults: bool, args: argparse.Namespace
                            verdicts=mx.parse_verdicts(facts))
     work = count_work(records, decided={t for t, f in fates.items()
                                         if f is mx.Fate.DECIDED})
+    thrown = count_thrown(records, unfinished, {t for t, f in fates.items()
+                                                if f is mx.Fate.DECIDED})
     executed_s = work.total("executed_s")
     rpcs = sampler.rpc.totals.get(SYSTEM_USER, 0)
     metrics = {
@@ -306,6 +308,8 @@ def run_cell(system: str, seed: int, with_faults: bool, args: argparse.Namespace
         # an unfinished trial's steps so far are counted apart from the lost
         **{k: v for k, v in mx.fate_figures(work.trials, fates).items()
            if k.startswith("gpu_hours_")},
+        # what faults threw away, done again or not (a trial never resumed shows here)
+        **mx.thrown_figures(thrown),
         "human_actions": len(runner.human_actions),
         "rpcs": rpcs, "rpcs_per_trial": round(rpcs / args.trials, 2),
         "peak_rpcs_per_s": round(sampler.rpc.peak_per_s.get(SYSTEM_USER, 0.0), 2),

@@ -9,6 +9,7 @@ in bold; and ``replace_block(text, block)``: the text between
 
   python -m bench.peers_scale.table [bench/results/peers_scale.json]          # print
   python -m bench.peers_scale.table [json] --write   # README.md and bench/peers_scale/README.md
+  python -m bench.peers_scale.table [json] --thrown RECOUNT.json   # + the work thrown away
 
 ``--write`` refuses a doc marked ``"smoke": true`` (a smoke is not the issue's table)
 unless ``--allow-smoke``, and a README without exactly one pair of markers.
@@ -35,6 +36,9 @@ COLUMNS: tuple[str, ...] = (
     "cell", "reached", "time to target, median (IQR)", "decided after (median)",
     "trials lost", "GPU-h allocated", "GPU-h redone / lost", "human actions",
     "RPCs per trial", "peak RPCs/s", "login CPU s")
+#: the column of the work thrown away, where the cells hold it (run.py counts it; for an
+#: older run, a recount beside it: ``with_thrown``)
+THROWN_COLUMN = "GPU-h thrown away (cut runs never resumed)"
 
 
 def split(p: Mapping[str, Any]) -> str:
@@ -78,6 +82,38 @@ def cell_row(name: str, c: Mapping[str, Any]) -> list[str]:
             f"**{c['human_actions']}**" if c.get("human_actions") else _n(c.get("human_actions")),
             _n(c.get("rpcs_per_trial")), _n(c.get("peak_rpcs_per_s"), "", 1),
             _n(c.get("login_cpu_s"), "", 1)]
+
+
+def thrown_cell(c: Mapping[str, Any]) -> str:
+    if c.get("gpu_hours_thrown") is None:
+        return "--"
+    never = c.get("runs_cut_never_resumed")
+    return f"{_n(c.get('gpu_hours_thrown'), '', 3)} ({_n(never)})"
+
+
+def with_thrown(doc: Mapping[str, Any], recount: Mapping[str, Any],
+                name: str) -> dict[str, Any]:
+    """``doc`` (the results file ``name``) with each cell's ``gpu_hours_thrown`` and
+    ``runs_cut_never_resumed`` summed from ``recount`` (recount.py's output over this
+    same file: its rows of ``name`` at the doc's commit), for runs recorded before
+    run.py counted them; a cell whose seeds the recount lacks stays without. The goals
+    are computed again from the summary (goals.py is pure over it)."""
+    rows = [r for r in recount.get("runs", []) if r.get("file") == name
+            and r.get("commit") == doc.get("commit") and "thrown" in r]
+    out = dict(doc)
+    summary = {k: dict(v) for k, v in doc["summary"].items()}
+    for cell, c in summary.items():
+        mine = {r.get("seed"): r["thrown"] for r in rows if r.get("cell") == cell}
+        if c.get("gpu_hours_thrown") is not None or set(mine) != set(c.get("seeds") or []):
+            continue
+        c["gpu_hours_thrown"] = round(sum(float(t["gpu_hours_thrown"])
+                                          for t in mine.values()), 4)
+        c["runs_cut_never_resumed"] = sum(int(t["runs_cut_never_resumed"])
+                                          for t in mine.values())
+    out["summary"] = summary
+    out["goals"] = goals(summary)
+    out["thrown_from"] = f"recounted after the run from its kept work logs ({name}'s recount)"
+    return out
 
 
 def _md(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -167,8 +203,20 @@ def render(doc: Mapping[str, Any]) -> str:
     summary = doc["summary"]
     g = doc.get("goals") or goals(summary)
     c = g["counts"]
-    lines = [regime(doc), "",
-             *_md(COLUMNS, [cell_row(n, summary[n]) for n in ordered_cells(summary)]), "",
+    thrown = any(v.get("gpu_hours_thrown") is not None for v in summary.values())
+    header = (*COLUMNS[:7], THROWN_COLUMN, *COLUMNS[7:]) if thrown else COLUMNS
+    rows = []
+    for n in ordered_cells(summary):
+        row = cell_row(n, summary[n])
+        rows.append([*row[:7], thrown_cell(summary[n]), *row[7:]] if thrown else row)
+    note = ""
+    if thrown:
+        note = ("GPU-h thrown away: the steps every run cut by a fault (killed, or failed) "
+                "had executed since its last checkpoint, done again or not (a trial never "
+                "resumed shows here and not in redone); in brackets the cut runs never run "
+                "again" + (f"; {doc['thrown_from']}" if doc.get("thrown_from") else "")
+                + ".")
+    lines = [regime(doc), "", *_md(header, rows), "", *([note, ""] if note else []),
              f"The issue's goals for dethpc at {g.get('min_gpus', 64)}+ GPUs (computed by "
              f"`bench/peers_scale/goals.py`, never asserted): {c.get('met', 0)} met, "
              f"{c.get(MISSED, 0)} missed, {c.get(NOT_MEASURED, 0)} not measured.", "",
@@ -197,8 +245,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="let --write put a smoke test's table in the READMEs")
     ap.add_argument("--readme", type=Path, action="append",
                     help="the files --write edits (default: the two READMEs)")
+    ap.add_argument("--thrown", type=Path,
+                    help="recount.py's output over this results file: the work thrown "
+                         "away of runs recorded before run.py counted it")
     args = ap.parse_args(argv)
     doc = json.loads(args.json.read_text())
+    if args.thrown:
+        doc = with_thrown(doc, json.loads(args.thrown.read_text()), args.json.name)
     block = render(doc)
     if not args.write:
         print(block)

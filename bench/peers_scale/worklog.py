@@ -3,8 +3,10 @@
 Owns: the log's vocabulary (``Event``, ``EndReason``), appending one record as one JSON
 line (``WorkLog``: a single ``write`` on an ``O_APPEND`` descriptor, so many processes
 share one file without tearing lines), reading a log back (``read_log``: a line torn by a
-crash is skipped), and ``count_work``: the pure function that turns records into, per
-trial, the steps executed, useful, redone and lost, and their seconds.
+crash is skipped), ``count_work``: the pure function that turns records into, per
+trial, the steps executed, useful, redone and lost, and their seconds, and
+``count_thrown``: per trial, the steps its cut runs executed after their last checkpoint
+(what a fault threw away, done again or not).
 
 A record: ``{"trial", "run", "event", "step", "wall"}`` plus, by event, ``seconds`` (the
 step's own duration; the start-up's), ``loss``, ``ckpt`` (a checkpoint's id) and
@@ -179,6 +181,53 @@ def count_trial(trial: str, runs: list[_Run], decided_elsewhere: bool = False) -
                      useful=len(useful), redone=redone, lost=lost, executed_s=executed_s,
                      redone_s=redone_s, lost_s=lost_s, last_end=runs[-1].end,
                      decided_elsewhere=decided and runs[-1].end not in DECIDED)
+
+
+@dataclass(frozen=True)
+class Thrown:
+    """One trial's work that its cut runs threw away (``count_thrown``)."""
+
+    trial: str
+    #: runs that ended without a clean end (killed, or ``failed``) and are not still
+    #: being worked on at the cut
+    cut_runs: int
+    #: of them, those the trial never ran again (no later run of it in the log)
+    never_resumed: int
+    #: steps the cut runs executed after their last checkpoint save, and their seconds
+    steps: int
+    seconds: float
+
+
+def count_thrown(records: Iterable[Mapping[str, Any]], in_progress: Set[str] = frozenset(),
+                 decided: Set[str] = frozenset()) -> tuple[Thrown, ...]:
+    """The work each trial's faults threw away, whether or not it was done again: the
+    steps every *cut* run (no ``end`` record, or ended ``failed``) executed after its last
+    checkpoint save. ``redone`` counts only work executed twice, so a trial whose killed
+    run was never resumed (a system that did not recover it, or not yet) shows none
+    there; here it shows what its cut run lost. Not cut: a run that ended completed,
+    stopped or preempted (a preemption saves as it leaves), the last run of a trial
+    still worked on at the cut (``in_progress``: ``metrics.in_progress``) and the last
+    run of a trial the system recorded decided (``decided``: killed in its save after
+    the searcher's stop; its steps are the lineage). Trials with nothing cut are left
+    out."""
+    out: list[Thrown] = []
+    for trial, runs in sorted(_runs(records).items()):
+        cut = never = steps = 0
+        seconds = 0.0
+        last = len(runs) - 1
+        for i, run in enumerate(runs):
+            if run.end is not None and run.end is not EndReason.FAILED:
+                continue
+            if i == last and (trial in in_progress or trial in decided):
+                continue
+            held = max(run.saves.values(), default=0)
+            cut += 1
+            never += i == last
+            steps += len(run.steps) - held
+            seconds += sum(s for _, s in run.steps[held:])
+        if cut:
+            out.append(Thrown(trial, cut, never, steps, seconds))
+    return tuple(out)
 
 
 @dataclass(frozen=True)

@@ -190,3 +190,32 @@ def test_counts_and_figures() -> None:
     assert tt["figures"]["best_peer"] == "optuna-journal"
     assert tt["figures"]["dethpc-pool"] == 55.5
     assert "55.3" in tt["why"]
+
+
+def _redone_goal(summary: dict[str, Any]) -> dict[str, Any]:
+    (g,) = [g for g in goals(summary)["systems"]["dethpc-pool"]
+            if g["goal"] == "redone_half_of_best_peer"]
+    return g
+
+
+def test_the_work_thrown_away_stands_beside_the_redone_goal_and_does_not_decide_it() -> None:
+    """A peer that never resumed its killed trials redid nothing (0 redone: the goal
+    stays missed as worded) but threw away more than dethpc: the comparison on the work
+    thrown away is shown beside it."""
+    thrown = {"dethpc_pool_faults": {"gpu_hours_redone": 0.001, "gpu_hours_thrown": 0.001},
+              "optuna_faults": {"gpu_hours_thrown": 0.004},
+              "optuna_journal_faults": {"gpu_hours_thrown": 0.003},
+              "submitit_faults": {"gpu_hours_redone": 0.0, "gpu_hours_thrown": 0.005}}
+    g = _redone_goal(_with(**thrown))
+    assert g["status"] == MISSED
+    assert g["figures"]["thrown"]["status"] == MET
+    assert g["figures"]["thrown"]["best_peer"] == "optuna-journal"
+    assert "thrown away" in g["why"] and "(met there)" in g["why"]
+    # dethpc threw away more than half the best peer's: missed there too
+    thrown["dethpc_pool_faults"]["gpu_hours_thrown"] = 0.002
+    assert _redone_goal(_with(**thrown))["figures"]["thrown"]["status"] == MISSED
+
+
+def test_cells_without_the_thrown_figure_leave_the_redone_goal_as_before() -> None:
+    g = _redone_goal(copy.deepcopy(SMOKE))
+    assert "thrown" not in g["figures"] and "thrown away" not in g["why"]

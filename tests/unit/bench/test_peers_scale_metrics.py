@@ -30,10 +30,11 @@ from bench.peers_scale.metrics import (
     sdiag_users,
     stored_target,
     target_loss,
+    thrown_figures,
     time_to_target,
     trial_fates,
 )
-from bench.peers_scale.worklog import EndReason, TrialWork
+from bench.peers_scale.worklog import EndReason, Thrown, TrialWork
 
 
 def _curve(i: int, losses: list[float]) -> ReplayCurve:
@@ -269,6 +270,24 @@ def test_a_cell_holds_item_8s_fields_and_the_fault_counts() -> None:
     assert (s["rpcs_median"], s["gpu_hours_executed"], s["faults_injected"],
             s["faults_skipped"], s["faults_refused"], s["faults_cut_short"]) == \
         (130.0, 0.75, 15, 1, 0, 1)
+
+
+@pytest.mark.parametrize(("runs", "thrown", "never"), [
+    ([{"gpu_hours_thrown": 0.002, "runs_cut_never_resumed": 1},
+      {"gpu_hours_thrown": 0.0005, "runs_cut_never_resumed": 0}], 0.0025, 1),
+    ([{}, {}], None, None),                    # runs recorded before they were counted
+    ([{"gpu_hours_thrown": 0.002, "runs_cut_never_resumed": 1}, {}], None, None),
+])
+def test_a_cell_sums_the_work_thrown_away_or_says_it_was_not_counted(
+        runs: list[dict[str, Any]], thrown: float | None, never: int | None) -> None:
+    s = cell_summary([_run(i, 1.0, **r) for i, r in enumerate(runs)], timeout_s=10.0)
+    assert (s["gpu_hours_thrown"], s["runs_cut_never_resumed"]) == (thrown, never)
+    assert never is None or isinstance(s["runs_cut_never_resumed"], int)
+
+
+def test_thrown_figures_sum_a_runs_trials() -> None:
+    got = thrown_figures([Thrown("a", 2, 1, 5, 1800.0), Thrown("b", 1, 0, 1, 36.0)])
+    assert got == {"gpu_hours_thrown": 0.51, "runs_cut": 3, "runs_cut_never_resumed": 1}
 
 
 # ------------------------------------------------------------------ trial fates (issue 48)

@@ -49,3 +49,8 @@ def test_a_stop_the_store_recorded_is_not_a_lost_trial(tmp_path: Path) -> None:
                                "trials_decided_by_system": 1, "gpu_hours_lost": 0.002,
                                "gpu_hours_unfinished": 0.0}
     assert "| 2 / 0 | 2 / 0 | 1 / 0 (1) | dethpc store |" in table([{"file": "x", **got}])
+    # thrown away: the failed trial's 2 unsaved steps (7.2 s), never run again; the
+    # stopped one killed in its save is decided, its steps kept
+    assert got["thrown"] == {"gpu_hours_thrown": 0.002, "runs_cut": 1,
+                             "runs_cut_never_resumed": 1}
+    assert "| 0.002 (1, 1) |" in table([{"file": "x", **got}])

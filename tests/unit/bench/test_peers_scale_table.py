@@ -157,3 +157,32 @@ def test_the_start_up_split_is_stated(doc: dict[str, Any]) -> None:
     doc["params"].update(container_s=4.0)
     assert ("start-up 10 s: container 4 s once a job run, CUDA 6 s once a process)"
             in render(doc))
+
+
+def test_a_recount_of_the_same_file_adds_the_work_thrown_away(doc: dict[str, Any]) -> None:
+    """Rows of the same file at the same commit fill a cell whose seeds they all cover;
+    another file's rows, another commit's, or a cell short of a seed change nothing."""
+    doc["summary"] = {k: doc["summary"][k] for k in ("dethpc-pool", "dethpc-pool+faults",
+                                                     "dethpc-per-job+faults")}
+    assert table.THROWN_COLUMN not in render(doc)           # not counted: no column
+    seeds = doc["summary"]["dethpc-pool+faults"]["seeds"]
+    thrown = {"gpu_hours_thrown": 0.0012, "runs_cut": 3, "runs_cut_never_resumed": 1}
+    recount = {"runs": [
+        *({"file": "r.json", "commit": doc["commit"], "cell": "dethpc-pool+faults",
+           "seed": s, "thrown": thrown} for s in seeds),
+        {"file": "other.json", "commit": doc["commit"], "cell": "dethpc-pool",
+         "seed": doc["summary"]["dethpc-pool"]["seeds"][0], "thrown": thrown},
+        {"file": "r.json", "commit": "0" * 40, "cell": "dethpc-per-job+faults",
+         "seed": doc["summary"]["dethpc-per-job+faults"]["seeds"][0], "thrown": thrown}]}
+    got = table.with_thrown(doc, recount, "r.json")
+    assert got["summary"]["dethpc-pool+faults"]["gpu_hours_thrown"] == \
+        round(0.0012 * len(seeds), 4)
+    assert got["summary"]["dethpc-pool"].get("gpu_hours_thrown") is None
+    assert got["summary"]["dethpc-per-job+faults"].get("gpu_hours_thrown") is None
+    md = render(got)
+    header = next(ln for ln in md.splitlines() if ln.startswith("| cell |"))
+    assert table.THROWN_COLUMN in header
+    rows = {r[0]: r for r in _rows(md, "cell")}
+    assert rows["`dethpc-pool+faults`"][7] == f"{0.0012 * len(seeds):.3f} ({len(seeds)})"
+    assert rows["`dethpc-pool`"][7] == "--"
+    assert "recounted after the run" in md

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bench.peers_scale.worklog import WorkLog, count_work, read_log
+from bench.peers_scale.worklog import WorkLog, count_thrown, count_work, read_log
 
 
 def run(trial: str, name: str, steps: Iterable[int], *, load: str | None = None,
@@ -116,3 +116,40 @@ def test_a_trial_the_system_decided_keeps_its_killed_last_run() -> None:
     assert (told.decided, told.useful, told.lost, told.decided_elsewhere) == (True, 3, 0, True)
     (done,) = count_work(run("216", "a", R(1, 4), end="stopped"), decided={"216"}).trials
     assert done.decided and not done.decided_elsewhere
+
+
+# (case, records, in_progress, decided, [(trial, cut runs, never resumed, steps)])
+THROWN = [
+    ("clean: nothing thrown", run("t", "a", R(1, 5), end="completed"), set(), set(), []),
+    ("crash after a checkpoint, resumed: the steps past it",
+     run("t", "a", R(1, 4), saves={2: "c"}) + run("t", "b", R(3, 5), load="c", end="completed"),
+     set(), set(), [("t", 1, 0, 1)]),
+    ("crash, never resumed: redone shows 0, thrown does not",
+     run("t", "a", R(1, 6), saves={2: "c"}), set(), set(), [("t", 1, 1, 3)]),
+    ("crash with no checkpoint: every step",
+     run("t", "a", R(1, 4)) + run("t", "b", R(1, 5), end="completed"), set(), set(),
+     [("t", 1, 0, 3)]),
+    ("a resumed run killed before its first save",
+     run("t", "a", R(1, 4), saves={3: "c"}) + run("t", "b", R(4, 6), load="c"), set(), set(),
+     [("t", 2, 1, 2)]),
+    ("clean preemption: nothing",
+     run("t", "a", R(1, 4), saves={3: "c"}, end="preempted"), set(), set(), []),
+    ("failed past its checkpoint", run("t", "a", R(1, 5), saves={2: "c"}, end="failed"),
+     set(), set(), [("t", 1, 1, 2)]),
+    ("still running at the cut: not thrown", run("t", "a", R(1, 6), saves={2: "c"}),
+     {"t"}, set(), []),
+    ("killed, resumed, the new run still running: the killed one counts",
+     run("t", "a", R(1, 4), saves={2: "c"}) + run("t", "b", R(3, 4), load="c"), {"t"}, set(),
+     [("t", 1, 0, 1)]),
+    ("killed in its save after the searcher's stop: decided, not thrown",
+     run("t", "a", R(1, 5), saves={2: "c"}), set(), {"t"}, []),
+]
+
+
+@pytest.mark.parametrize(("records", "in_progress", "decided", "expected"),
+                         [c[1:] for c in THROWN], ids=[c[0] for c in THROWN])
+def test_count_thrown(records: list[dict[str, Any]], in_progress: set[str],
+                      decided: set[str], expected: list[tuple[str, int, int, int]]) -> None:
+    got = count_thrown(records, in_progress, decided)
+    assert [(t.trial, t.cut_runs, t.never_resumed, t.steps) for t in got] == expected
+    assert all(t.seconds == t.steps for t in got)      # 1 s a step in these logs
