@@ -12,9 +12,10 @@ Owns the pure parts -- each table-tested in tests/unit/bench/test_peers_scale_me
   RPCs between the last sample and the restart; the peak per second is the largest
   increase between two samples over their interval;
 * ``LoginCpu``: the login-side CPU seconds of the system under test: every process of the
-  system's user outside a Slurm job (no ``SLURM_JOB_ID``), counted once at its root (a
-  process whose parent is counted reaches its parent's ``cutime`` when it is reaped), its
-  last reading of user+system+children; the benchmark's own processes (driver, injector,
+  system's user outside a Slurm job (no ``SLURM_JOB_ID``), each root read with its live
+  tree (its user+system+reaped children's, plus each live descendant's: a long-lived
+  child such as dethpc's daemon under its supervisor counts while it runs), the largest
+  reading of each root kept; the benchmark's own processes (driver, injector,
   sampler) run as other users and so are never in it; commands the runner runs and waits
   for are measured by their ``wait4`` rusage instead and left out of the sampling;
 * ``time_to_target`` and ``regret_at``: from the work logs' validations, in seconds after
@@ -178,21 +179,58 @@ def parse_stat(text: str, ticks: int) -> tuple[int, float]:
 @dataclass
 class LoginCpu:
     """The login-side CPU of ``uid``'s processes (see the module doc); ``exclude``: pids
-    (and their descendants) measured some other way."""
+    (and their descendants) measured some other way.
+
+    Each root (a counted process with no counted ancestor) is read with its whole live
+    tree: its own reading (which holds the children it reaped) plus each live
+    descendant's. A long-lived child is counted while it runs: dethpc's daemon is the
+    child of its supervisor and is reaped only when it ends, so counting the root alone
+    (before stop 59) left a daemon that was never killed out (0.03-0.05 s for a plain
+    cell's whole dethpc login side). A process counted in a tree that becomes a root
+    of its own (its parent died and it was reparented) counts from then on less what
+    its tree had already given."""
 
     uid: int
     exclude: set[int] = field(default_factory=set)
-    #: pid -> its last reading, for the roots
+    #: root pid -> the largest reading of its tree (less ``offset``)
     last: dict[int, float] = field(default_factory=dict)
+    #: pid -> its subtree's last reading while it was counted inside another's tree
+    inner: dict[int, float] = field(default_factory=dict)
+    #: root pid -> what it had given to another's tree before it became a root
+    offset: dict[int, float] = field(default_factory=dict)
 
     def add(self, procs: Mapping[int, Proc]) -> None:
-        for p in procs.values():
-            if p.uid != self.uid or p.in_job or self._under(p, procs, self.exclude):
-                continue
-            if self._under(p, procs, {q.pid for q in procs.values()
-                                      if q.uid == self.uid and not q.in_job and q.pid != p.pid}):
-                continue            # its parent (counted) reaps it into its cutime
-            self.last[p.pid] = max(self.last.get(p.pid, 0.0), p.cpu_s)
+        mine = {p.pid: p for p in procs.values() if p.uid == self.uid and not p.in_job
+                and not self._under(p, procs, self.exclude)}
+        kids: dict[int, list[int]] = {}
+        roots = []
+        for p in mine.values():
+            counted_above = self._under(procs[p.ppid], procs, set(mine)) \
+                if p.ppid in procs else p.ppid in mine
+            if counted_above:
+                kids.setdefault(self._counted_parent(p, procs, mine), []).append(p.pid)
+            else:
+                roots.append(p.pid)
+
+        def tree(pid: int) -> float:
+            total = mine[pid].cpu_s + sum(tree(k) for k in kids.get(pid, []))
+            if pid not in roots:
+                self.inner[pid] = total
+            return total
+
+        for r in roots:
+            total = tree(r)
+            if r not in self.last and r in self.inner:
+                self.offset[r] = self.inner.pop(r)
+            self.last[r] = max(self.last.get(r, 0.0), total - self.offset.get(r, 0.0))
+
+    @staticmethod
+    def _counted_parent(p: Proc, procs: Mapping[int, Proc], mine: Mapping[int, Proc]) -> int:
+        """The nearest counted ancestor of ``p`` (one exists)."""
+        cur = p
+        while cur.ppid not in mine:
+            cur = procs[cur.ppid]
+        return cur.ppid
 
     @staticmethod
     def _under(p: Proc, procs: Mapping[int, Proc], pids: set[int]) -> bool:

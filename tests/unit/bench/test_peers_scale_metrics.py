@@ -148,6 +148,20 @@ def _p(pid: int, ppid: int, cpu: float, uid: int = BENCH, in_job: bool = False) 
       {1: _p(1, 0, 0, ROOT), 7: _p(7, 1, 0.9)}], {5}, 0.9),
     # two roots, each counted at its last reading; a process that died stays counted
     ([{10: _p(10, 1, 1.0), 12: _p(12, 1, 2.0)}, {10: _p(10, 1, 3.0)}], set(), 5.0),
+    # dethpc's supervisor 10 and its daemon 11, never killed: the daemon counts while it
+    # runs (the root alone was 0.1: the daemon is reaped only when it ends)
+    ([{1: _p(1, 0, 0, ROOT), 10: _p(10, 1, 0.1), 11: _p(11, 10, 2.0)},
+      {1: _p(1, 0, 0, ROOT), 10: _p(10, 1, 0.1), 11: _p(11, 10, 4.0)}], set(), 4.1),
+    # the daemon killed (reaped: in the supervisor's cutime) and started again
+    ([{10: _p(10, 1, 0.1), 11: _p(11, 10, 4.0)},
+      {10: _p(10, 1, 4.1), 12: _p(12, 10, 0.5)}], set(), 4.6),
+    # a live grandchild counts too, under a live child
+    ([{10: _p(10, 1, 0.1), 11: _p(11, 10, 2.0), 13: _p(13, 11, 0.3)}], set(), 2.4),
+    # a root dies, its child is reparented to init: counted once, not twice
+    ([{10: _p(10, 1, 1.0), 11: _p(11, 10, 2.0)}, {11: _p(11, 1, 3.0)}], set(), 4.0),
+    # a child measured by the runner stays out while its measured parent lives
+    ([{5: _p(5, 1, 0, ROOT), 6: _p(6, 5, 0.4), 7: _p(7, 6, 0.1), 10: _p(10, 1, 1.0)}],
+     {5}, 1.0),
 ])
 def test_login_cpu(samples: list[dict[int, Proc]], exclude: set[int], want: float) -> None:
     cpu = LoginCpu(uid=BENCH, exclude=exclude)
