@@ -88,7 +88,7 @@ def thrown_cell(c: Mapping[str, Any]) -> str:
     if c.get("gpu_hours_thrown") is None:
         return "--"
     never = c.get("runs_cut_never_resumed")
-    return f"{_n(c.get('gpu_hours_thrown'), '', 3)} ({_n(never)})"
+    return f"{_n(c.get('gpu_hours_thrown'), '', 4)} ({_n(never)})"
 
 
 def with_thrown(doc: Mapping[str, Any], recount: Mapping[str, Any],

@@ -183,6 +183,6 @@ def test_a_recount_of_the_same_file_adds_the_work_thrown_away(doc: dict[str, Any
     header = next(ln for ln in md.splitlines() if ln.startswith("| cell |"))
     assert table.THROWN_COLUMN in header
     rows = {r[0]: r for r in _rows(md, "cell")}
-    assert rows["`dethpc-pool+faults`"][7] == f"{0.0012 * len(seeds):.3f} ({len(seeds)})"
+    assert rows["`dethpc-pool+faults`"][7] == f"{0.0012 * len(seeds):.4f} ({len(seeds)})"
     assert rows["`dethpc-pool`"][7] == "--"
     assert "recounted after the run" in md
