@@ -36,6 +36,8 @@ def table(result: dict[str, Any]) -> str:
             f"{_s(s['batches_trained_median'], '{:.0f}')} | {_s(s['jobs_median'], '{:.0f}')} | "
             f"{_s(s['disk_files_median'], '{:.0f}')} |")
     for name, lim in result["limit"].items():
+        if not isinstance(lim, dict):       # the seeds the limits were drawn for
+            continue
         tt = [x for x in lim["time_to_target_s"] if x is not None]
         lines.append(f"| limit: {name.replace('_', ' ')}, every cost 0 | "
                      f"{_s(statistics.median(tt) if tt else None)} s "
