@@ -205,12 +205,11 @@ class LoginCpu:
         kids: dict[int, list[int]] = {}
         roots = []
         for p in mine.values():
-            counted_above = self._under(procs[p.ppid], procs, set(mine)) \
-                if p.ppid in procs else p.ppid in mine
-            if counted_above:
-                kids.setdefault(self._counted_parent(p, procs, mine), []).append(p.pid)
-            else:
+            above = self._counted_ancestor(p, procs, mine)
+            if above is None:
                 roots.append(p.pid)
+            else:
+                kids.setdefault(above, []).append(p.pid)
 
         def tree(pid: int) -> float:
             total = mine[pid].cpu_s + sum(tree(k) for k in kids.get(pid, []))
@@ -225,10 +224,15 @@ class LoginCpu:
             self.last[r] = max(self.last.get(r, 0.0), total - self.offset.get(r, 0.0))
 
     @staticmethod
-    def _counted_parent(p: Proc, procs: Mapping[int, Proc], mine: Mapping[int, Proc]) -> int:
-        """The nearest counted ancestor of ``p`` (one exists)."""
+    def _counted_ancestor(p: Proc, procs: Mapping[int, Proc],
+                          mine: Mapping[int, Proc]) -> int | None:
+        """The nearest ancestor of ``p`` in ``mine`` (None: it has none, a root)."""
+        seen = {p.pid}
         cur = p
         while cur.ppid not in mine:
+            if cur.ppid not in procs or cur.ppid in seen:
+                return None
+            seen.add(cur.ppid)
             cur = procs[cur.ppid]
         return cur.ppid
 

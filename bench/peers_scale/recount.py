@@ -98,8 +98,8 @@ def recount_run(run: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, 
     verdicts, source = kept_verdicts(run)
     fates = mx.trial_fates(log_work.trials, finished=finished, in_progress=running,
                            verdicts=verdicts)
-    work = count_work(records, decided={t for t, f in fates.items()
-                                        if f is mx.Fate.DECIDED})
+    decided = {t for t, f in fates.items() if f is mx.Fate.DECIDED}
+    work = count_work(records, decided=decided)
     out["old_rule_same_cut"] = {
         "trials_lost": log_work.trials_undecided - len(running),
         "trials_unfinished": len(running),
@@ -108,8 +108,7 @@ def recount_run(run: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, 
         "gpu_hours_unfinished": round(sum(t.lost_s for t in log_work.trials
                                           if t.trial in running) / 3600, 5)}
     out["new_rule"] = mx.fate_figures(work.trials, fates)
-    out["thrown"] = mx.thrown_figures(count_thrown(
-        records, running, {t for t, f in fates.items() if f is mx.Fate.DECIDED}))
+    out["thrown"] = mx.thrown_figures(count_thrown(records, running, decided))
     out["verdicts_from"] = source
     out["undecided_by_log"] = sorted(
         (t.trial, t.last_end.value if t.last_end else "no end", fates[t.trial].value)

@@ -285,10 +285,9 @@ def run_cell(system: str, seed: int, with_faults: bool, args: argparse.Namespace
     # final per-trial record; the work recounted with the system's decisions
     fates = mx.trial_fates(log_work.trials, finished=finished, in_progress=unfinished,
                            verdicts=mx.parse_verdicts(facts))
-    work = count_work(records, decided={t for t, f in fates.items()
-                                        if f is mx.Fate.DECIDED})
-    thrown = count_thrown(records, unfinished, {t for t, f in fates.items()
-                                                if f is mx.Fate.DECIDED})
+    decided = {t for t, f in fates.items() if f is mx.Fate.DECIDED}
+    work = count_work(records, decided=decided)
+    thrown = count_thrown(records, unfinished, decided)
     executed_s = work.total("executed_s")
     rpcs = sampler.rpc.totals.get(SYSTEM_USER, 0)
     metrics = {
