@@ -8,11 +8,14 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from dethpc.backends.base import JobState
 from dethpc.common.paths import ExperimentPaths
+from dethpc.common.worker_queue import WorkerPoolPaths
 from dethpc.config.model import ClusterConfig, ResourcePool
 from dethpc.control.daemon.shared import Scope
-from dethpc.control.daemon.watch import Watched, Watcher
+from dethpc.control.daemon.watch import Acts, Watched, Watcher, grown_files
 from dethpc.store.models import BatchState, IngestOffset
 from tests.unit.control.daemon_kit import World, world
 
@@ -179,3 +182,82 @@ def test_a_worker_taking_a_run_is_seen_while_no_run_has_started(tmp_path: Path) 
     t0 = time.monotonic()
     assert watcher.wait(60.0, lambda: False, never_called) is True
     assert time.monotonic() - t0 < 30.0, "the wait slept its whole delay"
+
+
+# --------------------------------------------------------------- which validations
+def _line(kind: str, steps: int) -> str:
+    return f'{{"kind": "{kind}", "steps": {steps}, "metrics": {{"loss": 1.0}}}}\n'
+
+
+ACTS_CASES = [
+    # (target, validate_at, run ends at target, seen, steps of the new validations,
+    #  worth a pass after each)
+    ("promotion rung, per-job: the target is reached", 32, "[32]", False, -1, [32], [True]),
+    ("promotion rung in a pool: the run's end brings the tick", 32, "[32]", True, -1, [32],
+     [False]),
+    ("between the rungs: nothing to decide", 128, "[128]", False, 31, [64, 96, 128],
+     [False, False, True]),
+    ("pool run from 32 to 128: none of them", 128, [128], True, 31, [64, 96, 128, 160],
+     [False, False, False, False]),
+    ("stopping ASHA: each rung below the target once", 512, "[32, 128, 512]", True, -1,
+     [32, 64, 128, 160, 512], [True, False, True, False, False]),
+    ("one validation past two points", 512, "[32, 128, 512]", False, -1, [160, 192],
+     [True, False]),
+    ("a rung's validation after its training line was ingested", 128, "[32, 128]", False,
+     127, [128], [True]),
+    ("a repeated validation at a point already reached", 128, "[32, 128]", False, 32, [32],
+     [False]),
+    ("validate_at unreadable: the target still counts", 64, "not json", False, -1, [32, 64],
+     [False, True]),
+]
+
+
+@pytest.mark.parametrize(("why", "target", "validate_at", "ends", "seen", "steps", "worth"),
+                         ACTS_CASES, ids=[c[0] for c in ACTS_CASES])
+def test_which_validations_can_move_the_searcher(why: str, target: int, validate_at: object,
+                                                 ends: bool, seen: int, steps: list[int],
+                                                 worth: list[bool]) -> None:
+    acts = Acts(target, validate_at, ends, seen=seen)
+    assert [acts.worth_a_pass(n) for n in steps] == worth, why
+
+
+def test_a_validation_the_searcher_cannot_act_on_waits_for_the_tick(tmp_path: Path) -> None:
+    """With the trial's points known (``Acts``), only a validation reaching one, an early
+    exit, or a line the daemon cannot read is handed to the fast path."""
+    f = tmp_path / "metrics.jsonl"
+    f.write_text("")
+    watch = {7: Watched(1, f, 0, acts=Acts(128, "[32, 128]", False, seen=31))}
+
+    def append(text: str) -> dict[int, set[int]]:
+        with f.open("a") as fh:
+            fh.write(text)
+        return grown_files(watch)
+
+    assert append(_line("training", 32) + _line("validation", 32)) == {1: {7}}
+    assert append(_line("training", 64) + _line("validation", 64)) == {}
+    assert append(_line("validation", 96) + '{"kind": "checkpoint", "steps": 96, '
+                  '"uuid": "u"}\n') == {}
+    assert append('{"kind": "early_exit", "reason": "INVALID_HP"}\n') == {1: {7}}
+    assert append('{"kind": "validation", "steps": "x"}\n') == {1: {7}}   # unreadable
+    assert append(_line("validation", 128)) == {1: {7}}
+    assert append(_line("validation", 160)) == {}       # past the target
+
+
+def test_refresh_knows_each_running_trials_points_and_its_pool(tmp_path: Path) -> None:
+    w = world(tmp_path, cluster=fast_cluster(tmp_path))
+    per_job = w.add_trials(1, needs_job=False, target_length=128, validate_at=[32, 128],
+                           steps_completed=40)
+    untargeted = w.add_trials(1, needs_job=False)
+    w.add_batch(per_job + untargeted, batch_state=BatchState.SUBMITTED, ref="5_{i}",
+                state=JobState.RUNNING)
+    watcher = Watcher(w.store, w.cluster, Scope(), None)
+    watcher.refresh()
+    acts = watcher.watch[per_job[0].id].acts   # type: ignore[index]
+    assert acts is not None and not acts.run_ends_at_target
+    assert (acts.points(), acts.seen) == ((32, 128), 39)
+    assert watcher.watch[untargeted[0].id].acts is None   # type: ignore[index]
+    # the same experiment run by a worker pool: its runs end at their target
+    WorkerPoolPaths.of_run_dir(Path(w.experiment().run_dir)).results.mkdir(parents=True)
+    watcher.refresh()
+    acts = watcher.watch[per_job[0].id].acts   # type: ignore[index]
+    assert acts is not None and acts.run_ends_at_target
