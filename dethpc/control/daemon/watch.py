@@ -155,7 +155,7 @@ def _worth_a_pass(w: Watched, start: int, size: int) -> bool:
         if VALIDATION not in line:
             continue
         steps = _validation_steps(line)
-        if steps is _OTHER:
+        if steps == _OTHER:
             continue
         # a line it cannot read is the fast pass's to judge (it says why not)
         worth = (steps is None or w.acts.worth_a_pass(steps)) or worth
