@@ -37,6 +37,7 @@ from dethpc.common.paths import METRICS_FILE, ExperimentPaths
 from dethpc.common.worker_queue import WorkerPoolPaths
 from dethpc.config.model import ClusterConfig
 from dethpc.control.daemon.shared import Scope
+from dethpc.control.reconcile.ingest_rules import LineKind, line_kind
 from dethpc.control.run_dirs import RunDirs
 from dethpc.store import Store
 from dethpc.store.models import IngestOffset, Job, Trial
@@ -52,6 +53,7 @@ FastTick = Callable[[dict[int, set[int]]], bool]
 #: each validation was a second fast pass, a whole reconcile transaction, for nothing
 #: the searcher could act on (issue 47: ~1/3 of a pool search's fast passes)
 FAST_MARKERS = (b'"validation"', b'"early_exit"')
+VALIDATION, EARLY_EXIT = FAST_MARKERS
 #: a growth larger than this is handed to the fast path unread
 SCAN_MAX_BYTES = 1 << 20
 
@@ -162,17 +164,16 @@ def _worth_a_pass(w: Watched, start: int, size: int) -> bool:
     return worth
 
 
-#: the two ``FAST_MARKERS``, apart
-VALIDATION, EARLY_EXIT = FAST_MARKERS
 _OTHER = -1
 
 
 def _validation_steps(line: bytes) -> int | None:
     """The steps of a validation record; None when ``line`` is not a record dethpc can
-    read (not JSON, no integer steps); ``_OTHER`` when it is some other record."""
+    read (not JSON, no integer steps); ``_OTHER`` when it is some other record (what a
+    line is: ``ingest_rules.line_kind``, as the tick reads it)."""
     try:
         rec = json.loads(line)
-        if not isinstance(rec, dict) or rec.get("kind") != "validation":
+        if not isinstance(rec, dict) or line_kind(rec) is not LineKind.VALIDATION:
             return _OTHER
         return max(0, int(rec.get("steps") or 0))
     except (TypeError, ValueError):
@@ -316,8 +317,10 @@ class Watcher:
         run_dirs = self._run_dirs.of(live_exps)
         pools = {exp_id: WorkerPoolPaths.of_run_dir(Path(d)) for exp_id, d in run_dirs.items()}
         self.pool_dirs = [d for p in pools.values() for d in (p.results, p.leases) if d.is_dir()]
-        # a worker pool's run ends at its target (one searcher operation a run)
-        in_pool = {exp_id for exp_id, p in pools.items() if p.results.is_dir()}
+        # a worker pool's run ends at its target (one searcher operation a run): the
+        # experiments whose results/ the line above found
+        watched = set(self.pool_dirs)
+        in_pool = {exp_id for exp_id, p in pools.items() if p.results in watched}
         self.watch = {
             trial_id: Watched(exp_id, ExperimentPaths(Path(run_dirs[exp_id]))
                               .trial(trial_id).metrics, offsets.get(trial_id, 0),
